@@ -18,10 +18,7 @@ fn main() {
     println!("cargo:rustc-env=DRAFTWISE_RUSTC_VERSION={rustc_version}");
     println!("cargo:rustc-env=DRAFTWISE_GIT_COMMIT={commit}");
     println!("cargo:rustc-env=DRAFTWISE_GIT_DIRTY={dirty}");
-    println!(
-        "cargo:rustc-env=DRAFTWISE_BUILD_PROFILE={}",
-        std::env::var("PROFILE").unwrap_or_default()
-    );
+    println!("cargo:rustc-env=DRAFTWISE_BUILD_PROFILE={}", std::env::var("PROFILE").unwrap_or_default());
     // Rebuild the identity when HEAD moves or the index changes.
     for p in ["../.git/HEAD", "../.git/index"] {
         if std::path::Path::new(p).exists() {

@@ -63,10 +63,7 @@ impl KernelFamily {
 
     /// Every family this CPU supports, scalar first.
     pub fn all_supported() -> Vec<Self> {
-        [Self::Scalar, Self::Avx2, Self::Avx512Vnni]
-            .into_iter()
-            .filter(|f| f.is_supported())
-            .collect()
+        [Self::Scalar, Self::Avx2, Self::Avx512Vnni].into_iter().filter(|f| f.is_supported()).collect()
     }
 
     /// The fastest family this CPU supports.
@@ -102,8 +99,7 @@ pub fn select(forced: Option<&str>) -> Result<Selection, DispatchError> {
     match forced.map(str::trim).filter(|s| !s.is_empty()) {
         None => Ok(Selection { family: KernelFamily::best(), forced: false }),
         Some(name) => {
-            let family =
-                KernelFamily::from_name(name).ok_or_else(|| DispatchError::Unknown(name.to_string()))?;
+            let family = KernelFamily::from_name(name).ok_or_else(|| DispatchError::Unknown(name.to_string()))?;
             if !family.is_supported() {
                 let here: Vec<_> = KernelFamily::all_supported().iter().map(|f| f.name()).collect();
                 return Err(DispatchError::Unsupported(family.name(), here.join(", ")));
@@ -118,9 +114,7 @@ static SELECTED: OnceLock<Result<Selection, DispatchError>> = OnceLock::new();
 /// The process-wide selection: `DRAFTWISE_KERNELS` if set, else the best
 /// supported family. Computed once.
 pub fn selected() -> Result<Selection, DispatchError> {
-    SELECTED
-        .get_or_init(|| select(std::env::var("DRAFTWISE_KERNELS").ok().as_deref()))
-        .clone()
+    SELECTED.get_or_init(|| select(std::env::var("DRAFTWISE_KERNELS").ok().as_deref())).clone()
 }
 
 #[cfg(test)]

@@ -1,7 +1,20 @@
 //! draftwise `kernels`: every numeric hot path of the engine.
 //!
-//! - [`quant`]: the block-quantized storage formats and their scalar dequantization.
+//! - [`quant`]: the block-quantized storage formats ([`quant::GgmlType`],
+//!   `BlockQ4_1`, ...) and their scalar dequantization.
+//! - [`act`]: activation rows quantized to [`act::BlockQ16`] for integer dots.
+//! - [`matvec`]: quantized mat-vec ([`matvec::Matrix`], [`matvec::matvec_rows`]),
+//!   single- and multi-row, scalar specification plus SIMD families.
+//! - [`ops`]: RMSNorm, RoPE, softmax, SwiGLU, attention.
 //! - [`dispatch`]: run-time choice of the CPU kernel family ([`dispatch::KernelFamily`]).
 
+pub mod act;
 pub mod dispatch;
+pub mod matvec;
+pub mod ops;
 pub mod quant;
+
+// Quantized weights are viewed in place as `#[repr(C)]` block structs whose
+// scale fields are little-endian `u16` (GGUF's byte order).
+#[cfg(not(target_endian = "little"))]
+compile_error!("draftwise kernels read GGUF blocks in place and need a little-endian target");

@@ -1,10 +1,17 @@
 //! draftwise `runtime`: an LLM inference engine with a speculative decoder.
 //!
 //! Principal types: [`gguf::GgufFile`] (GGUF reader), [`model::Model`]
-//! (weights + config + forward pass), [`tokenizer::Tokenizer`] (byte-level
-//! BPE and chat templates), [`generate::Generator`] (classic decoding) and
+//! (weights + config + forward pass) and [`model::Session`] (KV cache),
+//! [`tokenizer::Tokenizer`] (byte-level BPE and chat templates),
+//! [`generate::Engine`] (classic decoding on a thread pool) and
 //! [`events::Event`] (the typed JSONL schema shared with the tuner).
 
 pub mod build_info;
+pub mod cli;
+pub mod events;
 pub mod fetch;
+pub mod generate;
 pub mod gguf;
+pub mod model;
+pub mod sampling;
+pub mod tokenizer;

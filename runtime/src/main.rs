@@ -1,1 +1,17 @@
-fn main() {}
+//! `runtime`: a thin binary over the `runtime` library.
+use clap::Parser;
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("DRAFTWISE_LOG").unwrap_or_else(|_| "info".into()))
+        .init();
+    match runtime::cli::run(runtime::cli::Cli::parse()) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}

@@ -170,7 +170,7 @@ impl GgmlType {
     /// a whole number of blocks or the size overflows.
     pub fn row_bytes(self, n_elems: usize) -> Option<usize> {
         let be = self.block_elems();
-        if n_elems % be != 0 {
+        if !n_elems.is_multiple_of(be) {
             return None;
         }
         (n_elems / be).checked_mul(self.block_bytes())

@@ -1,0 +1,178 @@
+//! Quantized matrix × vector products.
+//!
+//! A [`Matrix`] is a view of `rows` weight rows of `cols` elements in one
+//! storage type. Quantized weights are multiplied against an activation row
+//! quantized once to [`BlockQ16`] blocks ([`crate::act`]); each block's
+//! product is an exact integer dot, and the float combination runs in one
+//! fixed order per output row, spelled out in [`scalar`]. Every SIMD family
+//! follows that order lane by lane (a lane is an output row), so all families
+//! produce bit-identical results: the family decides speed, never output.
+//!
+//! Entry points: [`matvec_rows`] computes a contiguous range of output rows
+//! (the runtime splits rows across threads, never the reduction), and
+//! [`matmul_rows`] does the same for several activation rows at once (a
+//! verify block); each of its rows equals the single-row call bit for bit.
+
+pub mod scalar;
+#[cfg(target_arch = "x86_64")]
+mod x86;
+
+use crate::act::BlockQ16;
+use crate::dispatch::KernelFamily;
+use crate::quant::{BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8_0, GgmlType, QK};
+
+/// Weight storage of a matrix, row-major: row `r` occupies blocks
+/// `r * blocks_per_row .. (r + 1) * blocks_per_row`.
+#[derive(Clone, Copy, Debug)]
+pub enum Weights<'a> {
+    Q4_0(&'a [BlockQ4_0]),
+    Q4_1(&'a [BlockQ4_1]),
+    Q8_0(&'a [BlockQ8_0]),
+    Q4K(&'a [BlockQ4K]),
+    Q5K(&'a [BlockQ5K]),
+    Q6K(&'a [BlockQ6K]),
+    F32(&'a [f32]),
+}
+
+/// A weight matrix of shape (rows, cols): `y = W x` maps `cols` inputs to
+/// `rows` outputs.
+#[derive(Clone, Copy, Debug)]
+pub struct Matrix<'a> {
+    pub rows: usize,
+    pub cols: usize,
+    pub w: Weights<'a>,
+}
+
+/// Why bytes could not be viewed as a matrix.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MatrixError {
+    #[error("{ty} matrix {rows}x{cols}: {cols} columns is not a whole number of {block}-element blocks")]
+    Columns { ty: &'static str, rows: usize, cols: usize, block: usize },
+    #[error("{ty} matrix {rows}x{cols} needs {expected} bytes, got {got}")]
+    Length { ty: &'static str, rows: usize, cols: usize, expected: usize, got: usize },
+    #[error("{ty} weights are not {align}-byte aligned in memory")]
+    Alignment { ty: &'static str, align: usize },
+    #[error("{0} weights have no mat-vec kernel; convert them to F32 at load")]
+    Unsupported(&'static str),
+}
+
+fn cast<T>(ty: GgmlType, bytes: &[u8]) -> Result<&[T], MatrixError> {
+    let size = std::mem::size_of::<T>();
+    let align = std::mem::align_of::<T>();
+    if !(bytes.as_ptr() as usize).is_multiple_of(align) {
+        return Err(MatrixError::Alignment { ty: ty.name(), align });
+    }
+    debug_assert_eq!(bytes.len() % size, 0);
+    // SAFETY: T is a #[repr(C)] plain-old-data block (or f32) with no
+    // invalid bit patterns; the pointer is aligned for T (checked above) and
+    // the length is a whole number of T (checked by the caller), so the
+    // slice covers exactly the caller's bytes and borrows them.
+    Ok(unsafe { std::slice::from_raw_parts(bytes.as_ptr().cast::<T>(), bytes.len() / size) })
+}
+
+impl<'a> Matrix<'a> {
+    /// Views `bytes` as a (rows, cols) matrix of type `ty`, checking the
+    /// block structure, the length and the alignment.
+    pub fn from_bytes(ty: GgmlType, bytes: &'a [u8], rows: usize, cols: usize) -> Result<Self, MatrixError> {
+        if matches!(ty, GgmlType::F16 | GgmlType::BF16) {
+            return Err(MatrixError::Unsupported(ty.name()));
+        }
+        let block = ty.block_elems();
+        if !cols.is_multiple_of(block) || (ty != GgmlType::F32 && !cols.is_multiple_of(QK)) {
+            return Err(MatrixError::Columns { ty: ty.name(), rows, cols, block: block.max(QK) });
+        }
+        let expected = ty.row_bytes(cols).and_then(|rb| rb.checked_mul(rows)).ok_or(MatrixError::Length {
+            ty: ty.name(),
+            rows,
+            cols,
+            expected: usize::MAX,
+            got: bytes.len(),
+        })?;
+        if expected != bytes.len() {
+            return Err(MatrixError::Length { ty: ty.name(), rows, cols, expected, got: bytes.len() });
+        }
+        let w = match ty {
+            GgmlType::Q4_0 => Weights::Q4_0(cast(ty, bytes)?),
+            GgmlType::Q4_1 => Weights::Q4_1(cast(ty, bytes)?),
+            GgmlType::Q8_0 => Weights::Q8_0(cast(ty, bytes)?),
+            GgmlType::Q4K => Weights::Q4K(cast(ty, bytes)?),
+            GgmlType::Q5K => Weights::Q5K(cast(ty, bytes)?),
+            GgmlType::Q6K => Weights::Q6K(cast(ty, bytes)?),
+            GgmlType::F32 => Weights::F32(cast(ty, bytes)?),
+            GgmlType::F16 | GgmlType::BF16 => unreachable!("refused above"),
+        };
+        Ok(Matrix { rows, cols, w })
+    }
+
+    /// A matrix over f32 weights already in memory.
+    ///
+    /// # Panics
+    /// If `w.len() != rows * cols` (a programming error).
+    pub fn from_f32(w: &'a [f32], rows: usize, cols: usize) -> Self {
+        assert_eq!(w.len(), rows * cols, "f32 matrix length");
+        Matrix { rows, cols, w: Weights::F32(w) }
+    }
+
+    /// Whether products read the quantized activation (true) or the f32 one.
+    pub fn wants_quantized_input(&self) -> bool {
+        !matches!(self.w, Weights::F32(_))
+    }
+}
+
+/// One activation row in both forms: f32 (for f32 weights) and quantized
+/// (for block-quantized weights). `q` may be empty when only f32 matrices
+/// consume the row.
+#[derive(Clone, Copy, Debug)]
+pub struct Input<'a> {
+    pub x: &'a [f32],
+    pub q: &'a [BlockQ16],
+}
+
+/// Computes output rows `row0 .. row0 + out.len()` of `m · input` with the
+/// given kernel family.
+///
+/// # Panics
+/// On shape mismatches (programming errors): `input.x.len() != m.cols`, a
+/// missing quantized input for a quantized matrix, or rows out of range.
+pub fn matvec_rows(family: KernelFamily, m: &Matrix, input: Input, row0: usize, out: &mut [f32]) {
+    assert!(row0 + out.len() <= m.rows, "rows out of range");
+    assert_eq!(input.x.len(), m.cols, "input length");
+    if m.wants_quantized_input() {
+        assert_eq!(input.q.len() * QK, m.cols, "quantized input length");
+    }
+    #[cfg(target_arch = "x86_64")]
+    if family != KernelFamily::Scalar && x86::matvec_rows(family, m, input, row0, out) {
+        return;
+    }
+    let _ = family;
+    scalar::matvec_rows(m, input, row0, out);
+}
+
+/// Multi-row form: for each activation row `i`, computes output rows
+/// `row0 .. row0 + n` of `m · inputs[i]` into `outs[i * n .. (i + 1) * n]`
+/// where `n = outs.len() / inputs.len()`. Each row's result is bit-identical
+/// to [`matvec_rows`] on that row alone.
+pub fn matmul_rows(family: KernelFamily, m: &Matrix, inputs: &[Input], row0: usize, outs: &mut [f32]) {
+    if inputs.is_empty() {
+        return;
+    }
+    assert_eq!(outs.len() % inputs.len(), 0, "outputs per input");
+    let n = outs.len() / inputs.len();
+    for (inp, out) in inputs.iter().zip(outs.chunks_exact_mut(n)) {
+        matvec_rows(family, m, *inp, row0, out);
+    }
+}
+
+#[cfg(test)]
+mod tests;
+
+/// The AVX2 twin of [`scalar::dot_f32`], for [`crate::ops`].
+///
+/// # Safety
+/// The CPU must support AVX2.
+#[cfg(target_arch = "x86_64")]
+#[doc(hidden)]
+pub unsafe fn x86_dot_f32(a: &[f32], b: &[f32]) -> f32 {
+    // SAFETY: forwarded from the caller.
+    unsafe { x86::dot_f32_avx2(a, b) }
+}

@@ -1,0 +1,301 @@
+//! The `runtime` command line: `generate`, `fetch-model`, `build-info`.
+
+use crate::build_info::BuildInfo;
+use crate::events::{Completion, Event, SCHEMA_VERSION, Startup, Usage, sha256_hex, token_ids_sha256};
+use crate::fetch;
+use crate::generate::{Engine, FinishReason};
+use crate::model;
+use crate::sampling::SamplingParams;
+use crate::tokenizer::chat::Message;
+use anyhow::{Context, Result, bail};
+use clap::{Args, Parser, Subcommand};
+use kernels::dispatch;
+use serde::Deserialize;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+/// draftwise runtime: an LLM inference engine with measured speculative defaults.
+#[derive(Parser, Debug)]
+#[command(name = "runtime", version)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Generate completions for a prompt or a prompt set.
+    Generate(GenerateArgs),
+    /// Download the default model (SmolLM2-135M-Instruct Q4_1) into the cache and verify it.
+    FetchModel(CacheArgs),
+    /// Print this build's identity.
+    BuildInfo {
+        /// One JSON object instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct CacheArgs {
+    /// Model cache directory (default: $DRAFTWISE_CACHE_DIR, else $XDG_CACHE_HOME/draftwise, else ~/.cache/draftwise).
+    #[arg(long)]
+    pub cache_dir: Option<PathBuf>,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct GenerateArgs {
+    /// A GGUF file or a Hugging Face checkpoint directory; default: the embedded default model, fetched on first use.
+    #[arg(long)]
+    pub model: Option<PathBuf>,
+    /// The prompt text.
+    #[arg(long, conflicts_with = "prompts", required_unless_present = "prompts")]
+    pub prompt: Option<String>,
+    /// A JSONL prompt set: {"id": ..., "prompt": ...} or {"id": ..., "messages": [...]} per line.
+    #[arg(long)]
+    pub prompts: Option<PathBuf>,
+    /// Render --prompt as a user message through the model's chat template.
+    #[arg(long)]
+    pub chat: bool,
+    #[arg(long, default_value_t = 128)]
+    pub max_tokens: usize,
+    /// Worker threads (default: the CPUs available to this process).
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// 0 is greedy.
+    #[arg(long, default_value_t = 0.0)]
+    pub temperature: f32,
+    /// 0 keeps every token.
+    #[arg(long, default_value_t = 0)]
+    pub top_k: usize,
+    #[arg(long, default_value_t = 1.0)]
+    pub top_p: f32,
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Run each prompt this many times (recorded passes).
+    #[arg(long, default_value_t = 1)]
+    pub repeat: usize,
+    /// Unrecorded passes over the prompt set first, marked `warmup` in events.
+    #[arg(long, default_value_t = 0)]
+    pub warmup: usize,
+    /// JSONL events on stdout (startup, completion); human logs stay on stderr.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub cache: CacheArgs,
+}
+
+/// One prompt of a set.
+#[derive(Debug, Clone)]
+pub struct PromptItem {
+    pub id: String,
+    pub kind: PromptKind,
+}
+
+#[derive(Debug, Clone)]
+pub enum PromptKind {
+    Text(String),
+    Chat(Vec<Message>),
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PromptLine {
+    id: serde_json::Value,
+    #[serde(default)]
+    prompt: Option<String>,
+    #[serde(default)]
+    messages: Option<Vec<Message>>,
+    /// Free-form tag (task type); carried by the tuner, ignored here.
+    #[serde(default, rename = "type")]
+    _type: Option<String>,
+}
+
+/// Parses a JSONL prompt set; errors name the line.
+pub fn parse_prompts(text: &str, origin: &Path) -> Result<Vec<PromptItem>> {
+    let mut out = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    for (i, line) in text.lines().enumerate() {
+        let n = i + 1;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let p: PromptLine =
+            serde_json::from_str(line).with_context(|| format!("{}:{n}: not a prompt object", origin.display()))?;
+        let id = match p.id {
+            serde_json::Value::String(s) => s,
+            serde_json::Value::Number(x) => x.to_string(),
+            other => bail!("{}:{n}: id must be a string or number, got {other}", origin.display()),
+        };
+        if !seen.insert(id.clone()) {
+            bail!("{}:{n}: duplicate id {id:?}", origin.display());
+        }
+        let kind = match (p.prompt, p.messages) {
+            (Some(t), None) => PromptKind::Text(t),
+            (None, Some(m)) if !m.is_empty() => PromptKind::Chat(m),
+            (None, Some(_)) => bail!("{}:{n}: messages is empty", origin.display()),
+            _ => bail!("{}:{n}: give exactly one of \"prompt\" or \"messages\"", origin.display()),
+        };
+        out.push(PromptItem { id, kind });
+    }
+    if out.is_empty() {
+        bail!("{}: no prompts", origin.display());
+    }
+    Ok(out)
+}
+
+/// The model path: the flag, or the default model (fetched if needed).
+pub fn resolve_model(model: Option<&Path>, cache: &CacheArgs) -> Result<PathBuf> {
+    match model {
+        Some(p) => Ok(p.to_path_buf()),
+        None => Ok(fetch::ensure_default_model(cache.cache_dir.as_deref())?),
+    }
+}
+
+pub fn run(cli: Cli) -> Result<ExitCode> {
+    match cli.command {
+        Command::Generate(args) => generate(args),
+        Command::FetchModel(c) => {
+            let p = fetch::ensure_default_model(c.cache_dir.as_deref())?;
+            println!("{}", p.display());
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::BuildInfo { json } => {
+            let b = BuildInfo::current();
+            if json {
+                println!("{}", serde_json::to_string(&b)?);
+            } else {
+                println!(
+                    "runtime {} ({}{}), {}, profile {}, features [{}]",
+                    b.version,
+                    b.git_commit,
+                    if b.git_dirty == "true" { ", dirty" } else { "" },
+                    b.rustc,
+                    b.profile,
+                    b.features.join(", ")
+                );
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+fn default_threads() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+fn generate(args: GenerateArgs) -> Result<ExitCode> {
+    let sampling =
+        SamplingParams { temperature: args.temperature, top_k: args.top_k, top_p: args.top_p, seed: args.seed };
+    sampling.validate().map_err(anyhow::Error::msg)?;
+    let threads = args.threads.unwrap_or_else(default_threads);
+    if threads == 0 {
+        bail!("--threads must be at least 1");
+    }
+    let items = match (&args.prompt, &args.prompts) {
+        (Some(p), _) => {
+            let kind = if args.chat {
+                PromptKind::Chat(vec![Message { role: "user".into(), content: p.clone() }])
+            } else {
+                PromptKind::Text(p.clone())
+            };
+            vec![PromptItem { id: "prompt".into(), kind }]
+        }
+        (None, Some(path)) => {
+            let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+            parse_prompts(&text, path)?
+        }
+        (None, None) => bail!("give --prompt or --prompts"),
+    };
+    let selection = dispatch::selected()?;
+    let path = resolve_model(args.model.as_deref(), &args.cache)?;
+    tracing::info!(model = %path.display(), "loading");
+    let loaded = model::load(&path).with_context(|| format!("loading {}", path.display()))?;
+    let engine = Engine::new(loaded, selection.family, threads)?;
+    let tok = &engine.loaded.tokenizer;
+
+    // Tokenize everything up front: a bad prompt fails before any work.
+    let mut prompts = Vec::with_capacity(items.len());
+    for it in &items {
+        let text = match &it.kind {
+            PromptKind::Text(t) => t.clone(),
+            PromptKind::Chat(m) => tok.render_chat(m, true).with_context(|| format!("prompt {}", it.id))?,
+        };
+        let ids = tok.encode_prompt(&text).with_context(|| format!("prompt {}", it.id))?;
+        if ids.is_empty() {
+            bail!("prompt {}: encodes to no tokens", it.id);
+        }
+        prompts.push((it.id.clone(), ids));
+    }
+
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    if args.json {
+        let ev = Event::Startup(Startup {
+            schema_version: SCHEMA_VERSION,
+            build: BuildInfo::current(),
+            device_class: selection.family.device_class(),
+            kernel_family: selection.family.name().into(),
+            kernel_family_forced: selection.forced,
+            threads: engine.threads,
+            target: engine.loaded.info.clone(),
+            tokenizer: tok.source.clone(),
+            drafter: "none".into(),
+            sampling,
+            max_tokens: args.max_tokens,
+        });
+        writeln!(out, "{}", ev.to_line())?;
+        out.flush()?;
+    }
+    let passes = (0..args.warmup).map(|r| (true, r)).chain((0..args.repeat).map(|r| (false, r)));
+    for (warmup, repeat) in passes {
+        for (id, ids) in &prompts {
+            let g = engine.generate(ids, args.max_tokens, &sampling).with_context(|| format!("prompt {id}"))?;
+            let text = tok.decode(&g.token_ids)?;
+            let total_s = g.prefill_s + g.decode_s;
+            let c = Completion {
+                schema_version: SCHEMA_VERSION,
+                prompt_id: id.clone(),
+                warmup,
+                repeat,
+                usage: Usage {
+                    prompt_tokens: g.prompt_tokens,
+                    completion_tokens: g.token_ids.len(),
+                    total_tokens: g.prompt_tokens + g.token_ids.len(),
+                },
+                finish_reason: match g.finish_reason {
+                    FinishReason::Stop => "stop",
+                    FinishReason::Length => "length",
+                }
+                .into(),
+                text_sha256: sha256_hex(text.as_bytes()),
+                token_ids_sha256: token_ids_sha256(&g.token_ids),
+                text,
+                token_ids: g.token_ids,
+                prefill_ms: g.prefill_s * 1e3,
+                decode_ms: g.decode_s * 1e3,
+                total_ms: total_s * 1e3,
+                decode_steps: g.decode_steps,
+                decode_tok_per_s: (g.decode_steps > 0).then(|| g.decode_steps as f64 / g.decode_s),
+                prefill_tok_per_s: g.prompt_tokens as f64 / g.prefill_s,
+            };
+            if args.json {
+                writeln!(out, "{}", Event::Completion(c).to_line())?;
+            } else if !warmup {
+                writeln!(out, "{}", c.text)?;
+                eprintln!(
+                    "[{}] prompt {} tok, completion {} tok ({}), prefill {:.1} tok/s, decode {} tok/s",
+                    c.prompt_id,
+                    c.usage.prompt_tokens,
+                    c.usage.completion_tokens,
+                    c.finish_reason,
+                    c.prefill_tok_per_s,
+                    c.decode_tok_per_s.map_or("-".into(), |v| format!("{v:.1}")),
+                );
+            }
+            out.flush()?;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

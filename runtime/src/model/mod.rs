@@ -1,0 +1,103 @@
+//! Models: loading (GGUF, or Hugging Face safetensors + config.json), the
+//! Llama forward pass over a KV cache, and what the runtime reports about
+//! the target.
+
+pub mod config;
+pub mod gguf_load;
+pub mod hf;
+pub mod llama;
+pub mod weights;
+
+pub use config::LlamaConfig;
+pub use llama::{Model, Session};
+
+use crate::gguf::{GgufError, GgufFile};
+use crate::tokenizer::Tokenizer;
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// Why a model could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum ModelError {
+    #[error(transparent)]
+    Gguf(#[from] GgufError),
+    #[error(transparent)]
+    Config(#[from] config::ConfigError),
+    #[error("architecture {0:?} is not supported (this engine runs Llama-family models: \"llama\")")]
+    UnsupportedArchitecture(String),
+    #[error("unsupported model feature: {0}")]
+    Unsupported(String),
+    #[error("tensor {0} is missing")]
+    MissingTensor(String),
+    #[error("tensor {tensor}: shape {got:?}, expected {expected:?}")]
+    Shape { tensor: String, expected: Vec<u64>, got: Vec<u64> },
+    #[error("tensor {tensor}: {source}")]
+    Matrix { tensor: String, source: kernels::matvec::MatrixError },
+    #[error("{path}: {source}")]
+    Io { path: PathBuf, source: std::io::Error },
+    #[error("{path}: {problem}")]
+    Invalid { path: PathBuf, problem: String },
+    #[error("tokenizer: {0}")]
+    Tokenizer(#[from] crate::tokenizer::TokenizerError),
+}
+
+/// How the target's weights are quantized, and how that was decided (the
+/// policy table keys on the class; the provenance keeps "unclassifiable"
+/// apart from "unmeasured").
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QuantClass {
+    pub class: String,
+    pub from: String,
+}
+
+/// What the runtime reports about a loaded target.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ModelInfo {
+    pub path: PathBuf,
+    /// `gguf` or `safetensors`.
+    pub format: String,
+    pub architecture: String,
+    pub quant: QuantClass,
+    pub n_layers: usize,
+    pub dim: usize,
+    pub vocab: usize,
+    pub context_length: usize,
+}
+
+/// A model with its tokenizer, ready to run.
+pub struct Loaded {
+    pub model: Model,
+    pub tokenizer: Tokenizer,
+    pub info: ModelInfo,
+}
+
+/// Loads a GGUF file, or a Hugging Face checkpoint directory (config.json,
+/// model.safetensors, tokenizer.json).
+pub fn load(path: &Path) -> Result<Loaded, ModelError> {
+    if path.is_dir() {
+        return hf::load_dir(path);
+    }
+    let file = Arc::new(GgufFile::open(path)?);
+    let config = gguf_load::config_from_gguf(&file)?;
+    let weights = gguf_load::weights_from_gguf(&file, &config)?;
+    let quant = gguf_load::classify_quant(&file, &weights);
+    let tokenizer = Tokenizer::from_gguf(&file)?;
+    if tokenizer.vocab_size() > config.vocab {
+        return Err(ModelError::Invalid {
+            path: path.to_path_buf(),
+            problem: format!("tokenizer has {} tokens but the embedding only {}", tokenizer.vocab_size(), config.vocab),
+        });
+    }
+    let info = ModelInfo {
+        path: path.to_path_buf(),
+        format: "gguf".into(),
+        architecture: file.get_str("general.architecture")?.to_string(),
+        quant,
+        n_layers: config.n_layers,
+        dim: config.dim,
+        vocab: config.vocab,
+        context_length: config.context_length,
+    };
+    Ok(Loaded { model: Model::new(config, weights), tokenizer, info })
+}

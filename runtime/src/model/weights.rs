@@ -1,0 +1,127 @@
+//! Weight storage: matrices viewed in place in a mapped GGUF file, or owned
+//! (f32 from safetensors, or a realigned copy), and the per-layer set of a
+//! Llama decoder.
+
+use crate::gguf::GgufFile;
+use kernels::matvec::{Matrix, MatrixError};
+use kernels::quant::{GgmlType, dequantize_row};
+use std::sync::Arc;
+
+#[derive(Debug)]
+enum Data {
+    /// Bytes of tensor `index` of a mapped file.
+    Gguf {
+        file: Arc<GgufFile>,
+        index: usize,
+    },
+    /// A copy of quantized bytes in 4-byte-aligned storage (for files whose
+    /// tensor data is not aligned for the block structs).
+    Aligned {
+        words: Vec<u32>,
+        len: usize,
+    },
+    F32(Vec<f32>),
+}
+
+/// A (rows, cols) weight matrix: row `r` holds the weights producing output `r`.
+#[derive(Debug)]
+pub struct WeightMatrix {
+    pub name: String,
+    pub ty: GgmlType,
+    pub rows: usize,
+    pub cols: usize,
+    data: Data,
+}
+
+impl WeightMatrix {
+    /// A matrix over tensor `index` of `file`, validated once here so that
+    /// [`Self::matrix`] cannot fail later.
+    pub fn from_gguf(file: &Arc<GgufFile>, index: usize, rows: usize, cols: usize) -> Result<Self, MatrixError> {
+        let info = &file.tensors[index];
+        let bytes = file.tensor_data(info);
+        let data = match Matrix::from_bytes(info.ty, bytes, rows, cols) {
+            Ok(_) => Data::Gguf { file: Arc::clone(file), index },
+            Err(MatrixError::Alignment { .. }) => {
+                let mut words = vec![0u32; bytes.len().div_ceil(4)];
+                // SAFETY: `words` has room for `bytes.len()` bytes; the
+                // regions are distinct allocations.
+                unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), words.as_mut_ptr().cast::<u8>(), bytes.len()) };
+                Data::Aligned { words, len: bytes.len() }
+            }
+            Err(e) => return Err(e),
+        };
+        let m = WeightMatrix { name: info.name.clone(), ty: info.ty, rows, cols, data };
+        Matrix::from_bytes(m.ty, m.bytes(), rows, cols)?;
+        Ok(m)
+    }
+
+    /// An owned f32 matrix.
+    ///
+    /// # Panics
+    /// If `w.len() != rows * cols` (a loader bug, not input).
+    pub fn from_f32(name: &str, w: Vec<f32>, rows: usize, cols: usize) -> Self {
+        assert_eq!(w.len(), rows * cols);
+        WeightMatrix { name: name.to_string(), ty: GgmlType::F32, rows, cols, data: Data::F32(w) }
+    }
+
+    fn bytes(&self) -> &[u8] {
+        match &self.data {
+            Data::Gguf { file, index } => file.tensor_data(&file.tensors[*index]),
+            // SAFETY: `words` holds at least `len` initialized bytes.
+            Data::Aligned { words, len } => unsafe { std::slice::from_raw_parts(words.as_ptr().cast::<u8>(), *len) },
+            Data::F32(v) => {
+                // SAFETY: f32 storage viewed as its bytes, same lifetime.
+                unsafe { std::slice::from_raw_parts(v.as_ptr().cast::<u8>(), v.len() * 4) }
+            }
+        }
+    }
+
+    /// The kernel view of this matrix.
+    pub fn matrix(&self) -> Matrix<'_> {
+        match &self.data {
+            Data::F32(v) => Matrix::from_f32(v, self.rows, self.cols),
+            _ => Matrix::from_bytes(self.ty, self.bytes(), self.rows, self.cols)
+                .expect("shape, length and alignment validated at construction"),
+        }
+    }
+
+    /// Row `r` dequantized into `out` (`cols` floats): the embedding gather.
+    pub fn row_f32(&self, r: usize, out: &mut [f32]) {
+        let rb = self.ty.row_bytes(self.cols).expect("validated at construction");
+        dequantize_row(self.ty, &self.bytes()[r * rb..(r + 1) * rb], out).expect("validated at construction");
+    }
+}
+
+/// One transformer block. Shapes: `wq` (n_heads·head_dim, dim), `wk`/`wv`
+/// (n_kv_heads·head_dim, dim), `wo` (dim, n_heads·head_dim), `w_gate`/`w_up`
+/// (ffn_dim, dim), `w_down` (dim, ffn_dim); norms (dim).
+#[derive(Debug)]
+pub struct LayerWeights {
+    pub attn_norm: Vec<f32>,
+    pub wq: WeightMatrix,
+    pub wk: WeightMatrix,
+    pub wv: WeightMatrix,
+    pub wo: WeightMatrix,
+    pub ffn_norm: Vec<f32>,
+    pub w_gate: WeightMatrix,
+    pub w_up: WeightMatrix,
+    pub w_down: WeightMatrix,
+}
+
+/// All weights of a Llama decoder.
+#[derive(Debug)]
+pub struct LlamaWeights {
+    /// (vocab, dim)
+    pub embed: WeightMatrix,
+    pub layers: Vec<LayerWeights>,
+    /// (dim)
+    pub out_norm: Vec<f32>,
+    /// (vocab, dim); `None` when the head is tied to `embed`.
+    pub head: Option<WeightMatrix>,
+}
+
+impl LlamaWeights {
+    pub fn head(&self) -> &WeightMatrix {
+        self.head.as_ref().unwrap_or(&self.embed)
+    }
+}

@@ -1,0 +1,266 @@
+//! Tokenizer: byte-level BPE through the `tokenizers` crate, built from a
+//! GGUF file's metadata or loaded from a Hugging Face `tokenizer.json`, plus
+//! the model's own chat template ([`chat`]).
+
+pub mod chat;
+
+use crate::gguf::{GgufError, GgufFile};
+use std::path::Path;
+use tokenizers::models::bpe::{BPE, Vocab};
+use tokenizers::pre_tokenizers::PreTokenizerWrapper;
+use tokenizers::pre_tokenizers::byte_level::ByteLevel;
+use tokenizers::pre_tokenizers::digits::Digits;
+use tokenizers::pre_tokenizers::sequence::Sequence;
+use tokenizers::{AddedToken, decoders::byte_level::ByteLevel as ByteLevelDecoder};
+
+/// Most tokens a vocabulary may declare (bounds allocations from a file).
+pub const MAX_TOKENS: usize = 1 << 20;
+
+/// GGUF token types (llama.cpp's `llama_token_type`).
+const TOKEN_TYPE_CONTROL: i32 = 3;
+const TOKEN_TYPE_USER_DEFINED: i32 = 4;
+
+/// Texts of control tokens that end a turn in common chat formats; like
+/// llama.cpp, generation stops at any of them besides the declared EOS.
+const END_OF_GENERATION_TEXTS: &[&str] = &["<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end|>", "<end_of_turn>"];
+
+#[derive(Debug, thiserror::Error)]
+pub enum TokenizerError {
+    #[error(transparent)]
+    Gguf(#[from] GgufError),
+    #[error("tokenizer model {0:?} is not supported (byte-level BPE, \"gpt2\", is)")]
+    UnsupportedModel(String),
+    #[error("pre-tokenizer {0:?} is not supported (known: smollm, gpt2, default)")]
+    UnsupportedPre(String),
+    #[error("tokenizer metadata: {0}")]
+    Invalid(String),
+    #[error("tokenizer: {0}")]
+    Library(String),
+    #[error("{path}: {problem}")]
+    File { path: String, problem: String },
+    #[error("chat template: {0}")]
+    Template(String),
+}
+
+fn lib(e: impl std::fmt::Display) -> TokenizerError {
+    TokenizerError::Library(e.to_string())
+}
+
+/// A tokenizer with the special tokens and chat template of its model.
+pub struct Tokenizer {
+    inner: tokenizers::Tokenizer,
+    pub bos: Option<u32>,
+    pub eos: Option<u32>,
+    /// Tokens that end generation (EOS and the turn-end control tokens).
+    pub end_of_generation: Vec<u32>,
+    /// Whether prompts start with BOS (`tokenizer.ggml.add_bos_token`).
+    pub add_bos: bool,
+    /// Jinja source of the model's chat template, if it has one.
+    pub chat_template: Option<String>,
+    /// Where the tokenizer came from, for the startup event.
+    pub source: String,
+}
+
+impl std::fmt::Debug for Tokenizer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tokenizer").field("source", &self.source).field("vocab", &self.vocab_size()).finish()
+    }
+}
+
+fn byte_level_bpe(
+    vocab: Vocab,
+    merges: Vec<(String, String)>,
+    pre: &str,
+) -> Result<tokenizers::Tokenizer, TokenizerError> {
+    let bpe = BPE::builder().vocab_and_merges(vocab, merges).build().map_err(lib)?;
+    let mut tok = tokenizers::Tokenizer::new(bpe);
+    let byte_level = ByteLevel::new(false, true, true);
+    let pre_tok: PreTokenizerWrapper = match pre {
+        // SmolLM: every digit is its own pre-token, then GPT-2's regex
+        // (the `smollm` pre-tokenizer of llama.cpp; `Digits` + `ByteLevel`
+        // in the model's tokenizer.json).
+        "smollm" => Sequence::new(vec![Digits::new(true).into(), byte_level.into()]).into(),
+        "gpt2" | "default" => byte_level.into(),
+        other => return Err(TokenizerError::UnsupportedPre(other.to_string())),
+    };
+    tok.with_pre_tokenizer(Some(pre_tok));
+    tok.with_decoder(Some(ByteLevelDecoder::default()));
+    Ok(tok)
+}
+
+impl Tokenizer {
+    /// Builds the tokenizer a GGUF file describes (`tokenizer.ggml.*`).
+    pub fn from_gguf(f: &GgufFile) -> Result<Self, TokenizerError> {
+        let model = f.get_str("tokenizer.ggml.model")?;
+        if model != "gpt2" {
+            return Err(TokenizerError::UnsupportedModel(model.to_string()));
+        }
+        let pre = f.get_str("tokenizer.ggml.pre").unwrap_or("default");
+        let tokens = f.get_str_array("tokenizer.ggml.tokens")?;
+        if tokens.is_empty() || tokens.len() > MAX_TOKENS {
+            return Err(TokenizerError::Invalid(format!("{} tokens (allowed 1..={MAX_TOKENS})", tokens.len())));
+        }
+        let types = match f.get_i32_array("tokenizer.ggml.token_type") {
+            Ok(t) if t.len() == tokens.len() => t,
+            Ok(t) => {
+                return Err(TokenizerError::Invalid(format!(
+                    "tokenizer.ggml.token_type has {} entries for {} tokens",
+                    t.len(),
+                    tokens.len()
+                )));
+            }
+            Err(GgufError::MissingKey { .. }) => vec![1; tokens.len()],
+            Err(e) => return Err(e.into()),
+        };
+        let mut merges = Vec::new();
+        for (i, m) in f.get_str_array("tokenizer.ggml.merges")?.into_iter().enumerate() {
+            let (a, b) =
+                m.split_once(' ').filter(|(a, b)| !a.is_empty() && !b.is_empty() && !b.contains(' ')).ok_or_else(
+                    || TokenizerError::Invalid(format!("merge {i} ({m:?}) is not two tokens separated by one space")),
+                )?;
+            merges.push((a.to_string(), b.to_string()));
+        }
+        let mut vocab = Vocab::default();
+        for (i, t) in tokens.iter().enumerate() {
+            if vocab.insert(t.to_string(), i as u32).is_some() {
+                return Err(TokenizerError::Invalid(format!("token {i} ({t:?}) appears twice")));
+            }
+        }
+        let mut inner = byte_level_bpe(vocab, merges, pre)?;
+        let special: Vec<AddedToken> = tokens
+            .iter()
+            .zip(&types)
+            .filter(|(_, ty)| **ty == TOKEN_TYPE_CONTROL)
+            .map(|(t, _)| AddedToken::from(t.to_string(), true))
+            .collect();
+        inner.add_special_tokens(special).map_err(lib)?;
+        let user: Vec<AddedToken> = tokens
+            .iter()
+            .zip(&types)
+            .filter(|(_, ty)| **ty == TOKEN_TYPE_USER_DEFINED)
+            .map(|(t, _)| AddedToken::from(t.to_string(), false).normalized(false))
+            .collect();
+        inner.add_tokens(user).map_err(lib)?;
+
+        let id = |key: &str| -> Result<Option<u32>, TokenizerError> {
+            match f.get_u32(key) {
+                Ok(v) if (v as usize) < tokens.len() => Ok(Some(v)),
+                Ok(v) => Err(TokenizerError::Invalid(format!("{key} = {v} is outside the vocabulary"))),
+                Err(GgufError::MissingKey { .. }) => Ok(None),
+                Err(e) => Err(e.into()),
+            }
+        };
+        let bos = id("tokenizer.ggml.bos_token_id")?;
+        let eos = id("tokenizer.ggml.eos_token_id")?;
+        let eot = id("tokenizer.ggml.eot_token_id")?;
+        let mut end_of_generation: Vec<u32> = eos.into_iter().chain(eot).collect();
+        for (i, (t, ty)) in tokens.iter().zip(&types).enumerate() {
+            if *ty == TOKEN_TYPE_CONTROL
+                && END_OF_GENERATION_TEXTS.contains(t)
+                && !end_of_generation.contains(&(i as u32))
+            {
+                end_of_generation.push(i as u32);
+            }
+        }
+        let add_bos = match f.get_bool("tokenizer.ggml.add_bos_token") {
+            Ok(b) => b,
+            Err(GgufError::MissingKey { .. }) => false,
+            Err(e) => return Err(e.into()),
+        };
+        let chat_template = match f.get_str("tokenizer.chat_template") {
+            Ok(s) => Some(s.to_string()),
+            Err(GgufError::MissingKey { .. }) => None,
+            Err(e) => return Err(e.into()),
+        };
+        Ok(Tokenizer {
+            inner,
+            bos,
+            eos,
+            end_of_generation,
+            add_bos,
+            chat_template,
+            source: format!("gguf ({model}, pre {pre})"),
+        })
+    }
+
+    /// Loads `tokenizer.json` (and, when present, `tokenizer_config.json`
+    /// for the chat template, BOS/EOS and `add_bos_token`) from `dir`.
+    pub fn from_hf_dir(dir: &Path) -> Result<Self, TokenizerError> {
+        let path = dir.join("tokenizer.json");
+        let inner = tokenizers::Tokenizer::from_file(&path)
+            .map_err(|e| TokenizerError::File { path: path.display().to_string(), problem: e.to_string() })?;
+        let cfg_path = dir.join("tokenizer_config.json");
+        let cfg: serde_json::Value = match std::fs::read(&cfg_path) {
+            Ok(b) => serde_json::from_slice(&b)
+                .map_err(|e| TokenizerError::File { path: cfg_path.display().to_string(), problem: e.to_string() })?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => serde_json::Value::Null,
+            Err(e) => {
+                return Err(TokenizerError::File { path: cfg_path.display().to_string(), problem: e.to_string() });
+            }
+        };
+        // `bos_token` is a string or an AddedToken object with `content`.
+        let token_text = |key: &str| -> Option<String> {
+            let v = cfg.get(key)?;
+            v.as_str().or_else(|| v.get("content")?.as_str()).map(str::to_string)
+        };
+        let bos = token_text("bos_token").and_then(|t| inner.token_to_id(&t));
+        let eos = token_text("eos_token").and_then(|t| inner.token_to_id(&t));
+        let mut end_of_generation: Vec<u32> = eos.into_iter().collect();
+        for t in END_OF_GENERATION_TEXTS {
+            if let Some(id) = inner.token_to_id(t)
+                && !end_of_generation.contains(&id)
+            {
+                end_of_generation.push(id);
+            }
+        }
+        Ok(Tokenizer {
+            inner,
+            bos,
+            eos,
+            end_of_generation,
+            add_bos: cfg.get("add_bos_token").and_then(|v| v.as_bool()).unwrap_or(false),
+            chat_template: cfg.get("chat_template").and_then(|v| v.as_str()).map(str::to_string),
+            source: format!("{}", path.display()),
+        })
+    }
+
+    /// Number of token ids, added tokens included.
+    pub fn vocab_size(&self) -> usize {
+        self.inner.get_vocab_size(true)
+    }
+
+    /// Token ids of `text`. Special tokens written in the text (e.g.
+    /// `<|im_start|>`) become their single ids. No BOS is added here.
+    pub fn encode(&self, text: &str) -> Result<Vec<u32>, TokenizerError> {
+        Ok(self.inner.encode(text, false).map_err(lib)?.get_ids().to_vec())
+    }
+
+    /// `encode`, with BOS first when the model asks for it.
+    pub fn encode_prompt(&self, text: &str) -> Result<Vec<u32>, TokenizerError> {
+        let mut ids = Vec::new();
+        if self.add_bos
+            && let Some(b) = self.bos
+        {
+            ids.push(b);
+        }
+        ids.extend(self.encode(text)?);
+        Ok(ids)
+    }
+
+    /// The text of `ids`, special tokens included verbatim.
+    pub fn decode(&self, ids: &[u32]) -> Result<String, TokenizerError> {
+        self.inner.decode(ids, false).map_err(lib)
+    }
+
+    pub fn token_to_id(&self, token: &str) -> Option<u32> {
+        self.inner.token_to_id(token)
+    }
+
+    pub fn id_to_token(&self, id: u32) -> Option<String> {
+        self.inner.id_to_token(id)
+    }
+
+    pub fn is_end_of_generation(&self, id: u32) -> bool {
+        self.end_of_generation.contains(&id)
+    }
+}
