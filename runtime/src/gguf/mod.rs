@@ -11,7 +11,7 @@
 
 mod parse;
 #[cfg(test)]
-mod test_writer;
+pub(crate) mod test_writer;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -11,6 +11,9 @@ pub mod weights;
 pub use config::LlamaConfig;
 pub use llama::{Model, Session};
 
+#[cfg(test)]
+mod tests;
+
 use crate::gguf::{GgufError, GgufFile};
 use crate::tokenizer::Tokenizer;
 use serde::{Deserialize, Serialize};

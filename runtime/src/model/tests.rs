@@ -1,0 +1,298 @@
+//! One tiny random Llama written twice — as a Hugging Face checkpoint
+//! (bf16 safetensors, `rotate_half` Q/K layout) and as a GGUF file (F32, Q/K
+//! rows permuted into adjacent RoPE pairs the way llama.cpp's converter
+//! does) — must give the same logits through both loaders.
+
+use super::llama::LogitRows;
+use super::{Loaded, Session, load};
+use crate::gguf::Value;
+use crate::gguf::test_writer::Builder;
+use kernels::dispatch::KernelFamily;
+use kernels::quant::GgmlType;
+use std::path::Path;
+
+const VOCAB_CHARS: &str = "abcdefghijklmnopqrstuvwxyzĠ.,!?";
+const SPECIALS: [&str; 3] = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"];
+const DIM: usize = 64;
+const HEADS: usize = 4;
+const KV_HEADS: usize = 2;
+const HD: usize = DIM / HEADS;
+const FFN: usize = 96;
+const LAYERS: usize = 2;
+
+fn vocab() -> Vec<String> {
+    SPECIALS.iter().map(|s| s.to_string()).chain(VOCAB_CHARS.chars().map(|c| c.to_string())).collect()
+}
+
+struct Rng(u64);
+impl Rng {
+    fn f32(&mut self) -> f32 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        ((self.0 >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * 0.5
+    }
+}
+
+/// Weights as bf16-representable f32, HF names and (rows, cols) shapes.
+fn weights() -> Vec<(String, Vec<usize>, Vec<f32>)> {
+    let mut rng = Rng(0xDEC0DE);
+    let v = vocab().len();
+    let mut t = Vec::new();
+    let mut add = |name: String, shape: Vec<usize>, rng: &mut Rng, norm: bool| {
+        let n: usize = shape.iter().product();
+        let vals = (0..n)
+            .map(|_| {
+                let x = if norm { 1.0 + 0.2 * rng.f32() } else { rng.f32() };
+                half::bf16::from_f32(x).to_f32()
+            })
+            .collect();
+        t.push((name, shape, vals));
+    };
+    add("model.embed_tokens.weight".into(), vec![v, DIM], &mut rng, false);
+    for i in 0..LAYERS {
+        let p = format!("model.layers.{i}");
+        add(format!("{p}.input_layernorm.weight"), vec![DIM], &mut rng, true);
+        add(format!("{p}.self_attn.q_proj.weight"), vec![HEADS * HD, DIM], &mut rng, false);
+        add(format!("{p}.self_attn.k_proj.weight"), vec![KV_HEADS * HD, DIM], &mut rng, false);
+        add(format!("{p}.self_attn.v_proj.weight"), vec![KV_HEADS * HD, DIM], &mut rng, false);
+        add(format!("{p}.self_attn.o_proj.weight"), vec![DIM, HEADS * HD], &mut rng, false);
+        add(format!("{p}.post_attention_layernorm.weight"), vec![DIM], &mut rng, true);
+        add(format!("{p}.mlp.gate_proj.weight"), vec![FFN, DIM], &mut rng, false);
+        add(format!("{p}.mlp.up_proj.weight"), vec![FFN, DIM], &mut rng, false);
+        add(format!("{p}.mlp.down_proj.weight"), vec![DIM, FFN], &mut rng, false);
+    }
+    add("model.norm.weight".into(), vec![DIM], &mut rng, true);
+    t
+}
+
+/// Writes the Hugging Face form of the tiny model into `dir`.
+pub(crate) fn write_hf(dir: &Path) {
+    let ws = weights();
+    let bytes: Vec<Vec<u8>> =
+        ws.iter().map(|(_, _, v)| v.iter().flat_map(|x| half::bf16::from_f32(*x).to_le_bytes()).collect()).collect();
+    let views: Vec<(String, safetensors::tensor::TensorView)> = ws
+        .iter()
+        .zip(&bytes)
+        .map(|((n, s, _), b)| {
+            (n.clone(), safetensors::tensor::TensorView::new(safetensors::Dtype::BF16, s.clone(), b).unwrap())
+        })
+        .collect();
+    std::fs::write(dir.join("model.safetensors"), safetensors::serialize(views, None).unwrap()).unwrap();
+    let config = serde_json::json!({
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama",
+        "hidden_size": DIM, "intermediate_size": FFN, "num_attention_heads": HEADS,
+        "num_key_value_heads": KV_HEADS, "num_hidden_layers": LAYERS, "rms_norm_eps": 1e-5,
+        "rope_theta": 10000.0, "vocab_size": vocab().len(), "max_position_embeddings": 64,
+        "tie_word_embeddings": true, "torch_dtype": "bfloat16"
+    });
+    std::fs::write(dir.join("config.json"), config.to_string()).unwrap();
+    let vocab_map: serde_json::Map<String, serde_json::Value> =
+        vocab().into_iter().enumerate().map(|(i, t)| (t, serde_json::json!(i))).collect();
+    let added: Vec<serde_json::Value> = SPECIALS
+        .iter()
+        .enumerate()
+        .map(|(i, s)| serde_json::json!({"id": i, "content": s, "single_word": false, "lstrip": false, "rstrip": false, "normalized": false, "special": true}))
+        .collect();
+    let tokenizer = serde_json::json!({
+        "version": "1.0", "truncation": null, "padding": null, "added_tokens": added,
+        "normalizer": null,
+        "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": true},
+        "post_processor": null,
+        "decoder": {"type": "ByteLevel", "add_prefix_space": true, "trim_offsets": true, "use_regex": true},
+        "model": {"type": "BPE", "dropout": null, "unk_token": null, "continuing_subword_prefix": null,
+                  "end_of_word_suffix": null, "fuse_unk": false, "byte_fallback": false, "ignore_merges": false,
+                  "vocab": vocab_map, "merges": []}
+    });
+    std::fs::write(dir.join("tokenizer.json"), tokenizer.to_string()).unwrap();
+    let tcfg = serde_json::json!({
+        "eos_token": "<|im_end|>", "bos_token": "<|im_start|>", "add_bos_token": false,
+        "chat_template": "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+    });
+    std::fs::write(dir.join("tokenizer_config.json"), tcfg.to_string()).unwrap();
+}
+
+/// llama.cpp's converter reorders each head's Q/K output rows from
+/// `rotate_half` order (pairs i, i+d/2) to adjacent pairs (2i, 2i+1).
+fn permute_heads(w: &[f32], n_heads: usize, cols: usize) -> Vec<f32> {
+    let mut out = vec![0.0; w.len()];
+    for h in 0..n_heads {
+        for i in 0..HD / 2 {
+            for t in 0..2 {
+                let src = h * HD + t * (HD / 2) + i;
+                let dst = h * HD + 2 * i + t;
+                out[dst * cols..(dst + 1) * cols].copy_from_slice(&w[src * cols..(src + 1) * cols]);
+            }
+        }
+    }
+    out
+}
+
+/// The GGUF form of the same model.
+pub(crate) fn gguf_bytes() -> Vec<u8> {
+    let mut b = Builder::new();
+    let s = |x: &str| Value::String(x.to_string());
+    b.kv("general.architecture", &s("llama"))
+        .kv("llama.block_count", &Value::U32(LAYERS as u32))
+        .kv("llama.embedding_length", &Value::U32(DIM as u32))
+        .kv("llama.feed_forward_length", &Value::U32(FFN as u32))
+        .kv("llama.attention.head_count", &Value::U32(HEADS as u32))
+        .kv("llama.attention.head_count_kv", &Value::U32(KV_HEADS as u32))
+        .kv("llama.rope.freq_base", &Value::F32(10000.0))
+        .kv("llama.attention.layer_norm_rms_epsilon", &Value::F32(1e-5))
+        .kv("llama.context_length", &Value::U32(64))
+        .kv("tokenizer.ggml.model", &s("gpt2"))
+        .kv("tokenizer.ggml.pre", &s("default"))
+        .kv("tokenizer.ggml.tokens", &Value::Array(vocab().into_iter().map(Value::String).collect()))
+        .kv(
+            "tokenizer.ggml.token_type",
+            &Value::Array((0..vocab().len()).map(|i| Value::I32(if i < SPECIALS.len() { 3 } else { 1 })).collect()),
+        )
+        .kv("tokenizer.ggml.merges", &Value::Array(vec![]))
+        .kv("tokenizer.ggml.eos_token_id", &Value::U32(2));
+    let gguf_name = |hf: &str| -> String {
+        let map = [
+            ("model.embed_tokens.weight", "token_embd.weight".to_string()),
+            ("model.norm.weight", "output_norm.weight".to_string()),
+        ];
+        if let Some((_, g)) = map.iter().find(|(h, _)| *h == hf) {
+            return g.clone();
+        }
+        let rest = hf.strip_prefix("model.layers.").unwrap();
+        let (i, part) = rest.split_once('.').unwrap();
+        let g = match part {
+            "input_layernorm.weight" => "attn_norm",
+            "self_attn.q_proj.weight" => "attn_q",
+            "self_attn.k_proj.weight" => "attn_k",
+            "self_attn.v_proj.weight" => "attn_v",
+            "self_attn.o_proj.weight" => "attn_output",
+            "post_attention_layernorm.weight" => "ffn_norm",
+            "mlp.gate_proj.weight" => "ffn_gate",
+            "mlp.up_proj.weight" => "ffn_up",
+            "mlp.down_proj.weight" => "ffn_down",
+            other => panic!("{other}"),
+        };
+        format!("blk.{i}.{g}.weight")
+    };
+    for (name, shape, vals) in weights() {
+        let vals = if name.ends_with("q_proj.weight") {
+            permute_heads(&vals, HEADS, DIM)
+        } else if name.ends_with("k_proj.weight") {
+            permute_heads(&vals, KV_HEADS, DIM)
+        } else {
+            vals
+        };
+        let dims: Vec<u64> = shape.iter().rev().map(|&d| d as u64).collect();
+        let bytes: Vec<u8> = vals.iter().flat_map(|x| x.to_le_bytes()).collect();
+        b.tensor(&gguf_name(&name), &dims, GgmlType::F32, &bytes);
+    }
+    b.build()
+}
+
+fn logits(l: &Loaded, ids: &[u32]) -> Vec<f32> {
+    let mut s = Session::new(&l.model.config);
+    l.model.forward(KernelFamily::best(), &mut s, ids, LogitRows::All).unwrap()
+}
+
+#[test]
+fn hf_checkpoint_and_its_gguf_conversion_give_the_same_logits() {
+    let dir = tempfile::tempdir().unwrap();
+    write_hf(dir.path());
+    let gguf = dir.path().join("tiny.gguf");
+    std::fs::write(&gguf, gguf_bytes()).unwrap();
+    let hf = load(dir.path()).unwrap();
+    let gg = load(&gguf).unwrap();
+    assert_eq!(hf.info.quant.class, "bf16");
+    assert_eq!(gg.info.quant.class, "F32");
+    let text = "hello world, again!";
+    let ids = hf.tokenizer.encode(text).unwrap();
+    assert_eq!(ids, gg.tokenizer.encode(text).unwrap(), "both tokenizers agree");
+    assert_eq!(hf.tokenizer.decode(&ids).unwrap(), text);
+    let (a, b) = (logits(&hf, &ids), logits(&gg, &ids));
+    let max_abs = a.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+    for (i, (x, y)) in a.iter().zip(&b).enumerate() {
+        assert!((x - y).abs() <= 1e-4 * max_abs.max(1.0), "logit {i}: hf {x} vs gguf {y}");
+    }
+}
+
+#[test]
+fn the_rope_pairing_matters_so_the_equivalence_test_can_fail() {
+    let dir = tempfile::tempdir().unwrap();
+    write_hf(dir.path());
+    let mut hf = load(dir.path()).unwrap();
+    let ids = hf.tokenizer.encode("abcdefgh").unwrap();
+    let a = logits(&hf, &ids);
+    hf.model.config.rope_pairing = kernels::ops::RopePairing::Adjacent;
+    let b = logits(&hf, &ids);
+    let diff = a.iter().zip(&b).fold(0.0f32, |m, (x, y)| m.max((x - y).abs()));
+    assert!(diff > 1e-3, "pairing changed nothing (max diff {diff})");
+}
+
+#[test]
+fn chat_template_from_tokenizer_config_renders_and_encodes_specials() {
+    let dir = tempfile::tempdir().unwrap();
+    write_hf(dir.path());
+    let hf = load(dir.path()).unwrap();
+    let msgs = [crate::tokenizer::chat::Message { role: "user".into(), content: "hi".into() }];
+    let text = hf.tokenizer.render_chat(&msgs, true).unwrap();
+    assert_eq!(text, "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n");
+    let ids = hf.tokenizer.encode(&text).unwrap();
+    assert_eq!(ids[0], 1);
+    assert!(hf.tokenizer.is_end_of_generation(2));
+}
+
+#[test]
+fn block_forward_equals_the_one_token_chain_bit_for_bit() {
+    let gg = {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("tiny.gguf");
+        std::fs::write(&p, gguf_bytes()).unwrap();
+        load(&p).unwrap()
+    };
+    let ids = gg.tokenizer.encode("the quick brown fox").unwrap();
+    for fam in KernelFamily::all_supported() {
+        let mut s = Session::new(&gg.model.config);
+        let block = gg.model.forward(fam, &mut s, &ids, LogitRows::All).unwrap();
+        let mut s2 = Session::new(&gg.model.config);
+        let v = gg.model.config.vocab;
+        for (i, &t) in ids.iter().enumerate() {
+            let one = gg.model.forward(fam, &mut s2, &[t], LogitRows::Last).unwrap();
+            let want: Vec<u32> = block[i * v..(i + 1) * v].iter().map(|f| f.to_bits()).collect();
+            assert_eq!(one.iter().map(|f| f.to_bits()).collect::<Vec<_>>(), want, "{fam:?} row {i}");
+        }
+    }
+}
+
+#[test]
+fn truncating_the_session_then_rerunning_reproduces_the_logits() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("tiny.gguf");
+    std::fs::write(&p, gguf_bytes()).unwrap();
+    let gg = load(&p).unwrap();
+    let ids = gg.tokenizer.encode("rollback test").unwrap();
+    let fam = KernelFamily::best();
+    let mut s = Session::new(&gg.model.config);
+    let first = gg.model.forward(fam, &mut s, &ids, LogitRows::All).unwrap();
+    s.truncate(3);
+    let again = gg.model.forward(fam, &mut s, &ids[3..], LogitRows::All).unwrap();
+    let v = gg.model.config.vocab;
+    assert_eq!(first[3 * v..], again[..]);
+}
+
+#[test]
+fn forward_refuses_out_of_vocabulary_ids_and_a_full_context_without_touching_the_cache() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("tiny.gguf");
+    std::fs::write(&p, gguf_bytes()).unwrap();
+    let gg = load(&p).unwrap();
+    let mut s = Session::new(&gg.model.config);
+    let fam = KernelFamily::best();
+    assert!(gg.model.forward(fam, &mut s, &[9999], LogitRows::Last).is_err());
+    assert_eq!(s.len(), 0);
+    let long = vec![5u32; 65];
+    assert!(matches!(
+        gg.model.forward(fam, &mut s, &long, LogitRows::Last),
+        Err(super::llama::ForwardError::ContextFull { .. })
+    ));
+    assert_eq!(s.len(), 0);
+}
