@@ -23,6 +23,10 @@ impl Tokenizer {
             )
         })?;
         let mut env = minijinja::Environment::new();
+        // Hugging Face renders chat templates with these two settings
+        // (transformers' `_compile_jinja_template`); templates are written for them.
+        env.set_trim_blocks(true);
+        env.set_lstrip_blocks(true);
         env.set_keep_trailing_newline(true);
         env.add_function("raise_exception", |msg: String| -> Result<String, minijinja::Error> {
             Err(minijinja::Error::new(minijinja::ErrorKind::InvalidOperation, msg))
