@@ -1,10 +1,40 @@
 //! Build identity: the commit, dirty flag and compiler baked into the binary,
 //! so that `startup` events and records say exactly what was measured.
+//!
+//! Also the policy: the kernel fingerprint (a hash over `kernels/src` and
+//! `kernels/cuda`, see `src/policy/fingerprint.rs`) and the draft-width table
+//! `policy/draft-block-width.toml`, compiled with the library's own table
+//! compiler (`src/policy/table.rs`). A table that does not compile fails the
+//! build with a message naming the file, the entry and the problem.
+use std::path::{Path, PathBuf};
 use std::process::Command;
+
+#[allow(dead_code)]
+#[path = "src/policy/fingerprint.rs"]
+mod fingerprint;
+#[allow(dead_code)]
+#[path = "src/policy/kind.rs"]
+mod kind;
+#[allow(dead_code)]
+#[path = "src/policy/table.rs"]
+mod table;
 
 fn cmd(program: &str, args: &[&str]) -> Option<String> {
     let out = Command::new(program).args(args).output().ok()?;
     out.status.success().then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+/// Stops the build with `msg` (shown as a warning line and on stderr).
+fn fail(msg: &str) -> ! {
+    for line in msg.lines() {
+        println!("cargo:warning={line}");
+    }
+    eprintln!("error: {msg}");
+    std::process::exit(1);
+}
+
+fn rerun_if_changed(p: &Path) {
+    println!("cargo:rerun-if-changed={}", p.display());
 }
 
 fn main() {
@@ -26,4 +56,45 @@ fn main() {
         }
     }
     println!("cargo:rerun-if-changed=build.rs");
+
+    let manifest = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));
+    let root = manifest.parent().expect("runtime/ sits in the workspace root").to_path_buf();
+
+    // Kernel fingerprint: a directory given to rerun-if-changed is scanned
+    // recursively, so added and removed kernel files count too.
+    let kernels = root.join("kernels");
+    for d in fingerprint::HASHED_DIRS {
+        let dir = kernels.join(d);
+        if dir.exists() {
+            rerun_if_changed(&dir);
+        }
+    }
+    let fp = fingerprint::kernel_fingerprint(&kernels)
+        .unwrap_or_else(|e| fail(&format!("kernel fingerprint over {}: {e}", kernels.display())));
+    println!("cargo:rustc-env=DRAFTWISE_KERNEL_FINGERPRINT={fp}");
+
+    // The policy table. Its records must exist, so records/ is watched too.
+    let policy_dir = root.join("policy");
+    let table_path = root.join("policy/draft-block-width.toml");
+    rerun_if_changed(&policy_dir);
+    let records = root.join("records");
+    if records.exists() {
+        rerun_if_changed(&records);
+    }
+    let file = "policy/draft-block-width.toml";
+    let text = std::fs::read_to_string(&table_path)
+        .unwrap_or_else(|e| fail(&format!("{file}: cannot read {}: {e}", table_path.display())));
+    let compiled =
+        table::compile(file, &text, table::RecordCheck::Under(&root)).unwrap_or_else(|e| fail(&e.to_string()));
+    for e in compiled.entries.iter().filter(|e| e.kernel_fingerprint != fp) {
+        println!(
+            "cargo:warning={file}: entry {} is stale (measured with kernel fingerprint {}, this build has {fp}); \
+             the per-kind default applies until it is re-measured",
+            e.key(),
+            e.kernel_fingerprint
+        );
+    }
+    let out = PathBuf::from(std::env::var("OUT_DIR").expect("cargo sets OUT_DIR"));
+    std::fs::write(out.join("draft-block-width.toml"), &text)
+        .unwrap_or_else(|e| fail(&format!("writing the validated table to {}: {e}", out.display())));
 }

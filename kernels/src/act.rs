@@ -1,7 +1,7 @@
 //! Activation quantization: an f32 row becomes blocks of 32 signed 16-bit
-//! integers with one f32 scale, so that mat-vec against quantized weights
-//! runs on exact integer dot products. The layout is our own and never
-//! stored in a file.
+//! integers with one f32 scale each, so that mat-vec against quantized
+//! weights runs on exact integer dot products. The layout is our own and
+//! never stored in a file: it is chosen for the SIMD kernels.
 //!
 //! Why 16 bits and not the 8 of ggml's `block_q8_1`: with 8-bit activations
 //! every mat-vec carries ~1% relative error, and on SmolLM2-135M (whose
@@ -12,72 +12,150 @@
 //! `reference/`). 16-bit activations put the engine within ~1e-3 of exact
 //! arithmetic, at the cost of twice the integer multiply work per weight;
 //! weight bytes read — what bounds decode — are unchanged.
+//!
+//! # Layout ([`ActRow`], viewed as [`QRow`])
+//!
+//! Blocks are stored in pairs `(2p, 2p+1)`, each pair one 64-byte-aligned
+//! [`QPair`] of 64 quants ordered
+//!
+//! ```text
+//! [ block 2p: 0..16 | block 2p+1: 0..16 | block 2p: 16..32 | block 2p+1: 16..32 ]
+//! ```
+//!
+//! so that one 512-bit register holds the first halves of both blocks and
+//! another the second halves: exactly where a Q4 weight pair's low and high
+//! nibbles land when its 32 packed bytes are widened to 16 bits
+//! (`kernels::matvec` module docs). A 256-bit kernel reads one block's half
+//! as one aligned 32-byte load. When the row has an odd number of blocks, the
+//! last pair's second block is all zeros.
+//!
+//! Per-block scales `d`, the float sums `s = d * sum(q)` and the integer sums
+//! are kept in separate arrays (the kernels load sixteen blocks' scales with
+//! one vector load), each padded with zeros to a multiple of
+//! [`SCALE_GROUP`] blocks.
 
 use crate::quant::QK;
 
 /// Largest quant magnitude: symmetric, so `-QMAX..=QMAX`.
 pub const QMAX: i32 = 32767;
 
-/// One block of a quantized activation row: `x[i] ≈ d * qs[i]`.
-///
-/// `sum` is the exact integer sum of `qs` and `s = d * sum` its float image,
-/// both precomputed once per row because every weight row reuses them
-/// (Q4_1's `m * s` term, Q4_0's `-8 * sum`).
-#[repr(C)]
+/// The per-block arrays of an [`ActRow`] are padded with zeros to a multiple
+/// of this many blocks: the SIMD kernels read sixteen scales at a time.
+pub const SCALE_GROUP: usize = 16;
+
+/// Two blocks of quants in the interleaved order of the module docs.
+#[repr(C, align(64))]
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub struct BlockQ16 {
-    pub qs: [i16; QK],
-    pub d: f32,
-    pub s: f32,
-    pub sum: i32,
-    _pad: i32,
+pub struct QPair {
+    pub qs: [i16; 2 * QK],
 }
-const _: () = assert!(std::mem::size_of::<BlockQ16>() == 80);
+const _: () = assert!(std::mem::size_of::<QPair>() == 128);
 
-impl Default for BlockQ16 {
+impl Default for QPair {
     fn default() -> Self {
-        BlockQ16 { qs: [0; QK], d: 0.0, s: 0.0, sum: 0, _pad: 0 }
+        QPair { qs: [0; 2 * QK] }
     }
 }
 
-/// Quantizes `x` (length a multiple of 32) into `out` (`x.len() / 32` blocks).
-///
-/// Per block: `d = max|x| / 32767`, `q = round(x * (1/d))` (ties away from
-/// zero), so `q` lies in -32767..=32767; every block dot of a weight format
-/// then fits `i32` (Q8_0: 32·128·32767 < 2^31). A zero block has d = 0.
-///
-/// # Panics
-/// If `x.len() != 32 * out.len()`: a programming error, never input-driven.
-pub fn quantize_row_q16(x: &[f32], out: &mut [BlockQ16]) {
-    assert_eq!(x.len(), out.len() * QK, "activation length must be 32 * blocks");
-    for (xb, ob) in x.chunks_exact(QK).zip(out.iter_mut()) {
-        let amax = xb.iter().fold(0.0f32, |m, v| m.max(v.abs()));
-        let d = amax / QMAX as f32;
-        let id = if d > 0.0 { 1.0 / d } else { 0.0 };
-        let mut sum = 0i32;
-        for (q, &v) in ob.qs.iter_mut().zip(xb) {
-            let r = (v * id).round() as i32;
-            let r = r.clamp(-QMAX, QMAX);
-            *q = r as i16;
-            sum += r;
-        }
-        ob.d = d;
-        ob.sum = sum;
-        ob.s = d * sum as f32;
+/// Index in a pair's `qs` of element `e` (0..32) of the pair's block `h` (0 or 1).
+#[inline]
+pub const fn pair_index(h: usize, e: usize) -> usize {
+    (e / 16) * 32 + h * 16 + e % 16
+}
+
+/// A borrowed quantized activation row: `x[32 b + e] ≈ d[b] * quant(b, e)`.
+#[derive(Clone, Copy, Debug)]
+pub struct QRow<'a> {
+    /// `nb.div_ceil(2)` pairs.
+    pub pairs: &'a [QPair],
+    /// Per block scale; length `nb` rounded up to [`SCALE_GROUP`], zero-padded.
+    pub d: &'a [f32],
+    /// Per block `d * sum`; padded like `d`.
+    pub s: &'a [f32],
+    /// Per block exact integer sum of the quants; padded like `d`.
+    pub sum: &'a [i32],
+    /// Number of 32-element blocks.
+    pub nb: usize,
+}
+
+impl<'a> QRow<'a> {
+    /// The row of no blocks (for inputs that feed only f32 matrices).
+    pub const EMPTY: QRow<'static> = QRow { pairs: &[], d: &[], s: &[], sum: &[], nb: 0 };
+
+    /// Quant `e` (0..32) of block `b`.
+    #[inline]
+    pub fn quant(&self, b: usize, e: usize) -> i16 {
+        self.pairs[b / 2].qs[pair_index(b % 2, e)]
     }
+
+    /// The 32 quants of block `b` in element order.
+    pub fn block_quants(&self, b: usize) -> [i16; QK] {
+        std::array::from_fn(|e| self.quant(b, e))
+    }
+}
+
+/// Quantizes one block: `d = max|x| / 32767`, `q = round(x * (1/d))` (ties
+/// away from zero), so `q` lies in -32767..=32767 and every block dot of a
+/// weight format fits `i32` (Q8_0: 32·128·32767 < 2^31). A zero block has
+/// `d = 0`. Returns `(d, sum(q))`.
+fn quantize_block(x: &[f32], q: &mut [i16; QK]) -> (f32, i32) {
+    let amax = x.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+    let d = amax / QMAX as f32;
+    let id = if d > 0.0 { 1.0 / d } else { 0.0 };
+    let mut sum = 0i32;
+    for (qv, &v) in q.iter_mut().zip(x) {
+        let r = ((v * id).round() as i32).clamp(-QMAX, QMAX);
+        *qv = r as i16;
+        sum += r;
+    }
+    (d, sum)
 }
 
 /// A quantized activation row, reusable across calls to avoid reallocation.
 #[derive(Clone, Debug, Default)]
 pub struct ActRow {
-    pub blocks: Vec<BlockQ16>,
+    pairs: Vec<QPair>,
+    d: Vec<f32>,
+    s: Vec<f32>,
+    sum: Vec<i32>,
+    nb: usize,
 }
 
 impl ActRow {
     /// Re-quantizes `x` into this row's storage.
+    ///
+    /// # Panics
+    /// If `x.len()` is not a multiple of 32: a programming error, never
+    /// input-driven (matrix shapes are validated at load).
     pub fn quantize(&mut self, x: &[f32]) {
-        self.blocks.resize(x.len() / QK, BlockQ16::default());
-        quantize_row_q16(x, &mut self.blocks);
+        assert!(x.len().is_multiple_of(QK), "activation length must be a multiple of 32");
+        let nb = x.len() / QK;
+        let padded = nb.next_multiple_of(SCALE_GROUP);
+        self.nb = nb;
+        self.pairs.clear();
+        self.pairs.resize(nb.div_ceil(2), QPair::default());
+        for v in [&mut self.d, &mut self.s] {
+            v.clear();
+            v.resize(padded, 0.0);
+        }
+        self.sum.clear();
+        self.sum.resize(padded, 0);
+        for (b, xb) in x.chunks_exact(QK).enumerate() {
+            let mut q = [0i16; QK];
+            let (d, sum) = quantize_block(xb, &mut q);
+            let pair = &mut self.pairs[b / 2].qs;
+            for (e, &v) in q.iter().enumerate() {
+                pair[pair_index(b % 2, e)] = v;
+            }
+            self.d[b] = d;
+            self.sum[b] = sum;
+            self.s[b] = d * sum as f32;
+        }
+    }
+
+    /// The row as the kernels read it.
+    pub fn view(&self) -> QRow<'_> {
+        QRow { pairs: &self.pairs, d: &self.d, s: &self.s, sum: &self.sum, nb: self.nb }
     }
 }
 
@@ -85,27 +163,63 @@ impl ActRow {
 mod tests {
     use super::*;
 
+    fn row(x: &[f32]) -> ActRow {
+        let mut r = ActRow::default();
+        r.quantize(x);
+        r
+    }
+
     #[test]
     fn quantize_row_reproduces_values_within_half_a_step() {
-        let x: Vec<f32> = (0..64).map(|i| ((i as f32) * 0.37).sin() * 3.0).collect();
-        let mut b = vec![BlockQ16::default(); 2];
-        quantize_row_q16(&x, &mut b);
+        let x: Vec<f32> = (0..96).map(|i| ((i as f32) * 0.37).sin() * 3.0).collect();
+        let r = row(&x);
+        let q = r.view();
         for (i, v) in x.iter().enumerate() {
-            let blk = &b[i / 32];
-            let back = blk.d * blk.qs[i % 32] as f32;
-            assert!((back - v).abs() <= blk.d * 0.5 + 1e-6, "{i}: {back} vs {v}");
+            let (b, e) = (i / 32, i % 32);
+            let back = q.d[b] * q.quant(b, e) as f32;
+            assert!((back - v).abs() <= q.d[b] * 0.5 + 1e-6, "{i}: {back} vs {v}");
         }
-        for blk in &b {
-            assert_eq!(blk.sum, blk.qs.iter().map(|&q| q as i32).sum::<i32>());
-            assert!(blk.qs.iter().any(|&q| q.abs() as i32 == QMAX));
+        for b in 0..3 {
+            let qs = q.block_quants(b);
+            assert_eq!(q.sum[b], qs.iter().map(|&v| v as i32).sum::<i32>());
+            assert!(qs.iter().any(|&v| v.abs() as i32 == QMAX));
+            assert_eq!(q.s[b], q.d[b] * q.sum[b] as f32);
         }
     }
 
     #[test]
+    fn odd_block_count_leaves_the_partner_slot_and_scale_padding_zero() {
+        let x: Vec<f32> = (0..96).map(|i| i as f32 - 40.0).collect();
+        let r = row(&x);
+        let q = r.view();
+        assert_eq!((q.nb, q.pairs.len(), q.d.len()), (3, 2, SCALE_GROUP));
+        assert!((0..32).all(|e| q.pairs[1].qs[pair_index(1, e)] == 0));
+        assert!(q.d[3..].iter().chain(&q.s[3..]).all(|&v| v == 0.0) && q.sum[3..].iter().all(|&v| v == 0));
+    }
+
+    #[test]
+    fn pairs_interleave_block_halves() {
+        let x: Vec<f32> = (0..64).map(|i| i as f32 + 1.0).collect();
+        let r = row(&x);
+        let p = &r.view().pairs[0].qs;
+        // Each block's largest element (its last) quantizes to QMAX.
+        assert_eq!((p[47], p[63]), (QMAX as i16, QMAX as i16));
+        // Block 0 element 0 first, then block 1 element 0 at slot 16.
+        assert!(p[0] < p[16]);
+    }
+
+    #[test]
     fn zero_block_quantizes_to_zero_scale() {
-        let mut b = vec![BlockQ16::default(); 1];
-        quantize_row_q16(&[0.0; 32], &mut b);
-        assert_eq!(b[0].d, 0.0);
-        assert_eq!(b[0].sum, 0);
+        let r = row(&[0.0; 32]);
+        assert_eq!((r.view().d[0], r.view().sum[0]), (0.0, 0));
+    }
+
+    #[test]
+    fn requantizing_a_shorter_row_forgets_the_longer_one() {
+        let mut r = row(&[5.0; 96]);
+        r.quantize(&[1.0; 32]);
+        let q = r.view();
+        assert_eq!((q.nb, q.pairs.len()), (1, 1));
+        assert!((0..32).all(|e| q.pairs[0].qs[pair_index(1, e)] == 0));
     }
 }

@@ -4,6 +4,11 @@
 //! process (memchr's approach). `DRAFTWISE_KERNELS` forces a family
 //! (`scalar`, `avx2`, `avx512vnni`); forcing one this CPU cannot run is
 //! refused with an error rather than crashing on an illegal instruction.
+//!
+//! The thresholds that steer the multi-row mat-vec ([`max_rows_per_pass`],
+//! [`ROW_TILE`]) live here too, each with the measurement behind it, and
+//! `DRAFTWISE_MULTIROW=0` ([`multirow_enabled`]) turns the multi-row pass
+//! off as a control.
 
 use std::sync::OnceLock;
 
@@ -117,8 +122,71 @@ pub fn selected() -> Result<Selection, DispatchError> {
     SELECTED.get_or_init(|| select(std::env::var("DRAFTWISE_KERNELS").ok().as_deref())).clone()
 }
 
+/// Activation rows whose accumulators one AVX2 pass keeps in registers.
+///
+/// Each row needs two 256-bit accumulators (even and odd blocks) and reads
+/// its activation from memory; with the weight halves, the Q4_1 min-term
+/// accumulators and temporaries, four rows fill the sixteen `ymm` registers.
+pub const AVX2_MAX_ROWS: usize = 4;
+
+/// Activation rows whose accumulators one AVX-512 pass keeps in registers.
+///
+/// One 512-bit accumulator per row (plus one for Q4_1's min term): eight
+/// rows use about two thirds of the 32 `zmm` registers, leaving the weight
+/// pair, scales and temporaries. Wider blocks run in chunks of this many.
+pub const AVX512_MAX_ROWS: usize = 8;
+
+/// Weight rows handled per tile of a multi-row call: when a block is wider
+/// than one pass, every chunk of activation rows re-reads a tile's weights,
+/// and sixteen rows of the largest default-model matrix (1536 columns of
+/// Q4_1, 960 bytes a row) stay in a 48 KiB L1 data cache between chunks.
+pub const ROW_TILE: usize = 16;
+
+/// Weight rows a SIMD pass interleaves for `w` activation rows: each
+/// (weight row, activation row) output is its own accumulator chain, and a
+/// single chain per step leaves the FMA and gather latencies exposed at
+/// small `w`; more chains than this run out of registers (AVX2 needs two
+/// accumulators per output and has sixteen registers; at one activation
+/// row, four interleaved weight rows spilled and two did not).
+pub const fn interleaved_rows(family: KernelFamily, w: usize) -> usize {
+    match (family, w) {
+        (KernelFamily::Avx512Vnni, 1) => 4,
+        (KernelFamily::Avx512Vnni, 2) | (KernelFamily::Avx2, 1) => 2,
+        _ => 1,
+    }
+}
+
+/// The widest register-blocked pass of a family: a call with more
+/// activation rows runs in chunks of this many.
+pub fn max_rows_per_pass(family: KernelFamily) -> usize {
+    match family {
+        KernelFamily::Scalar => 1,
+        KernelFamily::Avx2 => AVX2_MAX_ROWS,
+        KernelFamily::Avx512Vnni => AVX512_MAX_ROWS,
+    }
+}
+
+/// Whether one pass over the weights serves several activation rows
+/// (the default). `DRAFTWISE_MULTIROW=0` (or `false`, `off`) routes a
+/// `W`-row product through the single-row kernel `W` times, a control for
+/// measurements; the numbers are the same either way. Read once.
+pub fn multirow_enabled() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| multirow_from(std::env::var("DRAFTWISE_MULTIROW").ok().as_deref()))
+}
+
+fn multirow_from(v: Option<&str>) -> bool {
+    !matches!(v.map(|s| s.trim().to_ascii_lowercase()).as_deref(), Some("0" | "false" | "off" | "no"))
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn multirow_is_on_unless_switched_off() {
+        assert!(multirow_from(None) && multirow_from(Some("1")) && multirow_from(Some("")));
+        assert!(!multirow_from(Some("0")) && !multirow_from(Some(" off ")) && !multirow_from(Some("FALSE")));
+    }
+
     use super::*;
 
     #[test]

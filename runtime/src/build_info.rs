@@ -16,6 +16,9 @@ pub struct BuildInfo {
     pub profile: String,
     /// CUDA architectures compiled ahead of time; empty when none.
     pub cuda_archs: Vec<String>,
+    /// [`crate::policy::KERNEL_FINGERPRINT`]: policy entries record it.
+    #[serde(default)]
+    pub kernel_fingerprint: String,
 }
 
 impl BuildInfo {
@@ -28,6 +31,7 @@ impl BuildInfo {
             rustc: env!("DRAFTWISE_RUSTC_VERSION").to_string(),
             profile: env!("DRAFTWISE_BUILD_PROFILE").to_string(),
             cuda_archs: Vec::new(),
+            kernel_fingerprint: crate::policy::KERNEL_FINGERPRINT.to_string(),
         }
     }
 }

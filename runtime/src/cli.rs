@@ -1,11 +1,14 @@
-//! The `runtime` command line: `generate`, `fetch-model`, `build-info`.
+//! The `runtime` command line: `generate`, `fetch-model`, `build-info`, `policy`, `bench`.
 
 use crate::build_info::BuildInfo;
-use crate::events::{Completion, Event, SCHEMA_VERSION, Startup, Usage, sha256_hex, token_ids_sha256};
+use crate::events::{
+    Completion, Declined, Event, SCHEMA_VERSION, SpeculativeDiagnostics, Startup, Usage, sha256_hex, token_ids_sha256,
+};
 use crate::fetch;
-use crate::generate::{Engine, FinishReason};
+use crate::generate::{Engine, FinishReason, Generation};
 use crate::model;
 use crate::sampling::SamplingParams;
+use crate::tokenizer::Tokenizer;
 use crate::tokenizer::chat::Message;
 use anyhow::{Context, Result, bail};
 use clap::{Args, Parser, Subcommand};
@@ -35,6 +38,44 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// The draft-width policy: `show` the compiled table, `explain` a resolution.
+    #[command(subcommand)]
+    Policy(crate::policy::command::PolicyCommand),
+    /// Measure prefill and decode tokens per second, or the verify-cost curve.
+    Bench(BenchArgs),
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct BenchArgs {
+    /// A GGUF file or a Hugging Face checkpoint directory; default: the embedded default model, fetched on first use.
+    #[arg(long)]
+    pub model: Option<PathBuf>,
+    /// Worker threads (default: the CPUs available to this process).
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Prompt length: one prefill forward pass of this many tokens.
+    #[arg(long, default_value_t = 128)]
+    pub prompt_tokens: usize,
+    /// Tokens decoded one forward pass at a time after the prefill.
+    #[arg(long, default_value_t = 128)]
+    pub gen_tokens: usize,
+    /// Recorded repetitions.
+    #[arg(long, default_value_t = 5)]
+    pub reps: usize,
+    /// Repetitions run first and discarded.
+    #[arg(long, default_value_t = 1)]
+    pub warmup: usize,
+    /// Time one forward pass of W = 1..=--max-width tokens (a verify block) instead.
+    #[arg(long)]
+    pub verify_cost: bool,
+    /// Widest verify block for --verify-cost.
+    #[arg(long, default_value_t = 16)]
+    pub max_width: usize,
+    /// One JSON object with every raw sample on stdout.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub cache: CacheArgs,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -84,6 +125,35 @@ pub struct GenerateArgs {
     pub json: bool,
     #[command(flatten)]
     pub cache: CacheArgs,
+    #[command(flatten)]
+    pub spec: SpecArgs,
+}
+
+/// Speculative decoding settings (`generate` without `--drafter` decodes classically).
+#[derive(Args, Debug, Clone, Default)]
+pub struct SpecArgs {
+    /// Drafter kind: ngram, layerskip or draft-model (dflash and mtp are recognized, not loadable yet).
+    #[arg(long)]
+    pub drafter: Option<String>,
+    /// Tokens drafted per verify step (overrides DRAFTWISE_DRAFT_BLOCK_SIZE and the policy table).
+    #[arg(long)]
+    pub draft_block_size: Option<String>,
+    /// The draft checkpoint for `--drafter draft-model` (GGUF or Hugging Face directory).
+    #[arg(long)]
+    pub drafter_model: Option<PathBuf>,
+    /// `layerskip` layers: a count K (the first K layers) or a list like 0,1,2,7.
+    #[arg(long)]
+    pub layerskip_layers: Option<String>,
+    /// `ngram`: longest pattern looked up.
+    #[arg(long, default_value_t = 4)]
+    pub ngram_max: usize,
+    /// `ngram`: shortest pattern looked up.
+    #[arg(long, default_value_t = 1)]
+    pub ngram_min: usize,
+    /// Speculate even if the block-vs-chain probe finds verify rows that differ from the chain
+    /// (forfeits byte-identical output; also DRAFTWISE_ALLOW_INEXACT=1).
+    #[arg(long)]
+    pub allow_inexact: bool,
 }
 
 /// One prompt of a set.
@@ -161,6 +231,8 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             println!("{}", p.display());
             Ok(ExitCode::SUCCESS)
         }
+        Command::Policy(p) => crate::policy::command::run(p),
+        Command::Bench(args) => bench(args),
         Command::BuildInfo { json } => {
             let b = BuildInfo::current();
             if json {
@@ -179,6 +251,70 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+/// The `completion` event of a finished request.
+fn completion_event(id: &str, warmup: bool, repeat: usize, g: Generation, tok: &Tokenizer) -> Result<Completion> {
+    let text = tok.decode(&g.token_ids)?;
+    let decode_tokens = g.token_ids.len().saturating_sub(1);
+    Ok(Completion {
+        schema_version: SCHEMA_VERSION,
+        prompt_id: id.to_string(),
+        warmup,
+        repeat,
+        usage: Usage {
+            prompt_tokens: g.prompt_tokens,
+            completion_tokens: g.token_ids.len(),
+            total_tokens: g.prompt_tokens + g.token_ids.len(),
+        },
+        finish_reason: match g.finish_reason {
+            FinishReason::Stop => "stop",
+            FinishReason::Length => "length",
+        }
+        .into(),
+        text_sha256: sha256_hex(text.as_bytes()),
+        token_ids_sha256: token_ids_sha256(&g.token_ids),
+        text,
+        token_ids: g.token_ids,
+        prefill_ms: g.prefill_s * 1e3,
+        decode_ms: g.decode_s * 1e3,
+        total_ms: (g.prefill_s + g.decode_s) * 1e3,
+        decode_steps: g.decode_steps,
+        decode_tokens,
+        decode_tok_per_s: (decode_tokens > 0 && g.decode_s > 0.0).then(|| decode_tokens as f64 / g.decode_s),
+        prefill_tok_per_s: g.prompt_tokens as f64 / g.prefill_s,
+    })
+}
+
+fn bench(args: BenchArgs) -> Result<ExitCode> {
+    let threads = args.threads.unwrap_or_else(default_threads);
+    if threads == 0 {
+        bail!("--threads must be at least 1");
+    }
+    if args.reps == 0 {
+        bail!("--reps must be at least 1");
+    }
+    if args.verify_cost && args.max_width == 0 {
+        bail!("--max-width must be at least 1");
+    }
+    let selection = dispatch::selected()?;
+    let path = resolve_model(args.model.as_deref(), &args.cache)?;
+    let loaded = model::load(&path).with_context(|| format!("loading {}", path.display()))?;
+    let engine = Engine::new(loaded, selection.family, threads)?;
+    let spec = crate::bench::BenchSpec {
+        prompt_tokens: args.prompt_tokens.max(1),
+        gen_tokens: args.gen_tokens,
+        reps: args.reps,
+        warmup: args.warmup,
+        verify_cost: args.verify_cost.then_some(args.max_width),
+    };
+    let report = crate::bench::run(&engine, &path.display().to_string(), &spec)?;
+    if args.json {
+        println!("{}", serde_json::to_string(&report)?);
+    } else {
+        print!("{}", crate::bench::render(&report));
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 fn default_threads() -> usize {
@@ -229,8 +365,14 @@ fn generate(args: GenerateArgs) -> Result<ExitCode> {
         prompts.push((it.id.clone(), ids));
     }
 
+    let spec = crate::spec::setup::Speculation::from_args(&args.spec, &engine)?;
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
+    if let Some(sp) = &spec {
+        eprintln!("{}", sp.summary());
+    } else {
+        tracing::info!("{}", crate::policy::Resolution::no_drafter().summary());
+    }
     if args.json {
         let ev = Event::Startup(Startup {
             schema_version: SCHEMA_VERSION,
@@ -241,47 +383,67 @@ fn generate(args: GenerateArgs) -> Result<ExitCode> {
             threads: engine.threads,
             target: engine.loaded.info.clone(),
             tokenizer: tok.source.clone(),
-            drafter: "none".into(),
+            drafter: spec.as_ref().map_or("none".into(), |s| s.kind.to_string()),
+            block_size: spec.as_ref().and_then(|s| s.block_size),
+            block_size_from: spec
+                .as_ref()
+                .map_or_else(|| crate::policy::Resolution::no_drafter().block_size_from, |s| s.block_size_from.clone()),
+            kernel_fingerprint: crate::policy::KERNEL_FINGERPRINT.into(),
+            exactness_probe: spec.as_ref().and_then(|s| s.probe.clone()),
+            allow_inexact: spec.as_ref().is_some_and(|s| s.allow_inexact),
             sampling,
             max_tokens: args.max_tokens,
         });
         writeln!(out, "{}", ev.to_line())?;
         out.flush()?;
     }
+    let mut spec = spec;
     let passes = (0..args.warmup).map(|r| (true, r)).chain((0..args.repeat).map(|r| (false, r)));
     for (warmup, repeat) in passes {
         for (id, ids) in &prompts {
-            let g = engine.generate(ids, args.max_tokens, &sampling).with_context(|| format!("prompt {id}"))?;
-            let text = tok.decode(&g.token_ids)?;
-            let total_s = g.prefill_s + g.decode_s;
-            let c = Completion {
-                schema_version: SCHEMA_VERSION,
-                prompt_id: id.clone(),
-                warmup,
-                repeat,
-                usage: Usage {
-                    prompt_tokens: g.prompt_tokens,
-                    completion_tokens: g.token_ids.len(),
-                    total_tokens: g.prompt_tokens + g.token_ids.len(),
-                },
-                finish_reason: match g.finish_reason {
-                    FinishReason::Stop => "stop",
-                    FinishReason::Length => "length",
+            let mut extra: Option<Event> = None;
+            let g = match spec.as_mut() {
+                Some(sp) if sp.active_width().is_some() => {
+                    let width = sp.active_width().unwrap_or_default();
+                    let (g, stats) = engine
+                        .generate_speculative(ids, args.max_tokens, &sampling, sp.drafter.as_mut(), width)
+                        .with_context(|| format!("prompt {id}"))?;
+                    extra = Some(Event::SpeculativeDiagnostics(SpeculativeDiagnostics::new(
+                        id,
+                        warmup,
+                        repeat,
+                        sp.kind.as_str(),
+                        width,
+                        &stats,
+                    )));
+                    g
                 }
-                .into(),
-                text_sha256: sha256_hex(text.as_bytes()),
-                token_ids_sha256: token_ids_sha256(&g.token_ids),
-                text,
-                token_ids: g.token_ids,
-                prefill_ms: g.prefill_s * 1e3,
-                decode_ms: g.decode_s * 1e3,
-                total_ms: total_s * 1e3,
-                decode_steps: g.decode_steps,
-                decode_tok_per_s: (g.decode_steps > 0).then(|| g.decode_steps as f64 / g.decode_s),
-                prefill_tok_per_s: g.prompt_tokens as f64 / g.prefill_s,
+                other => {
+                    // A failed probe declines each request (the policy's
+                    // `off` is not a decline: the startup event says it).
+                    if let Some(sp) = other
+                        && let (Some(reason), Some(width)) = (sp.declined_reason(), sp.block_size)
+                    {
+                        extra = Some(Event::Declined(Declined {
+                            schema_version: SCHEMA_VERSION,
+                            prompt_id: id.clone(),
+                            warmup,
+                            repeat,
+                            drafter: sp.kind.to_string(),
+                            block_size: width,
+                            reason,
+                            probe: sp.probe.clone(),
+                        }));
+                    }
+                    engine.generate(ids, args.max_tokens, &sampling).with_context(|| format!("prompt {id}"))?
+                }
             };
+            let c = completion_event(id, warmup, repeat, g, tok)?;
             if args.json {
                 writeln!(out, "{}", Event::Completion(c).to_line())?;
+                if let Some(e) = extra {
+                    writeln!(out, "{}", e.to_line())?;
+                }
             } else if !warmup {
                 writeln!(out, "{}", c.text)?;
                 eprintln!(
@@ -293,6 +455,16 @@ fn generate(args: GenerateArgs) -> Result<ExitCode> {
                     c.prefill_tok_per_s,
                     c.decode_tok_per_s.map_or("-".into(), |v| format!("{v:.1}")),
                 );
+                if let Some(Event::SpeculativeDiagnostics(d)) = &extra {
+                    eprintln!(
+                        "[{}] {} rounds, accepted {}/{} drafted, {} tokens per verify",
+                        c.prompt_id,
+                        d.rounds,
+                        d.accepted,
+                        d.drafted,
+                        d.emitted_per_verify.map_or("-".into(), |v| format!("{v:.2}"))
+                    );
+                }
             }
             out.flush()?;
         }

@@ -6,6 +6,8 @@
 use crate::build_info::BuildInfo;
 use crate::model::ModelInfo;
 use crate::sampling::SamplingParams;
+use crate::spec::decode::SpecStats;
+use crate::spec::probe::ProbeReport;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
@@ -18,6 +20,8 @@ pub const SCHEMA_VERSION: u32 = 1;
 pub enum Event {
     Startup(Startup),
     Completion(Completion),
+    SpeculativeDiagnostics(SpeculativeDiagnostics),
+    Declined(Declined),
 }
 
 /// What this process is and how it will run.
@@ -33,8 +37,25 @@ pub struct Startup {
     pub threads: usize,
     pub target: ModelInfo,
     pub tokenizer: String,
-    /// Drafter kind; `none` while only classic decoding exists.
+    /// Drafter kind (`ngram`, `layerskip`, `draft-model`), or `none` for classic decoding.
     pub drafter: String,
+    /// Drafted tokens per verify; null when speculation is off (no drafter,
+    /// or a policy entry that says `off`).
+    #[serde(default)]
+    pub block_size: Option<usize>,
+    /// Where `block_size` came from ([`crate::policy::Provenance`] in words).
+    #[serde(default)]
+    pub block_size_from: String,
+    /// Fingerprint of the kernels this binary was built with
+    /// ([`crate::policy::KERNEL_FINGERPRINT`]).
+    #[serde(default)]
+    pub kernel_fingerprint: String,
+    /// The block-vs-chain exactness probe at the resolved width; null
+    /// without a drafter.
+    pub exactness_probe: Option<ProbeReport>,
+    /// The operator forfeited exactness (`--allow-inexact` or
+    /// `DRAFTWISE_ALLOW_INEXACT=1`): speculation runs even if the probe failed.
+    pub allow_inexact: bool,
     pub sampling: SamplingParams,
     pub max_tokens: usize,
 }
@@ -68,12 +89,88 @@ pub struct Completion {
     pub prefill_ms: f64,
     pub decode_ms: f64,
     pub total_ms: f64,
-    /// One-token forward passes after the prefill.
+    /// Target forward passes after the prefill (one per token in classic
+    /// decoding; one per verify block in speculative decoding).
     pub decode_steps: usize,
-    /// `decode_steps / decode time`; null when there were no steps.
+    /// Tokens emitted after the first (which the prefill yields).
+    pub decode_tokens: usize,
+    /// `decode_tokens / decode time`; null when there were none.
     pub decode_tok_per_s: Option<f64>,
     /// `prompt_tokens / prefill time`.
     pub prefill_tok_per_s: f64,
+}
+
+/// Per speculative request: what the drafter proposed and the target kept.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct SpeculativeDiagnostics {
+    pub schema_version: u32,
+    pub prompt_id: String,
+    pub warmup: bool,
+    pub repeat: usize,
+    pub drafter: String,
+    pub block_size: usize,
+    /// Verify passes that carried at least one drafted token (0 when the
+    /// request ended before any round ran).
+    pub rounds: usize,
+    /// Target passes whose draft was empty (the drafter had nothing).
+    pub plain_steps: usize,
+    pub drafted: usize,
+    pub accepted: usize,
+    /// `accepted / drafted`; null when nothing was drafted.
+    pub acceptance_rate: Option<f64>,
+    /// Rounds in which draft position `i` was accepted.
+    pub accepted_per_position: Vec<usize>,
+    /// Tokens emitted per verify pass that carried a draft; null with no rounds.
+    pub emitted_per_verify: Option<f64>,
+    pub draft_ms: f64,
+    pub verify_ms: f64,
+    pub accept_ms: f64,
+    /// Totals divided by `rounds + plain_steps` (every target pass); null with none.
+    pub draft_ms_per_round: Option<f64>,
+    pub verify_ms_per_round: Option<f64>,
+    pub accept_ms_per_round: Option<f64>,
+}
+
+impl SpeculativeDiagnostics {
+    pub fn new(prompt_id: &str, warmup: bool, repeat: usize, drafter: &str, block_size: usize, s: &SpecStats) -> Self {
+        let passes = s.rounds + s.plain_steps;
+        let per = |t: f64| (passes > 0).then(|| t * 1e3 / passes as f64);
+        SpeculativeDiagnostics {
+            schema_version: SCHEMA_VERSION,
+            prompt_id: prompt_id.to_string(),
+            warmup,
+            repeat,
+            drafter: drafter.to_string(),
+            block_size,
+            rounds: s.rounds,
+            plain_steps: s.plain_steps,
+            drafted: s.drafted,
+            accepted: s.accepted,
+            acceptance_rate: s.acceptance_rate(),
+            accepted_per_position: s.accepted_per_position.clone(),
+            emitted_per_verify: s.emitted_per_verify(),
+            draft_ms: s.draft_s * 1e3,
+            verify_ms: s.verify_s * 1e3,
+            accept_ms: s.accept_s * 1e3,
+            draft_ms_per_round: per(s.draft_s),
+            verify_ms_per_round: per(s.verify_s),
+            accept_ms_per_round: per(s.accept_s),
+        }
+    }
+}
+
+/// A speculative request that ran classic decoding instead, and why.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Declined {
+    pub schema_version: u32,
+    pub prompt_id: String,
+    pub warmup: bool,
+    pub repeat: usize,
+    pub drafter: String,
+    pub block_size: usize,
+    pub reason: String,
+    /// The failed probe, when that is the reason.
+    pub probe: Option<ProbeReport>,
 }
 
 pub fn sha256_hex(bytes: &[u8]) -> String {
@@ -121,6 +218,7 @@ mod tests {
             decode_ms: 2.0,
             total_ms: 3.0,
             decode_steps: 1,
+            decode_tokens: 1,
             decode_tok_per_s: Some(500.0),
             prefill_tok_per_s: 3000.0,
         };

@@ -4,7 +4,9 @@
 use crate::model::llama::{ForwardError, LogitRows};
 use crate::model::{Loaded, Session};
 use crate::sampling::{Rng, SamplingParams, sample};
+use crate::pool::Pool;
 use kernels::dispatch::KernelFamily;
+use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 use std::time::Instant;
 
@@ -33,12 +35,31 @@ pub struct Generation {
     pub decode_steps: usize,
 }
 
+/// The state after a prompt's forward pass. Cloning it lets several
+/// decodes start from one prefill (as tests comparing decoders do).
+#[derive(Clone, Debug)]
+pub struct Prefilled {
+    pub prompt: Vec<u32>,
+    pub session: Session,
+    /// Logits for the token after the prompt.
+    pub logits: Vec<f32>,
+    pub prefill_s: f64,
+}
+
+/// The stop rule after emitting the `n_out`-th token, shared by every
+/// decoder so they stop at exactly the same place: the token budget, or a
+/// full context (the cache then holds `n_prompt + n_out - 1` positions and
+/// the next forward pass would pass the model's context length).
+pub fn at_limit(n_prompt: usize, n_out: usize, max_tokens: usize, context_length: usize) -> bool {
+    n_out >= max_tokens || n_prompt + n_out > context_length
+}
+
 /// A loaded model with its thread pool and kernel family.
 pub struct Engine {
     pub loaded: Loaded,
     pub family: KernelFamily,
     pub threads: usize,
-    pool: rayon::ThreadPool,
+    pool: Arc<Pool>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -54,11 +75,7 @@ pub enum GenerateError {
 impl Engine {
     pub fn new(loaded: Loaded, family: KernelFamily, threads: usize) -> Result<Self, GenerateError> {
         let threads = threads.max(1);
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(threads)
-            .thread_name(|i| format!("draftwise-{i}"))
-            .build()
-            .map_err(|e| GenerateError::Threads { threads, msg: e.to_string() })?;
+        let pool = Pool::new(threads).map_err(|e| GenerateError::Threads { threads, msg: e.to_string() })?;
         Ok(Engine { loaded, family, threads, pool })
     }
 
@@ -67,25 +84,34 @@ impl Engine {
         self.pool.install(f)
     }
 
-    /// Classic decoding of `prompt` for up to `max_tokens` tokens.
-    pub fn generate(
-        &self,
-        prompt: &[u32],
-        max_tokens: usize,
-        sampling: &SamplingParams,
-    ) -> Result<Generation, GenerateError> {
+    /// Runs the prompt through the model: the cache it leaves and the
+    /// logits that choose the first token.
+    pub fn prefill(&self, prompt: &[u32]) -> Result<Prefilled, GenerateError> {
         if prompt.is_empty() {
             return Err(GenerateError::EmptyPrompt);
         }
         let model = &self.loaded.model;
-        let tok = &self.loaded.tokenizer;
-        let ctx = model.config.context_length;
         self.install(|| {
             let mut session = Session::new(&model.config);
-            let mut rng = Rng::new(sampling.seed);
             let t0 = Instant::now();
-            let mut logits = model.forward(self.family, &mut session, prompt, LogitRows::Last)?;
-            let prefill_s = t0.elapsed().as_secs_f64();
+            let logits = model.forward(self.family, &mut session, prompt, LogitRows::Last)?;
+            Ok(Prefilled { prompt: prompt.to_vec(), session, logits, prefill_s: t0.elapsed().as_secs_f64() })
+        })
+    }
+
+    /// Classic decoding of `prompt` for up to `max_tokens` tokens.
+    pub fn generate(&self, prompt: &[u32], max_tokens: usize, sampling: &SamplingParams) -> Result<Generation, GenerateError> {
+        let p = self.prefill(prompt)?;
+        self.decode(p, max_tokens, sampling)
+    }
+
+    /// Classic decoding after a prefill: one forward pass per token.
+    pub fn decode(&self, p: Prefilled, max_tokens: usize, sampling: &SamplingParams) -> Result<Generation, GenerateError> {
+        let model = &self.loaded.model;
+        let tok = &self.loaded.tokenizer;
+        let Prefilled { prompt, mut session, mut logits, prefill_s } = p;
+        self.install(|| {
+            let mut rng = Rng::new(sampling.seed);
             let t1 = Instant::now();
             let mut out = Vec::new();
             let mut steps = 0;
@@ -98,7 +124,7 @@ impl Engine {
                     break FinishReason::Stop;
                 }
                 out.push(next);
-                if out.len() >= max_tokens || session.len() >= ctx {
+                if at_limit(prompt.len(), out.len(), max_tokens, model.config.context_length) {
                     break FinishReason::Length;
                 }
                 logits = model.forward(self.family, &mut session, &[next], LogitRows::Last)?;

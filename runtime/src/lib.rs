@@ -4,8 +4,10 @@
 //! (weights + config + forward pass) and [`model::Session`] (KV cache),
 //! [`tokenizer::Tokenizer`] (byte-level BPE and chat templates),
 //! [`generate::Engine`] (classic decoding on a thread pool) and
-//! [`events::Event`] (the typed JSONL schema shared with the tuner).
+//! [`events::Event`] (the typed JSONL schema shared with the tuner) and
+//! [`policy::Resolution`] (the draft width and where it came from).
 
+pub mod bench;
 pub mod build_info;
 pub mod cli;
 pub mod events;
@@ -13,5 +15,8 @@ pub mod fetch;
 pub mod generate;
 pub mod gguf;
 pub mod model;
+pub mod policy;
+pub mod pool;
 pub mod sampling;
+pub mod spec;
 pub mod tokenizer;

@@ -6,9 +6,12 @@
 //!
 //! The model is loaded once for the whole test binary.
 
+mod common;
+
 use kernels::dispatch::KernelFamily;
 use runtime::model::llama::LogitRows;
-use runtime::model::{Loaded, Session};
+use common::model;
+use runtime::model::Session;
 use runtime::sampling::argmax;
 use runtime::tokenizer::chat::Message;
 use serde_json::Value;
@@ -19,17 +22,6 @@ use std::sync::OnceLock;
 /// leaves a margin and is still below the smallest top-1/top-2 margin in the
 /// first 32 steps of the reference prompts (0.016).
 const LOGIT_TOLERANCE: f32 = 0.01;
-
-fn model() -> &'static Loaded {
-    static M: OnceLock<Loaded> = OnceLock::new();
-    M.get_or_init(|| {
-        let path = match std::env::var_os("DRAFTWISE_TEST_MODEL") {
-            Some(p) => p.into(),
-            None => runtime::fetch::ensure_default_model(None).expect("fetch the default model"),
-        };
-        runtime::model::load(&path).expect("load the default model")
-    })
-}
 
 fn reference() -> &'static Value {
     static R: OnceLock<Value> = OnceLock::new();

@@ -28,7 +28,7 @@ fn json_events_describe_startup_and_every_completion_with_true_hashes() {
     let events: Vec<Event> = lines.iter().map(|v| serde_json::from_value(v.clone()).unwrap()).collect();
     let Event::Startup(s) = &events[0] else { panic!("first event is not startup: {:?}", lines[0]) };
     assert_eq!(s.threads, 2);
-    assert_eq!(s.target.quant.class, "Q4_1");
+    assert_eq!(s.target.quant.class, "q4_1");
     assert_eq!(s.target.architecture, "llama");
     assert!(s.device_class.starts_with("cpu:"));
     let completions: Vec<_> = events[1..]

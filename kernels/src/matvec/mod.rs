@@ -2,23 +2,41 @@
 //!
 //! A [`Matrix`] is a view of `rows` weight rows of `cols` elements in one
 //! storage type. Quantized weights are multiplied against an activation row
-//! quantized once to [`BlockQ16`] blocks ([`crate::act`]); each block's
-//! product is an exact integer dot, and the float combination runs in one
-//! fixed order per output row, spelled out in [`scalar`]. Every SIMD family
-//! follows that order lane by lane (a lane is an output row), so all families
-//! produce bit-identical results: the family decides speed, never output.
+//! quantized once to 16-bit blocks ([`crate::act`]); each block's product is
+//! an exact integer dot, and the float combination runs in one fixed order
+//! per output, spelled out in [`scalar`]. Every SIMD family follows that
+//! order lane by lane, so all families produce bit-identical results: the
+//! family decides speed, never output.
 //!
 //! Entry points: [`matvec_rows`] computes a contiguous range of output rows
-//! (the runtime splits rows across threads, never the reduction), and
-//! [`matmul_rows`] does the same for several activation rows at once (a
-//! verify block); each of its rows equals the single-row call bit for bit.
+//! for one activation row (the runtime splits rows across threads, never a
+//! reduction), and [`matmul_rows`] does the same for `W` activation rows at
+//! once (a verify block or a prefill), streaming each weight row once for
+//! all of them: the SIMD families keep up to
+//! [`crate::dispatch::max_rows_per_pass`] rows' accumulators in registers and
+//! run wider blocks in chunks of that many. Each output is a pure function
+//! of (weight row, activation row), so a row of a `W`-row call is bit for
+//! bit the single-row call on that row.
+//!
+//! ## SIMD data flow (Q4_0, Q4_1, Q8_0)
+//!
+//! A weight block's 32 quants are widened to 16 bits in two halves: elements
+//! 0..16 and 16..32 (for Q4 formats the low and high nibbles of its 16
+//! bytes). `vpmaddwd`/`vpdpwssd` against the matching halves of the
+//! activation block give eight `i32` lanes per block (lane `i` covers
+//! elements `2i, 2i+1, 16+2i, 17+2i`: [`scalar::lane_isums`]). The AVX-512
+//! kernel widens a *pair* of blocks into one 512-bit register per half, the
+//! activation being stored pair-interleaved for exactly that
+//! ([`crate::act::QPair`]), so one `vcvtdq2ps` and one FMA serve two blocks.
+//! Weight scales are fetched sixteen blocks at a time with one gather and
+//! one `vcvtph2ps`.
 
 pub mod scalar;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 
-use crate::act::BlockQ16;
-use crate::dispatch::KernelFamily;
+use crate::act::QRow;
+use crate::dispatch::{self, KernelFamily};
 use crate::quant::{BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8_0, GgmlType, QK};
 
 /// Weight storage of a matrix, row-major: row `r` occupies blocks
@@ -120,12 +138,12 @@ impl<'a> Matrix<'a> {
 }
 
 /// One activation row in both forms: f32 (for f32 weights) and quantized
-/// (for block-quantized weights). `q` may be empty when only f32 matrices
-/// consume the row.
+/// (for block-quantized weights). `q` may be [`QRow::EMPTY`] when only f32
+/// matrices consume the row.
 #[derive(Clone, Copy, Debug)]
 pub struct Input<'a> {
     pub x: &'a [f32],
-    pub q: &'a [BlockQ16],
+    pub q: QRow<'a>,
 }
 
 /// Computes output rows `row0 .. row0 + out.len()` of `m · input` with the
@@ -135,31 +153,62 @@ pub struct Input<'a> {
 /// On shape mismatches (programming errors): `input.x.len() != m.cols`, a
 /// missing quantized input for a quantized matrix, or rows out of range.
 pub fn matvec_rows(family: KernelFamily, m: &Matrix, input: Input, row0: usize, out: &mut [f32]) {
-    assert!(row0 + out.len() <= m.rows, "rows out of range");
-    assert_eq!(input.x.len(), m.cols, "input length");
-    if m.wants_quantized_input() {
-        assert_eq!(input.q.len() * QK, m.cols, "quantized input length");
-    }
-    #[cfg(target_arch = "x86_64")]
-    if family != KernelFamily::Scalar && x86::matvec_rows(family, m, input, row0, out) {
-        return;
-    }
-    let _ = family;
-    scalar::matvec_rows(m, input, row0, out);
+    matmul_rows_with(family, true, m, std::slice::from_ref(&input), row0, out);
 }
 
 /// Multi-row form: for each activation row `i`, computes output rows
 /// `row0 .. row0 + n` of `m · inputs[i]` into `outs[i * n .. (i + 1) * n]`
 /// where `n = outs.len() / inputs.len()`. Each row's result is bit-identical
 /// to [`matvec_rows`] on that row alone.
+///
+/// One pass over the weights serves all rows, unless `DRAFTWISE_MULTIROW=0`
+/// ([`dispatch::multirow_enabled`]) asks for the control: the single-row
+/// kernel once per row.
 pub fn matmul_rows(family: KernelFamily, m: &Matrix, inputs: &[Input], row0: usize, outs: &mut [f32]) {
+    matmul_rows_with(family, dispatch::multirow_enabled(), m, inputs, row0, outs);
+}
+
+/// [`matmul_rows`] with the multi-row choice made by the caller (tests and
+/// benchmarks compare both without touching the environment).
+pub fn matmul_rows_with(
+    family: KernelFamily,
+    multirow: bool,
+    m: &Matrix,
+    inputs: &[Input],
+    row0: usize,
+    outs: &mut [f32],
+) {
     if inputs.is_empty() {
         return;
     }
     assert_eq!(outs.len() % inputs.len(), 0, "outputs per input");
     let n = outs.len() / inputs.len();
+    assert!(row0 + n <= m.rows, "rows out of range");
+    for inp in inputs {
+        assert_eq!(inp.x.len(), m.cols, "input length");
+        if m.wants_quantized_input() {
+            assert_eq!(inp.q.nb * QK, m.cols, "quantized input length");
+        }
+    }
+    if !multirow && inputs.len() > 1 {
+        for (inp, out) in inputs.iter().zip(outs.chunks_exact_mut(n)) {
+            kernel(family, m, std::slice::from_ref(inp), row0, out);
+        }
+        return;
+    }
+    kernel(family, m, inputs, row0, outs);
+}
+
+/// Shapes checked; runs the family's kernel, or the scalar one.
+fn kernel(family: KernelFamily, m: &Matrix, inputs: &[Input], row0: usize, outs: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if family != KernelFamily::Scalar && x86::matmul_rows(family, m, inputs, row0, outs) {
+        return;
+    }
+    let _ = family;
+    let n = outs.len() / inputs.len();
     for (inp, out) in inputs.iter().zip(outs.chunks_exact_mut(n)) {
-        matvec_rows(family, m, *inp, row0, out);
+        scalar::matvec_rows(m, *inp, row0, out);
     }
 }
 

@@ -1,19 +1,50 @@
 //! The scalar mat-vec kernels: the specification every SIMD family matches
 //! bit for bit.
 //!
-//! For each output row, blocks are visited in order and a single f32
-//! accumulator `acc` (starting at +0.0) is updated once per activation
-//! block of 32 elements. Within a block the product of the weight quants and
-//! the 16-bit activation quants is an exact integer (`isum`, an `i32`; its
-//! conversion to f32 is exact below 2^24 and otherwise rounds the same way
-//! everywhere), and the update is, with every multiplication and addition
-//! rounded separately (no fused multiply-add):
+//! # Legacy formats (Q8_0, Q4_0, Q4_1)
 //!
-//! | weights | update per block (dw, mw: weight scale/min; dx, sx: activation scale and `dx * sum(qx)`) |
+//! One output is the dot product of a weight row of `nb` blocks with an
+//! activation row ([`QRow`], 16-bit quants `qx` with per-block scale `dx` and
+//! `sx = dx * Σ qx`). It is computed in exactly this order:
+//!
+//! 1. **Integer lanes.** For block `b`, the exact products `qw[e] · qx[e]`
+//!    are summed into eight `i32` lanes: lane `i` (0..8) takes elements
+//!    `{2i, 2i+1, 16+2i, 17+2i}` ([`lane_isums`]). This is what
+//!    `vpmaddwd`/`vpdpwssd` give when a block's first and second halves sit in
+//!    two registers of sixteen 16-bit values. The weight quant `qw` is the
+//!    signed byte (Q8_0), the nibble (Q4_1) or the nibble − 8 (Q4_0); every
+//!    lane sum fits `i32` (|qw| ≤ 128, |qx| ≤ 32767, four terms per lane... and
+//!    a whole block stays below 2^31).
+//! 2. **Float lanes.** Sixteen `f32` accumulators `acc` start at +0.0. Even
+//!    blocks update lanes 0..8, odd blocks lanes 8..16:
+//!    `acc[8·(b%2) + i] = fma(p_b, f32(isum_b[i]), acc[8·(b%2) + i])` with
+//!    `p_b = f32(dw_b) * dx_b` rounded once, and `fma` a fused multiply-add
+//!    (one rounding). Two interleaved sets of lanes are what a 512-bit
+//!    register holding a block pair computes, and what keeps a 256-bit
+//!    kernel's two accumulators independent.
+//! 3. **Q4_1's min term.** Sixteen more accumulators `mt` start at +0.0;
+//!    block `b` updates `mt[b % 16] = fma(f32(mw_b), sx_b, mt[b % 16])` (the
+//!    kernels convert sixteen blocks' scales with one instruction).
+//! 4. **Reduction.** The output is [`reduce16`]`(acc)`, plus `reduce16(mt)`
+//!    for Q4_1.
+//!
+//! Accumulators never hold −0.0 (they start at +0.0 and round-to-nearest
+//! never sums to −0.0 unless both addends are −0.0), so a SIMD kernel may
+//! apply `fma(0, 0, a)` to a lane it has nothing for (the missing partner of
+//! an odd last block, padding past `nb`): that leaves the lane unchanged.
+//!
+//! The result depends only on the weight row and the activation row: not on
+//! which rows are computed together, the thread count, or the family.
+//!
+//! # K-quants (Q4_K, Q5_K, Q6_K)
+//!
+//! These have only this scalar kernel. A single f32 accumulator `acc`
+//! (starting at +0.0) is updated once per 32-element sub-block (Q6_K: per
+//! pair of 16-element sub-blocks), every multiplication and addition rounded
+//! separately:
+//!
+//! | weights | update per 32 elements (d, dmin: super-block scales; dx, sx: activation block scale and `dx * Σ qx`) |
 //! |---|---|
-//! | Q8_0 | `acc + (dw*dx) * isum` with `isum = Σ qw·qx` |
-//! | Q4_0 | `acc + (dw*dx) * isum` with `isum = Σ qw·qx − 8·Σ qx` |
-//! | Q4_1 | `acc + ((dw*dx) * isum + mw*sx)` |
 //! | Q4_K / Q5_K | sub-block j (scale `sc`, min `m`): `acc + ((d*sc)*dx) * isum − (dmin*m)*sx` |
 //! | Q6_K | `acc + (d*dx) * (sc_a·isum_a + sc_b·isum_b)` over the two 16-element halves, the integer in i64 |
 //!
@@ -21,7 +52,7 @@
 //! fixed tree, then the tail.
 
 use super::{Input, Matrix, Weights};
-use crate::act::BlockQ16;
+use crate::act::QRow;
 use crate::quant::dequant::get_scale_min_k4;
 use crate::quant::{BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8_0, QK, QK_K};
 use half::f16;
@@ -31,87 +62,115 @@ fn h(bits: u16) -> f32 {
     f16::from_bits(bits).to_f32()
 }
 
-/// `Σ w[i]·x[i]` for Q8_0 weights against one activation row.
-pub fn dot_q8_0(w: &[BlockQ8_0], x: &[BlockQ16]) -> f32 {
-    let mut acc = 0.0f32;
-    for (wb, xb) in w.iter().zip(x) {
-        let isum: i32 = wb.qs.iter().zip(&xb.qs).map(|(&a, &b)| a as i32 * b as i32).sum();
-        let p = h(wb.d) * xb.d;
-        acc += p * isum as f32;
-    }
-    acc
+/// Step 1 of the specification: the eight integer lane sums of block `b`,
+/// lane `i` over elements `{2i, 2i+1, 16+2i, 17+2i}`.
+#[inline]
+pub fn lane_isums(qw: &[i32; QK], x: &QRow, b: usize) -> [i32; 8] {
+    let qx = x.block_quants(b);
+    std::array::from_fn(|i| [2 * i, 2 * i + 1, 16 + 2 * i, 17 + 2 * i].iter().map(|&e| qw[e] * qx[e] as i32).sum())
 }
 
-/// Q4_0 weights: quants are 0..16 with an implicit offset of −8.
-pub fn dot_q4_0(w: &[BlockQ4_0], x: &[BlockQ16]) -> f32 {
-    let mut acc = 0.0f32;
-    for (wb, xb) in w.iter().zip(x) {
-        let mut isum = 0i32;
-        for j in 0..QK / 2 {
-            isum += (wb.qs[j] & 0x0F) as i32 * xb.qs[j] as i32;
-            isum += (wb.qs[j] >> 4) as i32 * xb.qs[j + QK / 2] as i32;
-        }
-        isum -= 8 * xb.sum;
-        let p = h(wb.d) * xb.d;
-        acc += p * isum as f32;
+/// Step 2: adds block `b`'s lanes, scaled by `p`, into its half of `acc`.
+#[inline]
+fn add_block(acc: &mut [f32; 16], b: usize, p: f32, isum: [i32; 8]) {
+    let o = 8 * (b % 2);
+    for (i, &v) in isum.iter().enumerate() {
+        acc[o + i] = p.mul_add(v as f32, acc[o + i]);
     }
-    acc
+}
+
+/// The sixteen-lane reduction tree: `reduce8([a[i] + a[i + 8]])`.
+#[inline]
+pub fn reduce16(a: [f32; 16]) -> f32 {
+    reduce8(std::array::from_fn(|i| a[i] + a[i + 8]))
+}
+
+/// The 32 nibbles of a Q4 block in element order: element `j` is the low
+/// nibble of byte `j`, element `j + 16` its high nibble.
+#[inline]
+fn nibbles(qs: &[u8; QK / 2]) -> [i32; QK] {
+    std::array::from_fn(|e| if e < 16 { (qs[e] & 0x0F) as i32 } else { (qs[e - 16] >> 4) as i32 })
+}
+
+/// `Σ w[i]·x[i]` for Q8_0 weights against one activation row.
+pub fn dot_q8_0(w: &[BlockQ8_0], x: QRow) -> f32 {
+    let mut acc = [0.0f32; 16];
+    for (b, wb) in w.iter().enumerate() {
+        let qw: [i32; QK] = std::array::from_fn(|e| wb.qs[e] as i32);
+        add_block(&mut acc, b, h(wb.d) * x.d[b], lane_isums(&qw, &x, b));
+    }
+    reduce16(acc)
+}
+
+/// Q4_0 weights: `w = d·(q − 8)`.
+pub fn dot_q4_0(w: &[BlockQ4_0], x: QRow) -> f32 {
+    let mut acc = [0.0f32; 16];
+    for (b, wb) in w.iter().enumerate() {
+        let qw = nibbles(&wb.qs).map(|q| q - 8);
+        add_block(&mut acc, b, h(wb.d) * x.d[b], lane_isums(&qw, &x, b));
+    }
+    reduce16(acc)
 }
 
 /// Q4_1 weights: `w = d·q + m`.
-pub fn dot_q4_1(w: &[BlockQ4_1], x: &[BlockQ16]) -> f32 {
-    let mut acc = 0.0f32;
-    for (wb, xb) in w.iter().zip(x) {
-        let mut isum = 0i32;
-        for j in 0..QK / 2 {
-            isum += (wb.qs[j] & 0x0F) as i32 * xb.qs[j] as i32;
-            isum += (wb.qs[j] >> 4) as i32 * xb.qs[j + QK / 2] as i32;
-        }
-        let p = h(wb.d) * xb.d;
-        let t = p * isum as f32;
-        let t2 = h(wb.m) * xb.s;
-        acc += t + t2;
+pub fn dot_q4_1(w: &[BlockQ4_1], x: QRow) -> f32 {
+    let mut acc = [0.0f32; 16];
+    let mut mt = [0.0f32; 16];
+    for (b, wb) in w.iter().enumerate() {
+        add_block(&mut acc, b, h(wb.d) * x.d[b], lane_isums(&nibbles(&wb.qs), &x, b));
+        mt[b % 16] = h(wb.m).mul_add(x.s[b], mt[b % 16]);
     }
-    acc
+    reduce16(acc) + reduce16(mt)
 }
 
 /// Shared by Q4_K and Q5_K: `quant(sub, l)` gives the unsigned quant of
-/// element `l` of sub-block `sub` of one super-block.
+/// element `l` of sub-block `sub` of super-block `sb`, whose activation
+/// blocks are `8 sb .. 8 sb + 8`.
 #[inline]
-fn dot_k_sub(d: f32, dmin: f32, scales: &[u8; 12], x: &[BlockQ16], quant: impl Fn(usize, usize) -> i32, acc: &mut f32) {
-    for (sub, xb) in x.iter().enumerate().take(QK_K / QK) {
+fn dot_k_sub(
+    d: f32,
+    dmin: f32,
+    scales: &[u8; 12],
+    x: &QRow,
+    sb: usize,
+    quant: impl Fn(usize, usize) -> i32,
+    acc: &mut f32,
+) {
+    for sub in 0..QK_K / QK {
+        let b = sb * (QK_K / QK) + sub;
         let (sc, m) = get_scale_min_k4(sub, scales);
-        let isum: i32 = (0..QK).map(|l| quant(sub, l) * xb.qs[l] as i32).sum();
+        let qx = x.block_quants(b);
+        let isum: i32 = (0..QK).map(|l| quant(sub, l) * qx[l] as i32).sum();
         let dsc = d * sc as f32;
         let dm = dmin * m as f32;
-        *acc = *acc + (dsc * xb.d) * isum as f32 - dm * xb.s;
+        *acc = *acc + (dsc * x.d[b]) * isum as f32 - dm * x.s[b];
     }
 }
 
 /// Q4_K weights (256-element super-blocks, eight 32-element sub-blocks).
-pub fn dot_q4k(w: &[BlockQ4K], x: &[BlockQ16]) -> f32 {
+pub fn dot_q4k(w: &[BlockQ4K], x: QRow) -> f32 {
     let mut acc = 0.0f32;
-    for (wb, xs) in w.iter().zip(x.chunks_exact(QK_K / QK)) {
+    for (sb, wb) in w.iter().enumerate() {
         let quant = |sub: usize, l: usize| {
             let byte = wb.qs[(sub / 2) * QK + l];
             (if sub.is_multiple_of(2) { byte & 0x0F } else { byte >> 4 }) as i32
         };
-        dot_k_sub(h(wb.d), h(wb.dmin), &wb.scales, xs, quant, &mut acc);
+        dot_k_sub(h(wb.d), h(wb.dmin), &wb.scales, &x, sb, quant, &mut acc);
     }
     acc
 }
 
 /// Q5_K weights: Q4_K's nibbles plus a fifth bit from `qh`.
-pub fn dot_q5k(w: &[BlockQ5K], x: &[BlockQ16]) -> f32 {
+pub fn dot_q5k(w: &[BlockQ5K], x: QRow) -> f32 {
     let mut acc = 0.0f32;
-    for (wb, xs) in w.iter().zip(x.chunks_exact(QK_K / QK)) {
+    for (sb, wb) in w.iter().enumerate() {
         let quant = |sub: usize, l: usize| {
             let byte = wb.qs[(sub / 2) * QK + l];
             let lo = if sub.is_multiple_of(2) { byte & 0x0F } else { byte >> 4 };
             let hi = (wb.qh[l] >> sub) & 1;
             (lo | (hi << 4)) as i32
         };
-        dot_k_sub(h(wb.d), h(wb.dmin), &wb.scales, xs, quant, &mut acc);
+        dot_k_sub(h(wb.d), h(wb.dmin), &wb.scales, &x, sb, quant, &mut acc);
     }
     acc
 }
@@ -134,17 +193,19 @@ pub fn unpack_q6k(wb: &BlockQ6K) -> [i8; QK_K] {
 }
 
 /// Q6_K weights: sixteen 16-element sub-blocks with signed 8-bit scales.
-pub fn dot_q6k(w: &[BlockQ6K], x: &[BlockQ16]) -> f32 {
+pub fn dot_q6k(w: &[BlockQ6K], x: QRow) -> f32 {
     let mut acc = 0.0f32;
-    for (wb, xs) in w.iter().zip(x.chunks_exact(QK_K / QK)) {
+    for (sb, wb) in w.iter().enumerate() {
         let q = unpack_q6k(wb);
         let d = h(wb.d);
-        for (b, xb) in xs.iter().enumerate() {
-            let base = b * QK;
-            let half = |o: usize| -> i64 { (0..16).map(|l| q[base + o + l] as i64 * xb.qs[o + l] as i64).sum() };
+        for j in 0..QK_K / QK {
+            let b = sb * (QK_K / QK) + j;
+            let qx = x.block_quants(b);
+            let base = j * QK;
+            let half = |o: usize| -> i64 { (0..16).map(|l| q[base + o + l] as i64 * qx[o + l] as i64).sum() };
             // |sc·half| reaches 128·32·32767·16 ≈ 2^31: the sum needs i64.
-            let itot = wb.scales[2 * b] as i64 * half(0) + wb.scales[2 * b + 1] as i64 * half(16);
-            acc += (d * xb.d) * itot as f32;
+            let itot = wb.scales[2 * j] as i64 * half(0) + wb.scales[2 * j + 1] as i64 * half(16);
+            acc += (d * x.d[b]) * itot as f32;
         }
     }
     acc
@@ -180,7 +241,7 @@ pub fn reduce8(l: [f32; 8]) -> f32 {
 
 /// Output rows `row0..row0+out.len()` of `m · input`, scalar.
 pub fn matvec_rows(m: &Matrix, input: Input, row0: usize, out: &mut [f32]) {
-    fn rows<B>(w: &[B], bpr: usize, row0: usize, out: &mut [f32], x: &[BlockQ16], f: fn(&[B], &[BlockQ16]) -> f32) {
+    fn rows<B>(w: &[B], bpr: usize, row0: usize, out: &mut [f32], x: QRow, f: fn(&[B], QRow) -> f32) {
         for (i, o) in out.iter_mut().enumerate() {
             let r = row0 + i;
             *o = f(&w[r * bpr..(r + 1) * bpr], x);

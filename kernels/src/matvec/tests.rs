@@ -1,14 +1,18 @@
 //! The shared kernel test runner: every family this CPU has against the
-//! scalar specification (bit for bit), and the scalar kernels against f64
-//! dot products of the dequantized weights (within the quantization error).
+//! scalar specification (bit for bit), the scalar kernels against f64 dot
+//! products of the dequantized weights (within the quantization error), and
+//! every multi-row pass against single-row calls (bit for bit).
 
 use super::*;
-use crate::act::ActRow;
+use crate::act::{ActRow, QRow};
 use crate::quant::{QK_K, dequantize_row};
 use half::f16;
 
-/// Awkward row counts: around the 8-row SIMD group and its multiples.
-const ROWS: &[usize] = &[1, 2, 3, 5, 7, 8, 9, 15, 16, 17, 31, 33];
+/// Awkward counts, used for rows (around the 16-row tile) and for blocks
+/// per row (odd counts leave a block without its pair; 16 is one group of
+/// scales, 17 and 33 start a partial group).
+const AWKWARD: &[usize] = &[1, 2, 3, 5, 7, 8, 9, 15, 16, 17, 31, 33];
+const ROWS: &[usize] = AWKWARD;
 
 struct Rng(u64);
 impl Rng {
@@ -27,6 +31,9 @@ impl Rng {
 /// field overwritten by a sane value (random bits would be NaN/inf).
 fn random_weights(ty: GgmlType, rows: usize, cols: usize, rng: &mut Rng) -> Vec<u8> {
     let nbytes = ty.row_bytes(cols).unwrap() * rows;
+    if ty == GgmlType::F32 {
+        return (0..rows * cols).flat_map(|_| rng.f32().to_le_bytes()).collect();
+    }
     let mut bytes: Vec<u8> = (0..nbytes).map(|_| rng.next() as u8).collect();
     let bb = ty.block_bytes();
     let scale_offsets: &[usize] = match ty {
@@ -70,14 +77,16 @@ fn check_type(ty: GgmlType, cols_list: &[usize]) {
             let x: Vec<f32> = (0..cols).map(|_| rng.f32() * 2.0).collect();
             let mut q = ActRow::default();
             q.quantize(&x);
-            let input = Input { x: &x, q: &q.blocks };
+            let input = Input { x: &x, q: q.view() };
             let mut want = vec![0.0f32; rows];
             scalar::matvec_rows(&m, input, 0, &mut want);
 
             // Scalar against f64 over the dequantized weights and the
             // dequantized activation: the integer path must be exact up to
             // f32 rounding of the block combination.
-            let xq: Vec<f64> = q.blocks.iter().flat_map(|b| b.qs.iter().map(move |&v| b.d as f64 * v as f64)).collect();
+            let qv = q.view();
+            let xq: Vec<f64> =
+                (0..qv.nb).flat_map(|b| qv.block_quants(b).map(move |v| qv.d[b] as f64 * v as f64)).collect();
             let row_bytes = ty.row_bytes(cols).unwrap();
             for r in 0..rows {
                 let mut wr = vec![0.0f32; cols];
@@ -110,19 +119,24 @@ fn bits(v: &[f32]) -> Vec<u32> {
     v.iter().map(|f| f.to_bits()).collect()
 }
 
+/// Column counts: every awkward number of 32-element blocks.
+fn legacy_cols() -> Vec<usize> {
+    AWKWARD.iter().map(|nb| nb * QK).chain([576, 1536]).collect()
+}
+
 #[test]
 fn every_family_equals_scalar_on_q4_0() {
-    check_type(GgmlType::Q4_0, &[32, 64, 96, 576]);
+    check_type(GgmlType::Q4_0, &legacy_cols());
 }
 
 #[test]
 fn every_family_equals_scalar_on_q4_1() {
-    check_type(GgmlType::Q4_1, &[32, 64, 96, 576]);
+    check_type(GgmlType::Q4_1, &legacy_cols());
 }
 
 #[test]
 fn every_family_equals_scalar_on_q8_0() {
-    check_type(GgmlType::Q8_0, &[32, 64, 96, 576]);
+    check_type(GgmlType::Q8_0, &legacy_cols());
 }
 
 #[test]
@@ -146,22 +160,23 @@ fn every_family_equals_scalar_on_f32_at_awkward_lengths_and_alignments() {
             for fam in KernelFamily::all_supported() {
                 let m = Matrix::from_f32(a, 1, len);
                 let mut got = [0.0f32];
-                matvec_rows(fam, &m, Input { x: b, q: &[] }, 0, &mut got);
+                matvec_rows(fam, &m, Input { x: b, q: QRow::EMPTY }, 0, &mut got);
                 assert_eq!(got[0].to_bits(), want.to_bits(), "{fam:?} len {len} skew {skew}");
             }
         }
     }
 }
 
-#[test]
-fn multi_row_matmul_equals_single_row_calls_bit_for_bit() {
-    let mut rng = Rng(7);
-    let (rows, cols) = (17, 96);
-    let raw = random_weights(GgmlType::Q4_1, rows, cols, &mut rng);
-    let store = aligned(&raw);
-    let m = Matrix::from_bytes(GgmlType::Q4_1, as_bytes(&store, raw.len()), rows, cols).unwrap();
-    for w in 1..=9 {
-        let xs: Vec<Vec<f32>> = (0..w).map(|_| (0..cols).map(|_| rng.f32()).collect()).collect();
+/// Every multi-row pass of every family equals `W` single-row calls bit for
+/// bit, for `W` = 1..=16 (chunks of a family's widest pass included), on
+/// every format, over awkward row and block counts and a sub-range of rows.
+fn check_multirow(ty: GgmlType, shapes: &[(usize, usize)]) {
+    let mut rng = Rng(0x5EED ^ ty.id() as u64);
+    for &(rows, cols) in shapes {
+        let raw = random_weights(ty, rows, cols, &mut rng);
+        let store = aligned(&raw);
+        let m = Matrix::from_bytes(ty, as_bytes(&store, raw.len()), rows, cols).unwrap();
+        let xs: Vec<Vec<f32>> = (0..16).map(|_| (0..cols).map(|_| rng.f32()).collect()).collect();
         let qs: Vec<ActRow> = xs
             .iter()
             .map(|x| {
@@ -170,17 +185,42 @@ fn multi_row_matmul_equals_single_row_calls_bit_for_bit() {
                 q
             })
             .collect();
-        let inputs: Vec<Input> = xs.iter().zip(&qs).map(|(x, q)| Input { x, q: &q.blocks }).collect();
+        let all: Vec<Input> = xs.iter().zip(&qs).map(|(x, q)| Input { x, q: q.view() }).collect();
+        let row0 = rows / 3;
+        let n = rows - row0;
         for fam in KernelFamily::all_supported() {
-            let mut outs = vec![0.0f32; w * rows];
-            matmul_rows(fam, &m, &inputs, 0, &mut outs);
-            for (i, inp) in inputs.iter().enumerate() {
-                let mut one = vec![0.0f32; rows];
-                matvec_rows(fam, &m, *inp, 0, &mut one);
-                assert_eq!(bits(&outs[i * rows..(i + 1) * rows]), bits(&one), "W={w} row {i} {fam:?}");
+            let singles: Vec<Vec<f32>> = all
+                .iter()
+                .map(|inp| {
+                    let mut one = vec![0.0f32; n];
+                    matvec_rows(fam, &m, *inp, row0, &mut one);
+                    one
+                })
+                .collect();
+            for w in 1..=16 {
+                for multirow in [true, false] {
+                    let mut outs = vec![f32::NAN; w * n];
+                    matmul_rows_with(fam, multirow, &m, &all[..w], row0, &mut outs);
+                    for (i, one) in singles.iter().take(w).enumerate() {
+                        assert_eq!(
+                            bits(&outs[i * n..(i + 1) * n]),
+                            bits(one),
+                            "{ty:?} {fam:?} {rows}x{cols} W={w} row {i} multirow={multirow}"
+                        );
+                    }
+                }
             }
         }
     }
+}
+
+#[test]
+fn multi_row_passes_equal_single_row_calls_bit_for_bit_for_w_1_to_16() {
+    let shapes = [(1, 32), (17, 96), (33, 544), (5, 576)];
+    for ty in [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::F32] {
+        check_multirow(ty, &shapes);
+    }
+    check_multirow(GgmlType::Q4K, &[(3, QK_K), (9, 2 * QK_K)]);
 }
 
 #[test]

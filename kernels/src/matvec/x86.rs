@@ -1,54 +1,173 @@
-//! x86_64 SIMD mat-vec kernels (AVX2; AVX-512 VNNI).
+//! x86_64 SIMD mat-vec kernels: AVX2 (256-bit, `vpmaddwd`) and AVX-512 VNNI
+//! (512-bit, `vpdpwssd`), each register-blocked over `W` activation rows.
 //!
-//! Eight output rows are computed at once, one per f32 lane. For each
-//! activation block the eight weight blocks' quants are widened to i16 and
-//! their integer dots with the 16-bit activation formed with `vpmaddwd`
-//! (AVX2) or `vpdpwssd` (AVX-512 VNNI), reduced to one i32 per row,
-//! and combined into the lane's accumulator with exactly the operations, in
-//! exactly the order, of [`super::scalar`]: that is what makes every family
-//! bit-identical to the scalar specification. Rows that do not fill a group
-//! of eight run through the scalar kernel, which computes the same numbers.
+//! Both follow [`super::scalar`]'s specification lane for lane:
+//!
+//! - the eight integer lanes of a block are what `vpmaddwd`/`vpdpwssd` give
+//!   on the block's two halves of sixteen 16-bit values;
+//! - the AVX2 kernel keeps the even-block lanes and the odd-block lanes in
+//!   two `ymm` accumulators per row; the AVX-512 kernel widens a block *pair*
+//!   into 512-bit registers (even block in lanes 0..8, odd in 8..16), so its
+//!   one `zmm` accumulator per row is the specification's sixteen lanes;
+//! - scales `f32(dw) * dx` are formed per block exactly as the scalar code
+//!   does (one rounding), fused into the accumulator with one FMA;
+//! - Q4_1's min term is sixteen lanes indexed by `block % 16`: one gather of
+//!   sixteen block headers gives sixteen `mw`, multiplied-and-added against
+//!   sixteen consecutive `sx` of the activation;
+//! - the final reduction is the scalar tree.
+//!
+//! Lanes a kernel has nothing for (the absent partner of an odd last block,
+//! scale padding past the row's end) receive `fma(0, 0, acc)`, which the
+//! specification shows leaves them unchanged.
 
-use super::{Input, Matrix, Weights, scalar};
-use crate::act::BlockQ16;
-use crate::dispatch::KernelFamily;
-use crate::quant::{BlockQ4_0, BlockQ4_1, BlockQ8_0, QK};
+use super::{Input, Matrix, Weights};
+use crate::act::QRow;
+use crate::dispatch::{AVX2_MAX_ROWS, AVX512_MAX_ROWS, KernelFamily, ROW_TILE, interleaved_rows, max_rows_per_pass};
+use crate::quant::QK;
 use std::arch::x86_64::*;
+
+/// Format tags of the const-generic kernels.
+const Q4_0: u8 = 0;
+const Q4_1: u8 = 1;
+const Q8_0: u8 = 2;
+
+/// Bytes per block of format `f` (ggml's `block_q4_0`, `block_q4_1`, `block_q8_0`).
+const fn block_bytes(f: u8) -> usize {
+    match f {
+        Q4_0 => 18,
+        Q4_1 => 20,
+        _ => 34,
+    }
+}
+
+/// Byte offset of a block's quants (after the f16 scale, and Q4_1's min).
+const fn qs_offset(f: u8) -> usize {
+    match f {
+        Q4_1 => 4,
+        _ => 2,
+    }
+}
 
 /// Runs the family's kernel for `m` if it has one; `false` means the caller
 /// should use the scalar kernel (K-quant formats have only the scalar one).
-pub(super) fn matvec_rows(family: KernelFamily, m: &Matrix, input: Input, row0: usize, out: &mut [f32]) -> bool {
+/// `outs` is (inputs.len(), n) with `n = outs.len() / inputs.len()`; shapes
+/// were checked by the caller.
+pub(super) fn matmul_rows(family: KernelFamily, m: &Matrix, inputs: &[Input], row0: usize, outs: &mut [f32]) -> bool {
     // A family value can be built by anyone; running its instructions on a
     // CPU without them would be undefined behaviour, so check (cached).
     if !family.is_supported() {
         return false;
     }
+    let n = outs.len() / inputs.len();
     let nb = m.cols / QK;
-    let x = input.q;
-    // SAFETY (all arms): the CPU supports the family's target features
-    // (checked above); shapes were checked by the caller (`row0 + out.len()
-    // <= m.rows`, `x.len() == nb`, weights hold `rows * nb` blocks).
-    unsafe {
-        match (family, m.w) {
-            (KernelFamily::Avx2, Weights::Q4_1(w)) => avx2::q4_1(w, nb, x, row0, out),
-            (KernelFamily::Avx2, Weights::Q4_0(w)) => avx2::q4_0(w, nb, x, row0, out),
-            (KernelFamily::Avx2, Weights::Q8_0(w)) => avx2::q8_0(w, nb, x, row0, out),
-            (KernelFamily::Avx512Vnni, Weights::Q4_1(w)) => vnni::q4_1(w, nb, x, row0, out),
-            (KernelFamily::Avx512Vnni, Weights::Q4_0(w)) => vnni::q4_0(w, nb, x, row0, out),
-            (KernelFamily::Avx512Vnni, Weights::Q8_0(w)) => vnni::q8_0(w, nb, x, row0, out),
-            (KernelFamily::Avx2 | KernelFamily::Avx512Vnni, Weights::F32(w)) => {
+    let (f, base) = match m.w {
+        Weights::Q4_0(w) => (Q4_0, w.as_ptr().cast::<u8>()),
+        Weights::Q4_1(w) => (Q4_1, w.as_ptr().cast::<u8>()),
+        Weights::Q8_0(w) => (Q8_0, w.as_ptr().cast::<u8>()),
+        Weights::F32(w) => {
+            for (inp, out) in inputs.iter().zip(outs.chunks_exact_mut(n)) {
                 for (i, o) in out.iter_mut().enumerate() {
                     let r = row0 + i;
-                    *o = dot_f32_avx2(&w[r * m.cols..(r + 1) * m.cols], input.x);
+                    // SAFETY: every x86 family includes AVX2 (checked above).
+                    *o = unsafe { dot_f32_avx2(&w[r * m.cols..(r + 1) * m.cols], inp.x) };
                 }
             }
-            _ => return false,
+            return true;
         }
+        _ => return false,
+    };
+    let max_w = max_rows_per_pass(family);
+    let mut t0 = 0;
+    while t0 < n {
+        let t1 = (t0 + ROW_TILE).min(n);
+        let mut i0 = 0;
+        while i0 < inputs.len() {
+            let w = (inputs.len() - i0).min(max_w);
+            let tile = Tile {
+                base,
+                nb,
+                block_bytes: block_bytes(f),
+                rows: row0 + t0..row0 + t1,
+                call_end: row0 + n,
+                out_col: t0,
+                n,
+            };
+            let xs = &inputs[i0..i0 + w];
+            let o = &mut outs[i0 * n..(i0 + w) * n];
+            // SAFETY: the CPU supports the family (checked above); the
+            // caller checked `row0 + n <= m.rows`, so the tile's rows lie in
+            // the weights (`rows * nb` blocks of format `f`), and every
+            // input's quantized row has `nb` blocks.
+            unsafe { run_pass(family, f, w, &tile, xs, o) };
+            i0 += w;
+        }
+        t0 = t1;
     }
     true
 }
 
-/// [`scalar::dot_f32`] with one 256-bit register holding its eight lanes.
+/// A tile of weight rows and where its outputs go.
+struct Tile {
+    /// Start of the matrix's blocks.
+    base: *const u8,
+    /// Blocks per row.
+    nb: usize,
+    /// Bytes per block.
+    block_bytes: usize,
+    /// Weight rows of this tile.
+    rows: std::ops::Range<usize>,
+    /// End of the call's rows (prefetching may run into the next tile).
+    call_end: usize,
+    /// Output column of `rows.start`.
+    out_col: usize,
+    /// Output row length: input `i`, weight row `r` goes to
+    /// `outs[i * n + out_col + (r - rows.start)]`.
+    n: usize,
+}
+
+/// Picks the const-generic instance for (family, format, width).
+///
+/// # Safety
+/// As [`rows_avx2`] / [`rows_avx512`].
+unsafe fn run_pass(family: KernelFamily, f: u8, w: usize, t: &Tile, xs: &[Input], o: &mut [f32]) {
+    macro_rules! widths {
+        ($kern:ident, $fam:expr, $f:expr, [$($w:literal),*]) => {
+            match w {
+                // SAFETY: forwarded from the caller; `xs.len() == w`.
+                $($w => unsafe { $kern::<$f, $w, { interleaved_rows($fam, $w) }>(t, xs, o) },)*
+                _ => unreachable!("width {w} above the family's maximum"),
+            }
+        };
+    }
+    macro_rules! formats {
+        ($kern:ident, $fam:expr, $ws:tt) => {
+            match f {
+                Q4_0 => widths!($kern, $fam, Q4_0, $ws),
+                Q4_1 => widths!($kern, $fam, Q4_1, $ws),
+                _ => widths!($kern, $fam, Q8_0, $ws),
+            }
+        };
+    }
+    const _: () = assert!(AVX2_MAX_ROWS == 4 && AVX512_MAX_ROWS == 8, "update the width lists below");
+    match family {
+        KernelFamily::Avx2 => formats!(rows_avx2, KernelFamily::Avx2, [1, 2, 3, 4]),
+        KernelFamily::Avx512Vnni => formats!(rows_avx512, KernelFamily::Avx512Vnni, [1, 2, 3, 4, 5, 6, 7, 8]),
+        KernelFamily::Scalar => unreachable!("scalar has no SIMD pass"),
+    }
+}
+
+/// The scalar [`super::scalar::reduce8`] tree on one `ymm`.
+#[target_feature(enable = "avx2")]
+#[inline]
+fn reduce8_ymm(acc: __m256) -> f32 {
+    // ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7)).
+    let h4 = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+    let h2 = _mm_add_ps(h4, _mm_movehl_ps(h4, h4));
+    let h1 = _mm_add_ss(h2, _mm_shuffle_ps(h2, h2, 1));
+    _mm_cvtss_f32(h1)
+}
+
+/// [`super::scalar::dot_f32`] with one 256-bit register holding its eight lanes.
 ///
 /// # Safety
 /// The CPU must support AVX2.
@@ -63,213 +182,416 @@ pub unsafe fn dot_f32_avx2(a: &[f32], b: &[f32]) -> f32 {
         acc = _mm256_add_ps(acc, _mm256_mul_ps(va, vb));
         i += 8;
     }
-    // ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7)), as scalar::reduce8.
-    let h4 = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
-    let h2 = _mm_add_ps(h4, _mm_movehl_ps(h4, h4));
-    let h1 = _mm_add_ss(h2, _mm_shuffle_ps(h2, h2, 1));
-    let mut s = _mm_cvtss_f32(h1);
+    let mut s = reduce8_ymm(acc);
     for j in n8..a.len() {
         s += a[j] * b[j];
     }
     s
 }
 
-/// The 32 quants of a Q4 block as i16: elements 0..16 (low nibbles) and
-/// 16..32 (high nibbles).
-///
-/// # Safety
-/// AVX2; `qs` points at 16 readable bytes.
-#[target_feature(enable = "avx2")]
-#[inline]
-unsafe fn unpack_nibbles(qs: *const u8) -> (__m256i, __m256i) {
-    // SAFETY: the caller guarantees 16 readable bytes.
-    let v = unsafe { _mm_loadu_si128(qs.cast()) };
-    let m = _mm_set1_epi8(0x0F);
-    let lo = _mm_and_si128(v, m);
-    let hi = _mm_and_si128(_mm_srli_epi16(v, 4), m);
-    (_mm256_cvtepu8_epi16(lo), _mm256_cvtepu8_epi16(hi))
+/// Raw pointers into `W` quantized activation rows.
+struct Acts<const W: usize> {
+    /// Pair-interleaved quants ([`crate::act::QPair`]), 64-byte aligned.
+    qs: [*const i16; W],
+    /// Block scales, padded with zeros to a multiple of sixteen blocks.
+    d: [*const f32; W],
+    /// Block `d * sum`, padded likewise.
+    s: [*const f32; W],
 }
 
-/// The 32 signed quants of a Q8_0 block as i16, in two halves.
-///
-/// # Safety
-/// AVX2; `qs` points at 32 readable bytes.
-#[target_feature(enable = "avx2")]
-#[inline]
-unsafe fn widen_i8(qs: *const i8) -> (__m256i, __m256i) {
-    // SAFETY: the caller guarantees 32 readable bytes.
-    let (a, b) = unsafe { (_mm_loadu_si128(qs.cast()), _mm_loadu_si128(qs.add(16).cast())) };
-    (_mm256_cvtepi8_epi16(a), _mm256_cvtepi8_epi16(b))
+impl<const W: usize> Acts<W> {
+    fn new(xs: &[Input]) -> Self {
+        let q = |i: usize| -> QRow { xs[i].q };
+        Acts {
+            qs: std::array::from_fn(|i| q(i).pairs.as_ptr().cast::<i16>()),
+            d: std::array::from_fn(|i| q(i).d.as_ptr()),
+            s: std::array::from_fn(|i| q(i).s.as_ptr()),
+        }
+    }
 }
 
-/// The activation block's 32 i16 quants in two halves.
-///
-/// # Safety
-/// AVX2.
-#[target_feature(enable = "avx2")]
-#[inline]
-fn load_act(xb: &BlockQ16) -> (__m256i, __m256i) {
-    // SAFETY: qs is 32 i16 = 64 readable bytes.
-    unsafe { (_mm256_loadu_si256(xb.qs.as_ptr().cast()), _mm256_loadu_si256(xb.qs.as_ptr().add(16).cast())) }
-}
-
-/// Reduces eight vectors of eight i32 partial sums to one vector whose lane
-/// `i` is the total of `v[i]` (integer addition: order does not matter).
-#[target_feature(enable = "avx2")]
-#[inline]
-fn reduce_8x8(v: &[__m256i; 8]) -> __m256i {
-    let s01 = _mm256_hadd_epi32(v[0], v[1]);
-    let s23 = _mm256_hadd_epi32(v[2], v[3]);
-    let s45 = _mm256_hadd_epi32(v[4], v[5]);
-    let s67 = _mm256_hadd_epi32(v[6], v[7]);
-    let s0123 = _mm256_hadd_epi32(s01, s23);
-    let s4567 = _mm256_hadd_epi32(s45, s67);
-    let lo = _mm256_permute2x128_si256(s0123, s4567, 0x20);
-    let hi = _mm256_permute2x128_si256(s0123, s4567, 0x31);
-    _mm256_add_epi32(lo, hi)
-}
-
-/// Eight f16 values gathered into f32 lanes.
+/// The f16 values in the low (`HIGH = false`) or high halves of eight
+/// 32-bit lanes, converted to f32.
 #[target_feature(enable = "avx2,f16c")]
 #[inline]
-fn halves(bits: &[u16; 8]) -> __m256 {
-    // SAFETY: `bits` is 16 readable bytes.
-    _mm256_cvtph_ps(unsafe { _mm_loadu_si128(bits.as_ptr().cast()) })
-}
-
-/// Generates the Q4_0 / Q4_1 / Q8_0 kernels for one family: `$dot(w, x)`
-/// returns eight i32 lanes whose total is `Σ w[k]·x[k]` over the two i16
-/// halves of a weight block and an activation block.
-macro_rules! q_kernels {
-    ($feat:literal, $dot:ident) => {
-        use super::*;
-
-        /// Rows `row0..row0+out.len()`, Q4_1 weights.
-        ///
-        /// # Safety
-        /// CPU features of the family; shapes as checked by `matvec_rows`.
-        #[target_feature(enable = $feat)]
-        pub unsafe fn q4_1(w: &[BlockQ4_1], nb: usize, x: &[BlockQ16], row0: usize, out: &mut [f32]) {
-            let groups = out.len() / 8;
-            for g in 0..groups {
-                let r = row0 + g * 8;
-                let mut acc = _mm256_setzero_ps();
-                for (b, xb) in x.iter().enumerate().take(nb) {
-                    let xv = load_act(xb);
-                    let mut sums = [_mm256_setzero_si256(); 8];
-                    let (mut ds, mut ms) = ([0u16; 8], [0u16; 8]);
-                    for i in 0..8 {
-                        let wb = &w[(r + i) * nb + b];
-                        ds[i] = wb.d;
-                        ms[i] = wb.m;
-                        // SAFETY: qs is 16 bytes.
-                        sums[i] = $dot(unsafe { unpack_nibbles(wb.qs.as_ptr()) }, xv);
-                    }
-                    let isum = _mm256_cvtepi32_ps(reduce_8x8(&sums));
-                    let p = _mm256_mul_ps(halves(&ds), _mm256_set1_ps(xb.d));
-                    let t = _mm256_mul_ps(p, isum);
-                    let t2 = _mm256_mul_ps(halves(&ms), _mm256_set1_ps(xb.s));
-                    acc = _mm256_add_ps(acc, _mm256_add_ps(t, t2));
-                }
-                // SAFETY: g * 8 + 8 <= out.len().
-                unsafe { _mm256_storeu_ps(out.as_mut_ptr().add(g * 8), acc) };
-            }
-            let done = groups * 8;
-            for (i, o) in out[done..].iter_mut().enumerate() {
-                let r = row0 + done + i;
-                *o = scalar::dot_q4_1(&w[r * nb..(r + 1) * nb], x);
-            }
-        }
-
-        /// Rows `row0..row0+out.len()`, Q4_0 weights.
-        ///
-        /// # Safety
-        /// CPU features of the family; shapes as checked by `matvec_rows`.
-        #[target_feature(enable = $feat)]
-        pub unsafe fn q4_0(w: &[BlockQ4_0], nb: usize, x: &[BlockQ16], row0: usize, out: &mut [f32]) {
-            let groups = out.len() / 8;
-            for g in 0..groups {
-                let r = row0 + g * 8;
-                let mut acc = _mm256_setzero_ps();
-                for (b, xb) in x.iter().enumerate().take(nb) {
-                    let xv = load_act(xb);
-                    let mut sums = [_mm256_setzero_si256(); 8];
-                    let mut ds = [0u16; 8];
-                    for i in 0..8 {
-                        let wb = &w[(r + i) * nb + b];
-                        ds[i] = wb.d;
-                        // SAFETY: qs is 16 bytes.
-                        sums[i] = $dot(unsafe { unpack_nibbles(wb.qs.as_ptr()) }, xv);
-                    }
-                    let isum = _mm256_sub_epi32(reduce_8x8(&sums), _mm256_set1_epi32(8 * xb.sum));
-                    let p = _mm256_mul_ps(halves(&ds), _mm256_set1_ps(xb.d));
-                    acc = _mm256_add_ps(acc, _mm256_mul_ps(p, _mm256_cvtepi32_ps(isum)));
-                }
-                // SAFETY: g * 8 + 8 <= out.len().
-                unsafe { _mm256_storeu_ps(out.as_mut_ptr().add(g * 8), acc) };
-            }
-            let done = groups * 8;
-            for (i, o) in out[done..].iter_mut().enumerate() {
-                let r = row0 + done + i;
-                *o = scalar::dot_q4_0(&w[r * nb..(r + 1) * nb], x);
-            }
-        }
-
-        /// Rows `row0..row0+out.len()`, Q8_0 weights.
-        ///
-        /// # Safety
-        /// CPU features of the family; shapes as checked by `matvec_rows`.
-        #[target_feature(enable = $feat)]
-        pub unsafe fn q8_0(w: &[BlockQ8_0], nb: usize, x: &[BlockQ16], row0: usize, out: &mut [f32]) {
-            let groups = out.len() / 8;
-            for g in 0..groups {
-                let r = row0 + g * 8;
-                let mut acc = _mm256_setzero_ps();
-                for (b, xb) in x.iter().enumerate().take(nb) {
-                    let xv = load_act(xb);
-                    let mut sums = [_mm256_setzero_si256(); 8];
-                    let mut ds = [0u16; 8];
-                    for i in 0..8 {
-                        let wb = &w[(r + i) * nb + b];
-                        ds[i] = wb.d;
-                        // SAFETY: qs is 32 bytes.
-                        sums[i] = $dot(unsafe { widen_i8(wb.qs.as_ptr()) }, xv);
-                    }
-                    let isum = reduce_8x8(&sums);
-                    let p = _mm256_mul_ps(halves(&ds), _mm256_set1_ps(xb.d));
-                    acc = _mm256_add_ps(acc, _mm256_mul_ps(p, _mm256_cvtepi32_ps(isum)));
-                }
-                // SAFETY: g * 8 + 8 <= out.len().
-                unsafe { _mm256_storeu_ps(out.as_mut_ptr().add(g * 8), acc) };
-            }
-            let done = groups * 8;
-            for (i, o) in out[done..].iter_mut().enumerate() {
-                let r = row0 + done + i;
-                *o = scalar::dot_q8_0(&w[r * nb..(r + 1) * nb], x);
-            }
-        }
+fn halves_to_f32<const HIGH: bool>(v: __m256i) -> __m256 {
+    let pick = if HIGH {
+        _mm256_setr_epi8(
+            2, 3, 6, 7, 10, 11, 14, 15, -1, -1, -1, -1, -1, -1, -1, -1, 2, 3, 6, 7, 10, 11, 14, 15, -1, -1, -1, -1, -1,
+            -1, -1, -1,
+        )
+    } else {
+        _mm256_setr_epi8(
+            0, 1, 4, 5, 8, 9, 12, 13, -1, -1, -1, -1, -1, -1, -1, -1, 0, 1, 4, 5, 8, 9, 12, 13, -1, -1, -1, -1, -1, -1,
+            -1, -1,
+        )
     };
+    let packed = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(v, pick), 0b00_00_10_00);
+    _mm256_cvtph_ps(_mm256_castsi256_si128(packed))
 }
 
-/// `vpmaddwd` sums adjacent i16 products into i32 (at most 2·128·32767:
-/// no overflow, since activations never reach -32768).
+/// Groups of at most this many blocks (a row's tail) load their headers
+/// with scalar loads: a gather costs about as much as the pair loop over
+/// nine blocks (measured on Sapphire Rapids, `kernels/benches`), which a
+/// 576-column row's two-block tail would otherwise pay in full.
+const SHORT_TAIL: usize = 4;
+
+/// The first 32-bit words of `n` (0..=4) consecutive blocks `bb` bytes
+/// apart, in the low lanes (zeros above).
+///
+/// # Safety
+/// SSE4.1; the `n` words are readable.
+#[target_feature(enable = "sse4.1")]
+#[inline]
+unsafe fn short_headers(at: *const u8, bb: usize, n: usize) -> __m128i {
+    // SAFETY: the caller guarantees the n words are readable.
+    unsafe {
+        let word = |k: usize| at.add(k * bb).cast::<i32>().read_unaligned();
+        let mut v = _mm_setzero_si128();
+        if n > 0 {
+            v = _mm_cvtsi32_si128(word(0));
+        }
+        if n > 1 {
+            v = _mm_insert_epi32(v, word(1), 1);
+        }
+        if n > 2 {
+            v = _mm_insert_epi32(v, word(2), 2);
+        }
+        if n > 3 {
+            v = _mm_insert_epi32(v, word(3), 3);
+        }
+        v
+    }
+}
+
+/// Prefetches `bytes` bytes of weights from row `r` on (the next step's
+/// rows) into L1 while the current step computes: with the hardware
+/// prefetchers alone, streaming a matrix from DRAM ran at about 60% of the
+/// host's read bandwidth; asking for the next rows ahead gained 3–5% in
+/// alternating runs (`kernels/benches`), and costs one instruction per 64
+/// bytes. Rows past the call's last row are not asked for (another thread
+/// may be streaming them; a prefetch cannot fault, but the address is never
+/// formed past the matrix either).
+#[inline(always)]
+fn prefetch_rows(t: &Tile, r: usize, bytes: usize) {
+    if r >= t.call_end {
+        return;
+    }
+    let row_bytes = t.nb * t.block_bytes;
+    let bytes = bytes.min((t.call_end - r) * row_bytes);
+    let base = t.base.wrapping_add(r * row_bytes);
+    let mut off = 0;
+    while off < bytes {
+        // SAFETY: a prefetch has no architectural effect and cannot fault;
+        // the address lies inside the matrix (r < call_end <= rows).
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(base.wrapping_add(off).cast()) };
+        off += 64;
+    }
+}
+
+/// Q4_0 / Q4_1 / Q8_0 weights of one block as two halves of sixteen i16
+/// (elements 0..16 and 16..32), AVX2.
+///
+/// # Safety
+/// AVX2; `blk` points at the block's quants (16 bytes for Q4, 32 for Q8_0).
 #[target_feature(enable = "avx2")]
 #[inline]
-fn dot_madd(w: (__m256i, __m256i), x: (__m256i, __m256i)) -> __m256i {
-    _mm256_add_epi32(_mm256_madd_epi16(w.0, x.0), _mm256_madd_epi16(w.1, x.1))
+unsafe fn weights_ymm<const F: u8>(blk: *const u8) -> (__m256i, __m256i) {
+    // SAFETY: the caller guarantees the block's quant bytes are readable.
+    unsafe {
+        if F == Q8_0 {
+            return (
+                _mm256_cvtepi8_epi16(_mm_loadu_si128(blk.cast())),
+                _mm256_cvtepi8_epi16(_mm_loadu_si128(blk.add(16).cast())),
+            );
+        }
+        let wz = _mm256_cvtepu8_epi16(_mm_loadu_si128(blk.cast()));
+        let (lo, hi) = (_mm256_and_si256(wz, _mm256_set1_epi16(0x0F)), _mm256_srli_epi16(wz, 4));
+        if F == Q4_0 {
+            let eight = _mm256_set1_epi16(8);
+            (_mm256_sub_epi16(lo, eight), _mm256_sub_epi16(hi, eight))
+        } else {
+            (lo, hi)
+        }
+    }
 }
 
-/// `vpdpwssd`: the same pair sums accumulated straight into the i32 lanes.
-#[target_feature(enable = "avx2,avx512f,avx512vl,avx512vnni")]
+/// Outputs of `R` consecutive weight rows (from `r0`) × `W` activation rows,
+/// AVX2: one block per step, the even- and odd-block lanes in two
+/// accumulators per output. Interleaving `R` weight rows gives the core
+/// independent dependency chains to overlap.
+///
+/// # Safety
+/// AVX2, FMA and F16C; rows `r0..r0 + R` lie inside the weights of format
+/// `F`; `a` points into `W` activation rows of `nb` blocks; `o` holds the
+/// tile's outputs.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn block_avx2<const F: u8, const R: usize, const W: usize>(t: &Tile, a: &Acts<W>, r0: usize, o: &mut [f32]) {
+    let (bb, qo, nb) = (block_bytes(F), qs_offset(F), t.nb);
+    let lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    let offs = _mm256_mullo_epi32(lane, _mm256_set1_epi32(bb as i32));
+    // SAFETY (whole body): rows r0..r0+R hold nb blocks each; the
+    // activation arrays hold nb blocks of quants (nb.div_ceil(2) pairs) and
+    // scales padded to a multiple of sixteen blocks, so every load below at a
+    // block index < nb (quants) or < g + 16 (scales) is in bounds; pairs are
+    // 64-byte aligned, so each block half (32 bytes at a multiple of 32) is
+    // too; the gathers read only headers of blocks < nb (mask).
+    unsafe {
+        let rows: [*const u8; R] = std::array::from_fn(|r| t.base.add((r0 + r) * nb * bb));
+        let mut acc = [[[_mm256_setzero_ps(); 2]; W]; R];
+        let mut mt = [[[_mm256_setzero_ps(); 2]; W]; R];
+        let mut p = [[[0.0f32; 16]; W]; R];
+        prefetch_rows(t, r0 + R, R * nb * bb);
+        let mut g = 0;
+        while g < nb {
+            let end = (g + 16).min(nb);
+            for hh in 0..2 {
+                let cnt = end.saturating_sub(g + 8 * hh).min(8);
+                let live = _mm256_cmpgt_epi32(_mm256_set1_epi32(cnt as i32), lane);
+                for r in 0..R {
+                    let at = rows[r].add((g + 8 * hh) * bb);
+                    let hdr = if cnt <= SHORT_TAIL {
+                        _mm256_zextsi128_si256(short_headers(at, bb, cnt))
+                    } else {
+                        _mm256_mask_i32gather_epi32(_mm256_setzero_si256(), at.cast(), offs, live, 1)
+                    };
+                    let dw = halves_to_f32::<false>(hdr);
+                    for i in 0..W {
+                        let dx = _mm256_loadu_ps(a.d[i].add(g + 8 * hh));
+                        _mm256_storeu_ps(p[r][i].as_mut_ptr().add(8 * hh), _mm256_mul_ps(dw, dx));
+                    }
+                    if F == Q4_1 {
+                        let mw = halves_to_f32::<true>(hdr);
+                        for i in 0..W {
+                            let sx = _mm256_loadu_ps(a.s[i].add(g + 8 * hh));
+                            mt[r][i][hh] = _mm256_fmadd_ps(mw, sx, mt[r][i][hh]);
+                        }
+                    }
+                }
+            }
+            // Blocks b (even, lanes 0..8) and b + 1 (odd, lanes 8..16).
+            let mut b = g;
+            while b < end {
+                let xo = (b / 2) * 2 * QK;
+                for h in 0..2 {
+                    if b + h >= end {
+                        break;
+                    }
+                    for r in 0..R {
+                        let (lo, hi) = weights_ymm::<F>(rows[r].add((b + h) * bb + qo));
+                        for i in 0..W {
+                            let x = a.qs[i].add(xo + h * 16);
+                            let x0 = _mm256_load_si256(x.cast());
+                            let x1 = _mm256_load_si256(x.add(32).cast());
+                            let isum = _mm256_add_epi32(_mm256_madd_epi16(lo, x0), _mm256_madd_epi16(hi, x1));
+                            let s = _mm256_broadcast_ss(&p[r][i][b + h - g]);
+                            acc[r][i][h] = _mm256_fmadd_ps(s, _mm256_cvtepi32_ps(isum), acc[r][i][h]);
+                        }
+                    }
+                }
+                b += 2;
+            }
+            g += 16;
+        }
+        for r in 0..R {
+            let col = t.out_col + (r0 + r - t.rows.start);
+            for i in 0..W {
+                let mut y = reduce8_ymm(_mm256_add_ps(acc[r][i][0], acc[r][i][1]));
+                if F == Q4_1 {
+                    y += reduce8_ymm(_mm256_add_ps(mt[r][i][0], mt[r][i][1]));
+                }
+                o[i * t.n + col] = y;
+            }
+        }
+    }
+}
+
+/// `W` activation rows against the tile's weight rows, AVX2, `R` weight
+/// rows interleaved per step ([`crate::dispatch::interleaved_rows`]).
+///
+/// # Safety
+/// As [`block_avx2`], for every row of the tile; `xs.len() == W`.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn rows_avx2<const F: u8, const W: usize, const R: usize>(t: &Tile, xs: &[Input], o: &mut [f32]) {
+    let a = Acts::<W>::new(xs);
+    let mut r = t.rows.start;
+    // SAFETY: forwarded; every step's rows lie in the tile.
+    unsafe {
+        while R > 1 && r + R <= t.rows.end {
+            block_avx2::<F, R, W>(t, &a, r, o);
+            r += R;
+        }
+        while r < t.rows.end {
+            block_avx2::<F, 1, W>(t, &a, r, o);
+            r += 1;
+        }
+    }
+}
+
+/// The scalar `reduce16` tree on one `zmm`.
+#[target_feature(enable = "avx512f,avx2")]
 #[inline]
-fn dot_vnni(w: (__m256i, __m256i), x: (__m256i, __m256i)) -> __m256i {
-    _mm256_dpwssd_epi32(_mm256_dpwssd_epi32(_mm256_setzero_si256(), w.0, x.0), w.1, x.1)
+fn reduce16_zmm(v: __m512) -> f32 {
+    let hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
+    reduce8_ymm(_mm256_add_ps(_mm512_castps512_ps256(v), hi))
 }
 
-mod avx2 {
-    q_kernels!("avx2,fma,f16c", dot_madd);
+/// Q4_0 / Q4_1 / Q8_0 weights of the block pair at `blk` (second block
+/// `bb` bytes on, absent when `pair` is false) as two registers of 32 i16:
+/// (first halves of both blocks, second halves of both blocks), the
+/// activation's [`crate::act::QPair`] order.
+///
+/// # Safety
+/// AVX-512 BW; `blk` points at the first block's quants and, when `pair`,
+/// `blk + bb` at the second's.
+#[target_feature(enable = "avx512f,avx512bw,avx2")]
+#[inline]
+unsafe fn weights_zmm<const F: u8>(blk: *const u8, bb: usize, pair: bool) -> (__m512i, __m512i) {
+    // SAFETY: the caller guarantees the quant bytes read are readable.
+    unsafe {
+        let join = |a: __m128i, off: usize| {
+            if pair {
+                _mm256_inserti128_si256(_mm256_castsi128_si256(a), _mm_loadu_si128(blk.add(bb + off).cast()), 1)
+            } else {
+                _mm256_zextsi128_si256(a)
+            }
+        };
+        if F == Q8_0 {
+            let l = join(_mm_loadu_si128(blk.cast()), 0);
+            let h = join(_mm_loadu_si128(blk.add(16).cast()), 16);
+            return (_mm512_cvtepi8_epi16(l), _mm512_cvtepi8_epi16(h));
+        }
+        let wz = _mm512_cvtepu8_epi16(join(_mm_loadu_si128(blk.cast()), 0));
+        let (lo, hi) = (_mm512_and_si512(wz, _mm512_set1_epi16(0x0F)), _mm512_srli_epi16(wz, 4));
+        if F == Q4_0 {
+            let eight = _mm512_set1_epi16(8);
+            (_mm512_sub_epi16(lo, eight), _mm512_sub_epi16(hi, eight))
+        } else {
+            (lo, hi)
+        }
+    }
 }
 
-mod vnni {
-    q_kernels!("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni", dot_vnni);
+/// The sixteen integer lanes of a block pair: `vpmaddwd` of the first
+/// halves plus `vpdpwssd` of the second halves (exact: every lane stays
+/// below 2^31).
+///
+/// # Safety
+/// AVX-512 BW + VNNI; `x` points at a 64-byte-aligned [`crate::act::QPair`].
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+#[inline]
+unsafe fn dot_pair(lo: __m512i, hi: __m512i, x: *const i16) -> __m512i {
+    // SAFETY: the caller guarantees 128 readable, aligned bytes at x.
+    unsafe {
+        let mut isum = _mm512_madd_epi16(lo, _mm512_load_si512(x.cast()));
+        // One `vpdpwssd` in inline assembly: from the intrinsic, LLVM emits
+        // `vpmaddwd` + `vpaddd` for some rows, one more micro-op each.
+        std::arch::asm!(
+            "vpdpwssd {acc}, {w}, zmmword ptr [{x}]",
+            acc = inout(zmm_reg) isum,
+            w = in(zmm_reg) hi,
+            x = in(reg) x.add(32),
+            options(pure, readonly, nostack, preserves_flags),
+        );
+        isum
+    }
+}
+
+/// Outputs of `R` consecutive weight rows (from `r0`) × `W` activation rows,
+/// AVX-512 VNNI: one block pair per step, widened into 512-bit registers
+/// (even block in lanes 0..8, odd in 8..16).
+///
+/// # Safety
+/// AVX-512 F/BW/VL/VNNI, AVX2, FMA, F16C; otherwise as [`block_avx2`].
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+unsafe fn block_avx512<const F: u8, const R: usize, const W: usize>(t: &Tile, a: &Acts<W>, r0: usize, o: &mut [f32]) {
+    let (bb, qo, nb) = (block_bytes(F), qs_offset(F), t.nb);
+    let offs = _mm512_mullo_epi32(
+        _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+        _mm512_set1_epi32(bb as i32),
+    );
+    // Lanes 0..8 take scale 2k, lanes 8..16 scale 2k + 1, for pair k.
+    let pick0 = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+    let two = _mm512_set1_epi32(2);
+    // SAFETY (whole body): as in `block_avx2`; a pair's second block is
+    // read only when it exists (b + 1 < nb).
+    unsafe {
+        let rows: [*const u8; R] = std::array::from_fn(|r| t.base.add((r0 + r) * nb * bb));
+        let mut acc = [[_mm512_setzero_ps(); W]; R];
+        let mut mt = [[_mm512_setzero_ps(); W]; R];
+        prefetch_rows(t, r0 + R, R * nb * bb);
+        let mut g = 0;
+        while g < nb {
+            let end = (g + 16).min(nb);
+            let live: __mmask16 = if end - g == 16 { 0xFFFF } else { (1u16 << (end - g)) - 1 };
+            let mut p = [[_mm512_setzero_ps(); W]; R];
+            for r in 0..R {
+                let at = rows[r].add(g * bb);
+                let hdr = if end - g <= SHORT_TAIL {
+                    _mm512_zextsi128_si512(short_headers(at, bb, end - g))
+                } else {
+                    _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), live, offs, at.cast(), 1)
+                };
+                let dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(hdr));
+                for i in 0..W {
+                    p[r][i] = _mm512_mul_ps(dw, _mm512_loadu_ps(a.d[i].add(g)));
+                }
+                if F == Q4_1 {
+                    let mw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(hdr, 16)));
+                    for i in 0..W {
+                        mt[r][i] = _mm512_fmadd_ps(mw, _mm512_loadu_ps(a.s[i].add(g)), mt[r][i]);
+                    }
+                }
+            }
+            let mut pick = pick0;
+            let mut b = g;
+            while b < end {
+                let xo = (b / 2) * 2 * QK;
+                for r in 0..R {
+                    let (lo, hi) = weights_zmm::<F>(rows[r].add(b * bb + qo), bb, b + 1 < end);
+                    for i in 0..W {
+                        let x = a.qs[i].add(xo);
+                        let isum = dot_pair(lo, hi, x);
+                        let s = _mm512_permutexvar_ps(pick, p[r][i]);
+                        acc[r][i] = _mm512_fmadd_ps(s, _mm512_cvtepi32_ps(isum), acc[r][i]);
+                    }
+                }
+                pick = _mm512_add_epi32(pick, two);
+                b += 2;
+            }
+            g += 16;
+        }
+        for r in 0..R {
+            let col = t.out_col + (r0 + r - t.rows.start);
+            for i in 0..W {
+                let mut y = reduce16_zmm(acc[r][i]);
+                if F == Q4_1 {
+                    y += reduce16_zmm(mt[r][i]);
+                }
+                o[i * t.n + col] = y;
+            }
+        }
+    }
+}
+
+/// `W` activation rows against the tile's weight rows, AVX-512 VNNI, `R`
+/// weight rows interleaved per step.
+///
+/// # Safety
+/// As [`block_avx512`], for every row of the tile; `xs.len() == W`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+unsafe fn rows_avx512<const F: u8, const W: usize, const R: usize>(t: &Tile, xs: &[Input], o: &mut [f32]) {
+    let a = Acts::<W>::new(xs);
+    let mut r = t.rows.start;
+    // SAFETY: forwarded; every step's rows lie in the tile.
+    unsafe {
+        while R > 1 && r + R <= t.rows.end {
+            block_avx512::<F, R, W>(t, &a, r, o);
+            r += R;
+        }
+        while r < t.rows.end {
+            block_avx512::<F, 1, W>(t, &a, r, o);
+            r += 1;
+        }
+    }
 }

@@ -1,13 +1,12 @@
 //! Building a Llama model from a GGUF file: metadata → [`LlamaConfig`],
 //! tensors → [`LlamaWeights`] viewed in place in the map.
 
+use super::ModelError;
 use super::config::LlamaConfig;
 use super::weights::{LayerWeights, LlamaWeights, WeightMatrix};
-use super::{ModelError, QuantClass};
 use crate::gguf::{GgufError, GgufFile};
 use kernels::ops::RopePairing;
 use kernels::quant::dequantize_row;
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// Architectures whose GGUF tensors follow llama.cpp's Llama layout.
@@ -115,29 +114,4 @@ pub fn weights_from_gguf(f: &Arc<GgufFile>, cfg: &LlamaConfig) -> Result<LlamaWe
         out_norm: vector(f, "output_norm.weight", d)?,
         head,
     })
-}
-
-/// The target's quantization class: the storage type of the layer matrices
-/// (never the embedding or head, which files often keep at higher precision).
-pub fn classify_quant(f: &GgufFile, w: &LlamaWeights) -> QuantClass {
-    let mut counts: BTreeMap<&'static str, usize> = BTreeMap::new();
-    let mut total = 0;
-    for l in &w.layers {
-        for m in [&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down] {
-            *counts.entry(m.ty.name()).or_default() += 1;
-            total += 1;
-        }
-    }
-    let (name, n) = counts.iter().max_by_key(|(_, n)| **n).map(|(k, v)| (*k, *v)).unwrap_or(("unknown", 0));
-    let mixed = if counts.len() > 1 {
-        format!(" (mixed: {})", counts.iter().map(|(k, v)| format!("{k}×{v}")).collect::<Vec<_>>().join(", "))
-    } else {
-        String::new()
-    };
-    let file_type =
-        f.get_u32("general.file_type").ok().map(|t| format!("; general.file_type = {t}")).unwrap_or_default();
-    QuantClass {
-        class: if counts.len() > 1 { format!("{name}-mixed") } else { name.to_string() },
-        from: format!("GGUF tensor types: {n} of {total} layer matrices are {name}{mixed}{file_type}"),
-    }
 }

@@ -5,7 +5,7 @@
 
 use super::config::LlamaConfig;
 use super::weights::{LayerWeights, LlamaWeights, WeightMatrix};
-use super::{Loaded, Model, ModelError, ModelInfo, QuantClass};
+use super::{Loaded, Model, ModelError, ModelInfo};
 use crate::tokenizer::Tokenizer;
 use kernels::ops::RopePairing;
 use safetensors::{Dtype, SafeTensors};
@@ -161,18 +161,15 @@ pub fn load_dir(dir: &Path) -> Result<Loaded, ModelError> {
             format!("tokenizer has {} tokens, the model only {}", tokenizer.vocab_size(), cfg.vocab),
         ));
     }
-    let class = match layer_dtypes.as_slice() {
-        [one] => one.to_lowercase(),
-        _ => "mixed".to_string(),
-    };
+    // The class comes from config.json (what the policy keys on); the dtypes
+    // actually loaded are added to the evidence.
+    let mut quant = crate::policy::quant::classify_hf_dir(dir);
+    quant.from = format!("{}; loaded layer matrices: {}", quant.from, layer_dtypes.join(", "));
     let info = ModelInfo {
         path: dir.to_path_buf(),
         format: "safetensors".into(),
         architecture: "llama".into(),
-        quant: QuantClass {
-            from: format!("safetensors dtypes of the layer matrices: {}", layer_dtypes.join(", ")),
-            class,
-        },
+        quant,
         n_layers: cfg.n_layers,
         dim: cfg.dim,
         vocab: cfg.vocab,

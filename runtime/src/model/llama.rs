@@ -12,11 +12,11 @@
 
 use super::config::LlamaConfig;
 use super::weights::{LlamaWeights, WeightMatrix};
-use kernels::act::ActRow;
+use crate::pool::{self, Pool};
+use kernels::act::{ActRow, QRow};
 use kernels::dispatch::KernelFamily;
-use kernels::matvec::{Input, matmul_rows, matvec_rows};
+use kernels::matvec::{Input, matmul_rows};
 use kernels::ops;
-use rayon::prelude::*;
 
 /// A model ready to run: shape plus weights.
 #[derive(Debug)]
@@ -26,7 +26,7 @@ pub struct Model {
 }
 
 /// Per-sequence state: the KV cache, growable and truncatable (rollback).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Session {
     /// Per layer: (n_pos, n_kv_heads · head_dim) keys, rotated.
     k: Vec<Vec<f32>>,
@@ -84,49 +84,73 @@ pub enum ForwardError {
 }
 
 /// Rows of one mat-vec are split into this many chunks per thread, so that
-/// a thread slowed by other load leaves work for the others.
-const CHUNKS_PER_THREAD: usize = 2;
+/// a thread slowed by other load on the host leaves work for the others.
+const CHUNKS_PER_THREAD: usize = 4;
 
-/// `out[i] = W · inputs[i]` for every input row, threads over output rows.
-/// `out` is (inputs.len(), W.rows).
-fn par_matmul(family: KernelFamily, w: &WeightMatrix, inputs: &[Input], out: &mut [f32]) {
-    let m = w.matrix();
-    let (n, rows) = (inputs.len(), m.rows);
-    debug_assert_eq!(out.len(), n * rows);
-    let threads = rayon::current_num_threads();
-    let chunk = rows.div_ceil(threads * CHUNKS_PER_THREAD).next_multiple_of(8).max(8);
-    if threads == 1 || rows <= chunk {
-        for (inp, o) in inputs.iter().zip(out.chunks_exact_mut(rows)) {
-            matvec_rows(family, &m, *inp, 0, o);
-        }
-        return;
+/// Chunks are whole multiples of this many rows (the kernels' weight-row
+/// tile, so no chunk splits one).
+const CHUNK_ALIGN: usize = kernels::dispatch::ROW_TILE;
+
+/// A raw output pointer shared by the chunks of one parallel section.
+#[derive(Clone, Copy)]
+struct Out(*mut f32);
+// SAFETY: every use writes an index set owned by one chunk (documented at
+// each use), and the buffer outlives the section (`Pool::for_each` returns
+// after every chunk).
+unsafe impl Send for Out {}
+unsafe impl Sync for Out {}
+
+impl Out {
+    /// The pointer (a method, so closures capture the `Sync` wrapper rather
+    /// than its raw field).
+    fn ptr(self) -> *mut f32 {
+        self.0
     }
-    if n == 1 {
-        out.par_chunks_mut(chunk).enumerate().for_each(|(c, o)| matvec_rows(family, &m, inputs[0], c * chunk, o));
-        return;
+}
+
+thread_local! {
+    /// Per-thread scratch: a band of multi-row outputs, attention scores.
+    static SCRATCH: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// `outs[k][i] = W_k · inputs[i]` for every matrix `k` and input row `i`,
+/// in one parallel section whose chunks are bands of output rows. Each
+/// `outs[k]` is (inputs.len(), W_k.rows).
+fn par_matmul(pool: &Pool, family: KernelFamily, jobs: &mut [(&WeightMatrix, &mut [f32])], inputs: &[Input]) {
+    let n = inputs.len();
+    let threads = pool.threads();
+    // (matrix, first row, rows) of every chunk.
+    let mut chunks: Vec<(usize, usize, usize)> = Vec::new();
+    let total: usize = jobs.iter().map(|(w, _)| w.rows).sum();
+    let target = total.div_ceil(threads * CHUNKS_PER_THREAD).next_multiple_of(CHUNK_ALIGN);
+    for (k, (w, out)) in jobs.iter().enumerate() {
+        debug_assert_eq!(out.len(), n * w.rows);
+        let chunk = if threads == 1 { w.rows } else { target.min(w.rows) };
+        chunks.extend((0..w.rows).step_by(chunk.max(1)).map(|r0| (k, r0, chunk.min(w.rows - r0))));
     }
-    // Several rows: each task computes a band of output rows for every
-    // input, then scatters the band into place. Bands are disjoint.
-    struct Out(*mut f32);
-    // SAFETY: tasks write disjoint index sets of the buffer (their own band
-    // of every row), and the buffer outlives the parallel loop.
-    unsafe impl Sync for Out {}
-    impl Out {
-        fn ptr(&self) -> *mut f32 {
-            self.0
+    let mats: Vec<_> = jobs.iter().map(|(w, _)| w.matrix()).collect();
+    let outs: Vec<(Out, usize)> = jobs.iter_mut().map(|(w, o)| (Out(o.as_mut_ptr()), w.rows)).collect();
+    pool.for_each(chunks.len(), &|c| {
+        let (k, r0, len) = chunks[c];
+        let (dst, rows) = (outs[k].0.ptr(), outs[k].1);
+        if n == 1 {
+            // SAFETY: rows r0..r0 + len of matrix k's output belong to this
+            // chunk alone and lie inside it (r0 + len <= rows).
+            let o = unsafe { std::slice::from_raw_parts_mut(dst.add(r0), len) };
+            matmul_rows(family, &mats[k], inputs, r0, o);
+            return;
         }
-    }
-    let dst = Out(out.as_mut_ptr());
-    (0..rows.div_ceil(chunk)).into_par_iter().for_each(|c| {
-        let r0 = c * chunk;
-        let len = chunk.min(rows - r0);
-        let mut band = vec![0.0f32; n * len];
-        matmul_rows(family, &m, inputs, r0, &mut band);
-        for i in 0..n {
-            // SAFETY: rows i*rows + r0 .. + len lie inside `out` (r0 + len <=
-            // rows, i < n) and belong to this band only.
-            unsafe { std::ptr::copy_nonoverlapping(band.as_ptr().add(i * len), dst.ptr().add(i * rows + r0), len) };
-        }
+        SCRATCH.with_borrow_mut(|band| {
+            band.clear();
+            band.resize(n * len, 0.0);
+            matmul_rows(family, &mats[k], inputs, r0, band);
+            for i in 0..n {
+                // SAFETY: positions i * rows + r0 .. + len (i < n, r0 + len
+                // <= rows) lie inside matrix k's output and belong to this
+                // chunk alone.
+                unsafe { std::ptr::copy_nonoverlapping(band.as_ptr().add(i * len), dst.add(i * rows + r0), len) };
+            }
+        });
     });
 }
 
@@ -142,7 +166,7 @@ fn quantize_rows(x: &[f32], width: usize, q: &mut Vec<ActRow>) {
 fn inputs<'a>(x: &'a [f32], width: usize, q: &'a [ActRow], quantized: bool) -> Vec<Input<'a>> {
     x.chunks_exact(width)
         .enumerate()
-        .map(|(i, row)| Input { x: row, q: if quantized { &q[i].blocks } else { &[] } })
+        .map(|(i, row)| Input { x: row, q: if quantized { q[i].view() } else { QRow::EMPTY } })
         .collect()
 }
 
@@ -153,7 +177,8 @@ impl Model {
 
     /// Runs `tokens` at positions `session.len()..` and appends them to the
     /// cache. Returns logits, (rows, vocab), for the rows `which` names.
-    /// Runs on the calling rayon pool's threads.
+    /// Runs on the current thread pool ([`pool::current`]: the engine's
+    /// inside `Engine::install`).
     pub fn forward(
         &self,
         family: KernelFamily,
@@ -175,6 +200,8 @@ impl Model {
         }
         let (d, qd, kvd, hd) = (c.dim, c.q_dim(), c.kv_dim(), c.head_dim);
         let w = &self.weights;
+        let pool = pool::current();
+        let pool = &*pool;
 
         // (n, dim) residual stream.
         let mut x = vec![0.0f32; n * d];
@@ -210,9 +237,12 @@ impl Model {
                 quantize_rows(&xn, d, &mut xq);
             }
             let ins = inputs(&xn, d, &xq, quantized);
-            par_matmul(family, &lw.wq, &ins, &mut q);
-            par_matmul(family, &lw.wk, &ins, &mut k);
-            par_matmul(family, &lw.wv, &ins, &mut v);
+            par_matmul(
+                pool,
+                family,
+                &mut [(&lw.wq, q.as_mut_slice()), (&lw.wk, k.as_mut_slice()), (&lw.wv, v.as_mut_slice())],
+                &ins,
+            );
             for i in 0..n {
                 let (cs, sn) = (&cos[i * half..][..half], &sin[i * half..][..half]);
                 ops::rope(&mut q[i * qd..(i + 1) * qd], hd, c.rope_pairing, cs, sn);
@@ -221,21 +251,25 @@ impl Model {
             session.k[li].extend_from_slice(&k);
             session.v[li].extend_from_slice(&v);
             let (keys, values) = (&session.k[li], &session.v[li]);
-            // One task per (row, head): row i sees positions 0..=start+i.
-            att.par_chunks_mut(hd).enumerate().for_each_init(
-                || vec![0.0f32; start + n],
-                |scores, (j, out)| {
-                    let (i, h) = (j / c.n_heads, j % c.n_heads);
-                    let qh = &q[i * qd + h * hd..][..hd];
-                    let off = (h / group) * hd;
+            // One chunk per (row, head): row i sees positions 0..=start+i.
+            let att_out = Out(att.as_mut_ptr());
+            pool.for_each(n * c.n_heads, &|j| {
+                let (i, h) = (j / c.n_heads, j % c.n_heads);
+                let qh = &q[i * qd + h * hd..][..hd];
+                let off = (h / group) * hd;
+                // SAFETY: head h of row i owns att[j * hd .. (j + 1) * hd]
+                // (j = i * n_heads + h < n * n_heads, and qd = n_heads * hd).
+                let out = unsafe { std::slice::from_raw_parts_mut(att_out.ptr().add(j * hd), hd) };
+                SCRATCH.with_borrow_mut(|scores| {
+                    scores.resize(start + n, 0.0);
                     ops::attend_head(family, qh, keys, values, kvd, off, start + i + 1, scores, out);
-                },
-            );
+                });
+            });
             let quantized = lw.wo.matrix().wants_quantized_input();
             if quantized {
                 quantize_rows(&att, qd, &mut xq);
             }
-            par_matmul(family, &lw.wo, &inputs(&att, qd, &xq, quantized), &mut proj);
+            par_matmul(pool, family, &mut [(&lw.wo, proj.as_mut_slice())], &inputs(&att, qd, &xq, quantized));
             for (a, b) in x.iter_mut().zip(&proj) {
                 *a += b;
             }
@@ -249,8 +283,7 @@ impl Model {
                 quantize_rows(&xn, d, &mut xq);
             }
             let ins = inputs(&xn, d, &xq, quantized);
-            par_matmul(family, &lw.w_gate, &ins, &mut gate);
-            par_matmul(family, &lw.w_up, &ins, &mut up);
+            par_matmul(pool, family, &mut [(&lw.w_gate, gate.as_mut_slice()), (&lw.w_up, up.as_mut_slice())], &ins);
             for (g, u) in gate.chunks_exact_mut(c.ffn_dim).zip(up.chunks_exact(c.ffn_dim)) {
                 ops::swiglu(g, u);
             }
@@ -258,7 +291,12 @@ impl Model {
             if quantized {
                 quantize_rows(&gate, c.ffn_dim, &mut xq);
             }
-            par_matmul(family, &lw.w_down, &inputs(&gate, c.ffn_dim, &xq, quantized), &mut proj);
+            par_matmul(
+                pool,
+                family,
+                &mut [(&lw.w_down, proj.as_mut_slice())],
+                &inputs(&gate, c.ffn_dim, &xq, quantized),
+            );
             for (a, b) in x.iter_mut().zip(&proj) {
                 *a += b;
             }
@@ -282,7 +320,7 @@ impl Model {
             quantize_rows(&xf, d, &mut xq);
         }
         let mut logits = vec![0.0f32; m * c.vocab];
-        par_matmul(family, head, &inputs(&xf, d, &xq, quantized), &mut logits);
+        par_matmul(pool, family, &mut [(head, logits.as_mut_slice())], &inputs(&xf, d, &xq, quantized));
         Ok(logits)
     }
 }

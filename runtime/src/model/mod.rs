@@ -47,12 +47,8 @@ pub enum ModelError {
 
 /// How the target's weights are quantized, and how that was decided (the
 /// policy table keys on the class; the provenance keeps "unclassifiable"
-/// apart from "unmeasured").
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct QuantClass {
-    pub class: String,
-    pub from: String,
-}
+/// apart from "unmeasured"). The classifier lives in [`crate::policy::quant`].
+pub use crate::policy::quant::QuantClass;
 
 /// What the runtime reports about a loaded target.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -84,7 +80,7 @@ pub fn load(path: &Path) -> Result<Loaded, ModelError> {
     let file = Arc::new(GgufFile::open(path)?);
     let config = gguf_load::config_from_gguf(&file)?;
     let weights = gguf_load::weights_from_gguf(&file, &config)?;
-    let quant = gguf_load::classify_quant(&file, &weights);
+    let quant = crate::policy::quant::classify_gguf(path, &file);
     let tokenizer = Tokenizer::from_gguf(&file)?;
     if tokenizer.vocab_size() > config.vocab {
         return Err(ModelError::Invalid {

@@ -203,7 +203,7 @@ fn hf_checkpoint_and_its_gguf_conversion_give_the_same_logits() {
     let hf = load(dir.path()).unwrap();
     let gg = load(&gguf).unwrap();
     assert_eq!(hf.info.quant.class, "bf16");
-    assert_eq!(gg.info.quant.class, "F32");
+    assert_eq!(gg.info.quant.class, "f32");
     let text = "hello world, again!";
     let ids = hf.tokenizer.encode(text).unwrap();
     assert_eq!(ids, gg.tokenizer.encode(text).unwrap(), "both tokenizers agree");
@@ -295,4 +295,42 @@ fn forward_refuses_out_of_vocabulary_ids_and_a_full_context_without_touching_the
         Err(super::llama::ForwardError::ContextFull { .. })
     ));
     assert_eq!(s.len(), 0);
+}
+
+#[test]
+fn random_accept_and_reject_patterns_leave_the_cache_as_a_classic_run_leaves_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("tiny.gguf");
+    std::fs::write(&p, gguf_bytes()).unwrap();
+    let gg = load(&p).unwrap();
+    let fam = KernelFamily::best();
+    let seq = gg.tokenizer.encode("speculative decoding must roll back exactly, every time!").unwrap();
+    let mut classic = Session::new(&gg.model.config);
+    for &t in &seq {
+        gg.model.forward(fam, &mut classic, &[t], LogitRows::Last).unwrap();
+    }
+    let mut rng = Rng(0x5EED);
+    for trial in 0..20 {
+        let mut s = Session::new(&gg.model.config);
+        let mut pos = 0;
+        while pos < seq.len() {
+            // A block: the true next token, then a draft whose first `k`
+            // tokens are right and the rest wrong; keep 1 + k of it.
+            let width = 1 + (rng.f32().abs() * 6.0) as usize;
+            let k = ((rng.f32().abs() * (width + 1) as f32) as usize).min(width);
+            let mut block = vec![seq[pos]];
+            for i in 0..width {
+                let right = seq.get(pos + 1 + i).copied();
+                block.push(match right {
+                    Some(t) if i < k => t,
+                    _ => (seq[pos] + 1 + i as u32) % gg.model.config.vocab as u32,
+                });
+            }
+            let keep = (1 + k).min(seq.len() - pos);
+            gg.model.forward(fam, &mut s, &block, LogitRows::All).unwrap();
+            s.truncate(pos + keep);
+            pos += keep;
+        }
+        assert_eq!(s, classic, "trial {trial}");
+    }
 }

@@ -7,7 +7,7 @@ use kernels::matvec::{Matrix, MatrixError};
 use kernels::quant::{GgmlType, dequantize_row};
 use std::sync::Arc;
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 enum Data {
     /// Bytes of tensor `index` of a mapped file.
     Gguf {
@@ -24,7 +24,8 @@ enum Data {
 }
 
 /// A (rows, cols) weight matrix: row `r` holds the weights producing output `r`.
-#[derive(Debug)]
+/// Cloning a mapped matrix shares the map; an owned one is copied.
+#[derive(Debug, Clone)]
 pub struct WeightMatrix {
     pub name: String,
     pub ty: GgmlType,
@@ -95,7 +96,7 @@ impl WeightMatrix {
 /// One transformer block. Shapes: `wq` (n_heads·head_dim, dim), `wk`/`wv`
 /// (n_kv_heads·head_dim, dim), `wo` (dim, n_heads·head_dim), `w_gate`/`w_up`
 /// (ffn_dim, dim), `w_down` (dim, ffn_dim); norms (dim).
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct LayerWeights {
     pub attn_norm: Vec<f32>,
     pub wq: WeightMatrix,
@@ -109,7 +110,7 @@ pub struct LayerWeights {
 }
 
 /// All weights of a Llama decoder.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct LlamaWeights {
     /// (vocab, dim)
     pub embed: WeightMatrix,

@@ -1,0 +1,148 @@
+//! Drafter kinds, what each may read a width from, and the per-kind constant
+//! that applies when nothing else decides.
+//!
+//! This file depends on std and serde only: `build.rs` includes it (with
+//! `table.rs`) to validate the policy table, so both sides agree on the
+//! names by construction.
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use std::fmt;
+use std::str::FromStr;
+
+/// A kind of drafter: what proposes the tokens a verify block checks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum DrafterKind {
+    /// Prompt lookup: the tokens that followed the most recent earlier
+    /// occurrence of the last n tokens. No weights, no checkpoint.
+    Ngram,
+    /// Self-speculation through the target's first K layers. No checkpoint of
+    /// its own (K is a setting of the drafter, not a width).
+    Layerskip,
+    /// A separate, smaller checkpoint sharing the target's tokenizer.
+    DraftModel,
+    /// A block-diffusion drafter (DFlash) that proposes a whole block in one
+    /// forward pass; its checkpoint declares the block it was trained on.
+    Dflash,
+    /// Multi-token-prediction heads shipped inside the target checkpoint.
+    Mtp,
+}
+
+/// Where a kind may find a width its checkpoint declares (resolution step 2).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DeclarationSource {
+    /// The kind has no checkpoint: step 2 never applies.
+    None,
+    /// The checkpoint given with `--drafter-model`.
+    DrafterModel,
+    /// The target checkpoint itself (MTP heads live in the target).
+    Target,
+}
+
+impl DrafterKind {
+    /// Every kind, in the order `policy explain` lists them.
+    pub const ALL: [DrafterKind; 5] =
+        [DrafterKind::Ngram, DrafterKind::Layerskip, DrafterKind::DraftModel, DrafterKind::Dflash, DrafterKind::Mtp];
+
+    /// The name used on the command line, in events and in the policy table.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DrafterKind::Ngram => "ngram",
+            DrafterKind::Layerskip => "layerskip",
+            DrafterKind::DraftModel => "draft-model",
+            DrafterKind::Dflash => "dflash",
+            DrafterKind::Mtp => "mtp",
+        }
+    }
+
+    /// The width used when no override, declaration or measurement decides.
+    ///
+    /// These are starting points, not measurements; `tuner sweep` replaces
+    /// them per device. Why each value:
+    /// - `ngram` 4: drafts cost nothing to produce, so a wrong draft costs
+    ///   only its extra verify rows. A memory-bound mat-vec streams the
+    ///   weights once per block, so the first few extra rows are cheap, while
+    ///   prompt-lookup matches on non-repetitive text seldom run longer than
+    ///   a few tokens. 4 keeps the verify block at 5 rows.
+    /// - `layerskip` 4 and `draft-model` 4: each drafted token costs a
+    ///   drafter forward pass, and acceptance of the i-th token decays about
+    ///   geometrically (alpha^i); with the alpha of 0.6–0.8 typical of small
+    ///   or early-exit drafters, the expected tokens per verify stop growing
+    ///   noticeably after 4 while draft time keeps growing linearly.
+    /// - `dflash` 7: a DFlash drafter fills a whole block (the last verified
+    ///   token plus its drafts) in one pass, so width costs verify rows only.
+    ///   Real checkpoints declare their block (step 2 reads it); 7 is what
+    ///   the default block of 8 of vLLM's `DFlashConfig` drafts, for a
+    ///   checkpoint that declares none.
+    /// - `mtp` 1: checkpoints usually carry one next-token-prediction module
+    ///   (DeepSeek-V3's `num_nextn_predict_layers = 1`), trained to predict
+    ///   one token ahead; chaining it past its training depth loses
+    ///   acceptance quickly. Checkpoints with more modules declare them.
+    pub fn default_block_size(self) -> usize {
+        match self {
+            DrafterKind::Ngram => 4,
+            DrafterKind::Layerskip => 4,
+            DrafterKind::DraftModel => 4,
+            DrafterKind::Dflash => 7,
+            DrafterKind::Mtp => 1,
+        }
+    }
+
+    /// Where this kind's declared width comes from, if anywhere.
+    pub fn declaration_source(self) -> DeclarationSource {
+        match self {
+            DrafterKind::Ngram | DrafterKind::Layerskip => DeclarationSource::None,
+            DrafterKind::DraftModel | DrafterKind::Dflash => DeclarationSource::DrafterModel,
+            DrafterKind::Mtp => DeclarationSource::Target,
+        }
+    }
+
+    /// Same as [`DrafterKind::as_str`].
+    pub fn name(self) -> &'static str {
+        self.as_str()
+    }
+
+    /// The kind names, for messages that list the valid choices.
+    pub fn names() -> String {
+        Self::ALL.iter().map(|k| k.as_str()).collect::<Vec<_>>().join(", ")
+    }
+}
+
+impl fmt::Display for DrafterKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A name that is not a drafter kind.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UnknownDrafterKind(pub String);
+
+impl fmt::Display for UnknownDrafterKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:?} is not a drafter kind; the kinds are {}", self.0, DrafterKind::names())
+    }
+}
+
+impl std::error::Error for UnknownDrafterKind {}
+
+impl FromStr for DrafterKind {
+    type Err = UnknownDrafterKind;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        DrafterKind::ALL.into_iter().find(|k| k.as_str() == s).ok_or_else(|| UnknownDrafterKind(s.to_string()))
+    }
+}
+
+impl Serialize for DrafterKind {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for DrafterKind {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}

@@ -1,0 +1,61 @@
+//! The draft-width policy: the measured table compiled in, the target
+//! classification it is keyed on, and the resolution that picks a width and
+//! says where it came from.
+//!
+//! - [`kind`]: [`DrafterKind`] and the per-kind constants.
+//! - [`table`]: the table compiler ([`table::compile`]) shared with
+//!   `build.rs`; [`compiled_table`] is the table this binary was built with.
+//! - [`quant`]: [`QuantClass`] and the classifier (GGUF, config.json).
+//! - [`declared`]: widths a checkpoint declares.
+//! - [`resolve`]: [`resolve()`], [`Resolution`] and [`Provenance`].
+//! - [`fingerprint`]: the kernel fingerprint, [`KERNEL_FINGERPRINT`].
+//! - [`command`]: `runtime policy show` and `runtime policy explain`.
+//!
+//! How the table gets in: `build.rs` compiles `policy/draft-block-width.toml`
+//! with [`table::compile`] (record paths checked against the repository),
+//! fails the build on any problem, and copies the validated bytes to
+//! `OUT_DIR`; this module embeds that copy with `include_str!` and compiles
+//! it again on first use, without the record check (records are not shipped
+//! with the binary). Embedding the copy, not the source file, means the
+//! bytes in the binary are exactly the bytes that were validated.
+
+pub mod command;
+pub mod declared;
+pub mod fingerprint;
+pub mod kind;
+pub mod quant;
+pub mod resolve;
+pub mod table;
+
+#[cfg(test)]
+mod tests;
+
+pub use declared::{Declared, read_declared};
+pub use kind::{DeclarationSource, DrafterKind};
+pub use quant::{QuantClass, classify_path};
+pub use resolve::{
+    BLOCK_SIZE_ENV, BLOCK_SIZE_FLAG, Fallback, PolicyError, Provenance, Resolution, ResolveInput, Resolver, Step,
+    StepKind, env_override, resolve,
+};
+pub use table::{Entry, MAX_BLOCK_SIZE, Table, TableError, Width};
+
+use std::sync::OnceLock;
+
+/// The fingerprint of the kernels this binary was built with (16 hex
+/// digits); see [`fingerprint`] for what it covers.
+pub const KERNEL_FINGERPRINT: &str = env!("DRAFTWISE_KERNEL_FINGERPRINT");
+
+/// The table's path relative to the repository root.
+pub const TABLE_FILE: &str = "policy/draft-block-width.toml";
+
+/// The table's bytes as `build.rs` validated them.
+pub const COMPILED_TABLE_TOML: &str = include_str!(concat!(env!("OUT_DIR"), "/draft-block-width.toml"));
+
+/// The table compiled into this binary.
+pub fn compiled_table() -> &'static Table {
+    static TABLE: OnceLock<Table> = OnceLock::new();
+    TABLE.get_or_init(|| {
+        table::compile(TABLE_FILE, COMPILED_TABLE_TOML, table::RecordCheck::Skip)
+            .unwrap_or_else(|e| panic!("build.rs validated this table, yet it does not compile: {e}"))
+    })
+}

@@ -1,0 +1,466 @@
+//! The policy table compiler: `policy/draft-block-width.toml` (schema 1,
+//! documented in `policy/README.md`) → a validated [`Table`].
+//!
+//! `build.rs` runs [`compile`] on the table with the record check on, so a
+//! table that does not compile fails the build with a message naming the
+//! file, the entry and the problem; the library runs it again on the bytes
+//! the build validated (see `policy::compiled`). Tests call it on bad inputs.
+//!
+//! This file depends on std, serde and toml only (`build.rs` includes it with
+//! `#[path]`); the drafter kinds come from the sibling `kind.rs`.
+
+use super::kind::DrafterKind;
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::ops::Range;
+use std::path::{Component, Path};
+
+/// The schema version this compiler reads.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// The largest width an entry, an override or a declaration may give. A
+/// verify block is `width + 1` rows; DFlash checkpoints train 16-position
+/// blocks (15 drafts), and past 32 drafted tokens the chance that the last
+/// ones are accepted is negligible for every drafter kind we know.
+pub const MAX_BLOCK_SIZE: usize = 32;
+
+/// Hex digits of a kernel fingerprint (64 bits of sha256).
+pub const FINGERPRINT_LEN: usize = 16;
+
+/// Biggest table the compiler reads (a table is reviewed by hand: a few
+/// hundred entries at most).
+const MAX_TABLE_BYTES: usize = 1 << 20;
+
+/// A draft width: drafted tokens per verify, or `off` (speculation loses to
+/// classic decoding there, so it is disabled by default).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Width {
+    Blocks(usize),
+    Off,
+}
+
+impl Width {
+    /// The width as an event reports it: `None` is off.
+    pub fn block_size(self) -> Option<usize> {
+        match self {
+            Width::Blocks(n) => Some(n),
+            Width::Off => None,
+        }
+    }
+}
+
+impl fmt::Display for Width {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Width::Blocks(n) => write!(f, "{n}"),
+            Width::Off => f.write_str("off"),
+        }
+    }
+}
+
+impl Serialize for Width {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Width::Blocks(n) => s.serialize_u64(*n as u64),
+            Width::Off => s.serialize_str("off"),
+        }
+    }
+}
+
+/// Parses a width as an operator writes it: `1..=MAX_BLOCK_SIZE` or `off`.
+/// The error says what is accepted.
+pub fn parse_width(s: &str) -> Result<Width, String> {
+    let t = s.trim();
+    if t.eq_ignore_ascii_case("off") {
+        return Ok(Width::Off);
+    }
+    match t.parse::<i64>() {
+        Ok(0) => Err(format!("{s:?}: 0 is not a width; use \"off\" to disable speculation")),
+        Ok(n) => check_width(n),
+        Err(_) => Err(format!("{s:?} is not a width: give an integer 1..={MAX_BLOCK_SIZE} or \"off\"")),
+    }
+}
+
+fn check_width(n: i64) -> Result<Width, String> {
+    if (1..=MAX_BLOCK_SIZE as i64).contains(&n) {
+        Ok(Width::Blocks(n as usize))
+    } else {
+        Err(format!("{n} is out of range: a width is 1..={MAX_BLOCK_SIZE}, or \"off\""))
+    }
+}
+
+/// One measured entry, keyed by (drafter, device class, target quantization).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Entry {
+    pub drafter: DrafterKind,
+    /// `cpu:<arch>-<kernel family>` or `cuda:sm_<major><minor>`.
+    pub device_class: String,
+    /// The target's quantization class (never the drafter's), e.g. `q4_1`.
+    pub target_quant: String,
+    pub block_size: Width,
+    /// The record the width came from, relative to the repository root.
+    pub record: String,
+    /// `YYYY-MM-DD` of the sweep.
+    pub date: String,
+    /// Speculative over classic decode tok/s at this width (median).
+    pub ratio: f64,
+    /// The interval the record states for `ratio`, `[low, high]`.
+    pub ratio_interval: [f64; 2],
+    /// A short host identity (CPU or GPU, cores, OS) for humans.
+    pub host: String,
+    /// The kernel fingerprint of the build that measured it.
+    pub kernel_fingerprint: String,
+    /// 1-based line of the entry's `[[entry]]` header, when known.
+    pub line: Option<usize>,
+}
+
+impl Entry {
+    /// `(ngram, cpu:x86_64-avx2, q4_1)`.
+    pub fn key(&self) -> String {
+        format!("({}, {}, {})", self.drafter, self.device_class, self.target_quant)
+    }
+}
+
+/// A compiled table.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Table {
+    /// The file as named to the compiler (`policy/draft-block-width.toml`).
+    pub file: String,
+    pub schema_version: u32,
+    pub entries: Vec<Entry>,
+}
+
+impl Table {
+    /// The entry for a key, stale or not (the resolver decides).
+    pub fn lookup(&self, drafter: DrafterKind, device_class: &str, target_quant: &str) -> Option<&Entry> {
+        self.entries
+            .iter()
+            .find(|e| e.drafter == drafter && e.device_class == device_class && e.target_quant == target_quant)
+    }
+}
+
+/// Whether [`compile`] checks that record paths exist, and where from.
+#[derive(Clone, Copy, Debug)]
+pub enum RecordCheck<'a> {
+    /// Record paths must exist relative to this directory (the repository root).
+    Under(&'a Path),
+    /// Shape only (the bytes were validated with `Under` at build time).
+    Skip,
+}
+
+/// What is wrong with a table.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Problem {
+    TooBig {
+        bytes: usize,
+    },
+    /// Not TOML (the parser's message carries line and column); TOML's own
+    /// duplicate keys inside one table land here.
+    Malformed(String),
+    MissingSchemaVersion,
+    UnknownSchemaVersion(String),
+    UnknownTopLevelKey(String),
+    EntryNotATable,
+    /// A field is missing, unknown or of the wrong type (serde's message).
+    Field(String),
+    BadValue {
+        field: &'static str,
+        problem: String,
+    },
+    WidthOutOfRange(String),
+    UnknownDrafter(String),
+    DuplicateKey {
+        first: String,
+    },
+    MissingRecord {
+        record: String,
+        root: String,
+    },
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Problem::TooBig { bytes } => write!(f, "{bytes} bytes is over the limit of {MAX_TABLE_BYTES}"),
+            Problem::Malformed(m) => write!(f, "malformed TOML: {}", m.trim_end()),
+            Problem::MissingSchemaVersion => {
+                write!(f, "schema_version is missing; add `schema_version = {SCHEMA_VERSION}` at the top")
+            }
+            Problem::UnknownSchemaVersion(v) => write!(
+                f,
+                "unknown schema_version {v}: this runtime compiles schema {SCHEMA_VERSION} \
+                 (see policy/README.md); a newer table needs a newer runtime"
+            ),
+            Problem::UnknownTopLevelKey(k) => {
+                write!(f, "unknown top-level key {k:?}: a table holds `schema_version` and `[[entry]]` tables")
+            }
+            Problem::EntryNotATable => write!(f, "`entry` must be an array of tables, written `[[entry]]`"),
+            Problem::Field(m) => write!(f, "{m}"),
+            Problem::BadValue { field, problem } => write!(f, "{field}: {problem}"),
+            Problem::WidthOutOfRange(m) => write!(f, "block_size {m}"),
+            Problem::UnknownDrafter(d) => {
+                write!(f, "drafter {d:?} is not a drafter kind; the kinds are {}", DrafterKind::names())
+            }
+            Problem::DuplicateKey { first } => {
+                write!(f, "duplicate key: {first} has the same (drafter, device_class, target_quant); keep one")
+            }
+            Problem::MissingRecord { record, root } => write!(
+                f,
+                "record {record:?} does not exist under {root}; commit the record with its entry \
+                 (paths are relative to the repository root)"
+            ),
+        }
+    }
+}
+
+/// A table that does not compile: the file, the entry (when the problem is
+/// inside one) and the problem.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TableError {
+    pub file: String,
+    /// `entry 2 (line 14) (ngram, cpu:x86_64-avx2, q4_1)`, as far as known.
+    pub entry: Option<String>,
+    pub problem: Problem,
+}
+
+impl fmt::Display for TableError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.entry {
+            Some(e) => write!(f, "{}: {e}: {}", self.file, self.problem),
+            None => write!(f, "{}: {}", self.file, self.problem),
+        }
+    }
+}
+
+impl std::error::Error for TableError {}
+
+/// An entry as written, before validation.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawEntry {
+    drafter: String,
+    device_class: String,
+    target_quant: String,
+    block_size: toml::Value,
+    record: String,
+    date: toml::Value,
+    ratio: toml::Value,
+    ratio_interval: Vec<toml::Value>,
+    host: String,
+    kernel_fingerprint: String,
+    /// Free text for reviewers; not compiled in.
+    #[serde(default)]
+    #[allow(dead_code)]
+    note: Option<String>,
+}
+
+/// The spans of the `[[entry]]` tables, for line numbers in messages.
+#[derive(Deserialize)]
+struct Spans {
+    #[serde(default)]
+    entry: Vec<toml::Spanned<toml::Table>>,
+}
+
+/// Compiles a table. `file` names it in messages; `text` is its content.
+pub fn compile(file: &str, text: &str, records: RecordCheck<'_>) -> Result<Table, TableError> {
+    let fail = |entry: Option<String>, problem: Problem| TableError { file: file.to_string(), entry, problem };
+    if text.len() > MAX_TABLE_BYTES {
+        return Err(fail(None, Problem::TooBig { bytes: text.len() }));
+    }
+    let doc: toml::Table = toml::from_str(text).map_err(|e| fail(None, Problem::Malformed(e.to_string())))?;
+
+    // The version first: an unknown version may mean anything below.
+    match doc.get("schema_version") {
+        None => return Err(fail(None, Problem::MissingSchemaVersion)),
+        Some(toml::Value::Integer(v)) if *v == i64::from(SCHEMA_VERSION) => {}
+        Some(v) => return Err(fail(None, Problem::UnknownSchemaVersion(v.to_string()))),
+    }
+    if let Some(k) = doc.keys().find(|k| *k != "schema_version" && *k != "entry") {
+        return Err(fail(None, Problem::UnknownTopLevelKey(k.clone())));
+    }
+    let raw: Vec<toml::Table> = match doc.get("entry") {
+        None => Vec::new(),
+        Some(toml::Value::Array(items)) => items
+            .iter()
+            .map(|v| v.as_table().cloned().ok_or_else(|| fail(None, Problem::EntryNotATable)))
+            .collect::<Result<_, _>>()?,
+        Some(_) => return Err(fail(None, Problem::EntryNotATable)),
+    };
+    let lines: Vec<Option<usize>> = match toml::from_str::<Spans>(text) {
+        Ok(s) if s.entry.len() == raw.len() => s.entry.iter().map(|e| Some(line_of(text, e.span()))).collect(),
+        _ => vec![None; raw.len()],
+    };
+
+    let mut entries: Vec<Entry> = Vec::with_capacity(raw.len());
+    for (i, (t, line)) in raw.into_iter().zip(lines).enumerate() {
+        let mut label = match line {
+            Some(l) => format!("entry {} (line {l})", i + 1),
+            None => format!("entry {}", i + 1),
+        };
+        // Name the key in messages as soon as it can be read.
+        let key_part = |k: &str| t.get(k).and_then(|v| v.as_str()).unwrap_or("?").to_string();
+        if t.contains_key("drafter") || t.contains_key("device_class") || t.contains_key("target_quant") {
+            label = format!(
+                "{label} ({}, {}, {})",
+                key_part("drafter"),
+                key_part("device_class"),
+                key_part("target_quant")
+            );
+        }
+        let e = entry(t, line, records).map_err(|p| fail(Some(label.clone()), p))?;
+        let same =
+            |f: &Entry| f.drafter == e.drafter && f.device_class == e.device_class && f.target_quant == e.target_quant;
+        if let Some(idx) = entries.iter().position(same) {
+            let first = match entries[idx].line {
+                Some(l) => format!("entry {} (line {l})", idx + 1),
+                None => format!("entry {}", idx + 1),
+            };
+            return Err(fail(Some(label), Problem::DuplicateKey { first }));
+        }
+        entries.push(e);
+    }
+    Ok(Table { file: file.to_string(), schema_version: SCHEMA_VERSION, entries })
+}
+
+fn line_of(text: &str, span: Range<usize>) -> usize {
+    let start = span.start.min(text.len());
+    text.as_bytes()[..start].iter().filter(|&&b| b == b'\n').count() + 1
+}
+
+fn bad(field: &'static str, problem: impl Into<String>) -> Problem {
+    Problem::BadValue { field, problem: problem.into() }
+}
+
+fn number(field: &'static str, v: &toml::Value) -> Result<f64, Problem> {
+    let x = match v {
+        toml::Value::Float(x) => *x,
+        toml::Value::Integer(n) => *n as f64,
+        other => return Err(bad(field, format!("{other} is not a number"))),
+    };
+    if x.is_finite() && x > 0.0 { Ok(x) } else { Err(bad(field, format!("{x} must be a positive number"))) }
+}
+
+/// Validates one entry's fields (everything but duplicates).
+fn entry(t: toml::Table, line: Option<usize>, records: RecordCheck<'_>) -> Result<Entry, Problem> {
+    let r: RawEntry =
+        toml::Value::Table(t).try_into().map_err(|e: toml::de::Error| Problem::Field(e.message().to_string()))?;
+    let drafter: DrafterKind = r.drafter.parse().map_err(|_| Problem::UnknownDrafter(r.drafter.clone()))?;
+    check_device_class(&r.device_class).map_err(|p| bad("device_class", p))?;
+    check_quant_class(&r.target_quant).map_err(|p| bad("target_quant", p))?;
+    let block_size = match &r.block_size {
+        toml::Value::Integer(n) => check_width(*n).map_err(Problem::WidthOutOfRange)?,
+        toml::Value::String(s) if s == "off" => Width::Off,
+        other => {
+            return Err(bad(
+                "block_size",
+                format!("{other} is not a width: give an integer 1..={MAX_BLOCK_SIZE} or \"off\""),
+            ));
+        }
+    };
+    check_record_path(&r.record).map_err(|p| bad("record", p))?;
+    if let RecordCheck::Under(root) = records
+        && !root.join(&r.record).exists()
+    {
+        return Err(Problem::MissingRecord { record: r.record.clone(), root: root.display().to_string() });
+    }
+    let date = match &r.date {
+        toml::Value::String(s) => s.clone(),
+        toml::Value::Datetime(d) => d.to_string(),
+        other => return Err(bad("date", format!("{other} is not a date (YYYY-MM-DD)"))),
+    };
+    check_date(&date).map_err(|p| bad("date", p))?;
+    let ratio = number("ratio", &r.ratio)?;
+    let [lo, hi] = match r.ratio_interval.as_slice() {
+        [lo, hi] => [number("ratio_interval", lo)?, number("ratio_interval", hi)?],
+        other => return Err(bad("ratio_interval", format!("has {} values; give [low, high]", other.len()))),
+    };
+    if !(lo <= ratio && ratio <= hi) {
+        return Err(bad("ratio_interval", format!("[{lo}, {hi}] does not contain ratio {ratio}")));
+    }
+    if r.host.trim().is_empty() {
+        return Err(bad("host", "is empty; name the CPU or GPU, cores and OS"));
+    }
+    check_fingerprint(&r.kernel_fingerprint).map_err(|p| bad("kernel_fingerprint", p))?;
+    Ok(Entry {
+        drafter,
+        device_class: r.device_class,
+        target_quant: r.target_quant,
+        block_size,
+        record: r.record,
+        date,
+        ratio,
+        ratio_interval: [lo, hi],
+        host: r.host,
+        kernel_fingerprint: r.kernel_fingerprint,
+        line,
+    })
+}
+
+/// `cpu:<arch>-<kernel family>` (`cpu:x86_64-avx512vnni`, `cpu:aarch64-neon`)
+/// or `cuda:sm_<digits>[a-z]` (`cuda:sm_90a`, `cuda:sm_121`).
+pub fn check_device_class(s: &str) -> Result<(), String> {
+    let word = |w: &str, extra: &[u8]| {
+        !w.is_empty() && w.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || extra.contains(&b))
+    };
+    let ok = if let Some(rest) = s.strip_prefix("cpu:") {
+        match rest.rsplit_once('-') {
+            Some((arch, family)) => word(arch, b"_") && word(family, b""),
+            None => false,
+        }
+    } else if let Some(sm) = s.strip_prefix("cuda:sm_") {
+        let digits = sm.trim_end_matches(|c: char| c.is_ascii_lowercase());
+        !digits.is_empty() && digits.len() >= sm.len().saturating_sub(1) && digits.bytes().all(|b| b.is_ascii_digit())
+    } else {
+        false
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "{s:?} is not a device class: write cpu:<arch>-<kernel family> (e.g. cpu:x86_64-avx2) \
+             or cuda:sm_<major><minor> (e.g. cuda:sm_90)"
+        ))
+    }
+}
+
+/// A quantization class as the classifier spells it: lowercase letters,
+/// digits, `_`, `-`, `+`; never `unknown` (nothing can be measured for a
+/// target nobody could classify).
+pub fn check_quant_class(s: &str) -> Result<(), String> {
+    if s == "unknown" {
+        return Err("\"unknown\" cannot be measured: classify the target first (runtime policy explain)".into());
+    }
+    let ok = !s.is_empty() && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"_-+".contains(&b));
+    if ok { Ok(()) } else { Err(format!("{s:?} is not a quantization class (lowercase, e.g. q4_1, nvfp4, bf16)")) }
+}
+
+fn check_record_path(s: &str) -> Result<(), String> {
+    let p = Path::new(s);
+    let normal = p.components().all(|c| matches!(c, Component::Normal(_)));
+    if !normal || !s.starts_with("records/") || s.len() <= "records/".len() {
+        return Err(format!("{s:?} must be a relative path under records/ with no `..`"));
+    }
+    Ok(())
+}
+
+fn check_date(s: &str) -> Result<(), String> {
+    let b = s.as_bytes();
+    let digits = |r: Range<usize>| b[r].iter().all(u8::is_ascii_digit);
+    let shape = b.len() == 10 && b[4] == b'-' && b[7] == b'-' && digits(0..4) && digits(5..7) && digits(8..10);
+    let month_day = shape && {
+        let m: u32 = s[5..7].parse().unwrap_or(0);
+        let d: u32 = s[8..10].parse().unwrap_or(0);
+        (1..=12).contains(&m) && (1..=31).contains(&d)
+    };
+    if month_day { Ok(()) } else { Err(format!("{s:?} is not a date (YYYY-MM-DD)")) }
+}
+
+fn check_fingerprint(s: &str) -> Result<(), String> {
+    if s.len() == FINGERPRINT_LEN && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)) {
+        Ok(())
+    } else {
+        Err(format!(
+            "{s:?} is not a kernel fingerprint ({FINGERPRINT_LEN} lowercase hex digits; `runtime build-info` prints this build's)"
+        ))
+    }
+}

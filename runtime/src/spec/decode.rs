@@ -1,0 +1,309 @@
+//! The speculative decode loop.
+//!
+//! Each round: the next token `t` comes from the pending logits exactly as in
+//! classic decoding (same sampler, same stop rule); the drafter proposes up
+//! to `block_size` tokens after it; one target pass runs `[t, d0 .. dn-1]`
+//! (W = n + 1 rows) and yields, for every row, the logits classic decoding
+//! would have computed at that position — bit for bit, because a verify row
+//! uses exactly the chain's arithmetic (see `model::llama`). Greedy
+//! acceptance keeps the longest prefix of the draft that equals the argmax
+//! of the preceding row, so every emitted token is the token classic
+//! decoding emits; the KV cache is cut back to the accepted prefix. With
+//! sampling, draft tokens are accepted with probability `min(1, p/q)` and a
+//! rejection resamples from `max(0, p − q)` (Leviathan et al. 2023; Chen et
+//! al. 2023), which preserves the target distribution.
+
+use super::drafter::{Drafter, Proposal};
+use crate::generate::{Engine, FinishReason, GenerateError, Generation, Prefilled, at_limit};
+use crate::model::llama::LogitRows;
+use crate::sampling::{Rng, SamplingParams, distribution, draw, sample};
+use serde::{Deserialize, Serialize};
+use std::time::Instant;
+
+/// Per-request counters of the speculative loop.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct SpecStats {
+    /// Verify passes that carried at least one drafted token.
+    pub rounds: usize,
+    /// Target passes with an empty draft (plain decode steps).
+    pub plain_steps: usize,
+    pub drafted: usize,
+    pub accepted: usize,
+    /// `accepted_per_position[i]`: rounds whose draft token `i` was accepted.
+    pub accepted_per_position: Vec<usize>,
+    /// Tokens emitted by rounds (accepted drafts plus the round's own token).
+    pub emitted_in_rounds: usize,
+    pub draft_s: f64,
+    pub verify_s: f64,
+    pub accept_s: f64,
+}
+
+impl SpecStats {
+    pub fn acceptance_rate(&self) -> Option<f64> {
+        (self.drafted > 0).then(|| self.accepted as f64 / self.drafted as f64)
+    }
+
+    pub fn emitted_per_verify(&self) -> Option<f64> {
+        (self.rounds > 0).then(|| self.emitted_in_rounds as f64 / self.rounds as f64)
+    }
+}
+
+/// What to sample the next token from.
+enum Pending {
+    Logits(Vec<f32>),
+    /// A token already drawn (a rejection's residual sample).
+    Token(u32),
+}
+
+impl Engine {
+    /// Speculative decoding of `prompt` with `drafter`, drafting up to
+    /// `block_size` tokens per round. Greedy output equals
+    /// [`Engine::generate`]'s token for token.
+    pub fn generate_speculative(
+        &self,
+        prompt: &[u32],
+        max_tokens: usize,
+        sampling: &SamplingParams,
+        drafter: &mut dyn Drafter,
+        block_size: usize,
+    ) -> Result<(Generation, SpecStats), GenerateError> {
+        let p = self.prefill(prompt)?;
+        self.decode_speculative(p, max_tokens, sampling, drafter, block_size)
+    }
+
+    /// Speculative decoding after a prefill.
+    pub fn decode_speculative(
+        &self,
+        p: Prefilled,
+        max_tokens: usize,
+        sampling: &SamplingParams,
+        drafter: &mut dyn Drafter,
+        block_size: usize,
+    ) -> Result<(Generation, SpecStats), GenerateError> {
+        let model = &self.loaded.model;
+        let tok = &self.loaded.tokenizer;
+        let ctx_limit = model.config.context_length;
+        let fam = self.family;
+        let Prefilled { prompt, mut session, logits, prefill_s } = p;
+        self.install(|| {
+            let mut rng = Rng::new(sampling.seed);
+            let mut stats = SpecStats { accepted_per_position: vec![0; block_size], ..Default::default() };
+            let mut pending = Pending::Logits(logits);
+            let t1 = Instant::now();
+            let mut context: Vec<u32> = prompt.clone();
+            let mut out: Vec<u32> = Vec::new();
+            let mut steps = 0;
+            let full = |out: &Vec<u32>| at_limit(prompt.len(), out.len(), max_tokens, ctx_limit);
+            let finish = 'outer: loop {
+                if out.len() >= max_tokens {
+                    break FinishReason::Length;
+                }
+                let t = match std::mem::replace(&mut pending, Pending::Token(0)) {
+                    Pending::Logits(l) => sample(&l, sampling, &mut rng),
+                    Pending::Token(t) => t,
+                };
+                if tok.is_end_of_generation(t) {
+                    break FinishReason::Stop;
+                }
+                out.push(t);
+                context.push(t);
+                if full(&out) {
+                    break FinishReason::Length;
+                }
+                // Draft no further than the budget and the context allow.
+                let room = block_size.min(max_tokens - out.len()).min(ctx_limit - session.len() - 1);
+                let td = Instant::now();
+                let mut proposal = if room > 0 {
+                    drafter.propose(fam, &context, room, sampling, &mut rng)?
+                } else {
+                    Default::default()
+                };
+                proposal.tokens.truncate(room);
+                stats.draft_s += td.elapsed().as_secs_f64();
+                let draft = &proposal.tokens;
+                let mut block = Vec::with_capacity(draft.len() + 1);
+                block.push(t);
+                block.extend_from_slice(draft);
+                let base = session.len();
+                let tv = Instant::now();
+                let rows = model.forward(fam, &mut session, &block, LogitRows::All)?;
+                stats.verify_s += tv.elapsed().as_secs_f64();
+                steps += 1;
+                if draft.is_empty() {
+                    stats.plain_steps += 1;
+                    pending = Pending::Logits(rows);
+                    continue;
+                }
+                let ta = Instant::now();
+                stats.rounds += 1;
+                stats.drafted += draft.len();
+                let vocab = model.config.vocab;
+                let row = |j: usize| &rows[j * vocab..(j + 1) * vocab];
+                let mut k = 0;
+                let mut next: Option<Pending> = None;
+                let mut stop: Option<FinishReason> = None;
+                for (j, &d) in draft.iter().enumerate() {
+                    // The token classic decoding would emit at this position.
+                    let chosen = if sampling.is_greedy() {
+                        let c = sample(row(j), sampling, &mut rng);
+                        if c != d {
+                            next = Some(Pending::Token(c));
+                            break;
+                        }
+                        c
+                    } else {
+                        let p = distribution(row(j), sampling);
+                        match verify_sampled(&p, &proposal, j, &mut rng) {
+                            Ok(d) => d,
+                            Err(r) => {
+                                next = Some(Pending::Token(r));
+                                break;
+                            }
+                        }
+                    };
+                    k += 1;
+                    stats.accepted += 1;
+                    stats.accepted_per_position[j] += 1;
+                    if tok.is_end_of_generation(chosen) {
+                        stop = Some(FinishReason::Stop);
+                        break;
+                    }
+                    out.push(chosen);
+                    context.push(chosen);
+                    if full(&out) {
+                        stop = Some(FinishReason::Length);
+                        break;
+                    }
+                }
+                stats.emitted_in_rounds += 1 + k;
+                session.truncate(base + 1 + k);
+                pending = next.unwrap_or_else(|| Pending::Logits(row(k).to_vec()));
+                stats.accept_s += ta.elapsed().as_secs_f64();
+                if let Some(f) = stop {
+                    // An accepted end-of-generation token is not emitted.
+                    if f == FinishReason::Stop {
+                        stats.emitted_in_rounds -= 1;
+                    }
+                    break 'outer f;
+                }
+            };
+            Ok((
+                Generation {
+                    prompt_tokens: prompt.len(),
+                    token_ids: out,
+                    finish_reason: finish,
+                    prefill_s,
+                    decode_s: t1.elapsed().as_secs_f64(),
+                    decode_steps: steps,
+                },
+                stats,
+            ))
+        })
+    }
+}
+
+/// Speculative sampling's test of draft token `j` against the target's
+/// distribution `p` at that position: `Ok(d)` accepts it (probability
+/// `min(1, p(d)/q(d))`), `Err(t)` rejects it and draws `t` from the residual
+/// `max(0, p − q)`, renormalised. Either way the token's distribution is
+/// exactly `p` (Leviathan et al. 2023, Theorem 1).
+pub fn verify_sampled(p: &[(u32, f64)], proposal: &Proposal, j: usize, rng: &mut Rng) -> Result<u32, u32> {
+    let d = proposal.tokens[j];
+    let pd = p.iter().find(|(x, _)| *x == d).map_or(0.0, |(_, pr)| *pr);
+    let qd = proposal.q_of(j);
+    if qd > 0.0 && rng.next_f64() < (pd / qd).min(1.0) {
+        return Ok(d);
+    }
+    let q = |t: u32| -> f64 {
+        match &proposal.dists {
+            None => f64::from(u8::from(t == d)),
+            Some(dist) => dist[j].iter().find(|(x, _)| *x == t).map_or(0.0, |(_, pr)| *pr),
+        }
+    };
+    let mut r: Vec<(u32, f64)> = p.iter().map(|&(t, pr)| (t, (pr - q(t)).max(0.0))).filter(|(_, pr)| *pr > 0.0).collect();
+    let sum: f64 = r.iter().map(|(_, pr)| pr).sum();
+    if sum <= 0.0 {
+        // p ≤ q everywhere means p == q up to rounding: sample p itself.
+        return Err(draw(p, rng));
+    }
+    for e in r.iter_mut() {
+        e.1 /= sum;
+    }
+    Err(draw(&r, rng))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use statrs::distribution::{ChiSquared, ContinuousCDF};
+
+    /// Pearson's chi-square of observed counts against probabilities `p`.
+    fn chi_square(counts: &[usize], p: &[f64], n: usize) -> f64 {
+        counts.iter().zip(p).map(|(&o, &e)| (o as f64 - e * n as f64).powi(2) / (e * n as f64)).sum()
+    }
+
+    /// The emitted token's empirical distribution must match `p`: accepted
+    /// drafts plus residual draws. A draft is drawn from the drafter's `q`
+    /// each trial (a point mass proposes the same token every time). The
+    /// test fails when the chi-square statistic passes the 0.999 quantile
+    /// (one false alarm in a thousand seeds; the seed is fixed, so the
+    /// outcome is stable).
+    fn check(p: &[(u32, f64)], q: Option<Vec<(u32, f64)>>, point: u32, seed: u64) {
+        let n = 40_000;
+        let mut rng = Rng::new(seed);
+        let mut counts = vec![0usize; p.len()];
+        for _ in 0..n {
+            let d = q.as_ref().map_or(point, |q| draw(q, &mut rng));
+            let proposal = Proposal { tokens: vec![d], dists: q.clone().map(|q| vec![q]) };
+            let t = match verify_sampled(p, &proposal, 0, &mut rng) {
+                Ok(t) | Err(t) => t,
+            };
+            counts[p.iter().position(|(x, _)| *x == t).unwrap()] += 1;
+        }
+        let probs: Vec<f64> = p.iter().map(|(_, pr)| *pr).collect();
+        let stat = chi_square(&counts, &probs, n);
+        let limit = ChiSquared::new((p.len() - 1) as f64).unwrap().inverse_cdf(0.999);
+        assert!(stat < limit, "chi-square {stat:.2} >= {limit:.2}: counts {counts:?} for p {probs:?}");
+    }
+
+    const P: [(u32, f64); 5] = [(0, 0.4), (1, 0.25), (2, 0.2), (3, 0.1), (4, 0.05)];
+
+    #[test]
+    fn point_mass_drafts_preserve_the_target_distribution() {
+        for d in [0, 3, 4] {
+            check(&P, None, d, 11 + d as u64);
+        }
+    }
+
+    #[test]
+    fn sampled_drafts_preserve_the_target_distribution() {
+        check(&P, Some(vec![(4, 0.5), (3, 0.3), (0, 0.2)]), 0, 7);
+        check(&P, Some(vec![(0, 0.1), (1, 0.1), (2, 0.1), (3, 0.1), (4, 0.6)]), 0, 8);
+    }
+
+    #[test]
+    fn a_wrong_rule_fails_the_chi_square_check() {
+        // Accepting every draft outright does not preserve p: the check
+        // must notice, or it proves nothing.
+        let q = vec![(4u32, 0.5), (3, 0.5)];
+        let mut rng = Rng::new(3);
+        let n = 40_000;
+        let mut counts = vec![0usize; P.len()];
+        for _ in 0..n {
+            let d = draw(&q, &mut rng);
+            counts[P.iter().position(|(x, _)| *x == d).unwrap()] += 1;
+        }
+        let probs: Vec<f64> = P.iter().map(|(_, pr)| *pr).collect();
+        let limit = ChiSquared::new(4.0).unwrap().inverse_cdf(0.999);
+        assert!(chi_square(&counts, &probs, n) > limit);
+    }
+
+    #[test]
+    fn a_draft_the_target_never_emits_is_always_rejected() {
+        let p = [(0u32, 0.5), (1, 0.5)];
+        let mut rng = Rng::new(1);
+        for _ in 0..100 {
+            assert!(verify_sampled(&p, &Proposal { tokens: vec![9], dists: None }, 0, &mut rng).is_err());
+        }
+    }
+}

@@ -1,0 +1,16 @@
+//! Speculative decoding: drafters propose tokens, the target verifies them
+//! in one multi-row pass, and greedy output stays byte-identical to classic
+//! decoding by construction.
+//!
+//! - [`DrafterKind`], [`drafter::Drafter`] and its kinds ([`drafter::NgramDrafter`],
+//!   [`drafter::ModelDrafter`] for `layerskip` and `draft-model`);
+//! - [`decode`]: the loop ([`crate::generate::Engine::generate_speculative`]) and its [`decode::SpecStats`];
+//! - [`probe`]: the block-vs-chain exactness probe run before speculating.
+
+pub mod decode;
+pub mod drafter;
+pub mod probe;
+pub mod setup;
+
+/// Drafter kinds are defined with the policy that keys on them.
+pub use crate::policy::DrafterKind;
