@@ -119,3 +119,45 @@ fn build_info_json_names_the_commit_and_compiler() {
     assert!(v["rustc"].as_str().unwrap().starts_with("rustc "));
     assert!(!v["git_commit"].as_str().unwrap().is_empty());
 }
+
+#[test]
+fn speculative_generation_reports_diagnostics_and_equals_classic_output() {
+    let prompt = ["--prompt", "Repeat this three times: one two three four five.", "--chat", "--max-tokens", "40", "--json"];
+    let classic = run(generate().args(prompt));
+    assert!(classic.status.success(), "{}", String::from_utf8_lossy(&classic.stderr));
+    let classic = json_lines(&classic);
+    assert_eq!(classic[0]["drafter"], "none");
+    assert!(classic[0]["block_size"].is_null());
+    for w in ["1", "3", "8"] {
+        let out = run(generate().args(prompt).args(["--drafter", "ngram", "--draft-block-size", w]));
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let lines = json_lines(&out);
+        assert_eq!(lines[0]["drafter"], "ngram");
+        assert_eq!(lines[0]["block_size"].as_u64(), Some(w.parse().unwrap()));
+        assert!(lines[0]["block_size_from"].as_str().unwrap().contains("--draft-block-size"));
+        assert_eq!(lines[0]["exactness_probe"]["passed"], true);
+        assert_eq!(lines[1]["event"], "completion");
+        assert_eq!(lines[1]["token_ids"], classic[1]["token_ids"], "width {w}");
+        assert_eq!(lines[1]["text_sha256"], classic[1]["text_sha256"]);
+        assert_eq!(lines[2]["event"], "speculative_diagnostics");
+        let d = &lines[2];
+        assert!(d["accepted"].as_u64().unwrap() <= d["drafted"].as_u64().unwrap());
+        assert!(d["rounds"].as_u64().unwrap() > 0, "repetition gives the n-gram drafter something to find");
+    }
+}
+
+#[test]
+fn unknown_or_unloadable_drafters_and_bad_widths_are_refused_clearly() {
+    for (args, needle) in [
+        (vec!["--drafter", "medusa"], "\"medusa\" is not a drafter kind"),
+        (vec!["--drafter", "dflash"], "no dflash loader"),
+        (vec!["--drafter", "draft-model"], "--drafter-model"),
+        (vec!["--drafter", "ngram", "--draft-block-size", "many"], "many"),
+        (vec!["--draft-block-size", "4"], "need --drafter"),
+    ] {
+        let out = run(generate().args(["--prompt", "hi"]).args(&args));
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(needle), "{args:?}: {err}");
+    }
+}
