@@ -6,7 +6,6 @@ use super::DrafterKind;
 use crate::model::llama::{ForwardError, LogitRows};
 use crate::model::{Loaded, Model, Session};
 use crate::sampling::{Rng, SamplingParams, argmax, distribution, draw};
-use crate::tokenizer::Tokenizer;
 use kernels::dispatch::KernelFamily;
 
 /// Tokens a drafter proposes, and — for drafters that sample — the
@@ -138,10 +137,6 @@ impl ModelDrafter {
         };
         Ok(ModelDrafter::new(DrafterKind::Layerskip, Model::new(config, weights)))
     }
-
-    pub fn model(&self) -> &Model {
-        &self.model
-    }
 }
 
 impl Drafter for ModelDrafter {
@@ -255,11 +250,6 @@ const MERGE_PROBES: &[&str] = &[
     "def fibonacci(n):\n    return n if n < 2 else fibonacci(n - 1) + fibonacci(n - 2)\n",
     "  multiple   spaces\tand\ttabs\n\nnewlines 1234567890 ¿Qué tal? 你好 🦀",
 ];
-
-/// Whether `t` tokenizes like `other`, for tests of the check itself.
-pub fn same_tokenizer(t: &Tokenizer, other: &Tokenizer) -> bool {
-    t.vocab_size() == other.vocab_size() && MERGE_PROBES.iter().all(|p| t.encode(p).ok() == other.encode(p).ok())
-}
 
 #[cfg(test)]
 mod tests {
