@@ -104,11 +104,29 @@ fn quantize_block(x: &[f32], q: &mut [i16; QK]) -> (f32, i32) {
     let id = if d > 0.0 { 1.0 / d } else { 0.0 };
     let mut sum = 0i32;
     for (qv, &v) in q.iter_mut().zip(x) {
-        let r = ((v * id).round() as i32).clamp(-QMAX, QMAX);
+        let r = round_half_away(v * id).clamp(-QMAX, QMAX);
         *qv = r as i16;
         sum += r;
     }
     (d, sum)
+}
+
+/// `v.round() as i32` (ties away from zero) without the `roundf` library
+/// call that baseline x86-64 code makes for `f32::round`: truncate, then
+/// step away from zero when the exact remainder is at least one half. Exact
+/// for |v| < 2^24 (every value here is at most 32767.5 in magnitude); NaN
+/// gives 0 like the saturating cast.
+#[inline]
+fn round_half_away(v: f32) -> i32 {
+    let t = v as i32;
+    let frac = v - t as f32;
+    if frac >= 0.5 {
+        t + 1
+    } else if frac <= -0.5 {
+        t - 1
+    } else {
+        t
+    }
 }
 
 /// A quantized activation row, reusable across calls to avoid reallocation.
@@ -144,9 +162,10 @@ impl ActRow {
             let mut q = [0i16; QK];
             let (d, sum) = quantize_block(xb, &mut q);
             let pair = &mut self.pairs[b / 2].qs;
-            for (e, &v) in q.iter().enumerate() {
-                pair[pair_index(b % 2, e)] = v;
-            }
+            // The block's halves land in two contiguous runs of sixteen.
+            let h = b % 2;
+            pair[pair_index(h, 0)..][..16].copy_from_slice(&q[..16]);
+            pair[pair_index(h, 16)..][..16].copy_from_slice(&q[16..]);
             self.d[b] = d;
             self.sum[b] = sum;
             self.s[b] = d * sum as f32;
@@ -206,6 +225,19 @@ mod tests {
         assert_eq!((p[47], p[63]), (QMAX as i16, QMAX as i16));
         // Block 0 element 0 first, then block 1 element 0 at slot 16.
         assert!(p[0] < p[16]);
+    }
+
+    #[test]
+    fn round_half_away_matches_f32_round_on_ties_and_near_ties() {
+        let mut vals = vec![0.0f32, -0.0, 0.5, -0.5, 1.5, -1.5, 2.5, -2.5, 32767.5, -32767.5, 0.49999997, -0.49999997];
+        vals.extend((0..20_000).map(|i| (i as f32 - 10_000.0) * 3.2767 + 0.25 * (i % 4) as f32));
+        vals.extend(
+            [0.5f32, 1.5, 1000.5].iter().flat_map(|&v| [v.next_up(), v.next_down(), -v.next_up(), -v.next_down()]),
+        );
+        for v in vals {
+            assert_eq!(round_half_away(v), v.round() as i32, "{v}");
+        }
+        assert_eq!(round_half_away(f32::NAN), 0);
     }
 
     #[test]

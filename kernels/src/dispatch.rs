@@ -131,9 +131,14 @@ pub const AVX2_MAX_ROWS: usize = 4;
 
 /// Activation rows whose accumulators one AVX-512 pass keeps in registers.
 ///
-/// One 512-bit accumulator per row (plus one for Q4_1's min term): eight
-/// rows use about two thirds of the 32 `zmm` registers, leaving the weight
-/// pair, scales and temporaries. Wider blocks run in chunks of this many.
+/// One 512-bit accumulator per row (plus one for Q4_1's min term and one
+/// scale vector): eight rows use 24 of the 32 `zmm` registers, leaving the
+/// weight pair, constants and temporaries. Wider blocks run in chunks of
+/// this many. Per activation row, a Q4_1 1536×576 pass cost (alternating
+/// runs, L2-resident weights) 100% at `W = 1`, 75–90% at 4 and 55–75% at 8:
+/// the per-row work (two `vpdpwssd`, a conversion, a scale and an FMA per
+/// block pair) dominates from there on, so a wider register block would
+/// gain little and spill.
 pub const AVX512_MAX_ROWS: usize = 8;
 
 /// Weight rows handled per tile of a multi-row call: when a block is wider
@@ -145,13 +150,18 @@ pub const ROW_TILE: usize = 16;
 /// Weight rows a SIMD pass interleaves for `w` activation rows: each
 /// (weight row, activation row) output is its own accumulator chain, and a
 /// single chain per step leaves the FMA and gather latencies exposed at
-/// small `w`; more chains than this run out of registers (AVX2 needs two
-/// accumulators per output and has sixteen registers; at one activation
-/// row, four interleaved weight rows spilled and two did not).
+/// small `w`; more chains than this run out of registers.
+///
+/// Measured on the Sapphire Rapids host (Q4_1 1536×576, alternating runs):
+/// AVX-512 at `w = 1` four rows beat one by about 1.2x; at `w = 3` two rows
+/// beat one by 8–10%, at `w = 4` two rows lost 18% (spills: 8 accumulators,
+/// 8 min-term accumulators and 8 scale vectors). AVX2 needs two accumulators
+/// per output in sixteen registers: at `w = 1` four rows spilled; two and
+/// one measured the same.
 pub const fn interleaved_rows(family: KernelFamily, w: usize) -> usize {
     match (family, w) {
         (KernelFamily::Avx512Vnni, 1) => 4,
-        (KernelFamily::Avx512Vnni, 2) | (KernelFamily::Avx2, 1) => 2,
+        (KernelFamily::Avx512Vnni, 2 | 3) | (KernelFamily::Avx2, 1) => 2,
         _ => 1,
     }
 }

@@ -2,11 +2,14 @@
 //!
 //! - [`quant`]: the block-quantized storage formats ([`quant::GgmlType`],
 //!   `BlockQ4_1`, ...) and their scalar dequantization.
-//! - [`act`]: activation rows quantized to [`act::BlockQ16`] for integer dots.
-//! - [`matvec`]: quantized mat-vec ([`matvec::Matrix`], [`matvec::matvec_rows`]),
-//!   single- and multi-row, scalar specification plus SIMD families.
+//! - [`act`]: activation rows quantized to 16-bit blocks for integer dots
+//!   ([`act::ActRow`], viewed as [`act::QRow`]).
+//! - [`matvec`]: quantized mat-vec ([`matvec::Matrix`], [`matvec::matvec_rows`],
+//!   [`matvec::matmul_rows`]), single- and multi-row, scalar specification
+//!   plus SIMD families.
 //! - [`ops`]: RMSNorm, RoPE, softmax, SwiGLU, attention.
-//! - [`dispatch`]: run-time choice of the CPU kernel family ([`dispatch::KernelFamily`]).
+//! - [`dispatch`]: run-time choice of the CPU kernel family ([`dispatch::KernelFamily`])
+//!   and the thresholds that steer the multi-row pass.
 
 pub mod act;
 pub mod dispatch;

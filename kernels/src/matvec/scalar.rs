@@ -12,9 +12,9 @@
 //!    `{2i, 2i+1, 16+2i, 17+2i}` ([`lane_isums`]). This is what
 //!    `vpmaddwd`/`vpdpwssd` give when a block's first and second halves sit in
 //!    two registers of sixteen 16-bit values. The weight quant `qw` is the
-//!    signed byte (Q8_0), the nibble (Q4_1) or the nibble − 8 (Q4_0); every
-//!    lane sum fits `i32` (|qw| ≤ 128, |qx| ≤ 32767, four terms per lane... and
-//!    a whole block stays below 2^31).
+//!    signed byte (Q8_0), the nibble (Q4_1) or the nibble − 8 (Q4_0); with
+//!    |qw| ≤ 128 and |qx| ≤ 32767 even a whole block's sum stays below 2^31,
+//!    so every lane is exact.
 //! 2. **Float lanes.** Sixteen `f32` accumulators `acc` start at +0.0. Even
 //!    blocks update lanes 0..8, odd blocks lanes 8..16:
 //!    `acc[8·(b%2) + i] = fma(p_b, f32(isum_b[i]), acc[8·(b%2) + i])` with
@@ -24,7 +24,8 @@
 //!    kernel's two accumulators independent.
 //! 3. **Q4_1's min term.** Sixteen more accumulators `mt` start at +0.0;
 //!    block `b` updates `mt[b % 16] = fma(f32(mw_b), sx_b, mt[b % 16])` (the
-//!    kernels convert sixteen blocks' scales with one instruction).
+//!    kernels fetch and convert sixteen blocks' scales at once, and the
+//!    activation keeps its `sx` contiguous for exactly that).
 //! 4. **Reduction.** The output is [`reduce16`]`(acc)`, plus `reduce16(mt)`
 //!    for Q4_1.
 //!

@@ -20,6 +20,10 @@
 //! scale padding past the row's end) receive `fma(0, 0, acc)`, which the
 //! specification shows leaves them unchanged.
 
+// Register-blocked loops index several parallel arrays (weight rows ×
+// activation rows) with the same counter; iterator chains would hide that.
+#![allow(clippy::needless_range_loop)]
+
 use super::{Input, Matrix, Weights};
 use crate::act::QRow;
 use crate::dispatch::{AVX2_MAX_ROWS, AVX512_MAX_ROWS, KernelFamily, ROW_TILE, interleaved_rows, max_rows_per_pass};
@@ -472,28 +476,61 @@ unsafe fn weights_zmm<const F: u8>(blk: *const u8, bb: usize, pair: bool) -> (__
     }
 }
 
-/// The sixteen integer lanes of a block pair: `vpmaddwd` of the first
-/// halves plus `vpdpwssd` of the second halves (exact: every lane stays
-/// below 2^31).
+/// `vpdpwssd acc, w, [x]`: sixteen lanes of pair sums of 16-bit products
+/// added to `acc`. Inline assembly keeps it one instruction: from the
+/// intrinsic, LLVM emits `vpmaddwd` + `vpaddd` for some call sites.
+///
+/// # Safety
+/// AVX-512 VNNI; `x` points at 64 readable, 64-byte-aligned bytes.
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+#[inline]
+unsafe fn dpwssd_mem(mut acc: __m512i, w: __m512i, x: *const i16) -> __m512i {
+    // SAFETY: the caller guarantees the 64 bytes at x.
+    unsafe {
+        std::arch::asm!(
+            "vpdpwssd {acc}, {w}, zmmword ptr [{x}]",
+            acc = inout(zmm_reg) acc,
+            w = in(zmm_reg) w,
+            x = in(reg) x,
+            options(pure, readonly, nostack, preserves_flags),
+        );
+    }
+    acc
+}
+
+/// `0x4B400000`, the bits of 1.5·2^23: an integer `v` with |v| < 2^22 added
+/// to these bits gives the float `1.5·2^23 + v` exactly (the float spacing
+/// there is 1), and subtracting 1.5·2^23 gives `f32(v)` exactly.
+const MAGIC_BITS: i32 = 0x4B40_0000;
+const MAGIC: f32 = 12_582_912.0;
+const _: () = assert!(MAGIC.to_bits() == MAGIC_BITS as u32);
+
+/// `f32` of the sixteen integer lanes of a block pair (first halves against
+/// `x[0..32]`, second halves against `x[32..64]`), exactly as `vcvtdq2ps`
+/// would give them.
+///
+/// Q4 lanes stay below 2^21 in magnitude (four products of at most
+/// 15·32767), so they start from [`MAGIC_BITS`] and convert with one
+/// subtraction: both instructions run on either vector port, where
+/// `vcvtdq2ps` and `vpmaddwd` (the alternatives) share port 0 with the
+/// `vpdpwssd`s on Intel cores — the port that bounds the multi-row pass.
+/// Q8_0 lanes reach 2^24, so they take `vpmaddwd` + `vpdpwssd` +
+/// `vcvtdq2ps`.
 ///
 /// # Safety
 /// AVX-512 BW + VNNI; `x` points at a 64-byte-aligned [`crate::act::QPair`].
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
 #[inline]
-unsafe fn dot_pair(lo: __m512i, hi: __m512i, x: *const i16) -> __m512i {
+unsafe fn dot_pair<const F: u8>(lo: __m512i, hi: __m512i, x: *const i16) -> __m512 {
     // SAFETY: the caller guarantees 128 readable, aligned bytes at x.
     unsafe {
-        let mut isum = _mm512_madd_epi16(lo, _mm512_load_si512(x.cast()));
-        // One `vpdpwssd` in inline assembly: from the intrinsic, LLVM emits
-        // `vpmaddwd` + `vpaddd` for some rows, one more micro-op each.
-        std::arch::asm!(
-            "vpdpwssd {acc}, {w}, zmmword ptr [{x}]",
-            acc = inout(zmm_reg) isum,
-            w = in(zmm_reg) hi,
-            x = in(reg) x.add(32),
-            options(pure, readonly, nostack, preserves_flags),
-        );
-        isum
+        if F == Q8_0 {
+            let isum = _mm512_madd_epi16(lo, _mm512_load_si512(x.cast()));
+            _mm512_cvtepi32_ps(dpwssd_mem(isum, hi, x.add(32)))
+        } else {
+            let biased = dpwssd_mem(dpwssd_mem(_mm512_set1_epi32(MAGIC_BITS), lo, x), hi, x.add(32));
+            _mm512_sub_ps(_mm512_castsi512_ps(biased), _mm512_set1_ps(MAGIC))
+        }
     }
 }
 
@@ -551,9 +588,8 @@ unsafe fn block_avx512<const F: u8, const R: usize, const W: usize>(t: &Tile, a:
                     let (lo, hi) = weights_zmm::<F>(rows[r].add(b * bb + qo), bb, b + 1 < end);
                     for i in 0..W {
                         let x = a.qs[i].add(xo);
-                        let isum = dot_pair(lo, hi, x);
                         let s = _mm512_permutexvar_ps(pick, p[r][i]);
-                        acc[r][i] = _mm512_fmadd_ps(s, _mm512_cvtepi32_ps(isum), acc[r][i]);
+                        acc[r][i] = _mm512_fmadd_ps(s, dot_pair::<F>(lo, hi, x), acc[r][i]);
                     }
                 }
                 pick = _mm512_add_epi32(pick, two);

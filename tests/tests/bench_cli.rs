@@ -1,0 +1,74 @@
+//! `runtime bench` and the multi-row kernels, driven through the real binary
+//! on the default model.
+
+use draftwise_tests::{bin, json_lines, model_path, run};
+use std::process::Command;
+
+fn runtime(sub: &str) -> Command {
+    let mut c = Command::new(bin("runtime"));
+    c.arg(sub).arg("--model").arg(model_path()).env("DRAFTWISE_LOG", "warn");
+    c
+}
+
+#[test]
+fn greedy_output_is_the_same_with_the_multirow_pass_off_at_one_and_two_threads() {
+    // The prompt's prefill runs every matrix with many activation rows; the
+    // control runs the single-row kernel once per row.
+    let ids = |threads: &str, multirow: &str| {
+        let out = run(runtime("generate")
+            .args(["--prompt", "The quick brown fox jumps over the lazy dog, and then", "--max-tokens", "16"])
+            .args(["--json", "--threads", threads])
+            .env("DRAFTWISE_MULTIROW", multirow));
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        json_lines(&out)[1]["token_ids"].clone()
+    };
+    let want = ids("1", "1");
+    assert!(want.as_array().is_some_and(|a| !a.is_empty()));
+    for (threads, multirow) in [("1", "0"), ("2", "1"), ("2", "0")] {
+        assert_eq!(ids(threads, multirow), want, "threads {threads} DRAFTWISE_MULTIROW={multirow}");
+    }
+}
+
+#[test]
+fn bench_reports_every_raw_sample_with_its_summary() {
+    let out = run(runtime("bench")
+        .args(["--prompt-tokens", "8", "--gen-tokens", "4", "--reps", "3", "--warmup", "1"])
+        .args(["--threads", "2", "--json"]));
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let r = &json_lines(&out)[0];
+    assert_eq!(r["event"], "bench");
+    assert_eq!(r["threads"], 2);
+    assert_eq!(r["prompt_ids"].as_array().unwrap().len(), 8);
+    assert_eq!(r["reps"].as_array().unwrap().len(), 3, "warm-up repetitions are not recorded");
+    for key in ["prefill_tok_per_s", "decode_tok_per_s"] {
+        let s = &r[key];
+        assert_eq!(s["n"], 3, "{key}");
+        assert_eq!(s["samples"].as_array().unwrap().len(), 3, "{key}");
+        let (min, med, max) = (s["min"].as_f64().unwrap(), s["median"].as_f64().unwrap(), s["max"].as_f64().unwrap());
+        assert!(0.0 < min && min <= med && med <= max, "{key}: {s}");
+    }
+}
+
+#[test]
+fn bench_verify_cost_times_every_width_relative_to_one() {
+    let out = run(runtime("bench")
+        .args(["--verify-cost", "--max-width", "4", "--prompt-tokens", "8", "--reps", "2"])
+        .args(["--warmup", "0", "--json"]));
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let r = &json_lines(&out)[0];
+    let curve = r["verify_cost"].as_array().unwrap();
+    assert_eq!(curve.len(), 4);
+    for (i, w) in curve.iter().enumerate() {
+        assert_eq!(w["width"], i + 1);
+        assert_eq!(w["seconds"]["samples"].as_array().unwrap().len(), 2);
+        assert!(w["relative_to_w1"].as_f64().unwrap() > 0.0);
+    }
+    assert_eq!(curve[0]["relative_to_w1"], 1.0);
+}
+
+#[test]
+fn bench_refuses_zero_repetitions_naming_the_flag() {
+    let out = run(runtime("bench").args(["--reps", "0"]));
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--reps"));
+}
