@@ -41,7 +41,8 @@ pub enum Command {
     /// The draft-width policy: `show` the compiled table, `explain` a resolution.
     #[command(subcommand)]
     Policy(crate::policy::command::PolicyCommand),
-    /// Measure prefill and decode tokens per second, or the verify-cost curve.
+    /// Measure prefill and decode tokens per second, the verify-cost curve, or (with
+    /// --drafter) the speculative width curve against classic decoding.
     Bench(BenchArgs),
 }
 
@@ -74,9 +75,24 @@ pub struct BenchArgs {
     /// One JSON object with every raw sample on stdout.
     #[arg(long)]
     pub json: bool,
+    /// Width curve (with --drafter): draft widths to measure against classic decoding.
+    #[arg(long, value_delimiter = ',', default_value = "1,2,3,4,5,6,7,8")]
+    pub widths: Vec<usize>,
+    /// Width curve: the prompt set, grouped into tasks by each line's `type`
+    /// (default: the repository's prompts/width-curve.jsonl, built in).
+    #[arg(long)]
+    pub prompts: Option<PathBuf>,
+    /// Width curve: tokens generated per prompt.
+    #[arg(long, default_value_t = 96)]
+    pub max_tokens: usize,
     #[command(flatten)]
     pub cache: CacheArgs,
+    #[command(flatten)]
+    pub spec: SpecArgs,
 }
+
+/// The width curve's built-in prompt set (`runtime bench --drafter`).
+pub const WIDTH_CURVE_PROMPTS: &str = include_str!("../../prompts/width-curve.jsonl");
 
 #[derive(Args, Debug, Clone)]
 pub struct CacheArgs {
@@ -161,6 +177,8 @@ pub struct SpecArgs {
 pub struct PromptItem {
     pub id: String,
     pub kind: PromptKind,
+    /// The line's `type` tag (task type), when it has one.
+    pub tag: Option<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -177,9 +195,9 @@ struct PromptLine {
     prompt: Option<String>,
     #[serde(default)]
     messages: Option<Vec<Message>>,
-    /// Free-form tag (task type); carried by the tuner, ignored here.
+    /// Free-form tag (task type): carried by the tuner, groups `bench --drafter`'s tasks.
     #[serde(default, rename = "type")]
-    _type: Option<String>,
+    tag: Option<String>,
 }
 
 /// Parses a JSONL prompt set; errors name the line.
@@ -207,7 +225,7 @@ pub fn parse_prompts(text: &str, origin: &Path) -> Result<Vec<PromptItem>> {
             (None, Some(_)) => bail!("{}:{n}: messages is empty", origin.display()),
             _ => bail!("{}:{n}: give exactly one of \"prompt\" or \"messages\"", origin.display()),
         };
-        out.push(PromptItem { id, kind });
+        out.push(PromptItem { id, kind, tag: p.tag });
     }
     if out.is_empty() {
         bail!("{}: no prompts", origin.display());
@@ -308,6 +326,9 @@ fn bench(args: BenchArgs) -> Result<ExitCode> {
         warmup: args.warmup,
         verify_cost: args.verify_cost.then_some(args.max_width),
     };
+    if let Some(kind) = &args.spec.drafter {
+        return width_curve(&args, kind, &engine);
+    }
     let report = crate::bench::run(&engine, &path.display().to_string(), &spec)?;
     if args.json {
         println!("{}", serde_json::to_string(&report)?);
@@ -315,6 +336,85 @@ fn bench(args: BenchArgs) -> Result<ExitCode> {
         print!("{}", crate::bench::render(&report));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `runtime bench --drafter KIND`: the width curve, one table per task.
+fn width_curve(args: &BenchArgs, kind: &str, engine: &Engine) -> Result<ExitCode> {
+    use crate::bench::curve::{self, CurveSpec, Task};
+    if args.spec.draft_block_size.is_some() || args.spec.allow_inexact {
+        bail!(
+            "bench --drafter measures every width in --widths exactly: --draft-block-size and --allow-inexact do not apply"
+        );
+    }
+    if args.widths.is_empty() || args.widths.iter().any(|&w| w == 0 || w > crate::policy::MAX_BLOCK_SIZE) {
+        bail!("--widths: give widths in 1..={}", crate::policy::MAX_BLOCK_SIZE);
+    }
+    if args.max_tokens < 2 {
+        bail!("--max-tokens must be at least 2 (decode throughput needs a token after the first)");
+    }
+    let (origin, text) = match &args.prompts {
+        Some(p) => (p.clone(), std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?),
+        None => (PathBuf::from("prompts/width-curve.jsonl (built in)"), WIDTH_CURVE_PROMPTS.to_string()),
+    };
+    let items = parse_prompts(&text, &origin)?;
+    let tok = &engine.loaded.tokenizer;
+    let mut tasks: Vec<Task> = Vec::new();
+    for it in &items {
+        let ids = encode_item(tok, it)?;
+        let name = it.tag.clone().unwrap_or_else(|| "untagged".into());
+        match tasks.iter_mut().find(|t| t.name == name) {
+            Some(t) => t.prompts.push((it.id.clone(), ids)),
+            None => tasks.push(Task { name, prompts: vec![(it.id.clone(), ids)] }),
+        }
+    }
+    let (drafter_kind, mut drafter) = crate::spec::setup::build_drafter(kind, &args.spec, engine)?;
+    let spec = CurveSpec {
+        drafter: drafter_kind.to_string(),
+        widths: args.widths.clone(),
+        max_tokens: args.max_tokens,
+        reps: args.reps,
+        warmup: args.warmup,
+    };
+    let curves = curve::run(engine, drafter.as_mut(), &tasks, &spec)?;
+    if args.json {
+        let v = serde_json::json!({
+            "schema_version": crate::bench::BENCH_SCHEMA_VERSION,
+            "event": "bench_width_curve",
+            "model": engine.loaded.info.path,
+            "kernel_family": engine.family.name(),
+            "threads": engine.threads,
+            "multirow": dispatch::multirow_enabled(),
+            "spec": spec,
+            "tasks": curves,
+        });
+        println!("{v}");
+    } else {
+        println!(
+            "kernels {} | threads {} | multirow {} | max tokens {} | reps {} (+{} warm-up) | prompts {}",
+            engine.family.name(),
+            engine.threads,
+            if dispatch::multirow_enabled() { "on" } else { "off" },
+            spec.max_tokens,
+            spec.reps,
+            spec.warmup,
+            origin.display()
+        );
+        print!("{}", curve::render(&curves, &spec));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// A prompt item's token ids (chat items through the chat template).
+fn encode_item(tok: &Tokenizer, it: &PromptItem) -> Result<Vec<u32>> {
+    let text = match &it.kind {
+        PromptKind::Text(t) => t.clone(),
+        PromptKind::Chat(m) => tok.render_chat(m, true).with_context(|| format!("prompt {}", it.id))?,
+    };
+    let ids = tok.encode_prompt(&text).with_context(|| format!("prompt {}", it.id))?;
+    if ids.is_empty() {
+        bail!("prompt {}: encodes to no tokens", it.id);
+    }
+    Ok(ids)
 }
 
 fn default_threads() -> usize {
@@ -336,7 +436,7 @@ fn generate(args: GenerateArgs) -> Result<ExitCode> {
             } else {
                 PromptKind::Text(p.clone())
             };
-            vec![PromptItem { id: "prompt".into(), kind }]
+            vec![PromptItem { id: "prompt".into(), kind, tag: None }]
         }
         (None, Some(path)) => {
             let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
@@ -354,15 +454,7 @@ fn generate(args: GenerateArgs) -> Result<ExitCode> {
     // Tokenize everything up front: a bad prompt fails before any work.
     let mut prompts = Vec::with_capacity(items.len());
     for it in &items {
-        let text = match &it.kind {
-            PromptKind::Text(t) => t.clone(),
-            PromptKind::Chat(m) => tok.render_chat(m, true).with_context(|| format!("prompt {}", it.id))?,
-        };
-        let ids = tok.encode_prompt(&text).with_context(|| format!("prompt {}", it.id))?;
-        if ids.is_empty() {
-            bail!("prompt {}: encodes to no tokens", it.id);
-        }
-        prompts.push((it.id.clone(), ids));
+        prompts.push((it.id.clone(), encode_item(tok, it)?));
     }
 
     let spec = crate::spec::setup::Speculation::from_args(&args.spec, &engine)?;
@@ -381,6 +473,7 @@ fn generate(args: GenerateArgs) -> Result<ExitCode> {
             kernel_family: selection.family.name().into(),
             kernel_family_forced: selection.forced,
             threads: engine.threads,
+            multirow: dispatch::multirow_enabled(),
             target: engine.loaded.info.clone(),
             tokenizer: tok.source.clone(),
             drafter: spec.as_ref().map_or("none".into(), |s| s.kind.to_string()),

@@ -24,6 +24,10 @@ pub enum Event {
     Declined(Declined),
 }
 
+fn default_true() -> bool {
+    true
+}
+
 /// What this process is and how it will run.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Startup {
@@ -35,6 +39,11 @@ pub struct Startup {
     /// Whether `DRAFTWISE_KERNELS` chose the family.
     pub kernel_family_forced: bool,
     pub threads: usize,
+    /// Whether a multi-row call streams the weights once for all its rows
+    /// (`false` under `DRAFTWISE_MULTIROW=0`: each row runs the single-row
+    /// kernel, a control for the verify-cost curve).
+    #[serde(default = "default_true")]
+    pub multirow: bool,
     pub target: ModelInfo,
     pub tokenizer: String,
     /// Drafter kind (`ngram`, `layerskip`, `draft-model`), or `none` for classic decoding.

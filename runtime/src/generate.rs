@@ -3,11 +3,11 @@
 
 use crate::model::llama::{ForwardError, LogitRows};
 use crate::model::{Loaded, Session};
-use crate::sampling::{Rng, SamplingParams, sample};
 use crate::pool::Pool;
+use crate::sampling::{Rng, SamplingParams, sample};
 use kernels::dispatch::KernelFamily;
-use std::sync::Arc;
 use serde::{Deserialize, Serialize};
+use std::sync::Arc;
 use std::time::Instant;
 
 /// Why generation stopped (OpenAI's `finish_reason` values).
@@ -100,13 +100,23 @@ impl Engine {
     }
 
     /// Classic decoding of `prompt` for up to `max_tokens` tokens.
-    pub fn generate(&self, prompt: &[u32], max_tokens: usize, sampling: &SamplingParams) -> Result<Generation, GenerateError> {
+    pub fn generate(
+        &self,
+        prompt: &[u32],
+        max_tokens: usize,
+        sampling: &SamplingParams,
+    ) -> Result<Generation, GenerateError> {
         let p = self.prefill(prompt)?;
         self.decode(p, max_tokens, sampling)
     }
 
     /// Classic decoding after a prefill: one forward pass per token.
-    pub fn decode(&self, p: Prefilled, max_tokens: usize, sampling: &SamplingParams) -> Result<Generation, GenerateError> {
+    pub fn decode(
+        &self,
+        p: Prefilled,
+        max_tokens: usize,
+        sampling: &SamplingParams,
+    ) -> Result<Generation, GenerateError> {
         let model = &self.loaded.model;
         let tok = &self.loaded.tokenizer;
         let Prefilled { prompt, mut session, mut logits, prefill_s } = p;

@@ -8,10 +8,10 @@
 
 mod common;
 
-use kernels::dispatch::KernelFamily;
-use runtime::model::llama::LogitRows;
 use common::model;
+use kernels::dispatch::KernelFamily;
 use runtime::model::Session;
+use runtime::model::llama::LogitRows;
 use runtime::sampling::argmax;
 use runtime::tokenizer::chat::Message;
 use serde_json::Value;

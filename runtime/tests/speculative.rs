@@ -39,7 +39,12 @@ fn engine(threads: usize) -> Engine {
 
 /// For each prompt: one prefill, then classic decoding and speculative
 /// decoding at each width from clones of it; every token must agree.
-fn check_drafter(engine: &Engine, prompts: &[(String, Vec<u32>)], widths: &[usize], make: &dyn Fn() -> Box<dyn Drafter>) {
+fn check_drafter(
+    engine: &Engine,
+    prompts: &[(String, Vec<u32>)],
+    widths: &[usize],
+    make: &dyn Fn() -> Box<dyn Drafter>,
+) {
     let greedy = SamplingParams::default();
     let mut rounds = 0;
     for (id, ids) in prompts {
@@ -49,9 +54,11 @@ fn check_drafter(engine: &Engine, prompts: &[(String, Vec<u32>)], widths: &[usiz
             let mut d = make();
             let (spec, stats) = engine.decode_speculative(pre.clone(), MAX_TOKENS, &greedy, d.as_mut(), w).unwrap();
             assert_eq!(
-                spec.token_ids, classic.token_ids,
+                spec.token_ids,
+                classic.token_ids,
                 "{id}: {} width {w} at {} threads differs from classic",
-                d.kind(), engine.threads
+                d.kind(),
+                engine.threads
             );
             assert_eq!(spec.finish_reason, classic.finish_reason, "{id} width {w}");
             assert!(stats.accepted <= stats.drafted);
@@ -75,7 +82,9 @@ fn layerskip_output_equals_classic() {
     let ps: Vec<_> = prompts().into_iter().step_by(9).collect();
     let e = engine(2);
     let target = &e.loaded.model;
-    check_drafter(&e, &ps, &[1, 3, 8], &|| Box::new(ModelDrafter::layerskip(target, &(0..8).collect::<Vec<_>>()).unwrap()));
+    check_drafter(&e, &ps, &[1, 3, 8], &|| {
+        Box::new(ModelDrafter::layerskip(target, &(0..8).collect::<Vec<_>>()).unwrap())
+    });
 }
 
 #[test]

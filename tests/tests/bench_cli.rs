@@ -72,3 +72,56 @@ fn bench_refuses_zero_repetitions_naming_the_flag() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("--reps"));
 }
+
+#[test]
+fn bench_width_curve_measures_classic_and_every_width_per_task_and_checks_identity() {
+    let dir = tempfile::tempdir().unwrap();
+    let prompts = dir.path().join("p.jsonl");
+    std::fs::write(
+        &prompts,
+        concat!(
+            r#"{"id": "e1", "type": "edit", "prompt": "Copy this: red green blue red green blue red green blue"}"#,
+            "\n",
+            r#"{"id": "f1", "type": "free", "prompt": "Once upon a time"}"#,
+            "\n",
+            r#"{"id": "u1", "prompt": "The capital of France is"}"#,
+            "\n"
+        ),
+    )
+    .unwrap();
+    let out = run(runtime("bench")
+        .args(["--drafter", "ngram", "--widths", "1,3", "--reps", "2", "--warmup", "0"])
+        .args(["--max-tokens", "8", "--threads", "2", "--json", "--prompts"])
+        .arg(&prompts));
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let r = &json_lines(&out)[0];
+    assert_eq!(r["event"], "bench_width_curve");
+    let tasks = r["tasks"].as_array().unwrap();
+    let names: Vec<&str> = tasks.iter().map(|t| t["task"].as_str().unwrap()).collect();
+    assert_eq!(names, ["edit", "free", "untagged"], "tasks in first-seen order");
+    for t in tasks {
+        let arms = t["arms"].as_array().unwrap();
+        let widths: Vec<serde_json::Value> = arms.iter().map(|a| a["width"].clone()).collect();
+        assert_eq!(widths, [serde_json::Value::Null, 1.into(), 3.into()]);
+        for a in arms {
+            assert_eq!(a["decode_tok_per_s"]["n"], 2, "{a}");
+            assert_eq!(a["ids_equal_classic"], true, "{a}");
+            assert!(a["declined"].is_null());
+        }
+        assert_eq!(arms[0]["ratio_vs_classic"], 1.0);
+        if t["task"] == "edit" {
+            // The prompt repeats itself: prompt lookup must find drafts.
+            assert!(arms[2]["drafted"].as_u64().unwrap() > 0, "{}", arms[2]);
+        }
+    }
+}
+
+#[test]
+fn bench_width_curve_refuses_a_fixed_width_and_bad_widths() {
+    for args in [&["--draft-block-size", "4"][..], &["--widths", "0,2"], &["--widths", "33"], &["--allow-inexact"]] {
+        let out = run(runtime("bench").args(["--drafter", "ngram", "--reps", "1"]).args(args));
+        assert!(!out.status.success(), "{args:?} was accepted");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("--widths") || err.contains("--draft-block-size"), "{args:?}: {err}");
+    }
+}

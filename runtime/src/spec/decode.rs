@@ -220,7 +220,8 @@ pub fn verify_sampled(p: &[(u32, f64)], proposal: &Proposal, j: usize, rng: &mut
             Some(dist) => dist[j].iter().find(|(x, _)| *x == t).map_or(0.0, |(_, pr)| *pr),
         }
     };
-    let mut r: Vec<(u32, f64)> = p.iter().map(|&(t, pr)| (t, (pr - q(t)).max(0.0))).filter(|(_, pr)| *pr > 0.0).collect();
+    let mut r: Vec<(u32, f64)> =
+        p.iter().map(|&(t, pr)| (t, (pr - q(t)).max(0.0))).filter(|(_, pr)| *pr > 0.0).collect();
     let sum: f64 = r.iter().map(|(_, pr)| pr).sum();
     if sum <= 0.0 {
         // p ≤ q everywhere means p == q up to rounding: sample p itself.

@@ -226,7 +226,11 @@ pub fn check_compatible(target: &Loaded, drafter: &Loaded) -> Result<(), Incompa
     }
     for id in 0..t.vocab_size() as u32 {
         if t.id_to_token(id) != d.id_to_token(id) {
-            return Err(err(format!("token {id} is {:?} in the target, {:?} in the drafter", t.id_to_token(id), d.id_to_token(id))));
+            return Err(err(format!(
+                "token {id} is {:?} in the target, {:?} in the drafter",
+                t.id_to_token(id),
+                d.id_to_token(id)
+            )));
         }
     }
     if (t.bos, t.eos) != (d.bos, d.eos) || t.end_of_generation != d.end_of_generation {

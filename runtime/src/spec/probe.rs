@@ -10,7 +10,8 @@ use kernels::dispatch::KernelFamily;
 use serde::{Deserialize, Serialize};
 
 /// Text whose tokens make the probe sequence.
-pub const PROBE_TEXT: &str = "In 1969, Apollo 11 landed on the Moon; fn main() { println!(\"hi\"); } — exactness probe.";
+pub const PROBE_TEXT: &str =
+    "In 1969, Apollo 11 landed on the Moon; fn main() { println!(\"hi\"); } — exactness probe.";
 
 /// Cached positions before the probed block, so the block attends to a real prefix.
 const PREFIX: usize = 8;

@@ -2,11 +2,11 @@
 //! drafter, its width, and the exactness probe's verdict.
 
 use super::DrafterKind;
-use crate::policy;
 use super::drafter::{Drafter, ModelDrafter, NgramDrafter, check_compatible};
 use super::probe::{PROBE_TEXT, ProbeReport, block_vs_chain};
 use crate::cli::SpecArgs;
 use crate::generate::Engine;
+use crate::policy;
 use anyhow::{Context, Result, bail};
 
 /// Environment variable that forfeits exactness like `--allow-inexact`.
@@ -37,7 +37,8 @@ pub fn parse_layers(s: &str, n_layers: usize) -> Result<Vec<usize>> {
     }
     let mut layers = Vec::new();
     for part in s.split(',') {
-        let l: usize = part.trim().parse().with_context(|| format!("--layerskip-layers: {part:?} is not a layer index"))?;
+        let l: usize =
+            part.trim().parse().with_context(|| format!("--layerskip-layers: {part:?} is not a layer index"))?;
         if l >= n_layers {
             bail!("--layerskip-layers: layer {l} does not exist (the target has {n_layers})");
         }
@@ -49,6 +50,40 @@ pub fn parse_layers(s: &str, n_layers: usize) -> Result<Vec<usize>> {
     Ok(layers)
 }
 
+/// The drafter `args` ask for (`kind_s` is `--drafter`'s value), checked
+/// against the target; no width, policy or probe yet.
+pub fn build_drafter(kind_s: &str, args: &SpecArgs, engine: &Engine) -> Result<(DrafterKind, Box<dyn Drafter>)> {
+    let kind: DrafterKind = kind_s.parse().map_err(anyhow::Error::msg)?;
+    let target = &engine.loaded;
+    let drafter: Box<dyn Drafter> = match kind {
+        DrafterKind::Ngram => {
+            if args.ngram_min == 0 || args.ngram_min > args.ngram_max {
+                bail!("--ngram-min {} / --ngram-max {}: need 1 <= min <= max", args.ngram_min, args.ngram_max);
+            }
+            Box::new(NgramDrafter { max_n: args.ngram_max, min_n: args.ngram_min })
+        }
+        DrafterKind::Layerskip => {
+            let n = target.model.config.n_layers;
+            let spec = args.layerskip_layers.clone().unwrap_or_else(|| (n / 2).max(1).to_string());
+            let layers = parse_layers(&spec, n)?;
+            Box::new(ModelDrafter::layerskip(&target.model, &layers).map_err(anyhow::Error::msg)?)
+        }
+        DrafterKind::DraftModel => {
+            let Some(p) = &args.drafter_model else {
+                bail!("--drafter draft-model needs --drafter-model PATH (a GGUF file or a Hugging Face directory)")
+            };
+            let d = crate::model::load(p).with_context(|| format!("loading the draft model {}", p.display()))?;
+            check_compatible(target, &d)?;
+            Box::new(ModelDrafter::new(DrafterKind::DraftModel, d.model))
+        }
+        DrafterKind::Dflash | DrafterKind::Mtp => bail!(
+            "drafter kind {kind} is recognized but this runtime has no {kind} loader yet: it needs a checkpoint \
+             that declares {kind} heads and the loader for them; use ngram, layerskip or draft-model"
+        ),
+    };
+    Ok((kind, drafter))
+}
+
 impl Speculation {
     /// `None` when no drafter was asked for.
     pub fn from_args(args: &SpecArgs, engine: &Engine) -> Result<Option<Self>> {
@@ -58,34 +93,8 @@ impl Speculation {
             }
             return Ok(None);
         };
-        let kind: DrafterKind = kind_s.parse().map_err(anyhow::Error::msg)?;
+        let (kind, drafter) = build_drafter(kind_s, args, engine)?;
         let target = &engine.loaded;
-        let drafter: Box<dyn Drafter> = match kind {
-            DrafterKind::Ngram => {
-                if args.ngram_min == 0 || args.ngram_min > args.ngram_max {
-                    bail!("--ngram-min {} / --ngram-max {}: need 1 <= min <= max", args.ngram_min, args.ngram_max);
-                }
-                Box::new(NgramDrafter { max_n: args.ngram_max, min_n: args.ngram_min })
-            }
-            DrafterKind::Layerskip => {
-                let n = target.model.config.n_layers;
-                let spec = args.layerskip_layers.clone().unwrap_or_else(|| (n / 2).max(1).to_string());
-                let layers = parse_layers(&spec, n)?;
-                Box::new(ModelDrafter::layerskip(&target.model, &layers).map_err(anyhow::Error::msg)?)
-            }
-            DrafterKind::DraftModel => {
-                let Some(p) = &args.drafter_model else {
-                    bail!("--drafter draft-model needs --drafter-model PATH (a GGUF file or a Hugging Face directory)")
-                };
-                let d = crate::model::load(p).with_context(|| format!("loading the draft model {}", p.display()))?;
-                check_compatible(target, &d)?;
-                Box::new(ModelDrafter::new(DrafterKind::DraftModel, d.model))
-            }
-            DrafterKind::Dflash | DrafterKind::Mtp => bail!(
-                "drafter kind {kind} is recognized but this runtime has no {kind} loader yet: it needs a checkpoint \
-                 that declares {kind} heads and the loader for them; use ngram, layerskip or draft-model"
-            ),
-        };
         let declared = policy::read_declared(kind, args.drafter_model.as_deref(), &target.info.path);
         let env = policy::env_override()?;
         let device_class = engine.family.device_class();

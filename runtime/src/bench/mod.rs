@@ -1,4 +1,5 @@
-//! `runtime bench`: prefill and decode throughput, and the verify-cost curve.
+//! `runtime bench`: prefill and decode throughput, the verify-cost curve,
+//! and (with `--drafter`, in [`curve`]) the speculative width curve.
 //!
 //! Throughput mode runs `reps` repetitions after `warmup` discarded ones.
 //! Each repetition starts a fresh session, prefills `prompt_tokens` tokens in
@@ -19,6 +20,8 @@
 //! median, min, max, a 95% interval for the median from order statistics,
 //! and the samples further than [`OUTLIER_MADS`] median absolute deviations
 //! from the median (flagged, never dropped).
+
+pub mod curve;
 
 use crate::generate::Engine;
 use crate::model::Session;

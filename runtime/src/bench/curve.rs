@@ -1,0 +1,228 @@
+//! `runtime bench --drafter KIND`: the speculative width curve.
+//!
+//! For each task (prompts grouped by their `type` tag) and each repetition,
+//! the arms — classic decoding and the drafter at every width asked for —
+//! run in an order rotated from repetition to repetition, so that a drift
+//! of the host does not line up with width. An arm's sample for one
+//! repetition is its decode throughput over all the task's prompts:
+//! generated tokens after the first (which the prefill yields) over decode
+//! time, summed over the prompts. Acceptance and tokens per verify are
+//! totals over the recorded repetitions. Every speculative completion's
+//! token ids are compared with classic decoding's for the same prompt.
+//!
+//! Before measuring, the block-vs-chain probe runs at every width; a width
+//! that fails it is reported as declined and not measured (exactness is not
+//! forfeited in a benchmark).
+
+use super::Summary;
+use crate::generate::{Engine, GenerateError};
+use crate::sampling::SamplingParams;
+use crate::spec::drafter::Drafter;
+use crate::spec::probe::{PROBE_TEXT, block_vs_chain};
+use serde::Serialize;
+
+/// A task: prompts (already tokenized) of one type.
+#[derive(Clone, Debug)]
+pub struct Task {
+    pub name: String,
+    /// (prompt id, token ids).
+    pub prompts: Vec<(String, Vec<u32>)>,
+}
+
+/// What to run.
+#[derive(Clone, Debug, Serialize)]
+pub struct CurveSpec {
+    pub drafter: String,
+    pub widths: Vec<usize>,
+    pub max_tokens: usize,
+    pub reps: usize,
+    pub warmup: usize,
+}
+
+/// One arm of one task.
+#[derive(Clone, Debug, Serialize)]
+pub struct Arm {
+    /// `None` for classic decoding.
+    pub width: Option<usize>,
+    /// Decode tok/s per recorded repetition; `None` when the width declined.
+    pub decode_tok_per_s: Option<Summary>,
+    /// `median / classic median`.
+    pub ratio_vs_classic: Option<f64>,
+    pub rounds: usize,
+    pub drafted: usize,
+    pub accepted: usize,
+    pub acceptance_rate: Option<f64>,
+    /// Tokens emitted per verify pass that carried a draft.
+    pub emitted_per_verify: Option<f64>,
+    /// Every completion's token ids equal classic decoding's.
+    pub ids_equal_classic: bool,
+    /// Why this width was not measured (a failed exactness probe).
+    pub declined: Option<String>,
+}
+
+/// The curve of one task.
+#[derive(Clone, Debug, Serialize)]
+pub struct TaskCurve {
+    pub task: String,
+    pub prompt_ids: Vec<String>,
+    /// Classic first, then the widths in ascending order.
+    pub arms: Vec<Arm>,
+}
+
+#[derive(Default)]
+struct Acc {
+    samples: Vec<f64>,
+    rounds: usize,
+    drafted: usize,
+    accepted: usize,
+    emitted: usize,
+    ids_equal: bool,
+    declined: Option<String>,
+}
+
+/// Runs the curve for every task on `engine` with `drafter`.
+pub fn run(
+    engine: &Engine,
+    drafter: &mut dyn Drafter,
+    tasks: &[Task],
+    spec: &CurveSpec,
+) -> Result<Vec<TaskCurve>, GenerateError> {
+    let greedy = SamplingParams { temperature: 0.0, top_k: 0, top_p: 1.0, seed: 0 };
+    let model = &engine.loaded.model;
+    let probe_ids = engine.loaded.tokenizer.encode(PROBE_TEXT).unwrap_or_default();
+    let mut declined: Vec<Option<String>> = Vec::with_capacity(spec.widths.len());
+    for &w in &spec.widths {
+        let p = engine.install(|| block_vs_chain(model, engine.family, engine.threads, &probe_ids, w))?;
+        declined.push((!p.passed).then(|| {
+            format!(
+                "block-vs-chain probe failed at width {w}: {} of {} logit bytes differ, first at block row {:?}",
+                p.differing_bytes, p.compared_bytes, p.first_differing_row
+            )
+        }));
+    }
+    let n_arms = spec.widths.len() + 1;
+    let mut out = Vec::with_capacity(tasks.len());
+    for task in tasks {
+        let mut accs: Vec<Acc> = (0..n_arms).map(|_| Acc { ids_equal: true, ..Acc::default() }).collect();
+        for (k, d) in declined.iter().enumerate() {
+            accs[k + 1].declined = d.clone();
+        }
+        // Classic ids per prompt, from the first classic run (greedy decoding
+        // is deterministic: later classic runs are compared with it too).
+        let mut classic_ids: Vec<Option<Vec<u32>>> = vec![None; task.prompts.len()];
+        for rep in 0..spec.warmup + spec.reps {
+            let recorded = rep >= spec.warmup;
+            for j in 0..n_arms {
+                let arm = (j + rep) % n_arms;
+                if accs[arm].declined.is_some() {
+                    continue;
+                }
+                let (mut tokens, mut secs) = (0usize, 0f64);
+                for (pi, (_, ids)) in task.prompts.iter().enumerate() {
+                    let g = if arm == 0 {
+                        engine.generate(ids, spec.max_tokens, &greedy)?
+                    } else {
+                        let w = spec.widths[arm - 1];
+                        let (g, st) = engine.generate_speculative(ids, spec.max_tokens, &greedy, drafter, w)?;
+                        if recorded {
+                            let a = &mut accs[arm];
+                            a.rounds += st.rounds;
+                            a.drafted += st.drafted;
+                            a.accepted += st.accepted;
+                            a.emitted += st.emitted_in_rounds;
+                        }
+                        g
+                    };
+                    // Repetition 0 starts with the classic arm, so every
+                    // speculative run has classic ids to be compared with.
+                    match &classic_ids[pi] {
+                        Some(c) => accs[arm].ids_equal &= *c == g.token_ids,
+                        None => classic_ids[pi] = Some(g.token_ids.clone()),
+                    }
+                    tokens += g.token_ids.len().saturating_sub(1);
+                    secs += g.decode_s;
+                }
+                if recorded && secs > 0.0 {
+                    accs[arm].samples.push(tokens as f64 / secs);
+                }
+            }
+        }
+        let summaries: Vec<Option<Summary>> =
+            accs.iter().map(|a| (!a.samples.is_empty()).then(|| Summary::of(a.samples.clone()))).collect();
+        let classic_median = summaries[0].as_ref().map(|s| s.median);
+        let arms = accs
+            .into_iter()
+            .zip(summaries)
+            .enumerate()
+            .map(|(k, (a, s))| Arm {
+                width: (k > 0).then(|| spec.widths[k - 1]),
+                ratio_vs_classic: match (&s, classic_median) {
+                    (Some(s), Some(c)) if c > 0.0 => Some(s.median / c),
+                    _ => None,
+                },
+                decode_tok_per_s: s,
+                rounds: a.rounds,
+                drafted: a.drafted,
+                accepted: a.accepted,
+                acceptance_rate: (a.drafted > 0).then(|| a.accepted as f64 / a.drafted as f64),
+                emitted_per_verify: (a.rounds > 0).then(|| a.emitted as f64 / a.rounds as f64),
+                ids_equal_classic: a.ids_equal && a.declined.is_none(),
+                declined: a.declined,
+            })
+            .collect();
+        out.push(TaskCurve {
+            task: task.name.clone(),
+            prompt_ids: task.prompts.iter().map(|(id, _)| id.clone()).collect(),
+            arms,
+        });
+    }
+    Ok(out)
+}
+
+/// The curve as markdown tables (one per task).
+pub fn render(curves: &[TaskCurve], spec: &CurveSpec) -> String {
+    use std::fmt::Write;
+    let mut o = String::new();
+    for c in curves {
+        let classic = c.arms.first().and_then(|a| a.decode_tok_per_s.as_ref());
+        let _ = writeln!(
+            o,
+            "\n### task {} ({} prompts), drafter {} (classic median {} tok/s, n={})\n",
+            c.task,
+            c.prompt_ids.len(),
+            spec.drafter,
+            classic.map_or("-".into(), |s| format!("{:.1}", s.median)),
+            classic.map_or(0, |s| s.n)
+        );
+        let _ = writeln!(
+            o,
+            "| W | median tok/s | min..max | ratio vs classic | acceptance | tokens/verify | ids == classic |"
+        );
+        let _ = writeln!(o, "|---|---|---|---|---|---|---|");
+        for a in &c.arms {
+            let w = a.width.map_or("classic".into(), |w| w.to_string());
+            if let Some(r) = &a.declined {
+                let _ = writeln!(o, "| {w} | declined: {r} | | | | | |");
+                continue;
+            }
+            let (med, range) = a.decode_tok_per_s.as_ref().map_or(("-".into(), "-".into()), |s| {
+                (format!("{:.1}", s.median), format!("{:.1}..{:.1}", s.min, s.max))
+            });
+            let _ = writeln!(
+                o,
+                "| {w} | {med} | {range} | {} | {} | {} | {} |",
+                a.ratio_vs_classic.map_or("-".into(), |r| format!("{r:.2}x")),
+                a.acceptance_rate.map_or("-".into(), |r| format!("{r:.2}")),
+                a.emitted_per_verify.map_or("-".into(), |r| format!("{r:.2}")),
+                if a.width.is_none() {
+                    "-"
+                } else if a.ids_equal_classic {
+                    "yes"
+                } else {
+                    "NO"
+                }
+            );
+        }
+    }
+    o
+}
