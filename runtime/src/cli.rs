@@ -161,10 +161,10 @@ pub struct SpecArgs {
     #[arg(long)]
     pub layerskip_layers: Option<String>,
     /// `ngram`: longest pattern looked up.
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = crate::spec::drafter::DEFAULT_NGRAM_MAX)]
     pub ngram_max: usize,
     /// `ngram`: shortest pattern looked up.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = crate::spec::drafter::DEFAULT_NGRAM_MIN)]
     pub ngram_min: usize,
     /// Speculate even if the block-vs-chain probe finds verify rows that differ from the chain
     /// (forfeits byte-identical output; also DRAFTWISE_ALLOW_INEXACT=1).

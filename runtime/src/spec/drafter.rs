@@ -53,9 +53,20 @@ pub struct NgramDrafter {
     pub min_n: usize,
 }
 
+/// Default longest pattern (`--ngram-max`).
+pub const DEFAULT_NGRAM_MAX: usize = 4;
+/// Default shortest pattern (`--ngram-min`). 3, not 1: a one- or two-token
+/// match is mostly chance in free text, and each chance draft costs a verify
+/// block that is rejected. With `runtime bench --drafter ngram` (1 thread,
+/// the built-in prompt set, docs/performance.md), min 1 ran free writing at
+/// 0.70x / 0.53x classic at W = 3 / 6, min 3 at 1.11x / 1.12x (it drafts
+/// only where a real repeat starts), and the editing task rose from 1.48x /
+/// 1.61x to 1.95x / 2.22x.
+pub const DEFAULT_NGRAM_MIN: usize = 3;
+
 impl Default for NgramDrafter {
     fn default() -> Self {
-        NgramDrafter { max_n: 4, min_n: 1 }
+        NgramDrafter { max_n: DEFAULT_NGRAM_MAX, min_n: DEFAULT_NGRAM_MIN }
     }
 }
 
