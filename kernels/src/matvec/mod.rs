@@ -34,6 +34,8 @@
 pub mod scalar;
 #[cfg(target_arch = "x86_64")]
 mod x86;
+#[cfg(target_arch = "x86_64")]
+mod x86_k;
 
 use crate::act::QRow;
 use crate::dispatch::{self, KernelFamily};
