@@ -138,8 +138,9 @@ fn bench_matvec(c: &mut Criterion) {
 /// family, repeated `REPS` times) at `W` = 1, 2, 4, 8, and print per family
 /// the fastest sample (µs per call, weight GB/s), the speedup over the
 /// scalar kernel's fastest sample, and the median over rounds of the
-/// speedup within a round. On a shared host ratios measured this way
-/// survive load changes that make sequential criterion runs drift.
+/// speedup within a round. Samples are thread CPU time, and on a shared
+/// host ratios measured this way survive load changes that make sequential
+/// criterion runs drift.
 /// `DRAFTWISE_BENCH_FILTER` (comma-separated) keeps the shapes whose name
 /// contains one of its parts.
 fn alternate(reps: usize) {
@@ -157,14 +158,16 @@ fn alternate(reps: usize) {
         for w in [1, 2, 4, 8] {
             let mut out = vec![0.0f32; w * rows];
             let mut time = |fam: KernelFamily| {
-                // About 3 ms of work per sample.
-                let t = std::time::Instant::now();
+                // About 3 ms of work per sample, timed in this thread's CPU
+                // time: time the scheduler gives to other processes is not
+                // the kernel's.
+                let t = thread_cpu_seconds();
                 let mut calls = 0u32;
-                while t.elapsed() < Duration::from_millis(3) {
+                while thread_cpu_seconds() - t < 3e-3 {
                     matmul_rows_with(fam, true, &m, black_box(&inputs[..w]), 0, &mut out);
                     calls += 1;
                 }
-                t.elapsed().as_secs_f64() / calls as f64
+                (thread_cpu_seconds() - t) / calls as f64
             };
             let mut samples = vec![Vec::new(); families.len()];
             for _ in 0..reps {
@@ -187,6 +190,34 @@ fn alternate(reps: usize) {
             }
             println!("{line}");
         }
+    }
+}
+
+/// CPU time consumed by the calling thread, in seconds (Linux
+/// `CLOCK_THREAD_CPUTIME_ID`; elsewhere wall time since first use).
+fn thread_cpu_seconds() -> f64 {
+    #[cfg(target_os = "linux")]
+    {
+        #[repr(C)]
+        struct Timespec {
+            sec: i64,
+            nsec: i64,
+        }
+        unsafe extern "C" {
+            fn clock_gettime(clock: i32, tp: *mut Timespec) -> i32;
+        }
+        const CLOCK_THREAD_CPUTIME_ID: i32 = 3;
+        let mut ts = Timespec { sec: 0, nsec: 0 };
+        // SAFETY: `ts` is a valid, writable timespec (64-bit Linux layout:
+        // two 64-bit fields), and clock_gettime writes nothing else.
+        let rc = unsafe { clock_gettime(CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+        assert_eq!(rc, 0, "clock_gettime(CLOCK_THREAD_CPUTIME_ID)");
+        ts.sec as f64 + ts.nsec as f64 * 1e-9
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+        START.get_or_init(std::time::Instant::now).elapsed().as_secs_f64()
     }
 }
 

@@ -194,22 +194,24 @@ unsafe fn block_k_avx2<const F: u8, const R: usize, const W: usize>(t: &Tile, a:
                     }
                 }
             } else {
+                // Q5_K: qh[l] << 4 as 16-bit, for elements 0..16 and 16..32.
+                let qh: [(__m256i, __m256i); R] = std::array::from_fn(|r| {
+                    if F == Q5K {
+                        let qh = rows[r].add(sb * bb + Q5K_QH);
+                        (
+                            _mm256_slli_epi16(_mm256_cvtepu8_epi16(_mm_loadu_si128(qh.cast())), 4),
+                            _mm256_slli_epi16(_mm256_cvtepu8_epi16(_mm_loadu_si128(qh.add(16).cast())), 4),
+                        )
+                    } else {
+                        (_mm256_setzero_si256(), _mm256_setzero_si256())
+                    }
+                });
                 for k in 0..SUBS / 2 {
                     for r in 0..R {
-                        let blk = rows[r].add(sb * bb);
-                        let qs = blk.add(qs_offset(F) + QK * k);
+                        let qs = rows[r].add(sb * bb + qs_offset(F) + QK * k);
                         let b0 = _mm256_cvtepu8_epi16(_mm_loadu_si128(qs.cast()));
                         let b1 = _mm256_cvtepu8_epi16(_mm_loadu_si128(qs.add(16).cast()));
-                        // Q5_K: qh[l] << 4 as 16-bit, for elements 0..16 and 16..32.
-                        let (h0, h1) = if F == Q5K {
-                            let qh = blk.add(Q5K_QH);
-                            (
-                                _mm256_slli_epi16(_mm256_cvtepu8_epi16(_mm_loadu_si128(qh.cast())), 4),
-                                _mm256_slli_epi16(_mm256_cvtepu8_epi16(_mm_loadu_si128(qh.add(16).cast())), 4),
-                            )
-                        } else {
-                            (_mm256_setzero_si256(), _mm256_setzero_si256())
-                        };
+                        let (h0, h1) = qh[r];
                         for h in 0..2 {
                             let j = 2 * k + h;
                             let (mut lo, mut hi) = if h == 0 {
@@ -373,19 +375,22 @@ unsafe fn block_k_avx512<const F: u8, const R: usize, const W: usize>(t: &Tile, 
                     }
                 }
             } else {
+                // Q5_K: qh[0..16] and qh[16..32] in both halves of a
+                // register, widened to 16 bits and shifted left by 4.
+                let qh: [[__m512i; 2]; R] = std::array::from_fn(|r| {
+                    if F == Q5K {
+                        let h = rows[r].add(sb * bb + Q5K_QH);
+                        std::array::from_fn(|e| {
+                            let v = _mm256_broadcastsi128_si256(_mm_loadu_si128(h.add(16 * e).cast()));
+                            _mm512_slli_epi16(_mm512_cvtepu8_epi16(v), 4)
+                        })
+                    } else {
+                        [_mm512_setzero_si512(); 2]
+                    }
+                });
                 for k in 0..SUBS / 2 {
                     for r in 0..R {
-                        let blk = rows[r].add(sb * bb);
-                        let qh = if F == Q5K {
-                            let h = blk.add(Q5K_QH);
-                            std::array::from_fn(|e| {
-                                let v = _mm256_broadcastsi128_si256(_mm_loadu_si128(h.add(16 * e).cast()));
-                                _mm512_slli_epi16(_mm512_cvtepu8_epi16(v), 4)
-                            })
-                        } else {
-                            [_mm512_setzero_si512(); 2]
-                        };
-                        step(k, r, pair_q45k::<F>(blk, k, qh));
+                        step(k, r, pair_q45k::<F>(rows[r].add(sb * bb), k, qh[r]));
                     }
                 }
             }
