@@ -1,5 +1,7 @@
 //! x86_64 SIMD mat-vec kernels: AVX2 (256-bit, `vpmaddwd`) and AVX-512 VNNI
-//! (512-bit, `vpdpwssd`), each register-blocked over `W` activation rows.
+//! (512-bit, `vpdpwssd`), each register-blocked over `W` activation rows,
+//! for Q4_0, Q4_1 and Q8_0 (the K-quants' kernels, in [`super::x86_k`],
+//! share this module's tiles and helpers).
 //!
 //! Both follow [`super::scalar`]'s specification lane for lane:
 //!
@@ -113,8 +115,9 @@ pub(super) fn matmul_rows(family: KernelFamily, m: &Matrix, inputs: &[Input], ro
             let o = &mut outs[i0 * n..(i0 + w) * n];
             // SAFETY: the CPU supports the family (checked above); the
             // caller checked `row0 + n <= m.rows`, so the tile's rows lie in
-            // the weights (`rows * nb` blocks of format `f`), and every
-            // input's quantized row has `nb` blocks.
+            // the weights (`rows * nb` blocks of format `f`, super-blocks for
+            // the K-quants), and every input's quantized row has `m.cols / 32`
+            // blocks (`nb`, or `8 * nb` for the K-quants).
             unsafe { run_pass(family, f, w, &tile, xs, o) };
             i0 += w;
         }
@@ -127,9 +130,9 @@ pub(super) fn matmul_rows(family: KernelFamily, m: &Matrix, inputs: &[Input], ro
 pub(super) struct Tile {
     /// Start of the matrix's blocks.
     pub(super) base: *const u8,
-    /// Blocks per row.
+    /// Blocks per row (K-quants: super-blocks).
     pub(super) nb: usize,
-    /// Bytes per block.
+    /// Bytes per block (K-quants: per super-block).
     pub(super) block_bytes: usize,
     /// Weight rows of this tile.
     pub(super) rows: std::ops::Range<usize>,
@@ -533,7 +536,9 @@ const _: () = assert!(MAGIC.to_bits() == MAGIC_BITS as u32);
 /// `vcvtdq2ps` and `vpmaddwd` (the alternatives) share port 0 with the
 /// `vpdpwssd`s on Intel cores — the port that bounds the multi-row pass.
 /// Q8_0 lanes reach 2^24, so they take `vpmaddwd` + `vpdpwssd` +
-/// `vcvtdq2ps`.
+/// `vcvtdq2ps`. The K-quant kernels ([`super::x86_k`]) use the `Q4_1`
+/// instance for Q4_K / Q5_K (lanes below 2^22, still exact: the float
+/// spacing at 1.5·2^23 ± 2^22 is 1) and the `Q8_0` one for Q6_K.
 ///
 /// # Safety
 /// AVX-512 BW + VNNI; `x` points at a 64-byte-aligned [`crate::act::QPair`].
