@@ -30,10 +30,23 @@
 //! ([`crate::act::QPair`]), so one `vcvtdq2ps` and one FMA serve two blocks.
 //! Weight scales are fetched sixteen blocks at a time with one gather and
 //! one `vcvtph2ps`.
+//!
+//! ## SIMD data flow (Q4_K, Q5_K, Q6_K)
+//!
+//! A K-quant super-block's eight 32-element sub-blocks meet eight
+//! consecutive activation blocks and use the same lanes, so the kernels
+//! (`x86_k`) differ only in how they unpack weights: Q4_K / Q5_K sub-block
+//! pairs are the low and high nibbles of the same 32 bytes, Q6_K's 6-bit
+//! quants are decoded a half super-block at a time and multiplied by their
+//! 16-element sub-block scales in 16-bit integers. Per super-block, the
+//! eight sub-block scales (and Q4_K / Q5_K mins) become one 8-lane f32
+//! vector.
 
 pub mod scalar;
 #[cfg(target_arch = "x86_64")]
 mod x86;
+#[cfg(target_arch = "x86_64")]
+mod x86_k;
 
 use crate::act::QRow;
 use crate::dispatch::{self, KernelFamily};

@@ -39,15 +39,33 @@
 //!
 //! # K-quants (Q4_K, Q5_K, Q6_K)
 //!
-//! These have only this scalar kernel. A single f32 accumulator `acc`
-//! (starting at +0.0) is updated once per 32-element sub-block (Q6_K: per
-//! pair of 16-element sub-blocks), every multiplication and addition rounded
-//! separately:
+//! A 256-element super-block is eight 32-element sub-blocks, and sub-block
+//! `j` of super-block `sb` meets activation block `b = 8·sb + j`. Each is
+//! treated like a legacy block, in the same lanes:
 //!
-//! | weights | update per 32 elements (d, dmin: super-block scales; dx, sx: activation block scale and `dx * Σ qx`) |
-//! |---|---|
-//! | Q4_K / Q5_K | sub-block j (scale `sc`, min `m`): `acc + ((d*sc)*dx) * isum − (dmin*m)*sx` |
-//! | Q6_K | `acc + (d*dx) * (sc_a·isum_a + sc_b·isum_b)` over the two 16-element halves, the integer in i64 |
+//! 1. **Integer lanes** ([`lane_isums`]) of a per-element integer weight
+//!    `qw`: Q4_K / Q5_K the unsigned 4- or 5-bit quant; Q6_K the signed
+//!    6-bit quant (−32..32) times its 16-element sub-block's signed 8-bit
+//!    scale (elements 0..16 take `scales[2j]`, 16..32 `scales[2j + 1]`), an
+//!    exact product of at most 4096 in magnitude, so a lane (four products
+//!    with |qx| ≤ 32767) stays below 2^29.
+//! 2. **Float lanes**, as step 2 above with the block scale
+//!    `p_b = (d · f32(sc_j)) · dx_b` (Q4_K / Q5_K, 6-bit scale `sc_j`; `d ·
+//!    f32(sc_j)` is exact, an f16 times a 6-bit integer) or `p_b = d · dx_b`
+//!    (Q6_K), each product rounded once.
+//! 3. **Q4_K / Q5_K's min term**: eight accumulators `mt` start at +0.0;
+//!    sub-block `j` updates `mt[j] = fma(dmin · f32(m_j), sx_b, mt[j])` (the
+//!    product `dmin · f32(m_j)` is exact like `d · f32(sc_j)`).
+//! 4. **Reduction**: [`reduce16`]`(acc)`, minus [`reduce8`]`(mt)` for Q4_K /
+//!    Q5_K.
+//!
+//! The lanes are those of the legacy formats, for the same reason: a
+//! sub-block pair fills two 512-bit registers against the pair-interleaved
+//! activation, one conversion and one FMA per pair and activation row. (An
+//! earlier specification kept one serial f32 accumulator per output with a
+//! horizontal integer sum per sub-block: a SIMD kernel following it would
+//! spend more on horizontal reductions and a dependent scalar chain than on
+//! the dot products.)
 //!
 //! f32 weights use [`dot_f32`]: eight interleaved partial sums, reduced by a
 //! fixed tree, then the tail.
@@ -124,56 +142,58 @@ pub fn dot_q4_1(w: &[BlockQ4_1], x: QRow) -> f32 {
     reduce16(acc) + reduce16(mt)
 }
 
-/// Shared by Q4_K and Q5_K: `quant(sub, l)` gives the unsigned quant of
-/// element `l` of sub-block `sub` of super-block `sb`, whose activation
-/// blocks are `8 sb .. 8 sb + 8`.
+/// Shared by Q4_K and Q5_K: `quants(j)` gives the 32 unsigned quants of
+/// sub-block `j` of super-block `sb`, whose activation blocks are
+/// `8 sb .. 8 sb + 8`.
 #[inline]
 fn dot_k_sub(
-    d: f32,
-    dmin: f32,
-    scales: &[u8; 12],
+    (d, dmin, scales): (f32, f32, &[u8; 12]),
     x: &QRow,
     sb: usize,
-    quant: impl Fn(usize, usize) -> i32,
-    acc: &mut f32,
+    quants: impl Fn(usize) -> [i32; QK],
+    acc: &mut [f32; 16],
+    mt: &mut [f32; 8],
 ) {
-    for sub in 0..QK_K / QK {
-        let b = sb * (QK_K / QK) + sub;
-        let (sc, m) = get_scale_min_k4(sub, scales);
-        let qx = x.block_quants(b);
-        let isum: i32 = (0..QK).map(|l| quant(sub, l) * qx[l] as i32).sum();
-        let dsc = d * sc as f32;
-        let dm = dmin * m as f32;
-        *acc = *acc + (dsc * x.d[b]) * isum as f32 - dm * x.s[b];
+    for (j, mtj) in mt.iter_mut().enumerate() {
+        let b = sb * (QK_K / QK) + j;
+        let (sc, m) = get_scale_min_k4(j, scales);
+        add_block(acc, b, (d * sc as f32) * x.d[b], lane_isums(&quants(j), x, b));
+        *mtj = (dmin * m as f32).mul_add(x.s[b], *mtj);
     }
 }
 
 /// Q4_K weights (256-element super-blocks, eight 32-element sub-blocks).
 pub fn dot_q4k(w: &[BlockQ4K], x: QRow) -> f32 {
-    let mut acc = 0.0f32;
+    let mut acc = [0.0f32; 16];
+    let mut mt = [0.0f32; 8];
     for (sb, wb) in w.iter().enumerate() {
-        let quant = |sub: usize, l: usize| {
-            let byte = wb.qs[(sub / 2) * QK + l];
-            (if sub.is_multiple_of(2) { byte & 0x0F } else { byte >> 4 }) as i32
+        let quants = |j: usize| -> [i32; QK] {
+            std::array::from_fn(|l| {
+                let byte = wb.qs[(j / 2) * QK + l];
+                (if j.is_multiple_of(2) { byte & 0x0F } else { byte >> 4 }) as i32
+            })
         };
-        dot_k_sub(h(wb.d), h(wb.dmin), &wb.scales, &x, sb, quant, &mut acc);
+        dot_k_sub((h(wb.d), h(wb.dmin), &wb.scales), &x, sb, quants, &mut acc, &mut mt);
     }
-    acc
+    reduce16(acc) - reduce8(mt)
 }
 
 /// Q5_K weights: Q4_K's nibbles plus a fifth bit from `qh`.
 pub fn dot_q5k(w: &[BlockQ5K], x: QRow) -> f32 {
-    let mut acc = 0.0f32;
+    let mut acc = [0.0f32; 16];
+    let mut mt = [0.0f32; 8];
     for (sb, wb) in w.iter().enumerate() {
-        let quant = |sub: usize, l: usize| {
-            let byte = wb.qs[(sub / 2) * QK + l];
-            let lo = if sub.is_multiple_of(2) { byte & 0x0F } else { byte >> 4 };
-            let hi = (wb.qh[l] >> sub) & 1;
-            (lo | (hi << 4)) as i32
+        let quants = |j: usize| -> [i32; QK] {
+            std::array::from_fn(|l| {
+                let byte = wb.qs[(j / 2) * QK + l];
+                let lo = if j.is_multiple_of(2) { byte & 0x0F } else { byte >> 4 };
+                let hi = (wb.qh[l] >> j) & 1;
+                (lo | (hi << 4)) as i32
+            })
         };
-        dot_k_sub(h(wb.d), h(wb.dmin), &wb.scales, &x, sb, quant, &mut acc);
+        dot_k_sub((h(wb.d), h(wb.dmin), &wb.scales), &x, sb, quants, &mut acc, &mut mt);
     }
-    acc
+    reduce16(acc) - reduce8(mt)
 }
 
 /// The signed 6-bit quants (−32..32) of one Q6_K super-block, in element order.
@@ -193,23 +213,20 @@ pub fn unpack_q6k(wb: &BlockQ6K) -> [i8; QK_K] {
     q
 }
 
-/// Q6_K weights: sixteen 16-element sub-blocks with signed 8-bit scales.
+/// Q6_K weights: sixteen 16-element sub-blocks with signed 8-bit scales,
+/// folded into the integer weights (`qw = scale · q`).
 pub fn dot_q6k(w: &[BlockQ6K], x: QRow) -> f32 {
-    let mut acc = 0.0f32;
+    let mut acc = [0.0f32; 16];
     for (sb, wb) in w.iter().enumerate() {
         let q = unpack_q6k(wb);
         let d = h(wb.d);
         for j in 0..QK_K / QK {
             let b = sb * (QK_K / QK) + j;
-            let qx = x.block_quants(b);
-            let base = j * QK;
-            let half = |o: usize| -> i64 { (0..16).map(|l| q[base + o + l] as i64 * qx[o + l] as i64).sum() };
-            // |sc·half| reaches 128·32·32767·16 ≈ 2^31: the sum needs i64.
-            let itot = wb.scales[2 * j] as i64 * half(0) + wb.scales[2 * j + 1] as i64 * half(16);
-            acc += (d * x.d[b]) * itot as f32;
+            let qw: [i32; QK] = std::array::from_fn(|e| wb.scales[2 * j + e / 16] as i32 * q[j * QK + e] as i32);
+            add_block(&mut acc, b, d * x.d[b], lane_isums(&qw, &x, b));
         }
     }
-    acc
+    reduce16(acc)
 }
 
 /// `Σ a[i]·b[i]` in f32: lane `j` of eight accumulates the elements

@@ -71,46 +71,51 @@ fn check_type(ty: GgmlType, cols_list: &[usize]) {
     for &cols in cols_list {
         for &rows in ROWS {
             let raw = random_weights(ty, rows, cols, &mut rng);
-            let store = aligned(&raw);
-            let bytes = as_bytes(&store, raw.len());
-            let m = Matrix::from_bytes(ty, bytes, rows, cols).unwrap();
             let x: Vec<f32> = (0..cols).map(|_| rng.f32() * 2.0).collect();
-            let mut q = ActRow::default();
-            q.quantize(&x);
-            let input = Input { x: &x, q: q.view() };
-            let mut want = vec![0.0f32; rows];
-            scalar::matvec_rows(&m, input, 0, &mut want);
+            check_matrix(ty, &raw, rows, cols, &x);
+        }
+    }
+}
 
-            // Scalar against f64 over the dequantized weights and the
-            // dequantized activation: the integer path must be exact up to
-            // f32 rounding of the block combination.
-            let qv = q.view();
-            let xq: Vec<f64> =
-                (0..qv.nb).flat_map(|b| qv.block_quants(b).map(move |v| qv.d[b] as f64 * v as f64)).collect();
-            let row_bytes = ty.row_bytes(cols).unwrap();
-            for r in 0..rows {
-                let mut wr = vec![0.0f32; cols];
-                dequantize_row(ty, &raw[r * row_bytes..(r + 1) * row_bytes], &mut wr).unwrap();
-                let exact: f64 = wr.iter().zip(&xq).map(|(&a, &b)| a as f64 * b).sum();
-                let mag: f64 = wr.iter().zip(&xq).map(|(&a, &b)| (a as f64 * b).abs()).sum();
-                assert!(
-                    (want[r] as f64 - exact).abs() <= 1e-5 * mag + 1e-6,
-                    "{ty:?} {rows}x{cols} row {r}: scalar {} vs f64 {exact}",
-                    want[r]
-                );
-            }
+/// The scalar kernel against f64, then every family against the scalar
+/// kernel bit for bit, on one matrix and one activation row.
+fn check_matrix(ty: GgmlType, raw: &[u8], rows: usize, cols: usize, x: &[f32]) {
+    let store = aligned(raw);
+    let bytes = as_bytes(&store, raw.len());
+    let m = Matrix::from_bytes(ty, bytes, rows, cols).unwrap();
+    let mut q = ActRow::default();
+    q.quantize(x);
+    let input = Input { x, q: q.view() };
+    let mut want = vec![0.0f32; rows];
+    scalar::matvec_rows(&m, input, 0, &mut want);
 
-            for fam in KernelFamily::all_supported() {
-                // Whole range, and a sub-range starting at an odd row.
-                let mut got = vec![0.0f32; rows];
-                matvec_rows(fam, &m, input, 0, &mut got);
-                assert_eq!(bits(&got), bits(&want), "{ty:?} {fam:?} {rows}x{cols}");
-                if rows > 2 {
-                    let mut part = vec![0.0f32; rows - 1];
-                    matvec_rows(fam, &m, input, 1, &mut part);
-                    assert_eq!(bits(&part), bits(&want[1..]), "{ty:?} {fam:?} {rows}x{cols} from row 1");
-                }
-            }
+    // Scalar against f64 over the dequantized weights and the
+    // dequantized activation: the integer path must be exact up to
+    // f32 rounding of the block combination.
+    let qv = q.view();
+    let xq: Vec<f64> = (0..qv.nb).flat_map(|b| qv.block_quants(b).map(move |v| qv.d[b] as f64 * v as f64)).collect();
+    let row_bytes = ty.row_bytes(cols).unwrap();
+    for r in 0..rows {
+        let mut wr = vec![0.0f32; cols];
+        dequantize_row(ty, &raw[r * row_bytes..(r + 1) * row_bytes], &mut wr).unwrap();
+        let exact: f64 = wr.iter().zip(&xq).map(|(&a, &b)| a as f64 * b).sum();
+        let mag: f64 = wr.iter().zip(&xq).map(|(&a, &b)| (a as f64 * b).abs()).sum();
+        assert!(
+            (want[r] as f64 - exact).abs() <= 1e-5 * mag + 1e-6,
+            "{ty:?} {rows}x{cols} row {r}: scalar {} vs f64 {exact}",
+            want[r]
+        );
+    }
+
+    for fam in KernelFamily::all_supported() {
+        // Whole range, and a sub-range starting at an odd row.
+        let mut got = vec![0.0f32; rows];
+        matvec_rows(fam, &m, input, 0, &mut got);
+        assert_eq!(bits(&got), bits(&want), "{ty:?} {fam:?} {rows}x{cols}");
+        if rows > 2 {
+            let mut part = vec![0.0f32; rows - 1];
+            matvec_rows(fam, &m, input, 1, &mut part);
+            assert_eq!(bits(&part), bits(&want[1..]), "{ty:?} {fam:?} {rows}x{cols} from row 1");
         }
     }
 }
@@ -139,10 +144,87 @@ fn every_family_equals_scalar_on_q8_0() {
     check_type(GgmlType::Q8_0, &legacy_cols());
 }
 
+/// Super-block counts per row: one, a few odd ones, and the default
+/// model's 576 and 1536 columns' neighbours (K-quant rows are whole
+/// super-blocks).
+fn k_cols() -> Vec<usize> {
+    [1, 2, 3, 5, 6, 9].iter().map(|nsb| nsb * QK_K).collect()
+}
+
 #[test]
-fn every_family_equals_scalar_on_k_quants() {
+fn every_family_equals_scalar_on_q4_k() {
+    check_type(GgmlType::Q4K, &k_cols());
+}
+
+#[test]
+fn every_family_equals_scalar_on_q5_k() {
+    check_type(GgmlType::Q5K, &k_cols());
+}
+
+#[test]
+fn every_family_equals_scalar_on_q6_k() {
+    check_type(GgmlType::Q6K, &k_cols());
+}
+
+/// K-quant super-blocks at the extremes of every field: the largest and
+/// smallest quants, 6-bit scales and mins of 63, Q6_K scales of −128 and
+/// 127, f16 scales from the largest finite to subnormal and negative,
+/// against activations whose every quant is ±32767 (the integer lanes'
+/// worst case), and a mixed random row.
+#[test]
+fn every_family_equals_scalar_on_k_quants_at_extreme_values() {
+    let f16s: Vec<[u8; 2]> =
+        [65504.0f32, 1.0, -3.5, 6.0e-8, 0.0].iter().map(|&v| f16::from_f32(v).to_bits().to_le_bytes()).collect();
+    let rows = f16s.len() * 4;
+    let cols = 3 * QK_K;
+    let mut rng = Rng(0xE77);
+    let signs: Vec<f32> = (0..cols).map(|i| if (i / 7) % 2 == 0 { 1.0 } else { -1.0 }).collect();
+    let xs: Vec<Vec<f32>> =
+        vec![vec![1.0; cols], vec![-2.0; cols], signs.clone(), (0..cols).map(|_| rng.f32() * 1e3).collect()];
     for ty in [GgmlType::Q4K, GgmlType::Q5K, GgmlType::Q6K] {
-        check_type(ty, &[QK_K, 2 * QK_K]);
+        let bb = ty.block_bytes();
+        let mut raw = vec![0u8; rows * ty.row_bytes(cols).unwrap()];
+        for (i, blk) in raw.chunks_exact_mut(bb).enumerate() {
+            let r = i / (cols / QK_K);
+            // Rows cycle the f16 scale over `f16s` and the quant and scale
+            // bytes over all-ones, all-zeros, alternating and random.
+            let (dv, pattern) = (f16s[r % f16s.len()], r / f16s.len());
+            for v in blk.iter_mut() {
+                *v = match pattern {
+                    0 => 0xFF,
+                    1 => 0x00,
+                    2 => 0xAA,
+                    _ => rng.next() as u8,
+                };
+            }
+            match ty {
+                GgmlType::Q6K => {
+                    blk[208..210].copy_from_slice(&dv);
+                    // Quants 31 against scale 127, −32 against −128 (the
+                    // largest |q·sc|), then alternating scales.
+                    for (k, s) in blk[192..208].iter_mut().enumerate() {
+                        *s = match pattern {
+                            0 => 0x7F,
+                            1 => 0x80,
+                            2 => [0x80, 0x7F][k % 2],
+                            _ => *s,
+                        };
+                    }
+                }
+                _ => {
+                    blk[0..2].copy_from_slice(&dv);
+                    blk[2..4].copy_from_slice(&f16s[(r + 1) % f16s.len()]);
+                    if pattern == 1 {
+                        // Zero quants under the largest scales and mins:
+                        // the min term alone.
+                        blk[4..16].fill(0xFF);
+                    }
+                }
+            }
+        }
+        for x in &xs {
+            check_matrix(ty, &raw, rows, cols, x);
+        }
     }
 }
 
@@ -220,7 +302,9 @@ fn multi_row_passes_equal_single_row_calls_bit_for_bit_for_w_1_to_16() {
     for ty in [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::F32] {
         check_multirow(ty, &shapes);
     }
-    check_multirow(GgmlType::Q4K, &[(3, QK_K), (9, 2 * QK_K)]);
+    for ty in [GgmlType::Q4K, GgmlType::Q5K, GgmlType::Q6K] {
+        check_multirow(ty, &[(1, QK_K), (3, QK_K), (9, 2 * QK_K), (17, 3 * QK_K), (40, 5 * QK_K)]);
+    }
 }
 
 #[test]

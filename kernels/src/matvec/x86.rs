@@ -1,5 +1,7 @@
 //! x86_64 SIMD mat-vec kernels: AVX2 (256-bit, `vpmaddwd`) and AVX-512 VNNI
-//! (512-bit, `vpdpwssd`), each register-blocked over `W` activation rows.
+//! (512-bit, `vpdpwssd`), each register-blocked over `W` activation rows,
+//! for Q4_0, Q4_1 and Q8_0 (the K-quants' kernels, in [`super::x86_k`],
+//! share this module's tiles and helpers).
 //!
 //! Both follow [`super::scalar`]'s specification lane for lane:
 //!
@@ -24,23 +26,33 @@
 // activation rows) with the same counter; iterator chains would hide that.
 #![allow(clippy::needless_range_loop)]
 
+use super::x86_k::{rows_k_avx2, rows_k_avx512};
 use super::{Input, Matrix, Weights};
 use crate::act::QRow;
 use crate::dispatch::{AVX2_MAX_ROWS, AVX512_MAX_ROWS, KernelFamily, ROW_TILE, interleaved_rows, max_rows_per_pass};
-use crate::quant::QK;
+use crate::quant::{QK, QK_K};
 use std::arch::x86_64::*;
 
 /// Format tags of the const-generic kernels.
-const Q4_0: u8 = 0;
-const Q4_1: u8 = 1;
-const Q8_0: u8 = 2;
+pub(super) const Q4_0: u8 = 0;
+pub(super) const Q4_1: u8 = 1;
+pub(super) const Q8_0: u8 = 2;
+/// The K-quant kernels live in [`super::x86_k`].
+pub(super) const Q4K: u8 = 3;
+pub(super) const Q5K: u8 = 4;
+pub(super) const Q6K: u8 = 5;
 
-/// Bytes per block of format `f` (ggml's `block_q4_0`, `block_q4_1`, `block_q8_0`).
-const fn block_bytes(f: u8) -> usize {
+/// Bytes per block of format `f` (ggml's `block_q4_0`, `block_q4_1`,
+/// `block_q8_0`; for the K-quants a super-block: `block_q4_K`, `block_q5_K`,
+/// `block_q6_K`).
+pub(super) const fn block_bytes(f: u8) -> usize {
     match f {
         Q4_0 => 18,
         Q4_1 => 20,
-        _ => 34,
+        Q8_0 => 34,
+        Q4K => 144,
+        Q5K => 176,
+        _ => 210,
     }
 }
 
@@ -53,7 +65,7 @@ const fn qs_offset(f: u8) -> usize {
 }
 
 /// Runs the family's kernel for `m` if it has one; `false` means the caller
-/// should use the scalar kernel (K-quant formats have only the scalar one).
+/// should use the scalar kernel (only when the CPU lacks the family).
 /// `outs` is (inputs.len(), n) with `n = outs.len() / inputs.len()`; shapes
 /// were checked by the caller.
 pub(super) fn matmul_rows(family: KernelFamily, m: &Matrix, inputs: &[Input], row0: usize, outs: &mut [f32]) -> bool {
@@ -63,11 +75,15 @@ pub(super) fn matmul_rows(family: KernelFamily, m: &Matrix, inputs: &[Input], ro
         return false;
     }
     let n = outs.len() / inputs.len();
-    let nb = m.cols / QK;
-    let (f, base) = match m.w {
-        Weights::Q4_0(w) => (Q4_0, w.as_ptr().cast::<u8>()),
-        Weights::Q4_1(w) => (Q4_1, w.as_ptr().cast::<u8>()),
-        Weights::Q8_0(w) => (Q8_0, w.as_ptr().cast::<u8>()),
+    // K-quant tiles count super-blocks of 256 elements, the others blocks of 32.
+    let (nb, nsb) = (m.cols / QK, m.cols / QK_K);
+    let (f, base, nb) = match m.w {
+        Weights::Q4_0(w) => (Q4_0, w.as_ptr().cast::<u8>(), nb),
+        Weights::Q4_1(w) => (Q4_1, w.as_ptr().cast::<u8>(), nb),
+        Weights::Q8_0(w) => (Q8_0, w.as_ptr().cast::<u8>(), nb),
+        Weights::Q4K(w) => (Q4K, w.as_ptr().cast::<u8>(), nsb),
+        Weights::Q5K(w) => (Q5K, w.as_ptr().cast::<u8>(), nsb),
+        Weights::Q6K(w) => (Q6K, w.as_ptr().cast::<u8>(), nsb),
         Weights::F32(w) => {
             for (inp, out) in inputs.iter().zip(outs.chunks_exact_mut(n)) {
                 for (i, o) in out.iter_mut().enumerate() {
@@ -78,7 +94,6 @@ pub(super) fn matmul_rows(family: KernelFamily, m: &Matrix, inputs: &[Input], ro
             }
             return true;
         }
-        _ => return false,
     };
     let max_w = max_rows_per_pass(family);
     let mut t0 = 0;
@@ -100,8 +115,9 @@ pub(super) fn matmul_rows(family: KernelFamily, m: &Matrix, inputs: &[Input], ro
             let o = &mut outs[i0 * n..(i0 + w) * n];
             // SAFETY: the CPU supports the family (checked above); the
             // caller checked `row0 + n <= m.rows`, so the tile's rows lie in
-            // the weights (`rows * nb` blocks of format `f`), and every
-            // input's quantized row has `nb` blocks.
+            // the weights (`rows * nb` blocks of format `f`, super-blocks for
+            // the K-quants), and every input's quantized row has `m.cols / 32`
+            // blocks (`nb`, or `8 * nb` for the K-quants).
             unsafe { run_pass(family, f, w, &tile, xs, o) };
             i0 += w;
         }
@@ -111,22 +127,22 @@ pub(super) fn matmul_rows(family: KernelFamily, m: &Matrix, inputs: &[Input], ro
 }
 
 /// A tile of weight rows and where its outputs go.
-struct Tile {
+pub(super) struct Tile {
     /// Start of the matrix's blocks.
-    base: *const u8,
-    /// Blocks per row.
-    nb: usize,
-    /// Bytes per block.
-    block_bytes: usize,
+    pub(super) base: *const u8,
+    /// Blocks per row (K-quants: super-blocks).
+    pub(super) nb: usize,
+    /// Bytes per block (K-quants: per super-block).
+    pub(super) block_bytes: usize,
     /// Weight rows of this tile.
-    rows: std::ops::Range<usize>,
+    pub(super) rows: std::ops::Range<usize>,
     /// End of the call's rows (prefetching may run into the next tile).
-    call_end: usize,
+    pub(super) call_end: usize,
     /// Output column of `rows.start`.
-    out_col: usize,
+    pub(super) out_col: usize,
     /// Output row length: input `i`, weight row `r` goes to
     /// `outs[i * n + out_col + (r - rows.start)]`.
-    n: usize,
+    pub(super) n: usize,
 }
 
 /// Picks the const-generic instance for (family, format, width).
@@ -144,18 +160,23 @@ unsafe fn run_pass(family: KernelFamily, f: u8, w: usize, t: &Tile, xs: &[Input]
         };
     }
     macro_rules! formats {
-        ($kern:ident, $fam:expr, $ws:tt) => {
+        ($kern:ident, $kkern:ident, $fam:expr, $ws:tt) => {
             match f {
                 Q4_0 => widths!($kern, $fam, Q4_0, $ws),
                 Q4_1 => widths!($kern, $fam, Q4_1, $ws),
-                _ => widths!($kern, $fam, Q8_0, $ws),
+                Q8_0 => widths!($kern, $fam, Q8_0, $ws),
+                Q4K => widths!($kkern, $fam, Q4K, $ws),
+                Q5K => widths!($kkern, $fam, Q5K, $ws),
+                _ => widths!($kkern, $fam, Q6K, $ws),
             }
         };
     }
     const _: () = assert!(AVX2_MAX_ROWS == 4 && AVX512_MAX_ROWS == 8, "update the width lists below");
     match family {
-        KernelFamily::Avx2 => formats!(rows_avx2, KernelFamily::Avx2, [1, 2, 3, 4]),
-        KernelFamily::Avx512Vnni => formats!(rows_avx512, KernelFamily::Avx512Vnni, [1, 2, 3, 4, 5, 6, 7, 8]),
+        KernelFamily::Avx2 => formats!(rows_avx2, rows_k_avx2, KernelFamily::Avx2, [1, 2, 3, 4]),
+        KernelFamily::Avx512Vnni => {
+            formats!(rows_avx512, rows_k_avx512, KernelFamily::Avx512Vnni, [1, 2, 3, 4, 5, 6, 7, 8])
+        }
         KernelFamily::Scalar => unreachable!("scalar has no SIMD pass"),
     }
 }
@@ -163,7 +184,7 @@ unsafe fn run_pass(family: KernelFamily, f: u8, w: usize, t: &Tile, xs: &[Input]
 /// The scalar [`super::scalar::reduce8`] tree on one `ymm`.
 #[target_feature(enable = "avx2")]
 #[inline]
-fn reduce8_ymm(acc: __m256) -> f32 {
+pub(super) fn reduce8_ymm(acc: __m256) -> f32 {
     // ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7)).
     let h4 = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
     let h2 = _mm_add_ps(h4, _mm_movehl_ps(h4, h4));
@@ -194,17 +215,17 @@ pub unsafe fn dot_f32_avx2(a: &[f32], b: &[f32]) -> f32 {
 }
 
 /// Raw pointers into `W` quantized activation rows.
-struct Acts<const W: usize> {
+pub(super) struct Acts<const W: usize> {
     /// Pair-interleaved quants ([`crate::act::QPair`]), 64-byte aligned.
-    qs: [*const i16; W],
+    pub(super) qs: [*const i16; W],
     /// Block scales, padded with zeros to a multiple of sixteen blocks.
-    d: [*const f32; W],
+    pub(super) d: [*const f32; W],
     /// Block `d * sum`, padded likewise.
-    s: [*const f32; W],
+    pub(super) s: [*const f32; W],
 }
 
 impl<const W: usize> Acts<W> {
-    fn new(xs: &[Input]) -> Self {
+    pub(super) fn new(xs: &[Input]) -> Self {
         let q = |i: usize| -> QRow { xs[i].q };
         Acts {
             qs: std::array::from_fn(|i| q(i).pairs.as_ptr().cast::<i16>()),
@@ -277,7 +298,7 @@ unsafe fn short_headers(at: *const u8, bb: usize, n: usize) -> __m128i {
 /// may be streaming them; a prefetch cannot fault, but the address is never
 /// formed past the matrix either).
 #[inline(always)]
-fn prefetch_rows(t: &Tile, r: usize, bytes: usize) {
+pub(super) fn prefetch_rows(t: &Tile, r: usize, bytes: usize) {
     if r >= t.call_end {
         return;
     }
@@ -435,7 +456,7 @@ unsafe fn rows_avx2<const F: u8, const W: usize, const R: usize>(t: &Tile, xs: &
 /// The scalar `reduce16` tree on one `zmm`.
 #[target_feature(enable = "avx512f,avx2")]
 #[inline]
-fn reduce16_zmm(v: __m512) -> f32 {
+pub(super) fn reduce16_zmm(v: __m512) -> f32 {
     let hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
     reduce8_ymm(_mm256_add_ps(_mm512_castps512_ps256(v), hi))
 }
@@ -515,13 +536,15 @@ const _: () = assert!(MAGIC.to_bits() == MAGIC_BITS as u32);
 /// `vcvtdq2ps` and `vpmaddwd` (the alternatives) share port 0 with the
 /// `vpdpwssd`s on Intel cores — the port that bounds the multi-row pass.
 /// Q8_0 lanes reach 2^24, so they take `vpmaddwd` + `vpdpwssd` +
-/// `vcvtdq2ps`.
+/// `vcvtdq2ps`. The K-quant kernels ([`super::x86_k`]) use the `Q4_1`
+/// instance for Q4_K / Q5_K (lanes below 2^22, still exact: the float
+/// spacing at 1.5·2^23 ± 2^22 is 1) and the `Q8_0` one for Q6_K.
 ///
 /// # Safety
 /// AVX-512 BW + VNNI; `x` points at a 64-byte-aligned [`crate::act::QPair`].
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
 #[inline]
-unsafe fn dot_pair<const F: u8>(lo: __m512i, hi: __m512i, x: *const i16) -> __m512 {
+pub(super) unsafe fn dot_pair<const F: u8>(lo: __m512i, hi: __m512i, x: *const i16) -> __m512 {
     // SAFETY: the caller guarantees 128 readable, aligned bytes at x.
     unsafe {
         if F == Q8_0 {
