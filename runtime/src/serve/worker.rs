@@ -87,34 +87,39 @@ impl Worker {
         while let Some(job) = self.queue.pop() {
             if job.tx.is_closed() {
                 tracing::info!(id = %job.id, "client left while waiting; skipped");
-                self.stats.cancelled.fetch_add(1, Ordering::Relaxed);
+                self.stats.cancelled.fetch_add(1, Ordering::SeqCst);
                 continue;
             }
             self.stats.running.store(true, Ordering::SeqCst);
             // A panic in one request must not take the server down with it.
             let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.serve(&job)));
             self.stats.running.store(false, Ordering::SeqCst);
-            let counter = match outcome {
+            // Count before answering, so a client that reads `/health` right
+            // after its response sees itself counted.
+            let reply = match outcome {
                 Ok(Ok(finished)) => {
-                    let _ = job.tx.send(Msg::Done(Ok(finished)));
-                    &self.stats.completed
+                    self.stats.completed.fetch_add(1, Ordering::SeqCst);
+                    Some(Ok(finished))
                 }
                 Ok(Err(Failure::Cancelled)) => {
                     tracing::info!(id = %job.id, "client left; generation cancelled");
-                    &self.stats.cancelled
+                    self.stats.cancelled.fetch_add(1, Ordering::SeqCst);
+                    None
                 }
                 Ok(Err(Failure::Error(e))) => {
                     tracing::error!(id = %job.id, "generation failed: {e}");
-                    let _ = job.tx.send(Msg::Done(Err(e)));
-                    &self.stats.failed
+                    self.stats.failed.fetch_add(1, Ordering::SeqCst);
+                    Some(Err(e))
                 }
                 Err(_) => {
                     tracing::error!(id = %job.id, "generation panicked");
-                    let _ = job.tx.send(Msg::Done(Err("the generation failed unexpectedly".into())));
-                    &self.stats.failed
+                    self.stats.failed.fetch_add(1, Ordering::SeqCst);
+                    Some(Err("the generation failed unexpectedly".into()))
                 }
             };
-            counter.fetch_add(1, Ordering::Relaxed);
+            if let Some(r) = reply {
+                let _ = job.tx.send(Msg::Done(r));
+            }
         }
     }
 
