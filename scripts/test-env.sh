@@ -13,7 +13,11 @@ cd "$(dirname "$0")/.."
 venv="${DRAFTWISE_TEST_VENV:-.venv-test}"
 python="${DRAFTWISE_PYTHON:-python3}"
 if [ ! -x "$venv/bin/python" ]; then
-    "$python" -m venv "$venv"
+    if ! "$python" -m venv "$venv"; then
+        rm -rf "$venv"
+        echo "error: '$python -m venv' failed; install Python's venv module (Debian: apt-get install python3-venv)" >&2
+        exit 1
+    fi
 fi
 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -r scripts/test-requirements.txt
 "$venv/bin/python" -c 'import openai; print("test environment ready:", openai.__name__, openai.__version__)'

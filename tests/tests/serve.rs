@@ -187,6 +187,14 @@ fn a_speculative_server_serves_classic_greedy_text_and_reports_its_width() {
         assert_eq!(text, want.text, "streamed {p:?}");
     }
     assert!(rounds > 0, "the ngram drafter never drafted: this is not a test of speculation");
+    // A stop string can end a speculative round in the middle.
+    let (p, want) = (&PROMPTS[0], &expected()[0]);
+    let cut = want.text.find("Paris").expect("the capital answer names Paris");
+    let mut body = p.body(&model(), MAX_TOKENS);
+    body["stop"] = json!("Paris");
+    let v = s.post(p.path(), &body).json();
+    assert_eq!(response_text(&v, true), want.text[..cut]);
+    assert_eq!(v["choices"][0]["finish_reason"], "stop");
 }
 
 #[test]
