@@ -291,7 +291,13 @@ fn dechunk(mut rest: &[u8]) -> std::io::Result<Vec<u8>> {
 
 /// Starts a streaming request and reads until `needle` has arrived (or
 /// panics after `timeout`); returns the open connection and what was read.
-pub fn stream_until(addr: SocketAddr, path: &str, body: &Value, needle: &str, timeout: Duration) -> (TcpStream, String) {
+pub fn stream_until(
+    addr: SocketAddr,
+    path: &str,
+    body: &Value,
+    needle: &str,
+    timeout: Duration,
+) -> (TcpStream, String) {
     let mut s = TcpStream::connect(addr).expect("connect");
     s.set_read_timeout(Some(Duration::from_millis(200))).unwrap();
     let body = body.to_string();
@@ -300,7 +306,11 @@ pub fn stream_until(addr: SocketAddr, path: &str, body: &Value, needle: &str, ti
     let mut got = Vec::new();
     let mut buf = [0u8; 4096];
     while !String::from_utf8_lossy(&got).contains(needle) {
-        assert!(t0.elapsed() < timeout, "{needle:?} did not arrive within {timeout:?}: {}", String::from_utf8_lossy(&got));
+        assert!(
+            t0.elapsed() < timeout,
+            "{needle:?} did not arrive within {timeout:?}: {}",
+            String::from_utf8_lossy(&got)
+        );
         match s.read(&mut buf) {
             Ok(0) => panic!("connection closed before {needle:?}: {}", String::from_utf8_lossy(&got)),
             Ok(n) => got.extend_from_slice(&buf[..n]),
@@ -333,7 +343,9 @@ impl Prompt {
     /// The request body (greedy, `max_tokens`) for the served model.
     pub fn body(&self, model: &str, max_tokens: usize) -> Value {
         match self {
-            Prompt::Text(t) => serde_json::json!({"model": model, "prompt": t, "temperature": 0, "max_tokens": max_tokens}),
+            Prompt::Text(t) => {
+                serde_json::json!({"model": model, "prompt": t, "temperature": 0, "max_tokens": max_tokens})
+            }
             Prompt::Chat(t) => serde_json::json!({
                 "model": model, "messages": [{"role": "user", "content": t}], "temperature": 0, "max_tokens": max_tokens,
             }),

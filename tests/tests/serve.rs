@@ -298,9 +298,12 @@ fn a_prompt_longer_than_the_context_is_refused() {
 #[test]
 fn max_tokens_out_of_range_is_refused() {
     let s = shared();
-    for (bad, code) in
-        [(json!(0), "invalid_value"), (json!(-1), "invalid_type"), (json!(1.5), "invalid_type"), (json!("8"), "invalid_type")]
-    {
+    for (bad, code) in [
+        (json!(0), "invalid_value"),
+        (json!(-1), "invalid_type"),
+        (json!(1.5), "invalid_type"),
+        (json!("8"), "invalid_type"),
+    ] {
         let mut body = chat_body();
         body["max_tokens"] = bad;
         assert_error(&s.post("/v1/chat/completions", &body), 400, Some("max_tokens"), code);

@@ -185,7 +185,7 @@ async fn handle(app: Arc<App>, endpoint: Endpoint, headers: HeaderMap, body: Bod
 async fn wait(mut rx: UnboundedReceiver<Msg>) -> Result<Finished, ApiError> {
     loop {
         match rx.recv().await {
-            Some(Msg::Done(Ok(f))) => return Ok(f),
+            Some(Msg::Done(Ok(f))) => return Ok(*f),
             Some(Msg::Done(Err(e))) => return Err(ApiError::internal(e)),
             Some(_) => {}
             // The job was dropped unserved: only shutdown does that.

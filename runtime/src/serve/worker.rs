@@ -28,7 +28,7 @@ pub enum Msg {
     /// More response text (streaming requests only).
     Text(String),
     /// The request finished (it is the last message).
-    Done(Result<Finished, String>),
+    Done(Result<Box<Finished>, String>),
 }
 
 /// A finished request, as the response reports it.
@@ -99,7 +99,7 @@ impl Worker {
             let reply = match outcome {
                 Ok(Ok(finished)) => {
                     self.stats.completed.fetch_add(1, Ordering::SeqCst);
-                    Some(Ok(finished))
+                    Some(Ok(Box::new(finished)))
                 }
                 Ok(Err(Failure::Cancelled)) => {
                     tracing::info!(id = %job.id, "client left; generation cancelled");
