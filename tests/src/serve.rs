@@ -19,6 +19,8 @@ pub struct Server {
     pub addr: SocketAddr,
     stderr: Arc<Mutex<String>>,
     stdout: Arc<Mutex<Vec<String>>>,
+    /// The stderr reader, which ends when the process has exited.
+    stderr_reader: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Server {
@@ -40,7 +42,7 @@ impl Server {
         let stderr = Arc::new(Mutex::new(String::new()));
         let stdout = Arc::new(Mutex::new(Vec::new()));
         let (addr_tx, addr_rx) = std::sync::mpsc::channel();
-        {
+        let stderr_reader = {
             let pipe = child.stderr.take().expect("stderr");
             let log = stderr.clone();
             std::thread::spawn(move || {
@@ -53,8 +55,8 @@ impl Server {
                     l.push_str(&line);
                     l.push('\n');
                 }
-            });
-        }
+            })
+        };
         {
             let pipe = child.stdout.take().expect("stdout");
             let lines = stdout.clone();
@@ -72,7 +74,7 @@ impl Server {
                 panic!("runtime serve did not start listening:\n{}", stderr.lock().unwrap());
             }
         };
-        let server = Server { child, addr, stderr, stdout };
+        let server = Server { child, addr, stderr, stdout, stderr_reader: Some(stderr_reader) };
         let t0 = Instant::now();
         loop {
             if let Ok(r) = try_request(server.addr, "GET", "/health", &[], None)
@@ -97,6 +99,13 @@ impl Server {
     /// The server's stdout lines so far (JSONL events with `--json`).
     pub fn stdout_lines(&self) -> Vec<String> {
         self.stdout.lock().unwrap().clone()
+    }
+
+    /// The first `n` stdout lines, waiting for them (they are read by
+    /// another thread) at most 30 s.
+    pub fn stdout_first(&self, n: usize) -> Vec<String> {
+        wait_for(Duration::from_secs(30), &format!("{n} stdout lines"), || self.stdout.lock().unwrap().len() >= n);
+        self.stdout_lines()[..n].to_vec()
     }
 
     /// Resident memory of the server process, in KiB (`VmRSS`).
@@ -133,8 +142,10 @@ impl Server {
         let t0 = Instant::now();
         loop {
             if let Some(status) = self.child.try_wait().expect("wait for the server") {
-                // Let the reader thread take the last lines.
-                std::thread::sleep(Duration::from_millis(100));
+                // The reader ends at the pipe's end: then it has every line.
+                if let Some(r) = self.stderr_reader.take() {
+                    let _ = r.join();
+                }
                 return (status, self.stderr());
             }
             assert!(t0.elapsed() < timeout, "the server did not exit within {timeout:?} of SIGTERM");

@@ -146,14 +146,12 @@ fn greedy_responses_equal_runtime_generate_with_its_usage() {
 #[test]
 fn json_events_report_each_served_request() {
     let s = Server::start(&["--json"]);
-    let lines = s.stdout_lines();
-    let startup: Value = serde_json::from_str(&lines[0]).unwrap();
+    let startup: Value = serde_json::from_str(&s.stdout_first(1)[0]).unwrap();
     assert_eq!(startup["event"], "startup");
     assert_eq!(startup["drafter"], "none");
     let p = &PROMPTS[0];
     let v = s.post(p.path(), &p.body(&model(), MAX_TOKENS)).json();
-    wait_for(Duration::from_secs(10), "the completion event", || s.stdout_lines().len() >= 2);
-    let c: Value = serde_json::from_str(&s.stdout_lines()[1]).unwrap();
+    let c: Value = serde_json::from_str(&s.stdout_first(2)[1]).unwrap();
     assert_eq!(c["event"], "completion");
     assert_eq!(c["prompt_id"], v["id"]);
     assert_eq!(c["usage"], v["usage"]);
@@ -170,7 +168,7 @@ fn a_speculative_server_serves_classic_greedy_text_and_reports_its_width() {
     assert!(c["block_size_from"].as_str().unwrap().contains("--draft-block-size"), "{c}");
     assert_eq!(c["exactness_probe"]["passed"], true);
     assert!(s.stderr().contains("speculative: drafter ngram, block_size 3"), "{}", s.stderr());
-    let startup: Value = serde_json::from_str(&s.stdout_lines()[0]).unwrap();
+    let startup: Value = serde_json::from_str(&s.stdout_first(1)[0]).unwrap();
     assert_eq!((startup["event"].as_str(), startup["block_size"].as_u64()), (Some("startup"), Some(3)));
     let mut rounds = 0;
     for (p, want) in PROMPTS.iter().zip(expected()) {
