@@ -485,6 +485,27 @@ fn a_client_that_disconnects_cancels_its_generation() {
 }
 
 #[test]
+fn a_port_in_use_and_a_host_name_are_refused_with_the_flag_to_fix() {
+    let s = shared();
+    let refuse = |args: &[&str]| {
+        let out = draftwise_tests::run(
+            std::process::Command::new(draftwise_tests::bin("runtime"))
+                .arg("serve")
+                .arg("--model")
+                .arg(model_path())
+                .args(args)
+                .env("DRAFTWISE_LOG", "warn"),
+        );
+        assert!(!out.status.success(), "{args:?} was accepted");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let port = s.addr.port().to_string();
+    assert!(refuse(&["--port", &port]).contains("--port"));
+    assert!(refuse(&["--host", "localhost", "--port", "0"]).contains("--host \"localhost\": give an IP address"));
+    assert!(refuse(&["--port", "0", "--max-queue", "0"]).contains("--max-queue"));
+}
+
+#[test]
 fn sigterm_stops_the_server_cleanly() {
     let s = Server::start(&[]);
     assert_eq!(s.post("/v1/chat/completions", &chat_body()).status, 200);

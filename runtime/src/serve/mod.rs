@@ -99,6 +99,11 @@ pub fn run(args: ServeArgs) -> Result<ExitCode> {
         .host
         .parse()
         .with_context(|| format!("--host {:?}: give an IP address, like 127.0.0.1, ::1 or 0.0.0.0", args.host))?;
+    // Bind first: a port in use fails before the model loads.
+    let listener = std::net::TcpListener::bind(SocketAddr::new(ip, args.port))
+        .with_context(|| format!("listening on {ip} port {} (pick another with --port, or 0 for any)", args.port))?;
+    listener.set_nonblocking(true)?;
+    let addr = listener.local_addr()?;
     let selection = dispatch::selected()?;
     let path = resolve_model(args.model.as_deref(), &args.cache)?;
     tracing::info!(model = %path.display(), "loading");
@@ -112,11 +117,6 @@ pub fn run(args: ServeArgs) -> Result<ExitCode> {
     // The settings a request gets when it gives none (OpenAI's defaults).
     let defaults = SamplingParams { temperature: 1.0, ..SamplingParams::default() };
     let startup = startup_event(&engine, &selection, spec.as_ref(), defaults, api::COMPLETIONS_DEFAULT_MAX_TOKENS);
-
-    let listener = std::net::TcpListener::bind(SocketAddr::new(ip, args.port))
-        .with_context(|| format!("listening on {ip} port {} (pick another with --port, or 0 for any)", args.port))?;
-    listener.set_nonblocking(true)?;
-    let addr = listener.local_addr()?;
 
     if args.json {
         let mut out = std::io::stdout().lock();
