@@ -414,6 +414,9 @@ fn bad_input_never_disturbs_a_running_request() {
 
 // ---- queueing, cancellation, shutdown ----
 
+/// A request that runs far longer than any test waits: greedy decoding of
+/// this prompt goes past 1200 tokens without an end-of-generation token
+/// (measured with `runtime generate --max-tokens 1200`: finish `length`).
 fn long_request(stream: bool) -> Value {
     json!({"model": model(), "prompt": "Write a very long story.", "max_tokens": 4000, "temperature": 0,
            "stream": stream})
