@@ -1,11 +1,9 @@
-//! The `runtime` command line: `generate`, `fetch-model`, `build-info`, `policy`, `bench`.
+//! The `runtime` command line: `generate`, `serve`, `fetch-model`, `build-info`, `policy`, `bench`.
 
 use crate::build_info::BuildInfo;
-use crate::events::{
-    Completion, Declined, Event, SCHEMA_VERSION, SpeculativeDiagnostics, Startup, Usage, sha256_hex, token_ids_sha256,
-};
+use crate::events::{Completion, Event, SCHEMA_VERSION, Startup, Usage, sha256_hex, token_ids_sha256};
 use crate::fetch;
-use crate::generate::{Engine, FinishReason, Generation};
+use crate::generate::{Engine, FinishReason, Generation, NoSink};
 use crate::model;
 use crate::sampling::SamplingParams;
 use crate::tokenizer::Tokenizer;
@@ -30,6 +28,8 @@ pub struct Cli {
 pub enum Command {
     /// Generate completions for a prompt or a prompt set.
     Generate(GenerateArgs),
+    /// Serve the model over HTTP with an OpenAI-compatible API (docs/serve.md).
+    Serve(crate::serve::ServeArgs),
     /// Download the default model (SmolLM2-135M-Instruct Q4_1) into the cache and verify it.
     FetchModel(CacheArgs),
     /// Print this build's identity.
@@ -244,6 +244,7 @@ pub fn resolve_model(model: Option<&Path>, cache: &CacheArgs) -> Result<PathBuf>
 pub fn run(cli: Cli) -> Result<ExitCode> {
     match cli.command {
         Command::Generate(args) => generate(args),
+        Command::Serve(args) => crate::serve::run(args),
         Command::FetchModel(c) => {
             let p = fetch::ensure_default_model(c.cache_dir.as_deref())?;
             println!("{}", p.display());
@@ -271,8 +272,39 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
     }
 }
 
+/// The `startup` event: this build, the device, the target and the
+/// speculative configuration (`generate` and `serve` both write it).
+pub fn startup_event(
+    engine: &Engine,
+    selection: &dispatch::Selection,
+    spec: Option<&crate::spec::setup::Speculation>,
+    sampling: SamplingParams,
+    max_tokens: usize,
+) -> Startup {
+    Startup {
+        schema_version: SCHEMA_VERSION,
+        build: BuildInfo::current(),
+        device_class: selection.family.device_class(),
+        kernel_family: selection.family.name().into(),
+        kernel_family_forced: selection.forced,
+        threads: engine.threads,
+        multirow: dispatch::multirow_enabled(),
+        target: engine.loaded.info.clone(),
+        tokenizer: engine.loaded.tokenizer.source.clone(),
+        drafter: spec.map_or("none".into(), |s| s.kind.to_string()),
+        block_size: spec.and_then(|s| s.block_size),
+        block_size_from: spec
+            .map_or_else(|| crate::policy::Resolution::no_drafter().block_size_from, |s| s.block_size_from.clone()),
+        kernel_fingerprint: crate::policy::KERNEL_FINGERPRINT.into(),
+        exactness_probe: spec.and_then(|s| s.probe.clone()),
+        allow_inexact: spec.is_some_and(|s| s.allow_inexact),
+        sampling,
+        max_tokens,
+    }
+}
+
 /// The `completion` event of a finished request.
-fn completion_event(id: &str, warmup: bool, repeat: usize, g: Generation, tok: &Tokenizer) -> Result<Completion> {
+pub fn completion_event(id: &str, warmup: bool, repeat: usize, g: Generation, tok: &Tokenizer) -> Result<Completion> {
     let text = tok.decode(&g.token_ids)?;
     let decode_tokens = g.token_ids.len().saturating_sub(1);
     Ok(Completion {
@@ -466,27 +498,7 @@ fn generate(args: GenerateArgs) -> Result<ExitCode> {
         tracing::info!("{}", crate::policy::Resolution::no_drafter().summary());
     }
     if args.json {
-        let ev = Event::Startup(Startup {
-            schema_version: SCHEMA_VERSION,
-            build: BuildInfo::current(),
-            device_class: selection.family.device_class(),
-            kernel_family: selection.family.name().into(),
-            kernel_family_forced: selection.forced,
-            threads: engine.threads,
-            multirow: dispatch::multirow_enabled(),
-            target: engine.loaded.info.clone(),
-            tokenizer: tok.source.clone(),
-            drafter: spec.as_ref().map_or("none".into(), |s| s.kind.to_string()),
-            block_size: spec.as_ref().and_then(|s| s.block_size),
-            block_size_from: spec
-                .as_ref()
-                .map_or_else(|| crate::policy::Resolution::no_drafter().block_size_from, |s| s.block_size_from.clone()),
-            kernel_fingerprint: crate::policy::KERNEL_FINGERPRINT.into(),
-            exactness_probe: spec.as_ref().and_then(|s| s.probe.clone()),
-            allow_inexact: spec.as_ref().is_some_and(|s| s.allow_inexact),
-            sampling,
-            max_tokens: args.max_tokens,
-        });
+        let ev = Event::Startup(startup_event(&engine, &selection, spec.as_ref(), sampling, args.max_tokens));
         writeln!(out, "{}", ev.to_line())?;
         out.flush()?;
     }
@@ -494,43 +506,10 @@ fn generate(args: GenerateArgs) -> Result<ExitCode> {
     let passes = (0..args.warmup).map(|r| (true, r)).chain((0..args.repeat).map(|r| (false, r)));
     for (warmup, repeat) in passes {
         for (id, ids) in &prompts {
-            let mut extra: Option<Event> = None;
-            let g = match spec.as_mut() {
-                Some(sp) if sp.active_width().is_some() => {
-                    let width = sp.active_width().unwrap_or_default();
-                    let (g, stats) = engine
-                        .generate_speculative(ids, args.max_tokens, &sampling, sp.drafter.as_mut(), width)
-                        .with_context(|| format!("prompt {id}"))?;
-                    extra = Some(Event::SpeculativeDiagnostics(SpeculativeDiagnostics::new(
-                        id,
-                        warmup,
-                        repeat,
-                        sp.kind.as_str(),
-                        width,
-                        &stats,
-                    )));
-                    g
-                }
-                other => {
-                    // A failed probe declines each request (the policy's
-                    // `off` is not a decline: the startup event says it).
-                    if let Some(sp) = other
-                        && let (Some(reason), Some(width)) = (sp.declined_reason(), sp.block_size)
-                    {
-                        extra = Some(Event::Declined(Declined {
-                            schema_version: SCHEMA_VERSION,
-                            prompt_id: id.clone(),
-                            warmup,
-                            repeat,
-                            drafter: sp.kind.to_string(),
-                            block_size: width,
-                            reason,
-                            probe: sp.probe.clone(),
-                        }));
-                    }
-                    engine.generate(ids, args.max_tokens, &sampling).with_context(|| format!("prompt {id}"))?
-                }
-            };
+            let tag = crate::request::Tag { id, warmup, repeat };
+            let (g, extra) =
+                crate::request::decode(&engine, spec.as_mut(), ids, args.max_tokens, &sampling, &mut NoSink, tag)
+                    .with_context(|| format!("prompt {id}"))?;
             let c = completion_event(id, warmup, repeat, g, tok)?;
             if args.json {
                 writeln!(out, "{}", Event::Completion(c).to_line())?;

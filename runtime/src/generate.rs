@@ -7,6 +7,7 @@ use crate::pool::Pool;
 use crate::sampling::{Rng, SamplingParams, sample};
 use kernels::dispatch::KernelFamily;
 use serde::{Deserialize, Serialize};
+use std::ops::ControlFlow;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -14,7 +15,8 @@ use std::time::Instant;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum FinishReason {
-    /// An end-of-generation token was produced (it is not part of the output).
+    /// An end-of-generation token was produced (it is not part of the
+    /// output), or a [`TokenSink`] halted with [`Halt::Stop`] (a stop string).
     Stop,
     /// `max_tokens` was reached, or the model's context is full.
     Length,
@@ -33,6 +35,34 @@ pub struct Generation {
     pub decode_s: f64,
     /// Number of one-token forward passes in `decode_s`.
     pub decode_steps: usize,
+}
+
+/// Why a [`TokenSink`] ends a generation early.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Halt {
+    /// Finish normally with [`FinishReason::Stop`], keeping the tokens so far
+    /// (the token just reported included): a stop string was produced.
+    Stop,
+    /// Abandon the request: the decoder returns [`GenerateError::Cancelled`]
+    /// (the client went away).
+    Cancel,
+}
+
+/// Sees every emitted token, in order, as soon as the decoder commits to it
+/// (the server streams and cancels through this). It cannot change which
+/// tokens are emitted, only end the generation after one. `Send`: decoding
+/// runs on the engine's thread pool.
+pub trait TokenSink: Send {
+    fn token(&mut self, id: u32) -> ControlFlow<Halt>;
+}
+
+/// The sink of callers that only want the finished [`Generation`].
+pub struct NoSink;
+
+impl TokenSink for NoSink {
+    fn token(&mut self, _id: u32) -> ControlFlow<Halt> {
+        ControlFlow::Continue(())
+    }
 }
 
 /// The state after a prompt's forward pass. Cloning it lets several
@@ -70,6 +100,8 @@ pub enum GenerateError {
     EmptyPrompt,
     #[error("could not start {threads} threads: {msg}")]
     Threads { threads: usize, msg: String },
+    #[error("the request was cancelled")]
+    Cancelled,
 }
 
 impl Engine {
@@ -117,6 +149,18 @@ impl Engine {
         max_tokens: usize,
         sampling: &SamplingParams,
     ) -> Result<Generation, GenerateError> {
+        self.decode_with(p, max_tokens, sampling, &mut NoSink)
+    }
+
+    /// [`Engine::decode`], reporting each emitted token to `sink` before the
+    /// next forward pass.
+    pub fn decode_with(
+        &self,
+        p: Prefilled,
+        max_tokens: usize,
+        sampling: &SamplingParams,
+        sink: &mut dyn TokenSink,
+    ) -> Result<Generation, GenerateError> {
         let model = &self.loaded.model;
         let tok = &self.loaded.tokenizer;
         let Prefilled { prompt, mut session, mut logits, prefill_s } = p;
@@ -134,6 +178,11 @@ impl Engine {
                     break FinishReason::Stop;
                 }
                 out.push(next);
+                match sink.token(next) {
+                    ControlFlow::Continue(()) => {}
+                    ControlFlow::Break(Halt::Stop) => break FinishReason::Stop,
+                    ControlFlow::Break(Halt::Cancel) => return Err(GenerateError::Cancelled),
+                }
                 if at_limit(prompt.len(), out.len(), max_tokens, model.config.context_length) {
                     break FinishReason::Length;
                 }

@@ -4,8 +4,9 @@
 //! (weights + config + forward pass) and [`model::Session`] (KV cache),
 //! [`tokenizer::Tokenizer`] (byte-level BPE and chat templates),
 //! [`generate::Engine`] (classic decoding on a thread pool) and
-//! [`events::Event`] (the typed JSONL schema shared with the tuner) and
-//! [`policy::Resolution`] (the draft width and where it came from).
+//! [`events::Event`] (the typed JSONL schema shared with the tuner),
+//! [`policy::Resolution`] (the draft width and where it came from) and
+//! [`serve`] (the OpenAI-compatible HTTP server).
 
 pub mod bench;
 pub mod build_info;
@@ -17,6 +18,8 @@ pub mod gguf;
 pub mod model;
 pub mod policy;
 pub mod pool;
+pub mod request;
 pub mod sampling;
+pub mod serve;
 pub mod spec;
 pub mod tokenizer;

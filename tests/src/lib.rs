@@ -2,6 +2,8 @@
 //! binaries are, and where the default model is (fetched once, on first use,
 //! through the same code path as `runtime fetch-model`).
 
+pub mod serve;
+
 use std::path::PathBuf;
 use std::process::{Command, Output};
 use std::sync::OnceLock;

@@ -14,10 +14,11 @@
 //! al. 2023), which preserves the target distribution.
 
 use super::drafter::{Drafter, Proposal};
-use crate::generate::{Engine, FinishReason, GenerateError, Generation, Prefilled, at_limit};
+use crate::generate::{Engine, FinishReason, GenerateError, Generation, Halt, NoSink, Prefilled, TokenSink, at_limit};
 use crate::model::llama::LogitRows;
 use crate::sampling::{Rng, SamplingParams, distribution, draw, sample};
 use serde::{Deserialize, Serialize};
+use std::ops::ControlFlow;
 use std::time::Instant;
 
 /// Per-request counters of the speculative loop.
@@ -80,6 +81,21 @@ impl Engine {
         drafter: &mut dyn Drafter,
         block_size: usize,
     ) -> Result<(Generation, SpecStats), GenerateError> {
+        self.decode_speculative_with(p, max_tokens, sampling, drafter, block_size, &mut NoSink)
+    }
+
+    /// [`Engine::decode_speculative`], reporting each emitted token to
+    /// `sink` as soon as it is accepted (so a sink sees a round's tokens one
+    /// by one, in order, before the next round is drafted).
+    pub fn decode_speculative_with(
+        &self,
+        p: Prefilled,
+        max_tokens: usize,
+        sampling: &SamplingParams,
+        drafter: &mut dyn Drafter,
+        block_size: usize,
+        sink: &mut dyn TokenSink,
+    ) -> Result<(Generation, SpecStats), GenerateError> {
         let model = &self.loaded.model;
         let tok = &self.loaded.tokenizer;
         let ctx_limit = model.config.context_length;
@@ -107,6 +123,11 @@ impl Engine {
                 }
                 out.push(t);
                 context.push(t);
+                match sink.token(t) {
+                    ControlFlow::Continue(()) => {}
+                    ControlFlow::Break(Halt::Stop) => break FinishReason::Stop,
+                    ControlFlow::Break(Halt::Cancel) => return Err(GenerateError::Cancelled),
+                }
                 if full(&out) {
                     break FinishReason::Length;
                 }
@@ -142,6 +163,9 @@ impl Engine {
                 let mut k = 0;
                 let mut next: Option<Pending> = None;
                 let mut stop: Option<FinishReason> = None;
+                // The sink ended the request after an emitted token (unlike an
+                // accepted end-of-generation token, which is not emitted).
+                let mut halted = false;
                 for (j, &d) in draft.iter().enumerate() {
                     // The token classic decoding would emit at this position.
                     let chosen = if sampling.is_greedy() {
@@ -170,6 +194,15 @@ impl Engine {
                     }
                     out.push(chosen);
                     context.push(chosen);
+                    match sink.token(chosen) {
+                        ControlFlow::Continue(()) => {}
+                        ControlFlow::Break(Halt::Stop) => {
+                            halted = true;
+                            stop = Some(FinishReason::Stop);
+                            break;
+                        }
+                        ControlFlow::Break(Halt::Cancel) => return Err(GenerateError::Cancelled),
+                    }
                     if full(&out) {
                         stop = Some(FinishReason::Length);
                         break;
@@ -181,7 +214,7 @@ impl Engine {
                 stats.accept_s += ta.elapsed().as_secs_f64();
                 if let Some(f) = stop {
                     // An accepted end-of-generation token is not emitted.
-                    if f == FinishReason::Stop {
+                    if f == FinishReason::Stop && !halted {
                         stats.emitted_in_rounds -= 1;
                     }
                     break 'outer f;

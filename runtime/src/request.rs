@@ -1,0 +1,63 @@
+//! One request, decoded the way the process was configured: classic
+//! decoding, speculative decoding at the resolved width, or classic decoding
+//! because speculation was declined. `runtime generate` and `runtime serve`
+//! both go through [`decode`], so they emit the same tokens and the same
+//! per-request events.
+
+use crate::events::{Declined, Event, SCHEMA_VERSION, SpeculativeDiagnostics};
+use crate::generate::{Engine, GenerateError, Generation, TokenSink};
+use crate::sampling::SamplingParams;
+use crate::spec::setup::Speculation;
+
+/// Which request this is, for its events.
+#[derive(Clone, Copy, Debug)]
+pub struct Tag<'a> {
+    pub id: &'a str,
+    pub warmup: bool,
+    pub repeat: usize,
+}
+
+/// Prefills `prompt` and decodes it. Besides the generation, returns the
+/// event that follows its `completion`: `speculative_diagnostics` when it
+/// speculated, `declined` when a drafter was asked for but a failed
+/// exactness probe sent it to classic decoding, `None` otherwise (no
+/// drafter, or a policy entry that turned speculation off — the `startup`
+/// event says so).
+pub fn decode(
+    engine: &Engine,
+    spec: Option<&mut Speculation>,
+    prompt: &[u32],
+    max_tokens: usize,
+    sampling: &SamplingParams,
+    sink: &mut dyn TokenSink,
+    tag: Tag<'_>,
+) -> Result<(Generation, Option<Event>), GenerateError> {
+    match spec {
+        Some(sp) if sp.active_width().is_some() => {
+            let width = sp.active_width().unwrap_or_default();
+            let p = engine.prefill(prompt)?;
+            let (g, stats) =
+                engine.decode_speculative_with(p, max_tokens, sampling, sp.drafter.as_mut(), width, sink)?;
+            let diag = SpeculativeDiagnostics::new(tag.id, tag.warmup, tag.repeat, sp.kind.as_str(), width, &stats);
+            Ok((g, Some(Event::SpeculativeDiagnostics(diag))))
+        }
+        other => {
+            let declined = other.and_then(|sp| match (sp.declined_reason(), sp.block_size) {
+                (Some(reason), Some(width)) => Some(Event::Declined(Declined {
+                    schema_version: SCHEMA_VERSION,
+                    prompt_id: tag.id.to_string(),
+                    warmup: tag.warmup,
+                    repeat: tag.repeat,
+                    drafter: sp.kind.to_string(),
+                    block_size: width,
+                    reason,
+                    probe: sp.probe.clone(),
+                })),
+                _ => None,
+            });
+            let p = engine.prefill(prompt)?;
+            let g = engine.decode_with(p, max_tokens, sampling, sink)?;
+            Ok((g, declined))
+        }
+    }
+}

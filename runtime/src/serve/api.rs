@@ -1,0 +1,734 @@
+//! The OpenAI request bodies this server accepts, checked field by field
+//! into a [`Request`], and the OpenAI-shaped error every refusal is sent as.
+//!
+//! Parsing never panics and never allocates by a length the client states:
+//! the body is already bounded by the server's byte limit when it gets here,
+//! and `serde_json` bounds nesting depth.
+
+use crate::generate::Engine;
+use crate::sampling::SamplingParams;
+use crate::tokenizer::chat::Message;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde_json::{Map, Value, json};
+
+/// Most stop strings a request may give (OpenAI's limit).
+pub const MAX_STOP_STRINGS: usize = 4;
+/// Longest stop string, in bytes.
+pub const MAX_STOP_BYTES: usize = 256;
+/// Highest temperature accepted (OpenAI's range is `0..=2`).
+pub const MAX_TEMPERATURE: f32 = 2.0;
+/// `max_tokens` for `/v1/completions` when the request gives none (OpenAI's default).
+pub const COMPLETIONS_DEFAULT_MAX_TOKENS: usize = 16;
+
+/// A refusal, sent as `{"error": {"message", "type", "param", "code"}}`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub message: String,
+    /// OpenAI's `type`: `invalid_request_error`, `not_found_error`, `server_error`, ...
+    pub kind: &'static str,
+    /// The request field at fault, when one is.
+    pub param: Option<String>,
+    pub code: Option<&'static str>,
+}
+
+impl ApiError {
+    pub fn invalid(message: impl Into<String>, param: Option<&str>, code: &'static str) -> Self {
+        ApiError {
+            status: StatusCode::BAD_REQUEST,
+            message: message.into(),
+            kind: "invalid_request_error",
+            param: param.map(str::to_string),
+            code: Some(code),
+        }
+    }
+
+    pub fn unsupported(param: &str, why: &str) -> Self {
+        ApiError::invalid(
+            format!("{param} is not supported by this server: {why}"),
+            Some(param),
+            "unsupported_parameter",
+        )
+    }
+
+    pub fn model_not_found(asked: &str, served: &str) -> Self {
+        ApiError {
+            status: StatusCode::NOT_FOUND,
+            message: format!("the model {asked:?} does not exist here; this server serves {served:?} (GET /v1/models)"),
+            kind: "invalid_request_error",
+            param: Some("model".into()),
+            code: Some("model_not_found"),
+        }
+    }
+
+    pub fn too_large(limit: usize) -> Self {
+        ApiError {
+            status: StatusCode::PAYLOAD_TOO_LARGE,
+            message: format!("the request body is larger than this server's limit of {limit} bytes (--max-body-bytes)"),
+            kind: "invalid_request_error",
+            param: None,
+            code: Some("request_too_large"),
+        }
+    }
+
+    /// The wait queue is full: the client should retry later.
+    pub fn queue_full(capacity: usize) -> Self {
+        ApiError {
+            status: StatusCode::SERVICE_UNAVAILABLE,
+            message: format!(
+                "the server is busy: {capacity} requests are already waiting (--max-queue); retry in a moment"
+            ),
+            kind: "server_error",
+            param: None,
+            code: Some("queue_full"),
+        }
+    }
+
+    pub fn shutting_down() -> Self {
+        ApiError {
+            status: StatusCode::SERVICE_UNAVAILABLE,
+            message: "the server is shutting down".into(),
+            kind: "server_error",
+            param: None,
+            code: Some("shutting_down"),
+        }
+    }
+
+    pub fn internal(message: impl Into<String>) -> Self {
+        ApiError {
+            status: StatusCode::INTERNAL_SERVER_ERROR,
+            message: message.into(),
+            kind: "server_error",
+            param: None,
+            code: Some("internal_error"),
+        }
+    }
+
+    pub fn not_found(what: &str) -> Self {
+        ApiError {
+            status: StatusCode::NOT_FOUND,
+            message: format!("{what} does not exist on this server"),
+            kind: "not_found_error",
+            param: None,
+            code: Some("not_found"),
+        }
+    }
+
+    pub fn method_not_allowed() -> Self {
+        ApiError {
+            status: StatusCode::METHOD_NOT_ALLOWED,
+            message: "this method is not allowed on this path".into(),
+            kind: "invalid_request_error",
+            param: None,
+            code: Some("method_not_allowed"),
+        }
+    }
+
+    /// The `{"error": {...}}` body.
+    pub fn body(&self) -> Value {
+        json!({"error": {"message": self.message, "type": self.kind, "param": self.param, "code": self.code}})
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut r = (self.status, [(axum::http::header::CONTENT_TYPE, "application/json")], self.body().to_string())
+            .into_response();
+        if self.status == StatusCode::SERVICE_UNAVAILABLE {
+            r.headers_mut().insert(axum::http::header::RETRY_AFTER, axum::http::HeaderValue::from_static("1"));
+        }
+        r
+    }
+}
+
+/// Which endpoint a body was sent to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Endpoint {
+    /// `POST /v1/completions`
+    Completions,
+    /// `POST /v1/chat/completions`
+    Chat,
+}
+
+/// What to run the model on.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Prompt {
+    Text(String),
+    /// A prompt given as token ids (`/v1/completions` only).
+    Tokens(Vec<u32>),
+    Chat(Vec<Message>),
+}
+
+/// A request body that passed every check that does not need the model.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Request {
+    pub endpoint: Endpoint,
+    pub prompt: Prompt,
+    /// `None`: the endpoint's default ([`Request::default_max_tokens`]);
+    /// else the value and the field that gave it.
+    pub max_tokens: Option<(u64, &'static str)>,
+    pub sampling: SamplingParams,
+    /// The request gave a seed (otherwise sampled requests draw one).
+    pub seed_given: bool,
+    pub stop: Vec<String>,
+    pub stream: bool,
+    /// `stream_options.include_usage`: a last chunk carries the usage.
+    pub include_usage: bool,
+}
+
+/// A request ready for the engine: its prompt tokens and resolved budget.
+#[derive(Clone, Debug)]
+pub struct Prepared {
+    pub request: Request,
+    pub prompt_ids: Vec<u32>,
+    pub max_tokens: usize,
+}
+
+/// Parameters the server accepts and ignores (they change nothing here).
+const IGNORED: &[&str] = &["user", "metadata", "store", "service_tier", "parallel_tool_calls"];
+
+/// Removes `name`, treating JSON `null` as absent (as OpenAI does).
+fn take(obj: &mut Map<String, Value>, name: &str) -> Option<Value> {
+    obj.remove(name).filter(|v| !v.is_null())
+}
+
+fn type_error(name: &str, want: &str) -> ApiError {
+    ApiError::invalid(format!("{name} must be {want}"), Some(name), "invalid_type")
+}
+
+fn take_bool(obj: &mut Map<String, Value>, name: &str) -> Result<Option<bool>, ApiError> {
+    take(obj, name).map(|v| v.as_bool().ok_or_else(|| type_error(name, "a boolean"))).transpose()
+}
+
+fn take_f32(obj: &mut Map<String, Value>, name: &str) -> Result<Option<f32>, ApiError> {
+    take(obj, name)
+        .map(|v| match v.as_f64() {
+            Some(x) if x.is_finite() => Ok(x as f32),
+            _ => Err(type_error(name, "a finite number")),
+        })
+        .transpose()
+}
+
+/// A non-negative integer (rejects `1.5`, `-1` and strings).
+fn take_u64(obj: &mut Map<String, Value>, name: &str) -> Result<Option<u64>, ApiError> {
+    take(obj, name).map(|v| v.as_u64().ok_or_else(|| type_error(name, "a non-negative integer"))).transpose()
+}
+
+/// Checks a body sent to `endpoint` against the served model's name.
+pub fn parse(endpoint: Endpoint, body: &[u8], served_model: &str) -> Result<Request, ApiError> {
+    let value: Value = serde_json::from_slice(body)
+        .map_err(|e| ApiError::invalid(format!("the body is not valid JSON: {e}"), None, "invalid_json"))?;
+    let Value::Object(mut obj) = value else {
+        return Err(ApiError::invalid("the body must be a JSON object", None, "invalid_json"));
+    };
+    match take(&mut obj, "model") {
+        None => return Err(ApiError::invalid("model is required", Some("model"), "missing_required_parameter")),
+        Some(Value::String(m)) if m == served_model => {}
+        Some(Value::String(m)) => return Err(ApiError::model_not_found(&m, served_model)),
+        Some(_) => return Err(type_error("model", "a string")),
+    }
+    let prompt = match endpoint {
+        Endpoint::Completions => parse_prompt(take(&mut obj, "prompt"))?,
+        Endpoint::Chat => Prompt::Chat(parse_messages(take(&mut obj, "messages"))?),
+    };
+    // (value, the field that gave it), for error messages.
+    let max_tokens = match endpoint {
+        Endpoint::Completions => take_u64(&mut obj, "max_tokens")?.map(|n| (n, "max_tokens")),
+        Endpoint::Chat => {
+            let legacy = take_u64(&mut obj, "max_tokens")?;
+            let newer = take_u64(&mut obj, "max_completion_tokens")?;
+            match (legacy, newer) {
+                (Some(a), Some(b)) if a != b => {
+                    return Err(ApiError::invalid(
+                        format!("max_tokens ({a}) and max_completion_tokens ({b}) disagree; give one"),
+                        Some("max_completion_tokens"),
+                        "invalid_value",
+                    ));
+                }
+                (Some(a), _) => Some((a, "max_tokens")),
+                (None, b) => b.map(|b| (b, "max_completion_tokens")),
+            }
+        }
+    };
+    if let Some((0, param)) = max_tokens {
+        return Err(ApiError::invalid(format!("{param} must be at least 1"), Some(param), "invalid_value"));
+    }
+    let temperature = take_f32(&mut obj, "temperature")?.unwrap_or(1.0);
+    if !(0.0..=MAX_TEMPERATURE).contains(&temperature) {
+        return Err(ApiError::invalid(
+            format!("temperature {temperature} is out of range: give 0 (greedy) to {MAX_TEMPERATURE}"),
+            Some("temperature"),
+            "invalid_value",
+        ));
+    }
+    let top_p = take_f32(&mut obj, "top_p")?.unwrap_or(1.0);
+    if !(top_p > 0.0 && top_p <= 1.0) {
+        return Err(ApiError::invalid(format!("top_p {top_p} must be in (0, 1]"), Some("top_p"), "invalid_value"));
+    }
+    // `top_k` is not OpenAI's, but common servers accept it; 0 keeps every token.
+    let top_k = take_u64(&mut obj, "top_k")?.unwrap_or(0);
+    let top_k = usize::try_from(top_k).unwrap_or(usize::MAX);
+    // OpenAI seeds are 64-bit integers; negative ones keep their bit pattern.
+    let seed = match take(&mut obj, "seed") {
+        None => None,
+        Some(v) => {
+            Some(v.as_u64().or_else(|| v.as_i64().map(|s| s as u64)).ok_or_else(|| type_error("seed", "an integer"))?)
+        }
+    };
+    let stop = parse_stop(take(&mut obj, "stop"))?;
+    let stream = take_bool(&mut obj, "stream")?.unwrap_or(false);
+    let include_usage = match take(&mut obj, "stream_options") {
+        None => false,
+        Some(_) if !stream => {
+            return Err(ApiError::invalid(
+                "stream_options is only allowed when stream is true",
+                Some("stream_options"),
+                "invalid_value",
+            ));
+        }
+        Some(Value::Object(mut o)) => {
+            let u = take_bool(&mut o, "include_usage")?.unwrap_or(false);
+            if let Some(k) = o.keys().next() {
+                return Err(ApiError::unsupported(&format!("stream_options.{k}"), "only include_usage is"));
+            }
+            u
+        }
+        Some(_) => return Err(type_error("stream_options", "an object")),
+    };
+    check_rest(endpoint, obj)?;
+    Ok(Request {
+        endpoint,
+        prompt,
+        max_tokens,
+        sampling: SamplingParams { temperature, top_k, top_p, seed: seed.unwrap_or(0) },
+        seed_given: seed.is_some(),
+        stop,
+        stream,
+        include_usage,
+    })
+}
+
+/// `/v1/completions`' `prompt`: a string, a list holding one string, or
+/// token ids (a list of integers, or a list holding one such list).
+fn parse_prompt(v: Option<Value>) -> Result<Prompt, ApiError> {
+    let several = || {
+        ApiError::unsupported(
+            "prompt",
+            "one prompt per request (a list of several prompts is a batch; send them as separate requests)",
+        )
+    };
+    match v {
+        None => Err(ApiError::invalid("prompt is required", Some("prompt"), "missing_required_parameter")),
+        Some(Value::String(s)) => Ok(Prompt::Text(s)),
+        Some(Value::Array(items)) => {
+            if items.is_empty() {
+                return Err(ApiError::invalid("prompt is an empty list", Some("prompt"), "invalid_value"));
+            }
+            if items.iter().all(Value::is_number) {
+                return token_ids(&items).map(Prompt::Tokens);
+            }
+            if items.len() > 1 {
+                return Err(several());
+            }
+            match items.into_iter().next() {
+                Some(Value::String(s)) => Ok(Prompt::Text(s)),
+                Some(Value::Array(ids)) if !ids.is_empty() => token_ids(&ids).map(Prompt::Tokens),
+                _ => Err(type_error("prompt", "a string, a list of token ids, or a list holding one of those")),
+            }
+        }
+        Some(_) => Err(type_error("prompt", "a string or a list of token ids")),
+    }
+}
+
+fn token_ids(items: &[Value]) -> Result<Vec<u32>, ApiError> {
+    items
+        .iter()
+        .map(|x| x.as_u64().and_then(|n| u32::try_from(n).ok()))
+        .collect::<Option<Vec<u32>>>()
+        .ok_or_else(|| type_error("prompt", "a list of token ids (integers in 0..2^32)"))
+}
+
+/// Chat messages: `role` and `content` (a string, or a list of text parts).
+fn parse_messages(v: Option<Value>) -> Result<Vec<Message>, ApiError> {
+    let Some(v) = v else {
+        return Err(ApiError::invalid("messages is required", Some("messages"), "missing_required_parameter"));
+    };
+    let Value::Array(items) = v else { return Err(type_error("messages", "a list of message objects")) };
+    if items.is_empty() {
+        return Err(ApiError::invalid("messages must hold at least one message", Some("messages"), "invalid_value"));
+    }
+    let mut out = Vec::with_capacity(items.len());
+    for (i, item) in items.into_iter().enumerate() {
+        let at = |field: &str| format!("messages[{i}].{field}");
+        let Value::Object(mut m) = item else {
+            return Err(type_error(&format!("messages[{i}]"), "an object with role and content"));
+        };
+        let role = match take(&mut m, "role") {
+            Some(Value::String(r)) => r,
+            Some(_) => return Err(type_error(&at("role"), "a string")),
+            None => {
+                return Err(ApiError::invalid(
+                    format!("{} is required", at("role")),
+                    Some(&at("role")),
+                    "missing_required_parameter",
+                ));
+            }
+        };
+        let role = match role.as_str() {
+            "system" | "user" | "assistant" => role,
+            // OpenAI's newer name for the system role.
+            "developer" => "system".to_string(),
+            "tool" | "function" => {
+                return Err(ApiError::unsupported(&at("role"), "tool and function messages are not"));
+            }
+            other => {
+                return Err(ApiError::invalid(
+                    format!("{} {other:?} is not a role: give system, user or assistant", at("role")),
+                    Some(&at("role")),
+                    "invalid_value",
+                ));
+            }
+        };
+        let content = match take(&mut m, "content") {
+            Some(Value::String(s)) => s,
+            Some(Value::Array(parts)) => text_parts(parts, &at("content"))?,
+            Some(_) => return Err(type_error(&at("content"), "a string or a list of text parts")),
+            None => {
+                return Err(ApiError::invalid(
+                    format!("{} is required", at("content")),
+                    Some(&at("content")),
+                    "missing_required_parameter",
+                ));
+            }
+        };
+        // `name` labels a participant; the chat template has no use for it.
+        m.remove("name");
+        if let Some(k) = m.keys().next() {
+            return Err(ApiError::unsupported(&at(k), "messages carry only role, content and name here"));
+        }
+        out.push(Message { role, content });
+    }
+    Ok(out)
+}
+
+/// Concatenates `[{"type": "text", "text": ...}, ...]`.
+fn text_parts(parts: Vec<Value>, at: &str) -> Result<String, ApiError> {
+    let mut s = String::new();
+    for (j, p) in parts.into_iter().enumerate() {
+        let here = format!("{at}[{j}]");
+        let Value::Object(mut p) = p else { return Err(type_error(&here, "a content part object")) };
+        match take(&mut p, "type") {
+            Some(Value::String(t)) if t == "text" => {}
+            Some(Value::String(t)) => {
+                return Err(ApiError::unsupported(&format!("{here}.type"), &format!("{t:?} parts are not (text is)")));
+            }
+            _ => return Err(type_error(&format!("{here}.type"), "\"text\"")),
+        }
+        match take(&mut p, "text") {
+            Some(Value::String(t)) => s.push_str(&t),
+            _ => return Err(type_error(&format!("{here}.text"), "a string")),
+        }
+    }
+    Ok(s)
+}
+
+/// `stop`: a string or a list of up to four strings.
+fn parse_stop(v: Option<Value>) -> Result<Vec<String>, ApiError> {
+    let list = match v {
+        None => return Ok(Vec::new()),
+        Some(Value::String(s)) => vec![s],
+        Some(Value::Array(items)) => {
+            if items.len() > MAX_STOP_STRINGS {
+                return Err(ApiError::invalid(
+                    format!("stop has {} strings; at most {MAX_STOP_STRINGS} are allowed", items.len()),
+                    Some("stop"),
+                    "invalid_value",
+                ));
+            }
+            items
+                .into_iter()
+                .map(|x| match x {
+                    Value::String(s) => Ok(s),
+                    _ => Err(type_error("stop", "a string or a list of strings")),
+                })
+                .collect::<Result<Vec<_>, _>>()?
+        }
+        Some(_) => return Err(type_error("stop", "a string or a list of strings")),
+    };
+    for s in &list {
+        if s.is_empty() || s.len() > MAX_STOP_BYTES {
+            return Err(ApiError::invalid(
+                format!("each stop string must be 1 to {MAX_STOP_BYTES} bytes long"),
+                Some("stop"),
+                "invalid_value",
+            ));
+        }
+    }
+    Ok(list)
+}
+
+/// Whatever is left: parameters that are accepted only at their neutral
+/// value (named when they are not), ignored ones, and unknown ones.
+fn check_rest(endpoint: Endpoint, obj: Map<String, Value>) -> Result<(), ApiError> {
+    for (k, v) in obj {
+        if v.is_null() || IGNORED.contains(&k.as_str()) {
+            continue;
+        }
+        let neutral = match k.as_str() {
+            "n" | "best_of" => v.as_u64() == Some(1),
+            "logprobs" => v.as_bool() == Some(false) || (endpoint == Endpoint::Completions && v.as_u64() == Some(0)),
+            "echo" => v.as_bool() == Some(false),
+            "presence_penalty" | "frequency_penalty" => v.as_f64() == Some(0.0),
+            "logit_bias" => v.as_object().is_some_and(Map::is_empty),
+            "tools" | "functions" => v.as_array().is_some_and(Vec::is_empty),
+            "tool_choice" | "function_call" => v.as_str() == Some("none"),
+            "response_format" => v.get("type").and_then(Value::as_str) == Some("text"),
+            "modalities" => v.as_array().is_some_and(|a| a.iter().all(|m| m.as_str() == Some("text"))),
+            "suffix" => v.as_str() == Some(""),
+            "top_logprobs" => v.as_u64() == Some(0),
+            "audio" | "prediction" | "reasoning_effort" | "web_search_options" | "repetition_penalty" | "min_p"
+            | "guided_json" | "guided_regex" | "guided_choice" | "grammar" => false,
+            other => {
+                return Err(ApiError::invalid(
+                    format!("unrecognized request argument supplied: {other}"),
+                    Some(other),
+                    "unknown_parameter",
+                ));
+            }
+        };
+        if !neutral {
+            let why = match k.as_str() {
+                "n" | "best_of" => "one choice per request (send separate requests)",
+                "logprobs" | "top_logprobs" => "log probabilities are not returned",
+                "tools" | "functions" | "tool_choice" | "function_call" => "tool calling is not",
+                "response_format" | "guided_json" | "guided_regex" | "guided_choice" | "grammar" => {
+                    "constrained output is not (only {\"type\": \"text\"})"
+                }
+                _ => "this server does not implement it",
+            };
+            return Err(ApiError::unsupported(&k, why));
+        }
+    }
+    Ok(())
+}
+
+impl Request {
+    /// OpenAI's defaults: 16 tokens for completions; for chat, as many as
+    /// the context has room for.
+    pub fn default_max_tokens(&self, room: usize) -> usize {
+        match self.endpoint {
+            Endpoint::Completions => COMPLETIONS_DEFAULT_MAX_TOKENS.min(room),
+            Endpoint::Chat => room,
+        }
+    }
+
+    /// The field that holds the prompt, for error bodies.
+    fn prompt_param(&self) -> &'static str {
+        match self.endpoint {
+            Endpoint::Completions => "prompt",
+            Endpoint::Chat => "messages",
+        }
+    }
+
+    /// Tokenizes the prompt (through the model's chat template for chat) and
+    /// checks it and `max_tokens` against the model's context.
+    pub fn prepare(self, engine: &Engine) -> Result<Prepared, ApiError> {
+        let tok = &engine.loaded.tokenizer;
+        let param = self.prompt_param();
+        let ids = match &self.prompt {
+            Prompt::Text(t) => tok.encode_prompt(t),
+            Prompt::Chat(m) => tok.render_chat(m, true).and_then(|text| tok.encode_prompt(&text)),
+            Prompt::Tokens(ids) => {
+                let vocab = engine.loaded.info.vocab;
+                if let Some(bad) = ids.iter().find(|&&i| i as usize >= vocab) {
+                    return Err(ApiError::invalid(
+                        format!("token id {bad} is outside the vocabulary (size {vocab})"),
+                        Some(param),
+                        "invalid_value",
+                    ));
+                }
+                Ok(ids.clone())
+            }
+        }
+        .map_err(|e| ApiError::invalid(format!("{param}: {e}"), Some(param), "invalid_value"))?;
+        if ids.is_empty() {
+            return Err(ApiError::invalid(
+                format!("{param} encodes to no tokens; at least one is needed"),
+                Some(param),
+                "invalid_value",
+            ));
+        }
+        let context = engine.loaded.info.context_length;
+        if ids.len() >= context {
+            return Err(ApiError::invalid(
+                format!(
+                    "this model's maximum context length is {context} tokens, and the prompt alone is {} tokens; \
+                     shorten it so at least one token can be generated",
+                    ids.len()
+                ),
+                Some(param),
+                "context_length_exceeded",
+            ));
+        }
+        let room = context - ids.len();
+        let max_tokens = match self.max_tokens {
+            None => self.default_max_tokens(room),
+            Some((n, _)) if n as u128 <= room as u128 => n as usize,
+            Some((n, param)) => {
+                return Err(ApiError::invalid(
+                    format!(
+                        "this model's maximum context length is {context} tokens; the prompt is {} tokens, so \
+                         {param} can be at most {room} (asked for {n})",
+                        ids.len()
+                    ),
+                    Some(param),
+                    "context_length_exceeded",
+                ));
+            }
+        };
+        Ok(Prepared { request: self, prompt_ids: ids, max_tokens })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn chat(body: &str) -> Result<Request, ApiError> {
+        parse(Endpoint::Chat, body.as_bytes(), "m")
+    }
+
+    fn completions(body: &str) -> Result<Request, ApiError> {
+        parse(Endpoint::Completions, body.as_bytes(), "m")
+    }
+
+    #[test]
+    fn a_minimal_chat_request_parses_with_openai_defaults() {
+        let r = chat(r#"{"model": "m", "messages": [{"role": "user", "content": "hi"}]}"#).unwrap();
+        assert_eq!(r.prompt, Prompt::Chat(vec![Message { role: "user".into(), content: "hi".into() }]));
+        assert_eq!(r.sampling.temperature, 1.0);
+        assert_eq!(r.max_tokens, None);
+        assert!(!r.stream && !r.include_usage && !r.seed_given);
+        assert_eq!(r.default_max_tokens(100), 100);
+    }
+
+    #[test]
+    fn completions_accept_text_a_one_string_list_and_token_ids() {
+        let p = |b: &str| completions(b).map(|r| r.prompt);
+        assert_eq!(p(r#"{"model":"m","prompt":"a"}"#).unwrap(), Prompt::Text("a".into()));
+        assert_eq!(p(r#"{"model":"m","prompt":["a"]}"#).unwrap(), Prompt::Text("a".into()));
+        assert_eq!(p(r#"{"model":"m","prompt":[1,2]}"#).unwrap(), Prompt::Tokens(vec![1, 2]));
+        assert_eq!(p(r#"{"model":"m","prompt":[[3]]}"#).unwrap(), Prompt::Tokens(vec![3]));
+        let e = p(r#"{"model":"m","prompt":["a","b"]}"#).unwrap_err();
+        assert_eq!((e.param.as_deref(), e.code), (Some("prompt"), Some("unsupported_parameter")));
+        assert_eq!(p(r#"{"model":"m","prompt":[-1]}"#).unwrap_err().code, Some("invalid_type"));
+        assert_eq!(p(r#"{"model":"m","prompt":[]}"#).unwrap_err().code, Some("invalid_value"));
+        assert_eq!(completions(r#"{"model":"m","prompt":"a"}"#).unwrap().default_max_tokens(100), 16);
+    }
+
+    #[test]
+    fn malformed_json_and_non_objects_are_invalid_json() {
+        for b in ["{", "", "[1]", "\"x\"", "{\"model\": \"m\",}"] {
+            let e = chat(b).unwrap_err();
+            assert_eq!((e.status, e.code), (StatusCode::BAD_REQUEST, Some("invalid_json")), "{b:?}");
+        }
+        // Deep nesting is refused by the JSON parser's depth limit, not a stack overflow.
+        let deep = format!("{{\"model\":\"m\",\"x\":{}{}}}", "[".repeat(100_000), "]".repeat(100_000));
+        assert_eq!(chat(&deep).unwrap_err().code, Some("invalid_json"));
+    }
+
+    #[test]
+    fn missing_fields_are_named() {
+        let e = chat(r#"{"messages": []}"#).unwrap_err();
+        assert_eq!((e.param.as_deref(), e.code), (Some("model"), Some("missing_required_parameter")));
+        let e = chat(r#"{"model": "m"}"#).unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("messages"));
+        let e = completions(r#"{"model": "m"}"#).unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("prompt"));
+        let e = chat(r#"{"model": "m", "messages": [{"role": "user"}]}"#).unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("messages[0].content"));
+    }
+
+    #[test]
+    fn an_unknown_model_is_a_404_naming_the_served_one() {
+        let e = chat(r#"{"model": "gpt-4", "messages": [{"role": "user", "content": "x"}]}"#).unwrap_err();
+        assert_eq!(e.status, StatusCode::NOT_FOUND);
+        assert!(e.message.contains("\"m\""), "{}", e.message);
+    }
+
+    #[test]
+    fn out_of_range_settings_name_their_field() {
+        let base = r#""model": "m", "prompt": "x""#;
+        for (extra, param) in [
+            (r#""max_tokens": 0"#, "max_tokens"),
+            (r#""max_tokens": -3"#, "max_tokens"),
+            (r#""max_tokens": 1.5"#, "max_tokens"),
+            (r#""temperature": 2.5"#, "temperature"),
+            (r#""temperature": -1"#, "temperature"),
+            (r#""top_p": 0"#, "top_p"),
+            (r#""stop": ["a","b","c","d","e"]"#, "stop"),
+            (r#""stop": [""]"#, "stop"),
+            (r#""stream": "yes""#, "stream"),
+            (r#""stream_options": {"include_usage": true}"#, "stream_options"),
+        ] {
+            let e = completions(&format!("{{{base}, {extra}}}")).unwrap_err();
+            assert_eq!(e.param.as_deref(), Some(param), "{extra}: {e:?}");
+            assert_eq!(e.status, StatusCode::BAD_REQUEST);
+        }
+    }
+
+    #[test]
+    fn unsupported_parameters_are_named_unless_neutral() {
+        let base = r#""model": "m", "messages": [{"role": "user", "content": "x"}]"#;
+        for extra in [
+            r#""n": 2"#,
+            r#""logprobs": true"#,
+            r#""tools": [{"type": "function"}]"#,
+            r#""presence_penalty": 0.5"#,
+            r#""response_format": {"type": "json_object"}"#,
+            r#""frobnicate": 1"#,
+        ] {
+            let e = chat(&format!("{{{base}, {extra}}}")).unwrap_err();
+            let name = extra.split('"').nth(1).unwrap();
+            assert_eq!(e.param.as_deref(), Some(name), "{extra}: {e:?}");
+            assert!(e.message.contains(name));
+        }
+        for extra in
+            [r#""n": 1"#, r#""logprobs": false"#, r#""user": "u""#, r#""presence_penalty": 0"#, r#""tools": null"#]
+        {
+            chat(&format!("{{{base}, {extra}}}")).unwrap();
+        }
+    }
+
+    #[test]
+    fn stream_options_and_stop_and_seed_parse() {
+        let r = completions(
+            r#"{"model":"m","prompt":"x","stream":true,"stream_options":{"include_usage":true},"stop":"\n","seed":-1}"#,
+        )
+        .unwrap();
+        assert!(r.stream && r.include_usage && r.seed_given);
+        assert_eq!(r.stop, vec!["\n".to_string()]);
+        assert_eq!(r.sampling.seed, u64::MAX);
+    }
+
+    #[test]
+    fn chat_content_parts_concatenate_and_other_parts_are_refused() {
+        let r = chat(r#"{"model":"m","messages":[{"role":"developer","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]}]}"#)
+            .unwrap();
+        assert_eq!(r.prompt, Prompt::Chat(vec![Message { role: "system".into(), content: "ab".into() }]));
+        let e = chat(r#"{"model":"m","messages":[{"role":"user","content":[{"type":"image_url","image_url":{}}]}]}"#)
+            .unwrap_err();
+        assert_eq!(e.code, Some("unsupported_parameter"));
+        let e = chat(r#"{"model":"m","messages":[{"role":"tool","content":"x"}]}"#).unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("messages[0].role"));
+    }
+
+    #[test]
+    fn error_bodies_have_the_openai_shape() {
+        let b = ApiError::unsupported("n", "why").body();
+        let e = &b["error"];
+        assert!(e["message"].is_string() && e["type"] == "invalid_request_error");
+        assert_eq!((e["param"].as_str(), e["code"].as_str()), (Some("n"), Some("unsupported_parameter")));
+    }
+}

@@ -1,0 +1,257 @@
+//! `runtime serve`: an OpenAI-compatible HTTP server over one [`Engine`].
+//!
+//! - [`api`]: request bodies checked into an [`api::Request`], and the
+//!   OpenAI-shaped [`api::ApiError`] every refusal is sent as;
+//! - [`queue`]: the bounded first-in-first-out wait queue;
+//! - [`worker`]: the engine thread, which decodes one request at a time
+//!   through [`crate::request::decode`] (the code path of `runtime generate`);
+//! - [`text`]: incremental detokenization and stop strings for streaming;
+//! - [`routes`]: the endpoints, responses and server-sent events.
+//!
+//! One sequence runs at a time (no batching): handlers parse and tokenize
+//! concurrently, then wait in arrival order. Speculative settings are fixed
+//! at startup. See docs/serve.md.
+
+pub mod api;
+pub mod queue;
+pub mod routes;
+pub mod text;
+pub mod worker;
+
+use crate::cli::{CacheArgs, SpecArgs, resolve_model, startup_event};
+use crate::events::Event;
+use crate::generate::Engine;
+use crate::model;
+use crate::sampling::SamplingParams;
+use crate::spec::setup::Speculation;
+use anyhow::{Context, Result, bail};
+use clap::Args;
+use kernels::dispatch;
+use queue::Queue;
+use routes::App;
+use serde_json::json;
+use std::io::Write;
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+use worker::{Stats, Worker};
+
+/// After SIGTERM, requests in flight get this long to finish before they
+/// are cancelled (a sweep stops its server between arms, with none in flight).
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+
+/// Serve the model over HTTP with OpenAI's completions and chat completions API.
+#[derive(Args, Debug, Clone)]
+pub struct ServeArgs {
+    /// Address to listen on (an IP address). Loopback by default: the server has no authentication.
+    #[arg(long, default_value = "127.0.0.1")]
+    pub host: String,
+    /// Port to listen on; 0 picks a free one (the `listening on` line on stderr names it).
+    #[arg(long, default_value_t = 8080)]
+    pub port: u16,
+    /// A GGUF file or a Hugging Face checkpoint directory; default: the embedded default model, fetched on first use.
+    #[arg(long)]
+    pub model: Option<PathBuf>,
+    /// The name clients pass as `model` (default: the model's file or directory name, without `.gguf`).
+    #[arg(long)]
+    pub served_model_name: Option<String>,
+    /// Worker threads of the engine (default: the CPUs available to this process).
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Requests that may wait while one runs; more are refused with 503 (code `queue_full`).
+    #[arg(long, default_value_t = 64)]
+    pub max_queue: usize,
+    /// Largest request body accepted, in bytes; larger ones get 413.
+    #[arg(long, default_value_t = 1 << 20)]
+    pub max_body_bytes: usize,
+    /// JSONL events on stdout: `startup`, then `completion` (and `speculative_diagnostics` or
+    /// `declined`) per finished request, as `runtime generate --json` writes them.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub cache: CacheArgs,
+    #[command(flatten)]
+    pub spec: SpecArgs,
+}
+
+/// The default `model` name: the file name without `.gguf`, or the directory name.
+pub fn default_model_id(path: &Path) -> String {
+    let name = path.file_name().map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned());
+    name.strip_suffix(".gguf").map_or(name.clone(), str::to_string)
+}
+
+/// `runtime serve`: load, bind, serve until SIGTERM or SIGINT, shut down cleanly.
+pub fn run(args: ServeArgs) -> Result<ExitCode> {
+    let threads = args.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    if threads == 0 {
+        bail!("--threads must be at least 1");
+    }
+    if args.max_queue == 0 {
+        bail!("--max-queue must be at least 1");
+    }
+    if args.max_body_bytes < 1024 {
+        bail!("--max-body-bytes {} is too small to hold a request; give at least 1024", args.max_body_bytes);
+    }
+    let ip: IpAddr = args
+        .host
+        .parse()
+        .with_context(|| format!("--host {:?}: give an IP address, like 127.0.0.1, ::1 or 0.0.0.0", args.host))?;
+    // Bind first: a port in use fails before the model loads.
+    let listener = std::net::TcpListener::bind(SocketAddr::new(ip, args.port))
+        .with_context(|| format!("listening on {ip} port {} (pick another with --port, or 0 for any)", args.port))?;
+    listener.set_nonblocking(true)?;
+    let addr = listener.local_addr()?;
+    let selection = dispatch::selected()?;
+    let path = resolve_model(args.model.as_deref(), &args.cache)?;
+    tracing::info!(model = %path.display(), "loading");
+    let loaded = model::load(&path).with_context(|| format!("loading {}", path.display()))?;
+    let engine = Engine::new(loaded, selection.family, threads)?;
+    let spec = Speculation::from_args(&args.spec, &engine)?;
+    let model_id = args.served_model_name.clone().unwrap_or_else(|| default_model_id(&path));
+    if model_id.is_empty() {
+        bail!("--served-model-name must not be empty");
+    }
+    // The settings a request gets when it gives none (OpenAI's defaults).
+    let defaults = SamplingParams { temperature: 1.0, ..SamplingParams::default() };
+    let startup = startup_event(&engine, &selection, spec.as_ref(), defaults, api::COMPLETIONS_DEFAULT_MAX_TOKENS);
+
+    if args.json {
+        let mut out = std::io::stdout().lock();
+        writeln!(out, "{}", Event::Startup(startup.clone()).to_line())?;
+        out.flush()?;
+    }
+    match &spec {
+        Some(sp) => eprintln!("{}", sp.summary()),
+        None => eprintln!("{}", crate::policy::Resolution::no_drafter().summary()),
+    }
+    if !ip.is_loopback() {
+        tracing::warn!("listening on {ip}, which is not loopback: this server has no authentication");
+    }
+
+    let mut config = serde_json::to_value(&startup)?;
+    config["server"] = json!({
+        "address": addr.to_string(),
+        "model": model_id,
+        "concurrency": "one sequence at a time; requests wait in a first-in-first-out queue",
+        "max_queue": args.max_queue,
+        "max_body_bytes": args.max_body_bytes,
+        "context_length": engine.loaded.info.context_length,
+    });
+    let engine = Arc::new(engine);
+    let queue = Arc::new(Queue::new(args.max_queue));
+    let stats = Arc::new(Stats::default());
+    let abort = Arc::new(AtomicBool::new(false));
+    let started = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let app = Arc::new(App {
+        engine: engine.clone(),
+        queue: queue.clone(),
+        stats: stats.clone(),
+        model_id: model_id.clone(),
+        config,
+        max_body_bytes: args.max_body_bytes,
+        started,
+        fingerprint: format!("draftwise-{}-{}", env!("CARGO_PKG_VERSION"), crate::policy::KERNEL_FINGERPRINT),
+        next_id: AtomicU64::new(0),
+        shutting_down: AtomicBool::new(false),
+    });
+    let worker =
+        Worker { engine, spec, queue: queue.clone(), stats: stats.clone(), abort: abort.clone(), json: args.json };
+    let engine_thread = std::thread::Builder::new().name("engine".into()).spawn(move || worker.run())?;
+
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("http")
+        .enable_all()
+        .build()
+        .context("starting the HTTP runtime")?;
+    eprintln!(
+        "runtime serve: listening on http://{addr} (model {model_id:?}, {} threads, context {} tokens, \
+         one sequence at a time, up to {} waiting)",
+        threads, app.engine.loaded.info.context_length, args.max_queue
+    );
+    let served = rt.block_on(serve(listener, app, abort.clone()));
+    // Whatever happened, stop the engine thread: nothing new can arrive.
+    abort.store(true, Ordering::SeqCst);
+    queue.close();
+    if engine_thread.join().is_err() {
+        tracing::error!("the engine thread panicked");
+    }
+    rt.shutdown_timeout(Duration::from_secs(1));
+    served?;
+    eprintln!(
+        "runtime serve: stopped ({} completed, {} cancelled, {} failed, {} refused as over capacity)",
+        stats.completed.load(Ordering::Relaxed),
+        stats.cancelled.load(Ordering::Relaxed),
+        stats.failed.load(Ordering::Relaxed),
+        stats.rejected.load(Ordering::Relaxed)
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Serves until a signal, then shuts down: no new requests, waiting ones
+/// refused, running ones given [`SHUTDOWN_GRACE`] before cancellation.
+async fn serve(listener: std::net::TcpListener, app: Arc<App>, abort: Arc<AtomicBool>) -> Result<()> {
+    let listener = tokio::net::TcpListener::from_std(listener)?;
+    let (signalled_tx, mut signalled) = tokio::sync::watch::channel(false);
+    let shutdown_app = app.clone();
+    let shutdown = async move {
+        let sig = wait_for_signal().await;
+        eprintln!("runtime serve: {sig}: shutting down");
+        shutdown_app.shutting_down.store(true, Ordering::SeqCst);
+        // Dropping the waiting jobs answers their clients 503 (`shutting_down`).
+        drop(shutdown_app.queue.close());
+        let _ = signalled_tx.send(true);
+    };
+    let router = routes::router(app);
+    let mut server = tokio::spawn(axum::serve(listener, router).with_graceful_shutdown(shutdown).into_future());
+    tokio::select! {
+        r = &mut server => return Ok(r.context("the HTTP server task")??),
+        _ = signalled.wait_for(|s| *s) => {}
+    }
+    if let Ok(r) = tokio::time::timeout(SHUTDOWN_GRACE, &mut server).await {
+        return Ok(r.context("the HTTP server task")??);
+    }
+    eprintln!("runtime serve: requests still running after {}s; cancelling them", SHUTDOWN_GRACE.as_secs());
+    abort.store(true, Ordering::SeqCst);
+    if tokio::time::timeout(Duration::from_secs(5), &mut server).await.is_err() {
+        server.abort();
+    }
+    Ok(())
+}
+
+async fn wait_for_signal() -> &'static str {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => tokio::select! {
+                _ = term.recv() => "SIGTERM",
+                _ = tokio::signal::ctrl_c() => "SIGINT",
+            },
+            Err(e) => {
+                tracing::warn!("cannot watch SIGTERM ({e}); stop the server with SIGINT");
+                let _ = tokio::signal::ctrl_c().await;
+                "SIGINT"
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+        "Ctrl-C"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_default_model_name_drops_the_gguf_extension() {
+        assert_eq!(default_model_id(Path::new("/m/SmolLM2-135M-Instruct.Q4_1.gguf")), "SmolLM2-135M-Instruct.Q4_1");
+        assert_eq!(default_model_id(Path::new("/m/Llama-3.2-1B/")), "Llama-3.2-1B");
+    }
+}

@@ -1,0 +1,381 @@
+//! The HTTP side: handlers for each endpoint, the OpenAI response and
+//! chunk bodies, and the server-sent-event stream.
+
+use super::api::{self, ApiError, Endpoint};
+use super::queue::{PushError, Queue};
+use super::worker::{Finished, Job, Msg, Stats};
+use crate::events::{Event, Usage};
+use crate::generate::{Engine, FinishReason};
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use futures_core::Stream;
+use serde_json::{Value, json};
+use std::collections::VecDeque;
+use std::convert::Infallible;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::task::{Context, Poll};
+use std::time::Instant;
+use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
+
+/// What every handler shares.
+pub struct App {
+    pub engine: Arc<Engine>,
+    pub queue: Arc<Queue<Job>>,
+    pub stats: Arc<Stats>,
+    /// The name clients pass as `model`.
+    pub model_id: String,
+    /// `GET /v1/draftwise/config`.
+    pub config: Value,
+    pub max_body_bytes: usize,
+    /// Unix time the server started (`created` of the model).
+    pub started: u64,
+    /// OpenAI's `system_fingerprint`: this build and its kernels.
+    pub fingerprint: String,
+    pub next_id: AtomicU64,
+    pub shutting_down: AtomicBool,
+}
+
+pub fn router(app: Arc<App>) -> Router {
+    Router::new()
+        .route("/health", get(health))
+        .route("/v1/models", get(models))
+        .route("/v1/draftwise/config", get(config))
+        .route("/v1/completions", post(completions))
+        .route("/v1/chat/completions", post(chat_completions))
+        .fallback(|| async { ApiError::not_found("this path") })
+        .method_not_allowed_fallback(|| async { ApiError::method_not_allowed() })
+        .with_state(app)
+}
+
+fn json_response(status: StatusCode, v: &Value) -> Response {
+    (status, [(header::CONTENT_TYPE, "application/json")], v.to_string()).into_response()
+}
+
+fn unix_now() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
+}
+
+async fn health(State(app): State<Arc<App>>) -> Response {
+    let s = &app.stats;
+    let status = if app.shutting_down.load(Ordering::Relaxed) { "shutting_down" } else { "ok" };
+    let code = if status == "ok" { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
+    json_response(
+        code,
+        &json!({
+            "status": status,
+            "model": app.model_id,
+            "running": s.running.load(Ordering::SeqCst),
+            "waiting": app.queue.len(),
+            "queue_capacity": app.queue.capacity(),
+            "requests": {
+                "completed": s.completed.load(Ordering::Relaxed),
+                "cancelled": s.cancelled.load(Ordering::Relaxed),
+                "failed": s.failed.load(Ordering::Relaxed),
+                "rejected": s.rejected.load(Ordering::Relaxed),
+            },
+        }),
+    )
+}
+
+async fn models(State(app): State<Arc<App>>) -> Response {
+    let info = &app.engine.loaded.info;
+    json_response(
+        StatusCode::OK,
+        &json!({
+            "object": "list",
+            "data": [{
+                "id": app.model_id,
+                "object": "model",
+                "created": app.started,
+                "owned_by": "draftwise",
+                "max_model_len": info.context_length,
+            }],
+        }),
+    )
+}
+
+async fn config(State(app): State<Arc<App>>) -> Response {
+    json_response(StatusCode::OK, &app.config)
+}
+
+async fn completions(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) -> Response {
+    handle(app, Endpoint::Completions, headers, body).await.unwrap_or_else(IntoResponse::into_response)
+}
+
+async fn chat_completions(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) -> Response {
+    handle(app, Endpoint::Chat, headers, body).await.unwrap_or_else(IntoResponse::into_response)
+}
+
+/// Reads at most `limit` bytes of body; a longer one is refused as soon as
+/// it is known to be longer (by its Content-Length, or while reading).
+async fn read_body(headers: &HeaderMap, body: Body, limit: usize) -> Result<Bytes, ApiError> {
+    let declared =
+        headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit as u64) {
+        return Err(ApiError::too_large(limit));
+    }
+    let mut stream = body.into_data_stream();
+    let mut buf: Vec<u8> = Vec::new();
+    while let Some(chunk) = std::future::poll_fn(|cx| Pin::new(&mut stream).poll_next(cx)).await {
+        let chunk = chunk.map_err(|e| ApiError::invalid(format!("reading the body: {e}"), None, "invalid_body"))?;
+        if buf.len() + chunk.len() > limit {
+            return Err(ApiError::too_large(limit));
+        }
+        buf.extend_from_slice(&chunk);
+    }
+    Ok(Bytes::from(buf))
+}
+
+async fn handle(app: Arc<App>, endpoint: Endpoint, headers: HeaderMap, body: Body) -> Result<Response, ApiError> {
+    if app.shutting_down.load(Ordering::Relaxed) {
+        return Err(ApiError::shutting_down());
+    }
+    let bytes = read_body(&headers, body, app.max_body_bytes).await?;
+    let request = api::parse(endpoint, &bytes, &app.model_id)?;
+    // Tokenizing a long prompt takes a while: keep it off the async workers.
+    let engine = app.engine.clone();
+    let prepared = tokio::task::spawn_blocking(move || request.prepare(&engine))
+        .await
+        .map_err(|e| ApiError::internal(format!("preparing the request: {e}")))??;
+    let n = app.next_id.fetch_add(1, Ordering::Relaxed);
+    let id = match endpoint {
+        Endpoint::Completions => format!("cmpl-{:x}-{n}", app.started),
+        Endpoint::Chat => format!("chatcmpl-{:x}-{n}", app.started),
+    };
+    let mut sampling = prepared.request.sampling;
+    if !prepared.request.seed_given && !sampling.is_greedy() {
+        // No seed: a different draw per request, as OpenAI's API behaves.
+        sampling.seed = (u64::from(std::process::id()) << 32) ^ unix_now() ^ n.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+    let (tx, rx) = unbounded_channel();
+    let stream = prepared.request.stream;
+    let include_usage = prepared.request.include_usage;
+    let job = Job { id: id.clone(), prepared, sampling, enqueued: Instant::now(), tx };
+    match app.queue.push(job) {
+        Ok(_) => {}
+        Err(PushError::Full(_)) => {
+            app.stats.rejected.fetch_add(1, Ordering::Relaxed);
+            return Err(ApiError::queue_full(app.queue.capacity()));
+        }
+        Err(PushError::Closed(_)) => return Err(ApiError::shutting_down()),
+    }
+    let shape =
+        Shape { endpoint, id, created: unix_now(), model: app.model_id.clone(), fingerprint: app.fingerprint.clone() };
+    if stream {
+        let events = EventStream { rx, shape, include_usage, out: VecDeque::new(), done: false, role_sent: false };
+        return Ok(Response::builder()
+            .status(StatusCode::OK)
+            .header(header::CONTENT_TYPE, "text/event-stream")
+            .header(header::CACHE_CONTROL, "no-cache")
+            .body(Body::from_stream(events))
+            .unwrap_or_else(|e| ApiError::internal(e.to_string()).into_response()));
+    }
+    // Dropping this future (the client left) drops `rx`, which cancels the job.
+    let finished = wait(rx).await?;
+    Ok(json_response(StatusCode::OK, &shape.response(&finished)))
+}
+
+/// The final message of a non-streaming request.
+async fn wait(mut rx: UnboundedReceiver<Msg>) -> Result<Finished, ApiError> {
+    loop {
+        match rx.recv().await {
+            Some(Msg::Done(Ok(f))) => return Ok(*f),
+            Some(Msg::Done(Err(e))) => return Err(ApiError::internal(e)),
+            Some(_) => {}
+            // The job was dropped unserved: only shutdown does that.
+            None => return Err(ApiError::shutting_down()),
+        }
+    }
+}
+
+/// The fields every response and chunk of one request shares.
+struct Shape {
+    endpoint: Endpoint,
+    id: String,
+    created: u64,
+    model: String,
+    fingerprint: String,
+}
+
+fn finish_reason(f: FinishReason) -> &'static str {
+    match f {
+        FinishReason::Stop => "stop",
+        FinishReason::Length => "length",
+    }
+}
+
+/// Server-side timings and speculation counters: not OpenAI's, but clients
+/// ignore fields they do not know, and measurements need them.
+fn timings(f: &Finished) -> Value {
+    let decode_tokens = f.usage.completion_tokens.saturating_sub(1);
+    let speculative = match &f.speculation {
+        Some(Event::SpeculativeDiagnostics(d)) => json!({
+            "drafter": d.drafter, "block_size": d.block_size, "rounds": d.rounds, "drafted": d.drafted,
+            "accepted": d.accepted, "acceptance_rate": d.acceptance_rate, "emitted_per_verify": d.emitted_per_verify,
+        }),
+        Some(Event::Declined(d)) => json!({"drafter": d.drafter, "block_size": d.block_size, "declined": d.reason}),
+        _ => Value::Null,
+    };
+    json!({
+        "queue_ms": f.queue_ms,
+        "prefill_ms": f.prefill_ms,
+        "decode_ms": f.decode_ms,
+        "decode_steps": f.decode_steps,
+        "decode_tok_per_s": (decode_tokens > 0 && f.decode_ms > 0.0).then(|| decode_tokens as f64 * 1e3 / f.decode_ms),
+        "speculative": speculative,
+    })
+}
+
+fn usage_json(u: &Usage) -> Value {
+    json!({"prompt_tokens": u.prompt_tokens, "completion_tokens": u.completion_tokens, "total_tokens": u.total_tokens})
+}
+
+impl Shape {
+    fn response(&self, f: &Finished) -> Value {
+        let choice = match self.endpoint {
+            Endpoint::Completions => json!({
+                "index": 0, "text": f.text, "logprobs": null, "finish_reason": finish_reason(f.finish_reason),
+            }),
+            Endpoint::Chat => json!({
+                "index": 0,
+                "message": {"role": "assistant", "content": f.text},
+                "logprobs": null,
+                "finish_reason": finish_reason(f.finish_reason),
+            }),
+        };
+        json!({
+            "id": self.id,
+            "object": match self.endpoint { Endpoint::Completions => "text_completion", Endpoint::Chat => "chat.completion" },
+            "created": self.created,
+            "model": self.model,
+            "system_fingerprint": self.fingerprint,
+            "choices": [choice],
+            "usage": usage_json(&f.usage),
+            "draftwise": timings(f),
+        })
+    }
+
+    /// One chunk; `delta` is the text (chat: the delta object's content).
+    fn chunk(&self, choices: Value, include_usage: bool) -> Value {
+        let mut c = json!({
+            "id": self.id,
+            "object": match self.endpoint { Endpoint::Completions => "text_completion", Endpoint::Chat => "chat.completion.chunk" },
+            "created": self.created,
+            "model": self.model,
+            "system_fingerprint": self.fingerprint,
+            "choices": choices,
+        });
+        if include_usage {
+            // OpenAI sends `usage: null` on every chunk but the last when usage is asked for.
+            c["usage"] = Value::Null;
+        }
+        c
+    }
+
+    fn text_choice(&self, text: Option<&str>, role: bool, finish: Option<FinishReason>) -> Value {
+        let finish = finish.map(finish_reason);
+        match self.endpoint {
+            Endpoint::Completions => {
+                json!([{"index": 0, "text": text.unwrap_or(""), "logprobs": null, "finish_reason": finish}])
+            }
+            Endpoint::Chat => {
+                let mut delta = serde_json::Map::new();
+                if role {
+                    delta.insert("role".into(), "assistant".into());
+                }
+                if let Some(t) = text {
+                    delta.insert("content".into(), t.into());
+                }
+                json!([{"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish}])
+            }
+        }
+    }
+}
+
+fn sse(v: &Value) -> Bytes {
+    Bytes::from(format!("data: {v}\n\n"))
+}
+
+/// The body of a streaming response: chunks as the engine thread reports
+/// text, then the finish chunk, the usage chunk when asked for, and
+/// `data: [DONE]`. Dropping it (the client left) drops the receiver, which
+/// cancels the generation at its next token.
+struct EventStream {
+    rx: UnboundedReceiver<Msg>,
+    shape: Shape,
+    include_usage: bool,
+    out: VecDeque<Bytes>,
+    done: bool,
+    /// Chat streams open with a delta carrying the role.
+    role_sent: bool,
+}
+
+impl EventStream {
+    fn text(&mut self, text: Option<&str>, finish: Option<FinishReason>) {
+        let role = self.shape.endpoint == Endpoint::Chat && !self.role_sent;
+        self.role_sent = true;
+        let choices = self.shape.text_choice(text, role, finish);
+        self.out.push_back(sse(&self.shape.chunk(choices, self.include_usage)));
+    }
+
+    fn on(&mut self, msg: Option<Msg>) {
+        match msg {
+            // The first token is out: chat streams send the role now, so the
+            // first chunk marks the time to first token.
+            Some(Msg::First) => {
+                if self.shape.endpoint == Endpoint::Chat && !self.role_sent {
+                    self.text(Some(""), None);
+                }
+            }
+            Some(Msg::Text(t)) => self.text(Some(&t), None),
+            Some(Msg::Done(Ok(f))) => {
+                let content = (self.shape.endpoint == Endpoint::Chat && !self.role_sent).then_some("");
+                self.text(content, Some(f.finish_reason));
+                if self.include_usage {
+                    let mut c = self.shape.chunk(json!([]), false);
+                    c["usage"] = usage_json(&f.usage);
+                    c["draftwise"] = timings(&f);
+                    self.out.push_back(sse(&c));
+                }
+                self.out.push_back(Bytes::from_static(b"data: [DONE]\n\n"));
+                self.done = true;
+            }
+            Some(Msg::Done(Err(e))) => {
+                self.out.push_back(sse(&ApiError::internal(e).body()));
+                self.out.push_back(Bytes::from_static(b"data: [DONE]\n\n"));
+                self.done = true;
+            }
+            None => {
+                self.out.push_back(sse(&ApiError::shutting_down().body()));
+                self.out.push_back(Bytes::from_static(b"data: [DONE]\n\n"));
+                self.done = true;
+            }
+        }
+    }
+}
+
+impl Stream for EventStream {
+    type Item = Result<Bytes, Infallible>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = self.get_mut();
+        loop {
+            if let Some(b) = this.out.pop_front() {
+                return Poll::Ready(Some(Ok(b)));
+            }
+            if this.done {
+                return Poll::Ready(None);
+            }
+            match this.rx.poll_recv(cx) {
+                Poll::Ready(msg) => this.on(msg),
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+    }
+}

@@ -1,0 +1,103 @@
+//! `runtime serve` driven by the official `openai` Python client (PyPI
+//! `openai`, pinned in scripts/test-requirements.txt): streaming and not,
+//! chat and completions. Text must equal classic `runtime generate`'s and
+//! usage its own counts. The client runs from the test venv
+//! (`scripts/test-env.sh` creates `.venv-test`; `DRAFTWISE_TEST_VENV`
+//! points elsewhere); without it this test fails and says how to make it.
+
+use draftwise_tests::model_path;
+use draftwise_tests::serve::{Prompt, Server, generate_expected};
+use serde_json::{Value, json};
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+
+const MAX_TOKENS: usize = 20;
+
+const PROMPTS: [Prompt; 4] = [
+    Prompt::Chat("What is the capital of France?"),
+    Prompt::Text("Once upon a time"),
+    Prompt::Chat("Écris une phrase sur le café."),
+    Prompt::Text("def fibonacci(n):"),
+];
+
+fn workspace_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).parent().expect("workspace root").to_path_buf()
+}
+
+/// The venv's interpreter, checked to import `openai`.
+fn venv_python() -> PathBuf {
+    let venv = std::env::var_os("DRAFTWISE_TEST_VENV")
+        .filter(|v| !v.is_empty())
+        .map_or_else(|| workspace_root().join(".venv-test"), PathBuf::from);
+    let python = venv.join("bin").join("python");
+    let how = "create it with `scripts/test-env.sh` (a venv at .venv-test with the pinned `openai` package; \
+               .ci/run does this), or point DRAFTWISE_TEST_VENV at a venv that has it";
+    assert!(python.exists(), "the openai client test needs a Python venv, and {} has none: {how}", venv.display());
+    let ok = Command::new(&python).args(["-c", "import openai"]).status().expect("run the venv's python");
+    assert!(ok.success(), "{} cannot import openai: {how}", python.display());
+    python
+}
+
+#[test]
+fn the_official_openai_client_gets_runtime_generates_text_and_usage() {
+    let python = venv_python();
+    let expected = generate_expected(&PROMPTS, MAX_TOKENS);
+    assert_eq!(expected.len(), PROMPTS.len());
+    let server = Server::start(&[]);
+    let model = runtime::serve::default_model_id(&model_path());
+    let cases: Vec<Value> = PROMPTS
+        .iter()
+        .map(|p| match p {
+            Prompt::Chat(t) => json!({"kind": "chat", "prompt": t, "max_tokens": MAX_TOKENS}),
+            Prompt::Text(t) => json!({"kind": "text", "prompt": t, "max_tokens": MAX_TOKENS}),
+        })
+        .collect();
+    let mut child = Command::new(&python)
+        .arg(workspace_root().join("tests/python/openai_client.py"))
+        .arg(format!("http://{}/v1", server.addr))
+        .arg(&model)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start the openai client script");
+    child.stdin.take().unwrap().write_all(Value::Array(cases).to_string().as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "the openai client script failed:\n{}\nserver log:\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        server.stderr()
+    );
+    let got: Value = serde_json::from_slice(&out.stdout).expect("the script prints one JSON object");
+    println!("openai client {}", got["openai_version"]);
+    assert_eq!(got["models"], json!([model]));
+
+    let results = got["results"].as_array().unwrap();
+    assert_eq!(results.len(), 2 * PROMPTS.len());
+    for r in results {
+        let i = r["case"].as_u64().unwrap() as usize;
+        let want = &expected[i];
+        let what = format!("{:?} (stream: {})", PROMPTS[i], r["stream"]);
+        assert_eq!(r["text"].as_str(), Some(want.text.as_str()), "{what}");
+        assert_eq!(r["finish_reason"], json!([want.finish_reason]), "{what}");
+        assert_eq!(
+            r["usage"],
+            json!({
+                "prompt_tokens": want.usage.prompt_tokens,
+                "completion_tokens": want.usage.completion_tokens,
+                "total_tokens": want.usage.total_tokens,
+            }),
+            "{what}"
+        );
+        assert_eq!(r["ids"].as_array().map(Vec::len), Some(1), "one id per response: {what}");
+    }
+    // Errors reach the client as its typed exceptions, with OpenAI's fields.
+    assert_eq!(got["unknown_model"], json!({"status": 404, "code": "model_not_found", "param": "model"}));
+    assert_eq!(got["n_2"]["status"], 400);
+    assert_eq!(got["n_2"]["param"], "n");
+    assert_eq!(got["n_2"]["code"], "unsupported_parameter");
+    let (status, stderr) = server.terminate(std::time::Duration::from_secs(15));
+    assert!(status.success(), "{stderr}");
+}
