@@ -26,7 +26,7 @@ fn device() -> Option<Arc<CudaDevice>> {
             // Straight to stderr: the harness captures eprintln! of passing tests.
             let _ = std::io::Write::write_all(
                 &mut std::io::stderr(),
-                format!("SKIPPED: no usable CUDA device: {e}" + "\n").as_bytes(),
+                format!("SKIPPED: no usable CUDA device: {e}\n").as_bytes(),
             );
             None
         }
