@@ -1,6 +1,7 @@
 //! The `runtime` command line: `generate`, `fetch-model`, `build-info`, `policy`, `bench`.
 
 use crate::build_info::BuildInfo;
+use crate::device::DeviceRequest;
 use crate::events::{
     Completion, Declined, Event, SCHEMA_VERSION, SpeculativeDiagnostics, Startup, Usage, sha256_hex, token_ids_sha256,
 };
@@ -74,6 +75,10 @@ pub struct BenchArgs {
     /// One JSON object with every raw sample on stdout.
     #[arg(long)]
     pub json: bool,
+    /// Where forward passes run: cpu, cuda or cuda:N (default: CUDA device 0 when this build has
+    /// CUDA and it is usable, else the CPU).
+    #[arg(long, env = "DRAFTWISE_DEVICE")]
+    pub device: Option<String>,
     #[command(flatten)]
     pub cache: CacheArgs,
 }
@@ -123,6 +128,10 @@ pub struct GenerateArgs {
     /// JSONL events on stdout (startup, completion); human logs stay on stderr.
     #[arg(long)]
     pub json: bool,
+    /// Where forward passes run: cpu, cuda or cuda:N (default: CUDA device 0 when this build has
+    /// CUDA and it is usable, else the CPU).
+    #[arg(long, env = "DRAFTWISE_DEVICE")]
+    pub device: Option<String>,
     #[command(flatten)]
     pub cache: CacheArgs,
     #[command(flatten)]
@@ -298,8 +307,10 @@ fn bench(args: BenchArgs) -> Result<ExitCode> {
         bail!("--max-width must be at least 1");
     }
     let selection = dispatch::selected()?;
+    let device = DeviceRequest::parse(args.device.as_deref())?;
     let path = resolve_model(args.model.as_deref(), &args.cache)?;
-    let loaded = model::load(&path).with_context(|| format!("loading {}", path.display()))?;
+    let mut loaded = model::load(&path).with_context(|| format!("loading {}", path.display()))?;
+    crate::device::place(&mut loaded, device)?;
     let engine = Engine::new(loaded, selection.family, threads)?;
     let spec = crate::bench::BenchSpec {
         prompt_tokens: args.prompt_tokens.max(1),
@@ -345,9 +356,11 @@ fn generate(args: GenerateArgs) -> Result<ExitCode> {
         (None, None) => bail!("give --prompt or --prompts"),
     };
     let selection = dispatch::selected()?;
+    let device = DeviceRequest::parse(args.device.as_deref())?;
     let path = resolve_model(args.model.as_deref(), &args.cache)?;
     tracing::info!(model = %path.display(), "loading");
-    let loaded = model::load(&path).with_context(|| format!("loading {}", path.display()))?;
+    let mut loaded = model::load(&path).with_context(|| format!("loading {}", path.display()))?;
+    let cuda = crate::device::place(&mut loaded, device)?;
     let engine = Engine::new(loaded, selection.family, threads)?;
     let tok = &engine.loaded.tokenizer;
 
@@ -377,8 +390,8 @@ fn generate(args: GenerateArgs) -> Result<ExitCode> {
         let ev = Event::Startup(Startup {
             schema_version: SCHEMA_VERSION,
             build: BuildInfo::current(),
-            device_class: selection.family.device_class(),
-            kernel_family: selection.family.name().into(),
+            device_class: engine.loaded.model.device_class(selection.family),
+            kernel_family: engine.loaded.model.kernel_family_name(selection.family).into(),
             kernel_family_forced: selection.forced,
             threads: engine.threads,
             target: engine.loaded.info.clone(),
@@ -393,6 +406,7 @@ fn generate(args: GenerateArgs) -> Result<ExitCode> {
             allow_inexact: spec.as_ref().is_some_and(|s| s.allow_inexact),
             sampling,
             max_tokens: args.max_tokens,
+            cuda,
         });
         writeln!(out, "{}", ev.to_line())?;
         out.flush()?;

@@ -10,6 +10,7 @@
 pub mod bench;
 pub mod build_info;
 pub mod cli;
+pub mod device;
 pub mod events;
 pub mod fetch;
 pub mod generate;
