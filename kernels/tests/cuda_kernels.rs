@@ -118,6 +118,7 @@ fn shapes(ty: GgmlType) -> Vec<(usize, usize)> {
 }
 
 /// Runs `m` on the device for the `n` rows of `x`: outputs (n, rows).
+#[allow(clippy::too_many_arguments)]
 fn gpu_matmul(
     dev: &CudaDevice,
     ty: GgmlType,

@@ -39,7 +39,7 @@ fn nvrtc_or_skip() -> Option<()> {
         // Straight to stderr: the harness captures eprintln! of passing tests.
         let _ = std::io::Write::write_all(
             &mut std::io::stderr(),
-            format!("SKIPPED: DRAFTWISE_SKIP_NVRTC=1: the CUDA kernels were not compiled\n").as_bytes(),
+            b"SKIPPED: DRAFTWISE_SKIP_NVRTC=1: the CUDA kernels were not compiled\n",
         );
         return None;
     }

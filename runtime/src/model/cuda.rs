@@ -195,9 +195,11 @@ impl DeviceKv {
         let n = self.len * self.kv_dim;
         let grow = |old: &mut Vec<cudarc::driver::CudaSlice<f32>>| -> Result<(), CudaError> {
             let mut fresh = Vec::with_capacity(c.n_layers);
+            #[allow(clippy::needless_range_loop)]
             for li in 0..c.n_layers {
                 let mut s = self.dev.alloc::<f32>(cap * self.kv_dim)?;
                 if n > 0 {
+                    // A fresh cache (no layers yet) has n == 0.
                     self.dev.copy(&old[li].slice(0..n), &mut s.slice_mut(0..n))?;
                 }
                 fresh.push(s);
