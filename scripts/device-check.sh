@@ -56,7 +56,8 @@ export DRAFTWISE_CUDA_CACHE="$OUT/kernel-cache"
 
 # -- build
 if cargo build --release -p runtime -p tuner --features runtime/cuda > "$OUT/build.log" 2>&1 \
-    && cargo test --release -p kernels --features cuda --no-run >> "$OUT/build.log" 2>&1; then
+    && cargo test --release -p kernels -p runtime --features runtime/cuda --test cuda_kernels --test cuda_forward --no-run \
+        >> "$OUT/build.log" 2>&1; then
     step build PASS "cargo build --release --features cuda ($(elapsed))"
 else
     step build FAIL "see build.log"; note "stopping: nothing to run"; exit 1
@@ -79,6 +80,15 @@ MODEL=${DRAFTWISE_TEST_MODEL:-}
 if [ -z "$MODEL" ]; then MODEL=$("$RT" fetch-model 2> "$OUT/fetch-model.log" | tail -n1); fi
 if [ ! -f "$MODEL" ]; then step model FAIL "no model (set DRAFTWISE_TEST_MODEL)"; note "stopping"; exit 1; fi
 step model PASS "$MODEL"
+
+# -- the CUDA forward pass on the model: verify block == chain bit for bit at
+#    W = 1..16, cache rollback, GPU logits near the CPU's
+if DRAFTWISE_REQUIRE_CUDA=1 DRAFTWISE_TEST_MODEL="$MODEL" timeout 300 cargo test --release -p runtime --features cuda \
+    --test cuda_forward -- --test-threads 1 > "$OUT/cuda-forward-tests.log" 2>&1; then
+    step cuda-forward-tests PASS "$(grep -h 'test result' "$OUT/cuda-forward-tests.log" | tr '\n' ' ') ($(elapsed))"
+else
+    step cuda-forward-tests FAIL "see cuda-forward-tests.log"
+fi
 
 # Eight prompts of the mixed set (two of each kind in its first lines).
 PROMPTS="$OUT/prompts.jsonl"
