@@ -15,7 +15,7 @@ use kernels::cuda::program_source;
 use std::path::{Path, PathBuf};
 
 /// PTX targets: the oldest architecture we claim (Volta) and the newest
-/// feature levels in use. Each compile of the whole program takes about 20 s
+/// feature levels in use. Each compile of the whole program takes 20-40 s
 /// of one core here, so the list is short; the runtime compiles CUBIN for
 /// the device it finds.
 const PTX_ARCHS: [&str; 3] = ["compute_70", "compute_80", "compute_90"];
