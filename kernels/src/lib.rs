@@ -8,10 +8,13 @@
 //!   [`matvec::matmul_rows`]), single- and multi-row, scalar specification
 //!   plus SIMD families.
 //! - [`ops`]: RMSNorm, RoPE, softmax, SwiGLU, attention.
+//! - [`cuda`]: the CUDA kernels (`kernels/cuda/*.cu`, NVRTC-compiled at run
+//!   time) and their launcher; the launcher needs feature `cuda`.
 //! - [`dispatch`]: run-time choice of the CPU kernel family ([`dispatch::KernelFamily`])
 //!   and the thresholds that steer the multi-row pass.
 
 pub mod act;
+pub mod cuda;
 pub mod dispatch;
 pub mod matvec;
 pub mod ops;

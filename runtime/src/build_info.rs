@@ -27,7 +27,7 @@ impl BuildInfo {
             version: env!("CARGO_PKG_VERSION").to_string(),
             git_commit: env!("DRAFTWISE_GIT_COMMIT").to_string(),
             git_dirty: env!("DRAFTWISE_GIT_DIRTY").to_string(),
-            features: Vec::new(),
+            features: if cfg!(feature = "cuda") { vec!["cuda".to_string()] } else { Vec::new() },
             rustc: env!("DRAFTWISE_RUSTC_VERSION").to_string(),
             profile: env!("DRAFTWISE_BUILD_PROFILE").to_string(),
             cuda_archs: Vec::new(),

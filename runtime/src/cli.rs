@@ -1,6 +1,7 @@
 //! The `runtime` command line: `generate`, `serve`, `fetch-model`, `build-info`, `policy`, `bench`.
 
 use crate::build_info::BuildInfo;
+use crate::device::DeviceRequest;
 use crate::events::{Completion, Event, SCHEMA_VERSION, Startup, Usage, sha256_hex, token_ids_sha256};
 use crate::fetch;
 use crate::generate::{Engine, FinishReason, Generation, NoSink};
@@ -85,6 +86,10 @@ pub struct BenchArgs {
     /// Width curve: tokens generated per prompt.
     #[arg(long, default_value_t = 96)]
     pub max_tokens: usize,
+    /// Where forward passes run: cpu, cuda or cuda:N (default: CUDA device 0 when this build has
+    /// CUDA and it is usable, else the CPU).
+    #[arg(long, env = "DRAFTWISE_DEVICE")]
+    pub device: Option<String>,
     #[command(flatten)]
     pub cache: CacheArgs,
     #[command(flatten)]
@@ -139,6 +144,10 @@ pub struct GenerateArgs {
     /// JSONL events on stdout (startup, completion); human logs stay on stderr.
     #[arg(long)]
     pub json: bool,
+    /// Where forward passes run: cpu, cuda or cuda:N (default: CUDA device 0 when this build has
+    /// CUDA and it is usable, else the CPU).
+    #[arg(long, env = "DRAFTWISE_DEVICE")]
+    pub device: Option<String>,
     #[command(flatten)]
     pub cache: CacheArgs,
     #[command(flatten)]
@@ -280,12 +289,13 @@ pub fn startup_event(
     spec: Option<&crate::spec::setup::Speculation>,
     sampling: SamplingParams,
     max_tokens: usize,
+    cuda: Option<crate::device::CudaReport>,
 ) -> Startup {
     Startup {
         schema_version: SCHEMA_VERSION,
         build: BuildInfo::current(),
-        device_class: selection.family.device_class(),
-        kernel_family: selection.family.name().into(),
+        device_class: engine.loaded.model.device_class(selection.family),
+        kernel_family: engine.loaded.model.kernel_family_name(selection.family).into(),
         kernel_family_forced: selection.forced,
         threads: engine.threads,
         multirow: dispatch::multirow_enabled(),
@@ -300,6 +310,7 @@ pub fn startup_event(
         allow_inexact: spec.is_some_and(|s| s.allow_inexact),
         sampling,
         max_tokens,
+        cuda,
     }
 }
 
@@ -348,8 +359,10 @@ fn bench(args: BenchArgs) -> Result<ExitCode> {
         bail!("--max-width must be at least 1");
     }
     let selection = dispatch::selected()?;
+    let device = DeviceRequest::parse(args.device.as_deref())?;
     let path = resolve_model(args.model.as_deref(), &args.cache)?;
-    let loaded = model::load(&path).with_context(|| format!("loading {}", path.display()))?;
+    let mut loaded = model::load(&path).with_context(|| format!("loading {}", path.display()))?;
+    crate::device::place(&mut loaded, device)?;
     let engine = Engine::new(loaded, selection.family, threads)?;
     let spec = crate::bench::BenchSpec {
         prompt_tokens: args.prompt_tokens.max(1),
@@ -477,9 +490,11 @@ fn generate(args: GenerateArgs) -> Result<ExitCode> {
         (None, None) => bail!("give --prompt or --prompts"),
     };
     let selection = dispatch::selected()?;
+    let device = DeviceRequest::parse(args.device.as_deref())?;
     let path = resolve_model(args.model.as_deref(), &args.cache)?;
     tracing::info!(model = %path.display(), "loading");
-    let loaded = model::load(&path).with_context(|| format!("loading {}", path.display()))?;
+    let mut loaded = model::load(&path).with_context(|| format!("loading {}", path.display()))?;
+    let cuda = crate::device::place(&mut loaded, device)?;
     let engine = Engine::new(loaded, selection.family, threads)?;
     let tok = &engine.loaded.tokenizer;
 
@@ -498,7 +513,7 @@ fn generate(args: GenerateArgs) -> Result<ExitCode> {
         tracing::info!("{}", crate::policy::Resolution::no_drafter().summary());
     }
     if args.json {
-        let ev = Event::Startup(startup_event(&engine, &selection, spec.as_ref(), sampling, args.max_tokens));
+        let ev = Event::Startup(startup_event(&engine, &selection, spec.as_ref(), sampling, args.max_tokens, cuda));
         writeln!(out, "{}", ev.to_line())?;
         out.flush()?;
     }

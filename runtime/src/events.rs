@@ -67,6 +67,10 @@ pub struct Startup {
     pub allow_inexact: bool,
     pub sampling: SamplingParams,
     pub max_tokens: usize,
+    /// The CUDA device forward passes run on (name, `sm_XY`, driver, NVRTC,
+    /// kernel cache); absent when they run on the CPU.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cuda: Option<crate::device::CudaReport>,
 }
 
 /// Token counts as the runtime measured them (OpenAI's `usage`).

@@ -11,6 +11,7 @@
 pub mod bench;
 pub mod build_info;
 pub mod cli;
+pub mod device;
 pub mod events;
 pub mod fetch;
 pub mod generate;

@@ -165,7 +165,7 @@ pub fn run(engine: &Engine, model_name: &str, spec: &BenchSpec) -> Result<BenchR
         schema_version: BENCH_SCHEMA_VERSION,
         event: "bench",
         model: model_name.to_string(),
-        kernel_family: fam.name().to_string(),
+        kernel_family: model.kernel_family_name(fam).to_string(),
         threads: engine.threads,
         multirow: kernels::dispatch::multirow_enabled(),
         spec: spec.clone(),

@@ -18,11 +18,15 @@ use kernels::dispatch::KernelFamily;
 use kernels::matvec::{Input, matmul_rows};
 use kernels::ops;
 
-/// A model ready to run: shape plus weights.
+/// A model ready to run: shape plus weights, and optionally a copy of the
+/// weights on a CUDA device that then runs every forward pass.
 #[derive(Debug)]
 pub struct Model {
     pub config: LlamaConfig,
     pub weights: LlamaWeights,
+    /// Set by [`Model::attach_cuda`]: forward passes run on this device.
+    #[cfg(feature = "cuda")]
+    pub cuda: Option<std::sync::Arc<super::cuda::CudaModel>>,
 }
 
 /// Per-sequence state: the KV cache, growable and truncatable (rollback).
@@ -34,11 +38,22 @@ pub struct Session {
     v: Vec<Vec<f32>>,
     n_pos: usize,
     kv_dim: usize,
+    /// The cache on the CUDA device, for sessions of a model run there
+    /// (created on the first forward pass; `k`/`v` above then stay empty).
+    #[cfg(feature = "cuda")]
+    dev: Option<super::cuda::DeviceKv>,
 }
 
 impl Session {
     pub fn new(cfg: &LlamaConfig) -> Self {
-        Session { k: vec![Vec::new(); cfg.n_layers], v: vec![Vec::new(); cfg.n_layers], n_pos: 0, kv_dim: cfg.kv_dim() }
+        Session {
+            k: vec![Vec::new(); cfg.n_layers],
+            v: vec![Vec::new(); cfg.n_layers],
+            n_pos: 0,
+            kv_dim: cfg.kv_dim(),
+            #[cfg(feature = "cuda")]
+            dev: None,
+        }
     }
 
     /// Number of positions in the cache.
@@ -59,6 +74,10 @@ impl Session {
                 layer.truncate(n * self.kv_dim);
             }
             self.n_pos = n;
+            #[cfg(feature = "cuda")]
+            if let Some(d) = &mut self.dev {
+                d.truncate(n);
+            }
         }
     }
 }
@@ -81,6 +100,9 @@ pub enum ForwardError {
     ContextFull { have: usize, adding: usize, limit: usize },
     #[error("empty token block")]
     Empty,
+    /// The CUDA device failed (or the session's cache lives elsewhere).
+    #[error("CUDA device: {0}")]
+    Device(String),
 }
 
 /// Rows of one mat-vec are split into this many chunks per thread, so that
@@ -172,7 +194,41 @@ fn inputs<'a>(x: &'a [f32], width: usize, q: &'a [ActRow], quantized: bool) -> V
 
 impl Model {
     pub fn new(config: LlamaConfig, weights: LlamaWeights) -> Self {
-        Model { config, weights }
+        Model {
+            config,
+            weights,
+            #[cfg(feature = "cuda")]
+            cuda: None,
+        }
+    }
+
+    /// Uploads the weights to `dev`; every later forward pass runs there.
+    #[cfg(feature = "cuda")]
+    pub fn attach_cuda(
+        &mut self,
+        dev: std::sync::Arc<kernels::cuda::device::CudaDevice>,
+    ) -> Result<(), kernels::cuda::CudaError> {
+        self.cuda = Some(std::sync::Arc::new(super::cuda::CudaModel::upload(dev, &self.weights)?));
+        Ok(())
+    }
+
+    /// The device this model's forward passes run on, as the policy table
+    /// keys it: `cuda:sm_XY` on a CUDA device, else the CPU family's class.
+    pub fn device_class(&self, family: KernelFamily) -> String {
+        #[cfg(feature = "cuda")]
+        if let Some(g) = &self.cuda {
+            return g.dev.info.device_class();
+        }
+        family.device_class()
+    }
+
+    /// The kernel family that runs: `cuda` on a CUDA device, else the CPU family's name.
+    pub fn kernel_family_name(&self, family: KernelFamily) -> &'static str {
+        #[cfg(feature = "cuda")]
+        if self.cuda.is_some() {
+            return "cuda";
+        }
+        family.name()
     }
 
     /// Runs `tokens` at positions `session.len()..` and appends them to the
@@ -197,6 +253,18 @@ impl Model {
         let start = session.len();
         if start + n > c.context_length {
             return Err(ForwardError::ContextFull { have: start, adding: n, limit: c.context_length });
+        }
+        #[cfg(feature = "cuda")]
+        if let Some(g) = &self.cuda {
+            if session.dev.is_none() && start == 0 {
+                session.dev = Some(g.new_kv(c));
+            }
+            let Some(kv) = session.dev.as_mut() else {
+                return Err(ForwardError::Device("this session's cache was filled on the CPU".into()));
+            };
+            let logits = g.forward(c, kv, start, tokens, which)?;
+            session.n_pos = start + n;
+            return Ok(logits);
         }
         let (d, qd, kvd, hd) = (c.dim, c.q_dim(), c.kv_dim(), c.head_dim);
         let w = &self.weights;

@@ -3,6 +3,8 @@
 //! the target.
 
 pub mod config;
+#[cfg(feature = "cuda")]
+pub mod cuda;
 pub mod gguf_load;
 pub mod hf;
 pub mod llama;

@@ -55,6 +55,10 @@ pub struct ServeArgs {
     /// A GGUF file or a Hugging Face checkpoint directory; default: the embedded default model, fetched on first use.
     #[arg(long)]
     pub model: Option<PathBuf>,
+    /// Where forward passes run: cpu, cuda or cuda:N (default: CUDA device 0 when this build has
+    /// CUDA and it is usable, else the CPU).
+    #[arg(long, env = "DRAFTWISE_DEVICE")]
+    pub device: Option<String>,
     /// The name clients pass as `model` (default: the model's file or directory name, without `.gguf`).
     #[arg(long)]
     pub served_model_name: Option<String>,
@@ -105,9 +109,11 @@ pub fn run(args: ServeArgs) -> Result<ExitCode> {
     listener.set_nonblocking(true)?;
     let addr = listener.local_addr()?;
     let selection = dispatch::selected()?;
+    let device = crate::device::DeviceRequest::parse(args.device.as_deref())?;
     let path = resolve_model(args.model.as_deref(), &args.cache)?;
     tracing::info!(model = %path.display(), "loading");
-    let loaded = model::load(&path).with_context(|| format!("loading {}", path.display()))?;
+    let mut loaded = model::load(&path).with_context(|| format!("loading {}", path.display()))?;
+    let cuda = crate::device::place(&mut loaded, device)?;
     let engine = Engine::new(loaded, selection.family, threads)?;
     let spec = Speculation::from_args(&args.spec, &engine)?;
     let model_id = args.served_model_name.clone().unwrap_or_else(|| default_model_id(&path));
@@ -116,7 +122,8 @@ pub fn run(args: ServeArgs) -> Result<ExitCode> {
     }
     // The settings a request gets when it gives none (OpenAI's defaults).
     let defaults = SamplingParams { temperature: 1.0, ..SamplingParams::default() };
-    let startup = startup_event(&engine, &selection, spec.as_ref(), defaults, api::COMPLETIONS_DEFAULT_MAX_TOKENS);
+    let startup =
+        startup_event(&engine, &selection, spec.as_ref(), defaults, api::COMPLETIONS_DEFAULT_MAX_TOKENS, cuda);
 
     if args.json {
         let mut out = std::io::stdout().lock();

@@ -72,7 +72,7 @@ pub fn block_vs_chain(
         first_differing_row: first,
         differing_bytes: differing,
         compared_bytes: block.len() * vocab * 4,
-        kernel_family: family.name().into(),
+        kernel_family: model.kernel_family_name(family).into(),
         threads,
     })
 }

@@ -97,7 +97,7 @@ impl Speculation {
         let target = &engine.loaded;
         let declared = policy::read_declared(kind, args.drafter_model.as_deref(), &target.info.path);
         let env = policy::env_override()?;
-        let device_class = engine.family.device_class();
+        let device_class = engine.loaded.model.device_class(engine.family);
         let resolution = policy::resolve(&policy::ResolveInput {
             drafter: kind,
             declared: &declared,

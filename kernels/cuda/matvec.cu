@@ -1,0 +1,218 @@
+// Quantized mat-vec, single row and multi-row.
+//
+// out[j * rows + r] = W[r] . x_j for activation rows j < NR (the template's
+// row count) and weight rows r < rows. One warp computes one weight row for
+// all NR activation rows: it reads each weight unit (32 elements: one legacy
+// block, one Q4_K sub-block, one pair of Q6_K sub-blocks) once and applies
+// it to every activation row.
+//
+// The reduction tree is fixed and does not depend on NR, which is what makes
+// a multi-row result equal the single-row one bit for bit:
+//
+// 1. lane l (0..32) takes the units u = l, l + 32, l + 64, ... in order;
+// 2. per unit, the exact integer dot of the weight quants with the 16-bit
+//    activation quants (int32; Q6_K: int64 across its two halves);
+// 3. one float accumulator per (lane, activation row), updated once per
+//    unit by the format's rule below, every operation rounded on its own
+//    except the explicit __fmaf_rn;
+// 4. warp_sum (the butterfly 16, 8, 4, 2, 1) of the 32 lane accumulators.
+//
+// Update rules (d, m, dmin: weight scales; dx, sx: the activation block's
+// scale and dx * sum(q)):
+//   Q4_0, Q8_0: acc = fma(d * dx, isum, acc)
+//   Q4_1:       acc = fma(d * dx, isum, acc); mt = fma(m, sx, mt); out = sum(acc) + sum(mt)
+//   Q4_K:       acc = (acc + ((d * sc) * dx) * isum) - (dmin * m) * sx
+//   Q6_K:       acc = acc + (d * dx) * (sc_a * isum_a + sc_b * isum_b)
+//   F32:        acc = acc + w * x per element (lane l takes elements l, l + 32, ...)
+// These are the CPU scalar specification's per-unit rules (kernels/src/matvec/scalar.rs);
+// only the order in which units are summed differs (the CPU sums Q4/Q8
+// blocks in sixteen lanes, K-quants in one chain), so GPU and CPU agree
+// within the tolerance of docs/cuda.md, not bit for bit.
+
+// The 32 signed quants of unit u of weight row `row` and its scales.
+template <int FMT>
+struct Unit {
+    int q[32];
+    float d;   // block scale (K-quants: see below)
+    float m;   // Q4_1: block min; Q4_K: dmin * m
+    int sc_a, sc_b;  // Q6_K: the two sub-block scales
+};
+
+template <int FMT>
+__device__ __forceinline__ void load_unit(const unsigned char* row, int u, Unit<FMT>& w) {
+    if (FMT == FMT_Q4_0) {
+        const unsigned char* b = row + (long long)u * 18;
+        w.d = load_half(b);
+#pragma unroll
+        for (int e = 0; e < 16; e++) {
+            w.q[e] = (b[2 + e] & 0x0F) - 8;
+            w.q[e + 16] = (b[2 + e] >> 4) - 8;
+        }
+    } else if (FMT == FMT_Q4_1) {
+        const unsigned char* b = row + (long long)u * 20;
+        w.d = load_half(b);
+        w.m = load_half(b + 2);
+#pragma unroll
+        for (int e = 0; e < 16; e++) {
+            w.q[e] = b[4 + e] & 0x0F;
+            w.q[e + 16] = b[4 + e] >> 4;
+        }
+    } else if (FMT == FMT_Q8_0) {
+        const unsigned char* b = row + (long long)u * 34;
+        w.d = load_half(b);
+#pragma unroll
+        for (int e = 0; e < 32; e++) w.q[e] = (int)(signed char)b[2 + e];
+    } else if (FMT == FMT_Q4_K) {
+        // Super-block: d (2), dmin (2), scales (12), qs (128); 144 bytes.
+        const int sub = u & 7;
+        const unsigned char* b = row + (long long)(u >> 3) * 144;
+        int sc, mn;
+        scale_min_k4(sub, b + 4, &sc, &mn);
+        // w.d = d * sc and w.m = dmin * m, as the CPU's dsc and dm.
+        w.d = load_half(b) * (float)sc;
+        w.m = load_half(b + 2) * (float)mn;
+        const unsigned char* qs = b + 16 + (sub >> 1) * 32;
+#pragma unroll
+        for (int l = 0; l < 32; l++) w.q[l] = (sub & 1) ? (qs[l] >> 4) : (qs[l] & 0x0F);
+    } else {  // FMT_Q6_K
+        // Super-block: ql (128), qh (64), scales (16, int8), d (2); 210 bytes.
+        // Unit j of 8 is quarter k = j % 4 of half j / 4.
+        const int j = u & 7;
+        const int half = j >> 2, k = j & 3;
+        const unsigned char* b = row + (long long)(u >> 3) * 210;
+        const unsigned char* ql = b + half * 64 + 32 * (k & 1);
+        const unsigned char* qh = b + 128 + half * 32;
+        w.d = load_half(b + 208);
+        w.sc_a = (int)(signed char)b[192 + 2 * j];
+        w.sc_b = (int)(signed char)b[192 + 2 * j + 1];
+#pragma unroll
+        for (int l = 0; l < 32; l++) {
+            const int lo = (k < 2) ? (ql[l] & 0x0F) : (ql[l] >> 4);
+            const int hi = (qh[l] >> (2 * k)) & 3;
+            w.q[l] = (lo | (hi << 4)) - 32;
+        }
+    }
+}
+
+// Bytes of one weight row of `cols` elements.
+template <int FMT>
+__device__ __forceinline__ long long row_bytes(int cols) {
+    if (FMT == FMT_Q4_0) return (long long)(cols / QK) * 18;
+    if (FMT == FMT_Q4_1) return (long long)(cols / QK) * 20;
+    if (FMT == FMT_Q8_0) return (long long)(cols / QK) * 34;
+    if (FMT == FMT_Q4_K) return (long long)(cols / QK_K) * 144;
+    return (long long)(cols / QK_K) * 210;
+}
+
+template <int FMT, int NR>
+__device__ __forceinline__ void matvec_body(const unsigned char* __restrict__ wt, const short* __restrict__ qx,
+                                            const float* __restrict__ dx, const float* __restrict__ sx,
+                                            float* __restrict__ out, int rows, int cols) {
+    const int lane = threadIdx.x & 31;
+    const int r = blockIdx.x * MV_WARPS + (threadIdx.x >> 5);
+    if (r >= rows) return;  // whole warps leave together
+    const int nu = cols / QK;
+    const unsigned char* row = wt + (long long)r * row_bytes<FMT>(cols);
+    float acc[NR], mt[NR];
+#pragma unroll
+    for (int j = 0; j < NR; j++) acc[j] = mt[j] = 0.0f;
+    Unit<FMT> w;
+    for (int u = lane; u < nu; u += 32) {
+        load_unit<FMT>(row, u, w);
+#pragma unroll
+        for (int j = 0; j < NR; j++) {
+            const short* xq = qx + (long long)j * cols + (long long)u * QK;
+            const float xd = dx[(long long)j * nu + u];
+            if (FMT == FMT_Q6_K) {
+                int ia = 0, ib = 0;
+#pragma unroll
+                for (int l = 0; l < 16; l++) {
+                    ia += w.q[l] * (int)xq[l];
+                    ib += w.q[16 + l] * (int)xq[16 + l];
+                }
+                // |sc * half| reaches 2^31: the combination needs 64 bits.
+                const long long itot = (long long)w.sc_a * ia + (long long)w.sc_b * ib;
+                acc[j] = acc[j] + (w.d * xd) * (float)itot;
+            } else {
+                int is = 0;
+#pragma unroll
+                for (int e = 0; e < 32; e++) is += w.q[e] * (int)xq[e];
+                if (FMT == FMT_Q4_K) {
+                    const float xs = sx[(long long)j * nu + u];
+                    acc[j] = (acc[j] + (w.d * xd) * (float)is) - w.m * xs;
+                } else {
+                    acc[j] = __fmaf_rn(w.d * xd, (float)is, acc[j]);
+                    if (FMT == FMT_Q4_1) mt[j] = __fmaf_rn(w.m, sx[(long long)j * nu + u], mt[j]);
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < NR; j++) {
+        float v = warp_sum(acc[j]);
+        if (FMT == FMT_Q4_1) v = v + warp_sum(mt[j]);
+        if (lane == 0) out[(long long)j * rows + r] = v;
+    }
+}
+
+template <int NR>
+__device__ __forceinline__ void matvec_f32_body(const float* __restrict__ wt, const float* __restrict__ x,
+                                                float* __restrict__ out, int rows, int cols) {
+    const int lane = threadIdx.x & 31;
+    const int r = blockIdx.x * MV_WARPS + (threadIdx.x >> 5);
+    if (r >= rows) return;
+    const float* row = wt + (long long)r * cols;
+    float acc[NR];
+#pragma unroll
+    for (int j = 0; j < NR; j++) acc[j] = 0.0f;
+    for (int e = lane; e < cols; e += 32) {
+        const float wv = row[e];
+#pragma unroll
+        for (int j = 0; j < NR; j++) acc[j] = acc[j] + wv * x[(long long)j * cols + e];
+    }
+#pragma unroll
+    for (int j = 0; j < NR; j++) {
+        const float v = warp_sum(acc[j]);
+        if (lane == 0) out[(long long)j * rows + r] = v;
+    }
+}
+
+// One entry point per (format, rows per pass). The launcher names them
+// matvec_<fmt>_r<NR>; the widths compiled here are CUDA_ROWS_PER_PASS in
+// kernels/src/cuda/dispatch.rs, the one place that decides which runs.
+#define MV_ENTRY(NAME, FMT, NR)                                                                        \
+    extern "C" __global__ void __launch_bounds__(MV_WARPS * 32)                                        \
+        matvec_##NAME##_r##NR(const unsigned char* __restrict__ w, const short* __restrict__ qx,          \
+                              const float* __restrict__ dx, const float* __restrict__ sx,                \
+                              float* __restrict__ out, int rows, int cols) {                             \
+        matvec_body<FMT, NR>(w, qx, dx, sx, out, rows, cols);                                          \
+    }
+#define MV_F32_ENTRY(NR)                                                                               \
+    extern "C" __global__ void __launch_bounds__(MV_WARPS * 32)                                        \
+        matvec_f32_r##NR(const float* __restrict__ w, const float* __restrict__ x,                       \
+                         float* __restrict__ out, int rows, int cols) {                                  \
+        matvec_f32_body<NR>(w, x, out, rows, cols);                                                    \
+    }
+#define MV_WIDTHS(NAME, FMT) \
+    MV_ENTRY(NAME, FMT, 1)   \
+    MV_ENTRY(NAME, FMT, 2)   \
+    MV_ENTRY(NAME, FMT, 3)   \
+    MV_ENTRY(NAME, FMT, 4)   \
+    MV_ENTRY(NAME, FMT, 5)   \
+    MV_ENTRY(NAME, FMT, 6)   \
+    MV_ENTRY(NAME, FMT, 7)   \
+    MV_ENTRY(NAME, FMT, 8)
+
+MV_WIDTHS(q4_0, FMT_Q4_0)
+MV_WIDTHS(q4_1, FMT_Q4_1)
+MV_WIDTHS(q8_0, FMT_Q8_0)
+MV_WIDTHS(q4_k, FMT_Q4_K)
+MV_WIDTHS(q6_k, FMT_Q6_K)
+MV_F32_ENTRY(1)
+MV_F32_ENTRY(2)
+MV_F32_ENTRY(3)
+MV_F32_ENTRY(4)
+MV_F32_ENTRY(5)
+MV_F32_ENTRY(6)
+MV_F32_ENTRY(7)
+MV_F32_ENTRY(8)

@@ -1,0 +1,447 @@
+//! The Llama forward pass on a CUDA device (feature `cuda`).
+//!
+//! [`CudaModel`] holds the weights uploaded once (the file's block bytes as
+//! they are; norms as f32) and reusable scratch buffers; a session's KV
+//! cache lives on the device ([`DeviceKv`]). [`CudaModel::forward`] mirrors
+//! the CPU pass in `llama.rs` step for step — embedding gather, per layer
+//! RMSNorm, 16-bit activation quantization, Q/K/V mat-vec, RoPE (angles
+//! from the host, as the CPU), cache append, causal attention, output
+//! projection, residual, RMSNorm, gate/up, SwiGLU, down, residual; final
+//! norm and head on the rows that need logits — with every row computed
+//! by the same kernels in the same order whatever the block width, so a
+//! verify block's logits equal the one-token chain's bit for bit (the
+//! block-vs-chain probe checks it at startup, as on the CPU).
+//!
+//! The cache keeps one entry per position, so rolling back a rejected draft
+//! is only forgetting positions ([`DeviceKv::truncate`]): later appends
+//! overwrite them, and earlier ones were never touched.
+
+use super::config::LlamaConfig;
+use super::llama::{ForwardError, LogitRows};
+use super::weights::{LlamaWeights, WeightMatrix};
+use kernels::cuda::CudaError;
+use kernels::cuda::device::{CudaDevice, DevMatrix, QuantView};
+use kernels::ops::{self, RopePairing};
+use kernels::quant::QK;
+use std::sync::{Arc, Mutex};
+
+/// The quantized activation scratch of `rows` rows of `cols`, borrowing
+/// only the scratch fields it reads (a macro, so the other fields stay
+/// free to be written).
+macro_rules! quant_view {
+    ($s:expr, $rows:expr, $cols:expr) => {{
+        let nb = $rows * $cols / QK;
+        QuantView { q: $s.aq.slice(0..$rows * $cols), d: $s.ad.slice(0..nb), s: $s.asum.slice(0..nb) }
+    }};
+}
+
+fn dev_err(e: CudaError) -> ForwardError {
+    ForwardError::Device(e.to_string())
+}
+
+/// One transformer block on the device (shapes as [`super::weights::LayerWeights`]).
+struct DevLayer {
+    attn_norm: cudarc::driver::CudaSlice<f32>,
+    wq: DevMatrix,
+    wk: DevMatrix,
+    wv: DevMatrix,
+    wo: DevMatrix,
+    ffn_norm: cudarc::driver::CudaSlice<f32>,
+    w_gate: DevMatrix,
+    w_up: DevMatrix,
+    w_down: DevMatrix,
+}
+
+/// A model's weights on a device, and scratch for its forward passes.
+pub struct CudaModel {
+    pub dev: Arc<CudaDevice>,
+    /// (vocab, dim): the gather table, and the head when tied.
+    embed: DevMatrix,
+    layers: Vec<DevLayer>,
+    out_norm: cudarc::driver::CudaSlice<f32>,
+    /// (vocab, dim); `None` when tied to `embed`.
+    head: Option<DevMatrix>,
+    /// Device bytes of the weights.
+    pub weight_bytes: usize,
+    scratch: Mutex<Option<Scratch>>,
+}
+
+impl std::fmt::Debug for CudaModel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CudaModel").field("dev", &self.dev).field("weight_bytes", &self.weight_bytes).finish()
+    }
+}
+
+/// Per-pass buffers, grown as needed and reused (device allocation is slow).
+struct Scratch {
+    rows: usize,
+    ctx: usize,
+    tokens: cudarc::driver::CudaSlice<i32>,
+    cos: cudarc::driver::CudaSlice<f32>,
+    sin: cudarc::driver::CudaSlice<f32>,
+    x: cudarc::driver::CudaSlice<f32>,
+    xn: cudarc::driver::CudaSlice<f32>,
+    q: cudarc::driver::CudaSlice<f32>,
+    k: cudarc::driver::CudaSlice<f32>,
+    v: cudarc::driver::CudaSlice<f32>,
+    att: cudarc::driver::CudaSlice<f32>,
+    proj: cudarc::driver::CudaSlice<f32>,
+    gate: cudarc::driver::CudaSlice<f32>,
+    up: cudarc::driver::CudaSlice<f32>,
+    aq: cudarc::driver::CudaSlice<i16>,
+    ad: cudarc::driver::CudaSlice<f32>,
+    asum: cudarc::driver::CudaSlice<f32>,
+    scores: cudarc::driver::CudaSlice<f32>,
+    logits: cudarc::driver::CudaSlice<f32>,
+}
+
+impl Scratch {
+    fn new(dev: &CudaDevice, c: &LlamaConfig, rows: usize, ctx: usize) -> Result<Self, CudaError> {
+        let (d, qd, kvd, f) = (c.dim, c.q_dim(), c.kv_dim(), c.ffn_dim);
+        let widest = d.max(qd).max(f);
+        Ok(Scratch {
+            rows,
+            ctx,
+            tokens: dev.alloc(rows)?,
+            cos: dev.alloc(rows * c.head_dim / 2)?,
+            sin: dev.alloc(rows * c.head_dim / 2)?,
+            x: dev.alloc(rows * d)?,
+            xn: dev.alloc(rows * d)?,
+            q: dev.alloc(rows * qd)?,
+            k: dev.alloc(rows * kvd)?,
+            v: dev.alloc(rows * kvd)?,
+            att: dev.alloc(rows * qd)?,
+            proj: dev.alloc(rows * d)?,
+            gate: dev.alloc(rows * f)?,
+            up: dev.alloc(rows * f)?,
+            aq: dev.alloc(rows * widest)?,
+            ad: dev.alloc(rows * widest / QK)?,
+            asum: dev.alloc(rows * widest / QK)?,
+            scores: dev.alloc(rows * c.n_heads * ctx)?,
+            logits: dev.alloc(rows * c.vocab)?,
+        })
+    }
+}
+
+/// A session's KV cache on the device: per layer (capacity,
+/// n_kv_heads · head_dim) keys (rotated) and values; `len` positions valid.
+pub struct DeviceKv {
+    dev: Arc<CudaDevice>,
+    k: Vec<cudarc::driver::CudaSlice<f32>>,
+    v: Vec<cudarc::driver::CudaSlice<f32>>,
+    cap: usize,
+    len: usize,
+    kv_dim: usize,
+}
+
+impl std::fmt::Debug for DeviceKv {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DeviceKv").field("len", &self.len).field("cap", &self.cap).finish()
+    }
+}
+
+impl Clone for DeviceKv {
+    /// A device-side copy (sessions are cloned to start several decodes
+    /// from one prefill).
+    ///
+    /// # Panics
+    /// If the device cannot allocate or copy: `Clone` cannot report an error.
+    fn clone(&self) -> Self {
+        let copy = |s: &cudarc::driver::CudaSlice<f32>| {
+            self.dev.stream.clone_dtod(s).unwrap_or_else(|e| panic!("CUDA: copying a KV cache failed: {e:?}"))
+        };
+        DeviceKv {
+            dev: Arc::clone(&self.dev),
+            k: self.k.iter().map(copy).collect(),
+            v: self.v.iter().map(copy).collect(),
+            cap: self.cap,
+            len: self.len,
+            kv_dim: self.kv_dim,
+        }
+    }
+}
+
+impl PartialEq for DeviceKv {
+    /// Equal valid positions, compared on the host bit for bit.
+    ///
+    /// # Panics
+    /// If the device cannot copy the caches back.
+    fn eq(&self, other: &Self) -> bool {
+        if self.len != other.len || self.kv_dim != other.kv_dim || self.k.len() != other.k.len() {
+            return false;
+        }
+        let n = self.len * self.kv_dim;
+        let host = |s: &cudarc::driver::CudaSlice<f32>| -> Vec<u32> {
+            let v =
+                self.dev.download(&s.slice(0..n)).unwrap_or_else(|e| panic!("CUDA: reading a KV cache failed: {e}"));
+            v.iter().map(|f| f.to_bits()).collect()
+        };
+        self.k.iter().zip(&other.k).chain(self.v.iter().zip(&other.v)).all(|(a, b)| host(a) == host(b))
+    }
+}
+
+impl DeviceKv {
+    fn new(dev: &Arc<CudaDevice>, c: &LlamaConfig) -> Self {
+        DeviceKv { dev: Arc::clone(dev), k: Vec::new(), v: Vec::new(), cap: 0, len: 0, kv_dim: c.kv_dim() }
+    }
+
+    /// Room for `positions` positions, keeping the valid ones: capacity
+    /// doubles (at least 256 positions, at most the context length).
+    fn reserve(&mut self, c: &LlamaConfig, positions: usize) -> Result<(), CudaError> {
+        if positions <= self.cap {
+            return Ok(());
+        }
+        let cap = positions.max(2 * self.cap).max(256).min(c.context_length).max(positions);
+        let n = self.len * self.kv_dim;
+        let grow = |old: &mut Vec<cudarc::driver::CudaSlice<f32>>| -> Result<(), CudaError> {
+            let mut fresh = Vec::with_capacity(c.n_layers);
+            #[allow(clippy::needless_range_loop)]
+            for li in 0..c.n_layers {
+                let mut s = self.dev.alloc::<f32>(cap * self.kv_dim)?;
+                if n > 0 {
+                    // A fresh cache (no layers yet) has n == 0.
+                    self.dev.copy(&old[li].slice(0..n), &mut s.slice_mut(0..n))?;
+                }
+                fresh.push(s);
+            }
+            *old = fresh;
+            Ok(())
+        };
+        grow(&mut self.k)?;
+        grow(&mut self.v)?;
+        self.cap = cap;
+        Ok(())
+    }
+
+    /// Forgets positions `n..` (exact rollback: entries are per position).
+    pub fn truncate(&mut self, n: usize) {
+        self.len = self.len.min(n);
+    }
+}
+
+fn upload_norm(dev: &CudaDevice, w: &[f32]) -> Result<cudarc::driver::CudaSlice<f32>, CudaError> {
+    dev.upload(w)
+}
+
+fn upload(dev: &CudaDevice, w: &WeightMatrix) -> Result<DevMatrix, CudaError> {
+    dev.upload_matrix(&w.matrix())
+}
+
+impl CudaModel {
+    /// Uploads `w` to `dev`. Fails (and the caller falls back to the CPU)
+    /// when a weight type has no CUDA kernel or the device is out of memory.
+    pub fn upload(dev: Arc<CudaDevice>, w: &LlamaWeights) -> Result<Self, CudaError> {
+        let mut layers = Vec::with_capacity(w.layers.len());
+        for l in &w.layers {
+            layers.push(DevLayer {
+                attn_norm: upload_norm(&dev, &l.attn_norm)?,
+                wq: upload(&dev, &l.wq)?,
+                wk: upload(&dev, &l.wk)?,
+                wv: upload(&dev, &l.wv)?,
+                wo: upload(&dev, &l.wo)?,
+                ffn_norm: upload_norm(&dev, &l.ffn_norm)?,
+                w_gate: upload(&dev, &l.w_gate)?,
+                w_up: upload(&dev, &l.w_up)?,
+                w_down: upload(&dev, &l.w_down)?,
+            });
+        }
+        let embed = upload(&dev, &w.embed)?;
+        let head = w.head.as_ref().map(|h| upload(&dev, h)).transpose()?;
+        let out_norm = upload_norm(&dev, &w.out_norm)?;
+        let mats = layers.iter().flat_map(|l| [&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down]);
+        let weight_bytes = mats.chain([&embed]).chain(head.as_ref()).map(DevMatrix::bytes).sum();
+        dev.synchronize()?;
+        Ok(CudaModel { dev, embed, layers, out_norm, head, weight_bytes, scratch: Mutex::new(None) })
+    }
+
+    /// A new, empty device cache for a session of this model.
+    pub fn new_kv(&self, c: &LlamaConfig) -> DeviceKv {
+        DeviceKv::new(&self.dev, c)
+    }
+
+    /// Runs `tokens` at positions `start..` (validated by the caller: ids in
+    /// the vocabulary, within the context) and appends them to `kv`.
+    /// Returns the logits of the rows `which` names, (rows, vocab).
+    pub fn forward(
+        &self,
+        c: &LlamaConfig,
+        kv: &mut DeviceKv,
+        start: usize,
+        tokens: &[u32],
+        which: LogitRows,
+    ) -> Result<Vec<f32>, ForwardError> {
+        if kv.len != start {
+            return Err(ForwardError::Device(format!(
+                "device KV cache holds {} positions but the session {start}",
+                kv.len
+            )));
+        }
+        self.run(c, kv, start, tokens, which).map_err(dev_err)
+    }
+
+    fn run(
+        &self,
+        c: &LlamaConfig,
+        kv: &mut DeviceKv,
+        start: usize,
+        tokens: &[u32],
+        which: LogitRows,
+    ) -> Result<Vec<f32>, CudaError> {
+        let dev = &*self.dev;
+        let n = tokens.len();
+        let (d, qd, kvd, hd, f) = (c.dim, c.q_dim(), c.kv_dim(), c.head_dim, c.ffn_dim);
+        let half = hd / 2;
+        let ctx = start + n;
+        kv.reserve(c, ctx)?;
+
+        let mut guard = self.scratch.lock().unwrap_or_else(|p| p.into_inner());
+        if guard.as_ref().is_none_or(|s| s.rows < n || s.ctx < ctx) {
+            let (rows, cap) = guard.as_ref().map_or((1, 0), |s| (s.rows, s.ctx));
+            // Grow geometrically so a growing context reallocates rarely.
+            let ctx_cap = ctx.max(2 * cap).max(256).min(c.context_length).max(ctx);
+            *guard = None;
+            *guard = Some(Scratch::new(dev, c, n.max(rows), ctx_cap)?);
+        }
+        let s = guard.as_mut().expect("allocated above");
+
+        // Token ids and the rotation of each row's position (host f64, rounded once: as the CPU).
+        let ids: Vec<i32> = tokens.iter().map(|&t| t as i32).collect();
+        dev.upload_into(&ids, &mut s.tokens.slice_mut(0..n))?;
+        let (mut cos, mut sin) = (vec![0.0f32; n * half], vec![0.0f32; n * half]);
+        for i in 0..n {
+            ops::rope_angles(start + i, hd, c.rope_base, &mut cos[i * half..][..half], &mut sin[i * half..][..half]);
+        }
+        dev.upload_into(&cos, &mut s.cos.slice_mut(0..n * half))?;
+        dev.upload_into(&sin, &mut s.sin.slice_mut(0..n * half))?;
+        let adjacent = c.rope_pairing == RopePairing::Adjacent;
+
+        dev.embed(&self.embed, &s.tokens.slice(0..n), n, &mut s.x.slice_mut(0..n * d))?;
+
+        for (li, lw) in self.layers.iter().enumerate() {
+            // Attention.
+            dev.rmsnorm(
+                &s.x.slice(0..n * d),
+                &lw.attn_norm.slice(0..d),
+                &mut s.xn.slice_mut(0..n * d),
+                n,
+                d,
+                c.rms_eps,
+            )?;
+            quantize_for(dev, s, n, d, [&lw.wq, &lw.wk, &lw.wv], Src::Xn)?;
+            {
+                let qv = quant_view!(s, n, d);
+                let xn = s.xn.slice(0..n * d);
+                dev.matmul(&lw.wq, n, &xn, Some(&qv), &mut s.q.slice_mut(0..n * qd))?;
+                dev.matmul(&lw.wk, n, &xn, Some(&qv), &mut s.k.slice_mut(0..n * kvd))?;
+                dev.matmul(&lw.wv, n, &xn, Some(&qv), &mut s.v.slice_mut(0..n * kvd))?;
+            }
+            let (cs, sn) = (s.cos.slice(0..n * half), s.sin.slice(0..n * half));
+            dev.rope(&mut s.q.slice_mut(0..n * qd), &cs, &sn, n, c.n_heads, hd, adjacent)?;
+            dev.rope(&mut s.k.slice_mut(0..n * kvd), &cs, &sn, n, c.n_kv_heads, hd, adjacent)?;
+            dev.copy(&s.k.slice(0..n * kvd), &mut kv.k[li].slice_mut(start * kvd..ctx * kvd))?;
+            dev.copy(&s.v.slice(0..n * kvd), &mut kv.v[li].slice_mut(start * kvd..ctx * kvd))?;
+            dev.attention(
+                &s.q.slice(0..n * qd),
+                &kv.k[li].slice(0..ctx * kvd),
+                &kv.v[li].slice(0..ctx * kvd),
+                &mut s.att.slice_mut(0..n * qd),
+                &mut s.scores.slice_mut(0..n * c.n_heads * ctx),
+                n,
+                start,
+                c.n_heads,
+                c.n_kv_heads,
+                hd,
+            )?;
+            quantize_for(dev, s, n, qd, [&lw.wo, &lw.wo, &lw.wo], Src::Att)?;
+            {
+                let qv = quant_view!(s, n, qd);
+                dev.matmul(&lw.wo, n, &s.att.slice(0..n * qd), Some(&qv), &mut s.proj.slice_mut(0..n * d))?;
+            }
+            dev.add(&mut s.x.slice_mut(0..n * d), &s.proj.slice(0..n * d), n * d)?;
+
+            // Feed-forward (SwiGLU).
+            dev.rmsnorm(
+                &s.x.slice(0..n * d),
+                &lw.ffn_norm.slice(0..d),
+                &mut s.xn.slice_mut(0..n * d),
+                n,
+                d,
+                c.rms_eps,
+            )?;
+            quantize_for(dev, s, n, d, [&lw.w_gate, &lw.w_up, &lw.w_up], Src::Xn)?;
+            {
+                let qv = quant_view!(s, n, d);
+                let xn = s.xn.slice(0..n * d);
+                dev.matmul(&lw.w_gate, n, &xn, Some(&qv), &mut s.gate.slice_mut(0..n * f))?;
+                dev.matmul(&lw.w_up, n, &xn, Some(&qv), &mut s.up.slice_mut(0..n * f))?;
+            }
+            dev.swiglu(&mut s.gate.slice_mut(0..n * f), &s.up.slice(0..n * f), n * f)?;
+            quantize_for(dev, s, n, f, [&lw.w_down, &lw.w_down, &lw.w_down], Src::Gate)?;
+            {
+                let qv = quant_view!(s, n, f);
+                dev.matmul(&lw.w_down, n, &s.gate.slice(0..n * f), Some(&qv), &mut s.proj.slice_mut(0..n * d))?;
+            }
+            dev.add(&mut s.x.slice_mut(0..n * d), &s.proj.slice(0..n * d), n * d)?;
+        }
+        kv.len = ctx;
+
+        // Final norm and head on the rows that need logits.
+        let first = match which {
+            LogitRows::Last => n - 1,
+            LogitRows::All => 0,
+        };
+        let m = n - first;
+        dev.rmsnorm(
+            &s.x.slice(first * d..n * d),
+            &self.out_norm.slice(0..d),
+            &mut s.xn.slice_mut(0..m * d),
+            m,
+            d,
+            c.rms_eps,
+        )?;
+        let head = self.head.as_ref().unwrap_or(&self.embed);
+        quantize_for(dev, s, m, d, [head, head, head], Src::Xn)?;
+        {
+            let qv = quant_view!(s, m, d);
+            dev.matmul(head, m, &s.xn.slice(0..m * d), Some(&qv), &mut s.logits.slice_mut(0..m * c.vocab))?;
+        }
+        dev.download(&s.logits.slice(0..m * c.vocab))
+    }
+}
+
+/// Which scratch buffer a quantization reads.
+#[derive(Clone, Copy)]
+enum Src {
+    Xn,
+    Att,
+    Gate,
+}
+
+/// Quantizes `rows` rows of `cols` from `src` into the activation scratch
+/// when any of `mats` reads quantized input.
+fn quantize_for(
+    dev: &CudaDevice,
+    s: &mut Scratch,
+    rows: usize,
+    cols: usize,
+    mats: [&DevMatrix; 3],
+    src: Src,
+) -> Result<(), CudaError> {
+    if !mats.iter().any(|m| m.wants_quantized_input()) {
+        return Ok(());
+    }
+    let nb = rows * cols / QK;
+    let x = match src {
+        Src::Xn => s.xn.slice(0..rows * cols),
+        Src::Att => s.att.slice(0..rows * cols),
+        Src::Gate => s.gate.slice(0..rows * cols),
+    };
+    dev.quantize(
+        &x,
+        rows,
+        cols,
+        &mut s.aq.slice_mut(0..rows * cols),
+        &mut s.ad.slice_mut(0..nb),
+        &mut s.asum.slice_mut(0..nb),
+    )
+}
