@@ -242,7 +242,7 @@ pub fn markdown(raw: &RawFile, s: &Summary, dir_name: &str) -> String {
     let _ = writeln!(m, "### Classic brackets and drift\n");
     let _ = writeln!(
         m,
-        "A round has drifted when its opening and closing brackets' ranges do not overlap (per prompt, the bracket's median over both brackets' median).\n"
+        "A round has drifted when its opening and closing brackets' ranges do not overlap. Each bracket's range is over its samples, each divided by the median of the same prompt's samples in both brackets, so the prompt mix does not widen it; the ranges fail to overlap only when every opening sample is faster (or slower) than every closing one.\n"
     );
     let _ = writeln!(
         m,
@@ -420,7 +420,7 @@ pub fn markdown(raw: &RawFile, s: &Summary, dir_name: &str) -> String {
     let _ = writeln!(m, "- `raw.jsonl`: every request, arm, gate report and halt as it happened (docs/records.md)");
     let _ = writeln!(m, "- `logs/`: each arm's runtime stdout (its events, warm-ups included) and stderr");
     let _ = writeln!(m, "- `summary.csv`, `plot.svg`, `prompts.jsonl`");
-    let _ = writeln!(m, "- regenerate this file: `tuner summarize records/{dir_name}`");
+    let _ = writeln!(m, "- regenerate this file: `tuner summarize {dir_name}` (from the folder holding it)");
     m
 }
 

@@ -45,9 +45,11 @@ pub struct RoundBrackets {
     pub round: usize,
     pub open: Option<Stats>,
     pub close: Option<Stats>,
-    /// Per prompt, the bracket's median over the median of both brackets:
-    /// the range of those over the prompts. A time trend moves one range
-    /// away from the other; the prompt mix does not.
+    /// The range of the bracket's samples, each divided by the median of its
+    /// prompt's samples in both brackets (so the prompt mix does not widen
+    /// it). The ranges fail to overlap only when every opening sample is
+    /// faster (or slower) than every closing one: under no drift that has
+    /// probability 2 / C(2n, n) for n samples per bracket.
     pub open_range: Option<(f64, f64)>,
     pub close_range: Option<(f64, f64)>,
     /// Both brackets present and their ranges do not overlap.
@@ -329,10 +331,15 @@ pub fn summarize(raw: &RawFile) -> Result<Summary> {
         let all = |b: Bracket| -> Vec<f64> {
             prompt_ids.iter().flat_map(|p| classic.get(&(round, b, *p)).cloned().unwrap_or_default()).collect()
         };
+        // Each sample over its prompt's median in both brackets of the round.
         let norm = |b: Bracket| -> Vec<f64> {
             prompt_ids
                 .iter()
-                .filter_map(|p| Some(bracket_median(round, Some(b), p)? / bracket_median(round, None, p)?))
+                .filter_map(|p| {
+                    let m = bracket_median(round, None, p)?;
+                    Some(classic.get(&(round, b, *p))?.iter().map(|x| x / m).collect::<Vec<f64>>())
+                })
+                .flatten()
                 .collect()
         };
         let (open_all, close_all) = (all(Bracket::Open), all(Bracket::Close));
