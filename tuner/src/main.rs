@@ -32,7 +32,7 @@ enum Command {
     /// processes, raw data as it happens, then the record (record.md,
     /// summary.csv, plot.svg). Exit 0 complete, 3 the gate kept waiting,
     /// 4 halted (gate or NVRM budget), 1 an arm failed or an error.
-    Sweep(SweepArgs),
+    Sweep(Box<SweepArgs>),
     /// Summarize a sweep folder: statistics, drift, identity, the decision;
     /// writes record.md, summary.csv and plot.svg.
     Summarize(SummarizeArgs),
@@ -219,7 +219,7 @@ fn run() -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Gate(a) => run_gate(a),
         Command::Identity(a) => run_identity(a),
-        Command::Sweep(a) => run_sweep(a),
+        Command::Sweep(a) => run_sweep(*a),
         Command::Summarize(a) => run_summarize(a),
         Command::Propose(a) => run_propose(a),
     }

@@ -145,8 +145,11 @@ pub struct Summary {
     pub requests_without_rate: usize,
 }
 
+/// Arms whose latest attempt ended ok: arm → (attempt, its `arm_end`).
+type OkArms<'a> = BTreeMap<usize, (usize, &'a ArmEnd)>;
+
 /// The requests of the latest attempt of each arm whose attempt ended ok.
-fn complete_requests(raw: &RawFile) -> (Vec<&RequestRow>, BTreeMap<usize, (usize, &ArmEnd)>, Vec<ArmEnd>) {
+fn complete_requests(raw: &RawFile) -> (Vec<&RequestRow>, OkArms<'_>, Vec<ArmEnd>) {
     let mut latest: BTreeMap<usize, usize> = BTreeMap::new();
     let mut ends: BTreeMap<(usize, usize), &ArmEnd> = BTreeMap::new();
     for l in &raw.lines {
@@ -160,7 +163,7 @@ fn complete_requests(raw: &RawFile) -> (Vec<&RequestRow>, BTreeMap<usize, (usize
             _ => {}
         }
     }
-    let mut ok: BTreeMap<usize, (usize, &ArmEnd)> = BTreeMap::new();
+    let mut ok: OkArms<'_> = BTreeMap::new();
     let mut failed = Vec::new();
     for (&arm, &attempt) in &latest {
         match ends.get(&(arm, attempt)) {

@@ -219,10 +219,11 @@ pub fn collect(cfg: &GateConfig, previous_nvrm: Option<u64>) -> GateInputs {
 /// record made with it says so).
 pub const NVRM_LOG_ENV: &str = "DRAFTWISE_TUNER_NVRM_LOG";
 
+/// Kernel-log texts, each with its source, as the NVRM check reads them.
+type NvrmLogs = Vec<(nvrm::LogSource, Result<nvrm::RawLog, String>)>;
+
 /// The driver presence and kernel-log texts the NVRM check reads.
-fn nvrm_logs(
-    driver: gpu::DriverPresence,
-) -> (gpu::DriverPresence, Vec<(nvrm::LogSource, Result<nvrm::RawLog, String>)>) {
+fn nvrm_logs(driver: gpu::DriverPresence) -> (gpu::DriverPresence, NvrmLogs) {
     match std::env::var_os(NVRM_LOG_ENV) {
         Some(p) => {
             let p = std::path::PathBuf::from(p);
