@@ -259,6 +259,7 @@ impl Fixture {
         .map(|s| s.to_string())
         .collect();
         args.extend(extra.iter().map(|s| s.to_string()));
+        args.extend(exclude_other_runtimes());
         let refs: Vec<&str> = args.iter().map(String::as_str).collect();
         self.tuner(&refs, &[])
     }
@@ -296,6 +297,22 @@ impl Fixture {
     fn table(&self) -> String {
         std::fs::read_to_string(self.root.join("policy/draft-block-width.toml")).unwrap()
     }
+}
+
+/// `--exclude-pid` for every `runtime` process already running: on a shared
+/// development host other sessions run theirs, and the gate would (rightly)
+/// wait for them. The gate's foreign-process logic has its own tests.
+fn exclude_other_runtimes() -> Vec<String> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let comm = std::fs::read_to_string(e.path().join("comm")).unwrap_or_default();
+        if comm.trim() == "runtime"
+            && let Some(pid) = e.file_name().to_str().and_then(|p| p.parse::<u32>().ok())
+        {
+            out.extend(["--exclude-pid".to_string(), pid.to_string()]);
+        }
+    }
+    out
 }
 
 fn text(o: &Output) -> String {
@@ -577,6 +594,8 @@ fn a_gate_source_accepted_as_unknown_is_recorded_and_refused() {
         "--accept-unknown",
         "nvrm",
     ];
+    let others = exclude_other_runtimes();
+    let args: Vec<&str> = args.iter().copied().chain(others.iter().map(String::as_str)).collect();
     let o = f.tuner(&args, &[("DRAFTWISE_TUNER_NVRM_LOG", missing.to_str().unwrap())]);
     assert!(o.status.success(), "{}", text(&o));
     let s = f.summary();
