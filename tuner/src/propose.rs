@@ -24,6 +24,11 @@ pub enum Refusal {
     )]
     Drift(String),
     #[error(
+        "drift cannot be ruled out: round(s) {0} have fewer than 5 classic samples per bracket, too few for the \
+         bracket check; re-run with more prompts or --bursts"
+    )]
+    DriftUnjudged(String),
+    #[error(
         "output differs from classic decoding ({0}); speculation is not exact on this build: fix the runtime \
          (see `runtime generate --drafter ... --json` exactness_probe) before measuring widths"
     )]
@@ -70,6 +75,11 @@ pub fn check(s: &Summary) -> Result<(), Refusal> {
     if s.drift {
         let r: Vec<String> = s.rounds.iter().filter(|r| r.drifted).map(|r| (r.round + 1).to_string()).collect();
         return Err(Refusal::Drift(r.join(", ")));
+    }
+    if s.drift_unjudged {
+        let r: Vec<String> =
+            s.rounds.iter().filter(|r| !r.incomplete && !r.judgeable).map(|r| (r.round + 1).to_string()).collect();
+        return Err(Refusal::DriftUnjudged(r.join(", ")));
     }
     if !s.identical || !s.inexact_arms.is_empty() {
         let n: usize = s.widths.iter().map(|w| w.differences.len()).sum();

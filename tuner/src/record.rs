@@ -253,11 +253,16 @@ pub fn markdown(raw: &RawFile, s: &Summary, dir_name: &str) -> String {
         let [cn, cm, cr, _] = tps(&rb.close);
         let rg = |x: Option<(f64, f64)>| x.map_or("-".into(), |(a, b)| format!("{a:.3}..{b:.3}"));
         let verdict = if rb.incomplete {
-            "incomplete round"
+            "incomplete round".to_string()
         } else if rb.drifted {
-            "**drifted**"
+            "**drifted**".to_string()
+        } else if !rb.judgeable {
+            format!(
+                "**cannot judge**: {:.0}% chance of a false drift with this n",
+                100.0 * rb.false_drift_chance.unwrap_or(1.0)
+            )
         } else {
-            "no drift"
+            "no drift".to_string()
         };
         let _ = writeln!(
             m,
@@ -360,6 +365,12 @@ pub fn markdown(raw: &RawFile, s: &Summary, dir_name: &str) -> String {
     }
 
     let _ = writeln!(m, "\n## Validity\n");
+    if s.drift_unjudged {
+        let _ = writeln!(
+            m,
+            "- **Drift not ruled out**: a round has too few classic samples per bracket (at least 5 are needed) for the drift check to mean anything."
+        );
+    }
     if s.drift {
         let drifted: Vec<String> = s.rounds.iter().filter(|r| r.drifted).map(|r| (r.round + 1).to_string()).collect();
         let _ = writeln!(
@@ -367,7 +378,7 @@ pub fn markdown(raw: &RawFile, s: &Summary, dir_name: &str) -> String {
             "- **Drift**: round(s) {} drifted. Only conclusions that hold against both brackets survive (below).",
             drifted.join(", ")
         );
-    } else {
+    } else if !s.drift_unjudged {
         let _ = writeln!(m, "- No round drifted.");
     }
     if s.accepted_unknown.is_empty() {

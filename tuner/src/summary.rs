@@ -25,6 +25,17 @@ The rule is applied to every width; a chosen width that is not a measurement (de
 or zero rounds in every request), a drifted host, output that differs from classic, or a gate source \
 accepted as unknown makes `tuner propose` refuse the entry.";
 
+/// The largest chance of a false drift verdict at which the check is trusted
+/// (n >= 5 samples per bracket: 2 / C(10, 5) = 0.008).
+pub const MAX_FALSE_DRIFT_CHANCE: f64 = 0.01;
+
+/// `2 / C(2n, n)`: the chance that n exchangeable samples all land on one
+/// side of n others.
+pub fn false_drift_chance(n: usize) -> f64 {
+    let c: f64 = (1..=n).map(|i| (n + i) as f64 / i as f64).product();
+    (2.0 / c).min(1.0)
+}
+
 /// Identity of one request's output against the classic reference.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Difference {
@@ -52,8 +63,15 @@ pub struct RoundBrackets {
     /// probability 2 / C(2n, n) for n samples per bracket.
     pub open_range: Option<(f64, f64)>,
     pub close_range: Option<(f64, f64)>,
-    /// Both brackets present and their ranges do not overlap.
+    /// Both brackets present, enough samples to judge, and their ranges do not overlap.
     pub drifted: bool,
+    /// The chance that the ranges fail to overlap with no drift at all,
+    /// `2 / C(2n, n)` for `n` samples in the smaller bracket.
+    pub false_drift_chance: Option<f64>,
+    /// `false_drift_chance` is at most [`MAX_FALSE_DRIFT_CHANCE`]: a
+    /// non-overlap means drift, and an overlap rules out a drift larger
+    /// than the brackets' spread. Below that n the check cannot tell.
+    pub judgeable: bool,
     /// A bracket is missing (the round did not finish).
     pub incomplete: bool,
 }
@@ -132,6 +150,8 @@ pub struct Summary {
     pub classic: Option<Stats>,
     pub rounds: Vec<RoundBrackets>,
     pub drift: bool,
+    /// Some complete round has too few classic samples to judge drift.
+    pub drift_unjudged: bool,
     pub widths: Vec<WidthSummary>,
     pub by_type: Vec<TypeRow>,
     /// Classic requests whose output differs from the first classic output of the prompt.
@@ -348,8 +368,11 @@ pub fn summarize(raw: &RawFile) -> Result<Summary> {
         let (open_all, close_all) = (all(Bracket::Open), all(Bracket::Close));
         let (open_range, close_range) = (range(&norm(Bracket::Open)), range(&norm(Bracket::Close)));
         let incomplete = open_all.is_empty() || close_all.is_empty();
+        let chance = (!incomplete).then(|| false_drift_chance(open_all.len().min(close_all.len())));
+        let judgeable = chance.is_some_and(|c| c <= MAX_FALSE_DRIFT_CHANCE);
+        // Below the judgeable n a non-overlap is as likely noise as drift: "cannot judge".
         let drifted = match (open_range, close_range) {
-            (Some(o), Some(c)) if !incomplete => o.1 < c.0 || c.1 < o.0,
+            (Some(o), Some(c)) if judgeable => o.1 < c.0 || c.1 < o.0,
             _ => false,
         };
         if open_all.is_empty()
@@ -365,10 +388,13 @@ pub fn summarize(raw: &RawFile) -> Result<Summary> {
             open_range,
             close_range,
             drifted,
+            false_drift_chance: chance,
+            judgeable,
             incomplete,
         });
     }
     let drift = rounds.iter().any(|r| r.drifted);
+    let drift_unjudged = rounds.iter().any(|r| !r.incomplete && !r.judgeable);
     let classic_all: Vec<f64> = reqs.iter().filter(|r| r.width.is_none()).filter_map(|r| rate(r)).collect();
 
     // Greedy identity: every output against the first classic output of its prompt.
@@ -510,6 +536,7 @@ pub fn summarize(raw: &RawFile) -> Result<Summary> {
         classic: stats(&classic_all),
         rounds,
         drift,
+        drift_unjudged,
         widths,
         by_type,
         bracket_differences,
@@ -561,6 +588,14 @@ mod tests {
         assert_eq!(d.best_width, Some(2));
         assert!(d.why.contains("no width"), "{}", d.why);
         assert_eq!(decide(&[]).width, None);
+    }
+
+    #[test]
+    fn the_false_drift_chance_is_two_over_the_central_binomial() {
+        assert_eq!(false_drift_chance(1), 1.0);
+        assert!((false_drift_chance(3) - 0.1).abs() < 1e-12);
+        assert!((false_drift_chance(5) - 2.0 / 252.0).abs() < 1e-12);
+        assert!(false_drift_chance(4) > MAX_FALSE_DRIFT_CHANCE && false_drift_chance(5) <= MAX_FALSE_DRIFT_CHANCE);
     }
 
     #[test]

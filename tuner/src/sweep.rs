@@ -273,6 +273,9 @@ pub fn start(opts: &SweepOptions) -> Result<Outcome> {
     if let Some(w) = opts.widths.iter().find(|w| **w == 0 || **w > runtime::policy::MAX_BLOCK_SIZE) {
         bail!("--widths: {w} is out of range 1..={}", runtime::policy::MAX_BLOCK_SIZE);
     }
+    if opts.drafter == "draft-model" && opts.drafter_model.is_none() {
+        bail!("--drafter draft-model needs --drafter-model PATH (the draft checkpoint)");
+    }
     if opts.rounds == 0 || opts.bursts == 0 || opts.threads == 0 || opts.max_tokens == 0 {
         bail!("--rounds, --bursts, --threads and --max-tokens must each be at least 1");
     }

@@ -97,8 +97,12 @@ struct Spec {
 /// One arm's stdout: startup, a warm-up pass (absurd rates and different
 /// tokens: any leak into a statistic or the identity check shows), bursts.
 fn arm(width: Option<usize>, tok_s: f64, spec: Spec) -> String {
+    arm_bursts(width, tok_s, spec, BURSTS)
+}
+
+fn arm_bursts(width: Option<usize>, tok_s: f64, spec: Spec, bursts: usize) -> String {
     let mut out = vec![startup(width, false)];
-    for (warmup, repeats) in [(true, 1), (false, BURSTS)] {
+    for (warmup, repeats) in [(true, 1), (false, bursts)] {
         for repeat in 0..repeats {
             for (p, _) in PROMPTS {
                 let mut ids = tokens(p);
@@ -426,6 +430,20 @@ fn a_drifted_host_prints_no_clean_table_and_propose_refuses() {
     assert!(record.contains("not shown (drift)"));
     assert!(record.contains("against both brackets"));
     assert_refused(&f.propose(true), "drifted");
+}
+
+#[test]
+fn too_few_classic_samples_to_judge_drift_is_refused() {
+    let f = Fixture::new();
+    // One burst of two prompts: 2 samples per bracket, a 33% chance of a
+    // false non-overlap, so the check cannot rule drift out.
+    f.set_width(None, &arm_bursts(None, 100.0, Spec::default(), 1));
+    assert!(f.sweep(&[]).status.success());
+    let s = f.summary();
+    assert_eq!(s["drift"], false);
+    assert_eq!(s["drift_unjudged"], true);
+    assert!(f.record().contains("**cannot judge**"));
+    assert_refused(&f.propose(true), "drift cannot be ruled out");
 }
 
 #[test]
