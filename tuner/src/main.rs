@@ -113,6 +113,8 @@ impl GateOpts {
 }
 
 #[derive(clap::Args)]
+// A flag given twice takes the last value (so a wrapper can override defaults).
+#[command(args_override_self = true)]
 struct SweepArgs {
     /// The target model (GGUF file or Hugging Face directory); default: the
     /// embedded default model, fetched on first use.
@@ -508,5 +510,19 @@ fn run_propose(a: ProposeArgs) -> anyhow::Result<ExitCode> {
             }
             None => Err(e),
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_widths;
+
+    #[test]
+    fn widths_parse_as_ranges_and_lists() {
+        assert_eq!(parse_widths("1-8").unwrap(), (1..=8).collect::<Vec<_>>());
+        assert_eq!(parse_widths("4,1-2, 4").unwrap(), vec![1, 2, 4]);
+        assert!(parse_widths("8-1").is_err());
+        assert!(parse_widths("1-99").is_err());
+        assert!(parse_widths("two").unwrap_err().to_string().contains("not a width"));
     }
 }

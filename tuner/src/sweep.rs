@@ -279,6 +279,13 @@ pub fn start(opts: &SweepOptions) -> Result<Outcome> {
     if opts.rounds == 0 || opts.bursts == 0 || opts.threads == 0 || opts.max_tokens == 0 {
         bail!("--rounds, --bursts, --threads and --max-tokens must each be at least 1");
     }
+    for (flag, p) in [("--target", Some(&opts.target)), ("--drafter-model", opts.drafter_model.as_ref())] {
+        if let Some(p) = p
+            && !p.exists()
+        {
+            bail!("{flag} {}: no such file or directory", p.display());
+        }
+    }
     let raw_path = opts.out.join("raw.jsonl");
     if raw_path.exists() {
         bail!(

@@ -623,6 +623,24 @@ fn a_gate_source_accepted_as_unknown_is_recorded_and_refused() {
 }
 
 #[test]
+fn a_gate_that_keeps_waiting_stops_the_sweep_with_a_halt_line() {
+    let f = Fixture::new();
+    // A CPU-bound process the test starts (not the tuner's descendant).
+    let mut hog = Command::new("sh").args(["-c", "while :; do :; done"]).spawn().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    // The later flags override the fixture's relaxed CPU threshold.
+    let o = f.sweep(&["--cpu-threshold", "20", "--cpu-window-ms", "500", "--gate-wait", "0"]);
+    let _ = hog.kill();
+    let _ = hog.wait();
+    assert_eq!(o.status.code(), Some(3), "{}", text(&o));
+    let lines = f.raw_lines();
+    let halt = lines.iter().find(|l| l["kind"] == "halt").expect("a halt line");
+    assert_eq!(halt["halt"], "gate_timeout");
+    assert!(halt["message"].as_str().unwrap().contains("--resume"), "{halt}");
+    assert!(!kinds(&lines).contains(&"arm_start".to_string()), "no arm ran");
+}
+
+#[test]
 fn malformed_raw_data_and_a_bad_table_are_clear_errors() {
     let f = Fixture::new();
     assert!(f.sweep(&[]).status.success());
