@@ -22,17 +22,7 @@ fn json_events_describe_startup_and_every_completion_with_true_hashes() {
         ),
     )
     .unwrap();
-    let out = run(generate().arg("--prompts").arg(&prompts).args([
-        "--max-tokens",
-        "12",
-        "--warmup",
-        "1",
-        "--repeat",
-        "2",
-        "--json",
-        "--threads",
-        "2",
-    ]));
+    let out = run(generate().arg("--prompts").arg(&prompts).args(["--max-tokens", "12", "--warmup", "1", "--repeat", "2", "--json", "--threads", "2"]));
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let lines = json_lines(&out);
     let events: Vec<Event> = lines.iter().map(|v| serde_json::from_value(v.clone()).unwrap()).collect();
@@ -68,15 +58,7 @@ fn json_events_describe_startup_and_every_completion_with_true_hashes() {
 #[test]
 fn greedy_output_is_the_same_at_one_and_two_threads() {
     let ids = |threads: &str| {
-        let out = run(generate().args([
-            "--prompt",
-            "Once upon a time",
-            "--max-tokens",
-            "24",
-            "--json",
-            "--threads",
-            threads,
-        ]));
+        let out = run(generate().args(["--prompt", "Once upon a time", "--max-tokens", "24", "--json", "--threads", threads]));
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         json_lines(&out)[1]["token_ids"].clone()
     };
@@ -88,9 +70,7 @@ fn every_kernel_family_gives_the_same_greedy_tokens() {
     let fams = ["scalar", "avx2", "avx512vnni"];
     let mut seen = Vec::new();
     for f in fams {
-        let out = run(generate()
-            .args(["--prompt", "The capital of France is", "--max-tokens", "8", "--json"])
-            .env("DRAFTWISE_KERNELS", f));
+        let out = run(generate().args(["--prompt", "The capital of France is", "--max-tokens", "8", "--json"]).env("DRAFTWISE_KERNELS", f));
         if !out.status.success() {
             // A family this CPU lacks is refused with a clear message.
             let err = String::from_utf8_lossy(&out.stderr);
@@ -142,8 +122,7 @@ fn build_info_json_names_the_commit_and_compiler() {
 
 #[test]
 fn speculative_generation_reports_diagnostics_and_equals_classic_output() {
-    let prompt =
-        ["--prompt", "Repeat this three times: one two three four five.", "--chat", "--max-tokens", "40", "--json"];
+    let prompt = ["--prompt", "Repeat this three times: one two three four five.", "--chat", "--max-tokens", "40", "--json"];
     let classic = run(generate().args(prompt));
     assert!(classic.status.success(), "{}", String::from_utf8_lossy(&classic.stderr));
     let classic = json_lines(&classic);
