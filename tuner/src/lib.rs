@@ -9,11 +9,23 @@
 //! - [`reading`]: [`reading::Reading`], a value or an explicit null with its
 //!   reason, used by both.
 //! - [`procfs`]: capped readers and parsers for the `/proc` files used.
+//! - [`sweep`]: `tuner sweep`, the bracketed arm plan and its driver.
+//! - [`raw`]: `raw.jsonl`, the sweep's raw data ([`raw::RawLine`]).
+//! - [`stats`]: median, bootstrap interval, outlier flags.
+//! - [`summary`]: raw data → [`summary::Summary`] and the decision rule.
+//! - [`record`]: `record.md`, `summary.csv`, `plot.svg`.
+//! - [`propose`]: the policy entry, or a refusal with its remedy.
 //! - [`exit`]: the process exit codes, one place.
 pub mod gate;
 pub mod identity;
 pub mod procfs;
+pub mod propose;
+pub mod raw;
 pub mod reading;
+pub mod record;
+pub mod stats;
+pub mod summary;
+pub mod sweep;
 
 /// Exit codes of `tuner gate` (and of errors in any subcommand).
 pub mod exit {
@@ -25,8 +37,10 @@ pub mod exit {
     pub const USAGE: u8 = 2;
     /// The gate said wait, and `--wait` was not given or ran out.
     pub const WAIT: u8 = 3;
-    /// The gate said halt.
+    /// The gate said halt (a sweep: it halted, with a halt line in raw.jsonl).
     pub const HALT: u8 = 4;
+    /// `tuner propose` refused the record (the message says why and how to fix it).
+    pub const REFUSED: u8 = 5;
 }
 
 /// Checks that a JSON document keeps the `Reading` contract everywhere: each

@@ -8,6 +8,8 @@ use std::time::Duration;
 use clap::{Parser, Subcommand};
 use tuner::gate::{self, Decision, GateConfig, GateRun, Source, Status};
 use tuner::identity::{self, IdentityOptions};
+use tuner::raw::HaltKind;
+use tuner::sweep::{Outcome, SweepOptions};
 
 /// Measure speculative draft widths on this host and write records and policy entries.
 #[derive(Parser)]
@@ -26,6 +28,17 @@ enum Command {
     /// Print this host's identity: OS, kernel, CPU and kernel family, memory,
     /// NVIDIA driver and GPUs, nvcc, the runtime's build, rustc, model hashes.
     Identity(IdentityArgs),
+    /// Measure draft widths: classic-bracketed rounds of fresh runtime
+    /// processes, raw data as it happens, then the record (record.md,
+    /// summary.csv, plot.svg). Exit 0 complete, 3 the gate kept waiting,
+    /// 4 halted (gate or NVRM budget), 1 an arm failed or an error.
+    Sweep(Box<SweepArgs>),
+    /// Summarize a sweep folder: statistics, drift, identity, the decision;
+    /// writes record.md, summary.csv and plot.svg.
+    Summarize(SummarizeArgs),
+    /// Write (or replace) the record's entry in policy/draft-block-width.toml,
+    /// or refuse with the reason and the remedy (exit 5).
+    Propose(ProposeArgs),
 }
 
 #[derive(clap::Args)]
@@ -40,6 +53,13 @@ struct GateArgs {
     /// Seconds between re-checks under --wait.
     #[arg(long, value_name = "SECONDS", default_value_t = 5.0)]
     interval: f64,
+    #[command(flatten)]
+    gate: GateOpts,
+}
+
+/// The gate's thresholds, shared by `gate` and `sweep`.
+#[derive(clap::Args)]
+struct GateOpts {
     /// Let an unreadable SOURCE pass; the acceptance is recorded in the verdict.
     #[arg(long, value_enum, value_name = "SOURCE", num_args = 1.., value_delimiter = ',')]
     accept_unknown: Vec<Source>,
@@ -74,6 +94,104 @@ struct GateArgs {
     exclude_pid: Vec<u32>,
 }
 
+impl GateOpts {
+    fn config(self) -> GateConfig {
+        GateConfig {
+            cpu_window_ms: self.cpu_window_ms,
+            cpu_threshold_pct: self.cpu_threshold,
+            host_cpu_threshold_pct: self.host_cpu_threshold,
+            min_available_mib: self.min_available_mib,
+            nvrm_budget: self.nvrm_budget,
+            nvrm_window_s: self.nvrm_window_s,
+            gpu_util_threshold_pct: self.gpu_util_threshold,
+            gpu_min_free_mib: self.gpu_min_free_mib,
+            accept_unknown: self.accept_unknown,
+            exclude_roots: self.exclude_pid,
+            ..GateConfig::default()
+        }
+    }
+}
+
+#[derive(clap::Args)]
+// A flag given twice takes the last value (so a wrapper can override defaults).
+#[command(args_override_self = true)]
+struct SweepArgs {
+    /// The target model (GGUF file or Hugging Face directory); default: the
+    /// embedded default model, fetched on first use.
+    #[arg(long, value_name = "PATH")]
+    target: Option<PathBuf>,
+    /// Drafter kind: ngram, layerskip or draft-model.
+    #[arg(long, default_value = "ngram")]
+    drafter: String,
+    /// The draft checkpoint for `--drafter draft-model`.
+    #[arg(long, value_name = "PATH")]
+    drafter_model: Option<PathBuf>,
+    /// Draft widths: a range `1-8` or a list `1,2,4`.
+    #[arg(long, value_name = "LIST", default_value = "1-8")]
+    widths: String,
+    /// Rounds; each opens and closes with a classic arm.
+    #[arg(long, default_value_t = 2)]
+    rounds: usize,
+    /// Recorded passes over the prompt set per arm.
+    #[arg(long, default_value_t = 3)]
+    bursts: usize,
+    /// Unrecorded warm-up passes per arm (excluded from every statistic).
+    #[arg(long, default_value_t = 1)]
+    warmup: usize,
+    /// Tokens generated per request.
+    #[arg(long, default_value_t = tuner::sweep::DEFAULT_MAX_TOKENS)]
+    max_tokens: usize,
+    /// Prompt set (JSONL, each line tagged with its `type`); default: the
+    /// shipped prompts/sweep.jsonl (compiled into the tuner).
+    #[arg(long, value_name = "FILE")]
+    prompts: Option<PathBuf>,
+    /// Worker threads per arm (default: the CPUs available here).
+    #[arg(long)]
+    threads: Option<usize>,
+    /// Record folder (default: records/<date>-<device class>-<drafter>).
+    #[arg(long, value_name = "DIR")]
+    out: Option<PathBuf>,
+    /// The runtime binary (default: `runtime` beside this executable).
+    #[arg(long, value_name = "PATH")]
+    runtime: Option<PathBuf>,
+    /// Print the summary as one JSON object at the end.
+    #[arg(long)]
+    json: bool,
+    /// Continue the interrupted or halted sweep in DIR with its recorded settings
+    /// (the other sweep flags are ignored).
+    #[arg(long, value_name = "DIR")]
+    resume: Option<PathBuf>,
+    /// How long the gate before each arm waits for a quiet host before the sweep stops.
+    #[arg(long, value_name = "SECONDS", default_value_t = 600.0)]
+    gate_wait: f64,
+    /// Seconds between gate re-checks while waiting.
+    #[arg(long, value_name = "SECONDS", default_value_t = 5.0)]
+    gate_interval: f64,
+    #[command(flatten)]
+    gate: GateOpts,
+}
+
+#[derive(clap::Args)]
+struct SummarizeArgs {
+    /// The sweep folder (holding raw.jsonl).
+    dir: PathBuf,
+    /// Print the summary as one JSON object instead of the record.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(clap::Args)]
+struct ProposeArgs {
+    /// The sweep folder, under records/.
+    dir: PathBuf,
+    /// Show the diff without writing the table.
+    #[arg(long)]
+    dry_run: bool,
+    /// The policy table (default: policy/draft-block-width.toml above DIR).
+    #[arg(long, value_name = "PATH")]
+    table: Option<PathBuf>,
+}
+
 #[derive(clap::Args)]
 struct IdentityArgs {
     /// Print one JSON object.
@@ -103,6 +221,9 @@ fn run() -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Gate(a) => run_gate(a),
         Command::Identity(a) => run_identity(a),
+        Command::Sweep(a) => run_sweep(*a),
+        Command::Summarize(a) => run_summarize(a),
+        Command::Propose(a) => run_propose(a),
     }
 }
 
@@ -111,19 +232,7 @@ fn seconds(flag: &str, s: f64) -> anyhow::Result<Duration> {
 }
 
 fn run_gate(a: GateArgs) -> anyhow::Result<ExitCode> {
-    let cfg = GateConfig {
-        cpu_window_ms: a.cpu_window_ms,
-        cpu_threshold_pct: a.cpu_threshold,
-        host_cpu_threshold_pct: a.host_cpu_threshold,
-        min_available_mib: a.min_available_mib,
-        nvrm_budget: a.nvrm_budget,
-        nvrm_window_s: a.nvrm_window_s,
-        gpu_util_threshold_pct: a.gpu_util_threshold,
-        gpu_min_free_mib: a.gpu_min_free_mib,
-        accept_unknown: a.accept_unknown,
-        exclude_roots: a.exclude_pid,
-        ..GateConfig::default()
-    };
+    let cfg = a.gate.config();
     let timeout = seconds("--wait", a.wait)?;
     let interval = seconds("--interval", a.interval)?;
     let mut g = gate::Gate::new(cfg);
@@ -271,5 +380,149 @@ fn print_flat(v: &serde_json::Value, path: &str) {
         Value::Array(a) => a.iter().enumerate().for_each(|(i, x)| print_flat(x, &format!("{path}[{i}]"))),
         Value::String(s) => println!("{path}: {s}"),
         x => println!("{path}: {x}"),
+    }
+}
+
+/// `1-8` or `1,2,4` (or a mix: `1-3,6`).
+fn parse_widths(s: &str) -> anyhow::Result<Vec<usize>> {
+    let mut out = Vec::new();
+    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let num =
+            |x: &str| x.trim().parse::<usize>().map_err(|_| anyhow::anyhow!("--widths {s:?}: {x:?} is not a width"));
+        match part.split_once('-') {
+            Some((a, b)) => {
+                let (a, b) = (num(a)?, num(b)?);
+                if a > b || b > runtime::policy::MAX_BLOCK_SIZE {
+                    anyhow::bail!(
+                        "--widths {s:?}: {part} is not a range within 1..={}",
+                        runtime::policy::MAX_BLOCK_SIZE
+                    );
+                }
+                out.extend(a..=b);
+            }
+            None => out.push(num(part)?),
+        }
+    }
+    out.sort_unstable();
+    out.dedup();
+    Ok(out)
+}
+
+fn run_sweep(a: SweepArgs) -> anyhow::Result<ExitCode> {
+    let (dir, outcome) = match a.resume {
+        Some(dir) => {
+            let o = tuner::sweep::resume(&dir)?;
+            (dir, o)
+        }
+        None => {
+            let runtime = match a.runtime {
+                Some(p) => p,
+                None => identity::default_runtime_path().map_err(anyhow::Error::msg)?,
+            };
+            let target = match a.target {
+                Some(p) => p,
+                None => runtime::fetch::ensure_default_model(None)?,
+            };
+            let threads = a.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+            let out = match a.out {
+                Some(o) => o,
+                None => tuner::sweep::default_out_dir(&a.drafter),
+            };
+            let opts = SweepOptions {
+                target,
+                drafter: a.drafter,
+                drafter_model: a.drafter_model,
+                widths: parse_widths(&a.widths)?,
+                rounds: a.rounds,
+                bursts: a.bursts,
+                warmup: a.warmup,
+                max_tokens: a.max_tokens,
+                threads,
+                prompts: a.prompts,
+                out: out.clone(),
+                runtime,
+                gate: a.gate.config(),
+                gate_wait: seconds("--gate-wait", a.gate_wait)?,
+                gate_interval: seconds("--gate-interval", a.gate_interval)?,
+            };
+            let o = tuner::sweep::start(&opts)?;
+            (out, o)
+        }
+    };
+    // A halted sweep still gets its (incomplete) record, so the halt is reviewable.
+    let summary = tuner::summary::summarize_dir(&dir).and_then(|(raw, s)| {
+        tuner::record::write_all(&dir, &raw, &s)?;
+        Ok(s)
+    });
+    match &summary {
+        Ok(s) if a.json => println!("{}", serde_json::to_string(s)?),
+        Ok(s) => {
+            println!("record: {}", dir.join("record.md").display());
+            for c in tuner::record::conclusions(s) {
+                println!("  {c}");
+            }
+        }
+        Err(e) => eprintln!("tuner sweep: no record written: {e:#}"),
+    }
+    Ok(ExitCode::from(match outcome {
+        Outcome::Complete => {
+            summary?;
+            tuner::exit::PASS
+        }
+        Outcome::Halted(HaltKind::GateTimeout) => tuner::exit::WAIT,
+        Outcome::Halted(HaltKind::Gate | HaltKind::NvrmBudget) => tuner::exit::HALT,
+        Outcome::Halted(HaltKind::ArmFailed) => tuner::exit::ERROR,
+    }))
+}
+
+fn run_summarize(a: SummarizeArgs) -> anyhow::Result<ExitCode> {
+    let (raw, s) = tuner::summary::summarize_dir(&a.dir)?;
+    if raw.partial_tail_bytes > 0 {
+        eprintln!(
+            "tuner summarize: ignored a partial last line of {} bytes in raw.jsonl (an interrupted write)",
+            raw.partial_tail_bytes
+        );
+    }
+    tuner::record::write_all(&a.dir, &raw, &s)?;
+    if a.json {
+        println!("{}", serde_json::to_string(&s)?);
+    } else {
+        print!("{}", std::fs::read_to_string(a.dir.join("record.md"))?);
+    }
+    Ok(ExitCode::from(tuner::exit::PASS))
+}
+
+fn run_propose(a: ProposeArgs) -> anyhow::Result<ExitCode> {
+    match tuner::propose::propose(&a.dir, a.table.as_deref(), a.dry_run) {
+        Ok(p) => {
+            print!("{}", p.diff);
+            if p.written {
+                println!("wrote {}", p.table.display());
+            } else {
+                println!("dry run: {} not written", p.table.display());
+            }
+            Ok(ExitCode::from(tuner::exit::PASS))
+        }
+        Err(e) => match e.downcast_ref::<tuner::propose::Refusal>() {
+            Some(r) => {
+                eprintln!("tuner propose: refused: {r}");
+                Ok(ExitCode::from(tuner::exit::REFUSED))
+            }
+            None => Err(e),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_widths;
+
+    #[test]
+    fn widths_parse_as_ranges_and_lists() {
+        assert_eq!(parse_widths("1-8").unwrap(), (1..=8).collect::<Vec<_>>());
+        assert_eq!(parse_widths("4,1-2, 4").unwrap(), vec![1, 2, 4]);
+        assert!(parse_widths("8-1").is_err());
+        assert!(parse_widths("1-99").is_err());
+        assert!(parse_widths("two").unwrap_err().to_string().contains("not a width"));
     }
 }

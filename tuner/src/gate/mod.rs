@@ -201,21 +201,52 @@ pub fn collect(cfg: &GateConfig, previous_nvrm: Option<u64>) -> GateInputs {
     }
     let proc_driver_nvidia = gpu::proc_driver_present();
     let gpu_input = gpu::probe(proc_driver_nvidia);
-    let driver = gpu::driver_presence(&gpu_input, proc_driver_nvidia);
+    let (driver, logs) = nvrm_logs(gpu::driver_presence(&gpu_input, proc_driver_nvidia));
     GateInputs {
         cpu: cpu::CpuInput { processes: processes.clone(), host, window_ms: cfg.cpu_window_ms },
         foreign: foreign::ForeignInput { processes, files },
         gpu: gpu_input,
         proc_driver_nvidia,
-        nvrm: nvrm::NvrmInput {
-            driver,
-            uptime_s: procfs::read_uptime_s(),
-            logs: nvrm::collect(driver),
-            previous_cumulative: previous_nvrm,
-        },
+        nvrm: nvrm::NvrmInput { driver, uptime_s: procfs::read_uptime_s(), logs, previous_cumulative: previous_nvrm },
         meminfo: memory::read_meminfo(),
         excluded,
     }
+}
+
+/// Environment variable naming a file read *instead of* the kernel log, in
+/// `/dev/kmsg` format, with the driver taken as loaded: lets tests inject
+/// NV_ERR_NO_MEMORY counts (a sweep records its whole environment, so a
+/// record made with it says so).
+pub const NVRM_LOG_ENV: &str = "DRAFTWISE_TUNER_NVRM_LOG";
+
+/// Kernel-log texts, each with its source, as the NVRM check reads them.
+type NvrmLogs = Vec<(nvrm::LogSource, Result<nvrm::RawLog, String>)>;
+
+/// The driver presence and kernel-log texts the NVRM check reads.
+fn nvrm_logs(driver: gpu::DriverPresence) -> (gpu::DriverPresence, NvrmLogs) {
+    match std::env::var_os(NVRM_LOG_ENV) {
+        Some(p) => {
+            let p = std::path::PathBuf::from(p);
+            let raw = procfs::read_capped(&p, nvrm::MAX_LOG_BYTES as u64)
+                .map(|text| nvrm::RawLog { text, truncated: false })
+                .map_err(|e| format!("{NVRM_LOG_ENV}: {e}"));
+            (gpu::DriverPresence::Loaded, vec![(nvrm::LogSource::Kmsg, raw)])
+        }
+        None => (driver, nvrm::collect(driver)),
+    }
+}
+
+/// Reads only the NV_ERR_NO_MEMORY count (no CPU window): what a sweep reads
+/// after each arm.
+pub fn nvrm_check(cfg: &GateConfig, previous: Option<u64>) -> Check<nvrm::NvrmReading> {
+    let proc_driver_nvidia = gpu::proc_driver_present();
+    let presence = match std::env::var_os(NVRM_LOG_ENV) {
+        Some(_) => gpu::DriverPresence::Loaded,
+        None => gpu::driver_presence(&gpu::probe(proc_driver_nvidia), proc_driver_nvidia),
+    };
+    let (driver, logs) = nvrm_logs(presence);
+    let input = nvrm::NvrmInput { driver, uptime_s: procfs::read_uptime_s(), logs, previous_cumulative: previous };
+    nvrm::evaluate(&input, cfg.nvrm_budget, cfg.nvrm_window_s)
 }
 
 /// A gate that remembers, between checks, what a single check cannot know:
@@ -230,6 +261,21 @@ pub struct Gate {
 impl Gate {
     pub fn new(config: GateConfig) -> Self {
         Gate { config, last_nvrm_cumulative: None }
+    }
+
+    /// The largest NV_ERR_NO_MEMORY count this gate has seen.
+    pub fn last_nvrm_cumulative(&self) -> Option<u64> {
+        self.last_nvrm_cumulative
+    }
+
+    /// Reads only the NV_ERR_NO_MEMORY count, remembering it like a check.
+    pub fn nvrm_count(&mut self) -> Option<u64> {
+        let c = nvrm_check(&self.config, self.last_nvrm_cumulative);
+        let n = c.reading.value.as_ref().filter(|r| r.applicable).and_then(|r| r.cumulative);
+        if let Some(n) = n {
+            self.last_nvrm_cumulative = Some(self.last_nvrm_cumulative.map_or(n, |p| p.max(n)));
+        }
+        n
     }
 
     /// Reads the host and judges it.

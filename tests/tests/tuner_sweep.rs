@@ -1,0 +1,103 @@
+//! End-to-end: `tuner sweep` driving the real `runtime` on the default model
+//! (a tiny sweep: widths 1 and 3, one round, one burst, 8 tokens), then
+//! `summarize` and `propose --dry-run`. What it pins: the runtime's events
+//! are everything the tuner needs (no log parsing), warm-ups stay out of the
+//! raw data, and greedy speculative output is byte-identical to classic
+//! through the whole sweep. The host may be busy, so the gate's CPU checks
+//! are relaxed and the decision itself is not asserted.
+use std::process::Command;
+
+use draftwise_tests::{bin, model_path, run};
+use serde_json::Value;
+
+#[test]
+fn a_real_sweep_records_identical_outputs_and_a_decision() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("records/real");
+    let prompts = dir.path().join("prompts.jsonl");
+    std::fs::write(
+        &prompts,
+        concat!(
+            r#"{"id": "edit", "type": "edit", "prompt": "Repeat exactly: the cat sat on the mat. the cat sat on the mat."}"#,
+            "\n",
+            r#"{"id": "code", "type": "code", "prompt": "def add(a, b):"}"#,
+            "\n"
+        ),
+    )
+    .unwrap();
+    // On a shared development host other sessions may run their own
+    // `runtime` processes; the gate would (rightly) wait for them. They are
+    // excluded by pid here; the gate's foreign-process logic has its own tests.
+    let mut others = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let comm = std::fs::read_to_string(e.path().join("comm")).unwrap_or_default();
+        if comm.trim() == "runtime"
+            && let Some(pid) = e.file_name().to_str().and_then(|p| p.parse::<u32>().ok())
+        {
+            others.extend(["--exclude-pid".to_string(), pid.to_string()]);
+        }
+    }
+    let o = run(Command::new(bin("tuner"))
+        .args([
+            "sweep",
+            "--runtime",
+            bin("runtime").to_str().unwrap(),
+            "--target",
+            model_path().to_str().unwrap(),
+            "--prompts",
+            prompts.to_str().unwrap(),
+            "--widths",
+            "1,3",
+            "--rounds",
+            "1",
+            "--bursts",
+            "1",
+            "--max-tokens",
+            "8",
+            "--threads",
+            "1",
+            "--out",
+            out.to_str().unwrap(),
+            "--cpu-window-ms",
+            "200",
+            "--cpu-threshold",
+            "100000",
+            "--host-cpu-threshold",
+            "100000",
+            "--min-available-mib",
+            "0",
+            "--gate-wait",
+            "300",
+            "--gate-interval",
+            "2",
+            "--json",
+        ])
+        .args(&others));
+    let log = format!("{}\n{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    assert!(o.status.success(), "{log}");
+    let s: Value = serde_json::from_str(String::from_utf8_lossy(&o.stdout).lines().last().unwrap()).unwrap();
+    assert_eq!(s["complete"], true, "{s}");
+    assert_eq!(s["arms_complete"], 4);
+    assert_eq!(s["identical"], true, "speculative output differs from classic: {s}");
+    assert!(s["device_class"].as_str().unwrap().starts_with("cpu:"));
+    assert_eq!(s["target_quant"], "q4_1");
+    for w in s["widths"].as_array().unwrap() {
+        assert_eq!(w["requests"], 2);
+        assert!(w["not_a_measurement"].is_null() || w["not_a_measurement"].as_str().unwrap().contains("zero"), "{w}");
+    }
+
+    let raw = std::fs::read_to_string(out.join("raw.jsonl")).unwrap();
+    let lines: Vec<Value> = raw.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let requests: Vec<&Value> = lines.iter().filter(|l| l["kind"] == "request").collect();
+    assert_eq!(requests.len(), 4 * 2, "one burst of two prompts per arm, warm-ups excluded");
+    let ends: Vec<&Value> = lines.iter().filter(|l| l["kind"] == "arm_end").collect();
+    assert!(ends.iter().all(|e| e["ok"] == true && e["warmup_requests"] == 2), "{ends:?}");
+    let startups: Vec<&Value> = lines.iter().filter(|l| l["kind"] == "startup").collect();
+    assert_eq!(startups[1]["startup"]["block_size"], 1);
+    assert!(startups[1]["startup"]["block_size_from"].as_str().unwrap().contains("--draft-block-size"));
+    for f in ["record.md", "summary.csv", "plot.svg", "prompts.jsonl", "logs/arm-003-attempt-0.stdout.jsonl"] {
+        assert!(out.join(f).exists(), "{f}");
+    }
+    let record = std::fs::read_to_string(out.join("record.md")).unwrap();
+    assert!(record.contains("## Decision rule") && record.contains("byte-identical"), "{record}");
+}

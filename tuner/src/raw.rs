@@ -1,0 +1,435 @@
+//! `raw.jsonl`: the sweep's raw data, one JSON object per line, written as it
+//! happens and flushed per line (docs/records.md documents every field).
+//!
+//! Principal types: [`RawLine`] (the tagged line kinds), [`RawWriter`]
+//! (append + flush per line), [`read_raw`] (a capped, line-numbered reader
+//! that tolerates only the one partial line an interrupted write leaves at
+//! the end).
+use std::collections::BTreeMap;
+use std::io::{BufRead, Read, Write};
+use std::path::{Path, PathBuf};
+
+use runtime::events::{SpeculativeDiagnostics, Startup, Usage};
+use serde::{Deserialize, Serialize};
+
+use crate::gate::{GateConfig, GateRun, Source};
+use crate::identity::Identity;
+
+/// Version of the raw.jsonl layout; bump on any change of meaning.
+pub const RAW_SCHEMA_VERSION: u32 = 1;
+
+/// Longest raw.jsonl line read back (a request line holds its token ids:
+/// a few KiB; a header holds the identity: tens of KiB).
+pub const MAX_RAW_LINE_BYTES: usize = 16 << 20;
+/// Largest raw.jsonl read back (a default sweep writes about 2 MiB).
+pub const MAX_RAW_BYTES: u64 = 1 << 30;
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+#[allow(clippy::large_enum_variant)] // one line per request: size is irrelevant
+pub enum RawLine {
+    Sweep(SweepHeader),
+    Resume(ResumeMark),
+    ArmStart(ArmStart),
+    Startup(ArmStartup),
+    Request(RequestRow),
+    ArmEnd(ArmEnd),
+    Halt(Halt),
+    Done(Done),
+}
+
+/// A prompt of the set and its task type.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PromptTag {
+    pub id: String,
+    #[serde(rename = "type")]
+    pub kind: String,
+}
+
+/// Which classic bracket of its round an arm is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Bracket {
+    Open,
+    Close,
+}
+
+/// One arm of the plan: a fresh runtime process.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlannedArm {
+    pub index: usize,
+    /// 0-based round.
+    pub round: usize,
+    /// Draft width; `None` is classic decoding.
+    pub width: Option<usize>,
+    /// For classic arms: which bracket of the round.
+    pub bracket: Option<Bracket>,
+}
+
+/// The settings of a sweep, exactly as run.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Settings {
+    pub target: PathBuf,
+    pub drafter: String,
+    pub drafter_model: Option<PathBuf>,
+    pub widths: Vec<usize>,
+    pub rounds: usize,
+    /// Recorded passes over the prompt set per arm (`runtime --repeat`).
+    pub bursts: usize,
+    /// Unrecorded passes first (`runtime --warmup`), excluded everywhere.
+    pub warmup: usize,
+    pub max_tokens: usize,
+    pub threads: usize,
+    /// The copy every arm read (`prompts.jsonl` in the record folder).
+    pub prompts: PathBuf,
+    /// Where the copy came from (`--prompts`, or the shipped default).
+    pub prompts_source: String,
+    pub prompts_sha256: String,
+    pub runtime: PathBuf,
+    pub gate: GateConfig,
+    /// How long the gate before an arm may wait for the host to quieten.
+    pub gate_wait_s: f64,
+    pub gate_interval_s: f64,
+}
+
+/// First line of raw.jsonl.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct SweepHeader {
+    pub raw_schema_version: u32,
+    pub events_schema_version: u32,
+    pub tuner_version: String,
+    pub started_at_unix_ms: u64,
+    /// UTC date of the start, `YYYY-MM-DD`.
+    pub date: String,
+    pub settings: Settings,
+    pub prompts: Vec<PromptTag>,
+    pub plan: Vec<PlannedArm>,
+    pub identity: Identity,
+}
+
+/// `tuner sweep --resume` continued the sweep here.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ResumeMark {
+    pub at_unix_ms: u64,
+    /// Arms already complete, not run again.
+    pub completed_arms: Vec<usize>,
+    /// Bytes of a partial last line (an interrupted write) cut off before appending.
+    pub dropped_partial_line_bytes: usize,
+}
+
+/// Written before an arm's process starts.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ArmStart {
+    pub arm: usize,
+    /// 0 for the first run of this arm, 1 after a resume re-ran it, ...
+    pub attempt: usize,
+    pub round: usize,
+    pub width: Option<usize>,
+    pub bracket: Option<Bracket>,
+    pub started_at_unix_ms: u64,
+    /// The program and every argument.
+    pub argv: Vec<String>,
+    /// The complete environment the process was given (nothing else is inherited).
+    pub env: BTreeMap<String, String>,
+    /// The gate checked just before (after any waiting).
+    pub gate: GateRun,
+    /// NV_ERR_NO_MEMORY count this boot before the arm; null when not applicable or unreadable.
+    pub nvrm_before: Option<u64>,
+    /// The projection that let the arm start: `nvrm_before + worst_delta * arms_left`.
+    pub nvrm_projected: Option<u64>,
+}
+
+/// The arm's `startup` event, verbatim.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ArmStartup {
+    pub arm: usize,
+    pub attempt: usize,
+    pub startup: Startup,
+}
+
+/// One recorded (non-warm-up) request.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct RequestRow {
+    pub arm: usize,
+    pub attempt: usize,
+    pub round: usize,
+    pub width: Option<usize>,
+    pub bracket: Option<Bracket>,
+    /// The drafter the process ran (`none` for classic arms).
+    pub drafter: String,
+    pub prompt_id: String,
+    pub prompt_type: String,
+    /// Which burst (recorded pass over the prompt set) of the arm.
+    pub burst: usize,
+    pub usage: Usage,
+    pub finish_reason: String,
+    pub prefill_ms: f64,
+    pub decode_ms: f64,
+    pub total_ms: f64,
+    pub decode_steps: usize,
+    pub decode_tokens: usize,
+    pub decode_tok_per_s: Option<f64>,
+    pub prefill_tok_per_s: f64,
+    pub text_sha256: String,
+    pub token_ids_sha256: String,
+    /// Kept so identity failures can name the first differing token.
+    pub token_ids: Vec<u32>,
+    /// The `speculative_diagnostics` event for this request, verbatim.
+    pub diagnostics: Option<SpeculativeDiagnostics>,
+    pub diagnostics_present: bool,
+    pub declined: bool,
+    pub declined_reason: Option<String>,
+    /// The arm's NV_ERR_NO_MEMORY count before it started (`arm_end` has the count after).
+    pub nvrm_before: Option<u64>,
+    /// The arm's gate decision and the sources it accepted as unknown.
+    pub gate_decision: crate::gate::Decision,
+    pub gate_accepted_unknown: Vec<Source>,
+}
+
+/// How an arm's process ended.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ArmEnd {
+    pub arm: usize,
+    pub attempt: usize,
+    /// Exited 0 and every line was an event.
+    pub ok: bool,
+    pub exit_code: Option<i32>,
+    pub signal: Option<i32>,
+    pub duration_ms: u64,
+    pub requests: usize,
+    pub warmup_requests: usize,
+    /// stdout lines that were not events (the arm is then not ok).
+    pub bad_lines: usize,
+    pub nvrm_after: Option<u64>,
+    pub nvrm_delta: Option<u64>,
+    /// What went wrong, with where to look.
+    pub error: Option<String>,
+    pub stdout_log: String,
+    pub stderr_log: String,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HaltKind {
+    /// The projected NV_ERR_NO_MEMORY count would reach the budget.
+    NvrmBudget,
+    /// The gate said halt.
+    Gate,
+    /// The gate still said wait when `--gate-wait` ran out.
+    GateTimeout,
+    /// An arm's process failed.
+    ArmFailed,
+}
+
+/// The sweep stopped before its plan was done.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Halt {
+    pub halt: HaltKind,
+    /// The arm that was not started (or that failed).
+    pub arm: usize,
+    pub at_unix_ms: u64,
+    pub message: String,
+    pub nvrm_current: Option<u64>,
+    pub nvrm_worst_arm_delta: Option<u64>,
+    pub arms_left: Option<usize>,
+    pub nvrm_projected: Option<u64>,
+    pub nvrm_budget: Option<u64>,
+}
+
+/// The plan is complete.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Done {
+    pub at_unix_ms: u64,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RawError {
+    #[error("{path}: {source}")]
+    Io { path: PathBuf, source: std::io::Error },
+    #[error("{path}: {size} bytes is over the limit of {MAX_RAW_BYTES}")]
+    TooBig { path: PathBuf, size: u64 },
+    #[error("{path}:{line}: line is over {MAX_RAW_LINE_BYTES} bytes")]
+    LineTooLong { path: PathBuf, line: usize },
+    #[error("{path}:{line}: not a raw.jsonl line: {source}")]
+    Malformed { path: PathBuf, line: usize, source: serde_json::Error },
+    #[error("{path}: empty; a sweep's first line is its `sweep` header")]
+    Empty { path: PathBuf },
+    #[error("{path}:1: the first line must be the `sweep` header")]
+    NoHeader { path: PathBuf },
+    #[error("{path}: raw schema version {found}; this tuner reads {RAW_SCHEMA_VERSION}")]
+    Version { path: PathBuf, found: u32 },
+}
+
+/// raw.jsonl read back.
+#[derive(Clone, Debug)]
+pub struct RawFile {
+    pub header: SweepHeader,
+    /// Every line after the header, in order.
+    pub lines: Vec<RawLine>,
+    /// Bytes of a final line without a newline that did not parse (an
+    /// interrupted write); ignored.
+    pub partial_tail_bytes: usize,
+}
+
+/// Reads one line of at most `cap` bytes (newline excluded). `Ok(None)` at
+/// end of file; `Err(true)` when the line is longer than `cap`. The flag in
+/// the `Some` says whether the line ended with a newline.
+fn read_line_capped(r: &mut impl BufRead, cap: usize, buf: &mut Vec<u8>) -> std::io::Result<Option<(bool, bool)>> {
+    buf.clear();
+    let n = r.by_ref().take(cap as u64 + 1).read_until(b'\n', buf)?;
+    if n == 0 {
+        return Ok(None);
+    }
+    let newline = buf.last() == Some(&b'\n');
+    if newline {
+        buf.pop();
+    }
+    let too_long = buf.len() > cap;
+    if too_long {
+        // Skip the rest of the line.
+        let mut rest = Vec::new();
+        loop {
+            rest.clear();
+            let m = r.by_ref().take(1 << 16).read_until(b'\n', &mut rest)?;
+            if m == 0 || rest.last() == Some(&b'\n') {
+                break;
+            }
+        }
+    }
+    Ok(Some((newline, too_long)))
+}
+
+/// Reads and checks raw.jsonl. Malformed lines are errors naming the line,
+/// except a final line without a newline (what an interrupted write
+/// leaves), which is counted in `partial_tail_bytes` and ignored.
+pub fn read_raw(path: &Path) -> Result<RawFile, RawError> {
+    let io = |source| RawError::Io { path: path.to_path_buf(), source };
+    let f = std::fs::File::open(path).map_err(io)?;
+    let size = f.metadata().map_err(io)?.len();
+    if size > MAX_RAW_BYTES {
+        return Err(RawError::TooBig { path: path.to_path_buf(), size });
+    }
+    let mut r = std::io::BufReader::new(f);
+    let mut buf = Vec::new();
+    let mut lines = Vec::new();
+    let mut header: Option<SweepHeader> = None;
+    let mut partial_tail_bytes = 0;
+    let mut n = 0;
+    while let Some((newline, too_long)) = read_line_capped(&mut r, MAX_RAW_LINE_BYTES, &mut buf).map_err(io)? {
+        n += 1;
+        if too_long {
+            return Err(RawError::LineTooLong { path: path.to_path_buf(), line: n });
+        }
+        if buf.iter().all(u8::is_ascii_whitespace) {
+            continue;
+        }
+        let parsed: Result<RawLine, _> = serde_json::from_slice(&buf);
+        let line = match parsed {
+            Ok(l) => l,
+            Err(_) if !newline => {
+                partial_tail_bytes = buf.len();
+                break;
+            }
+            Err(source) => return Err(RawError::Malformed { path: path.to_path_buf(), line: n, source }),
+        };
+        match (&header, line) {
+            (None, RawLine::Sweep(h)) => {
+                if h.raw_schema_version != RAW_SCHEMA_VERSION {
+                    return Err(RawError::Version { path: path.to_path_buf(), found: h.raw_schema_version });
+                }
+                header = Some(h);
+            }
+            (None, _) => return Err(RawError::NoHeader { path: path.to_path_buf() }),
+            (Some(_), l) => lines.push(l),
+        }
+    }
+    match header {
+        Some(header) => Ok(RawFile { header, lines, partial_tail_bytes }),
+        None if n == 0 || partial_tail_bytes > 0 => Err(RawError::Empty { path: path.to_path_buf() }),
+        None => Err(RawError::NoHeader { path: path.to_path_buf() }),
+    }
+}
+
+/// Appends lines to raw.jsonl, flushing and syncing the data after each one,
+/// so an interruption leaves every written line whole.
+pub struct RawWriter {
+    path: PathBuf,
+    file: std::fs::File,
+}
+
+impl RawWriter {
+    /// Opens for appending (creating it if needed).
+    pub fn open(path: &Path) -> Result<Self, RawError> {
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .map_err(|source| RawError::Io { path: path.to_path_buf(), source })?;
+        Ok(RawWriter { path: path.to_path_buf(), file })
+    }
+
+    pub fn write(&mut self, line: &RawLine) -> Result<(), RawError> {
+        let io = |source| RawError::Io { path: self.path.clone(), source };
+        let mut s = serde_json::to_string(line).map_err(|e| io(std::io::Error::other(e)))?;
+        s.push('\n');
+        self.file.write_all(s.as_bytes()).map_err(io)?;
+        self.file.flush().map_err(io)?;
+        self.file.sync_data().map_err(io)
+    }
+}
+
+/// Cuts a partial last line (no newline) off the end of the file, so
+/// appending starts on a fresh line. Returns the bytes removed.
+pub fn drop_partial_tail(path: &Path) -> Result<usize, RawError> {
+    let io = |source| RawError::Io { path: path.to_path_buf(), source };
+    let bytes = std::fs::read(path).map_err(io)?;
+    if bytes.is_empty() || bytes.last() == Some(&b'\n') {
+        return Ok(0);
+    }
+    let keep = bytes.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+    let f = std::fs::OpenOptions::new().write(true).open(path).map_err(io)?;
+    f.set_len(keep as u64).map_err(io)?;
+    Ok(bytes.len() - keep)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_capped_reader_reports_long_lines_and_keeps_reading() {
+        let text = b"short\n0123456789abcdef\nend";
+        let mut r = std::io::Cursor::new(&text[..]);
+        let mut buf = Vec::new();
+        assert_eq!(read_line_capped(&mut r, 8, &mut buf).unwrap(), Some((true, false)));
+        assert_eq!(buf, b"short");
+        assert!(matches!(read_line_capped(&mut r, 8, &mut buf).unwrap(), Some((_, true))));
+        assert_eq!(read_line_capped(&mut r, 8, &mut buf).unwrap(), Some((false, false)));
+        assert_eq!(buf, b"end");
+        assert_eq!(read_line_capped(&mut r, 8, &mut buf).unwrap(), None);
+    }
+
+    #[test]
+    fn a_file_without_a_header_or_with_junk_is_an_error_naming_the_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("raw.jsonl");
+        std::fs::write(&p, "").unwrap();
+        assert!(matches!(read_raw(&p), Err(RawError::Empty { .. })));
+        std::fs::write(&p, "{\"kind\":\"done\",\"at_unix_ms\":1}\n").unwrap();
+        assert!(matches!(read_raw(&p), Err(RawError::NoHeader { .. })));
+        std::fs::write(&p, "not json\n{}\n").unwrap();
+        let e = read_raw(&p).unwrap_err();
+        assert!(matches!(e, RawError::Malformed { line: 1, .. }), "{e}");
+        assert!(e.to_string().contains("raw.jsonl:1"), "{e}");
+    }
+
+    #[test]
+    fn dropping_a_partial_tail_keeps_whole_lines() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("raw.jsonl");
+        std::fs::write(&p, "a\nb\n{\"kind\":\"req").unwrap();
+        assert_eq!(drop_partial_tail(&p).unwrap(), 12);
+        assert_eq!(std::fs::read_to_string(&p).unwrap(), "a\nb\n");
+        assert_eq!(drop_partial_tail(&p).unwrap(), 0);
+    }
+}

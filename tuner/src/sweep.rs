@@ -1,0 +1,849 @@
+//! `tuner sweep`: runs the bracketed arm plan and writes `raw.jsonl` and
+//! `logs/` as it goes (docs/records.md).
+//!
+//! Principal items: [`SweepOptions`] (what the operator asked for),
+//! [`plan`] (the arm order), [`run`] (gate, NVRM projection, one fresh
+//! `runtime generate --json` process per arm, raw lines), [`Outcome`].
+//!
+//! Each arm is its own process because the variance between processes is
+//! larger than the variance within one (the design's lesson from a harness
+//! that measured n = 3 inside one server process).
+use std::collections::BTreeMap;
+use std::io::{BufRead, IsTerminal, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::{Context, Result, bail};
+use runtime::events::Event;
+
+use crate::gate::{Decision, Gate, GateConfig};
+use crate::identity::{self, IdentityOptions};
+use crate::raw::{
+    ArmEnd, ArmStart, ArmStartup, Bracket, Done, Halt, HaltKind, PlannedArm, PromptTag, RawLine, RawWriter, RequestRow,
+    ResumeMark, SweepHeader, read_raw,
+};
+
+/// Longest stdout line accepted from the runtime (a completion with its
+/// token ids and text is a few KiB).
+pub const MAX_EVENT_LINE_BYTES: usize = 4 << 20;
+
+/// Largest prompt set read.
+pub const MAX_PROMPTS_BYTES: u64 = 16 << 20;
+
+/// The shipped default prompt set, `prompts/sweep.jsonl`: 12 prompts of
+/// `prompts/mixed.jsonl`, two per task type, compiled in so the default
+/// sweep runs from any directory. docs/records.md has the time arithmetic.
+pub const DEFAULT_PROMPTS_JSONL: &str = include_str!("../../prompts/sweep.jsonl");
+
+/// Default tokens per request: with 12 prompts, 1 warm-up + 3 bursts, 20
+/// arms, this keeps the default sweep within 15 minutes on a 2-core host
+/// (docs/records.md, "How long a sweep takes").
+pub const DEFAULT_MAX_TOKENS: usize = 48;
+
+/// `records/<date>-<device class>-<drafter>` (`:` becomes `-`), with `-2`,
+/// `-3`, ... when that folder exists.
+pub fn default_out_dir(drafter: &str) -> PathBuf {
+    let device = kernels::dispatch::selected().map_or_else(|_| "unknown".to_string(), |s| s.family.device_class());
+    let base = format!("records/{}-{}-{drafter}", utc_date(now_ms()), device.replace(':', "-"));
+    let mut p = PathBuf::from(&base);
+    let mut n = 2;
+    while p.exists() {
+        p = PathBuf::from(format!("{base}-{n}"));
+        n += 1;
+    }
+    p
+}
+
+/// Environment variables passed to each arm besides these prefixes. Nothing
+/// else is inherited, so the recorded environment is the complete one.
+const ENV_KEEP: &[&str] = &["PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "TZ", "LD_LIBRARY_PATH"];
+const ENV_KEEP_PREFIXES: &[&str] = &["DRAFTWISE_", "CUDA_", "NVIDIA_", "RUST_"];
+/// Never passed: the sweep sets the width by flag and never forfeits exactness.
+const ENV_DROP: &[&str] = &["DRAFTWISE_DRAFT_BLOCK_SIZE", "DRAFTWISE_ALLOW_INEXACT"];
+
+/// What `tuner sweep` was asked to do (after defaults).
+#[derive(Clone, Debug)]
+pub struct SweepOptions {
+    pub target: PathBuf,
+    pub drafter: String,
+    pub drafter_model: Option<PathBuf>,
+    pub widths: Vec<usize>,
+    pub rounds: usize,
+    pub bursts: usize,
+    pub warmup: usize,
+    pub max_tokens: usize,
+    pub threads: usize,
+    /// `None`: the shipped default set ([`DEFAULT_PROMPTS_JSONL`]).
+    pub prompts: Option<PathBuf>,
+    pub out: PathBuf,
+    pub runtime: PathBuf,
+    pub gate: GateConfig,
+    pub gate_wait: Duration,
+    pub gate_interval: Duration,
+}
+
+/// How a sweep ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// Every arm ran.
+    Complete,
+    /// Stopped with a halt line in raw.jsonl.
+    Halted(HaltKind),
+}
+
+/// The arm plan: every round opens and closes with a classic arm; the widths
+/// run between them rotated by `round * len / rounds` positions, so a time
+/// trend across the sweep does not line up with width.
+pub fn plan(widths: &[usize], rounds: usize) -> Vec<PlannedArm> {
+    let mut arms = Vec::new();
+    for round in 0..rounds {
+        let mut order = widths.to_vec();
+        if !order.is_empty() {
+            let shift = (round * order.len() / rounds.max(1)) % order.len();
+            order.rotate_left(shift);
+        }
+        let mut push = |width, bracket| arms.push(PlannedArm { index: arms.len(), round, width, bracket });
+        push(None, Some(Bracket::Open));
+        for w in order {
+            push(Some(w), None);
+        }
+        push(None, Some(Bracket::Close));
+    }
+    arms
+}
+
+/// Parses a prompt set for its ids and task types (`type`; "untyped" when absent).
+pub fn prompt_tags(text: &str, origin: &Path) -> Result<Vec<PromptTag>> {
+    // The runtime validates the rest of the line; this only needs id and type.
+    #[derive(serde::Deserialize)]
+    struct Line {
+        id: serde_json::Value,
+        #[serde(rename = "type", default)]
+        kind: Option<String>,
+    }
+    let mut out = Vec::new();
+    for (i, l) in text.lines().enumerate() {
+        if l.trim().is_empty() {
+            continue;
+        }
+        let v: serde_json::Value =
+            serde_json::from_str(l).with_context(|| format!("{}:{}: not JSON", origin.display(), i + 1))?;
+        if !v.is_object() {
+            bail!("{}:{}: not a prompt object", origin.display(), i + 1);
+        }
+        let p: Line = serde_json::from_value(v)
+            .with_context(|| format!("{}:{}: not a prompt object", origin.display(), i + 1))?;
+        let id = match p.id {
+            serde_json::Value::String(s) => s,
+            serde_json::Value::Number(n) => n.to_string(),
+            other => bail!("{}:{}: id must be a string or number, got {other}", origin.display(), i + 1),
+        };
+        if out.iter().any(|t: &PromptTag| t.id == id) {
+            bail!("{}:{}: duplicate id {id:?}", origin.display(), i + 1);
+        }
+        out.push(PromptTag { id, kind: p.kind.unwrap_or_else(|| "untyped".into()) });
+    }
+    if out.is_empty() {
+        bail!("{}: no prompts", origin.display());
+    }
+    Ok(out)
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+}
+
+/// `YYYY-MM-DD` (UTC) of a Unix time in milliseconds (Howard Hinnant's
+/// days-to-civil algorithm).
+pub fn utc_date(unix_ms: u64) -> String {
+    let days = (unix_ms / 86_400_000) as i64 + 719_468;
+    let era = days.div_euclid(146_097);
+    let doe = days.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!("{y:04}-{m:02}-{d:02}")
+}
+
+/// The complete environment an arm is given.
+pub fn arm_env() -> BTreeMap<String, String> {
+    std::env::vars()
+        .filter(|(k, _)| {
+            (ENV_KEEP.contains(&k.as_str()) || ENV_KEEP_PREFIXES.iter().any(|p| k.starts_with(p)))
+                && !ENV_DROP.contains(&k.as_str())
+        })
+        .collect()
+}
+
+/// The runtime command line of one arm: every setting explicit.
+pub fn arm_args(s: &crate::raw::Settings, width: Option<usize>) -> Vec<String> {
+    let mut a: Vec<String> = vec![
+        "generate".into(),
+        "--json".into(),
+        "--model".into(),
+        s.target.display().to_string(),
+        "--prompts".into(),
+        s.prompts.display().to_string(),
+        "--max-tokens".into(),
+        s.max_tokens.to_string(),
+        "--threads".into(),
+        s.threads.to_string(),
+        "--repeat".into(),
+        s.bursts.to_string(),
+        "--warmup".into(),
+        s.warmup.to_string(),
+        "--temperature".into(),
+        "0".into(),
+        "--seed".into(),
+        "0".into(),
+    ];
+    if let Some(w) = width {
+        a.extend(["--drafter".into(), s.drafter.clone(), "--draft-block-size".into(), w.to_string()]);
+        if let Some(m) = &s.drafter_model {
+            a.extend(["--drafter-model".into(), m.display().to_string()]);
+        }
+    }
+    a
+}
+
+/// Progress: a bar with ETA on a terminal, plain lines otherwise.
+enum Progress {
+    Bar(indicatif::ProgressBar),
+    Lines { total: usize, done: usize },
+}
+
+impl Progress {
+    fn new(total: usize, done: usize) -> Self {
+        if std::io::stderr().is_terminal() {
+            let bar = indicatif::ProgressBar::new(total as u64);
+            if let Ok(style) = indicatif::ProgressStyle::with_template(
+                "{elapsed_precise} [{bar:30}] {pos}/{len} arms, ETA {eta} {msg}",
+            ) {
+                bar.set_style(style.progress_chars("=> "));
+            }
+            bar.set_position(done as u64);
+            bar.reset_eta();
+            Progress::Bar(bar)
+        } else {
+            Progress::Lines { total, done }
+        }
+    }
+
+    fn message(&mut self, msg: &str) {
+        match self {
+            Progress::Bar(b) => b.set_message(msg.to_string()),
+            Progress::Lines { total, done } => eprintln!("tuner sweep: [{done}/{total}] {msg}"),
+        }
+    }
+
+    fn note(&mut self, msg: &str) {
+        match self {
+            Progress::Bar(b) => b.println(format!("tuner sweep: {msg}")),
+            Progress::Lines { .. } => eprintln!("tuner sweep: {msg}"),
+        }
+    }
+
+    fn arm_done(&mut self) {
+        match self {
+            Progress::Bar(b) => b.inc(1),
+            Progress::Lines { done, .. } => *done += 1,
+        }
+    }
+
+    fn finish(&mut self) {
+        if let Progress::Bar(b) = self {
+            b.finish_and_clear();
+        }
+    }
+}
+
+fn sha256_bytes(b: &[u8]) -> String {
+    runtime::events::sha256_hex(b)
+}
+
+/// Starts a new sweep in `opts.out` (which must not hold a raw.jsonl).
+pub fn start(opts: &SweepOptions) -> Result<Outcome> {
+    if opts.widths.is_empty() {
+        bail!("--widths is empty; give at least one width, e.g. --widths 1-8");
+    }
+    if let Some(w) = opts.widths.iter().find(|w| **w == 0 || **w > runtime::policy::MAX_BLOCK_SIZE) {
+        bail!("--widths: {w} is out of range 1..={}", runtime::policy::MAX_BLOCK_SIZE);
+    }
+    if opts.drafter == "draft-model" && opts.drafter_model.is_none() {
+        bail!("--drafter draft-model needs --drafter-model PATH (the draft checkpoint)");
+    }
+    if opts.rounds == 0 || opts.bursts == 0 || opts.threads == 0 || opts.max_tokens == 0 {
+        bail!("--rounds, --bursts, --threads and --max-tokens must each be at least 1");
+    }
+    for (flag, p) in [("--target", Some(&opts.target)), ("--drafter-model", opts.drafter_model.as_ref())] {
+        if let Some(p) = p
+            && !p.exists()
+        {
+            bail!("{flag} {}: no such file or directory", p.display());
+        }
+    }
+    let raw_path = opts.out.join("raw.jsonl");
+    if raw_path.exists() {
+        bail!(
+            "{} exists: continue it with `tuner sweep --resume {}`, or choose another --out",
+            raw_path.display(),
+            opts.out.display()
+        );
+    }
+    std::fs::create_dir_all(opts.out.join("logs")).with_context(|| format!("creating {}", opts.out.display()))?;
+    let (prompts_bytes, prompts_source) = match &opts.prompts {
+        Some(p) => (read_capped(p, MAX_PROMPTS_BYTES)?, p.display().to_string()),
+        None => {
+            (DEFAULT_PROMPTS_JSONL.as_bytes().to_vec(), "prompts/sweep.jsonl (compiled into the tuner)".to_string())
+        }
+    };
+    let prompts_text =
+        String::from_utf8(prompts_bytes.clone()).with_context(|| format!("{prompts_source}: not UTF-8"))?;
+    let prompts = prompt_tags(&prompts_text, Path::new(&prompts_source))?;
+    // Copy the prompt set into the record: the record is self-contained, and
+    // every arm reads the copy whose hash is recorded.
+    let prompts_copy = opts.out.join("prompts.jsonl");
+    std::fs::write(&prompts_copy, &prompts_bytes).with_context(|| format!("writing {}", prompts_copy.display()))?;
+    let abs = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
+    let settings = crate::raw::Settings {
+        target: abs(&opts.target),
+        drafter: opts.drafter.clone(),
+        drafter_model: opts.drafter_model.as_deref().map(abs),
+        widths: opts.widths.clone(),
+        rounds: opts.rounds,
+        bursts: opts.bursts,
+        warmup: opts.warmup,
+        max_tokens: opts.max_tokens,
+        threads: opts.threads,
+        prompts: abs(&prompts_copy),
+        prompts_source,
+        prompts_sha256: sha256_bytes(&prompts_bytes),
+        runtime: abs(&opts.runtime),
+        gate: opts.gate.clone(),
+        gate_wait_s: opts.gate_wait.as_secs_f64(),
+        gate_interval_s: opts.gate_interval.as_secs_f64(),
+    };
+    let mut models = vec![settings.target.clone()];
+    models.extend(settings.drafter_model.clone());
+    eprintln!("tuner sweep: identifying the host and hashing the model(s)");
+    let identity = identity::collect(&IdentityOptions { runtime: Some(settings.runtime.clone()), models });
+    if let Some(m) = identity.models.iter().find(|m| m.sha256.value.is_none()) {
+        bail!("{}: {}", m.path, m.sha256.reason());
+    }
+    let started = now_ms();
+    let header = SweepHeader {
+        raw_schema_version: crate::raw::RAW_SCHEMA_VERSION,
+        events_schema_version: runtime::events::SCHEMA_VERSION,
+        tuner_version: env!("CARGO_PKG_VERSION").to_string(),
+        started_at_unix_ms: started,
+        date: utc_date(started),
+        plan: plan(&settings.widths, settings.rounds),
+        settings,
+        prompts,
+        identity,
+    };
+    let mut w = RawWriter::open(&raw_path)?;
+    w.write(&RawLine::Sweep(header.clone()))?;
+    drive(&opts.out, &header, w, &[], &[])
+}
+
+/// Continues the sweep in `dir`: arms with a successful `arm_end` are kept;
+/// the rest run (again), with the same settings.
+pub fn resume(dir: &Path) -> Result<Outcome> {
+    let raw_path = dir.join("raw.jsonl");
+    let dropped = crate::raw::drop_partial_tail(&raw_path)?;
+    let raw = read_raw(&raw_path)?;
+    if raw.lines.iter().any(|l| matches!(l, RawLine::Done(_))) {
+        bail!("{} is complete (it has a `done` line); nothing to resume", raw_path.display());
+    }
+    let done = completed_arms(&raw.lines);
+    let deltas: Vec<u64> = raw
+        .lines
+        .iter()
+        .filter_map(|l| match l {
+            RawLine::ArmEnd(e) if e.ok => e.nvrm_delta,
+            _ => None,
+        })
+        .collect();
+    let attempts: Vec<usize> = raw
+        .lines
+        .iter()
+        .filter_map(|l| match l {
+            RawLine::ArmStart(s) => Some(s.arm),
+            _ => None,
+        })
+        .collect();
+    let mut w = RawWriter::open(&raw_path)?;
+    w.write(&RawLine::Resume(ResumeMark {
+        at_unix_ms: now_ms(),
+        completed_arms: done.clone(),
+        dropped_partial_line_bytes: dropped,
+    }))?;
+    eprintln!(
+        "tuner sweep: resuming {}: {} of {} arms complete{}",
+        dir.display(),
+        done.len(),
+        raw.header.plan.len(),
+        if dropped > 0 { format!(", cut a partial last line of {dropped} bytes") } else { String::new() }
+    );
+    drive(dir, &raw.header, w, &deltas, &attempts)
+}
+
+/// Arms whose latest attempt ended ok.
+pub fn completed_arms(lines: &[RawLine]) -> Vec<usize> {
+    let mut last: BTreeMap<usize, bool> = BTreeMap::new();
+    for l in lines {
+        match l {
+            RawLine::ArmStart(s) => {
+                last.insert(s.arm, false);
+            }
+            RawLine::ArmEnd(e) => {
+                last.insert(e.arm, e.ok);
+            }
+            _ => {}
+        }
+    }
+    last.into_iter().filter(|(_, ok)| *ok).map(|(a, _)| a).collect()
+}
+
+fn read_capped(p: &Path, cap: u64) -> Result<Vec<u8>> {
+    use std::io::Read;
+    let f = std::fs::File::open(p).with_context(|| format!("opening {}", p.display()))?;
+    let mut buf = Vec::new();
+    f.take(cap + 1).read_to_end(&mut buf).with_context(|| format!("reading {}", p.display()))?;
+    if buf.len() as u64 > cap {
+        bail!("{}: over the limit of {cap} bytes", p.display());
+    }
+    Ok(buf)
+}
+
+fn halt_line(w: &mut RawWriter, h: Halt, progress: &mut Progress) -> Result<Outcome> {
+    progress.note(&format!("halted before arm {}: {}", h.arm, h.message));
+    let kind = h.halt;
+    w.write(&RawLine::Halt(h))?;
+    progress.finish();
+    Ok(Outcome::Halted(kind))
+}
+
+fn drive(
+    dir: &Path,
+    header: &SweepHeader,
+    mut w: RawWriter,
+    prior_deltas: &[u64],
+    prior_attempts: &[usize],
+) -> Result<Outcome> {
+    let s = &header.settings;
+    let done: Vec<usize> = match read_raw(&dir.join("raw.jsonl")) {
+        Ok(r) => completed_arms(&r.lines),
+        Err(_) => Vec::new(),
+    };
+    let todo: Vec<&PlannedArm> = header.plan.iter().filter(|a| !done.contains(&a.index)).collect();
+    let mut progress = Progress::new(header.plan.len(), done.len());
+    let mut gate = Gate::new(s.gate.clone());
+    let mut worst_delta: Option<u64> = prior_deltas.iter().copied().max();
+    let types: BTreeMap<&str, &str> = header.prompts.iter().map(|p| (p.id.as_str(), p.kind.as_str())).collect();
+    let env = arm_env();
+    for (k, arm) in todo.iter().enumerate() {
+        let arms_left = todo.len() - k;
+        let what = match arm.width {
+            Some(wd) => format!("arm {} (round {}, width {wd})", arm.index, arm.round + 1),
+            None => format!("arm {} (round {}, classic)", arm.index, arm.round + 1),
+        };
+        progress.message(&format!("{what}: gate"));
+        let gate_run = gate.wait(
+            Duration::from_secs_f64(s.gate_wait_s),
+            Duration::from_secs_f64(s.gate_interval_s),
+            |r, waited| {
+                eprintln!(
+                    "tuner sweep: gate before arm {}: waiting ({:.0} s of {:.0} s): {}",
+                    arm.index,
+                    waited.as_secs_f64(),
+                    s.gate_wait_s,
+                    crate::gate::summary_line(r)
+                )
+            },
+        );
+        let nvrm_now =
+            gate_run.report.checks.nvrm.reading.value.as_ref().filter(|r| r.applicable).and_then(|r| r.cumulative);
+        let worst_now = worst_delta;
+        let base = |halt, message: String| Halt {
+            halt,
+            arm: arm.index,
+            at_unix_ms: now_ms(),
+            message,
+            nvrm_current: nvrm_now,
+            nvrm_worst_arm_delta: worst_now,
+            arms_left: Some(arms_left),
+            nvrm_projected: None,
+            nvrm_budget: Some(s.gate.nvrm_budget),
+        };
+        match gate_run.decision {
+            Decision::Halt => {
+                return halt_line(
+                    &mut w,
+                    base(HaltKind::Gate, crate::gate::summary_line(&gate_run.report)),
+                    &mut progress,
+                );
+            }
+            Decision::Wait => {
+                let msg = format!(
+                    "the gate still said wait after {:.0} s ({}); run `tuner sweep --resume {}` when the host is quiet",
+                    s.gate_wait_s,
+                    crate::gate::summary_line(&gate_run.report),
+                    dir.display()
+                );
+                return halt_line(&mut w, base(HaltKind::GateTimeout, msg), &mut progress);
+            }
+            Decision::Pass => {}
+        }
+        // The projected count: current + the worst delta any arm has caused,
+        // for every arm still to run (this one included).
+        let projected = nvrm_now.map(|n| n + worst_delta.unwrap_or(0) * arms_left as u64);
+        if let Some(p) = projected
+            && p >= s.gate.nvrm_budget
+        {
+            let mut h = base(
+                HaltKind::NvrmBudget,
+                format!(
+                    "projected NV_ERR_NO_MEMORY count {p} (now {}, worst arm delta {}, {arms_left} arm(s) left) \
+                     reaches the budget of {}: not started. Read the kernel log; rerun with fewer arms or raise \
+                     `--nvrm-budget` only if the errors are understood",
+                    nvrm_now.unwrap_or(0),
+                    worst_delta.unwrap_or(0),
+                    s.gate.nvrm_budget
+                ),
+            );
+            h.nvrm_projected = Some(p);
+            return halt_line(&mut w, h, &mut progress);
+        }
+        let attempt = prior_attempts.iter().filter(|&&a| a == arm.index).count();
+        let mut argv = vec![s.runtime.display().to_string()];
+        argv.extend(arm_args(s, arm.width));
+        w.write(&RawLine::ArmStart(ArmStart {
+            arm: arm.index,
+            attempt,
+            round: arm.round,
+            width: arm.width,
+            bracket: arm.bracket,
+            started_at_unix_ms: now_ms(),
+            argv: argv.clone(),
+            env: env.clone(),
+            gate: gate_run.clone(),
+            nvrm_before: nvrm_now,
+            nvrm_projected: projected,
+        }))?;
+        progress.message(&format!("{what}: running"));
+        let end = run_arm(dir, arm, attempt, &argv, &env, &gate_run, nvrm_now, &types, &mut w)?;
+        let nvrm_after = gate.nvrm_count();
+        let nvrm_delta = match (nvrm_now, nvrm_after) {
+            (Some(a), Some(b)) => Some(b.saturating_sub(a)),
+            _ => None,
+        };
+        if let Some(d) = nvrm_delta {
+            worst_delta = Some(worst_delta.map_or(d, |x| x.max(d)));
+        }
+        let end = ArmEnd { nvrm_after, nvrm_delta, ..end };
+        let ok = end.ok;
+        let error = end.error.clone();
+        w.write(&RawLine::ArmEnd(end))?;
+        if !ok {
+            let msg = format!(
+                "{what} failed: {}; fix the cause, then `tuner sweep --resume {}` reruns it",
+                error.unwrap_or_default(),
+                dir.display()
+            );
+            return halt_line(&mut w, base(HaltKind::ArmFailed, msg), &mut progress);
+        }
+        progress.arm_done();
+    }
+    w.write(&RawLine::Done(Done { at_unix_ms: now_ms() }))?;
+    progress.finish();
+    Ok(Outcome::Complete)
+}
+
+/// A completion waiting to see whether diagnostics or a decline follow it.
+struct Pending {
+    row: RequestRow,
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run_arm(
+    dir: &Path,
+    arm: &PlannedArm,
+    attempt: usize,
+    argv: &[String],
+    env: &BTreeMap<String, String>,
+    gate_run: &crate::gate::GateRun,
+    nvrm_before: Option<u64>,
+    types: &BTreeMap<&str, &str>,
+    w: &mut RawWriter,
+) -> Result<ArmEnd> {
+    let stem = format!("arm-{:03}-attempt-{attempt}", arm.index);
+    let stdout_log = format!("logs/{stem}.stdout.jsonl");
+    let stderr_log = format!("logs/{stem}.stderr.log");
+    std::fs::create_dir_all(dir.join("logs"))?;
+    let err_file = std::fs::File::create(dir.join(&stderr_log)).with_context(|| format!("creating {stderr_log}"))?;
+    let mut out_file =
+        std::fs::File::create(dir.join(&stdout_log)).with_context(|| format!("creating {stdout_log}"))?;
+    let t0 = Instant::now();
+    let mut end = ArmEnd {
+        arm: arm.index,
+        attempt,
+        ok: false,
+        exit_code: None,
+        signal: None,
+        duration_ms: 0,
+        requests: 0,
+        warmup_requests: 0,
+        bad_lines: 0,
+        nvrm_after: None,
+        nvrm_delta: None,
+        error: None,
+        stdout_log: stdout_log.clone(),
+        stderr_log: stderr_log.clone(),
+    };
+    let child = Command::new(&argv[0])
+        .args(&argv[1..])
+        .env_clear()
+        .envs(env)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::from(err_file))
+        .spawn();
+    let mut child = match child {
+        Ok(c) => c,
+        Err(e) => {
+            end.error = Some(format!("cannot start {}: {e}; pass the runtime with --runtime PATH", argv[0]));
+            return Ok(end);
+        }
+    };
+    let Some(stdout) = child.stdout.take() else {
+        bail!("the runtime's stdout was not captured");
+    };
+    let mut r = std::io::BufReader::new(stdout);
+    let mut buf = Vec::new();
+    let mut pending: Option<Pending> = None;
+    let mut startup_seen = false;
+    let mut problems: Vec<String> = Vec::new();
+    let gate_decision = gate_run.decision;
+    let accepted: Vec<crate::gate::Source> =
+        gate_run.report.verdict.accepted_unknown.iter().map(|a| a.source).collect();
+    let flush = |p: Option<Pending>, w: &mut RawWriter, n: &mut usize| -> Result<()> {
+        if let Some(p) = p {
+            w.write(&RawLine::Request(p.row))?;
+            *n += 1;
+        }
+        Ok(())
+    };
+    loop {
+        buf.clear();
+        use std::io::Read;
+        let n = r.by_ref().take(MAX_EVENT_LINE_BYTES as u64 + 1).read_until(b'\n', &mut buf)?;
+        if n == 0 {
+            break;
+        }
+        out_file.write_all(&buf)?;
+        if buf.len() > MAX_EVENT_LINE_BYTES {
+            end.bad_lines += 1;
+            problems.push(format!("a stdout line over {MAX_EVENT_LINE_BYTES} bytes"));
+            // Drain the rest of this line into the log.
+            loop {
+                buf.clear();
+                let m = r.by_ref().take(1 << 16).read_until(b'\n', &mut buf)?;
+                out_file.write_all(&buf)?;
+                if m == 0 || buf.last() == Some(&b'\n') {
+                    break;
+                }
+            }
+            continue;
+        }
+        if buf.iter().all(u8::is_ascii_whitespace) {
+            continue;
+        }
+        let ev: Event = match serde_json::from_slice(&buf) {
+            Ok(e) => e,
+            Err(e) => {
+                end.bad_lines += 1;
+                if problems.len() < 5 {
+                    problems.push(format!("a stdout line is not an event ({e})"));
+                }
+                continue;
+            }
+        };
+        match ev {
+            Event::Startup(st) => {
+                startup_seen = true;
+                w.write(&RawLine::Startup(ArmStartup { arm: arm.index, attempt, startup: st }))?;
+            }
+            Event::Completion(c) => {
+                flush(pending.take(), w, &mut end.requests)?;
+                if c.warmup {
+                    end.warmup_requests += 1;
+                    continue;
+                }
+                let prompt_type = types.get(c.prompt_id.as_str()).map_or("untyped", |t| *t).to_string();
+                pending = Some(Pending {
+                    row: RequestRow {
+                        arm: arm.index,
+                        attempt,
+                        round: arm.round,
+                        width: arm.width,
+                        bracket: arm.bracket,
+                        drafter: String::new(),
+                        prompt_id: c.prompt_id,
+                        prompt_type,
+                        burst: c.repeat,
+                        usage: c.usage,
+                        finish_reason: c.finish_reason,
+                        prefill_ms: c.prefill_ms,
+                        decode_ms: c.decode_ms,
+                        total_ms: c.total_ms,
+                        decode_steps: c.decode_steps,
+                        decode_tokens: c.decode_tokens,
+                        decode_tok_per_s: c.decode_tok_per_s,
+                        prefill_tok_per_s: c.prefill_tok_per_s,
+                        text_sha256: c.text_sha256,
+                        token_ids_sha256: c.token_ids_sha256,
+                        token_ids: c.token_ids,
+                        diagnostics: None,
+                        diagnostics_present: false,
+                        declined: false,
+                        declined_reason: None,
+                        nvrm_before,
+                        gate_decision,
+                        gate_accepted_unknown: accepted.clone(),
+                    },
+                });
+            }
+            Event::SpeculativeDiagnostics(d) => {
+                if d.warmup {
+                    continue;
+                }
+                match pending.as_mut() {
+                    Some(p) if p.row.prompt_id == d.prompt_id && p.row.burst == d.repeat => {
+                        p.row.drafter = d.drafter.clone();
+                        p.row.diagnostics = Some(d);
+                        p.row.diagnostics_present = true;
+                        flush(pending.take(), w, &mut end.requests)?;
+                    }
+                    _ => {
+                        end.bad_lines += 1;
+                        problems.push(format!("diagnostics for {} with no completion before them", d.prompt_id));
+                    }
+                }
+            }
+            Event::Declined(d) => {
+                if d.warmup {
+                    continue;
+                }
+                match pending.as_mut() {
+                    Some(p) if p.row.prompt_id == d.prompt_id && p.row.burst == d.repeat => {
+                        p.row.drafter = d.drafter.clone();
+                        p.row.declined = true;
+                        p.row.declined_reason = Some(d.reason);
+                        flush(pending.take(), w, &mut end.requests)?;
+                    }
+                    _ => {
+                        end.bad_lines += 1;
+                        problems.push(format!("a decline for {} with no completion before it", d.prompt_id));
+                    }
+                }
+            }
+        }
+    }
+    flush(pending.take(), w, &mut end.requests)?;
+    let status = child.wait()?;
+    end.duration_ms = t0.elapsed().as_millis() as u64;
+    end.exit_code = status.code();
+    {
+        use std::os::unix::process::ExitStatusExt;
+        end.signal = status.signal();
+    }
+    if !status.success() {
+        problems.insert(0, format!("the runtime exited with {status} (stderr: {stderr_log})"));
+    }
+    if !startup_seen {
+        problems.push("no startup event".into());
+    }
+    if end.requests == 0 && status.success() {
+        problems.push("no recorded requests".into());
+    }
+    end.ok = problems.is_empty();
+    if !end.ok {
+        end.error = Some(problems.join("; "));
+    }
+    Ok(end)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_round_is_bracketed_and_the_width_order_rotates() {
+        let p = plan(&[1, 2, 3, 4], 2);
+        let widths: Vec<Option<usize>> = p.iter().map(|a| a.width).collect();
+        assert_eq!(
+            widths,
+            vec![None, Some(1), Some(2), Some(3), Some(4), None, None, Some(3), Some(4), Some(1), Some(2), None]
+        );
+        assert_eq!(p[0].bracket, Some(Bracket::Open));
+        assert_eq!(p[5].bracket, Some(Bracket::Close));
+        assert_eq!(p[6].round, 1);
+        assert!(p.iter().enumerate().all(|(i, a)| a.index == i));
+        // Three rounds of three widths: each width in a different position each round.
+        let p = plan(&[1, 2, 3], 3);
+        let firsts: Vec<Option<usize>> = p.chunks(5).map(|r| r[1].width).collect();
+        assert_eq!(firsts, vec![Some(1), Some(2), Some(3)]);
+    }
+
+    #[test]
+    fn utc_dates_are_civil() {
+        assert_eq!(utc_date(0), "1970-01-01");
+        assert_eq!(utc_date(951_782_400_000), "2000-02-29");
+        assert_eq!(utc_date(1_795_910_400_000), "2026-11-29");
+    }
+
+    #[test]
+    fn prompt_tags_need_unique_ids_and_default_the_type() {
+        let t = prompt_tags(
+            "{\"id\":\"a\",\"type\":\"code\",\"prompt\":\"x\"}\n{\"id\":2,\"prompt\":\"y\"}\n",
+            Path::new("p"),
+        )
+        .unwrap();
+        assert_eq!(t[1], PromptTag { id: "2".into(), kind: "untyped".into() });
+        assert!(prompt_tags("{\"id\":\"a\"}\n{\"id\":\"a\"}\n", Path::new("p")).is_err());
+        assert!(prompt_tags("\n", Path::new("p")).is_err());
+        assert!(prompt_tags("[1]\n", Path::new("p")).unwrap_err().to_string().contains("p:1"));
+    }
+
+    #[test]
+    fn arms_get_explicit_settings_and_no_inexact_escape() {
+        let s = crate::raw::Settings {
+            target: "m.gguf".into(),
+            drafter: "ngram".into(),
+            drafter_model: None,
+            widths: vec![3],
+            rounds: 1,
+            bursts: 3,
+            warmup: 1,
+            max_tokens: 64,
+            threads: 2,
+            prompts: "p.jsonl".into(),
+            prompts_source: "p.jsonl".into(),
+            prompts_sha256: String::new(),
+            runtime: "runtime".into(),
+            gate: GateConfig::default(),
+            gate_wait_s: 0.0,
+            gate_interval_s: 1.0,
+        };
+        let a = arm_args(&s, Some(3)).join(" ");
+        assert!(a.contains("--json") && a.contains("--draft-block-size 3") && a.contains("--threads 2"), "{a}");
+        assert!(a.contains("--warmup 1") && a.contains("--repeat 3") && !a.contains("allow-inexact"), "{a}");
+        assert!(!arm_args(&s, None).join(" ").contains("--drafter"));
+    }
+}

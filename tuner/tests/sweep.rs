@@ -1,0 +1,675 @@
+//! End-to-end: `tuner sweep`, `summarize` and `propose` driven through a
+//! fake runtime (`--runtime PATH`, a shell script) that replays crafted
+//! events, so every refusal and failure path runs for real: drift, decline,
+//! zero rounds, missing diagnostics, inexact output, NVRM budget halt, a
+//! crash mid-arm, interruption and resume, a gate source accepted as
+//! unknown, malformed raw data.
+//!
+//! The events are built as JSON and parsed back as `runtime::events::Event`
+//! before they are written, so they have exactly the runtime's shape.
+//! The gate runs for real on this (possibly busy) host with relaxed CPU
+//! thresholds; the NV_ERR_NO_MEMORY count comes from an injected kernel log
+//! (`DRAFTWISE_TUNER_NVRM_LOG`).
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use runtime::events::Event;
+use serde_json::{Value, json};
+
+const FINGERPRINT: &str = "0123456789abcdef";
+const PROMPTS: [(&str, &str); 2] = [("p1", "code"), ("p2", "free")];
+const BURSTS: usize = 3;
+
+fn ev(v: Value) -> String {
+    let e: Event = serde_json::from_value(v.clone()).unwrap_or_else(|e| panic!("not an Event ({e}): {v}"));
+    e.to_line()
+}
+
+fn startup(width: Option<usize>, allow_inexact: bool) -> String {
+    ev(json!({
+        "event": "startup", "schema_version": 1,
+        "build": {"version": "0.1.0", "git_commit": "abc", "git_dirty": "false", "features": [],
+                  "rustc": "rustc 1.95.0", "profile": "release", "cuda_archs": [], "kernel_fingerprint": FINGERPRINT},
+        "device_class": "cpu:x86_64-avx2", "kernel_family": "avx2", "kernel_family_forced": false, "threads": 2,
+        "target": {"path": "/m.gguf", "format": "gguf", "architecture": "llama",
+                   "quant": {"class": "q4_1", "from": "test"}, "n_layers": 30, "dim": 576, "vocab": 49152,
+                   "context_length": 8192},
+        "tokenizer": "gguf", "drafter": if width.is_some() { "ngram" } else { "none" },
+        "block_size": width, "block_size_from": "--draft-block-size", "kernel_fingerprint": FINGERPRINT,
+        "exactness_probe": width.map(|w| json!({"width": w, "passed": true, "first_differing_row": null,
+            "differing_bytes": 0, "compared_bytes": 100, "kernel_family": "avx2", "threads": 2})),
+        "allow_inexact": allow_inexact,
+        "sampling": {"temperature": 0.0, "top_k": 0, "top_p": 1.0, "seed": 0}, "max_tokens": 8
+    }))
+}
+
+fn tokens(prompt: &str) -> Vec<u32> {
+    let base = if prompt == "p1" { 100 } else { 200 };
+    (0..8).map(|i| base + i).collect()
+}
+
+fn completion(prompt: &str, warmup: bool, repeat: usize, ids: &[u32], tok_s: f64) -> String {
+    let bytes: Vec<u8> = ids.iter().flat_map(|i| i.to_le_bytes()).collect();
+    let text: String = ids.iter().map(|i| format!("t{i} ")).collect();
+    let decode_tokens = ids.len() - 1;
+    ev(json!({
+        "event": "completion", "schema_version": 1, "prompt_id": prompt, "warmup": warmup, "repeat": repeat,
+        "usage": {"prompt_tokens": 5, "completion_tokens": ids.len(), "total_tokens": 5 + ids.len()},
+        "finish_reason": "length", "text": text, "token_ids": ids,
+        "text_sha256": runtime::events::sha256_hex(text.as_bytes()),
+        "token_ids_sha256": runtime::events::sha256_hex(&bytes),
+        "prefill_ms": 5.0, "decode_ms": decode_tokens as f64 / tok_s * 1e3, "total_ms": 5.0 + decode_tokens as f64 / tok_s * 1e3,
+        "decode_steps": decode_tokens, "decode_tokens": decode_tokens, "decode_tok_per_s": tok_s,
+        "prefill_tok_per_s": 1000.0
+    }))
+}
+
+fn diagnostics(prompt: &str, warmup: bool, repeat: usize, width: usize, rounds: usize) -> String {
+    ev(json!({
+        "event": "speculative_diagnostics", "schema_version": 1, "prompt_id": prompt, "warmup": warmup,
+        "repeat": repeat, "drafter": "ngram", "block_size": width, "rounds": rounds, "plain_steps": 1,
+        "drafted": rounds * width, "accepted": rounds * width / 2,
+        "acceptance_rate": if rounds > 0 { json!(0.5) } else { json!(null) },
+        "accepted_per_position": vec![rounds; width],
+        "emitted_per_verify": if rounds > 0 { json!(1.0 + width as f64 / 2.0) } else { json!(null) },
+        "draft_ms": 1.0, "verify_ms": 10.0, "accept_ms": 0.1,
+        "draft_ms_per_round": 0.5, "verify_ms_per_round": 5.0, "accept_ms_per_round": 0.05
+    }))
+}
+
+fn declined(prompt: &str, warmup: bool, repeat: usize, width: usize) -> String {
+    ev(json!({
+        "event": "declined", "schema_version": 1, "prompt_id": prompt, "warmup": warmup, "repeat": repeat,
+        "drafter": "ngram", "block_size": width, "reason": "the exactness probe failed at row 2", "probe": null
+    }))
+}
+
+/// How a crafted speculative arm behaves.
+#[derive(Clone, Copy, Default)]
+struct Spec {
+    declined: bool,
+    zero_rounds: bool,
+    no_diagnostics: bool,
+    /// Change the token at this position of every p2 completion.
+    differ_at: Option<usize>,
+}
+
+/// One arm's stdout: startup, a warm-up pass (absurd rates and different
+/// tokens: any leak into a statistic or the identity check shows), bursts.
+fn arm(width: Option<usize>, tok_s: f64, spec: Spec) -> String {
+    arm_bursts(width, tok_s, spec, BURSTS)
+}
+
+fn arm_bursts(width: Option<usize>, tok_s: f64, spec: Spec, bursts: usize) -> String {
+    let mut out = vec![startup(width, false)];
+    for (warmup, repeats) in [(true, 1), (false, bursts)] {
+        for repeat in 0..repeats {
+            for (p, _) in PROMPTS {
+                let mut ids = tokens(p);
+                if warmup {
+                    ids[1] = 9999;
+                }
+                if let Some(i) = spec.differ_at
+                    && p == "p2"
+                    && !warmup
+                {
+                    ids[i] += 1;
+                }
+                let rate =
+                    if warmup { 1e6 } else { tok_s * (1.0 + 0.01 * repeat as f64) * if p == "p1" { 1.0 } else { 0.8 } };
+                out.push(completion(p, warmup, repeat, &ids, rate));
+                if let Some(w) = width {
+                    if spec.declined {
+                        out.push(declined(p, warmup, repeat, w));
+                    } else if !spec.no_diagnostics {
+                        out.push(diagnostics(p, warmup, repeat, w, if spec.zero_rounds { 0 } else { 3 }));
+                    }
+                }
+            }
+        }
+    }
+    out.join("\n") + "\n"
+}
+
+const SCRIPT: &str = r#"#!/bin/sh
+D="$(dirname "$0")"
+if [ "$1" = "build-info" ]; then cat "$D/build-info.json"; exit 0; fi
+N=$(cat "$D/count" 2>/dev/null || echo 0)
+echo $((N + 1)) > "$D/count"
+echo "$@" > "$D/args-$N"
+env > "$D/env-$N"
+W=c
+prev=""
+for a in "$@"; do
+  if [ "$prev" = "--draft-block-size" ]; then W="$a"; fi
+  prev="$a"
+done
+if [ -f "$D/arm-$N.sh" ]; then . "$D/arm-$N.sh"; fi
+if [ -f "$D/arm-$N.jsonl" ]; then cat "$D/arm-$N.jsonl"; else cat "$D/w-$W.jsonl"; fi
+"#;
+
+/// A scratch repository: policy table, records/, a fake runtime, a model
+/// file, a prompt set and an injected kernel log.
+struct Fixture {
+    _tmp: tempfile::TempDir,
+    root: PathBuf,
+    fake: PathBuf,
+    out: PathBuf,
+}
+
+impl Fixture {
+    fn new() -> Fixture {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().to_path_buf();
+        std::fs::create_dir_all(root.join("policy")).unwrap();
+        std::fs::create_dir_all(root.join("records")).unwrap();
+        let table = Path::new(env!("CARGO_MANIFEST_DIR")).join("../policy/draft-block-width.toml");
+        std::fs::copy(table, root.join("policy/draft-block-width.toml")).unwrap();
+        let fake = root.join("fake");
+        std::fs::create_dir_all(&fake).unwrap();
+        let script = fake.join("runtime");
+        std::fs::write(&script, SCRIPT).unwrap();
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        std::fs::write(
+            fake.join("build-info.json"),
+            json!({"version": "0.1.0", "git_commit": "abc", "git_dirty": "false", "features": [], "rustc": "rustc 1.95.0",
+                   "profile": "release", "cuda_archs": [], "kernel_fingerprint": FINGERPRINT})
+            .to_string(),
+        )
+        .unwrap();
+        std::fs::write(fake.join("model.gguf"), b"not really a model").unwrap();
+        let prompts: String = PROMPTS
+            .iter()
+            .map(|(id, t)| json!({"id": id, "type": t, "prompt": format!("say {id}")}).to_string() + "\n")
+            .collect();
+        std::fs::write(fake.join("prompts.jsonl"), prompts).unwrap();
+        std::fs::write(fake.join("kmsg"), "6,0,0,-;Linux version 6.8.0\n").unwrap();
+        let f = Fixture { out: root.join("records/sweep"), _tmp: tmp, root, fake };
+        // Defaults: classic 100 tok/s, width 1 130, width 2 120, all clean.
+        f.set_width(None, &arm(None, 100.0, Spec::default()));
+        f.set_width(Some(1), &arm(Some(1), 130.0, Spec::default()));
+        f.set_width(Some(2), &arm(Some(2), 120.0, Spec::default()));
+        f
+    }
+
+    fn set_width(&self, w: Option<usize>, text: &str) {
+        let name = w.map_or("w-c.jsonl".to_string(), |w| format!("w-{w}.jsonl"));
+        std::fs::write(self.fake.join(name), text).unwrap();
+    }
+
+    /// The `n`-th runtime invocation (0-based) prints this instead.
+    fn set_arm(&self, n: usize, text: &str) {
+        std::fs::write(self.fake.join(format!("arm-{n}.jsonl")), text).unwrap();
+    }
+
+    /// Shell run by the `n`-th invocation before it prints.
+    fn set_hook(&self, n: usize, sh: &str) {
+        std::fs::write(self.fake.join(format!("arm-{n}.sh")), sh).unwrap();
+    }
+
+    fn tuner(&self, args: &[&str], extra_env: &[(&str, &str)]) -> Output {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_tuner"));
+        c.args(args).env("DRAFTWISE_TUNER_NVRM_LOG", self.fake.join("kmsg"));
+        for (k, v) in extra_env {
+            c.env(k, v);
+        }
+        c.output().expect("run tuner")
+    }
+
+    /// `tuner sweep` over widths 1,2, one round: arms C 1 2 C.
+    fn sweep(&self, extra: &[&str]) -> Output {
+        let fake = self.fake.display().to_string();
+        let mut args: Vec<String> = [
+            "sweep",
+            "--runtime",
+            &format!("{fake}/runtime"),
+            "--target",
+            &format!("{fake}/model.gguf"),
+            "--prompts",
+            &format!("{fake}/prompts.jsonl"),
+            "--widths",
+            "1,2",
+            "--rounds",
+            "1",
+            "--bursts",
+            "3",
+            "--max-tokens",
+            "8",
+            "--threads",
+            "2",
+            "--out",
+            &self.out.display().to_string(),
+            // The host may be busy with other builds: relax the CPU and memory
+            // checks; wait (not fail) while another model process runs.
+            "--cpu-window-ms",
+            "100",
+            "--cpu-threshold",
+            "100000",
+            "--host-cpu-threshold",
+            "100000",
+            "--min-available-mib",
+            "0",
+            "--nvrm-window-s",
+            "1",
+            "--gate-wait",
+            "120",
+            "--gate-interval",
+            "1",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        args.extend(extra.iter().map(|s| s.to_string()));
+        args.extend(exclude_other_runtimes());
+        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+        self.tuner(&refs, &[])
+    }
+
+    fn resume(&self) -> Output {
+        self.tuner(&["sweep", "--resume", &self.out.display().to_string()], &[])
+    }
+
+    fn propose(&self, dry: bool) -> Output {
+        let mut a = vec!["propose", self.out.to_str().unwrap()];
+        if dry {
+            a.push("--dry-run");
+        }
+        self.tuner(&a, &[])
+    }
+
+    fn raw_lines(&self) -> Vec<Value> {
+        std::fs::read_to_string(self.out.join("raw.jsonl"))
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+
+    fn summary(&self) -> Value {
+        let o = self.tuner(&["summarize", self.out.to_str().unwrap(), "--json"], &[]);
+        assert!(o.status.success(), "{}", text(&o));
+        serde_json::from_slice(&o.stdout).unwrap()
+    }
+
+    fn record(&self) -> String {
+        std::fs::read_to_string(self.out.join("record.md")).unwrap()
+    }
+
+    fn table(&self) -> String {
+        std::fs::read_to_string(self.root.join("policy/draft-block-width.toml")).unwrap()
+    }
+}
+
+/// `--exclude-pid` for every `runtime` process already running: on a shared
+/// development host other sessions run theirs, and the gate would (rightly)
+/// wait for them. The gate's foreign-process logic has its own tests.
+fn exclude_other_runtimes() -> Vec<String> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let comm = std::fs::read_to_string(e.path().join("comm")).unwrap_or_default();
+        if comm.trim() == "runtime"
+            && let Some(pid) = e.file_name().to_str().and_then(|p| p.parse::<u32>().ok())
+        {
+            out.extend(["--exclude-pid".to_string(), pid.to_string()]);
+        }
+    }
+    out
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "status {:?}\nstdout:\n{}\nstderr:\n{}",
+        o.status,
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+fn kinds(lines: &[Value]) -> Vec<String> {
+    lines.iter().map(|l| l["kind"].as_str().unwrap().to_string()).collect()
+}
+
+fn assert_refused(o: &Output, needle: &str) {
+    assert_eq!(o.status.code(), Some(5), "{}", text(o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("refused") && err.contains(needle), "{err}");
+}
+
+#[test]
+fn a_clean_sweep_writes_a_record_and_proposes_the_best_qualified_width() {
+    let f = Fixture::new();
+    let o = f.sweep(&[]);
+    assert!(o.status.success(), "{}", text(&o));
+    let lines = f.raw_lines();
+    let k = kinds(&lines);
+    assert_eq!(k.first().map(String::as_str), Some("sweep"));
+    assert_eq!(k.last().map(String::as_str), Some("done"));
+    assert_eq!(k.iter().filter(|x| *x == "arm_start").count(), 4);
+    // Warm-ups are excluded: 2 prompts x 3 bursts per arm, none with the warm-up rate.
+    let reqs: Vec<&Value> = lines.iter().filter(|l| l["kind"] == "request").collect();
+    assert_eq!(reqs.len(), 4 * 6);
+    assert!(reqs.iter().all(|r| r["decode_tok_per_s"].as_f64().unwrap() < 1e5));
+    assert!(reqs.iter().filter(|r| !r["width"].is_null()).all(|r| r["diagnostics_present"] == true));
+    // Each arm got explicit settings and only the recorded environment.
+    let args1 = std::fs::read_to_string(f.fake.join("args-1")).unwrap();
+    for flag in [
+        "--json",
+        "--drafter ngram",
+        "--draft-block-size 1",
+        "--threads 2",
+        "--warmup 1",
+        "--repeat 3",
+        "--max-tokens 8",
+    ] {
+        assert!(args1.contains(flag), "{flag} missing: {args1}");
+    }
+    let start = lines.iter().find(|l| l["kind"] == "arm_start").unwrap();
+    let env0 = std::fs::read_to_string(f.fake.join("env-0")).unwrap();
+    for (key, _) in start["env"].as_object().unwrap() {
+        assert!(env0.contains(&format!("{key}=")), "{key} recorded but not given");
+    }
+    assert!(!env0.lines().any(|l| l.starts_with("DRAFTWISE_ALLOW_INEXACT")));
+    assert!(f.out.join("logs/arm-000-attempt-0.stdout.jsonl").exists());
+
+    let s = f.summary();
+    assert_eq!(s["decision"]["width"], 1);
+    assert_eq!(s["drift"], false);
+    assert_eq!(s["identical"], true);
+    let r1 = s["widths"][0]["ratio"]["median"].as_f64().unwrap();
+    assert!((r1 - 1.3).abs() < 0.02, "{r1}");
+    let record = f.record();
+    let rule = record.find("## Decision rule").unwrap();
+    assert!(rule < record.find("## Results").unwrap(), "the rule is printed before the results");
+    assert!(record.contains("By the decision rule the width is 1"), "{record}");
+    for placeholder in ["TODO", "TBD", "XXX", "{}", "NaN"] {
+        assert!(!record.contains(placeholder), "placeholder {placeholder:?} in the record");
+    }
+    assert!(f.out.join("summary.csv").exists());
+    let svg = std::fs::read_to_string(f.out.join("plot.svg")).unwrap();
+    assert!(svg.contains("<svg") && svg.contains("code"), "plot");
+    // Summaries are reproducible byte for byte (seeded bootstrap).
+    let again = f.summary();
+    assert_eq!(s, again);
+
+    let before = f.table();
+    let o = f.propose(true);
+    assert!(o.status.success(), "{}", text(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("+block_size = 1") && out.contains("+record = \"records/sweep\""), "{out}");
+    assert_eq!(f.table(), before, "--dry-run writes nothing");
+    let o = f.propose(false);
+    assert!(o.status.success(), "{}", text(&o));
+    let t =
+        runtime::policy::table::compile("t", &f.table(), runtime::policy::table::RecordCheck::Under(&f.root)).unwrap();
+    assert_eq!(t.entries.len(), 1);
+    assert_eq!(t.entries[0].block_size, runtime::policy::Width::Blocks(1));
+    assert_eq!(t.entries[0].kernel_fingerprint, FINGERPRINT);
+    // Proposing again replaces the entry rather than duplicating it.
+    let o = f.propose(false);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("unchanged"));
+    let t =
+        runtime::policy::table::compile("t", &f.table(), runtime::policy::table::RecordCheck::Under(&f.root)).unwrap();
+    assert_eq!(t.entries.len(), 1);
+}
+
+#[test]
+fn a_drifted_host_prints_no_clean_table_and_propose_refuses() {
+    let f = Fixture::new();
+    // The closing bracket (4th invocation) runs 30% slower than the opening one.
+    f.set_arm(3, &arm(None, 70.0, Spec::default()));
+    let o = f.sweep(&[]);
+    assert!(o.status.success(), "{}", text(&o));
+    let s = f.summary();
+    assert_eq!(s["drift"], true);
+    let record = f.record();
+    assert!(record.contains("NOT CLEAN"), "{record}");
+    assert!(record.contains("not shown (drift)"));
+    assert!(record.contains("against both brackets"));
+    assert_refused(&f.propose(true), "drifted");
+}
+
+#[test]
+fn too_few_classic_samples_to_judge_drift_is_refused() {
+    let f = Fixture::new();
+    // One burst of two prompts: 2 samples per bracket, a 33% chance of a
+    // false non-overlap, so the check cannot rule drift out.
+    f.set_width(None, &arm_bursts(None, 100.0, Spec::default(), 1));
+    assert!(f.sweep(&[]).status.success());
+    let s = f.summary();
+    assert_eq!(s["drift"], false);
+    assert_eq!(s["drift_unjudged"], true);
+    assert!(f.record().contains("**cannot judge**"));
+    assert_refused(&f.propose(true), "drift cannot be ruled out");
+}
+
+#[test]
+fn a_declined_arm_is_not_a_measurement_and_cannot_be_proposed() {
+    let f = Fixture::new();
+    f.set_width(Some(1), &arm(Some(1), 150.0, Spec { declined: true, ..Spec::default() }));
+    assert!(f.sweep(&[]).status.success());
+    let s = f.summary();
+    assert_eq!(s["decision"]["width"], 1);
+    assert!(s["widths"][0]["not_a_measurement"].as_str().unwrap().contains("declined"));
+    assert!(f.record().contains("**not a measurement**"));
+    assert_refused(&f.propose(true), "not a measurement");
+}
+
+#[test]
+fn an_arm_whose_every_request_ran_zero_rounds_is_not_a_measurement() {
+    let f = Fixture::new();
+    f.set_width(Some(1), &arm(Some(1), 150.0, Spec { zero_rounds: true, ..Spec::default() }));
+    assert!(f.sweep(&[]).status.success());
+    let s = f.summary();
+    assert!(s["widths"][0]["not_a_measurement"].as_str().unwrap().contains("zero"), "{s}");
+    assert_refused(&f.propose(true), "zero");
+}
+
+#[test]
+fn an_arm_without_diagnostics_is_not_a_measurement() {
+    let f = Fixture::new();
+    f.set_width(Some(1), &arm(Some(1), 150.0, Spec { no_diagnostics: true, ..Spec::default() }));
+    assert!(f.sweep(&[]).status.success());
+    let s = f.summary();
+    assert!(s["widths"][0]["not_a_measurement"].as_str().unwrap().contains("no speculative diagnostics"), "{s}");
+    assert_refused(&f.propose(true), "no speculative diagnostics");
+}
+
+#[test]
+fn output_that_differs_from_classic_names_the_first_token_and_is_refused() {
+    let f = Fixture::new();
+    f.set_width(Some(2), &arm(Some(2), 120.0, Spec { differ_at: Some(3), ..Spec::default() }));
+    assert!(f.sweep(&[]).status.success());
+    let s = f.summary();
+    assert_eq!(s["identical"], false);
+    let d = &s["widths"][1]["differences"];
+    assert_eq!(d.as_array().unwrap().len(), 3, "every p2 burst of width 2");
+    assert_eq!(d[0]["first_differing_token"], 3);
+    assert_eq!(d[0]["prompt_id"], "p2");
+    assert!(f.record().contains("**Outputs differ.**"));
+    assert_refused(&f.propose(true), "differs from classic");
+}
+
+#[test]
+fn the_nvrm_projection_halts_before_an_arm_and_writes_the_halt_into_raw_data() {
+    let f = Fixture::new();
+    // The first arm makes the driver log one NV_ERR_NO_MEMORY (kernel facility, record #1).
+    f.set_hook(0, "echo '3,1,1000000,-;NVRM: GPU0 allocation failed: NV_ERR_NO_MEMORY' >> \"$D/kmsg\"\n");
+    let o = f.sweep(&["--nvrm-budget", "3"]);
+    assert_eq!(o.status.code(), Some(4), "{}", text(&o));
+    let lines = f.raw_lines();
+    let end0 = lines.iter().find(|l| l["kind"] == "arm_end").unwrap();
+    assert_eq!(end0["nvrm_delta"], 1);
+    let halt = lines.iter().find(|l| l["kind"] == "halt").expect("a halt line");
+    assert_eq!(halt["halt"], "nvrm_budget");
+    assert_eq!(halt["arm"], 1);
+    // now 1 + worst delta 1 x 3 arms left = 4 >= 3.
+    assert_eq!(halt["nvrm_projected"], 4);
+    assert_eq!(kinds(&lines).iter().filter(|k| *k == "arm_start").count(), 1, "arm 1 never started");
+    assert!(f.record().contains("**incomplete**"));
+    assert_refused(&f.propose(true), "incomplete");
+}
+
+#[test]
+fn a_crash_mid_arm_halts_with_the_partial_data_and_resume_reruns_the_arm() {
+    let f = Fixture::new();
+    // The second invocation prints its startup and two requests, then dies.
+    let full = arm(Some(1), 130.0, Spec::default());
+    let head: String = full.lines().take(7).map(|l| format!("{l}\n")).collect();
+    std::fs::write(f.fake.join("partial.jsonl"), head).unwrap();
+    f.set_hook(1, "cat \"$D/partial.jsonl\"; echo 'thread main panicked' >&2; exit 101\n");
+    let o = f.sweep(&[]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let lines = f.raw_lines();
+    let end = lines.iter().find(|l| l["kind"] == "arm_end" && l["arm"] == 1).unwrap();
+    assert_eq!(end["ok"], false);
+    assert_eq!(end["exit_code"], 101);
+    assert!(end["error"].as_str().unwrap().contains("exited"));
+    assert!(lines.iter().any(|l| l["kind"] == "halt" && l["halt"] == "arm_failed"));
+    let stderr_log = std::fs::read_to_string(f.out.join("logs/arm-001-attempt-0.stderr.log")).unwrap();
+    assert!(stderr_log.contains("panicked"));
+
+    let o = f.resume();
+    assert!(o.status.success(), "{}", text(&o));
+    let lines = f.raw_lines();
+    assert!(lines.iter().any(|l| l["kind"] == "resume"));
+    assert!(lines.iter().any(|l| l["kind"] == "arm_start" && l["arm"] == 1 && l["attempt"] == 1));
+    let s = f.summary();
+    assert_eq!(s["complete"], true);
+    // Only the complete attempt counts: 2 prompts x 3 bursts.
+    assert_eq!(s["widths"][0]["requests"], 6);
+    assert!(f.propose(true).status.success());
+}
+
+#[test]
+fn an_interrupted_sweep_leaves_valid_data_and_resumes() {
+    let f = Fixture::new();
+    // The third invocation kills the tuner itself (SIGKILL: no cleanup runs).
+    f.set_hook(2, "kill -9 $PPID; sleep 1; exit 1\n");
+    let o = f.sweep(&[]);
+    assert!(!o.status.success(), "{}", text(&o));
+    let lines = f.raw_lines();
+    assert!(!kinds(&lines).contains(&"done".to_string()));
+    // What an interrupted write leaves: a partial last line.
+    let mut raw = std::fs::OpenOptions::new().append(true).open(f.out.join("raw.jsonl")).unwrap();
+    std::io::Write::write_all(&mut raw, b"{\"kind\":\"request\",\"arm\":2,\"pro").unwrap();
+    drop(raw);
+    let s = f.tuner(&["summarize", f.out.to_str().unwrap(), "--json"], &[]);
+    assert!(s.status.success(), "a partial last line is tolerated: {}", text(&s));
+    assert!(String::from_utf8_lossy(&s.stderr).contains("partial last line"));
+
+    let o = f.resume();
+    assert!(o.status.success(), "{}", text(&o));
+    let lines = f.raw_lines();
+    let resume = lines.iter().find(|l| l["kind"] == "resume").unwrap();
+    assert_eq!(resume["completed_arms"], json!([0, 1]));
+    assert!(resume["dropped_partial_line_bytes"].as_u64().unwrap() > 0);
+    assert_eq!(kinds(&lines).last().map(String::as_str), Some("done"));
+    let s = f.summary();
+    assert_eq!(s["complete"], true);
+    assert_eq!(s["decision"]["width"], 1);
+    // A finished sweep cannot be resumed again.
+    let o = f.resume();
+    assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("complete"));
+}
+
+#[test]
+fn a_gate_source_accepted_as_unknown_is_recorded_and_refused() {
+    let f = Fixture::new();
+    let missing = f.fake.join("no-such-kmsg");
+    let fake = f.fake.display().to_string();
+    let args = [
+        "sweep",
+        "--runtime",
+        &format!("{fake}/runtime"),
+        "--target",
+        &format!("{fake}/model.gguf"),
+        "--prompts",
+        &format!("{fake}/prompts.jsonl"),
+        "--widths",
+        "1",
+        "--rounds",
+        "1",
+        "--bursts",
+        "3",
+        "--out",
+        f.out.to_str().unwrap(),
+        "--cpu-window-ms",
+        "100",
+        "--cpu-threshold",
+        "100000",
+        "--host-cpu-threshold",
+        "100000",
+        "--min-available-mib",
+        "0",
+        "--gate-wait",
+        "120",
+        "--gate-interval",
+        "1",
+        "--accept-unknown",
+        "nvrm",
+    ];
+    let others = exclude_other_runtimes();
+    let args: Vec<&str> = args.iter().copied().chain(others.iter().map(String::as_str)).collect();
+    let o = f.tuner(&args, &[("DRAFTWISE_TUNER_NVRM_LOG", missing.to_str().unwrap())]);
+    assert!(o.status.success(), "{}", text(&o));
+    let s = f.summary();
+    assert_eq!(s["accepted_unknown"][0]["sources"], json!(["nvrm"]));
+    assert!(f.record().contains("accepted as unknown"));
+    assert_refused(&f.propose(true), "accepted as unknown");
+}
+
+#[test]
+fn a_gate_that_keeps_waiting_stops_the_sweep_with_a_halt_line() {
+    let f = Fixture::new();
+    // A CPU-bound process the test starts (not the tuner's descendant).
+    let mut hog = Command::new("sh").args(["-c", "while :; do :; done"]).spawn().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    // The later flags override the fixture's relaxed CPU threshold.
+    let o = f.sweep(&["--cpu-threshold", "20", "--cpu-window-ms", "500", "--gate-wait", "0"]);
+    let _ = hog.kill();
+    let _ = hog.wait();
+    assert_eq!(o.status.code(), Some(3), "{}", text(&o));
+    let lines = f.raw_lines();
+    let halt = lines.iter().find(|l| l["kind"] == "halt").expect("a halt line");
+    assert_eq!(halt["halt"], "gate_timeout");
+    assert!(halt["message"].as_str().unwrap().contains("--resume"), "{halt}");
+    assert!(!kinds(&lines).contains(&"arm_start".to_string()), "no arm ran");
+}
+
+#[test]
+fn malformed_raw_data_and_a_bad_table_are_clear_errors() {
+    let f = Fixture::new();
+    assert!(f.sweep(&[]).status.success());
+    let raw = f.out.join("raw.jsonl");
+    let good = std::fs::read_to_string(&raw).unwrap();
+    let mut lines: Vec<&str> = good.lines().collect();
+    lines.insert(3, "{\"kind\": \"request\", \"arm\": \"three\"}");
+    std::fs::write(&raw, lines.join("\n") + "\n").unwrap();
+    let o = f.tuner(&["summarize", f.out.to_str().unwrap()], &[]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("raw.jsonl:4") && !err.contains("panicked"), "{err}");
+
+    std::fs::write(&raw, &good).unwrap();
+    std::fs::write(f.root.join("policy/draft-block-width.toml"), "schema_version = 1\n[[entry]]\ndrafter = 3\n")
+        .unwrap();
+    let o = f.propose(true);
+    assert_eq!(o.status.code(), Some(5), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("draft-block-width.toml") && !err.contains("panicked"), "{err}");
+
+    // A record outside records/ cannot be cited.
+    std::fs::copy(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../policy/draft-block-width.toml"),
+        f.root.join("policy/draft-block-width.toml"),
+    )
+    .unwrap();
+    let elsewhere = f.root.join("elsewhere");
+    std::fs::rename(&f.out, &elsewhere).unwrap();
+    let o = f.tuner(&["propose", elsewhere.to_str().unwrap(), "--dry-run"], &[]);
+    assert_refused(&o, "records/");
+}
