@@ -90,7 +90,9 @@ fn bench_width_curve_measures_classic_and_every_width_per_task_and_checks_identi
     )
     .unwrap();
     let out = run(runtime("bench")
-        .args(["--drafter", "ngram", "--widths", "1,3", "--reps", "2", "--warmup", "0"])
+        // --ngram-min 1 (not the default 3): eight tokens are too few for a
+        // three-token repeat to be sure, and the drafting path must run.
+        .args(["--drafter", "ngram", "--ngram-min", "1", "--widths", "1,3", "--reps", "2", "--warmup", "0"])
         .args(["--max-tokens", "8", "--threads", "2", "--json", "--prompts"])
         .arg(&prompts));
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
