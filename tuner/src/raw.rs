@@ -208,6 +208,28 @@ pub struct ArmEnd {
     pub stderr_log: String,
 }
 
+impl ArmEnd {
+    /// An arm that has not ended well (yet): nothing counted, `ok` false.
+    pub fn pending(arm: usize, attempt: usize, stdout_log: String, stderr_log: String) -> Self {
+        ArmEnd {
+            arm,
+            attempt,
+            ok: false,
+            exit_code: None,
+            signal: None,
+            duration_ms: 0,
+            requests: 0,
+            warmup_requests: 0,
+            bad_lines: 0,
+            nvrm_after: None,
+            nvrm_delta: None,
+            error: None,
+            stdout_log,
+            stderr_log,
+        }
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum HaltKind {

@@ -192,20 +192,8 @@ fn complete_requests(raw: &RawFile) -> (Vec<&RequestRow>, OkArms<'_>, Vec<ArmEnd
             }
             Some(e) => failed.push((*e).clone()),
             None => failed.push(ArmEnd {
-                arm,
-                attempt,
-                ok: false,
-                exit_code: None,
-                signal: None,
-                duration_ms: 0,
-                requests: 0,
-                warmup_requests: 0,
-                bad_lines: 0,
-                nvrm_after: None,
-                nvrm_delta: None,
                 error: Some("the arm never ended (the sweep was interrupted)".into()),
-                stdout_log: String::new(),
-                stderr_log: String::new(),
+                ..ArmEnd::pending(arm, attempt, String::new(), String::new())
             }),
         }
     }

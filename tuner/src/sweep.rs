@@ -590,22 +590,7 @@ fn run_arm(
     let mut out_file =
         std::fs::File::create(dir.join(&stdout_log)).with_context(|| format!("creating {stdout_log}"))?;
     let t0 = Instant::now();
-    let mut end = ArmEnd {
-        arm: arm.index,
-        attempt,
-        ok: false,
-        exit_code: None,
-        signal: None,
-        duration_ms: 0,
-        requests: 0,
-        warmup_requests: 0,
-        bad_lines: 0,
-        nvrm_after: None,
-        nvrm_delta: None,
-        error: None,
-        stdout_log: stdout_log.clone(),
-        stderr_log: stderr_log.clone(),
-    };
+    let mut end = ArmEnd::pending(arm.index, attempt, stdout_log.clone(), stderr_log.clone());
     let child = Command::new(&argv[0])
         .args(&argv[1..])
         .env_clear()
