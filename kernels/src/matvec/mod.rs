@@ -42,11 +42,14 @@
 //! eight sub-block scales (and Q4_K / Q5_K mins) become one 8-lane f32
 //! vector.
 
+pub mod r16;
 pub mod scalar;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 #[cfg(target_arch = "x86_64")]
 mod x86_k;
+#[cfg(target_arch = "x86_64")]
+mod x86_r16;
 
 use crate::act::QRow;
 use crate::dispatch::{self, KernelFamily};
@@ -62,6 +65,8 @@ pub enum Weights<'a> {
     Q4K(&'a [BlockQ4K]),
     Q5K(&'a [BlockQ5K]),
     Q6K(&'a [BlockQ6K]),
+    /// Q4_0 / Q4_1 / Q8_0 in the row-interleaved layout ([`r16`]).
+    R16(r16::R16<'a>),
     F32(&'a [f32]),
 }
 

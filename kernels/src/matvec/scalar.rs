@@ -5,71 +5,73 @@
 //!
 //! One output is the dot product of a weight row of `nb` blocks with an
 //! activation row ([`QRow`], 16-bit quants `qx` with per-block scale `dx` and
-//! `sx = dx * Σ qx`). It is computed in exactly this order:
+//! `sx = dx * Σ qx`). It is one serial chain, in block order:
 //!
-//! 1. **Integer lanes.** For block `b`, the exact products `qw[e] · qx[e]`
-//!    are summed into eight `i32` lanes: lane `i` (0..8) takes elements
-//!    `{2i, 2i+1, 16+2i, 17+2i}` ([`lane_isums`]). This is what
-//!    `vpmaddwd`/`vpdpwssd` give when a block's first and second halves sit in
-//!    two registers of sixteen 16-bit values. The weight quant `qw` is the
-//!    signed byte (Q8_0), the nibble (Q4_1) or the nibble − 8 (Q4_0); with
-//!    |qw| ≤ 128 and |qx| ≤ 32767 even a whole block's sum stays below 2^31,
-//!    so every lane is exact.
-//! 2. **Float lanes.** Sixteen `f32` accumulators `acc` start at +0.0. Even
-//!    blocks update lanes 0..8, odd blocks lanes 8..16:
-//!    `acc[8·(b%2) + i] = fma(p_b, f32(isum_b[i]), acc[8·(b%2) + i])` with
-//!    `p_b = f32(dw_b) * dx_b` rounded once, and `fma` a fused multiply-add
-//!    (one rounding). Two interleaved sets of lanes are what a 512-bit
-//!    register holding a block pair computes, and what keeps a 256-bit
-//!    kernel's two accumulators independent.
-//! 3. **Q4_1's min term.** Sixteen more accumulators `mt` start at +0.0;
-//!    block `b` updates `mt[b % 16] = fma(f32(mw_b), sx_b, mt[b % 16])` (the
-//!    kernels fetch and convert sixteen blocks' scales at once, and the
-//!    activation keeps its `sx` contiguous for exactly that).
-//! 4. **Reduction.** The output is [`reduce16`]`(acc)`, plus `reduce16(mt)`
-//!    for Q4_1.
+//! ```text
+//! y = +0.0
+//! for b in 0..nb:
+//!     isum = Σ_e qw[e] · qx[e]                  exact, in i32
+//!     y = fma(f32(isum), f32(dw_b) * dx_b, y)   the product rounded once
+//!     y = fma(f32(mw_b), sx_b, y)               Q4_1 only
+//! ```
 //!
-//! Accumulators never hold −0.0 (they start at +0.0 and round-to-nearest
-//! never sums to −0.0 unless both addends are −0.0), so a SIMD kernel may
-//! apply `fma(0, 0, a)` to a lane it has nothing for (the missing partner of
-//! an odd last block, padding past `nb`): that leaves the lane unchanged.
+//! The weight quant `qw` is the signed byte (Q8_0), the nibble (Q4_1) or the
+//! nibble − 8 (Q4_0); with |qw| ≤ 128 and |qx| ≤ 32767 a block's sum stays
+//! below 2^31, so it is exact in any order. `f32(isum)` rounds to nearest
+//! even (exact below 2^24, i.e. always for the Q4 formats). `fma` is a fused
+//! multiply-add (one rounding).
+//!
+//! This is what the row-interleaved kernels ([`super::r16`]) compute: each
+//! 32-bit lane is one output, a block's integer sum arrives whole in it, and
+//! one FMA per block applies the scale to sixteen outputs at once. (Until
+//! then the specification spread a block over eight lanes, each scaled
+//! separately, and reduced them with a tree: the layout of a register
+//! holding one row's elements, whose per-row float work dominated a
+//! speculative verify block.)
 //!
 //! The result depends only on the weight row and the activation row: not on
-//! which rows are computed together, the thread count, or the family.
+//! which rows are computed together, the thread count, the family or the
+//! weight layout.
 //!
 //! # K-quants (Q4_K, Q5_K, Q6_K)
 //!
 //! A 256-element super-block is eight 32-element sub-blocks, and sub-block
-//! `j` of super-block `sb` meets activation block `b = 8·sb + j`. Each is
-//! treated like a legacy block, in the same lanes:
+//! `j` of super-block `sb` meets activation block `b = 8·sb + j`. K-quant
+//! rows keep GGUF's layout (no row-interleaved form yet), and their
+//! specification is the lane order of a register holding one row's
+//! sub-block pair:
 //!
-//! 1. **Integer lanes** ([`lane_isums`]) of a per-element integer weight
-//!    `qw`: Q4_K / Q5_K the unsigned 4- or 5-bit quant; Q6_K the signed
-//!    6-bit quant (−32..32) times its 16-element sub-block's signed 8-bit
-//!    scale (elements 0..16 take `scales[2j]`, 16..32 `scales[2j + 1]`), an
-//!    exact product of at most 4096 in magnitude, so a lane (four products
-//!    with |qx| ≤ 32767) stays below 2^29.
-//! 2. **Float lanes**, as step 2 above with the block scale
-//!    `p_b = (d · f32(sc_j)) · dx_b` (Q4_K / Q5_K, 6-bit scale `sc_j`; `d ·
-//!    f32(sc_j)` is exact, an f16 times a 6-bit integer) or `p_b = d · dx_b`
-//!    (Q6_K), each product rounded once.
+//! 1. **Integer lanes.** For sub-block `j` (activation block `b`), the exact
+//!    products `qw[e] · qx[e]` are summed into eight `i32` lanes: lane `i`
+//!    (0..8) takes elements `{2i, 2i+1, 16+2i, 17+2i}` ([`lane_isums`]),
+//!    what `vpmaddwd`/`vpdpwssd` give when a block's first and second halves
+//!    sit in two registers of sixteen 16-bit values. `qw` is, for Q4_K /
+//!    Q5_K, the unsigned 4- or 5-bit quant; for Q6_K the signed 6-bit quant
+//!    (−32..32) times its 16-element sub-block's signed 8-bit scale
+//!    (elements 0..16 take `scales[2j]`, 16..32 `scales[2j + 1]`), an exact
+//!    product of at most 4096 in magnitude, so a lane (four products with
+//!    |qx| ≤ 32767) stays below 2^29.
+//! 2. **Float lanes.** Sixteen `f32` accumulators `acc` start at +0.0. Even
+//!    blocks update lanes 0..8, odd blocks lanes 8..16:
+//!    `acc[8·(b%2) + i] = fma(p_b, f32(isum_b[i]), acc[8·(b%2) + i])` with
+//!    `p_b = (d · f32(sc_j)) · dx_b` (Q4_K / Q5_K, 6-bit scale `sc_j`;
+//!    `d · f32(sc_j)` is exact, an f16 times a 6-bit integer) or
+//!    `p_b = d · dx_b` (Q6_K), each product rounded once.
 //! 3. **Q4_K / Q5_K's min term**: eight accumulators `mt` start at +0.0;
 //!    sub-block `j` updates `mt[j] = fma(dmin · f32(m_j), sx_b, mt[j])` (the
 //!    product `dmin · f32(m_j)` is exact like `d · f32(sc_j)`).
 //! 4. **Reduction**: [`reduce16`]`(acc)`, minus [`reduce8`]`(mt)` for Q4_K /
 //!    Q5_K.
 //!
-//! The lanes are those of the legacy formats, for the same reason: a
-//! sub-block pair fills two 512-bit registers against the pair-interleaved
-//! activation, one conversion and one FMA per pair and activation row. (An
-//! earlier specification kept one serial f32 accumulator per output with a
-//! horizontal integer sum per sub-block: a SIMD kernel following it would
-//! spend more on horizontal reductions and a dependent scalar chain than on
-//! the dot products.)
+//! Accumulators never hold −0.0 (they start at +0.0 and round-to-nearest
+//! never sums to −0.0 unless both addends are −0.0), so a SIMD kernel may
+//! apply `fma(0, 0, a)` to a lane it has nothing for: that leaves the lane
+//! unchanged.
 //!
 //! f32 weights use [`dot_f32`]: eight interleaved partial sums, reduced by a
 //! fixed tree, then the tail.
 
+use super::r16::{GROUP, R16, R16Format};
 use super::{Input, Matrix, Weights};
 use crate::act::QRow;
 use crate::quant::dequant::get_scale_min_k4;
@@ -111,35 +113,45 @@ fn nibbles(qs: &[u8; QK / 2]) -> [i32; QK] {
     std::array::from_fn(|e| if e < 16 { (qs[e] & 0x0F) as i32 } else { (qs[e - 16] >> 4) as i32 })
 }
 
+/// The legacy-format chain of the specification: block `b`'s integer
+/// weights `qw`, its scale `dw` and (Q4_1) its min `mw`, from `block(b)`.
+#[inline]
+pub fn dot_legacy(nb: usize, x: &QRow, block: impl Fn(usize) -> (f32, Option<f32>, [i32; QK])) -> f32 {
+    let mut y = 0.0f32;
+    for b in 0..nb {
+        let (dw, mw, qw) = block(b);
+        let qx = x.block_quants(b);
+        let isum: i32 = qw.iter().zip(&qx).map(|(&w, &v)| w * v as i32).sum();
+        y = (isum as f32).mul_add(dw * x.d[b], y);
+        if let Some(m) = mw {
+            y = m.mul_add(x.s[b], y);
+        }
+    }
+    y
+}
+
 /// `Σ w[i]·x[i]` for Q8_0 weights against one activation row.
 pub fn dot_q8_0(w: &[BlockQ8_0], x: QRow) -> f32 {
-    let mut acc = [0.0f32; 16];
-    for (b, wb) in w.iter().enumerate() {
-        let qw: [i32; QK] = std::array::from_fn(|e| wb.qs[e] as i32);
-        add_block(&mut acc, b, h(wb.d) * x.d[b], lane_isums(&qw, &x, b));
-    }
-    reduce16(acc)
+    dot_legacy(w.len(), &x, |b| (h(w[b].d), None, std::array::from_fn(|e| w[b].qs[e] as i32)))
 }
 
 /// Q4_0 weights: `w = d·(q − 8)`.
 pub fn dot_q4_0(w: &[BlockQ4_0], x: QRow) -> f32 {
-    let mut acc = [0.0f32; 16];
-    for (b, wb) in w.iter().enumerate() {
-        let qw = nibbles(&wb.qs).map(|q| q - 8);
-        add_block(&mut acc, b, h(wb.d) * x.d[b], lane_isums(&qw, &x, b));
-    }
-    reduce16(acc)
+    dot_legacy(w.len(), &x, |b| (h(w[b].d), None, nibbles(&w[b].qs).map(|q| q - 8)))
 }
 
 /// Q4_1 weights: `w = d·q + m`.
 pub fn dot_q4_1(w: &[BlockQ4_1], x: QRow) -> f32 {
-    let mut acc = [0.0f32; 16];
-    let mut mt = [0.0f32; 16];
-    for (b, wb) in w.iter().enumerate() {
-        add_block(&mut acc, b, h(wb.d) * x.d[b], lane_isums(&nibbles(&wb.qs), &x, b));
-        mt[b % 16] = h(wb.m).mul_add(x.s[b], mt[b % 16]);
-    }
-    reduce16(acc) + reduce16(mt)
+    dot_legacy(w.len(), &x, |b| (h(w[b].d), Some(h(w[b].m)), nibbles(&w[b].qs)))
+}
+
+/// Row `r` of a row-interleaved matrix: the same chain over its tiles.
+pub fn dot_r16(m: &R16, r: usize, x: QRow) -> f32 {
+    let (g, j) = (r / GROUP, r % GROUP);
+    dot_legacy(m.nb, &x, |b| {
+        let (d, mw, q) = R16::unpack(m.fmt, m.tile(g, b), j);
+        (h(d), (m.fmt == R16Format::Q4_1).then(|| h(mw)), q)
+    })
 }
 
 /// Shared by Q4_K and Q5_K: `quants(j)` gives the 32 unsigned quants of
@@ -273,6 +285,11 @@ pub fn matvec_rows(m: &Matrix, input: Input, row0: usize, out: &mut [f32]) {
         Weights::Q4K(w) => rows(w, m.cols / QK_K, row0, out, q, dot_q4k),
         Weights::Q5K(w) => rows(w, m.cols / QK_K, row0, out, q, dot_q5k),
         Weights::Q6K(w) => rows(w, m.cols / QK_K, row0, out, q, dot_q6k),
+        Weights::R16(w) => {
+            for (i, o) in out.iter_mut().enumerate() {
+                *o = dot_r16(&w, row0 + i, q);
+            }
+        }
         Weights::F32(w) => {
             for (i, o) in out.iter_mut().enumerate() {
                 let r = row0 + i;

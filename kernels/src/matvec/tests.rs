@@ -107,15 +107,26 @@ fn check_matrix(ty: GgmlType, raw: &[u8], rows: usize, cols: usize, x: &[f32]) {
         );
     }
 
-    for fam in KernelFamily::all_supported() {
-        // Whole range, and a sub-range starting at an odd row.
-        let mut got = vec![0.0f32; rows];
-        matvec_rows(fam, &m, input, 0, &mut got);
-        assert_eq!(bits(&got), bits(&want), "{ty:?} {fam:?} {rows}x{cols}");
-        if rows > 2 {
-            let mut part = vec![0.0f32; rows - 1];
-            matvec_rows(fam, &m, input, 1, &mut part);
-            assert_eq!(bits(&part), bits(&want[1..]), "{ty:?} {fam:?} {rows}x{cols} from row 1");
+    // The legacy formats also in the row-interleaved layout: the same
+    // numbers from every family, scalar included.
+    let packed = r16::Repacked::from_native(ty, raw, rows, cols).unwrap();
+    let views: Vec<(&str, Matrix)> =
+        std::iter::once(("gguf", m)).chain(packed.as_ref().map(|p| ("r16", p.matrix()))).collect();
+    for (layout, m) in &views {
+        for fam in KernelFamily::all_supported() {
+            // Whole range, a sub-range starting at an odd row, and one
+            // ending inside a group.
+            let mut got = vec![0.0f32; rows];
+            matvec_rows(fam, m, input, 0, &mut got);
+            assert_eq!(bits(&got), bits(&want), "{ty:?} {layout} {fam:?} {rows}x{cols}");
+            if rows > 2 {
+                let mut part = vec![0.0f32; rows - 1];
+                matvec_rows(fam, m, input, 1, &mut part);
+                assert_eq!(bits(&part), bits(&want[1..]), "{ty:?} {layout} {fam:?} {rows}x{cols} from row 1");
+                let mut mid = vec![0.0f32; rows - 2];
+                matvec_rows(fam, m, input, 1, &mut mid);
+                assert_eq!(bits(&mid), bits(&want[1..rows - 1]), "{ty:?} {layout} {fam:?} {rows}x{cols} rows 1..-1");
+            }
         }
     }
 }
@@ -270,19 +281,21 @@ fn check_multirow(ty: GgmlType, shapes: &[(usize, usize)]) {
         let all: Vec<Input> = xs.iter().zip(&qs).map(|(x, q)| Input { x, q: q.view() }).collect();
         let row0 = rows / 3;
         let n = rows - row0;
-        for fam in KernelFamily::all_supported() {
+        let packed = r16::Repacked::from_native(ty, &raw, rows, cols).unwrap();
+        let views: Vec<Matrix> = std::iter::once(m).chain(packed.as_ref().map(|p| p.matrix())).collect();
+        for (fam, m) in KernelFamily::all_supported().into_iter().flat_map(|f| views.iter().map(move |m| (f, m))) {
             let singles: Vec<Vec<f32>> = all
                 .iter()
                 .map(|inp| {
                     let mut one = vec![0.0f32; n];
-                    matvec_rows(fam, &m, *inp, row0, &mut one);
+                    matvec_rows(fam, m, *inp, row0, &mut one);
                     one
                 })
                 .collect();
             for w in 1..=16 {
                 for multirow in [true, false] {
                     let mut outs = vec![f32::NAN; w * n];
-                    matmul_rows_with(fam, multirow, &m, &all[..w], row0, &mut outs);
+                    matmul_rows_with(fam, multirow, m, &all[..w], row0, &mut outs);
                     for (i, one) in singles.iter().take(w).enumerate() {
                         assert_eq!(
                             bits(&outs[i * n..(i + 1) * n]),
@@ -298,7 +311,7 @@ fn check_multirow(ty: GgmlType, shapes: &[(usize, usize)]) {
 
 #[test]
 fn multi_row_passes_equal_single_row_calls_bit_for_bit_for_w_1_to_16() {
-    let shapes = [(1, 32), (17, 96), (33, 544), (5, 576)];
+    let shapes = [(1, 32), (17, 96), (33, 544), (5, 576), (48, 64)];
     for ty in [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::F32] {
         check_multirow(ty, &shapes);
     }

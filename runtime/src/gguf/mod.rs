@@ -400,6 +400,25 @@ impl GgufFile {
     /// Every tensor of this file was checked at open to lie inside it; a
     /// `TensorInfo` from another file whose range does not fit this one gets
     /// an empty slice.
+    /// Tells the kernel that this process no longer needs the mapped pages
+    /// of tensor `t` (`MADV_DONTNEED`): they leave the resident set and are
+    /// read from the page cache again if touched. Used after a tensor was
+    /// copied into another layout. A no-op for files read into memory.
+    pub fn release_tensor_pages(&self, t: &TensorInfo) {
+        let Backing::Mmap(m) = &self.backing else { return };
+        let Some(start) = self.data_offset.checked_add(t.offset).and_then(|s| usize::try_from(s).ok()) else { return };
+        // Whole pages inside the tensor only: a page shared with a
+        // neighbouring tensor stays.
+        let page = 4096;
+        let (first, last) = (start.next_multiple_of(page), (start + t.n_bytes) / page * page);
+        if last > first && last <= m.len() {
+            // SAFETY: the map is read-only and private to this process, so
+            // dropping its pages loses nothing: a later read faults them in
+            // from the file again with the same contents.
+            let _ = unsafe { m.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, first, last - first) };
+        }
+    }
+
     pub fn tensor_data(&self, t: &TensorInfo) -> &[u8] {
         let bytes = self.backing.bytes();
         let range = self

@@ -81,7 +81,8 @@ pub fn load(path: &Path) -> Result<Loaded, ModelError> {
     }
     let file = Arc::new(GgufFile::open(path)?);
     let config = gguf_load::config_from_gguf(&file)?;
-    let weights = gguf_load::weights_from_gguf(&file, &config)?;
+    let mut weights = gguf_load::weights_from_gguf(&file, &config)?;
+    weights.repack();
     let quant = crate::policy::quant::classify_gguf(path, &file);
     let tokenizer = Tokenizer::from_gguf(&file)?;
     if tokenizer.vocab_size() > config.vocab {

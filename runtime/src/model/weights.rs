@@ -3,6 +3,7 @@
 //! Llama decoder.
 
 use crate::gguf::GgufFile;
+use kernels::matvec::r16::Repacked;
 use kernels::matvec::{Matrix, MatrixError};
 use kernels::quant::{GgmlType, dequantize_row};
 use std::sync::Arc;
@@ -32,6 +33,10 @@ pub struct WeightMatrix {
     pub rows: usize,
     pub cols: usize,
     data: Data,
+    /// The row-interleaved copy the CPU kernels multiply with, once
+    /// [`Self::repack`] made it (Q4_0 / Q4_1 / Q8_0); `data` stays for the
+    /// embedding gather and device uploads.
+    packed: Option<Arc<Repacked>>,
 }
 
 impl WeightMatrix {
@@ -51,7 +56,7 @@ impl WeightMatrix {
             }
             Err(e) => return Err(e),
         };
-        let m = WeightMatrix { name: info.name.clone(), ty: info.ty, rows, cols, data };
+        let m = WeightMatrix { name: info.name.clone(), ty: info.ty, rows, cols, data, packed: None };
         Matrix::from_bytes(m.ty, m.bytes(), rows, cols)?;
         Ok(m)
     }
@@ -62,7 +67,7 @@ impl WeightMatrix {
     /// If `w.len() != rows * cols` (a loader bug, not input).
     pub fn from_f32(name: &str, w: Vec<f32>, rows: usize, cols: usize) -> Self {
         assert_eq!(w.len(), rows * cols);
-        WeightMatrix { name: name.to_string(), ty: GgmlType::F32, rows, cols, data: Data::F32(w) }
+        WeightMatrix { name: name.to_string(), ty: GgmlType::F32, rows, cols, data: Data::F32(w), packed: None }
     }
 
     fn bytes(&self) -> &[u8] {
@@ -77,8 +82,31 @@ impl WeightMatrix {
         }
     }
 
+    /// Makes the row-interleaved copy the CPU kernels run fastest on
+    /// ([`kernels::matvec::r16`]), for the formats that have one; returns
+    /// the bytes it holds (0 when the format has none or it exists). The
+    /// mapped pages read to make it are then released, so resident memory
+    /// holds the weights once.
+    pub fn repack(&mut self) -> usize {
+        if self.packed.is_some() {
+            return 0;
+        }
+        let packed = Repacked::from_native(self.ty, self.bytes(), self.rows, self.cols)
+            .expect("shape and length validated at construction");
+        let Some(packed) = packed else { return 0 };
+        let n = packed.bytes();
+        self.packed = Some(Arc::new(packed));
+        if let Data::Gguf { file, index } = &self.data {
+            file.release_tensor_pages(&file.tensors[*index]);
+        }
+        n
+    }
+
     /// The kernel view of this matrix.
     pub fn matrix(&self) -> Matrix<'_> {
+        if let Some(p) = &self.packed {
+            return p.matrix();
+        }
         match &self.data {
             Data::F32(v) => Matrix::from_f32(v, self.rows, self.cols),
             _ => Matrix::from_bytes(self.ty, self.bytes(), self.rows, self.cols)
@@ -124,5 +152,24 @@ pub struct LlamaWeights {
 impl LlamaWeights {
     pub fn head(&self) -> &WeightMatrix {
         self.head.as_ref().unwrap_or(&self.embed)
+    }
+
+    /// Every matrix the CPU multiplies with (the layers' and the head,
+    /// which is the embedding when tied), for [`WeightMatrix::repack`].
+    pub fn product_matrices_mut(&mut self) -> impl Iterator<Item = &mut WeightMatrix> {
+        let head = match &mut self.head {
+            Some(h) => h,
+            None => &mut self.embed,
+        };
+        self.layers
+            .iter_mut()
+            .flat_map(|l| [&mut l.wq, &mut l.wk, &mut l.wv, &mut l.wo, &mut l.w_gate, &mut l.w_up, &mut l.w_down])
+            .chain(std::iter::once(head))
+    }
+
+    /// Repacks every product matrix for the CPU kernels; returns the bytes
+    /// of the copies.
+    pub fn repack(&mut self) -> usize {
+        self.product_matrices_mut().map(WeightMatrix::repack).sum()
     }
 }

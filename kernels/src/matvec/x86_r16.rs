@@ -1,0 +1,426 @@
+//! x86_64 kernels for the row-interleaved layout ([`super::r16`]) of Q4_0,
+//! Q4_1 and Q8_0: AVX-512 VNNI (one `zmm` = sixteen rows, `vpdpwssd` against
+//! a broadcast pair of activation quants) and AVX2 (one `ymm` = eight rows,
+//! `vpmaddwd` + `vpaddd`, a group in two halves).
+//!
+//! Per tile (sixteen rows × one block) and activation row: the block's
+//! integer sums of all sixteen rows accumulate in one register (split over
+//! two to four registers for independent dependency chains, summed exactly
+//! afterwards), then one conversion, one scale product and one FMA (two for
+//! Q4_1) apply the block to the sixteen outputs: the serial chain of
+//! [`super::scalar`], lane by lane. Widened weights are shared by all the
+//! activation rows of a pass.
+//!
+//! Nibble formats take the high nibbles as `byte & 0xF0`, i.e. sixteen
+//! times the quant: their products accumulate in registers of their own,
+//! whose exact sum is divided by 16 with an arithmetic shift at the end of
+//! the block (every term is a multiple of 16, so the shift is exact). That
+//! saves a shift per chunk, which on Intel cores would share port 0 with the
+//! `vpdpwssd`s, at the cost of twice the accumulators; passes of more than
+//! four rows, short of registers, shift the weights instead.
+//!
+//! GGUF-layout Q4_0/Q4_1/Q8_0 matrices (the runtime repacks its weights at
+//! load; tests and benchmarks may not) are repacked one group at a time
+//! into per-thread scratch and run through the same kernels.
+
+// Register-blocked loops index parallel arrays (activation rows ×
+// accumulators) with the same counter.
+#![allow(clippy::needless_range_loop)]
+
+use super::Input;
+use super::r16::{GROUP, R16, R16Format, repack_group};
+use crate::dispatch::{KernelFamily, max_rows_per_pass};
+use std::arch::x86_64::*;
+
+/// Format tags of the const-generic kernels.
+const Q4_0: u8 = 0;
+const Q4_1: u8 = 1;
+const Q8_0: u8 = 2;
+
+const fn tag(f: R16Format) -> u8 {
+    match f {
+        R16Format::Q4_0 => Q4_0,
+        R16Format::Q4_1 => Q4_1,
+        R16Format::Q8_0 => Q8_0,
+    }
+}
+
+const fn fmt_of(f: u8) -> R16Format {
+    match f {
+        Q4_0 => R16Format::Q4_0,
+        Q4_1 => R16Format::Q4_1,
+        _ => R16Format::Q8_0,
+    }
+}
+
+/// How far ahead of the tile being computed the kernels prefetch: about
+/// six Q4_1 tiles, so the weights of the next few tiles are already on
+/// their way while a tile computes (the hardware prefetchers alone leave
+/// the stream short of the host's bandwidth).
+const PREFETCH_AHEAD: usize = 2048;
+
+/// Where the outputs of one pass go: `W` pointers to sixteen floats each.
+type Outs<const W: usize> = [*mut f32; W];
+
+/// `i16` offset, in a [`crate::act::QPair`] array, of element `e` of block `b`.
+#[inline(always)]
+const fn x_offset(b: usize, e: usize) -> usize {
+    (b / 2) * 64 + (e / 16) * 32 + (b % 2) * 16 + e % 16
+}
+
+/// Computes rows `row0 .. row0 + n` (`n = outs.len() / inputs.len()`) of a
+/// row-interleaved matrix for every input: the AVX2 or AVX-512 pass per
+/// group of sixteen rows and chunk of activation rows.
+///
+/// # Safety
+/// The CPU supports `family` (an x86 SIMD family); shapes were checked by
+/// the caller: `row0 + n` rows exist, every input has `m.nb` blocks.
+pub(super) unsafe fn matmul_r16(family: KernelFamily, m: &R16, inputs: &[Input], row0: usize, outs: &mut [f32]) {
+    let tb = m.fmt.tile_bytes();
+    let group_bytes = m.nb * tb;
+    let n = outs.len() / inputs.len();
+    let (g0, g1) = (row0 / GROUP, (row0 + n).div_ceil(GROUP));
+    // SAFETY: `g1` groups exist (the matrix has at least row0 + n rows in
+    // `rows.div_ceil(16)` groups), so the end pointer is inside or one past
+    // the data.
+    let end = unsafe { m.data.as_ptr().add(g1 * group_bytes) };
+    for g in g0..g1 {
+        // SAFETY: group g < g1 lies in the data.
+        let tiles = unsafe { m.data.as_ptr().add(g * group_bytes) };
+        // SAFETY: forwarded.
+        unsafe { run_group(family, m.fmt, tiles, m.nb, end, inputs, row0, g, outs) };
+    }
+}
+
+thread_local! {
+    /// One group of a GGUF-layout matrix, repacked.
+    static PACK: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// [`matmul_r16`] for a GGUF-layout matrix of `rows` rows at `native`: each
+/// group is repacked into per-thread scratch first.
+///
+/// # Safety
+/// As [`matmul_r16`]; `native` holds `rows` rows of `nb` GGUF blocks of `fmt`.
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn matmul_native(
+    family: KernelFamily,
+    fmt: R16Format,
+    native: &[u8],
+    rows: usize,
+    nb: usize,
+    inputs: &[Input],
+    row0: usize,
+    outs: &mut [f32],
+) {
+    let n = outs.len() / inputs.len();
+    let row_bytes = nb * fmt.native_block_bytes();
+    PACK.with_borrow_mut(|pack| {
+        pack.clear();
+        pack.resize(nb * fmt.tile_bytes(), 0);
+        for g in row0 / GROUP..(row0 + n).div_ceil(GROUP) {
+            let live = (rows - g * GROUP).min(GROUP);
+            repack_group(fmt, &native[g * GROUP * row_bytes..], live, nb, pack);
+            let tiles = pack.as_ptr();
+            // SAFETY: forwarded; `pack` holds the group's nb tiles.
+            unsafe { run_group(family, fmt, tiles, nb, tiles.add(pack.len()), inputs, row0, g, outs) };
+        }
+    });
+}
+
+/// Group `g`'s rows that fall in `row0 .. row0 + n`, for every input, in
+/// chunks of the family's widest pass. Whole groups are written in place;
+/// a group cut by the range goes through a buffer.
+///
+/// # Safety
+/// `tiles` points at the group's `nb` tiles of `fmt`; `end` bounds
+/// prefetching; otherwise as [`matmul_r16`].
+#[allow(clippy::too_many_arguments)]
+unsafe fn run_group(
+    family: KernelFamily,
+    fmt: R16Format,
+    tiles: *const u8,
+    nb: usize,
+    end: *const u8,
+    inputs: &[Input],
+    row0: usize,
+    g: usize,
+    outs: &mut [f32],
+) {
+    let n = outs.len() / inputs.len();
+    let (lo, hi) = ((g * GROUP).max(row0), (g * GROUP + GROUP).min(row0 + n));
+    let whole = lo == g * GROUP && hi == g * GROUP + GROUP;
+    let max_w = max_rows_per_pass(family);
+    let mut buf = [[0.0f32; GROUP]; 8];
+    let mut i0 = 0;
+    while i0 < inputs.len() {
+        let w = (inputs.len() - i0).min(max_w);
+        let xs = &inputs[i0..i0 + w];
+        let mut ptrs = [std::ptr::null_mut::<f32>(); 8];
+        for i in 0..w {
+            ptrs[i] = if whole {
+                // SAFETY: output (i0 + i, g*16 - row0 .. + 16) lies in outs.
+                unsafe { outs.as_mut_ptr().add((i0 + i) * n + g * GROUP - row0) }
+            } else {
+                buf[i].as_mut_ptr()
+            };
+        }
+        // SAFETY: forwarded; every pointer has sixteen writable floats.
+        unsafe { run_pass(family, tag(fmt), w, tiles, nb, end, xs, &ptrs) };
+        if !whole {
+            for i in 0..w {
+                let dst = (i0 + i) * n + lo - row0;
+                outs[dst..dst + hi - lo].copy_from_slice(&buf[i][lo - g * GROUP..hi - g * GROUP]);
+            }
+        }
+        i0 += w;
+    }
+}
+
+/// Picks the const-generic instance for (family, format, width).
+///
+/// # Safety
+/// As [`group_avx2`] / [`group_avx512`].
+#[allow(clippy::too_many_arguments)]
+unsafe fn run_pass(
+    family: KernelFamily,
+    f: u8,
+    w: usize,
+    tiles: *const u8,
+    nb: usize,
+    end: *const u8,
+    xs: &[Input],
+    o: &[*mut f32; 8],
+) {
+    macro_rules! widths {
+        ($kern:ident, $f:expr, [$($w:literal),*]) => {
+            match w {
+                // SAFETY: forwarded from the caller; `xs.len() == w`.
+                $($w => unsafe { $kern::<$f, $w>(tiles, nb, end, xs, std::array::from_fn(|i| o[i])) },)*
+                _ => unreachable!("width {w} above the family's maximum"),
+            }
+        };
+    }
+    macro_rules! formats {
+        ($kern:ident, $ws:tt) => {
+            match f {
+                Q4_0 => widths!($kern, Q4_0, $ws),
+                Q4_1 => widths!($kern, Q4_1, $ws),
+                _ => widths!($kern, Q8_0, $ws),
+            }
+        };
+    }
+    const _: () = assert!(
+        crate::dispatch::AVX2_MAX_ROWS == 4 && crate::dispatch::AVX512_MAX_ROWS == 8,
+        "update the width lists below"
+    );
+    match family {
+        KernelFamily::Avx2 => formats!(group_avx2, [1, 2, 3, 4]),
+        KernelFamily::Avx512Vnni => formats!(group_avx512, [1, 2, 3, 4, 5, 6, 7, 8]),
+        KernelFamily::Scalar => unreachable!("scalar has no SIMD pass"),
+    }
+}
+
+/// Prefetches the lines of the tile `PREFETCH_AHEAD` bytes past `t`, if it
+/// lies before `end`.
+#[inline(always)]
+fn prefetch_ahead(t: *const u8, tb: usize, end: *const u8) {
+    let ahead = t.wrapping_add(PREFETCH_AHEAD);
+    let mut off = 0;
+    while off < tb {
+        let p = ahead.wrapping_add(off);
+        if p >= end {
+            return;
+        }
+        // SAFETY: a prefetch has no architectural effect and cannot fault;
+        // the address lies inside the matrix (below `end`).
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(p.cast()) };
+        off += 64;
+    }
+}
+
+/// `vpdpwssd acc, w, [x]{1to16}`: every 32-bit lane of `acc` gains
+/// `w[2j]·x[0] + w[2j+1]·x[1]`.
+///
+/// # Safety
+/// AVX-512 VNNI; `x` points at two readable `i16`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+#[inline]
+unsafe fn dpwssd_bcast(mut acc: __m512i, w: __m512i, x: *const i16) -> __m512i {
+    // SAFETY: the caller guarantees the four bytes at x.
+    unsafe {
+        std::arch::asm!(
+            "vpdpwssd {acc}, {w}, dword ptr [{x}]{{1to16}}",
+            acc = inout(zmm_reg) acc,
+            w = in(zmm_reg) w,
+            x = in(reg) x,
+            options(pure, readonly, nostack, preserves_flags),
+        );
+    }
+    acc
+}
+
+/// Sixteen outputs (one group) × `W` activation rows, AVX-512 VNNI.
+///
+/// # Safety
+/// AVX-512 F/BW/VL/VNNI, FMA, F16C; `tiles` points at `nb` tiles of format
+/// `F`; every input has `nb` quantized blocks; each `out[i]` has sixteen
+/// writable floats.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+unsafe fn group_avx512<const F: u8, const W: usize>(
+    tiles: *const u8,
+    nb: usize,
+    end: *const u8,
+    xs: &[Input],
+    out: Outs<W>,
+) {
+    let fmt = fmt_of(F);
+    let (tb, qo) = (fmt.tile_bytes(), fmt.qs_offset());
+    // Independent accumulator sets per activation row: a `vpdpwssd` has a
+    // latency of several cycles and one issues per cycle, so a single row
+    // needs several chains.
+    let sets = if W == 1 { 2 } else { 1 };
+    // Nibble formats: high nibbles as 16·q in their own accumulators (four
+    // rows or fewer), or shifted down into the same ones (wider passes).
+    let split = F != Q8_0 && W <= 4;
+    let xq: [*const i16; W] = std::array::from_fn(|i| xs[i].q.pairs.as_ptr().cast::<i16>());
+    let dx: [*const f32; W] = std::array::from_fn(|i| xs[i].q.d.as_ptr());
+    let sx: [*const f32; W] = std::array::from_fn(|i| xs[i].q.s.as_ptr());
+    // SAFETY (whole body): tiles b < nb lie at tiles + b*tb; the activation
+    // quants of block b < nb lie at the offsets x_offset(b, e < 32), and its
+    // scales at index b; out pointers are the caller's.
+    unsafe {
+        let mut y = [_mm512_setzero_ps(); W];
+        for b in 0..nb {
+            let t = tiles.add(b * tb);
+            prefetch_ahead(t, tb, end);
+            let mut acc = [[_mm512_setzero_si512(); 4]; W];
+            if F == Q8_0 {
+                for s in 0..16 {
+                    let w16 = _mm512_cvtepi8_epi16(_mm256_loadu_si256(t.add(qo + 32 * s).cast()));
+                    let c = s % (2 * sets);
+                    for i in 0..W {
+                        acc[i][c] = dpwssd_bcast(acc[i][c], w16, xq[i].add(x_offset(b, 2 * s)));
+                    }
+                }
+            } else {
+                for s in 0..8 {
+                    let raw = _mm512_cvtepu8_epi16(_mm256_loadu_si256(t.add(qo + 32 * s).cast()));
+                    let mut lo = _mm512_and_si512(raw, _mm512_set1_epi16(0x0F));
+                    let mut hi =
+                        if split { _mm512_and_si512(raw, _mm512_set1_epi16(0xF0)) } else { _mm512_srli_epi16(raw, 4) };
+                    if F == Q4_0 {
+                        lo = _mm512_sub_epi16(lo, _mm512_set1_epi16(8));
+                        hi = _mm512_sub_epi16(hi, _mm512_set1_epi16(if split { 128 } else { 8 }));
+                    }
+                    let c = 2 * (s % sets);
+                    let ch = if split { c + 1 } else { c };
+                    for i in 0..W {
+                        acc[i][c] = dpwssd_bcast(acc[i][c], lo, xq[i].add(x_offset(b, 2 * s)));
+                        acc[i][ch] = dpwssd_bcast(acc[i][ch], hi, xq[i].add(x_offset(b, 16 + 2 * s)));
+                    }
+                }
+            }
+            let dw = _mm512_cvtph_ps(_mm256_loadu_si256(t.cast()));
+            let mw = if F == Q4_1 { _mm512_cvtph_ps(_mm256_loadu_si256(t.add(2 * GROUP).cast())) } else { dw };
+            for i in 0..W {
+                let a = acc[i];
+                let isum = if split {
+                    let hi16 = _mm512_add_epi32(a[1], a[3]);
+                    _mm512_add_epi32(_mm512_add_epi32(a[0], a[2]), _mm512_srai_epi32(hi16, 4))
+                } else {
+                    _mm512_add_epi32(_mm512_add_epi32(a[0], a[1]), _mm512_add_epi32(a[2], a[3]))
+                };
+                let p = _mm512_mul_ps(dw, _mm512_set1_ps(*dx[i].add(b)));
+                y[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), p, y[i]);
+                if F == Q4_1 {
+                    y[i] = _mm512_fmadd_ps(mw, _mm512_set1_ps(*sx[i].add(b)), y[i]);
+                }
+            }
+        }
+        for i in 0..W {
+            _mm512_storeu_ps(out[i], y[i]);
+        }
+    }
+}
+
+/// Sixteen outputs (one group, in two halves of eight rows) × `W`
+/// activation rows, AVX2.
+///
+/// # Safety
+/// AVX2, FMA, F16C; otherwise as [`group_avx512`].
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn group_avx2<const F: u8, const W: usize>(
+    tiles: *const u8,
+    nb: usize,
+    end: *const u8,
+    xs: &[Input],
+    out: Outs<W>,
+) {
+    let fmt = fmt_of(F);
+    let (tb, qo) = (fmt.tile_bytes(), fmt.qs_offset());
+    let xq: [*const i16; W] = std::array::from_fn(|i| xs[i].q.pairs.as_ptr().cast::<i16>());
+    let dx: [*const f32; W] = std::array::from_fn(|i| xs[i].q.d.as_ptr());
+    let sx: [*const f32; W] = std::array::from_fn(|i| xs[i].q.s.as_ptr());
+    let pair = |x: *const i16| -> __m256i {
+        // SAFETY: the callers pass in-bounds element offsets (two i16).
+        _mm256_set1_epi32(unsafe { x.cast::<i32>().read_unaligned() })
+    };
+    // SAFETY (whole body): as in `group_avx512`; half h reads bytes
+    // 16h..16h+16 of every 32-byte chunk and scales 8h..8h+8.
+    unsafe {
+        for h in 0..2 {
+            let mut y = [_mm256_setzero_ps(); W];
+            for b in 0..nb {
+                let t = tiles.add(b * tb);
+                if h == 0 {
+                    prefetch_ahead(t, tb, end);
+                }
+                let mut acc = [[_mm256_setzero_si256(); 2]; W];
+                if F == Q8_0 {
+                    for s in 0..16 {
+                        let w16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(t.add(qo + 32 * s + 16 * h).cast()));
+                        for i in 0..W {
+                            let v = _mm256_madd_epi16(w16, pair(xq[i].add(x_offset(b, 2 * s))));
+                            acc[i][s % 2] = _mm256_add_epi32(acc[i][s % 2], v);
+                        }
+                    }
+                } else {
+                    for s in 0..8 {
+                        let raw = _mm256_cvtepu8_epi16(_mm_loadu_si128(t.add(qo + 32 * s + 16 * h).cast()));
+                        let mut lo = _mm256_and_si256(raw, _mm256_set1_epi16(0x0F));
+                        let mut hi = _mm256_and_si256(raw, _mm256_set1_epi16(0xF0));
+                        if F == Q4_0 {
+                            lo = _mm256_sub_epi16(lo, _mm256_set1_epi16(8));
+                            hi = _mm256_sub_epi16(hi, _mm256_set1_epi16(128));
+                        }
+                        for i in 0..W {
+                            let vl = _mm256_madd_epi16(lo, pair(xq[i].add(x_offset(b, 2 * s))));
+                            let vh = _mm256_madd_epi16(hi, pair(xq[i].add(x_offset(b, 16 + 2 * s))));
+                            acc[i][0] = _mm256_add_epi32(acc[i][0], vl);
+                            acc[i][1] = _mm256_add_epi32(acc[i][1], vh);
+                        }
+                    }
+                }
+                let dw = _mm256_cvtph_ps(_mm_loadu_si128(t.add(16 * h).cast()));
+                let mw =
+                    if F == Q4_1 { _mm256_cvtph_ps(_mm_loadu_si128(t.add(2 * GROUP + 16 * h).cast())) } else { dw };
+                for i in 0..W {
+                    let isum = if F == Q8_0 {
+                        _mm256_add_epi32(acc[i][0], acc[i][1])
+                    } else {
+                        _mm256_add_epi32(acc[i][0], _mm256_srai_epi32(acc[i][1], 4))
+                    };
+                    let p = _mm256_mul_ps(dw, _mm256_set1_ps(*dx[i].add(b)));
+                    y[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), p, y[i]);
+                    if F == Q4_1 {
+                        y[i] = _mm256_fmadd_ps(mw, _mm256_set1_ps(*sx[i].add(b)), y[i]);
+                    }
+                }
+            }
+            for i in 0..W {
+                _mm256_storeu_ps(out[i].add(8 * h), y[i]);
+            }
+        }
+    }
+}
