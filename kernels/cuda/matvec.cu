@@ -25,9 +25,10 @@
 //   Q6_K:       acc = acc + (d * dx) * (sc_a * isum_a + sc_b * isum_b)
 //   F32:        acc = acc + w * x per element (lane l takes elements l, l + 32, ...)
 // These are the CPU scalar specification's per-unit rules (kernels/src/matvec/scalar.rs);
-// only the order in which units are summed differs (the CPU sums Q4/Q8
-// blocks in sixteen lanes, K-quants in one chain), so GPU and CPU agree
-// within the tolerance of docs/cuda.md, not bit for bit.
+// only the order in which units are summed differs (the CPU runs one serial
+// chain per output over Q4/Q8 blocks, with Q4_1's min term in the same chain,
+// and sums K-quant sub-blocks in sixteen lanes), so GPU and CPU agree within
+// the tolerance of docs/cuda.md, not bit for bit.
 
 // The 32 signed quants of unit u of weight row `row` and its scales.
 template <int FMT>

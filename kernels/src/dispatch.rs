@@ -124,30 +124,34 @@ pub fn selected() -> Result<Selection, DispatchError> {
 
 /// Activation rows whose accumulators one AVX2 pass keeps in registers.
 ///
-/// Each row needs two 256-bit accumulators (even and odd blocks) and reads
-/// its activation from memory; with the weight halves, the Q4_1 min-term
-/// accumulators and temporaries, four rows fill the sixteen `ymm` registers.
+/// Row-interleaved formats: two 256-bit integer accumulators and one float
+/// accumulator per activation row, plus the widened weights and scales;
+/// four rows fit the sixteen `ymm` registers. K-quants: two float
+/// accumulators per row (even and odd blocks) and the min-term ones.
 pub const AVX2_MAX_ROWS: usize = 4;
 
 /// Activation rows whose accumulators one AVX-512 pass keeps in registers.
 ///
-/// One 512-bit accumulator per row (plus one for Q4_1's min term and one
-/// scale vector): eight rows use 24 of the 32 `zmm` registers, leaving the
-/// weight pair, constants and temporaries. Wider blocks run in chunks of
-/// this many. Per activation row, a Q4_1 1536×576 pass cost (alternating
-/// runs, L2-resident weights) 100% at `W = 1`, 75–90% at 4 and 55–75% at 8:
-/// the per-row work (two `vpdpwssd`, a conversion, a scale and an FMA per
-/// block pair) dominates from there on, so a wider register block would
-/// gain little and spill.
+/// Row-interleaved formats (Q4_0/Q4_1/Q8_0): per activation row one float
+/// accumulator for sixteen outputs and one or two integer ones (three
+/// registers for up to four rows, two beyond), so eight rows use 16–24 of
+/// the 32 `zmm` registers beside the widened weights and scales. K-quants:
+/// one accumulator per row plus the min term and a scale vector. Wider
+/// blocks run in chunks of this many, re-reading weights that are still in
+/// L1 (see [`ROW_TILE`]).
 pub const AVX512_MAX_ROWS: usize = 8;
 
 /// Weight rows handled per tile of a multi-row call: when a block is wider
 /// than one pass, every chunk of activation rows re-reads a tile's weights,
 /// and sixteen rows of the largest default-model matrix (1536 columns of
 /// Q4_1, 960 bytes a row) stay in a 48 KiB L1 data cache between chunks.
+/// It is also one group of the row-interleaved layout, and the runtime
+/// aligns its per-thread bands of output rows to it, so no group is split
+/// between threads.
 pub const ROW_TILE: usize = 16;
+const _: () = assert!(ROW_TILE.is_multiple_of(crate::matvec::r16::GROUP));
 
-/// Weight rows a SIMD pass interleaves for `w` activation rows: each
+/// K-quant weight rows a SIMD pass interleaves for `w` activation rows: each
 /// (weight row, activation row) output is its own accumulator chain, and a
 /// single chain per step leaves the FMA and gather latencies exposed at
 /// small `w`; more chains than this run out of registers.

@@ -20,21 +20,27 @@
 //!
 //! ## SIMD data flow (Q4_0, Q4_1, Q8_0)
 //!
-//! A weight block's 32 quants are widened to 16 bits in two halves: elements
-//! 0..16 and 16..32 (for Q4 formats the low and high nibbles of its 16
-//! bytes). `vpmaddwd`/`vpdpwssd` against the matching halves of the
-//! activation block give eight `i32` lanes per block (lane `i` covers
-//! elements `2i, 2i+1, 16+2i, 17+2i`: [`scalar::lane_isums`]). The AVX-512
-//! kernel widens a *pair* of blocks into one 512-bit register per half, the
-//! activation being stored pair-interleaved for exactly that
-//! ([`crate::act::QPair`]), so one `vcvtdq2ps` and one FMA serve two blocks.
-//! Weight scales are fetched sixteen blocks at a time with one gather and
-//! one `vcvtph2ps`.
+//! These formats are multiplied in the row-interleaved layout of [`r16`]
+//! (the runtime repacks its weights once at load; a GGUF-layout [`Matrix`]
+//! is repacked sixteen rows at a time on the way). A 32-byte chunk of a
+//! tile widens to one register whose 32-bit lane `j` holds two elements of
+//! weight row `j`; `vpdpwssd` against the matching pair of activation
+//! quants, broadcast to all lanes, adds both products to each of the
+//! sixteen rows' integer sums at once. After a block's sixteen (Q8_0) or
+//! eight (Q4) chunks, every lane holds its row's exact block sum, and one
+//! conversion and one FMA per activation row apply the block's scales to
+//! sixteen outputs: the serial chain of [`scalar`]. The per-activation-row
+//! work is the integer products plus about three instructions per
+//! sixteen rows and block, which is what lets a verify block of several
+//! rows cost little more than one row.
 //!
 //! ## SIMD data flow (Q4_K, Q5_K, Q6_K)
 //!
 //! A K-quant super-block's eight 32-element sub-blocks meet eight
-//! consecutive activation blocks and use the same lanes, so the kernels
+//! consecutive activation blocks. The kernels keep GGUF's layout: a
+//! sub-block pair's elements widen into two 512-bit registers against the
+//! pair-interleaved activation ([`crate::act::QPair`]), giving eight
+//! `i32` lanes per sub-block, and the kernels
 //! (`x86_k`) differ only in how they unpack weights: Q4_K / Q5_K sub-block
 //! pairs are the low and high nibbles of the same 32 bytes, Q6_K's 6-bit
 //! quants are decoded a half super-block at a time and multiplied by their
