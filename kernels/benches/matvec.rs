@@ -1,7 +1,8 @@
 //! Criterion benches of the quantized mat-vec kernels: every SIMD family this
 //! CPU has, the default model's formats and shapes, `W` = 1..=8 activation
 //! rows per call (one pass over the weights), and the `W` single-row calls
-//! the multi-row pass replaces (the `DRAFTWISE_MULTIROW=0` control).
+//! the multi-row pass replaces (the `DRAFTWISE_MULTIROW=0` control). Q4_0,
+//! Q4_1 and Q8_0 run in the row-interleaved layout the runtime repacks to.
 //!
 //! `cargo bench -p kernels --bench matvec [-- FILTER]`; throughput is weight
 //! bytes streamed per second (one pass per call, whatever `W`). Matrices are
@@ -15,6 +16,7 @@
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group};
 use kernels::act::ActRow;
 use kernels::dispatch::KernelFamily;
+use kernels::matvec::r16::Repacked;
 use kernels::matvec::{Input, Matrix, matmul_rows_with};
 use kernels::quant::GgmlType;
 use std::hint::black_box;
@@ -70,6 +72,8 @@ const SHAPES: &[(GgmlType, usize, usize)] = &[
 struct Case {
     store: Vec<u32>,
     nbytes: usize,
+    /// Q4_0/Q4_1/Q8_0 in the row-interleaved layout the runtime uses.
+    packed: Option<Repacked>,
     xs: Vec<Vec<f32>>,
     qs: Vec<ActRow>,
 }
@@ -88,10 +92,16 @@ impl Case {
                 q
             })
             .collect();
-        Case { store, nbytes, xs, qs }
+        // SAFETY: `store` holds at least `nbytes` initialized bytes.
+        let bytes = unsafe { std::slice::from_raw_parts(store.as_ptr().cast::<u8>(), nbytes) };
+        let packed = Repacked::from_native(ty, bytes, rows, cols).unwrap();
+        Case { store, nbytes, packed, xs, qs }
     }
 
     fn matrix(&self, ty: GgmlType, rows: usize, cols: usize) -> Matrix<'_> {
+        if let Some(p) = &self.packed {
+            return p.matrix();
+        }
         // SAFETY: `store` holds at least `nbytes` initialized bytes.
         let bytes = unsafe { std::slice::from_raw_parts(self.store.as_ptr().cast::<u8>(), self.nbytes) };
         Matrix::from_bytes(ty, bytes, rows, cols).unwrap()
