@@ -219,9 +219,14 @@ impl CudaDevice {
         self.stream.memcpy_dtod(src, dst).map_err(drv)
     }
 
-    /// Uploads a weight matrix once: block bytes as stored, or f32.
+    /// Uploads a weight matrix once: block bytes as stored in GGUF, or f32.
+    /// The CPU's row-interleaved layout is refused: the device kernels read
+    /// GGUF blocks.
     pub fn upload_matrix(&self, m: &Matrix) -> Result<DevMatrix, CudaError> {
         let data = match m.w {
+            Weights::R16(_) => {
+                return Err(CudaError::Unsupported("row-interleaved (CPU) layout; upload the GGUF view"));
+            }
             Weights::Q4_0(w) => DevData::Blocks(self.upload(block_bytes(w))?),
             Weights::Q4_1(w) => DevData::Blocks(self.upload(block_bytes(w))?),
             Weights::Q8_0(w) => DevData::Blocks(self.upload(block_bytes(w))?),
@@ -238,6 +243,7 @@ impl CudaDevice {
             Weights::Q6K(_) => GgmlType::Q6K,
             Weights::F32(_) => GgmlType::F32,
             Weights::Q5K(_) => GgmlType::Q5K,
+            Weights::R16(v) => v.fmt.ggml_type(),
         };
         Ok(DevMatrix { ty, rows: m.rows, cols: m.cols, data })
     }

@@ -224,7 +224,7 @@ fn upload_norm(dev: &CudaDevice, w: &[f32]) -> Result<cudarc::driver::CudaSlice<
 }
 
 fn upload(dev: &CudaDevice, w: &WeightMatrix) -> Result<DevMatrix, CudaError> {
-    dev.upload_matrix(&w.matrix())
+    dev.upload_matrix(&w.gguf_matrix())
 }
 
 impl CudaModel {

@@ -102,11 +102,17 @@ impl WeightMatrix {
         n
     }
 
-    /// The kernel view of this matrix.
+    /// The kernel view of this matrix: the row-interleaved copy when there
+    /// is one.
     pub fn matrix(&self) -> Matrix<'_> {
-        if let Some(p) = &self.packed {
-            return p.matrix();
+        match &self.packed {
+            Some(p) => p.matrix(),
+            None => self.gguf_matrix(),
         }
+    }
+
+    /// The view in the file's own layout (device uploads read this one).
+    pub fn gguf_matrix(&self) -> Matrix<'_> {
         match &self.data {
             Data::F32(v) => Matrix::from_f32(v, self.rows, self.cols),
             _ => Matrix::from_bytes(self.ty, self.bytes(), self.rows, self.cols)
