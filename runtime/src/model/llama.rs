@@ -109,6 +109,9 @@ pub enum ForwardError {
 /// a thread slowed by other load on the host leaves work for the others.
 const CHUNKS_PER_THREAD: usize = 4;
 
+/// Elements of a row per SwiGLU chunk on the pool.
+const SWIGLU_BAND: usize = 512;
+
 /// Chunks are whole multiples of this many rows (the kernels' weight-row
 /// tile, so no chunk splits one).
 const CHUNK_ALIGN: usize = kernels::dispatch::ROW_TILE;
@@ -352,9 +355,18 @@ impl Model {
             }
             let ins = inputs(&xn, d, &xq, quantized);
             par_matmul(pool, family, &mut [(&lw.w_gate, gate.as_mut_slice()), (&lw.w_up, up.as_mut_slice())], &ins);
-            for (g, u) in gate.chunks_exact_mut(c.ffn_dim).zip(up.chunks_exact(c.ffn_dim)) {
-                ops::swiglu(g, u);
-            }
+            // SwiGLU is elementwise (an `exp` per element: 46k per token on
+            // the default model), so bands of every row run on the pool.
+            let bands = c.ffn_dim.div_ceil(SWIGLU_BAND);
+            let gate_out = Out(gate.as_mut_ptr());
+            pool.for_each(n * bands, &|j| {
+                let (i, lo) = (j / bands, (j % bands) * SWIGLU_BAND);
+                let len = SWIGLU_BAND.min(c.ffn_dim - lo);
+                // SAFETY: band j covers gate[i * ffn_dim + lo ..][..len],
+                // inside row i (lo + len <= ffn_dim) and owned by this chunk.
+                let g = unsafe { std::slice::from_raw_parts_mut(gate_out.ptr().add(i * c.ffn_dim + lo), len) };
+                ops::swiglu(g, &up[i * c.ffn_dim + lo..][..len]);
+            });
             let quantized = lw.w_down.matrix().wants_quantized_input();
             if quantized {
                 quantize_rows(&gate, c.ffn_dim, &mut xq);
