@@ -338,8 +338,13 @@ pub fn run_arm(a: &ServedArm<'_>, w: &mut RawWriter) -> Result<ArmEnd> {
             );
         };
         info.address = Some(si.address.clone());
-        let addr: SocketAddr = match si.address.parse() {
-            Ok(x) => x,
+        let addr = match si.address.parse::<SocketAddr>() {
+            Ok(x) if x.ip().is_loopback() => x,
+            Ok(x) => {
+                break 'run Some(format!(
+                    "the server listens on {x}, not loopback; the tuner starts it with --host 127.0.0.1"
+                ));
+            }
             Err(e) => break 'run Some(format!("the startup event's server.address {:?}: {e}", si.address)),
         };
         // 2. Ready when /health answers 200.
