@@ -311,6 +311,7 @@ pub fn startup_event(
         sampling,
         max_tokens,
         cuda,
+        server: None,
     }
 }
 

@@ -71,6 +71,20 @@ pub struct Startup {
     /// kernel cache); absent when they run on the CPU.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cuda: Option<crate::device::CudaReport>,
+    /// `runtime serve` only: where it listens (the bound address, so `--port 0`
+    /// is usable by a program) and the served model id; absent elsewhere.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server: Option<ServerInfo>,
+}
+
+/// The listening side of `runtime serve`, in its `startup` event.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ServerInfo {
+    /// The bound socket address, `IP:port` (`[IPv6]:port`), with the port
+    /// the system chose under `--port 0`.
+    pub address: String,
+    /// The id requests pass as `model`.
+    pub model: String,
 }
 
 /// Token counts as the runtime measured them (OpenAI's `usage`).

@@ -149,12 +149,16 @@ fn json_events_report_each_served_request() {
     let startup: Value = serde_json::from_str(&s.stdout_first(1)[0]).unwrap();
     assert_eq!(startup["event"], "startup");
     assert_eq!(startup["drafter"], "none");
+    // The bound address is typed in the event, so a program using --port 0 needs no log text.
+    assert_eq!(startup["server"]["address"], s.addr.to_string());
+    assert_eq!(startup["server"]["model"], model());
     let p = &PROMPTS[0];
     let v = s.post(p.path(), &p.body(&model(), MAX_TOKENS)).json();
     let c: Value = serde_json::from_str(&s.stdout_first(2)[1]).unwrap();
     assert_eq!(c["event"], "completion");
     assert_eq!(c["prompt_id"], v["id"]);
     assert_eq!(c["usage"], v["usage"]);
+    assert_eq!(c["token_ids"], v["draftwise"]["token_ids"]);
     assert_eq!(c["text"], v["choices"][0]["message"]["content"]);
     assert_eq!(c["text"].as_str(), Some(expected()[0].text.as_str()));
 }

@@ -10,6 +10,9 @@
 //!   reason, used by both.
 //! - [`procfs`]: capped readers and parsers for the `/proc` files used.
 //! - [`sweep`]: `tuner sweep`, the bracketed arm plan and its driver.
+//! - [`served`]: `tuner sweep --served`, an arm as a `runtime serve` process.
+//! - [`stream`]: one OpenAI streamed completion, timed from the client.
+//! - [`http`]: the loopback HTTP/1.1 client and server-sent-events reader.
 //! - [`raw`]: `raw.jsonl`, the sweep's raw data ([`raw::RawLine`]).
 //! - [`stats`]: median, bootstrap interval, outlier flags.
 //! - [`summary`]: raw data → [`summary::Summary`] and the decision rule.
@@ -17,13 +20,16 @@
 //! - [`propose`]: the policy entry, or a refusal with its remedy.
 //! - [`exit`]: the process exit codes, one place.
 pub mod gate;
+pub mod http;
 pub mod identity;
 pub mod procfs;
 pub mod propose;
 pub mod raw;
 pub mod reading;
 pub mod record;
+pub mod served;
 pub mod stats;
+pub mod stream;
 pub mod summary;
 pub mod sweep;
 

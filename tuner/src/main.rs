@@ -167,6 +167,20 @@ struct SweepArgs {
     /// Seconds between gate re-checks while waiting.
     #[arg(long, value_name = "SECONDS", default_value_t = 5.0)]
     gate_interval: f64,
+    /// Measure through the server: each arm is a `runtime serve` process on a
+    /// free loopback port, sent every prompt as a streamed request; widths are
+    /// ranked by end-to-end tok/s, and time to first token is recorded.
+    #[arg(long)]
+    served: bool,
+    /// --served: how long a server may take from start to answering GET /health.
+    #[arg(long, value_name = "SECONDS", default_value_t = tuner::served::DEFAULT_HEALTH_TIMEOUT_S, requires = "served")]
+    health_timeout: f64,
+    /// --served: how long a server may take to exit after SIGTERM before SIGKILL.
+    #[arg(long, value_name = "SECONDS", default_value_t = tuner::served::DEFAULT_STOP_TIMEOUT_S, requires = "served")]
+    stop_timeout: f64,
+    /// --served: the limit of one streamed request, from connecting to `data: [DONE]`.
+    #[arg(long, value_name = "SECONDS", default_value_t = tuner::served::DEFAULT_REQUEST_TIMEOUT_S, requires = "served")]
+    request_timeout: f64,
     #[command(flatten)]
     gate: GateOpts,
 }
@@ -444,6 +458,11 @@ fn run_sweep(a: SweepArgs) -> anyhow::Result<ExitCode> {
                 gate: a.gate.config(),
                 gate_wait: seconds("--gate-wait", a.gate_wait)?,
                 gate_interval: seconds("--gate-interval", a.gate_interval)?,
+                served: a.served.then_some(tuner::raw::ServedSettings {
+                    health_timeout_s: a.health_timeout,
+                    stop_timeout_s: a.stop_timeout,
+                    request_timeout_s: a.request_timeout,
+                }),
             };
             let o = tuner::sweep::start(&opts)?;
             (out, o)

@@ -186,7 +186,8 @@ pub fn entry_text(raw: &crate::raw::RawFile, s: &Summary, record: &str) -> Resul
         None => "\"off\"".to_string(),
     };
     let note = format!(
-        "tuner propose: {}; {} rounds x {} bursts x {} prompts per arm, widths {:?}",
+        "tuner propose: {}{}; {} rounds x {} bursts x {} prompts per arm, widths {:?}",
+        if s.served { "served sweep (end-to-end tok/s of streamed requests): " } else { "" },
         s.decision.why,
         raw.header.settings.rounds,
         raw.header.settings.bursts,

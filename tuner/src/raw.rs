@@ -90,6 +90,22 @@ pub struct Settings {
     /// How long the gate before an arm may wait for the host to quieten.
     pub gate_wait_s: f64,
     pub gate_interval_s: f64,
+    /// `tuner sweep --served`: each arm is a `runtime serve` process fed
+    /// streamed HTTP requests; null for `runtime generate` arms (and in
+    /// records written before served sweeps existed).
+    #[serde(default)]
+    pub served: Option<ServedSettings>,
+}
+
+/// The served mode's timeouts (`--health-timeout`, `--stop-timeout`, `--request-timeout`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ServedSettings {
+    /// From starting the server to `GET /health` answering 200.
+    pub health_timeout_s: f64,
+    /// From SIGTERM to exit, before SIGKILL.
+    pub stop_timeout_s: f64,
+    /// One streamed request, from connecting to `data: [DONE]`.
+    pub request_timeout_s: f64,
 }
 
 /// First line of raw.jsonl.
@@ -184,6 +200,41 @@ pub struct RequestRow {
     /// The arm's gate decision and the sources it accepted as unknown.
     pub gate_decision: crate::gate::Decision,
     pub gate_accepted_unknown: Vec<Source>,
+    /// Served sweeps only: what the client measured (absent for generate arms).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub served: Option<ServedSample>,
+}
+
+/// A served request as the client saw it (docs/records.md, "Served sweeps").
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ServedSample {
+    /// `/v1/completions` (a `prompt`) or `/v1/chat/completions` (`messages`).
+    pub endpoint: String,
+    /// The response id; the server's `completion` event names it as `prompt_id`.
+    pub response_id: String,
+    /// Time to first token: from writing the request to the first chunk
+    /// carrying a choice.
+    pub ttft_ms: f64,
+    /// From writing the request to `data: [DONE]`.
+    pub e2e_ms: f64,
+    /// `usage.completion_tokens / (e2e_ms / 1000)`: the statistic a served
+    /// sweep ranks widths by. Null with no completion token.
+    pub e2e_tok_per_s: Option<f64>,
+    /// `data:` events received, `[DONE]` included.
+    pub chunks: usize,
+    /// The response's `draftwise` object (its token ids are the row's `token_ids`).
+    pub server: Option<ServerTimings>,
+}
+
+/// The server-side timings a served response carries (`draftwise`, docs/serve.md).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ServerTimings {
+    pub queue_ms: f64,
+    pub prefill_ms: f64,
+    pub decode_ms: f64,
+    pub decode_steps: usize,
+    pub decode_tok_per_s: Option<f64>,
+    pub speculative: Option<crate::stream::ServedSpeculative>,
 }
 
 /// How an arm's process ended.
@@ -206,6 +257,34 @@ pub struct ArmEnd {
     pub error: Option<String>,
     pub stdout_log: String,
     pub stderr_log: String,
+    /// Served sweeps only: the server's address, readiness and how it was stopped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server: Option<ServerEnd>,
+}
+
+/// How a served arm's server ran and ended.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ServerEnd {
+    pub pid: u32,
+    /// From the `startup` event's `server.address`; null if it never came.
+    pub address: Option<String>,
+    /// From starting the process to `GET /health` answering 200; null if it never did.
+    pub ready_ms: Option<u64>,
+    pub stop: ServerStop,
+    /// From the stop signal to the exit.
+    pub stop_ms: Option<u64>,
+}
+
+/// How the server process ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ServerStop {
+    /// It had exited before the tuner stopped it (a crash, or a refusal at startup).
+    ExitedEarly,
+    /// It exited after SIGTERM, within `stop_timeout_s`.
+    Sigterm,
+    /// It was still running `stop_timeout_s` after SIGTERM: SIGKILL.
+    Sigkill,
 }
 
 impl ArmEnd {
@@ -226,6 +305,7 @@ impl ArmEnd {
             error: None,
             stdout_log,
             stderr_log,
+            server: None,
         }
     }
 }

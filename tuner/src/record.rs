@@ -42,15 +42,22 @@ fn opt(x: Option<f64>, digits: usize) -> String {
     x.map_or("none".into(), |v| format!("{v:.digits$}"))
 }
 
-/// The headline of a record: what was measured where.
+/// The headline of a record: what was measured where (and, for a served
+/// sweep, that it was measured through the server).
 pub fn title(s: &Summary) -> String {
     format!(
-        "{} drafter on {}, {} target ({})",
+        "{} drafter on {}, {} target ({}{})",
         s.drafter,
         s.device_class.as_deref().unwrap_or("an unknown device class"),
         s.target_quant.as_deref().unwrap_or("unknown"),
-        s.date
+        s.date,
+        if s.served { ", served" } else { "" }
     )
+}
+
+/// What the record's tok/s are.
+pub fn statistic(s: &Summary) -> &'static str {
+    if s.served { "end-to-end tok/s" } else { "decode tok/s" }
 }
 
 /// The record as Markdown.
@@ -153,15 +160,33 @@ pub fn markdown(raw: &RawFile, s: &Summary, dir_name: &str) -> String {
     }
 
     let _ = writeln!(m, "\n## Method\n");
+    if let Some(sv) = &st.served {
+        let _ = writeln!(
+            m,
+            "**Served sweep.** Each arm is a fresh `runtime serve --json` process on a free loopback port with \
+             every setting on its command line; the tuner learns the port from its typed `startup` event, waits \
+             for `GET /health` (up to {} s), sends every prompt as a streamed request (text prompts to \
+             `/v1/completions`, message lists to `/v1/chat/completions`; `stream_options.include_usage`), one \
+             at a time, and stops it with SIGTERM (SIGKILL after {} s). Per request it measures the time to \
+             first token (request written to the first chunk with a choice) and the end-to-end time (to \
+             `data: [DONE]`); the sample is end-to-end tok/s, completion tokens over the end-to-end seconds. \
+             Each response is joined to the server's `completion` event (and diagnostics) by its id.\n",
+            sv.health_timeout_s, sv.stop_timeout_s
+        );
+    }
     let _ = writeln!(
         m,
-        "Each arm is a fresh `runtime generate --json` process with every setting on its command line; the \
+        "Each arm is a fresh `runtime {}` process with every setting on its command line; the \
          tuner reads only its typed events. Every round opens and closes with a classic arm; the widths run \
          between them, their order rotated from round to round. Per arm: {} warm-up pass(es) over the prompt \
          set, excluded from every statistic and diagnostic, then {} recorded pass(es) (bursts). Greedy \
          decoding (temperature 0), {} max tokens, {} thread(s). The gate ran before every arm and the \
          NV_ERR_NO_MEMORY count was read before and after it.\n",
-        st.warmup, st.bursts, st.max_tokens, st.threads
+        if st.served.is_some() { "serve --json" } else { "generate --json" },
+        st.warmup,
+        st.bursts,
+        st.max_tokens,
+        st.threads
     );
     let _ = writeln!(
         m,
@@ -231,7 +256,8 @@ pub fn markdown(raw: &RawFile, s: &Summary, dir_name: &str) -> String {
     let _ = writeln!(m, "- environment given to each arm (complete): `{}`", env_keys.join(" "));
     let _ = writeln!(
         m,
-        "- statistics: per-request decode tok/s; median, min..max, percentile-bootstrap 95% interval of the median ({} resamples, fixed seed); outliers flagged at {} scaled MADs, never dropped",
+        "- statistics: per-request {}; median, min..max, percentile-bootstrap 95% interval of the median ({} resamples, fixed seed); outliers flagged at {} scaled MADs, never dropped",
+        statistic(s),
         crate::stats::BOOTSTRAP_RESAMPLES,
         crate::stats::OUTLIER_MADS
     );
@@ -248,6 +274,9 @@ pub fn markdown(raw: &RawFile, s: &Summary, dir_name: &str) -> String {
         m,
         "| round | open n | open median tok/s | open min..max | close n | close median tok/s | close min..max | open range | close range | verdict |\n|---|---|---|---|---|---|---|---|---|---|"
     );
+    if s.served {
+        let _ = writeln!(m, "(tok/s here and below are end-to-end tok/s of streamed requests.)\n");
+    }
     for rb in &s.rounds {
         let [on, om, or, _] = tps(&rb.open);
         let [cn, cm, cr, _] = tps(&rb.close);
@@ -304,7 +333,21 @@ pub fn markdown(raw: &RawFile, s: &Summary, dir_name: &str) -> String {
         );
     }
 
-    let _ = writeln!(m, "\n### Median decode tok/s by prompt type\n");
+    if s.served {
+        let _ = writeln!(m, "\n### Time to first token (served, client side)\n");
+        let _ = writeln!(m, "| arms | n | median ms | min..max ms | interval ms |\n|---|---|---|---|---|");
+        let ms = |x: &Option<Stats>| match x {
+            Some(t) => {
+                format!("{} | {:.1} | {:.1}..{:.1} | [{:.1}, {:.1}]", t.n, t.median, t.min, t.max, t.ci_low, t.ci_high)
+            }
+            None => "0 | - | - | -".into(),
+        };
+        let _ = writeln!(m, "| classic | {} |", ms(&s.classic_ttft_ms));
+        for w in &s.widths {
+            let _ = writeln!(m, "| width {} | {} |", w.width, ms(&w.ttft_ms));
+        }
+    }
+    let _ = writeln!(m, "\n### Median {} by prompt type\n", statistic(s));
     let mut types: Vec<&str> = s.by_type.iter().map(|t| t.prompt_type.as_str()).collect();
     types.dedup();
     let _ = write!(m, "| type | classic |");
@@ -534,7 +577,12 @@ pub fn write_csv(path: &Path, s: &Summary) -> Result<()> {
         "outliers",
         "not_a_measurement",
         "differing_requests",
+        "median_ttft_ms",
+        "statistic",
     ])?;
+    // Empty for generate sweeps (no client-side time to first token).
+    let ttft = |t: &Option<Stats>| t.as_ref().map_or(String::new(), |t| format!("{:.3}", t.median));
+    let statistic = if s.served { "e2e_tok_per_s" } else { "decode_tok_per_s" };
     let f = |x: Option<f64>| x.map_or(String::new(), |v| format!("{v:.6}"));
     let st = |s: &Option<Stats>| -> [String; 6] {
         match s {
@@ -556,6 +604,8 @@ pub fn write_csv(path: &Path, s: &Summary) -> Result<()> {
     row.push(s.classic.as_ref().map_or(0, |x| x.outliers).to_string());
     row.push(String::new());
     row.push(s.bracket_differences.len().to_string());
+    row.push(ttft(&s.classic_ttft_ms));
+    row.push(statistic.into());
     w.write_record(&row)?;
     for ws in &s.widths {
         let WidthSummary { width, tok_per_s, ratio, ratio_vs_open, ratio_vs_close, .. } = ws;
@@ -572,13 +622,15 @@ pub fn write_csv(path: &Path, s: &Summary) -> Result<()> {
         row.push(tok_per_s.as_ref().map_or(0, |x| x.outliers).to_string());
         row.push(ws.not_a_measurement.clone().unwrap_or_default());
         row.push(ws.differences.len().to_string());
+        row.push(ttft(&ws.ttft_ms));
+        row.push(statistic.into());
         w.write_record(&row)?;
     }
     w.flush()?;
     Ok(())
 }
 
-/// `plot.svg`: median decode tok/s against width, one line per prompt type,
+/// `plot.svg`: median decode (or end-to-end) tok/s against width, one line per prompt type,
 /// each type's classic range shaded in its colour.
 pub fn write_plot(path: &Path, s: &Summary, widths: &[usize]) -> Result<()> {
     use plotters::prelude::*;
@@ -588,7 +640,7 @@ pub fn write_plot(path: &Path, s: &Summary, widths: &[usize]) -> Result<()> {
     let ymax = s.by_type.iter().map(|t| t.max).fold(1.0, f64::max) * 1.1;
     let xmax = widths.iter().copied().max().unwrap_or(1) as f64 + 0.5;
     let mut chart = ChartBuilder::on(&root)
-        .caption(format!("decode tok/s by width: {}", title(s)), ("sans-serif", 18))
+        .caption(format!("{} by width: {}", statistic(s), title(s)), ("sans-serif", 18))
         .margin(12)
         .x_label_area_size(40)
         .y_label_area_size(56)
@@ -597,7 +649,7 @@ pub fn write_plot(path: &Path, s: &Summary, widths: &[usize]) -> Result<()> {
     chart
         .configure_mesh()
         .x_desc("draft width (tokens per verify)")
-        .y_desc("median decode tok/s")
+        .y_desc(format!("median {}", statistic(s)))
         .draw()
         .map_err(|e| err(&e))?;
     let mut types: Vec<&str> = s.by_type.iter().map(|t| t.prompt_type.as_str()).collect();

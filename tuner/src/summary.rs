@@ -1,7 +1,9 @@
 //! `tuner summarize`: from raw.jsonl to the numbers a record states.
 //!
 //! Principal items: [`summarize`] (raw → [`Summary`]), [`DECISION_RULE`]
-//! (fixed here, printed in every record before the results), [`decide`].
+//! and [`DECISION_RULE_SERVED`] (fixed here, printed in every record before
+//! the results), [`decide`], [`rate`] (the statistic: decode tok/s, or
+//! end-to-end tok/s in a served sweep).
 //! The record, CSV and plot writers are in [`crate::record`].
 //!
 //! Ratios are paired: a speculative request's decode tok/s is divided by the
@@ -24,6 +26,21 @@ bootstrap 95% interval of the median lies wholly above 1.0. If no width qualifie
 The rule is applied to every width; a chosen width that is not a measurement (declined, no diagnostics, \
 or zero rounds in every request), a drifted host, output that differs from classic, or a gate source \
 accepted as unknown makes `tuner propose` refuse the entry.";
+
+/// The decision rule of a served sweep (`tuner sweep --served`): the same
+/// rule over the statistic a client sees.
+pub const DECISION_RULE_SERVED: &str = "Choose the draft width with the highest median ratio (speculative end-to-end tok/s of a streamed request through `runtime serve`, completion tokens over the time from writing the request to `data: [DONE]`, over the median classic end-to-end tok/s of the same prompt in the same round's two classic brackets) whose bootstrap 95% interval of the median lies wholly above 1.0. If no width qualifies, the entry is `off`. The rule is applied to every width; a chosen width that is not a measurement (declined, no diagnostics, or zero rounds in every request), a drifted host, output that differs from classic, or a gate source accepted as unknown makes `tuner propose` refuse the entry.";
+
+/// A request's sample: its end-to-end tok/s in a served sweep, else the
+/// runtime's decode tok/s; `None` when there is none (no token after the
+/// first, or none at all) or it is not a positive finite number.
+pub fn rate(r: &RequestRow) -> Option<f64> {
+    match &r.served {
+        Some(s) => s.e2e_tok_per_s,
+        None => r.decode_tok_per_s,
+    }
+    .filter(|x| x.is_finite() && *x > 0.0)
+}
 
 /// The largest chance of a false drift verdict at which the check is trusted
 /// (n >= 5 samples per bracket: 2 / C(10, 5) = 0.008).
@@ -80,7 +97,10 @@ pub struct RoundBrackets {
 pub struct WidthSummary {
     pub width: usize,
     pub arms: Vec<usize>,
+    /// Per request: decode tok/s, or end-to-end tok/s in a served sweep ([`rate`]).
     pub tok_per_s: Option<Stats>,
+    /// Served sweeps: per request, the client's time to first token.
+    pub ttft_ms: Option<Stats>,
     /// Against both brackets of the round (the decision uses this).
     pub ratio: Option<Stats>,
     pub ratio_vs_open: Option<Stats>,
@@ -133,6 +153,8 @@ pub struct AcceptedUnknown {
 pub struct Summary {
     pub date: String,
     pub drafter: String,
+    /// A served sweep (`tuner sweep --served`): the rates are end-to-end tok/s.
+    pub served: bool,
     /// From the arms' `startup` events (must agree across arms).
     pub device_class: Option<String>,
     pub target_quant: Option<String>,
@@ -148,6 +170,8 @@ pub struct Summary {
     pub expected_requests_per_arm: usize,
     pub decision_rule: String,
     pub classic: Option<Stats>,
+    /// Served sweeps: the classic requests' time to first token.
+    pub classic_ttft_ms: Option<Stats>,
     pub rounds: Vec<RoundBrackets>,
     pub drift: bool,
     /// Some complete round has too few classic samples to judge drift.
@@ -315,7 +339,11 @@ pub fn summarize(raw: &RawFile) -> Result<Summary> {
     let target_quant = one(&quant, "target quantization class", &mut key_problems);
     let kernel_fingerprint = one(&fingerprint, "kernel fingerprint", &mut key_problems);
 
-    let rate = |r: &RequestRow| r.decode_tok_per_s.filter(|x| x.is_finite() && *x > 0.0);
+    let served = h.settings.served.is_some();
+    let ttft = |rs: &mut dyn Iterator<Item = &&RequestRow>| -> Option<Stats> {
+        let xs: Vec<f64> = rs.filter_map(|r| r.served.as_ref().map(|s| s.ttft_ms)).filter(|x| x.is_finite()).collect();
+        stats(&xs)
+    };
     let requests_without_rate = reqs.iter().filter(|r| rate(r).is_none()).count();
 
     // Classic samples per (round, bracket, prompt).
@@ -450,6 +478,7 @@ pub fn summarize(raw: &RawFile) -> Result<Summary> {
             width: w,
             arms,
             tok_per_s: stats(&rates),
+            ttft_ms: ttft(&mut mine.iter().copied()),
             ratio: stats(&both),
             ratio_vs_open: stats(&ratio_vs(Some(Bracket::Open))),
             ratio_vs_close: stats(&ratio_vs(Some(Bracket::Close))),
@@ -510,6 +539,7 @@ pub fn summarize(raw: &RawFile) -> Result<Summary> {
     Ok(Summary {
         date: h.date.clone(),
         drafter: h.settings.drafter.clone(),
+        served,
         device_class,
         target_quant,
         kernel_fingerprint,
@@ -520,8 +550,9 @@ pub fn summarize(raw: &RawFile) -> Result<Summary> {
         arms_complete: ok_arms.len(),
         arms_failed,
         expected_requests_per_arm: h.prompts.len() * h.settings.bursts,
-        decision_rule: DECISION_RULE.to_string(),
+        decision_rule: if served { DECISION_RULE_SERVED } else { DECISION_RULE }.to_string(),
         classic: stats(&classic_all),
+        classic_ttft_ms: ttft(&mut reqs.iter().filter(|r| r.width.is_none())),
         rounds,
         drift,
         drift_unjudged,
@@ -545,6 +576,7 @@ mod tests {
             width,
             arms: vec![],
             tok_per_s: None,
+            ttft_ms: None,
             ratio: Some(Stats { n: 10, min: lo, median, max: hi, ci_low: lo, ci_high: hi, outliers: 0 }),
             ratio_vs_open: None,
             ratio_vs_close: None,

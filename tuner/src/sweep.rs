@@ -81,6 +81,8 @@ pub struct SweepOptions {
     pub gate: GateConfig,
     pub gate_wait: Duration,
     pub gate_interval: Duration,
+    /// `--served`: arms are `runtime serve` processes fed streamed requests.
+    pub served: Option<crate::raw::ServedSettings>,
 }
 
 /// How a sweep ended.
@@ -201,6 +203,14 @@ pub fn arm_args(s: &crate::raw::Settings, width: Option<usize>) -> Vec<String> {
         "--seed".into(),
         "0".into(),
     ];
+    a.extend(drafter_args(s, width));
+    a
+}
+
+/// The speculative flags of an arm (none for classic), shared by the
+/// generate and served command lines so both run the same settings.
+pub fn drafter_args(s: &crate::raw::Settings, width: Option<usize>) -> Vec<String> {
+    let mut a = Vec::new();
     if let Some(w) = width {
         a.extend(["--drafter".into(), s.drafter.clone(), "--draft-block-size".into(), w.to_string()]);
         if let Some(m) = &s.drafter_model {
@@ -208,6 +218,57 @@ pub fn arm_args(s: &crate::raw::Settings, width: Option<usize>) -> Vec<String> {
         }
     }
     a
+}
+
+/// What every request line of one arm shares.
+#[derive(Clone, Debug)]
+pub struct RowContext {
+    pub arm: usize,
+    pub attempt: usize,
+    pub round: usize,
+    pub width: Option<usize>,
+    pub bracket: Option<Bracket>,
+    pub nvrm_before: Option<u64>,
+    pub gate_decision: crate::gate::Decision,
+    pub gate_accepted_unknown: Vec<crate::gate::Source>,
+}
+
+impl RowContext {
+    /// A request line from a `completion` event; diagnostics, a decline and
+    /// served measurements are filled in by the caller.
+    pub fn row(&self, c: runtime::events::Completion, prompt_type: String, burst: usize) -> RequestRow {
+        RequestRow {
+            arm: self.arm,
+            attempt: self.attempt,
+            round: self.round,
+            width: self.width,
+            bracket: self.bracket,
+            drafter: String::new(),
+            prompt_id: c.prompt_id,
+            prompt_type,
+            burst,
+            usage: c.usage,
+            finish_reason: c.finish_reason,
+            prefill_ms: c.prefill_ms,
+            decode_ms: c.decode_ms,
+            total_ms: c.total_ms,
+            decode_steps: c.decode_steps,
+            decode_tokens: c.decode_tokens,
+            decode_tok_per_s: c.decode_tok_per_s,
+            prefill_tok_per_s: c.prefill_tok_per_s,
+            text_sha256: c.text_sha256,
+            token_ids_sha256: c.token_ids_sha256,
+            token_ids: c.token_ids,
+            diagnostics: None,
+            diagnostics_present: false,
+            declined: false,
+            declined_reason: None,
+            nvrm_before: self.nvrm_before,
+            gate_decision: self.gate_decision,
+            gate_accepted_unknown: self.gate_accepted_unknown.clone(),
+            served: None,
+        }
+    }
 }
 
 /// Progress: a bar with ETA on a terminal, plain lines otherwise.
@@ -279,6 +340,17 @@ pub fn start(opts: &SweepOptions) -> Result<Outcome> {
     if opts.rounds == 0 || opts.bursts == 0 || opts.threads == 0 || opts.max_tokens == 0 {
         bail!("--rounds, --bursts, --threads and --max-tokens must each be at least 1");
     }
+    if let Some(sv) = &opts.served {
+        for (flag, x) in [
+            ("--health-timeout", sv.health_timeout_s),
+            ("--stop-timeout", sv.stop_timeout_s),
+            ("--request-timeout", sv.request_timeout_s),
+        ] {
+            if !(x.is_finite() && x > 0.0) {
+                bail!("{flag} {x}: give a positive number of seconds");
+            }
+        }
+    }
     for (flag, p) in [("--target", Some(&opts.target)), ("--drafter-model", opts.drafter_model.as_ref())] {
         if let Some(p) = p
             && !p.exists()
@@ -326,6 +398,7 @@ pub fn start(opts: &SweepOptions) -> Result<Outcome> {
         gate: opts.gate.clone(),
         gate_wait_s: opts.gate_wait.as_secs_f64(),
         gate_interval_s: opts.gate_interval.as_secs_f64(),
+        served: opts.served.clone(),
     };
     let mut models = vec![settings.target.clone()];
     models.extend(settings.drafter_model.clone());
@@ -447,6 +520,15 @@ fn drive(
     let mut worst_delta: Option<u64> = prior_deltas.iter().copied().max();
     let types: BTreeMap<&str, &str> = header.prompts.iter().map(|p| (p.id.as_str(), p.kind.as_str())).collect();
     let env = arm_env();
+    // A served arm sends the prompts itself: the record's copy, read as `runtime generate` reads it.
+    let served_prompts = match &s.served {
+        Some(_) => {
+            let bytes = read_capped(&s.prompts, MAX_PROMPTS_BYTES)?;
+            let text = String::from_utf8(bytes).with_context(|| format!("{}: not UTF-8", s.prompts.display()))?;
+            runtime::cli::parse_prompts(&text, &s.prompts)?
+        }
+        None => Vec::new(),
+    };
     for (k, arm) in todo.iter().enumerate() {
         let arms_left = todo.len() - k;
         let what = match arm.width {
@@ -522,7 +604,10 @@ fn drive(
         }
         let attempt = prior_attempts.iter().filter(|&&a| a == arm.index).count();
         let mut argv = vec![s.runtime.display().to_string()];
-        argv.extend(arm_args(s, arm.width));
+        match &s.served {
+            Some(_) => argv.extend(crate::served::serve_args(s, arm.width)),
+            None => argv.extend(arm_args(s, arm.width)),
+        }
         w.write(&RawLine::ArmStart(ArmStart {
             arm: arm.index,
             attempt,
@@ -537,7 +622,24 @@ fn drive(
             nvrm_projected: projected,
         }))?;
         progress.message(&format!("{what}: running"));
-        let end = run_arm(dir, arm, attempt, &argv, &env, &gate_run, nvrm_now, &types, &mut w)?;
+        let end = match &s.served {
+            Some(served) => {
+                let a = crate::served::ServedArm {
+                    dir,
+                    arm,
+                    attempt,
+                    argv: &argv,
+                    env: &env,
+                    settings: s,
+                    served,
+                    prompts: &served_prompts,
+                    types: &types,
+                    rows: row_context(arm, attempt, &gate_run, nvrm_now),
+                };
+                crate::served::run_arm(&a, &mut w)?
+            }
+            None => run_arm(dir, arm, attempt, &argv, &env, &gate_run, nvrm_now, &types, &mut w)?,
+        };
         let nvrm_after = gate.nvrm_count();
         let nvrm_delta = match (nvrm_now, nvrm_after) {
             (Some(a), Some(b)) => Some(b.saturating_sub(a)),
@@ -563,6 +665,24 @@ fn drive(
     w.write(&RawLine::Done(Done { at_unix_ms: now_ms() }))?;
     progress.finish();
     Ok(Outcome::Complete)
+}
+
+fn row_context(
+    arm: &PlannedArm,
+    attempt: usize,
+    gate_run: &crate::gate::GateRun,
+    nvrm_before: Option<u64>,
+) -> RowContext {
+    RowContext {
+        arm: arm.index,
+        attempt,
+        round: arm.round,
+        width: arm.width,
+        bracket: arm.bracket,
+        nvrm_before,
+        gate_decision: gate_run.decision,
+        gate_accepted_unknown: gate_run.report.verdict.accepted_unknown.iter().map(|a| a.source).collect(),
+    }
 }
 
 /// A completion waiting to see whether diagnostics or a decline follow it.
@@ -614,9 +734,7 @@ fn run_arm(
     let mut pending: Option<Pending> = None;
     let mut startup_seen = false;
     let mut problems: Vec<String> = Vec::new();
-    let gate_decision = gate_run.decision;
-    let accepted: Vec<crate::gate::Source> =
-        gate_run.report.verdict.accepted_unknown.iter().map(|a| a.source).collect();
+    let rows = row_context(arm, attempt, gate_run, nvrm_before);
     let flush = |p: Option<Pending>, w: &mut RawWriter, n: &mut usize| -> Result<()> {
         if let Some(p) = p {
             w.write(&RawLine::Request(p.row))?;
@@ -671,38 +789,8 @@ fn run_arm(
                     continue;
                 }
                 let prompt_type = types.get(c.prompt_id.as_str()).map_or("untyped", |t| *t).to_string();
-                pending = Some(Pending {
-                    row: RequestRow {
-                        arm: arm.index,
-                        attempt,
-                        round: arm.round,
-                        width: arm.width,
-                        bracket: arm.bracket,
-                        drafter: String::new(),
-                        prompt_id: c.prompt_id,
-                        prompt_type,
-                        burst: c.repeat,
-                        usage: c.usage,
-                        finish_reason: c.finish_reason,
-                        prefill_ms: c.prefill_ms,
-                        decode_ms: c.decode_ms,
-                        total_ms: c.total_ms,
-                        decode_steps: c.decode_steps,
-                        decode_tokens: c.decode_tokens,
-                        decode_tok_per_s: c.decode_tok_per_s,
-                        prefill_tok_per_s: c.prefill_tok_per_s,
-                        text_sha256: c.text_sha256,
-                        token_ids_sha256: c.token_ids_sha256,
-                        token_ids: c.token_ids,
-                        diagnostics: None,
-                        diagnostics_present: false,
-                        declined: false,
-                        declined_reason: None,
-                        nvrm_before,
-                        gate_decision,
-                        gate_accepted_unknown: accepted.clone(),
-                    },
-                });
+                let burst = c.repeat;
+                pending = Some(Pending { row: rows.row(c, prompt_type, burst) });
             }
             Event::SpeculativeDiagnostics(d) => {
                 if d.warmup {
@@ -825,10 +913,16 @@ mod tests {
             gate: GateConfig::default(),
             gate_wait_s: 0.0,
             gate_interval_s: 1.0,
+            served: None,
         };
         let a = arm_args(&s, Some(3)).join(" ");
         assert!(a.contains("--json") && a.contains("--draft-block-size 3") && a.contains("--threads 2"), "{a}");
         assert!(a.contains("--warmup 1") && a.contains("--repeat 3") && !a.contains("allow-inexact"), "{a}");
         assert!(!arm_args(&s, None).join(" ").contains("--drafter"));
+        // A served arm runs the same model, threads and speculative settings.
+        let v = crate::served::serve_args(&s, Some(3)).join(" ");
+        assert!(v.starts_with("serve --json --host 127.0.0.1 --port 0 --model m.gguf --threads 2"), "{v}");
+        assert!(v.ends_with("--drafter ngram --draft-block-size 3"), "{v}");
+        assert!(!crate::served::serve_args(&s, None).join(" ").contains("--drafter"));
     }
 }

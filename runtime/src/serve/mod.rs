@@ -49,7 +49,8 @@ pub struct ServeArgs {
     /// Address to listen on (an IP address). Loopback by default: the server has no authentication.
     #[arg(long, default_value = "127.0.0.1")]
     pub host: String,
-    /// Port to listen on; 0 picks a free one (the `listening on` line on stderr names it).
+    /// Port to listen on; 0 picks a free one (the `listening on` line on stderr names it, and
+    /// with --json the `startup` event's `server.address`).
     #[arg(long, default_value_t = 8080)]
     pub port: u16,
     /// A GGUF file or a Hugging Face checkpoint directory; default: the embedded default model, fetched on first use.
@@ -122,8 +123,10 @@ pub fn run(args: ServeArgs) -> Result<ExitCode> {
     }
     // The settings a request gets when it gives none (OpenAI's defaults).
     let defaults = SamplingParams { temperature: 1.0, ..SamplingParams::default() };
-    let startup =
+    let mut startup =
         startup_event(&engine, &selection, spec.as_ref(), defaults, api::COMPLETIONS_DEFAULT_MAX_TOKENS, cuda);
+    // Typed, so a program that asked for `--port 0` learns the port without reading the log.
+    startup.server = Some(crate::events::ServerInfo { address: addr.to_string(), model: model_id.clone() });
 
     if args.json {
         let mut out = std::io::stdout().lock();

@@ -228,6 +228,7 @@ fn timings(f: &Finished) -> Value {
         "decode_ms": f.decode_ms,
         "decode_steps": f.decode_steps,
         "decode_tok_per_s": (decode_tokens > 0 && f.decode_ms > 0.0).then(|| decode_tokens as f64 * 1e3 / f.decode_ms),
+        "token_ids": f.token_ids,
         "speculative": speculative,
     })
 }

@@ -41,6 +41,9 @@ pub struct Finished {
     pub prefill_ms: f64,
     pub decode_ms: f64,
     pub decode_steps: usize,
+    /// The generated token ids (a stop string's tokens included), for exact
+    /// comparisons across runs (`draftwise.token_ids` in the response).
+    pub token_ids: Vec<u32>,
     /// `speculative_diagnostics` or `declined`, as `runtime generate --json` writes them.
     pub speculation: Option<Event>,
 }
@@ -171,6 +174,7 @@ impl Worker {
             prefill_ms: g.prefill_s * 1e3,
             decode_ms: g.decode_s * 1e3,
             decode_steps: g.decode_steps,
+            token_ids: g.token_ids.clone(),
             speculation: speculation.clone(),
         };
         if self.json {

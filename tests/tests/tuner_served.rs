@@ -1,0 +1,124 @@
+//! End-to-end: `tuner sweep --served` driving the real `runtime serve` on
+//! the default model (widths 1 and 2, one round, one burst, a text prompt
+//! and a chat prompt, 8 tokens). What it pins: the server's typed `startup`
+//! event is enough to find it on a free port, every streamed request is
+//! recorded with usage, time to first token and end-to-end tok/s, greedy
+//! speculative output through the server is byte-identical to classic, each
+//! server's log is kept, and no server outlives its arm. The host may be
+//! busy, so the gate's CPU checks are relaxed and the decision itself is not
+//! asserted.
+use std::process::Command;
+
+use draftwise_tests::{bin, model_path, run};
+use serde_json::Value;
+
+#[test]
+fn a_real_served_sweep_records_streamed_requests_and_stops_every_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("records/served");
+    let prompts = dir.path().join("prompts.jsonl");
+    std::fs::write(
+        &prompts,
+        concat!(
+            r#"{"id": "edit", "type": "edit", "prompt": "Repeat exactly: the cat sat on the mat. the cat sat on the mat."}"#,
+            "\n",
+            r#"{"id": "chat", "type": "chat", "messages": [{"role": "user", "content": "What is the capital of France?"}]}"#,
+            "\n"
+        ),
+    )
+    .unwrap();
+    // Other sessions' `runtime` processes on a shared host are excluded by pid;
+    // the gate's foreign-process logic has its own tests.
+    let mut others = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let comm = std::fs::read_to_string(e.path().join("comm")).unwrap_or_default();
+        if comm.trim() == "runtime"
+            && let Some(pid) = e.file_name().to_str().and_then(|p| p.parse::<u32>().ok())
+        {
+            others.extend(["--exclude-pid".to_string(), pid.to_string()]);
+        }
+    }
+    let o = run(Command::new(bin("tuner"))
+        .args([
+            "sweep",
+            "--served",
+            "--runtime",
+            bin("runtime").to_str().unwrap(),
+            "--target",
+            model_path().to_str().unwrap(),
+            "--prompts",
+            prompts.to_str().unwrap(),
+            "--widths",
+            "1,2",
+            "--rounds",
+            "1",
+            "--bursts",
+            "1",
+            "--max-tokens",
+            "8",
+            "--threads",
+            "1",
+            "--out",
+            out.to_str().unwrap(),
+            "--health-timeout",
+            "60",
+            "--cpu-window-ms",
+            "200",
+            "--cpu-threshold",
+            "100000",
+            "--host-cpu-threshold",
+            "100000",
+            "--min-available-mib",
+            "0",
+            "--gate-wait",
+            "300",
+            "--gate-interval",
+            "2",
+            "--json",
+        ])
+        .args(&others));
+    let log = format!("{}\n{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    assert!(o.status.success(), "{log}");
+    let s: Value = serde_json::from_str(String::from_utf8_lossy(&o.stdout).lines().last().unwrap()).unwrap();
+    assert_eq!((s["served"].as_bool(), s["complete"].as_bool()), (Some(true), Some(true)), "{s}");
+    assert_eq!(s["arms_complete"], 4);
+    assert_eq!(s["identical"], true, "served speculative output differs from classic: {s}");
+    assert_eq!(s["target_quant"], "q4_1");
+    assert!(s["classic_ttft_ms"]["median"].as_f64().unwrap() > 0.0, "{s}");
+
+    let raw = std::fs::read_to_string(out.join("raw.jsonl")).unwrap();
+    let lines: Vec<Value> = raw.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let requests: Vec<&Value> = lines.iter().filter(|l| l["kind"] == "request").collect();
+    assert_eq!(requests.len(), 4 * 2, "one burst of two prompts per arm, warm-ups excluded");
+    for r in &requests {
+        let sv = &r["served"];
+        assert!(r["usage"]["prompt_tokens"].as_u64().unwrap() > 0, "{r}");
+        assert!(r["usage"]["completion_tokens"].as_u64().unwrap() > 0, "{r}");
+        assert!(sv["ttft_ms"].as_f64().unwrap() > 0.0, "{r}");
+        assert!(sv["e2e_ms"].as_f64().unwrap() >= sv["ttft_ms"].as_f64().unwrap(), "{r}");
+        assert!(sv["e2e_tok_per_s"].as_f64().unwrap() > 0.0, "{r}");
+        assert!(sv["server"]["prefill_ms"].as_f64().unwrap() > 0.0, "{r}");
+        assert_eq!(r["token_ids"].as_array().unwrap().len() as u64, r["usage"]["completion_tokens"].as_u64().unwrap());
+        let chat = r["prompt_id"] == "chat";
+        assert_eq!(sv["endpoint"], if chat { "/v1/chat/completions" } else { "/v1/completions" });
+        if r["width"].is_number() {
+            assert_eq!(r["diagnostics_present"], true, "{r}");
+            assert_eq!(sv["server"]["speculative"]["block_size"], r["width"], "{r}");
+        }
+    }
+    let startups: Vec<&Value> = lines.iter().filter(|l| l["kind"] == "startup").collect();
+    assert_eq!(startups[1]["startup"]["block_size"], 1);
+    for e in lines.iter().filter(|l| l["kind"] == "arm_end") {
+        assert_eq!((e["ok"].as_bool(), e["warmup_requests"].as_u64()), (Some(true), Some(2)), "{e}");
+        assert_eq!((e["server"]["stop"].as_str(), e["exit_code"].as_i64()), (Some("sigterm"), Some(0)), "{e}");
+        let pid = e["server"]["pid"].as_u64().unwrap();
+        assert!(!std::path::Path::new(&format!("/proc/{pid}")).exists(), "server {pid} is still running");
+        let stderr = std::fs::read_to_string(out.join(e["stderr_log"].as_str().unwrap())).unwrap();
+        assert!(stderr.contains("runtime serve: stopped"), "the server's log is kept: {stderr}");
+        let stdout = std::fs::read_to_string(out.join(e["stdout_log"].as_str().unwrap())).unwrap();
+        assert!(stdout.lines().next().unwrap().contains("\"event\":\"startup\""), "{stdout}");
+    }
+    let record = std::fs::read_to_string(out.join("record.md")).unwrap();
+    assert!(record.contains("**Served sweep.**") && record.contains("byte-identical"), "{record}");
+    assert!(record.contains("### Time to first token"), "{record}");
+}

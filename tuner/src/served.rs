@@ -1,0 +1,505 @@
+//! `tuner sweep --served`: one arm as a `runtime serve` process fed
+//! streamed HTTP requests, measured from the client side (docs/records.md,
+//! "Served sweeps").
+//!
+//! Principal items: [`serve_args`] (the server's command line: the arm's
+//! settings, exactly as a generate arm gets them), [`run_arm`] (start, learn
+//! the port from the typed `startup` event, wait for `/health`, send every
+//! pass over the prompt set as streamed requests, join each response to its
+//! `completion` event, stop with SIGTERM then SIGKILL), [`stop_server`].
+//!
+//! The server's stdout is read on a thread: every line goes to the arm's
+//! stdout log as emitted, and each parsed [`Event`] to the driver. Nothing
+//! is read from its stderr (the human log), which goes to a file.
+use std::collections::{BTreeMap, HashMap};
+use std::io::{BufRead, Write};
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use runtime::cli::PromptItem;
+use runtime::events::{Completion, Event, Startup};
+
+use crate::raw::{
+    ArmEnd, ArmStartup, PlannedArm, RawLine, RawWriter, ServedSample, ServedSettings, ServerEnd, ServerStop,
+    ServerTimings, Settings,
+};
+use crate::stream::{self, Endpoint};
+use crate::sweep::{MAX_EVENT_LINE_BYTES, RowContext};
+
+/// Default `--health-timeout`: model load, the exactness probe and binding
+/// take seconds on a small model; a large one on a slow disk, a minute.
+pub const DEFAULT_HEALTH_TIMEOUT_S: f64 = 120.0;
+/// Default `--stop-timeout`: the server gives a running request 10 s
+/// (`runtime::serve::SHUTDOWN_GRACE`) and exits; between arms none runs.
+pub const DEFAULT_STOP_TIMEOUT_S: f64 = 15.0;
+/// Default `--request-timeout`: one streamed request, start to `[DONE]`.
+pub const DEFAULT_REQUEST_TIMEOUT_S: f64 = 300.0;
+
+/// How long a response's `completion` event may lag behind its `[DONE]`:
+/// the server writes the event before it answers, so only the pipe and the
+/// reader thread lie between them.
+const EVENT_WAIT: Duration = Duration::from_secs(10);
+/// A speculative request's diagnostics (or decline) follow its completion
+/// in the same write.
+const EXTRA_WAIT: Duration = Duration::from_secs(2);
+/// Between `/health` polls, and the limit of one poll.
+const HEALTH_POLL: Duration = Duration::from_millis(100);
+const HEALTH_REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
+/// After the server exits, how long its last stdout lines may take to arrive.
+const DRAIN_WAIT: Duration = Duration::from_secs(2);
+
+/// The server's command line for one arm: the model, threads and
+/// speculative flags of [`crate::sweep::arm_args`], on an any-port loopback
+/// listener with typed events on stdout.
+pub fn serve_args(s: &Settings, width: Option<usize>) -> Vec<String> {
+    let mut a: Vec<String> = vec![
+        "serve".into(),
+        "--json".into(),
+        "--host".into(),
+        "127.0.0.1".into(),
+        "--port".into(),
+        "0".into(),
+        "--model".into(),
+        s.target.display().to_string(),
+        "--threads".into(),
+        s.threads.to_string(),
+    ];
+    a.extend(crate::sweep::drafter_args(s, width));
+    a
+}
+
+/// A line of the server's stdout.
+enum Line {
+    Event(Box<Event>),
+    /// Not an event (or the log could not be written): why.
+    Bad(String),
+}
+
+/// Reads the server's stdout on a thread: each line into `log` as emitted,
+/// each parsed event to the returned channel, which closes at end of file.
+fn spawn_reader(stdout: std::process::ChildStdout, mut log: std::fs::File) -> Receiver<Line> {
+    let (tx, rx) = channel();
+    std::thread::spawn(move || {
+        use std::io::Read;
+        let mut r = std::io::BufReader::new(stdout);
+        let mut buf = Vec::new();
+        loop {
+            buf.clear();
+            match r.by_ref().take(MAX_EVENT_LINE_BYTES as u64 + 1).read_until(b'\n', &mut buf) {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            }
+            if let Err(e) = log.write_all(&buf) {
+                let _ = tx.send(Line::Bad(format!("writing the stdout log: {e}")));
+            }
+            let msg = if buf.len() > MAX_EVENT_LINE_BYTES {
+                // Drain the rest of the line into the log.
+                loop {
+                    buf.clear();
+                    match r.by_ref().take(1 << 16).read_until(b'\n', &mut buf) {
+                        Ok(0) | Err(_) => break,
+                        Ok(_) => {
+                            let _ = log.write_all(&buf);
+                            if buf.last() == Some(&b'\n') {
+                                break;
+                            }
+                        }
+                    }
+                }
+                Line::Bad(format!("a stdout line over {MAX_EVENT_LINE_BYTES} bytes"))
+            } else if buf.iter().all(u8::is_ascii_whitespace) {
+                continue;
+            } else {
+                match serde_json::from_slice::<Event>(&buf) {
+                    Ok(e) => Line::Event(Box::new(e)),
+                    Err(e) => Line::Bad(format!("a stdout line is not an event ({e})")),
+                }
+            };
+            if tx.send(msg).is_err() {
+                return;
+            }
+        }
+    });
+    rx
+}
+
+/// The server's events, gathered by response id as they arrive (a
+/// response's events may arrive before or after the tuner reads its end).
+struct Events {
+    rx: Receiver<Line>,
+    startup: Option<Startup>,
+    completions: HashMap<String, Completion>,
+    /// `speculative_diagnostics` or `declined`, by `prompt_id`.
+    extras: HashMap<String, Event>,
+    bad: Vec<String>,
+    closed: bool,
+}
+
+impl Events {
+    fn new(rx: Receiver<Line>) -> Self {
+        Events {
+            rx,
+            startup: None,
+            completions: HashMap::new(),
+            extras: HashMap::new(),
+            bad: Vec::new(),
+            closed: false,
+        }
+    }
+
+    /// Takes in one line, waiting at most `wait`; false when none came.
+    fn pump(&mut self, wait: Duration) -> bool {
+        if self.closed {
+            return false;
+        }
+        let line = match self.rx.recv_timeout(wait) {
+            Ok(l) => l,
+            Err(RecvTimeoutError::Timeout) => return false,
+            Err(RecvTimeoutError::Disconnected) => {
+                self.closed = true;
+                return false;
+            }
+        };
+        match line {
+            Line::Bad(why) => self.bad.push(why),
+            Line::Event(e) => match *e {
+                Event::Startup(s) if self.startup.is_none() => self.startup = Some(s),
+                Event::Startup(_) => self.bad.push("a second startup event".into()),
+                Event::Completion(c) => {
+                    if let Some(old) = self.completions.insert(c.prompt_id.clone(), c) {
+                        self.bad.push(format!("two completion events for response {}", old.prompt_id));
+                    }
+                }
+                Event::SpeculativeDiagnostics(d) => {
+                    self.extras.insert(d.prompt_id.clone(), Event::SpeculativeDiagnostics(d));
+                }
+                Event::Declined(d) => {
+                    self.extras.insert(d.prompt_id.clone(), Event::Declined(d));
+                }
+            },
+        }
+        true
+    }
+
+    /// The completion event of response `id` (waiting up to [`EVENT_WAIT`])
+    /// and, when `extra`, the diagnostics or decline that follow it.
+    fn take(&mut self, id: &str, extra: bool) -> (Option<Completion>, Option<Event>) {
+        let deadline = Instant::now() + EVENT_WAIT;
+        while !self.completions.contains_key(id) && wait_left(deadline).is_some_and(|w| self.pump(w) || !self.closed) {}
+        let Some(c) = self.completions.remove(id) else { return (None, None) };
+        if extra {
+            let deadline = Instant::now() + EXTRA_WAIT;
+            while !self.extras.contains_key(id) && wait_left(deadline).is_some_and(|w| self.pump(w) || !self.closed) {}
+        }
+        (Some(c), self.extras.remove(id))
+    }
+}
+
+fn wait_left(deadline: Instant) -> Option<Duration> {
+    let left = deadline.saturating_duration_since(Instant::now());
+    (!left.is_zero()).then_some(left.min(Duration::from_millis(100)))
+}
+
+/// A started server; dropping it without [`stop_server`] kills it, so no
+/// error path of the tuner leaves a server running.
+struct Server {
+    child: Option<Child>,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(c) = self.child.as_mut()
+            && matches!(c.try_wait(), Ok(None))
+        {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Stops a server: nothing to do if it already exited; else SIGTERM, up to
+/// `timeout` for it to exit, then SIGKILL. Returns how it ended, the
+/// milliseconds from the signal to the exit, and its exit status.
+pub fn stop_server(child: &mut Child, timeout: Duration) -> std::io::Result<(ServerStop, Option<u64>, ExitStatus)> {
+    if let Some(st) = child.try_wait()? {
+        return Ok((ServerStop::ExitedEarly, None, st));
+    }
+    let t = Instant::now();
+    let pid = libc::pid_t::try_from(child.id()).map_err(std::io::Error::other)?;
+    // SAFETY: kill(2) only sends a signal. `pid` is this process's child,
+    // not yet reaped (`try_wait` saw it running and nothing else waits on
+    // it), so the id cannot have been reused by another process.
+    if unsafe { libc::kill(pid, libc::SIGTERM) } != 0 {
+        let e = std::io::Error::last_os_error();
+        // ESRCH: it exited between try_wait and kill.
+        if e.raw_os_error() != Some(libc::ESRCH) {
+            return Err(e);
+        }
+    }
+    loop {
+        if let Some(st) = child.try_wait()? {
+            return Ok((ServerStop::Sigterm, Some(t.elapsed().as_millis() as u64), st));
+        }
+        if t.elapsed() >= timeout {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.kill()?;
+    let st = child.wait()?;
+    Ok((ServerStop::Sigkill, Some(t.elapsed().as_millis() as u64), st))
+}
+
+/// What one served arm needs besides the raw writer.
+pub struct ServedArm<'a> {
+    pub dir: &'a Path,
+    pub arm: &'a PlannedArm,
+    pub attempt: usize,
+    pub argv: &'a [String],
+    pub env: &'a BTreeMap<String, String>,
+    pub settings: &'a Settings,
+    pub served: &'a ServedSettings,
+    /// The record's prompt set, parsed as `runtime generate` parses it.
+    pub prompts: &'a [PromptItem],
+    pub types: &'a BTreeMap<&'a str, &'a str>,
+    pub rows: RowContext,
+}
+
+fn secs(s: f64) -> Duration {
+    Duration::try_from_secs_f64(s).unwrap_or(Duration::MAX)
+}
+
+/// Runs one served arm: request lines into `w` as they complete; the
+/// returned `arm_end` says whether the arm is a measurement and, if not, why.
+pub fn run_arm(a: &ServedArm<'_>, w: &mut RawWriter) -> Result<ArmEnd> {
+    let arm = a.arm;
+    let stem = format!("arm-{:03}-attempt-{}", arm.index, a.attempt);
+    let stdout_log = format!("logs/{stem}.stdout.jsonl");
+    let stderr_log = format!("logs/{stem}.stderr.log");
+    std::fs::create_dir_all(a.dir.join("logs"))?;
+    let err_file = std::fs::File::create(a.dir.join(&stderr_log)).with_context(|| format!("creating {stderr_log}"))?;
+    let out_file = std::fs::File::create(a.dir.join(&stdout_log)).with_context(|| format!("creating {stdout_log}"))?;
+    let mut end = ArmEnd::pending(arm.index, a.attempt, stdout_log.clone(), stderr_log.clone());
+    let t0 = Instant::now();
+    let spawned = Command::new(&a.argv[0])
+        .args(&a.argv[1..])
+        .env_clear()
+        .envs(a.env)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::from(err_file))
+        .spawn();
+    let mut child = match spawned {
+        Ok(c) => c,
+        Err(e) => {
+            end.error = Some(format!("cannot start {}: {e}; pass the runtime with --runtime PATH", a.argv[0]));
+            return Ok(end);
+        }
+    };
+    let pid = child.id();
+    let stdout = child.stdout.take();
+    let mut server = Server { child: Some(child) };
+    let Some(stdout) = stdout else {
+        anyhow::bail!("the server's stdout was not captured");
+    };
+    let mut events = Events::new(spawn_reader(stdout, out_file));
+    let mut info = ServerEnd { pid, address: None, ready_ms: None, stop: ServerStop::Sigterm, stop_ms: None };
+    let mut problems: Vec<String> = Vec::new();
+    let health_deadline = t0 + secs(a.served.health_timeout_s);
+    let failure: Option<String> = 'run: {
+        let Some(child) = server.child.as_mut() else { break 'run Some("the server process is gone".into()) };
+        // 1. The typed startup event: what the server resolved, and where it listens.
+        while events.startup.is_none() {
+            if Instant::now() >= health_deadline {
+                break 'run Some(format!(
+                    "no startup event within {:.0} s of starting the server (--health-timeout); its log: {stderr_log}",
+                    a.served.health_timeout_s
+                ));
+            }
+            if !events.pump(Duration::from_millis(100)) && events.closed {
+                let status = child.wait().map_or_else(|e| e.to_string(), |s| s.to_string());
+                break 'run Some(format!(
+                    "the server exited ({status}) before its startup event (stderr: {stderr_log})"
+                ));
+            }
+        }
+        let Some(startup) = events.startup.clone() else { break 'run Some("no startup event".into()) };
+        let served_info = startup.server.clone();
+        w.write(&RawLine::Startup(ArmStartup { arm: arm.index, attempt: a.attempt, startup }))?;
+        let Some(si) = served_info else {
+            break 'run Some(
+                "the startup event has no `server` address: this runtime predates `tuner sweep --served`; \
+                 rebuild it (`cargo build --release -p runtime`)"
+                    .into(),
+            );
+        };
+        info.address = Some(si.address.clone());
+        let addr = match si.address.parse::<SocketAddr>() {
+            Ok(x) if x.ip().is_loopback() => x,
+            Ok(x) => {
+                break 'run Some(format!(
+                    "the server listens on {x}, not loopback; the tuner starts it with --host 127.0.0.1"
+                ));
+            }
+            Err(e) => break 'run Some(format!("the startup event's server.address {:?}: {e}", si.address)),
+        };
+        // 2. Ready when /health answers 200.
+        loop {
+            if let Ok(Some(st)) = child.try_wait() {
+                break 'run Some(format!("the server exited ({st}) before it was healthy (stderr: {stderr_log})"));
+            }
+            let left = health_deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break 'run Some(format!(
+                    "the server at {addr} did not answer GET /health with 200 within {:.0} s of starting \
+                     (--health-timeout); its log: {stderr_log}",
+                    a.served.health_timeout_s
+                ));
+            }
+            if let Ok((200, _)) = crate::http::get(addr, "/health", left.min(HEALTH_REQUEST_TIMEOUT)) {
+                break;
+            }
+            std::thread::sleep(HEALTH_POLL.min(left));
+        }
+        info.ready_ms = Some(t0.elapsed().as_millis() as u64);
+        // 3. Warm-up passes, then the bursts: every prompt in file order, one request at a time.
+        let s = a.settings;
+        let request_timeout = secs(a.served.request_timeout_s);
+        for pass in 0..s.warmup + s.bursts {
+            let warmup = pass < s.warmup;
+            for p in a.prompts {
+                let what = if warmup {
+                    format!("warm-up pass {} of prompt {}", pass + 1, p.id)
+                } else {
+                    format!("burst {} of prompt {}", pass - s.warmup, p.id)
+                };
+                let got = match stream::complete(addr, &si.model, &p.kind, s.max_tokens, request_timeout) {
+                    Ok(g) => g,
+                    Err(e) => break 'run Some(format!("{what}: {} {}: {e}", "POST", Endpoint::of(&p.kind).path())),
+                };
+                let (completion, extra) = events.take(&got.id, arm.width.is_some());
+                let Some(c) = completion else {
+                    break 'run Some(format!(
+                        "{what}: no `completion` event for response {} on the server's stdout within {} s",
+                        got.id,
+                        EVENT_WAIT.as_secs()
+                    ));
+                };
+                if warmup {
+                    end.warmup_requests += 1;
+                    continue;
+                }
+                let text_sha256 = runtime::events::sha256_hex(got.text.as_bytes());
+                // The client's view must be the server's: same usage, text and tokens.
+                if got.usage != c.usage {
+                    problems.push(format!(
+                        "{what}: the response's usage {:?} differs from its event's {:?}",
+                        got.usage, c.usage
+                    ));
+                }
+                if text_sha256 != c.text_sha256 {
+                    problems.push(format!("{what}: the streamed text differs from the text of its completion event"));
+                }
+                let ids = got.draftwise.as_ref().and_then(|d| d.token_ids.as_ref());
+                if ids.is_some_and(|ids| *ids != c.token_ids) {
+                    problems.push(format!("{what}: the response's draftwise.token_ids differ from its event's"));
+                }
+                let prompt_type = a.types.get(p.id.as_str()).map_or("untyped", |t| *t).to_string();
+                let mut row = a.rows.row(c, prompt_type, pass - s.warmup);
+                row.prompt_id = p.id.clone();
+                row.usage = got.usage.clone();
+                row.finish_reason = got.finish_reason.clone();
+                row.text_sha256 = text_sha256;
+                match extra {
+                    Some(Event::SpeculativeDiagnostics(d)) => {
+                        row.drafter = d.drafter.clone();
+                        row.diagnostics = Some(d);
+                        row.diagnostics_present = true;
+                    }
+                    Some(Event::Declined(d)) => {
+                        row.drafter = d.drafter.clone();
+                        row.declined = true;
+                        row.declined_reason = Some(d.reason);
+                    }
+                    _ => {}
+                }
+                let e2e_s = got.e2e_ms / 1e3;
+                row.served = Some(ServedSample {
+                    endpoint: Endpoint::of(&p.kind).path().to_string(),
+                    response_id: got.id.clone(),
+                    ttft_ms: got.ttft_ms,
+                    e2e_ms: got.e2e_ms,
+                    e2e_tok_per_s: (got.usage.completion_tokens > 0 && e2e_s > 0.0)
+                        .then(|| got.usage.completion_tokens as f64 / e2e_s),
+                    chunks: got.chunks,
+                    server: got.draftwise.map(|d| ServerTimings {
+                        queue_ms: d.queue_ms,
+                        prefill_ms: d.prefill_ms,
+                        decode_ms: d.decode_ms,
+                        decode_steps: d.decode_steps,
+                        decode_tok_per_s: d.decode_tok_per_s,
+                        speculative: d.speculative,
+                    }),
+                });
+                w.write(&RawLine::Request(row))?;
+                end.requests += 1;
+            }
+        }
+        None
+    };
+    // 4. Stop it, whatever happened, and say how it ended.
+    let stop_timeout = secs(a.served.stop_timeout_s);
+    let stopped = match server.child.as_mut() {
+        Some(c) => stop_server(c, stop_timeout).context("stopping the server")?,
+        None => anyhow::bail!("the server process is gone"),
+    };
+    let (stop, stop_ms, status) = stopped;
+    info.stop = stop;
+    info.stop_ms = stop_ms;
+    // Its last lines (events of a request cut short) into the log, and counted.
+    let drain = Instant::now() + DRAIN_WAIT;
+    while !events.closed && Instant::now() < drain {
+        events.pump(Duration::from_millis(50));
+    }
+    end.duration_ms = t0.elapsed().as_millis() as u64;
+    end.exit_code = status.code();
+    {
+        use std::os::unix::process::ExitStatusExt;
+        end.signal = status.signal();
+    }
+    end.bad_lines = events.bad.len();
+    let mut errors: Vec<String> = Vec::new();
+    errors.extend(failure);
+    match stop {
+        ServerStop::Sigterm if status.success() => {}
+        ServerStop::Sigterm => {
+            errors.push(format!("the server exited with {status} after SIGTERM (stderr: {stderr_log})"))
+        }
+        ServerStop::Sigkill => errors.push(format!(
+            "the server was still running {:.0} s after SIGTERM (--stop-timeout): killed with SIGKILL",
+            a.served.stop_timeout_s
+        )),
+        ServerStop::ExitedEarly => {
+            errors.push(format!("the server exited on its own ({status}; stderr: {stderr_log})"))
+        }
+    }
+    errors.extend(events.bad.iter().take(5).cloned());
+    errors.extend(problems);
+    if !events.completions.is_empty() && errors.is_empty() {
+        errors.push(format!("{} completion event(s) for responses the tuner never received", events.completions.len()));
+    }
+    if end.requests == 0 && errors.is_empty() {
+        errors.push("no recorded requests".into());
+    }
+    end.server = Some(info);
+    end.ok = errors.is_empty();
+    if !end.ok {
+        end.error = Some(errors.join("; "));
+    }
+    drop(server);
+    Ok(end)
+}

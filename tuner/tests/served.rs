@@ -1,0 +1,447 @@
+//! End-to-end: `tuner sweep --served` against a fake server, so each way a
+//! server can fail runs for real: one that never becomes healthy, one that
+//! exits before its startup event, one that ignores SIGTERM, a malformed
+//! stream and a truncated one; and a clean fake sweep through summarize and
+//! propose.
+//!
+//! The fake "runtime" is a shell script that prints crafted events (parsed
+//! back as `runtime::events::Event` first, so they have the runtime's exact
+//! shape) and then waits, exiting 0 on SIGTERM as the runtime does; its pid
+//! is the "server" the tuner must stop. The HTTP side is a thread of this test on a loopback port,
+//! named in the startup event's `server.address`; it answers `/health` and
+//! streams OpenAI chunks whose text, usage and token ids match the events.
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use runtime::events::Event;
+use serde_json::{Value, json};
+
+const FINGERPRINT: &str = "0123456789abcdef";
+/// Two prompts, one of each endpoint.
+const PROMPTS: usize = 2;
+const BURSTS: usize = 3;
+/// Requests per arm: one warm-up pass and the bursts.
+const PER_ARM: usize = PROMPTS * (1 + BURSTS);
+
+fn ev(v: Value) -> String {
+    let e: Event = serde_json::from_value(v.clone()).unwrap_or_else(|e| panic!("not an Event ({e}): {v}"));
+    e.to_line()
+}
+
+fn startup(width: Option<usize>, addr: SocketAddr) -> String {
+    ev(json!({
+        "event": "startup", "schema_version": 1,
+        "build": {"version": "0.1.0", "git_commit": "abc", "git_dirty": "false", "features": [],
+                  "rustc": "rustc 1.95.0", "profile": "release", "cuda_archs": [], "kernel_fingerprint": FINGERPRINT},
+        "device_class": "cpu:x86_64-avx2", "kernel_family": "avx2", "kernel_family_forced": false, "threads": 2,
+        "target": {"path": "/m.gguf", "format": "gguf", "architecture": "llama",
+                   "quant": {"class": "q4_1", "from": "test"}, "n_layers": 30, "dim": 576, "vocab": 49152,
+                   "context_length": 8192},
+        "tokenizer": "gguf", "drafter": if width.is_some() { "ngram" } else { "none" },
+        "block_size": width, "block_size_from": "--draft-block-size", "kernel_fingerprint": FINGERPRINT,
+        "exactness_probe": width.map(|w| json!({"width": w, "passed": true, "first_differing_row": null,
+            "differing_bytes": 0, "compared_bytes": 100, "kernel_family": "avx2", "threads": 2})),
+        "allow_inexact": false,
+        "sampling": {"temperature": 1.0, "top_k": 0, "top_p": 1.0, "seed": 0}, "max_tokens": 16,
+        "server": {"address": addr.to_string(), "model": "fake"}
+    }))
+}
+
+/// What the fake answers for the prompt at `index` of the set.
+fn answer(index: usize) -> (Vec<u32>, String) {
+    let ids: Vec<u32> = (0..4).map(|i| 100 * (index as u32 + 1) + i).collect();
+    let text = ids.iter().map(|i| format!("t{i} ")).collect();
+    (ids, text)
+}
+
+/// The events the server prints for request `n` (global, in sending order).
+fn request_events(n: usize, width: Option<usize>) -> String {
+    let (ids, text) = answer(n % PROMPTS);
+    let mut out = vec![ev(json!({
+        "event": "completion", "schema_version": 1, "prompt_id": format!("cmpl-{n}"), "warmup": false, "repeat": 0,
+        "usage": {"prompt_tokens": 5, "completion_tokens": ids.len(), "total_tokens": 5 + ids.len()},
+        "finish_reason": "length", "text": text, "token_ids": ids,
+        "text_sha256": runtime::events::sha256_hex(text.as_bytes()),
+        "token_ids_sha256": runtime::events::token_ids_sha256(&ids),
+        "prefill_ms": 1.0, "decode_ms": 3.0, "total_ms": 4.0, "decode_steps": 3, "decode_tokens": 3,
+        "decode_tok_per_s": 1000.0, "prefill_tok_per_s": 5000.0
+    }))];
+    if let Some(w) = width {
+        out.push(ev(json!({
+            "event": "speculative_diagnostics", "schema_version": 1, "prompt_id": format!("cmpl-{n}"),
+            "warmup": false, "repeat": 0, "drafter": "ngram", "block_size": w, "rounds": 2, "plain_steps": 1,
+            "drafted": 2 * w, "accepted": w, "acceptance_rate": 0.5, "accepted_per_position": vec![1; w],
+            "emitted_per_verify": 1.5, "draft_ms": 0.1, "verify_ms": 1.0, "accept_ms": 0.01,
+            "draft_ms_per_round": 0.05, "verify_ms_per_round": 0.5, "accept_ms_per_round": 0.005
+        })));
+    }
+    out.join("\n")
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Good,
+    /// `/health` answers 503 forever.
+    Unhealthy,
+    /// The first chunk is not JSON.
+    Malformed,
+    /// One chunk, then the connection closes (no `[DONE]`).
+    Truncated,
+}
+
+/// The fake server's HTTP side; request `n` gets id `cmpl-n`.
+fn fake_http(mode: Mode) -> SocketAddr {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let counter = Arc::new(AtomicUsize::new(0));
+    std::thread::spawn(move || {
+        for conn in l.incoming() {
+            let Ok(mut s) = conn else { continue };
+            let mut r = BufReader::new(s.try_clone().unwrap());
+            let mut first = String::new();
+            let mut line = String::new();
+            let mut length = 0;
+            if r.read_line(&mut first).is_err() {
+                continue;
+            }
+            while r.read_line(&mut line).is_ok_and(|n| n > 0) && line != "\r\n" {
+                if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                    length = v.trim().parse().unwrap_or(0);
+                }
+                line.clear();
+            }
+            let mut body = vec![0; length];
+            let _ = r.read_exact(&mut body);
+            if first.starts_with("GET /health") {
+                let (status, text) =
+                    if mode == Mode::Unhealthy { ("503 Service Unavailable", "loading") } else { ("200 OK", "ok") };
+                let b = json!({"status": text}).to_string();
+                let _ = write!(
+                    s,
+                    "HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{b}",
+                    b.len()
+                );
+                continue;
+            }
+            let n = counter.fetch_add(1, Ordering::SeqCst);
+            let req: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+            assert_eq!(req["stream_options"]["include_usage"], true, "{req}");
+            assert_eq!(req["temperature"], 0, "{req}");
+            let chat = req.get("messages").is_some();
+            let (ids, text) = answer(n % PROMPTS);
+            let id = format!("cmpl-{n}");
+            let piece = |t: &str, finish: Value| {
+                if chat {
+                    json!({"id": id, "choices": [{"index": 0, "delta": {"content": t}, "finish_reason": finish}], "usage": null})
+                } else {
+                    json!({"id": id, "choices": [{"index": 0, "text": t, "finish_reason": finish}], "usage": null})
+                }
+            };
+            let mut out =
+                String::from("HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n");
+            match mode {
+                Mode::Malformed => out.push_str("data: {\"id\": \"x\", \"choices\": [{\"text\":\n\n"),
+                Mode::Truncated => out.push_str(&format!("data: {}\n\n", piece(&text[..3], Value::Null))),
+                Mode::Good | Mode::Unhealthy => {
+                    let (a, b) = text.split_at(3);
+                    out.push_str(&format!("data: {}\n\n", piece(a, Value::Null)));
+                    out.push_str(&format!("data: {}\n\n", piece(b, json!("length"))));
+                    let usage = json!({"id": id, "choices": [],
+                        "usage": {"prompt_tokens": 5, "completion_tokens": ids.len(), "total_tokens": 5 + ids.len()},
+                        "draftwise": {"queue_ms": 0.0, "prefill_ms": 1.0, "decode_ms": 3.0, "decode_steps": 3,
+                                      "decode_tok_per_s": 1000.0, "token_ids": ids, "speculative": null}});
+                    out.push_str(&format!("data: {usage}\n\ndata: [DONE]\n\n"));
+                }
+            }
+            // A steady service time, so the fake's rates are not pure scheduling noise.
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            let _ = s.write_all(out.as_bytes());
+        }
+    });
+    addr
+}
+
+const SCRIPT: &str = r#"#!/bin/sh
+D="$(dirname "$0")"
+if [ "$1" = "build-info" ]; then cat "$D/build-info.json"; exit 0; fi
+N=$(cat "$D/count" 2>/dev/null || echo 0)
+echo $((N + 1)) > "$D/count"
+echo $$ > "$D/pid-$N"
+echo "$@" > "$D/args-$N"
+if [ -f "$D/before.sh" ]; then . "$D/before.sh"; fi
+cat "$D/arm-$N.jsonl"
+if [ -f "$D/ignore-term" ]; then trap '' TERM; exec sleep 120; fi
+# Like the runtime: exit 0 on SIGTERM.
+trap 'kill $! 2>/dev/null; exit 0' TERM
+sleep 120 >/dev/null &
+wait
+"#;
+
+struct Fixture {
+    _tmp: tempfile::TempDir,
+    root: PathBuf,
+    fake: PathBuf,
+    out: PathBuf,
+}
+
+impl Fixture {
+    /// A scratch repository with a fake runtime whose arms talk to `addr`:
+    /// classic, width 1, width 2, classic.
+    fn new(addr: SocketAddr) -> Fixture {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().to_path_buf();
+        std::fs::create_dir_all(root.join("policy")).unwrap();
+        std::fs::create_dir_all(root.join("records")).unwrap();
+        let table =
+            std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../policy/draft-block-width.toml"))
+                .unwrap();
+        let table = table.find("\n[[entry]]").map_or(table.clone(), |i| table[..i + 1].to_string());
+        std::fs::write(root.join("policy/draft-block-width.toml"), table).unwrap();
+        let fake = root.join("fake");
+        std::fs::create_dir_all(&fake).unwrap();
+        std::fs::write(fake.join("runtime"), SCRIPT).unwrap();
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(fake.join("runtime"), std::fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        std::fs::write(
+            fake.join("build-info.json"),
+            json!({"version": "0.1.0", "git_commit": "abc", "git_dirty": "false", "features": [], "rustc": "rustc 1.95.0",
+                   "profile": "release", "cuda_archs": [], "kernel_fingerprint": FINGERPRINT})
+            .to_string(),
+        )
+        .unwrap();
+        std::fs::write(fake.join("model.gguf"), b"not really a model").unwrap();
+        std::fs::write(
+            fake.join("prompts.jsonl"),
+            concat!(
+                r#"{"id": "p1", "type": "code", "prompt": "def f():"}"#,
+                "\n",
+                r#"{"id": "p2", "type": "chat", "messages": [{"role": "user", "content": "hi"}]}"#,
+                "\n"
+            ),
+        )
+        .unwrap();
+        std::fs::write(fake.join("kmsg"), "6,0,0,-;Linux version 6.8.0\n").unwrap();
+        for (n, width) in [None, Some(1), Some(2), None].into_iter().enumerate() {
+            let mut lines = vec![startup(width, addr)];
+            lines.extend((n * PER_ARM..(n + 1) * PER_ARM).map(|k| request_events(k, width)));
+            std::fs::write(fake.join(format!("arm-{n}.jsonl")), lines.join("\n") + "\n").unwrap();
+        }
+        Fixture { out: root.join("records/served"), _tmp: tmp, root, fake }
+    }
+
+    /// Shell the fake sources before printing (e.g. `trap '' TERM`).
+    fn before(&self, sh: &str) {
+        std::fs::write(self.fake.join("before.sh"), sh).unwrap();
+    }
+
+    fn tuner(&self, args: &[&str]) -> Output {
+        Command::new(env!("CARGO_BIN_EXE_tuner"))
+            .args(args)
+            .env("DRAFTWISE_TUNER_NVRM_LOG", self.fake.join("kmsg"))
+            .output()
+            .expect("run tuner")
+    }
+
+    fn sweep(&self, extra: &[&str]) -> Output {
+        let fake = self.fake.display().to_string();
+        let mut args: Vec<String> = [
+            "sweep",
+            "--served",
+            "--runtime",
+            &format!("{fake}/runtime"),
+            "--target",
+            &format!("{fake}/model.gguf"),
+            "--prompts",
+            &format!("{fake}/prompts.jsonl"),
+            "--widths",
+            "1,2",
+            "--rounds",
+            "1",
+            "--bursts",
+            &BURSTS.to_string(),
+            "--max-tokens",
+            "4",
+            "--threads",
+            "2",
+            "--out",
+            &self.out.display().to_string(),
+            "--cpu-window-ms",
+            "100",
+            "--cpu-threshold",
+            "100000",
+            "--host-cpu-threshold",
+            "100000",
+            "--min-available-mib",
+            "0",
+            "--nvrm-window-s",
+            "1",
+            "--gate-wait",
+            "120",
+            "--gate-interval",
+            "1",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        args.extend(extra.iter().map(|s| s.to_string()));
+        // Other sessions' `runtime` processes on a shared host are not contention here.
+        for e in std::fs::read_dir("/proc").unwrap().flatten() {
+            let comm = std::fs::read_to_string(e.path().join("comm")).unwrap_or_default();
+            if comm.trim() == "runtime"
+                && let Some(pid) = e.file_name().to_str().and_then(|p| p.parse::<u32>().ok())
+            {
+                args.extend(["--exclude-pid".to_string(), pid.to_string()]);
+            }
+        }
+        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+        self.tuner(&refs)
+    }
+
+    fn raw(&self, kind: &str) -> Vec<Value> {
+        std::fs::read_to_string(self.out.join("raw.jsonl"))
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str::<Value>(l).unwrap())
+            .filter(|l| l["kind"] == kind)
+            .collect()
+    }
+
+    /// The pid of the `n`-th fake server.
+    fn pid(&self, n: usize) -> u32 {
+        std::fs::read_to_string(self.fake.join(format!("pid-{n}"))).unwrap().trim().parse().unwrap()
+    }
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "status {:?}\nstdout:\n{}\nstderr:\n{}",
+        o.status,
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+fn gone(pid: u32) -> bool {
+    !Path::new(&format!("/proc/{pid}")).exists()
+}
+
+/// The first arm failed with `needle` in its error, was stopped as `stop`,
+/// halted the sweep, and left no process behind.
+fn assert_first_arm_failed(f: &Fixture, o: &Output, needle: &str, stop: &str) -> Value {
+    assert_eq!(o.status.code(), Some(1), "{}", text(o));
+    let ends = f.raw("arm_end");
+    assert_eq!(ends.len(), 1, "{ends:?}");
+    let e = &ends[0];
+    assert_eq!(e["ok"], false);
+    assert!(e["error"].as_str().unwrap().contains(needle), "{e}");
+    assert_eq!(e["server"]["stop"], stop, "{e}");
+    let halt = f.raw("halt");
+    assert_eq!(halt[0]["halt"], "arm_failed");
+    assert!(gone(f.pid(0)), "the fake server {} is still running", f.pid(0));
+    for log in [&e["stdout_log"], &e["stderr_log"]] {
+        assert!(f.out.join(log.as_str().unwrap()).exists(), "{log}");
+    }
+    e.clone()
+}
+
+#[test]
+fn a_clean_served_sweep_records_client_timings_and_summarizes_as_served() {
+    let f = Fixture::new(fake_http(Mode::Good));
+    let o = f.sweep(&[]);
+    assert!(o.status.success(), "{}", text(&o));
+    let args = std::fs::read_to_string(f.fake.join("args-1")).unwrap();
+    assert!(args.starts_with("serve --json --host 127.0.0.1 --port 0 --model "), "{args}");
+    assert!(args.contains("--threads 2 --drafter ngram --draft-block-size 1"), "{args}");
+    let reqs = f.raw("request");
+    assert_eq!(reqs.len(), 4 * PROMPTS * BURSTS, "warm-ups are not recorded");
+    for r in &reqs {
+        let s = &r["served"];
+        assert!(s["ttft_ms"].as_f64().unwrap() > 0.0 && s["e2e_ms"].as_f64() >= s["ttft_ms"].as_f64(), "{r}");
+        assert!(s["e2e_tok_per_s"].as_f64().unwrap() > 0.0, "{r}");
+        assert_eq!(r["usage"]["completion_tokens"], 4);
+        assert_eq!(r["token_ids"].as_array().unwrap().len(), 4);
+        let chat = r["prompt_id"] == "p2";
+        assert_eq!(s["endpoint"], if chat { "/v1/chat/completions" } else { "/v1/completions" });
+        assert_eq!(r["diagnostics_present"], r["width"].is_number(), "{r}");
+    }
+    for e in f.raw("arm_end") {
+        assert_eq!((e["ok"].as_bool(), e["warmup_requests"].as_u64()), (Some(true), Some(PROMPTS as u64)), "{e}");
+        assert_eq!(e["server"]["stop"], "sigterm");
+        assert!(e["server"]["address"].as_str().unwrap().starts_with("127.0.0.1:"));
+    }
+    assert!((0..4).all(|n| gone(f.pid(n))));
+    let header = &f.raw("sweep")[0];
+    assert_eq!(header["settings"]["served"]["health_timeout_s"], 120.0);
+    let o = f.tuner(&["summarize", f.out.to_str().unwrap(), "--json"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let s: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(
+        (s["served"].as_bool(), s["complete"].as_bool(), s["identical"].as_bool()),
+        (Some(true), Some(true), Some(true))
+    );
+    assert!(s["decision_rule"].as_str().unwrap().contains("end-to-end tok/s"));
+    assert_eq!(s["classic_ttft_ms"]["n"], 2 * PROMPTS * BURSTS);
+    assert_eq!(s["widths"][0]["ttft_ms"]["n"], PROMPTS * BURSTS);
+    let record = std::fs::read_to_string(f.out.join("record.md")).unwrap();
+    assert!(record.contains("**Served sweep.**") && record.contains("### Time to first token"), "{record}");
+    let csv = std::fs::read_to_string(f.out.join("summary.csv")).unwrap();
+    assert!(csv.lines().next().unwrap().ends_with("median_ttft_ms,statistic"), "{csv}");
+    assert!(csv.lines().skip(1).all(|l| l.ends_with(",e2e_tok_per_s")), "{csv}");
+    let o = f.tuner(&["propose", f.out.to_str().unwrap(), "--dry-run"]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success() && out.contains("served sweep (end-to-end tok/s"), "{}", text(&o));
+    assert!(f.root.join("policy/draft-block-width.toml").exists());
+}
+
+#[test]
+fn a_server_that_never_becomes_healthy_fails_its_arm_and_is_stopped() {
+    let f = Fixture::new(fake_http(Mode::Unhealthy));
+    let t0 = std::time::Instant::now();
+    let o = f.sweep(&["--health-timeout", "1"]);
+    let e = assert_first_arm_failed(&f, &o, "did not answer GET /health with 200 within 1 s", "sigterm");
+    assert!(e["server"]["ready_ms"].is_null(), "{e}");
+    assert!(t0.elapsed().as_secs() < 60);
+}
+
+#[test]
+fn a_server_that_exits_before_its_startup_event_is_a_clear_failure() {
+    let f = Fixture::new(fake_http(Mode::Good));
+    f.before("echo 'cannot load the model' >&2; exit 3\n");
+    let o = f.sweep(&[]);
+    let e = assert_first_arm_failed(&f, &o, "before its startup event", "exited_early");
+    assert_eq!(e["exit_code"], 3);
+    let log = std::fs::read_to_string(f.out.join(e["stderr_log"].as_str().unwrap())).unwrap();
+    assert!(log.contains("cannot load the model"), "the server's log is kept: {log}");
+}
+
+#[test]
+fn a_server_that_ignores_sigterm_is_killed_after_the_stop_timeout() {
+    let f = Fixture::new(fake_http(Mode::Good));
+    std::fs::write(f.fake.join("ignore-term"), "").unwrap();
+    let o = f.sweep(&["--stop-timeout", "1"]);
+    let e = assert_first_arm_failed(&f, &o, "killed with SIGKILL", "sigkill");
+    assert_eq!(e["signal"], 9, "{e}");
+    assert!(e["server"]["stop_ms"].as_u64().unwrap() >= 1000, "{e}");
+    // Its measurements were taken before the stop, and are kept as raw data.
+    assert_eq!(e["requests"], PROMPTS * BURSTS);
+}
+
+#[test]
+fn a_malformed_stream_fails_the_arm_with_the_reason() {
+    let f = Fixture::new(fake_http(Mode::Malformed));
+    let o = f.sweep(&[]);
+    assert_first_arm_failed(&f, &o, "chunk 0 is not an OpenAI chunk", "sigterm");
+}
+
+#[test]
+fn a_truncated_stream_fails_the_arm_with_the_reason() {
+    let f = Fixture::new(fake_http(Mode::Truncated));
+    let o = f.sweep(&[]);
+    assert_first_arm_failed(&f, &o, "the stream ended before `data: [DONE]`, after 1 chunk(s)", "sigterm");
+}
