@@ -53,11 +53,15 @@ const fn fmt_of(f: u8) -> R16Format {
     }
 }
 
-/// How far ahead of the tile being computed the kernels prefetch: about
-/// six Q4_1 tiles, so the weights of the next few tiles are already on
-/// their way while a tile computes (the hardware prefetchers alone leave
-/// the stream short of the host's bandwidth).
-const PREFETCH_AHEAD: usize = 2048;
+/// How far ahead of the tile being computed the kernels prefetch (into L1):
+/// about nineteen Q4_1 tiles or eleven Q8_0 ones. Alternating
+/// `runtime bench --verify-cost --max-width 4` runs of builds with 2048,
+/// 4096, 6144 and 8192 bytes (and 4096/8192 into L2 only) on the default
+/// model: no prefetch cost about 25% at W = 1; 2048 gave 10.2–10.7 ms per
+/// W = 1 pass and 6144 8.6–9.9 ms (1 thread), the rest in between or
+/// noisier. The host's noise (±10%) is about the size of the differences
+/// between 4096 and 8192.
+const PREFETCH_AHEAD: usize = 6144;
 
 /// Where the outputs of one pass go: `W` pointers to sixteen floats each.
 type Outs<const W: usize> = [*mut f32; W];
