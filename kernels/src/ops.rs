@@ -117,9 +117,24 @@ pub fn attend_head(
     let hd = q.len();
     let scale = 1.0 / (hd as f32).sqrt();
     let scores = &mut scores[..n_ctx];
-    for (t, s) in scores.iter_mut().enumerate() {
-        let k = &keys[t * row_stride + offset..t * row_stride + offset + hd];
-        *s = dot(family, q, k) * scale;
+    let key = |t: usize| &keys[t * row_stride + offset..t * row_stride + offset + hd];
+    let mut t0 = 0;
+    #[cfg(target_arch = "x86_64")]
+    if family != KernelFamily::Scalar && family.is_supported() {
+        // Four keys per step: independent dependency chains, each key's
+        // dot exactly `dot`'s (the same bits).
+        while t0 + 4 <= n_ctx {
+            // SAFETY: every non-scalar x86 family includes AVX2 (checked
+            // above); every key slice has `hd` elements.
+            let d = unsafe { crate::matvec::x86_dot4_f32(q, std::array::from_fn(|k| key(t0 + k))) };
+            for k in 0..4 {
+                scores[t0 + k] = d[k] * scale;
+            }
+            t0 += 4;
+        }
+    }
+    for (t, s) in scores.iter_mut().enumerate().skip(t0) {
+        *s = dot(family, q, key(t)) * scale;
     }
     softmax(scores);
     out.fill(0.0);
@@ -150,25 +165,58 @@ pub fn attend_head(
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
 unsafe fn weighted_sum_avx2(scores: &[f32], values: &[f32], row_stride: usize, offset: usize, out: &mut [f32]) {
-    use std::arch::x86_64::*;
     let hd = out.len();
     let h8 = hd / 8 * 8;
+    // Bands of 64 elements (eight registers) stay in registers across all
+    // positions; what is left of the first h8 goes eight at a time.
+    let mut j0 = 0;
+    while j0 + 64 <= h8 {
+        // SAFETY: forwarded; j0 + 64 <= h8 <= hd.
+        unsafe { weighted_band::<8>(scores, values, row_stride, offset + j0, &mut out[j0..j0 + 64]) };
+        j0 += 64;
+    }
+    while j0 < h8 {
+        // SAFETY: forwarded; j0 + 8 <= h8 <= hd.
+        unsafe { weighted_band::<1>(scores, values, row_stride, offset + j0, &mut out[j0..j0 + 8]) };
+        j0 += 8;
+    }
     for (t, &p) in scores.iter().enumerate() {
         let base = t * row_stride + offset;
-        let pv = _mm256_set1_ps(p);
-        let mut j = 0;
-        while j < h8 {
-            // SAFETY: base + j + 8 <= base + hd lies inside `values` (caller)
-            // and j + 8 <= hd = out.len().
-            unsafe {
-                let v = _mm256_loadu_ps(values.as_ptr().add(base + j));
-                let o = _mm256_loadu_ps(out.as_ptr().add(j));
-                _mm256_storeu_ps(out.as_mut_ptr().add(j), _mm256_add_ps(o, _mm256_mul_ps(pv, v)));
-            }
-            j += 8;
-        }
         for j in h8..hd {
             out[j] += p * values[base + j];
+        }
+    }
+}
+
+/// `out[j] += p_t * v_t[offset + j]` over positions `t` in order, for the
+/// `8 R` elements of `out`, held in `R` registers throughout.
+///
+/// # Safety
+/// AVX2; `out.len() == 8 * R`; every value row `t * row_stride + offset ..
+/// + 8 R` for `t < scores.len()` lies inside `values`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn weighted_band<const R: usize>(
+    scores: &[f32],
+    values: &[f32],
+    row_stride: usize,
+    offset: usize,
+    out: &mut [f32],
+) {
+    use std::arch::x86_64::*;
+    debug_assert_eq!(out.len(), 8 * R);
+    // SAFETY (whole body): the caller guarantees every row read and out.
+    unsafe {
+        let mut acc: [__m256; R] = std::array::from_fn(|k| _mm256_loadu_ps(out.as_ptr().add(8 * k)));
+        for (t, &p) in scores.iter().enumerate() {
+            let base = values.as_ptr().add(t * row_stride + offset);
+            let pv = _mm256_set1_ps(p);
+            for (k, a) in acc.iter_mut().enumerate() {
+                *a = _mm256_add_ps(*a, _mm256_mul_ps(pv, _mm256_loadu_ps(base.add(8 * k))));
+            }
+        }
+        for (k, a) in acc.iter().enumerate() {
+            _mm256_storeu_ps(out.as_mut_ptr().add(8 * k), *a);
         }
     }
 }
@@ -239,7 +287,7 @@ mod tests {
     fn every_family_attends_bit_identically() {
         // Head sizes around the 8-wide SIMD step; the head is the middle one
         // of three per cache row.
-        for (hd, n) in [(64, 37), (20, 5), (7, 1), (8, 16)] {
+        for (hd, n) in [(64, 37), (20, 5), (7, 1), (8, 16), (136, 9), (72, 3), (100, 6), (64, 4), (64, 7)] {
             let q: Vec<f32> = (0..hd).map(|i| (i as f32 * 0.3).sin()).collect();
             let k: Vec<f32> = (0..n * hd * 3).map(|i| (i as f32 * 0.11).cos()).collect();
             let v: Vec<f32> = (0..n * hd * 3).map(|i| (i as f32 * 0.07).sin()).collect();

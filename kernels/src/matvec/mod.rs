@@ -239,6 +239,17 @@ fn kernel(family: KernelFamily, m: &Matrix, inputs: &[Input], row0: usize, outs:
 #[cfg(test)]
 mod tests;
 
+/// Four [`x86_dot_f32`]s of `a` at once, each bit for bit the single one.
+///
+/// # Safety
+/// The CPU must support AVX2; every `b[k]` is at least `a.len()` long.
+#[cfg(target_arch = "x86_64")]
+#[doc(hidden)]
+pub unsafe fn x86_dot4_f32(a: &[f32], b: [&[f32]; 4]) -> [f32; 4] {
+    // SAFETY: forwarded from the caller.
+    unsafe { x86::dot4_f32_avx2(a, b) }
+}
+
 /// The AVX2 twin of [`scalar::dot_f32`], for [`crate::ops`].
 ///
 /// # Safety

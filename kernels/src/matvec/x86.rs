@@ -211,6 +211,37 @@ pub unsafe fn dot_f32_avx2(a: &[f32], b: &[f32]) -> f32 {
     s
 }
 
+/// [`dot_f32_avx2`] of `a` with four vectors at once: four independent
+/// accumulator chains instead of one, each with exactly that function's
+/// operations in its order, so each result has the same bits.
+///
+/// # Safety
+/// The CPU must support AVX2; every `b[k]` is at least `a.len()` long.
+#[target_feature(enable = "avx2")]
+pub unsafe fn dot4_f32_avx2(a: &[f32], b: [&[f32]; 4]) -> [f32; 4] {
+    let n = a.len();
+    let n8 = n / 8 * 8;
+    let mut acc = [_mm256_setzero_ps(); 4];
+    let mut i = 0;
+    while i < n8 {
+        // SAFETY: i + 8 <= n8 <= n <= every slice's length.
+        unsafe {
+            let va = _mm256_loadu_ps(a.as_ptr().add(i));
+            for k in 0..4 {
+                acc[k] = _mm256_add_ps(acc[k], _mm256_mul_ps(va, _mm256_loadu_ps(b[k].as_ptr().add(i))));
+            }
+        }
+        i += 8;
+    }
+    std::array::from_fn(|k| {
+        let mut s = reduce8_ymm(acc[k]);
+        for j in n8..n {
+            s += a[j] * b[k][j];
+        }
+        s
+    })
+}
+
 /// Raw pointers into `W` quantized activation rows.
 pub(super) struct Acts<const W: usize> {
     /// Pair-interleaved quants ([`crate::act::QPair`]), 64-byte aligned.
