@@ -48,3 +48,37 @@ pub fn json_lines(out: &Output) -> Vec<serde_json::Value> {
         .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
         .collect()
 }
+
+/// `--exclude-pid PID` for every other `runtime` process on the host: on a
+/// shared development host other sessions may run their own, and a real
+/// sweep's gate would (rightly) wait for them. The gate's foreign-process
+/// logic has its own tests.
+pub fn exclude_other_runtimes() -> Vec<String> {
+    let mut args = Vec::new();
+    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let comm = std::fs::read_to_string(e.path().join("comm")).unwrap_or_default();
+        if comm.trim() == "runtime"
+            && let Some(pid) = e.file_name().to_str().and_then(|p| p.parse::<u32>().ok())
+        {
+            args.extend(["--exclude-pid".to_string(), pid.to_string()]);
+        }
+    }
+    args
+}
+
+/// Gate settings for the real sweeps in these tests: a short CPU window and
+/// thresholds no host reaches, so the test measures the sweep, not the host.
+pub const TEST_GATE: &[&str] = &[
+    "--cpu-window-ms",
+    "200",
+    "--cpu-threshold",
+    "100000",
+    "--host-cpu-threshold",
+    "100000",
+    "--min-available-mib",
+    "0",
+    "--gate-wait",
+    "300",
+    "--gate-interval",
+    "2",
+];

@@ -9,7 +9,7 @@
 //! asserted.
 use std::process::Command;
 
-use draftwise_tests::{bin, model_path, run};
+use draftwise_tests::{TEST_GATE, bin, exclude_other_runtimes, model_path, run};
 use serde_json::Value;
 
 #[test]
@@ -27,17 +27,7 @@ fn a_real_served_sweep_records_streamed_requests_and_stops_every_server() {
         ),
     )
     .unwrap();
-    // Other sessions' `runtime` processes on a shared host are excluded by pid;
-    // the gate's foreign-process logic has its own tests.
-    let mut others = Vec::new();
-    for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        let comm = std::fs::read_to_string(e.path().join("comm")).unwrap_or_default();
-        if comm.trim() == "runtime"
-            && let Some(pid) = e.file_name().to_str().and_then(|p| p.parse::<u32>().ok())
-        {
-            others.extend(["--exclude-pid".to_string(), pid.to_string()]);
-        }
-    }
+    let others = exclude_other_runtimes();
     let o = run(Command::new(bin("tuner"))
         .args([
             "sweep",
@@ -62,20 +52,9 @@ fn a_real_served_sweep_records_streamed_requests_and_stops_every_server() {
             out.to_str().unwrap(),
             "--health-timeout",
             "60",
-            "--cpu-window-ms",
-            "200",
-            "--cpu-threshold",
-            "100000",
-            "--host-cpu-threshold",
-            "100000",
-            "--min-available-mib",
-            "0",
-            "--gate-wait",
-            "300",
-            "--gate-interval",
-            "2",
             "--json",
         ])
+        .args(TEST_GATE)
         .args(&others));
     let log = format!("{}\n{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
     assert!(o.status.success(), "{log}");

@@ -7,7 +7,7 @@
 //! are relaxed and the decision itself is not asserted.
 use std::process::Command;
 
-use draftwise_tests::{bin, model_path, run};
+use draftwise_tests::{TEST_GATE, bin, exclude_other_runtimes, model_path, run};
 use serde_json::Value;
 
 #[test]
@@ -25,18 +25,7 @@ fn a_real_sweep_records_identical_outputs_and_a_decision() {
         ),
     )
     .unwrap();
-    // On a shared development host other sessions may run their own
-    // `runtime` processes; the gate would (rightly) wait for them. They are
-    // excluded by pid here; the gate's foreign-process logic has its own tests.
-    let mut others = Vec::new();
-    for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        let comm = std::fs::read_to_string(e.path().join("comm")).unwrap_or_default();
-        if comm.trim() == "runtime"
-            && let Some(pid) = e.file_name().to_str().and_then(|p| p.parse::<u32>().ok())
-        {
-            others.extend(["--exclude-pid".to_string(), pid.to_string()]);
-        }
-    }
+    let others = exclude_other_runtimes();
     let o = run(Command::new(bin("tuner"))
         .args([
             "sweep",
@@ -58,20 +47,9 @@ fn a_real_sweep_records_identical_outputs_and_a_decision() {
             "1",
             "--out",
             out.to_str().unwrap(),
-            "--cpu-window-ms",
-            "200",
-            "--cpu-threshold",
-            "100000",
-            "--host-cpu-threshold",
-            "100000",
-            "--min-available-mib",
-            "0",
-            "--gate-wait",
-            "300",
-            "--gate-interval",
-            "2",
             "--json",
         ])
+        .args(TEST_GATE)
         .args(&others));
     let log = format!("{}\n{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
     assert!(o.status.success(), "{log}");
