@@ -82,3 +82,24 @@ pub const TEST_GATE: &[&str] = &[
     "--gate-interval",
     "2",
 ];
+
+/// Gate settings for sweeps against the tuner's fake runtime and fake
+/// server: the host may be busy with other builds, so the CPU and memory
+/// checks are relaxed, and the gate waits (not fails) while another model
+/// process runs.
+pub const FAKE_GATE: &[&str] = &[
+    "--cpu-window-ms",
+    "100",
+    "--cpu-threshold",
+    "100000",
+    "--host-cpu-threshold",
+    "100000",
+    "--min-available-mib",
+    "0",
+    "--nvrm-window-s",
+    "1",
+    "--gate-wait",
+    "120",
+    "--gate-interval",
+    "1",
+];

@@ -19,17 +19,32 @@ use serde::{Deserialize, Serialize};
 use crate::raw::{ArmEnd, Bracket, Halt, RawFile, RawLine, RequestRow};
 use crate::stats::{Stats, median, stats};
 
+/// The part of the decision rule after its statistic, shared by the
+/// generate and served forms.
+macro_rules! rule_after_statistic {
+    () => {
+        " whose bootstrap 95% interval of the median lies wholly above 1.0. If no width qualifies, the entry \
+is `off`. The rule is applied to every width; a chosen width that is not a measurement (declined, no \
+diagnostics, or zero rounds in every request), a drifted host, output that differs from classic, or a gate \
+source accepted as unknown makes `tuner propose` refuse the entry."
+    };
+}
+
 /// The decision rule, fixed before any result is read.
-pub const DECISION_RULE: &str = "Choose the draft width with the highest median ratio (speculative decode tok/s \
-over the median classic decode tok/s of the same prompt in the same round's two classic brackets) whose \
-bootstrap 95% interval of the median lies wholly above 1.0. If no width qualifies, the entry is `off`. \
-The rule is applied to every width; a chosen width that is not a measurement (declined, no diagnostics, \
-or zero rounds in every request), a drifted host, output that differs from classic, or a gate source \
-accepted as unknown makes `tuner propose` refuse the entry.";
+pub const DECISION_RULE: &str = concat!(
+    "Choose the draft width with the highest median ratio (speculative decode tok/s over the median classic \
+decode tok/s of the same prompt in the same round's two classic brackets)",
+    rule_after_statistic!()
+);
 
 /// The decision rule of a served sweep (`tuner sweep --served`): the same
 /// rule over the statistic a client sees.
-pub const DECISION_RULE_SERVED: &str = "Choose the draft width with the highest median ratio (speculative end-to-end tok/s of a streamed request through `runtime serve`, completion tokens over the time from writing the request to `data: [DONE]`, over the median classic end-to-end tok/s of the same prompt in the same round's two classic brackets) whose bootstrap 95% interval of the median lies wholly above 1.0. If no width qualifies, the entry is `off`. The rule is applied to every width; a chosen width that is not a measurement (declined, no diagnostics, or zero rounds in every request), a drifted host, output that differs from classic, or a gate source accepted as unknown makes `tuner propose` refuse the entry.";
+pub const DECISION_RULE_SERVED: &str = concat!(
+    "Choose the draft width with the highest median ratio (speculative end-to-end tok/s of a streamed request \
+through `runtime serve`, completion tokens over the time from writing the request to `data: [DONE]`, over the \
+median classic end-to-end tok/s of the same prompt in the same round's two classic brackets)",
+    rule_after_statistic!()
+);
 
 /// A request's sample: its end-to-end tok/s in a served sweep, else the
 /// runtime's decode tok/s; `None` when there is none (no token after the

@@ -17,6 +17,7 @@ use std::process::{Command, Output};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use draftwise_tests::{FAKE_GATE, exclude_other_runtimes};
 use runtime::events::Event;
 use serde_json::{Value, json};
 
@@ -271,34 +272,14 @@ impl Fixture {
             "2",
             "--out",
             &self.out.display().to_string(),
-            "--cpu-window-ms",
-            "100",
-            "--cpu-threshold",
-            "100000",
-            "--host-cpu-threshold",
-            "100000",
-            "--min-available-mib",
-            "0",
-            "--nvrm-window-s",
-            "1",
-            "--gate-wait",
-            "120",
-            "--gate-interval",
-            "1",
         ]
         .iter()
         .map(|s| s.to_string())
         .collect();
+        args.extend(FAKE_GATE.iter().map(|s| s.to_string()));
         args.extend(extra.iter().map(|s| s.to_string()));
         // Other sessions' `runtime` processes on a shared host are not contention here.
-        for e in std::fs::read_dir("/proc").unwrap().flatten() {
-            let comm = std::fs::read_to_string(e.path().join("comm")).unwrap_or_default();
-            if comm.trim() == "runtime"
-                && let Some(pid) = e.file_name().to_str().and_then(|p| p.parse::<u32>().ok())
-            {
-                args.extend(["--exclude-pid".to_string(), pid.to_string()]);
-            }
-        }
+        args.extend(exclude_other_runtimes());
         let refs: Vec<&str> = args.iter().map(String::as_str).collect();
         self.tuner(&refs)
     }

@@ -13,6 +13,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+use draftwise_tests::{FAKE_GATE, exclude_other_runtimes};
 use runtime::events::Event;
 use serde_json::{Value, json};
 
@@ -252,26 +253,11 @@ impl Fixture {
             "2",
             "--out",
             &self.out.display().to_string(),
-            // The host may be busy with other builds: relax the CPU and memory
-            // checks; wait (not fail) while another model process runs.
-            "--cpu-window-ms",
-            "100",
-            "--cpu-threshold",
-            "100000",
-            "--host-cpu-threshold",
-            "100000",
-            "--min-available-mib",
-            "0",
-            "--nvrm-window-s",
-            "1",
-            "--gate-wait",
-            "120",
-            "--gate-interval",
-            "1",
         ]
         .iter()
         .map(|s| s.to_string())
         .collect();
+        args.extend(FAKE_GATE.iter().map(|s| s.to_string()));
         args.extend(extra.iter().map(|s| s.to_string()));
         args.extend(exclude_other_runtimes());
         let refs: Vec<&str> = args.iter().map(String::as_str).collect();
@@ -311,22 +297,6 @@ impl Fixture {
     fn table(&self) -> String {
         std::fs::read_to_string(self.root.join("policy/draft-block-width.toml")).unwrap()
     }
-}
-
-/// `--exclude-pid` for every `runtime` process already running: on a shared
-/// development host other sessions run theirs, and the gate would (rightly)
-/// wait for them. The gate's foreign-process logic has its own tests.
-fn exclude_other_runtimes() -> Vec<String> {
-    let mut out = Vec::new();
-    for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        let comm = std::fs::read_to_string(e.path().join("comm")).unwrap_or_default();
-        if comm.trim() == "runtime"
-            && let Some(pid) = e.file_name().to_str().and_then(|p| p.parse::<u32>().ok())
-        {
-            out.extend(["--exclude-pid".to_string(), pid.to_string()]);
-        }
-    }
-    out
 }
 
 fn text(o: &Output) -> String {
