@@ -14,11 +14,15 @@
 //! - [`stream`]: one OpenAI streamed completion, timed from the client.
 //! - [`http`]: the loopback HTTP/1.1 client and server-sent-events reader.
 //! - [`raw`]: `raw.jsonl`, the sweep's raw data ([`raw::RawLine`]).
-//! - [`stats`]: median, bootstrap interval, outlier flags.
+//! - [`stats`]: descriptive statistics (median, range, MAD outlier flags).
+//! - [`estimate`]: per-round ratios (the process as the unit), the drift
+//!   test, the tie test.
+//! - [`simulate`]: synthetic sweeps with known truth, for the calibration test.
 //! - [`summary`]: raw data → [`summary::Summary`] and the decision rule.
 //! - [`record`]: `record.md`, `summary.csv`, `plot.svg`.
 //! - [`propose`]: the policy entry, or a refusal with its remedy.
 //! - [`exit`]: the process exit codes, one place.
+pub mod estimate;
 pub mod gate;
 pub mod http;
 pub mod identity;
@@ -28,6 +32,7 @@ pub mod raw;
 pub mod reading;
 pub mod record;
 pub mod served;
+pub mod simulate;
 pub mod stats;
 pub mod stream;
 pub mod summary;

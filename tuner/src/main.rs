@@ -30,7 +30,8 @@ enum Command {
     Identity(IdentityArgs),
     /// Measure draft widths: classic-bracketed rounds of fresh runtime
     /// processes, raw data as it happens, then the record (record.md,
-    /// summary.csv, plot.svg). Exit 0 complete, 3 the gate kept waiting,
+    /// summary.csv, plot.svg). Exit 0 complete, 3 the gate kept waiting (or an
+    /// arm ran through contention on every attempt),
     /// 4 halted (gate or NVRM budget), 1 an arm failed or an error.
     Sweep(Box<SweepArgs>),
     /// Summarize a sweep folder: statistics, drift, identity, the decision;
@@ -129,12 +130,19 @@ struct SweepArgs {
     /// Draft widths: a range `1-8` or a list `1,2,4`.
     #[arg(long, value_name = "LIST", default_value = "1-8")]
     widths: String,
-    /// Rounds; each opens and closes with a classic arm.
-    #[arg(long, default_value_t = 2)]
+    /// Rounds; each opens and closes with classic arms. The round is the
+    /// unit of every interval (at least 2; docs/records.md).
+    #[arg(long, default_value_t = tuner::sweep::DEFAULT_ROUNDS)]
     rounds: usize,
-    /// Recorded passes over the prompt set per arm.
-    #[arg(long, default_value_t = 3)]
+    /// Recorded passes over the prompt set per speculative arm.
+    #[arg(long, default_value_t = tuner::sweep::DEFAULT_BURSTS)]
     bursts: usize,
+    /// Classic arms on each side of a round.
+    #[arg(long, default_value_t = tuner::sweep::DEFAULT_BRACKET_ARMS)]
+    bracket_arms: usize,
+    /// Recorded passes over the prompt set per classic bracket arm.
+    #[arg(long, default_value_t = tuner::sweep::DEFAULT_BRACKET_BURSTS)]
+    bracket_bursts: usize,
     /// Unrecorded warm-up passes per arm (excluded from every statistic).
     #[arg(long, default_value_t = 1)]
     warmup: usize,
@@ -204,6 +212,17 @@ struct ProposeArgs {
     /// The policy table (default: policy/draft-block-width.toml above DIR).
     #[arg(long, value_name = "PATH")]
     table: Option<PathBuf>,
+    /// Propose a record whose arms ran a dirty build (`build.git_dirty`
+    /// "true"), or one whose dirty state is "unknown".
+    #[arg(long)]
+    allow_dirty: bool,
+    /// Propose a record measured under another kernel fingerprint than this
+    /// build's (the entry is stale, and unused, until re-measured).
+    #[arg(long)]
+    allow_stale_fingerprint: bool,
+    /// Replace an entry dated later than the record.
+    #[arg(long)]
+    allow_older: bool,
 }
 
 #[derive(clap::Args)]
@@ -449,6 +468,8 @@ fn run_sweep(a: SweepArgs) -> anyhow::Result<ExitCode> {
                 widths: parse_widths(&a.widths)?,
                 rounds: a.rounds,
                 bursts: a.bursts,
+                bracket_arms: a.bracket_arms,
+                bracket_bursts: a.bracket_bursts,
                 warmup: a.warmup,
                 max_tokens: a.max_tokens,
                 threads,
@@ -488,7 +509,7 @@ fn run_sweep(a: SweepArgs) -> anyhow::Result<ExitCode> {
             summary?;
             tuner::exit::PASS
         }
-        Outcome::Halted(HaltKind::GateTimeout) => tuner::exit::WAIT,
+        Outcome::Halted(HaltKind::GateTimeout | HaltKind::Contention) => tuner::exit::WAIT,
         Outcome::Halted(HaltKind::Gate | HaltKind::NvrmBudget) => tuner::exit::HALT,
         Outcome::Halted(HaltKind::ArmFailed) => tuner::exit::ERROR,
     }))
@@ -512,8 +533,13 @@ fn run_summarize(a: SummarizeArgs) -> anyhow::Result<ExitCode> {
 }
 
 fn run_propose(a: ProposeArgs) -> anyhow::Result<ExitCode> {
-    match tuner::propose::propose(&a.dir, a.table.as_deref(), a.dry_run) {
+    use tuner::propose::{Allow, ProposeError};
+    let allow = Allow { dirty: a.allow_dirty, stale_fingerprint: a.allow_stale_fingerprint, older: a.allow_older };
+    match tuner::propose::propose(&a.dir, a.table.as_deref(), a.dry_run, allow) {
         Ok(p) => {
+            for o in &p.overridden {
+                eprintln!("tuner propose: warning: overridden by {o}");
+            }
             print!("{}", p.diff);
             if p.written {
                 println!("wrote {}", p.table.display());
@@ -522,13 +548,11 @@ fn run_propose(a: ProposeArgs) -> anyhow::Result<ExitCode> {
             }
             Ok(ExitCode::from(tuner::exit::PASS))
         }
-        Err(e) => match e.downcast_ref::<tuner::propose::Refusal>() {
-            Some(r) => {
-                eprintln!("tuner propose: refused: {r}");
-                Ok(ExitCode::from(tuner::exit::REFUSED))
-            }
-            None => Err(e),
-        },
+        Err(ProposeError::Refused(r)) => {
+            eprintln!("tuner propose: refused: {r}");
+            Ok(ExitCode::from(tuner::exit::REFUSED))
+        }
+        Err(e) => Err(e.into()),
     }
 }
 

@@ -1,14 +1,26 @@
 //! `tuner propose`: turns a record into an entry of
 //! `policy/draft-block-width.toml`, or refuses with the reason and the fix.
 //!
+//! Principal items: [`propose`] (the whole command), [`check`] (is the
+//! record's measurement clean?), [`check_provenance`] (was it measured by
+//! this build, clean, and is it newer than what it replaces? each refusal
+//! has an `--allow-*` flag, [`Allow`]), [`edit_table`] (the table edited as
+//! a document), [`diff`] (what is written), [`Refusal`].
+//!
 //! The table is read and the result validated with the runtime's own
 //! compiler ([`runtime::policy::table::compile`], the one `build.rs` runs),
-//! so a proposed table is one the build accepts.
+//! so a proposed table is one the build accepts. The edit itself is a splice
+//! of the original text at the spans `toml_edit` reports: only the bytes of
+//! the entry for the record's key change (or the new entry's are added), so
+//! every other entry, comment, blank line and layout byte is kept as written.
+use std::collections::{BTreeMap, BTreeSet};
+use std::ops::Range;
 use std::path::{Path, PathBuf};
 
 use runtime::policy::table::{self, RecordCheck};
-use runtime::policy::{DrafterKind, TABLE_FILE};
+use runtime::policy::{DrafterKind, Entry, KERNEL_FINGERPRINT, TABLE_FILE};
 
+use crate::raw::{RawFile, RawLine};
 use crate::summary::Summary;
 
 /// Why a record cannot become an entry. Each message ends with the remedy.
@@ -19,13 +31,14 @@ pub enum Refusal {
     #[error("the record's key is unknown: {0}; re-run the sweep with one runtime build and one target")]
     Key(String),
     #[error(
-        "the host drifted: round(s) {0} have opening and closing classic brackets that do not overlap, so no \
-         ratio in the record is clean; re-run `tuner sweep` on a quiet host"
+        "the host drifted: in round(s) {0} the closing brackets' speed differs from the opening brackets' by \
+         credibly more than the tolerance, so no ratio in the record is clean; re-run `tuner sweep` on a quiet host"
     )]
     Drift(String),
     #[error(
-        "drift cannot be ruled out: round(s) {0} have fewer than 5 classic samples per bracket, too few for the \
-         bracket check; re-run with more prompts or --bursts"
+        "drift cannot be ruled out: round(s) {0} could not be judged (the test needs two prompts paired and a \
+         variance of the bracket arms: two or more arms a side, or two widths and two rounds); re-run with the \
+         default plan or more prompts"
     )]
     DriftUnjudged(String),
     #[error(
@@ -50,6 +63,47 @@ pub enum Refusal {
     OffWithoutMeasurements(String),
     #[error("no decision: {0}; the record has no complete speculative arm with its brackets")]
     NoDecision(String),
+    #[error(
+        "the record has {0} complete round(s): with the process as the unit, an interval needs at least two; \
+         re-run `tuner sweep` with `--rounds 2` or more (the default is {rounds})",
+        rounds = crate::sweep::DEFAULT_ROUNDS
+    )]
+    TooFewRounds(usize),
+    #[error(
+        "width(s) {0} are not measurements; under the tie rule any width can change the decision (as the best it \
+         redefines the tied set; as a narrower tied width it would be taken), so no entry is proposed; fix the \
+         cause named in the record and re-run the sweep"
+    )]
+    WidthsNotMeasured(String),
+    #[error("the raw data does not match the plan or itself: {0}")]
+    DataProblems(String),
+    #[error(
+        "arm(s) {arms} ran a dirty build (`build.git_dirty` is \"true\" in their startup events: tracked files \
+         differed from commit {commits}), so no commit holds the code that was measured; commit the change, \
+         rebuild, and re-run `tuner sweep`, or pass --allow-dirty to propose the record anyway"
+    )]
+    DirtyBuild { arms: String, commits: String },
+    #[error(
+        "whether the build was dirty is unknown for arm(s) {arms} ({why}), and an unknown build is refused like a \
+         dirty one; rebuild in a git checkout and re-run `tuner sweep`, or pass --allow-dirty (it covers \
+         \"unknown\" too) to propose the record anyway"
+    )]
+    DirtyUnknown { arms: String, why: String },
+    #[error(
+        "the record was measured with kernel fingerprint {record}, but this build's is {current} (the kernels \
+         changed since the sweep), so the entry would be stale as soon as it is built and never used; re-run \
+         `tuner sweep` with this build, or pass --allow-stale-fingerprint to propose the record anyway"
+    )]
+    StaleFingerprint { record: String, current: String },
+    #[error(
+        "the record is dated {record_date}, older than the entry it would replace ({key}: {entry_record}, dated \
+         {entry_date}); keep the newer entry, or pass --allow-older to replace it anyway"
+    )]
+    Older { record_date: String, key: String, entry_record: String, entry_date: String },
+    #[error(
+        "the record's date {0:?} is not YYYY-MM-DD (raw.jsonl's `sweep` header); the record is damaged: re-run `tuner sweep`"
+    )]
+    BadDate(String),
     #[error("{dir} is not under {root}/records/; move the record folder there (entries cite records/<folder>)")]
     NotUnderRecords { dir: String, root: String },
     #[error("no policy table found above {0}: pass `--table PATH` (policy/draft-block-width.toml in the repository)")]
@@ -60,7 +114,19 @@ pub enum Refusal {
     Io { path: PathBuf, source: std::io::Error },
 }
 
-/// Checks every refusal condition; `Ok` means the record may become an entry.
+/// Why `propose` did not produce a table: a refusal (exit 5), or a record
+/// that cannot be read or summarized (an error).
+#[derive(Debug, thiserror::Error)]
+pub enum ProposeError {
+    #[error(transparent)]
+    Refused(#[from] Refusal),
+    /// raw.jsonl could not be read or summarized (the message names the file and line).
+    #[error("{0}")]
+    Record(String),
+}
+
+/// Checks every refusal condition on the measurement itself; `Ok` means the
+/// record's numbers may become an entry ([`check_provenance`] checks the build).
 pub fn check(s: &Summary) -> Result<(), Refusal> {
     if !s.complete {
         let why = s.halt.as_ref().map_or_else(
@@ -71,6 +137,22 @@ pub fn check(s: &Summary) -> Result<(), Refusal> {
     }
     if let Some(k) = &s.key_problem {
         return Err(Refusal::Key(k.clone()));
+    }
+    if let Some(d) = s.data_problems.first() {
+        let at = match (d.line, d.arm) {
+            (Some(l), _) => format!("raw.jsonl:{l}: "),
+            (None, Some(a)) => format!("arm {a}: "),
+            _ => String::new(),
+        };
+        return Err(Refusal::DataProblems(format!(
+            "{} problem(s); first: {at}{}; {}",
+            s.data_problems.len(),
+            d.what,
+            d.remedy
+        )));
+    }
+    if s.complete_rounds < 2 {
+        return Err(Refusal::TooFewRounds(s.complete_rounds));
     }
     if s.drift {
         let r: Vec<String> = s.rounds.iter().filter(|r| r.drifted).map(|r| (r.round + 1).to_string()).collect();
@@ -102,24 +184,167 @@ pub fn check(s: &Summary) -> Result<(), Refusal> {
             s.accepted_unknown.iter().map(|a| format!("{} ({})", a.arm, a.sources.join(", "))).collect();
         return Err(Refusal::AcceptedUnknown(a.join(", ")));
     }
-    match s.decision.width {
-        Some(w) => {
-            if let Some(why) = s.widths.iter().find(|x| x.width == w).and_then(|x| x.not_a_measurement.clone()) {
-                return Err(Refusal::NotAMeasurement { width: w, why });
-            }
-        }
-        None => {
-            if s.decision.ratio.is_none() {
-                return Err(Refusal::NoDecision(s.decision.why.clone()));
-            }
-            let bad: Vec<String> =
-                s.widths.iter().filter(|w| w.not_a_measurement.is_some()).map(|w| w.width.to_string()).collect();
-            if !bad.is_empty() {
-                return Err(Refusal::OffWithoutMeasurements(bad.join(", ")));
+    if let Some(w) = s.decision.width
+        && let Some(why) = s.widths.iter().find(|x| x.width == w).and_then(|x| x.not_a_measurement.clone())
+    {
+        return Err(Refusal::NotAMeasurement { width: w, why });
+    }
+    if s.decision.ratio.is_none() {
+        return Err(Refusal::NoDecision(s.decision.why.clone()));
+    }
+    let bad: Vec<String> = s
+        .widths
+        .iter()
+        .filter_map(|w| w.not_a_measurement.as_ref().map(|why| format!("{} ({why})", w.width)))
+        .collect();
+    if !bad.is_empty() {
+        return Err(if s.decision.width.is_none() {
+            Refusal::OffWithoutMeasurements(bad.join("; "))
+        } else {
+            Refusal::WidthsNotMeasured(bad.join("; "))
+        });
+    }
+    Ok(())
+}
+
+/// Which provenance refusals the operator overrode (`--allow-dirty`,
+/// `--allow-stale-fingerprint`, `--allow-older`). The default refuses all.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Allow {
+    /// A dirty build, or one whose dirty state is unknown.
+    pub dirty: bool,
+    /// A kernel fingerprint other than this build's.
+    pub stale_fingerprint: bool,
+    /// A record dated before the entry it replaces.
+    pub older: bool,
+}
+
+/// Sorted, deduplicated, comma-separated.
+fn list<T: ToString + Ord>(xs: impl IntoIterator<Item = T>) -> String {
+    xs.into_iter().collect::<BTreeSet<T>>().iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
+}
+
+/// Refuses a record any of whose arms ran a dirty build, or a build whose
+/// dirty state is unknown (`BuildInfo::git_dirty` is "true", "false" or
+/// "unknown"; anything but "false" is refused).
+///
+/// Every `startup` in raw.jsonl counts, failed attempts included: a resumed
+/// sweep whose attempts ran different builds is not one build's measurement.
+pub fn check_build(raw: &RawFile) -> Result<(), Refusal> {
+    let mut dirty: BTreeMap<usize, &str> = BTreeMap::new();
+    let mut unknown: BTreeMap<usize, &str> = BTreeMap::new();
+    let mut any = false;
+    for l in &raw.lines {
+        if let RawLine::Startup(a) = l {
+            any = true;
+            let b = &a.startup.build;
+            match b.git_dirty.as_str() {
+                "false" => {}
+                "true" => {
+                    dirty.insert(a.arm, &b.git_commit);
+                }
+                other => {
+                    unknown.insert(a.arm, other);
+                }
             }
         }
     }
+    if !dirty.is_empty() {
+        return Err(Refusal::DirtyBuild { arms: list(dirty.keys()), commits: list(dirty.values()) });
+    }
+    if !unknown.is_empty() {
+        let why = format!(
+            "`build.git_dirty` is {} in their startup events: git could not say when the runtime was built",
+            list(unknown.values().map(|v| format!("{v:?}")))
+        );
+        return Err(Refusal::DirtyUnknown { arms: list(unknown.keys()), why });
+    }
+    if !any {
+        return Err(Refusal::DirtyUnknown { arms: "none".into(), why: "raw.jsonl has no startup event".into() });
+    }
     Ok(())
+}
+
+/// Refuses a record measured under another kernel fingerprint than
+/// `current` (the build the table will be compiled into: the runtime
+/// library this tuner links, [`KERNEL_FINGERPRINT`], is built from the same
+/// tree). The record's fingerprint is the one every complete arm's
+/// `startup` reported ([`Summary::kernel_fingerprint`]).
+pub fn check_fingerprint(s: &Summary, current: &str) -> Result<(), Refusal> {
+    match &s.kernel_fingerprint {
+        Some(fp) if fp == current => Ok(()),
+        Some(fp) => Err(Refusal::StaleFingerprint { record: fp.clone(), current: current.to_string() }),
+        None => Err(Refusal::Key(s.key_problem.clone().unwrap_or_else(|| "no kernel fingerprint".into()))),
+    }
+}
+
+/// `YYYY-MM-DD` with a plausible month and day (the shape the table compiler
+/// accepts), so dates compare as strings.
+fn is_date(s: &str) -> bool {
+    let b = s.as_bytes();
+    let digits = |r: Range<usize>| b[r].iter().all(u8::is_ascii_digit);
+    b.len() == 10
+        && b[4] == b'-'
+        && b[7] == b'-'
+        && digits(0..4)
+        && digits(5..7)
+        && digits(8..10)
+        && (1..=12).contains(&s[5..7].parse::<u32>().unwrap_or(0))
+        && (1..=31).contains(&s[8..10].parse::<u32>().unwrap_or(0))
+}
+
+/// Refuses a record strictly older than the entry it would replace
+/// (`existing`, the table's entry for the record's key, if any).
+///
+/// Tie rule: a record of the same date as the entry is allowed. The table
+/// keeps only the day, so two sweeps of one day cannot be ordered from it;
+/// the usual case is a re-run that supersedes the morning's, and the diff
+/// shows the reviewer what is replaced.
+pub fn check_not_older(s: &Summary, existing: Option<&Entry>) -> Result<(), Refusal> {
+    if !is_date(&s.date) {
+        return Err(Refusal::BadDate(s.date.clone()));
+    }
+    match existing {
+        // The compiler checked the entry's date has the same shape, so the
+        // string order is the date order.
+        Some(e) if s.date.as_str() < e.date.as_str() => Err(Refusal::Older {
+            record_date: s.date.clone(),
+            key: e.key(),
+            entry_record: e.record.clone(),
+            entry_date: e.date.clone(),
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// The provenance checks, each unless `allow` overrides it: the build was
+/// clean ([`check_build`]), its kernel fingerprint is `current`
+/// ([`check_fingerprint`]), and the record is not older than `existing`
+/// ([`check_not_older`]). Returns the refusals that were overridden, with the
+/// flag that overrode each, for the operator to see.
+pub fn check_provenance(
+    raw: &RawFile,
+    s: &Summary,
+    existing: Option<&Entry>,
+    current_fingerprint: &str,
+    allow: Allow,
+) -> Result<Vec<String>, Refusal> {
+    let mut overridden = Vec::new();
+    let checks: [(Result<(), Refusal>, bool, &str); 3] = [
+        (check_build(raw), allow.dirty, "--allow-dirty"),
+        (check_fingerprint(s, current_fingerprint), allow.stale_fingerprint, "--allow-stale-fingerprint"),
+        (check_not_older(s, existing), allow.older, "--allow-older"),
+    ];
+    for (result, allowed, flag) in checks {
+        match result {
+            Ok(()) => {}
+            // A damaged date or an unknown key is not a judgement a flag can override.
+            Err(r @ (Refusal::BadDate(_) | Refusal::Key(_))) => return Err(r),
+            Err(r) if allowed => overridden.push(format!("{flag}: {r}")),
+            Err(r) => return Err(r),
+        }
+    }
+    Ok(overridden)
 }
 
 /// The table above `dir`: the first ancestor holding `policy/draft-block-width.toml`.
@@ -152,7 +377,7 @@ fn toml_str(s: &str) -> String {
 }
 
 /// A short host identity for the entry's `host` field.
-pub fn short_host(raw: &crate::raw::RawFile) -> String {
+pub fn short_host(raw: &RawFile) -> String {
     let id = &raw.header.identity;
     let mut parts = vec![id.cpu.model.value.clone().unwrap_or_else(|| id.cpu.arch.clone())];
     if let Some(n) = id.cpu.threads_available.value {
@@ -170,8 +395,11 @@ pub fn short_host(raw: &crate::raw::RawFile) -> String {
     parts.join(", ")
 }
 
-/// The entry's text.
-pub fn entry_text(raw: &crate::raw::RawFile, s: &Summary, record: &str) -> Result<String, Refusal> {
+/// The entry's fields in the order they are written, each value as TOML.
+pub type Fields = Vec<(&'static str, String)>;
+
+/// The entry's fields, in the schema's order, values written as TOML.
+pub fn entry_fields(raw: &RawFile, s: &Summary, record: &str) -> Result<Fields, Refusal> {
     let (Some(device), Some(quant), Some(fp)) = (&s.device_class, &s.target_quant, &s.kernel_fingerprint) else {
         return Err(Refusal::Key(s.key_problem.clone().unwrap_or_else(|| "missing".into())));
     };
@@ -194,91 +422,329 @@ pub fn entry_text(raw: &crate::raw::RawFile, s: &Summary, record: &str) -> Resul
         raw.header.prompts.len(),
         raw.header.settings.widths
     );
-    Ok(format!(
-        "[[entry]]\ndrafter = {}\ndevice_class = {}\ntarget_quant = {}\nblock_size = {width}\nrecord = {}\ndate = {}\n\
-         ratio = {ratio}\nratio_interval = [{lo}, {hi}]\nhost = {}\nkernel_fingerprint = {}\nnote = {}\n",
-        toml_str(&s.drafter),
-        toml_str(device),
-        toml_str(quant),
-        toml_str(record),
-        s.date,
-        toml_str(&short_host(raw)),
-        toml_str(fp),
-        toml_str(&note),
-    ))
+    Ok(vec![
+        ("drafter", toml_str(&s.drafter)),
+        ("device_class", toml_str(device)),
+        ("target_quant", toml_str(quant)),
+        ("block_size", width),
+        ("record", toml_str(record)),
+        // A TOML local date, unquoted (the compiler accepts it and the string form).
+        ("date", s.date.clone()),
+        ("ratio", ratio.to_string()),
+        ("ratio_interval", format!("[{lo}, {hi}]")),
+        ("host", toml_str(&short_host(raw))),
+        ("kernel_fingerprint", toml_str(fp)),
+        ("note", toml_str(&note)),
+    ])
 }
 
-/// The new table text: the entry for the key replaced, or appended.
-pub fn replace_entry(old: &str, tbl: &table::Table, key: (DrafterKind, &str, &str), entry: &str) -> String {
-    let lines: Vec<&str> = old.split_inclusive('\n').collect();
-    let existing = tbl.lookup(key.0, key.1, key.2).and_then(|e| e.line);
-    match existing {
-        Some(start) => {
-            let start = start - 1;
-            // The entry runs to the next `[[entry]]` header (or the end), less trailing blank lines.
-            let next = tbl
-                .entries
-                .iter()
-                .filter_map(|e| e.line)
-                .filter(|l| l - 1 > start)
-                .min()
-                .map_or(lines.len(), |l| l - 1);
-            let mut end = next;
-            while end > start + 1 && lines[end - 1].trim().is_empty() {
-                end -= 1;
-            }
-            let mut out: String = lines[..start].concat();
-            out.push_str(entry);
-            out.push_str(&lines[end..].concat());
-            out
+/// The entry as an `[[entry]]` table, one `key = value` line per field,
+/// ending with a newline.
+pub fn entry_table_text(fields: &[(&str, String)]) -> String {
+    let mut out = String::from("[[entry]]\n");
+    for (k, v) in fields {
+        out.push_str(&format!("{k} = {v}\n"));
+    }
+    out
+}
+
+/// The entry as a one-line inline table, `{ key = value, ... }` (one line:
+/// TOML 1.0 inline tables cannot span lines).
+pub fn entry_inline_text(fields: &[(&str, String)]) -> String {
+    let kv: Vec<String> = fields.iter().map(|(k, v)| format!("{k} = {v}")).collect();
+    format!("{{ {} }}", kv.join(", "))
+}
+
+/// The entry's text in the `[[entry]]` form.
+pub fn entry_text(raw: &RawFile, s: &Summary, record: &str) -> Result<String, Refusal> {
+    Ok(entry_table_text(&entry_fields(raw, s, record)?))
+}
+
+/// One replacement of a byte range of the old text.
+struct Splice {
+    at: Range<usize>,
+    text: String,
+}
+
+/// A table problem, naming the file.
+fn table_problem(what: impl std::fmt::Display) -> Refusal {
+    Refusal::Table(format!("{TABLE_FILE}: {what}"))
+}
+
+/// Whether an entry's key fields are `key`. Fields that are missing or not
+/// strings do not match (the compiler has refused such a table already).
+fn is_key(get: impl Fn(&str) -> Option<String>, key: (DrafterKind, &str, &str)) -> bool {
+    get("drafter").and_then(|d| d.parse::<DrafterKind>().ok()) == Some(key.0)
+        && get("device_class").as_deref() == Some(key.1)
+        && get("target_quant").as_deref() == Some(key.2)
+}
+
+/// The byte just past the end of the line holding `at` (past its `\n`), or
+/// the end of the text.
+fn end_of_line(text: &str, at: usize) -> usize {
+    text[at..].find('\n').map_or(text.len(), |i| at + i + 1)
+}
+
+/// The `[[entry]]` table's own bytes: from its header to the end of the line
+/// of its last value (that line's comment included). Comments and blank
+/// lines after it belong to what follows and are not touched.
+fn table_region(text: &str, t: &toml_edit::Table) -> Result<Range<usize>, Refusal> {
+    let header = t.span().ok_or_else(|| table_problem("an [[entry]] header has no position (toml_edit)"))?;
+    let mut end = header.end;
+    for (keys, v) in t.get_values() {
+        let name = keys.iter().map(|k| k.get()).collect::<Vec<_>>().join(".");
+        let span = v.span().ok_or_else(|| table_problem(format!("the value of {name:?} has no position")))?;
+        end = end.max(span.end);
+    }
+    Ok(header.start..end_of_line(text, end))
+}
+
+/// Skips whitespace (newlines included) and `#` comments from `at`; the
+/// index of the next significant byte, or `limit`.
+fn skip_blank(text: &str, mut at: usize, limit: usize) -> usize {
+    let b = text.as_bytes();
+    while at < limit {
+        match b[at] {
+            b' ' | b'\t' | b'\r' | b'\n' => at += 1,
+            b'#' => at = end_of_line(text, at).min(limit),
+            _ => break,
         }
-        None => {
-            let mut out = old.to_string();
-            if !out.ends_with('\n') && !out.is_empty() {
-                out.push('\n');
+    }
+    at
+}
+
+/// The splices that append `inline` to the inline array `arr`, in the
+/// array's layout: on its own line with the last element's indentation when
+/// elements are one per line, else after a comma on the same line.
+fn append_to_array(text: &str, arr: &toml_edit::Array, inline: &str, nl: &str) -> Result<Vec<Splice>, Refusal> {
+    let span = arr.span().ok_or_else(|| table_problem("the `entry` array has no position (toml_edit)"))?;
+    let close = span.end.saturating_sub(1); // the `]`
+    let Some(last) = arr.iter().last() else {
+        return Ok(vec![Splice { at: span.start + 1..span.start + 1, text: inline.to_string() }]);
+    };
+    let last = last.span().ok_or_else(|| table_problem("an `entry` element has no position (toml_edit)"))?;
+    let next = skip_blank(text, last.end, close);
+    let has_comma = next < close && text.as_bytes()[next] == b',';
+    let after = if has_comma { next + 1 } else { last.end };
+    match text[after..close].find('\n') {
+        // One element per line: a new line after the last element's.
+        Some(i) => {
+            let line_start = text[..last.start].rfind('\n').map_or(0, |j| j + 1);
+            let line = &text[line_start..last.start];
+            let indent = &line[..line.len() - line.trim_start_matches([' ', '\t']).len()];
+            let at = after + i + 1;
+            let mut out = Vec::new();
+            if !has_comma {
+                out.push(Splice { at: last.end..last.end, text: ",".into() });
             }
-            out.push('\n');
-            out.push_str(entry);
-            out
+            let sep = if has_comma { "," } else { "" };
+            out.push(Splice { at: at..at, text: format!("{indent}{inline}{sep}{nl}") });
+            Ok(out)
         }
+        None if has_comma => Ok(vec![Splice { at: after..after, text: format!(" {inline},") }]),
+        None => Ok(vec![Splice { at: last.end..last.end, text: format!(", {inline}") }]),
     }
 }
 
-/// A diff of one changed region: common lines trimmed, three lines of context.
-pub fn diff(old: &str, new: &str, name: &str) -> String {
-    let a: Vec<&str> = old.lines().collect();
-    let b: Vec<&str> = new.lines().collect();
-    let pre = a.iter().zip(&b).take_while(|(x, y)| x == y).count();
+/// The splice that appends an `[[entry]]` block at the end of the text,
+/// after a blank line (none added when the text already ends with one).
+fn append_block(old: &str, block: &str, nl: &str) -> Splice {
+    let mut text = String::new();
+    if !old.is_empty() && !old.ends_with('\n') {
+        text.push_str(nl);
+    }
+    if !old.is_empty() && !old.ends_with(&format!("{nl}{nl}")) {
+        text.push_str(nl);
+    }
+    text.push_str(block);
+    Splice { at: old.len()..old.len(), text }
+}
+
+/// The new table text: the entry for `key` replaced by `fields`, or the entry
+/// appended when the key has none. Entries written as `[[entry]]` tables get
+/// an `[[entry]]` table; an inline `entry = [{...}, ...]` array gets an
+/// inline table in its place, or at its end. Every byte outside the replaced
+/// entry (or the insertion) is kept as it was; new lines use the file's line
+/// ending.
+pub fn edit_table(old: &str, key: (DrafterKind, &str, &str), fields: &[(&str, String)]) -> Result<String, Refusal> {
+    let doc = toml_edit::Document::parse(old).map_err(|e| table_problem(format!("malformed TOML: {e}")))?;
+    let nl = if old.contains("\r\n") { "\r\n" } else { "\n" };
+    let block = entry_table_text(fields).replace('\n', nl);
+    let splices: Vec<Splice> = match doc.as_table().get("entry") {
+        None => vec![append_block(old, &block, nl)],
+        Some(toml_edit::Item::ArrayOfTables(aot)) => {
+            let matching: Vec<&toml_edit::Table> =
+                aot.iter().filter(|t| is_key(|k| t.get(k).and_then(|v| v.as_str()).map(str::to_string), key)).collect();
+            match matching.as_slice() {
+                [] => vec![append_block(old, &block, nl)],
+                [t] => vec![Splice { at: table_region(old, t)?, text: block }],
+                _ => return Err(table_problem("two [[entry]] tables have the record's key; keep one")),
+            }
+        }
+        Some(toml_edit::Item::Value(toml_edit::Value::Array(arr))) => {
+            let inline = entry_inline_text(fields);
+            let mut matching = Vec::new();
+            for v in arr.iter() {
+                let t = v.as_inline_table().ok_or_else(|| {
+                    table_problem("`entry` holds a value that is not a table; write `[[entry]]` tables")
+                })?;
+                if is_key(|k| t.get(k).and_then(|v| v.as_str()).map(str::to_string), key) {
+                    matching.push(t);
+                }
+            }
+            match matching.as_slice() {
+                [] => append_to_array(old, arr, &inline, nl)?,
+                [t] => {
+                    let at = t.span().ok_or_else(|| table_problem("an `entry` element has no position"))?;
+                    vec![Splice { at, text: inline }]
+                }
+                _ => return Err(table_problem("two `entry` elements have the record's key; keep one")),
+            }
+        }
+        Some(_) => {
+            return Err(table_problem(
+                "`entry` is neither [[entry]] tables nor an array of inline tables; write `[[entry]]` tables",
+            ));
+        }
+    };
+    let mut new = old.to_string();
+    let mut splices = splices;
+    // Back to front, so earlier offsets stay valid.
+    splices.sort_by_key(|s| std::cmp::Reverse(s.at.start));
+    for s in splices {
+        if s.at.end > new.len() || !new.is_char_boundary(s.at.start) || !new.is_char_boundary(s.at.end) {
+            return Err(table_problem(format!("position {}..{} is not in the table", s.at.start, s.at.end)));
+        }
+        new.replace_range(s.at, &s.text);
+    }
+    Ok(new)
+}
+
+/// Lines of context around each change in [`diff`].
+const DIFF_CONTEXT: usize = 3;
+
+/// Above this many cells (changed lines before × after) [`diff`] shows the
+/// changed region as removed and re-added instead of matching lines within
+/// it: a proposal changes one entry (about a dozen lines), so only a table
+/// rewritten wholesale gets there.
+const DIFF_MAX_CELLS: usize = 1 << 22;
+
+/// One line of a diff: kept, removed (`-`) or added (`+`).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Op<'a> {
+    Keep(&'a str),
+    Del(&'a str),
+    Add(&'a str),
+}
+
+/// The line operations turning `a` into `b`: a longest common subsequence
+/// of the lines between the common prefix and suffix.
+fn line_ops<'a>(a: &[&'a str], b: &[&'a str]) -> Vec<Op<'a>> {
+    let pre = a.iter().zip(b).take_while(|(x, y)| x == y).count();
     let suf = a[pre..].iter().rev().zip(b[pre..].iter().rev()).take_while(|(x, y)| x == y).count();
-    if pre == a.len() && pre == b.len() {
+    let (am, bm) = (&a[pre..a.len() - suf], &b[pre..b.len() - suf]);
+    let mut ops: Vec<Op<'a>> = a[..pre].iter().map(|l| Op::Keep(l)).collect();
+    let (n, m) = (am.len(), bm.len());
+    if n.saturating_mul(m) > DIFF_MAX_CELLS {
+        ops.extend(am.iter().map(|l| Op::Del(l)));
+        ops.extend(bm.iter().map(|l| Op::Add(l)));
+    } else {
+        // lcs[i][j]: the LCS length of am[i..] and bm[j..], row-major.
+        let w = m + 1;
+        let mut lcs = vec![0u32; (n + 1) * w];
+        for i in (0..n).rev() {
+            for j in (0..m).rev() {
+                lcs[i * w + j] = if am[i] == bm[j] {
+                    lcs[(i + 1) * w + j + 1] + 1
+                } else {
+                    lcs[(i + 1) * w + j].max(lcs[i * w + j + 1])
+                };
+            }
+        }
+        let (mut i, mut j) = (0, 0);
+        while i < n || j < m {
+            if i < n && j < m && am[i] == bm[j] {
+                ops.push(Op::Keep(am[i]));
+                (i, j) = (i + 1, j + 1);
+            } else if j == m || (i < n && lcs[(i + 1) * w + j] >= lcs[i * w + j + 1]) {
+                ops.push(Op::Del(am[i]));
+                i += 1;
+            } else {
+                ops.push(Op::Add(bm[j]));
+                j += 1;
+            }
+        }
+    }
+    ops.extend(a[a.len() - suf..].iter().map(|l| Op::Keep(l)));
+    ops
+}
+
+/// A unified diff (`diff -u`, three lines of context) of exactly the bytes
+/// written: lines keep their terminators, so a change of line ending or of
+/// the final newline shows too (`\ No newline at end of file`, as diff
+/// writes it). Identical bytes: `NAME: unchanged`.
+pub fn diff(old: &str, new: &str, name: &str) -> String {
+    if old == new {
         return format!("{name}: unchanged\n");
     }
-    let mut out = format!("--- a/{name}\n+++ b/{name}\n@@ line {} @@\n", pre.saturating_sub(3) + 1);
-    for l in &a[pre.saturating_sub(3)..pre] {
-        out.push_str(&format!(" {l}\n"));
+    let a: Vec<&str> = old.split_inclusive('\n').collect();
+    let b: Vec<&str> = new.split_inclusive('\n').collect();
+    let ops = line_ops(&a, &b);
+    let changed: Vec<usize> = (0..ops.len()).filter(|&k| !matches!(ops[k], Op::Keep(_))).collect();
+    // Hunks: runs of changes less than two contexts apart, with their context.
+    let mut hunks: Vec<Range<usize>> = Vec::new();
+    for &k in &changed {
+        let (start, end) = (k.saturating_sub(DIFF_CONTEXT), (k + 1 + DIFF_CONTEXT).min(ops.len()));
+        match hunks.last_mut() {
+            Some(h) if start <= h.end => h.end = end,
+            _ => hunks.push(start..end),
+        }
     }
-    for l in &a[pre..a.len() - suf] {
-        out.push_str(&format!("-{l}\n"));
-    }
-    for l in &b[pre..b.len() - suf] {
-        out.push_str(&format!("+{l}\n"));
-    }
-    for l in a[a.len() - suf..].iter().take(3) {
-        out.push_str(&format!(" {l}\n"));
+    let mut out = format!("--- a/{name}\n+++ b/{name}\n");
+    // Lines of a and b before op k.
+    let before = |k: usize| {
+        let a_n = ops[..k].iter().filter(|o| !matches!(o, Op::Add(_))).count();
+        let b_n = ops[..k].iter().filter(|o| !matches!(o, Op::Del(_))).count();
+        (a_n, b_n)
+    };
+    // A unified range: 1-based start and count; an empty one starts at the line before.
+    let range = |start: usize, len: usize| if len == 0 { format!("{start},0") } else { format!("{},{len}", start + 1) };
+    for h in hunks {
+        let (a0, b0) = before(h.start);
+        let hunk = &ops[h];
+        let a_len = hunk.iter().filter(|o| !matches!(o, Op::Add(_))).count();
+        let b_len = hunk.iter().filter(|o| !matches!(o, Op::Del(_))).count();
+        out.push_str(&format!("@@ -{} +{} @@\n", range(a0, a_len), range(b0, b_len)));
+        for op in hunk {
+            let (mark, l) = match *op {
+                Op::Keep(l) => (' ', l),
+                Op::Del(l) => ('-', l),
+                Op::Add(l) => ('+', l),
+            };
+            out.push(mark);
+            out.push_str(l);
+            if !l.ends_with('\n') {
+                out.push_str("\n\\ No newline at end of file\n");
+            }
+        }
     }
     out
 }
 
 /// What `propose` did.
+#[derive(Debug)]
 pub struct Proposal {
     pub table: PathBuf,
+    /// [`diff`] of the table as read and as written (or as it would be).
     pub diff: String,
     pub written: bool,
+    /// Refusals an `--allow-*` flag overrode, each naming its flag.
+    pub overridden: Vec<String>,
 }
 
 /// Proposes the entry for the record in `dir`; writes the table unless `dry_run`.
-pub fn propose(dir: &Path, table_path: Option<&Path>, dry_run: bool) -> anyhow::Result<Proposal> {
-    let (raw, s) = crate::summary::summarize_dir(dir)?;
+pub fn propose(dir: &Path, table_path: Option<&Path>, dry_run: bool, allow: Allow) -> Result<Proposal, ProposeError> {
+    let (raw, s) = crate::summary::summarize_dir(dir).map_err(|e| ProposeError::Record(format!("{e:#}")))?;
     check(&s)?;
     let table_path = match table_path {
         Some(p) => p.to_path_buf(),
@@ -308,11 +774,12 @@ pub fn propose(dir: &Path, table_path: Option<&Path>, dry_run: bool) -> anyhow::
     let tbl = table::compile(TABLE_FILE, &old, RecordCheck::Skip).map_err(|e| Refusal::Table(e.to_string()))?;
     let drafter: DrafterKind =
         s.drafter.parse().map_err(|_| Refusal::Key(format!("drafter {:?} is not a drafter kind", s.drafter)))?;
-    let entry = entry_text(&raw, &s, &record)?;
     let (Some(device), Some(quant)) = (s.device_class.as_deref(), s.target_quant.as_deref()) else {
         return Err(Refusal::Key(s.key_problem.clone().unwrap_or_default()).into());
     };
-    let new = replace_entry(&old, &tbl, (drafter, device, quant), &entry);
+    let overridden = check_provenance(&raw, &s, tbl.lookup(drafter, device, quant), KERNEL_FINGERPRINT, allow)?;
+    let fields = entry_fields(&raw, &s, &record)?;
+    let new = edit_table(&old, (drafter, device, quant), &fields)?;
     // The result must compile exactly as the build will compile it.
     let compiled = table::compile(TABLE_FILE, &new, RecordCheck::Under(root))
         .map_err(|e| Refusal::Table(format!("the proposed table does not compile: {e}")))?;
@@ -325,7 +792,7 @@ pub fn propose(dir: &Path, table_path: Option<&Path>, dry_run: bool) -> anyhow::
         std::fs::write(&tmp, &new).map_err(io(&tmp))?;
         std::fs::rename(&tmp, &table_abs).map_err(io(&table_abs))?;
     }
-    Ok(Proposal { table: table_abs, diff: d, written: !dry_run })
+    Ok(Proposal { table: table_abs, diff: d, written: !dry_run, overridden })
 }
 
 #[cfg(test)]
@@ -339,18 +806,26 @@ drafter = \"layerskip\"\ndevice_class = \"cpu:x86_64-avx2\"\ntarget_quant = \"q4
 record = \"records/b\"\ndate = 2026-01-01\nratio = 0.5\nratio_interval = [0.4, 0.6]\nhost = \"h\"\n\
 kernel_fingerprint = \"0123456789abcdef\"\n";
 
-    fn entry(w: &str) -> String {
-        format!(
-            "[[entry]]\ndrafter = \"ngram\"\ndevice_class = \"cpu:x86_64-avx2\"\ntarget_quant = \"q4_1\"\n\
-             block_size = {w}\nrecord = \"records/c\"\ndate = 2026-11-29\nratio = 1.4\nratio_interval = [1.3, 1.5]\n\
-             host = \"h\"\nkernel_fingerprint = \"0123456789abcdef\"\n"
-        )
+    const KEY: (DrafterKind, &str, &str) = (DrafterKind::Ngram, "cpu:x86_64-avx2", "q4_1");
+
+    fn fields(w: &str) -> Fields {
+        vec![
+            ("drafter", "\"ngram\"".into()),
+            ("device_class", "\"cpu:x86_64-avx2\"".into()),
+            ("target_quant", "\"q4_1\"".into()),
+            ("block_size", w.into()),
+            ("record", "\"records/c\"".into()),
+            ("date", "2026-11-29".into()),
+            ("ratio", "1.4".into()),
+            ("ratio_interval", "[1.3, 1.5]".into()),
+            ("host", "\"h\"".into()),
+            ("kernel_fingerprint", "\"0123456789abcdef\"".into()),
+        ]
     }
 
     #[test]
     fn an_existing_key_is_replaced_in_place_and_others_are_kept() {
-        let t = table::compile("t", TABLE, RecordCheck::Skip).unwrap();
-        let new = replace_entry(TABLE, &t, (DrafterKind::Ngram, "cpu:x86_64-avx2", "q4_1"), &entry("5"));
+        let new = edit_table(TABLE, KEY, &fields("5")).unwrap();
         let c = table::compile("t", &new, RecordCheck::Skip).unwrap();
         assert_eq!(c.entries.len(), 2);
         assert_eq!(c.entries[0].block_size, runtime::policy::Width::Blocks(5));
@@ -358,20 +833,93 @@ kernel_fingerprint = \"0123456789abcdef\"\n";
         assert_eq!(c.entries[1].drafter, DrafterKind::Layerskip);
         let d = diff(TABLE, &new, "t");
         assert!(d.contains("-block_size = 3") && d.contains("+block_size = 5"), "{d}");
+        let second = TABLE.find("\n\n[[entry]]\ndrafter = \"layerskip\"").unwrap();
+        assert!(new.ends_with(&TABLE[second..]), "{new}");
     }
 
     #[test]
-    fn a_new_key_is_appended() {
-        let t = table::compile("t", "schema_version = 1\n", RecordCheck::Skip).unwrap();
-        let new = replace_entry(
-            "schema_version = 1\n",
-            &t,
-            (DrafterKind::Ngram, "cpu:x86_64-avx2", "q4_1"),
-            &entry("\"off\""),
-        );
+    fn a_new_key_is_appended_after_one_blank_line() {
+        let new = edit_table("schema_version = 1\n", KEY, &fields("\"off\"")).unwrap();
+        assert!(new.starts_with("schema_version = 1\n\n[[entry]]\ndrafter = \"ngram\"\n"), "{new}");
         let c = table::compile("t", &new, RecordCheck::Skip).unwrap();
         assert_eq!(c.entries[0].block_size, runtime::policy::Width::Off);
         assert_eq!(c.schema_version, 1);
+        let again = edit_table("schema_version = 1\n\n", KEY, &fields("2")).unwrap();
+        assert!(again.starts_with("schema_version = 1\n\n[[entry]]\n"), "no second blank line: {again:?}");
+    }
+
+    #[test]
+    fn the_entry_table_form_is_one_field_per_line_in_schema_order() {
+        let t = entry_table_text(&fields("5"));
+        assert!(t.starts_with("[[entry]]\ndrafter = \"ngram\"\ndevice_class = \"cpu:x86_64-avx2\"\n"), "{t}");
+        assert!(t.ends_with("ratio_interval = [1.3, 1.5]\nhost = \"h\"\nkernel_fingerprint = \"0123456789abcdef\"\n"));
+        let i = entry_inline_text(&fields("5"));
+        assert!(i.starts_with("{ drafter = \"ngram\", device_class = ") && i.ends_with(" }") && !i.contains('\n'));
+    }
+
+    #[test]
+    fn a_crlf_table_gets_crlf_lines() {
+        let crlf = TABLE.replace('\n', "\r\n");
+        let new = edit_table(&crlf, KEY, &fields("5")).unwrap();
+        assert!(!new.replace("\r\n", "").contains('\n'), "a bare LF was written: {new:?}");
+        table::compile("t", &new, RecordCheck::Skip).unwrap();
+    }
+
+    #[test]
+    fn an_empty_inline_array_receives_the_entry() {
+        let new = edit_table("schema_version = 1\nentry = []\n", KEY, &fields("5")).unwrap();
+        assert_eq!(new, format!("schema_version = 1\nentry = [{}]\n", entry_inline_text(&fields("5"))));
+        table::compile("t", &new, RecordCheck::Skip).unwrap();
+    }
+
+    #[test]
+    fn a_malformed_table_is_an_error_naming_the_file_not_a_panic() {
+        let e = edit_table("schema_version = 1\n[[entry]\n", KEY, &fields("5")).unwrap_err().to_string();
+        assert!(e.contains(TABLE_FILE) && e.contains("malformed TOML"), "{e}");
+        let e = edit_table("schema_version = 1\nentry = 3\n", KEY, &fields("5")).unwrap_err().to_string();
+        assert!(e.contains("`entry` is neither"), "{e}");
+        let e = edit_table("schema_version = 1\nentry = [3]\n", KEY, &fields("5")).unwrap_err().to_string();
+        assert!(e.contains("not a table"), "{e}");
+    }
+
+    #[test]
+    fn the_diff_is_a_unified_diff_of_the_bytes_written() {
+        let d = diff("a\nb\nc\n", "a\nB\nc\n", "t");
+        assert_eq!(d, "--- a/t\n+++ b/t\n@@ -1,3 +1,3 @@\n a\n-b\n+B\n c\n");
+        let d = diff("a\nb", "a\nb\n", "t");
+        assert_eq!(d, "--- a/t\n+++ b/t\n@@ -1,2 +1,2 @@\n a\n-b\n\\ No newline at end of file\n+b\n", "{d}");
+        let d = diff("", "x\n", "t");
+        assert_eq!(d, "--- a/t\n+++ b/t\n@@ -0,0 +1,1 @@\n+x\n");
+        assert_eq!(diff("same\n", "same\n", "t"), "t: unchanged\n");
+    }
+
+    #[test]
+    fn the_diff_keeps_unchanged_lines_inside_a_change_and_splits_distant_hunks() {
+        let d = diff("a\nb\nc\nd\n", "a\nB\nc\nD\n", "t");
+        assert_eq!(d, "--- a/t\n+++ b/t\n@@ -1,4 +1,4 @@\n a\n-b\n+B\n c\n-d\n+D\n");
+        let old: String = (0..20).map(|i| format!("{i}\n")).collect();
+        let new: String = (0..20)
+            .map(|i| match i {
+                1 => "one\n".to_string(),
+                18 => "eighteen\n".to_string(),
+                i => format!("{i}\n"),
+            })
+            .collect();
+        let d = diff(&old, &new, "t");
+        assert!(
+            d.contains(
+                "@@ -1,5 +1,5 @@\n 0\n-1\n+one\n 2\n 3\n 4\n@@ -16,5 +16,5 @@\n 15\n 16\n 17\n-18\n+eighteen\n 19\n"
+            ),
+            "{d}"
+        );
+    }
+
+    #[test]
+    fn dates_compare_only_when_well_formed() {
+        assert!(is_date("2026-11-29"));
+        for bad in ["2026-13-01", "2026-1-01", "26-11-29", "2026-11-29T00:00:00", ""] {
+            assert!(!is_date(bad), "{bad}");
+        }
     }
 
     #[test]

@@ -16,7 +16,11 @@ use crate::gate::{GateConfig, GateRun, Source};
 use crate::identity::Identity;
 
 /// Version of the raw.jsonl layout; bump on any change of meaning.
-pub const RAW_SCHEMA_VERSION: u32 = 1;
+pub const RAW_SCHEMA_VERSION: u32 = 2;
+/// The oldest layout still read: version 1 lacks only fields that have
+/// serde defaults here (bracket arms and bursts, contention during an arm),
+/// so committed version-1 records can be summarized under today's rules.
+pub const RAW_SCHEMA_VERSION_MIN: u32 = 1;
 
 /// Longest raw.jsonl line read back (a request line holds its token ids:
 /// a few KiB; a header holds the identity: tens of KiB).
@@ -74,8 +78,15 @@ pub struct Settings {
     pub drafter_model: Option<PathBuf>,
     pub widths: Vec<usize>,
     pub rounds: usize,
-    /// Recorded passes over the prompt set per arm (`runtime --repeat`).
+    /// Recorded passes over the prompt set per speculative arm (`runtime --repeat`).
     pub bursts: usize,
+    /// Classic arms on each side of a round (version 1: always 1). Two
+    /// halve the process noise of the drift test and of every ratio's baseline.
+    #[serde(default = "one")]
+    pub bracket_arms: usize,
+    /// Recorded passes per classic bracket arm; null: `bursts` (version 1).
+    #[serde(default)]
+    pub bracket_bursts: Option<usize>,
     /// Unrecorded passes first (`runtime --warmup`), excluded everywhere.
     pub warmup: usize,
     pub max_tokens: usize,
@@ -95,6 +106,20 @@ pub struct Settings {
     /// records written before served sweeps existed).
     #[serde(default)]
     pub served: Option<ServedSettings>,
+}
+
+fn one() -> usize {
+    1
+}
+
+impl Settings {
+    /// Recorded passes of an arm: bracket arms may run more than speculative ones.
+    pub fn bursts_of(&self, width: Option<usize>) -> usize {
+        match width {
+            Some(_) => self.bursts,
+            None => self.bracket_bursts.unwrap_or(self.bursts),
+        }
+    }
 }
 
 /// The served mode's timeouts (`--health-timeout`, `--stop-timeout`, `--request-timeout`).
@@ -260,6 +285,10 @@ pub struct ArmEnd {
     /// Served sweeps only: the server's address, readiness and how it was stopped.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub server: Option<ServerEnd>,
+    /// What the gate saw while the arm ran (null in version-1 records). An
+    /// arm with contended readings is not ok: the sweep re-runs it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub contention: Option<crate::gate::during::DuringArm>,
 }
 
 /// How a served arm's server ran and ended.
@@ -306,6 +335,7 @@ impl ArmEnd {
             stdout_log,
             stderr_log,
             server: None,
+            contention: None,
         }
     }
 }
@@ -321,6 +351,8 @@ pub enum HaltKind {
     GateTimeout,
     /// An arm's process failed.
     ArmFailed,
+    /// Every allowed attempt of an arm ran through contention.
+    Contention,
 }
 
 /// The sweep stopped before its plan was done.
@@ -358,7 +390,7 @@ pub enum RawError {
     Empty { path: PathBuf },
     #[error("{path}:1: the first line must be the `sweep` header")]
     NoHeader { path: PathBuf },
-    #[error("{path}: raw schema version {found}; this tuner reads {RAW_SCHEMA_VERSION}")]
+    #[error("{path}: raw schema version {found}; this tuner reads {RAW_SCHEMA_VERSION_MIN}..={RAW_SCHEMA_VERSION}")]
     Version { path: PathBuf, found: u32 },
 }
 
@@ -368,6 +400,8 @@ pub struct RawFile {
     pub header: SweepHeader,
     /// Every line after the header, in order.
     pub lines: Vec<RawLine>,
+    /// The 1-based line number in raw.jsonl of each of `lines`.
+    pub line_numbers: Vec<usize>,
     /// Bytes of a final line without a newline that did not parse (an
     /// interrupted write); ignored.
     pub partial_tail_bytes: usize,
@@ -414,6 +448,7 @@ pub fn read_raw(path: &Path) -> Result<RawFile, RawError> {
     let mut r = std::io::BufReader::new(f);
     let mut buf = Vec::new();
     let mut lines = Vec::new();
+    let mut line_numbers = Vec::new();
     let mut header: Option<SweepHeader> = None;
     let mut partial_tail_bytes = 0;
     let mut n = 0;
@@ -436,17 +471,20 @@ pub fn read_raw(path: &Path) -> Result<RawFile, RawError> {
         };
         match (&header, line) {
             (None, RawLine::Sweep(h)) => {
-                if h.raw_schema_version != RAW_SCHEMA_VERSION {
+                if !(RAW_SCHEMA_VERSION_MIN..=RAW_SCHEMA_VERSION).contains(&h.raw_schema_version) {
                     return Err(RawError::Version { path: path.to_path_buf(), found: h.raw_schema_version });
                 }
                 header = Some(h);
             }
             (None, _) => return Err(RawError::NoHeader { path: path.to_path_buf() }),
-            (Some(_), l) => lines.push(l),
+            (Some(_), l) => {
+                lines.push(l);
+                line_numbers.push(n);
+            }
         }
     }
     match header {
-        Some(header) => Ok(RawFile { header, lines, partial_tail_bytes }),
+        Some(header) => Ok(RawFile { header, lines, line_numbers, partial_tail_bytes }),
         None if n == 0 || partial_tail_bytes > 0 => Err(RawError::Empty { path: path.to_path_buf() }),
         None => Err(RawError::NoHeader { path: path.to_path_buf() }),
     }

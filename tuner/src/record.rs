@@ -7,6 +7,7 @@ use std::path::Path;
 
 use anyhow::{Context, Result};
 
+use crate::estimate::RatioEstimate;
 use crate::raw::{Bracket, RawFile, RawLine};
 use crate::reading::Reading;
 use crate::stats::Stats;
@@ -19,21 +20,18 @@ fn r<T: std::fmt::Display>(x: &Reading<T>) -> String {
     }
 }
 
-fn tps(s: &Option<Stats>) -> [String; 4] {
+fn tps(s: &Option<Stats>) -> [String; 3] {
     match s {
-        Some(s) => [
-            s.n.to_string(),
-            format!("{:.1}", s.median),
-            format!("{:.1}..{:.1}", s.min, s.max),
-            format!("[{:.1}, {:.1}]", s.ci_low, s.ci_high),
-        ],
-        None => ["0".into(), "no samples".into(), "-".into(), "-".into()],
+        Some(s) => [s.n.to_string(), format!("{:.1}", s.median), format!("{:.1}..{:.1}", s.min, s.max)],
+        None => ["0".into(), "no samples".into(), "-".into()],
     }
 }
 
-fn ratio(s: &Option<Stats>) -> String {
+/// `ratio [low, high]`, or what is missing.
+pub fn ratio(s: &Option<RatioEstimate>) -> String {
     match s {
-        Some(s) => format!("{:.3} [{:.3}, {:.3}]", s.median, s.ci_low, s.ci_high),
+        Some(RatioEstimate { ratio, interval: Some((lo, hi)), .. }) => format!("{ratio:.3} [{lo:.3}, {hi:.3}]"),
+        Some(r) => format!("{:.3} (one round: no interval)", r.ratio),
         None => "no paired samples".into(),
     }
 }
@@ -77,7 +75,14 @@ pub fn markdown(raw: &RawFile, s: &Summary, dir_name: &str) -> String {
         format!("**incomplete**: {} of {} arms; {why}", s.arms_complete, s.arms_planned)
     };
     let _ = writeln!(m, "Status: {status}.\n");
-
+    let _ = writeln!(m, "{}\n", headline(s));
+    let _ = writeln!(
+        m,
+        "![ratio to classic by width, with 95% intervals; the chosen width marked](plot.svg)\n\nThe plot shows what the decision uses: each width's ratio to classic with its 95% interval (the process is the unit: one ratio per round, n = {} rounds), a line at 1.0, the chosen width marked, and the ratio per prompt type.\n",
+        s.complete_rounds
+    );
+    let mut ident = String::new();
+    std::mem::swap(&mut m, &mut ident);
     let _ = writeln!(m, "## Host identity (`tuner identity`)\n");
     let c = &id.cpu;
     let rows: Vec<(&str, String)> = vec![
@@ -177,14 +182,16 @@ pub fn markdown(raw: &RawFile, s: &Summary, dir_name: &str) -> String {
     let _ = writeln!(
         m,
         "Each arm is a fresh `runtime {}` process with every setting on its command line; the \
-         tuner reads only its typed events. Every round opens and closes with a classic arm; the widths run \
-         between them, their order rotated from round to round. Per arm: {} warm-up pass(es) over the prompt \
-         set, excluded from every statistic and diagnostic, then {} recorded pass(es) (bursts). Greedy \
-         decoding (temperature 0), {} max tokens, {} thread(s). The gate ran before every arm and the \
-         NV_ERR_NO_MEMORY count was read before and after it.\n",
+         tuner reads only its typed events. Every round opens and closes with {} classic arm(s); the widths \
+         run between them, their order rotated from round to round. Per arm: {} warm-up pass(es) over the \
+         prompt set, excluded from every statistic and diagnostic, then {} recorded pass(es) (bursts) for a \
+         speculative arm and {} for a bracket arm. Greedy decoding (temperature 0), {} max tokens, {} \
+         thread(s). The gate ran before every arm and the NV_ERR_NO_MEMORY count was read before and after it.\n",
         if st.served.is_some() { "serve --json" } else { "generate --json" },
+        st.bracket_arms,
         st.warmup,
-        st.bursts,
+        st.bursts_of(Some(1)),
+        st.bursts_of(None),
         st.max_tokens,
         st.threads
     );
@@ -206,10 +213,12 @@ pub fn markdown(raw: &RawFile, s: &Summary, dir_name: &str) -> String {
     let _ = writeln!(m, "- arm order (C = classic): {}", order.join(" "));
     let _ = writeln!(
         m,
-        "- requests per arm: {} prompts x {} bursts = {}",
+        "- requests per arm: {} prompts x {} bursts = {} (speculative), x {} = {} (bracket)",
         h.prompts.len(),
-        st.bursts,
-        s.expected_requests_per_arm
+        st.bursts_of(Some(1)),
+        s.expected_requests_per_arm,
+        st.bursts_of(None),
+        s.expected_requests_per_bracket_arm
     );
     let mut types: Vec<(String, usize)> = Vec::new();
     for p in &h.prompts {
@@ -256,67 +265,104 @@ pub fn markdown(raw: &RawFile, s: &Summary, dir_name: &str) -> String {
     let _ = writeln!(m, "- environment given to each arm (complete): `{}`", env_keys.join(" "));
     let _ = writeln!(
         m,
-        "- statistics: per-request {}; median, min..max, percentile-bootstrap 95% interval of the median ({} resamples, fixed seed); outliers flagged at {} scaled MADs, never dropped",
+        "- statistics: per-request {}; the unit of replication is the arm (one process): one ratio per width per round, t interval across rounds (docs/records.md, \"The statistics\"); descriptive tok/s are medians and ranges over requests; outliers flagged at {} scaled MADs, never dropped",
         statistic(s),
-        crate::stats::BOOTSTRAP_RESAMPLES,
         crate::stats::OUTLIER_MADS
     );
-
-    let _ = writeln!(m, "\n## Decision rule (fixed before the results)\n\n{}\n", s.decision_rule);
+    let _ = writeln!(
+        m,
+        "- drift rule: a round has drifted when |ln(close/open)| - t x se > ln(1 + {}) (tolerance {}%), t the Student quantile that keeps a false verdict under {}% per sweep (Bonferroni over the rounds); se from the spread of the bracket arms within each side (process and request noise together)",
+        s.drift_tolerance,
+        100.0 * s.drift_tolerance,
+        100.0 * s.drift_false_alarm
+    );
+    std::mem::swap(&mut m, &mut ident);
+    let _ = writeln!(m, "## Decision rule (fixed before the results)\n\n{}\n", s.decision_rule);
 
     let _ = writeln!(m, "## Results\n");
     let _ = writeln!(m, "### Classic brackets and drift\n");
     let _ = writeln!(
         m,
-        "A round has drifted when its opening and closing brackets' ranges do not overlap. Each bracket's range is over its samples, each divided by the median of the same prompt's samples in both brackets, so the prompt mix does not widen it; the ranges fail to overlap only when every opening sample is faster (or slower) than every closing one.\n"
+        "Drift is the closing side's rate over the opening side's, paired by prompt (1.000 = none), with its 95% interval. A round has drifted when its drift lies credibly beyond the {}% tolerance (the t column: standard errors beyond the tolerance needed, set so that a sweep without drift is flagged at most {}% of the time). Process spread between arms, estimated from the whole sweep: {}; request noise (sd of one request's log rate within an arm and prompt): {}.\n",
+        100.0 * s.drift_tolerance,
+        100.0 * s.drift_false_alarm,
+        s.process_spread.map_or("not estimable (fewer than two widths or rounds)".to_string(), |p| format!(
+            "{:.1}% ({} degrees of freedom)",
+            100.0 * p,
+            s.process_spread_df
+        )),
+        s.request_noise.map_or("not estimable (one burst per arm)".to_string(), |q| format!("{:.1}%", 100.0 * q))
     );
     let _ = writeln!(
         m,
-        "| round | open n | open median tok/s | open min..max | close n | close median tok/s | close min..max | open range | close range | verdict |\n|---|---|---|---|---|---|---|---|---|---|"
+        "| round | open n (arms) | open median tok/s | open min..max | close n (arms) | close median tok/s | close min..max | drift [95%] | se: request, process, total (df) | t | verdict |\n|---|---|---|---|---|---|---|---|---|---|---|"
     );
     if s.served {
         let _ = writeln!(m, "(tok/s here and below are end-to-end tok/s of streamed requests.)\n");
     }
     for rb in &s.rounds {
-        let [on, om, or, _] = tps(&rb.open);
-        let [cn, cm, cr, _] = tps(&rb.close);
-        let rg = |x: Option<(f64, f64)>| x.map_or("-".into(), |(a, b)| format!("{a:.3}..{b:.3}"));
+        let [on, om, or] = tps(&rb.open);
+        let [cn, cm, cr] = tps(&rb.close);
+        let (oa, ca) = rb.test.as_ref().map_or((0, 0), |t| (t.open_arms, t.close_arms));
+        let (drift, se) = match &rb.test {
+            Some(t) => (
+                match t.interval {
+                    Some((lo, hi)) => format!("{:.3} [{lo:.3}, {hi:.3}]", t.drift),
+                    None => format!("{:.3}", t.drift),
+                },
+                format!(
+                    "{}, {}, {} ({})",
+                    t.se_request_log.map_or("-".into(), |x| format!("{x:.3}")),
+                    t.se_process_log.map_or("-".into(), |x| format!("{x:.3}")),
+                    t.se_log.map_or("-".into(), |x| format!("{x:.3}")),
+                    t.df
+                ),
+            ),
+            None => ("-".into(), "-".into()),
+        };
+        let crit = rb.test.as_ref().and_then(|t| t.critical_t).map_or("-".into(), |c| format!("{c:.2}"));
         let verdict = if rb.incomplete {
             "incomplete round".to_string()
         } else if rb.drifted {
             "**drifted**".to_string()
         } else if !rb.judgeable {
-            format!(
-                "**cannot judge**: {:.0}% chance of a false drift with this n",
-                100.0 * rb.false_drift_chance.unwrap_or(1.0)
-            )
+            "**cannot judge** (process spread or request noise not estimable)".to_string()
         } else {
             "no drift".to_string()
         };
         let _ = writeln!(
             m,
-            "| {} | {on} | {om} | {or} | {cn} | {cm} | {cr} | {} | {} | {verdict} |",
-            rb.round + 1,
-            rg(rb.open_range),
-            rg(rb.close_range)
+            "| {} | {on} ({oa}) | {om} | {or} | {cn} ({ca}) | {cm} | {cr} | {drift} | {se} | {crit} | {verdict} |",
+            rb.round + 1
         );
     }
-    let [cn, cm, cr, cc] = tps(&s.classic);
-    let _ = writeln!(m, "\nClassic, all brackets: n {cn}, median {cm} tok/s, range {cr}, interval {cc}.\n");
+    let [cn, cm, cr] = tps(&s.classic);
+    let _ = writeln!(m, "\nClassic, all brackets: n {cn}, median {cm} tok/s, range {cr}.\n");
 
     let heading =
         if s.drift { "### Widths — NOT CLEAN: the host drifted; ratios against both brackets" } else { "### Widths" };
     let _ = writeln!(m, "{heading}\n");
     let _ = writeln!(
         m,
-        "| width | n | median tok/s | min..max | interval | ratio vs brackets | vs open | vs close | acceptance | emitted/verify | verify ms/pass | outliers | measurement | output == classic |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+        "| width | ratio [95%] | per-round ratios | vs best [95%] | tied | vs open | vs close | n | median tok/s | min..max | acceptance | emitted/verify | verify ms/pass | outliers | measurement | output == classic |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
     );
     for w in &s.widths {
-        let [n, med, rg, ci] = tps(&w.tok_per_s);
+        let [n, med, rg] = tps(&w.tok_per_s);
         let pooled = if s.drift { "not shown (drift)".to_string() } else { ratio(&w.ratio) };
+        let per_round = w.ratio.as_ref().map_or("-".to_string(), |r| {
+            r.per_round.iter().map(|(_, x)| format!("{x:.3}")).collect::<Vec<_>>().join(" ")
+        });
+        let (vs_best, tied) = match &w.tie {
+            Some(t) if s.decision.best_width == Some(w.width) => ("best".to_string(), "yes".to_string()),
+            Some(t) => (
+                format!("{:.3} [{:.3}, {:.3}]", t.vs_best, t.low, t.high),
+                if t.tied { "yes".into() } else { "no".into() },
+            ),
+            None => ("-".into(), "-".into()),
+        };
         let _ = writeln!(
             m,
-            "| {} | {n} | {med} | {rg} | {ci} | {pooled} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {pooled} | {per_round} | {vs_best} | {tied} | {} | {} | {n} | {med} | {rg} | {} | {} | {} | {} | {} | {} |",
             w.width,
             ratio(&w.ratio_vs_open),
             ratio(&w.ratio_vs_close),
@@ -335,12 +381,10 @@ pub fn markdown(raw: &RawFile, s: &Summary, dir_name: &str) -> String {
 
     if s.served {
         let _ = writeln!(m, "\n### Time to first token (served, client side)\n");
-        let _ = writeln!(m, "| arms | n | median ms | min..max ms | interval ms |\n|---|---|---|---|---|");
+        let _ = writeln!(m, "| arms | n | median ms | min..max ms |\n|---|---|---|---|");
         let ms = |x: &Option<Stats>| match x {
-            Some(t) => {
-                format!("{} | {:.1} | {:.1}..{:.1} | [{:.1}, {:.1}]", t.n, t.median, t.min, t.max, t.ci_low, t.ci_high)
-            }
-            None => "0 | - | - | -".into(),
+            Some(t) => format!("{} | {:.1} | {:.1}..{:.1}", t.n, t.median, t.min, t.max),
+            None => "0 | - | -".into(),
         };
         let _ = writeln!(m, "| classic | {} |", ms(&s.classic_ttft_ms));
         for w in &s.widths {
@@ -411,8 +455,32 @@ pub fn markdown(raw: &RawFile, s: &Summary, dir_name: &str) -> String {
     if s.drift_unjudged {
         let _ = writeln!(
             m,
-            "- **Drift not ruled out**: a round has too few classic samples per bracket (at least 5 are needed) for the drift check to mean anything."
+            "- **Drift not ruled out**: a complete round could not be judged (it needs two prompts paired and a process spread estimated from at least two widths and two rounds)."
         );
+    }
+    if s.complete_rounds < 2 {
+        let _ = writeln!(
+            m,
+            "- **Fewer than two complete rounds**: with the process as the unit, no interval can be stated; re-run with `--rounds 2` or more."
+        );
+    }
+    if s.data_problems.is_empty() {
+        let _ = writeln!(
+            m,
+            "- The raw data matches the plan: every complete arm has its prompts x bursts requests, none duplicated, every token hash matches its token ids."
+        );
+    } else {
+        let _ = writeln!(m, "- **Raw data problems** ({}):", s.data_problems.len());
+        for d in s.data_problems.iter().take(50) {
+            let _ = writeln!(
+                m,
+                "  - {}{}: {}; {}",
+                d.line.map_or(String::new(), |l| format!("raw.jsonl:{l} ")),
+                d.arm.map_or(String::new(), |a| format!("(arm {a})")),
+                d.what,
+                d.remedy
+            );
+        }
     }
     if s.drift {
         let drifted: Vec<String> = s.rounds.iter().filter(|r| r.drifted).map(|r| (r.round + 1).to_string()).collect();
@@ -423,6 +491,39 @@ pub fn markdown(raw: &RawFile, s: &Summary, dir_name: &str) -> String {
         );
     } else if !s.drift_unjudged {
         let _ = writeln!(m, "- No round drifted.");
+    }
+    let _ = writeln!(
+        m,
+        "- The gate read the host {} time(s) while the complete arms ran{}.",
+        s.during_arm_samples,
+        if s.arms_without_during_check > 0 {
+            format!(
+                " ({} complete arm(s) have no reading during the run: written before this check existed, or too short)",
+                s.arms_without_during_check
+            )
+        } else {
+            String::new()
+        }
+    );
+    if s.contention_reruns.is_empty() {
+        let _ = writeln!(m, "- No arm was re-run for contention.");
+    } else {
+        let _ = writeln!(
+            m,
+            "- **{} arm attempt(s) ran through contention and were re-run** (kept in raw.jsonl):",
+            s.contention_reruns.len()
+        );
+        for c in &s.contention_reruns {
+            let _ = writeln!(
+                m,
+                "  - arm {} attempt {}: {} of {} readings contended: {}",
+                c.arm,
+                c.attempt,
+                c.contended_samples,
+                c.samples,
+                c.reasons.join("; ")
+            );
+        }
     }
     if s.accepted_unknown.is_empty() {
         let _ = writeln!(m, "- No gate source was accepted as unknown.");
@@ -458,7 +559,7 @@ pub fn markdown(raw: &RawFile, s: &Summary, dir_name: &str) -> String {
     if s.requests_without_rate > 0 {
         let _ = writeln!(
             m,
-            "- {} request(s) emitted no token after the first and have no decode rate; they are in no statistic.",
+            "- {} request(s) have no valid rate (no token after the first, or a non-positive or non-finite time); their widths are not measurements (above).",
             s.requests_without_rate
         );
     }
@@ -470,29 +571,62 @@ pub fn markdown(raw: &RawFile, s: &Summary, dir_name: &str) -> String {
     for line in conclusions(s) {
         let _ = writeln!(m, "- {line}");
     }
+    let _ = writeln!(m);
+    m.push_str(&ident);
     let _ = writeln!(m, "\n## Files\n");
     let _ = writeln!(m, "- `raw.jsonl`: every request, arm, gate report and halt as it happened (docs/records.md)");
     let _ = writeln!(m, "- `logs/`: each arm's runtime stdout (its events, warm-ups included) and stderr");
-    let _ = writeln!(m, "- `summary.csv`, `plot.svg`, `prompts.jsonl`");
+    let _ = writeln!(m, "- `summary.csv` (one row per width), `plot.svg` (the figure above), `prompts.jsonl`");
     let _ = writeln!(m, "- regenerate this file: `tuner summarize {dir_name}` (from the folder holding it)");
     m
+}
+
+/// The record's first line after the status: the decision and its interval.
+pub fn headline(s: &Summary) -> String {
+    let d = &s.decision;
+    let tied = d.tied.iter().map(usize::to_string).collect::<Vec<_>>().join(", ");
+    let validity = if s.drift {
+        " **The host drifted: the record proposes no entry.**"
+    } else if !s.data_problems.is_empty() {
+        " **The raw data has problems (Validity): the record proposes no entry.**"
+    } else {
+        ""
+    };
+    match (d.width, d.ratio, d.ratio_interval) {
+        (Some(w), Some(r), Some((lo, hi))) => format!(
+            "**Decision: width {w}**, {r:.3}x classic [{lo:.3}, {hi:.3}] (95%, {} rounds; the process is the unit). Tied with the best (width {}): {tied}.{validity}",
+            s.complete_rounds,
+            d.best_width.map_or("none".into(), |b| b.to_string())
+        ),
+        (None, Some(r), iv) => format!(
+            "**Decision: off** — no width tied with the best has an interval wholly above 1.0 (best: width {}, {r:.3}x classic{}; tied: {tied}).{validity}",
+            d.best_width.map_or("none".into(), |b| b.to_string()),
+            iv.map_or(", no interval".to_string(), |(lo, hi)| format!(" [{lo:.3}, {hi:.3}]"))
+        ),
+        _ => format!("**No decision**: {}.{validity}", d.why),
+    }
 }
 
 /// Conclusions, each drawn only from numbers stated above.
 pub fn conclusions(s: &Summary) -> Vec<String> {
     let mut out = Vec::new();
+    let iv = |r: &RatioEstimate| ratio(&Some(r.clone()));
     if s.drift {
         for w in &s.widths {
             let (Some(o), Some(c)) = (&w.ratio_vs_open, &w.ratio_vs_close) else { continue };
-            if o.ci_low > 1.0 && c.ci_low > 1.0 {
+            if o.above_one() && c.above_one() {
                 out.push(format!(
-                    "Survives the drift: width {} is faster than classic against both brackets ({:.3} [{:.3}, {:.3}] vs open, {:.3} [{:.3}, {:.3}] vs close).",
-                    w.width, o.median, o.ci_low, o.ci_high, c.median, c.ci_low, c.ci_high
+                    "Survives the drift: width {} is faster than classic against both brackets ({} vs open, {} vs close).",
+                    w.width,
+                    iv(o),
+                    iv(c)
                 ));
-            } else if o.ci_high < 1.0 && c.ci_high < 1.0 {
+            } else if o.below_one() && c.below_one() {
                 out.push(format!(
-                    "Survives the drift: width {} is slower than classic against both brackets ({:.3} vs open, {:.3} vs close).",
-                    w.width, o.median, c.median
+                    "Survives the drift: width {} is slower than classic against both brackets ({} vs open, {} vs close).",
+                    w.width,
+                    iv(o),
+                    iv(c)
                 ));
             }
         }
@@ -508,24 +642,22 @@ pub fn conclusions(s: &Summary) -> Vec<String> {
     let d = &s.decision;
     match (d.width, d.ratio, d.ratio_interval) {
         (Some(w), Some(r), Some((lo, hi))) => out.push(format!(
-            "By the decision rule the width is {w}: median ratio {r:.3}, interval [{lo:.3}, {hi:.3}] wholly above 1.0."
+            "By the decision rule the width is {w}: ratio {r:.3}, interval [{lo:.3}, {hi:.3}] wholly above 1.0; the narrowest of the tied widths {:?} that qualifies.",
+            d.tied
         )),
-        (None, Some(r), Some((lo, hi))) => out.push(format!(
-            "By the decision rule the entry is `off`: no width's interval lies wholly above 1.0 (best: width {}, {r:.3} [{lo:.3}, {hi:.3}]).",
-            d.best_width.map_or("none".into(), |w| w.to_string())
-        )),
+        (None, Some(_), _) => out.push(format!("By the decision rule the entry is `off`: {}.", d.why)),
         _ => out.push(format!("No decision: {}.", d.why)),
     }
     let faster: Vec<String> = s
         .widths
         .iter()
-        .filter(|w| w.ratio.as_ref().is_some_and(|r| r.ci_low > 1.0))
+        .filter(|w| w.ratio.as_ref().is_some_and(|r| r.above_one()))
         .map(|w| w.width.to_string())
         .collect();
     let slower: Vec<String> = s
         .widths
         .iter()
-        .filter(|w| w.ratio.as_ref().is_some_and(|r| r.ci_high < 1.0))
+        .filter(|w| w.ratio.as_ref().is_some_and(|r| r.below_one()))
         .map(|w| w.width.to_string())
         .collect();
     if !faster.is_empty() {
@@ -534,12 +666,12 @@ pub fn conclusions(s: &Summary) -> Vec<String> {
     if !slower.is_empty() {
         out.push(format!("Slower than classic (interval wholly below 1.0): width(s) {}.", slower.join(", ")));
     }
-    if let Some(w) = d.width.and_then(|w| s.widths.iter().find(|x| x.width == w))
-        && let Some(why) = &w.not_a_measurement
-    {
+    let bad: Vec<String> =
+        s.widths.iter().filter(|w| w.not_a_measurement.is_some()).map(|w| w.width.to_string()).collect();
+    if !bad.is_empty() {
         out.push(format!(
-            "The chosen width {} is not a measurement ({why}): no entry can be proposed from it.",
-            w.width
+            "Width(s) {} are not measurements: under the tie rule any width can change the decision, so no entry can be proposed.",
+            bad.join(", ")
         ));
     }
     if !s.identical {
@@ -564,13 +696,14 @@ pub fn write_csv(path: &Path, s: &Summary) -> Result<()> {
         "median_tok_per_s",
         "min_tok_per_s",
         "max_tok_per_s",
-        "ci_low_tok_per_s",
-        "ci_high_tok_per_s",
-        "ratio_median",
+        "rounds",
+        "ratio",
         "ratio_ci_low",
         "ratio_ci_high",
-        "ratio_vs_open_median",
-        "ratio_vs_close_median",
+        "ratio_vs_open",
+        "ratio_vs_close",
+        "vs_best",
+        "tied",
         "acceptance",
         "emitted_per_verify",
         "verify_ms_per_round",
@@ -584,23 +717,15 @@ pub fn write_csv(path: &Path, s: &Summary) -> Result<()> {
     let ttft = |t: &Option<Stats>| t.as_ref().map_or(String::new(), |t| format!("{:.3}", t.median));
     let statistic = if s.served { "e2e_tok_per_s" } else { "decode_tok_per_s" };
     let f = |x: Option<f64>| x.map_or(String::new(), |v| format!("{v:.6}"));
-    let st = |s: &Option<Stats>| -> [String; 6] {
+    let st = |s: &Option<Stats>| -> [String; 4] {
         match s {
-            Some(s) => [
-                s.n.to_string(),
-                f(Some(s.median)),
-                f(Some(s.min)),
-                f(Some(s.max)),
-                f(Some(s.ci_low)),
-                f(Some(s.ci_high)),
-            ],
-            None => ["0".into(), String::new(), String::new(), String::new(), String::new(), String::new()],
+            Some(s) => [s.n.to_string(), f(Some(s.median)), f(Some(s.min)), f(Some(s.max))],
+            None => ["0".into(), String::new(), String::new(), String::new()],
         }
     };
-    let c = st(&s.classic);
     let mut row = vec!["classic".to_string(), String::new()];
-    row.extend(c);
-    row.extend(vec![String::new(); 8]);
+    row.extend(st(&s.classic));
+    row.extend(vec![String::new(); 11]);
     row.push(s.classic.as_ref().map_or(0, |x| x.outliers).to_string());
     row.push(String::new());
     row.push(s.bracket_differences.len().to_string());
@@ -608,14 +733,17 @@ pub fn write_csv(path: &Path, s: &Summary) -> Result<()> {
     row.push(statistic.into());
     w.write_record(&row)?;
     for ws in &s.widths {
-        let WidthSummary { width, tok_per_s, ratio, ratio_vs_open, ratio_vs_close, .. } = ws;
+        let WidthSummary { width, tok_per_s, ratio, ratio_vs_open, ratio_vs_close, tie, .. } = ws;
         let mut row = vec!["speculative".to_string(), width.to_string()];
         row.extend(st(tok_per_s));
-        row.push(f(ratio.as_ref().map(|r| r.median)));
-        row.push(f(ratio.as_ref().map(|r| r.ci_low)));
-        row.push(f(ratio.as_ref().map(|r| r.ci_high)));
-        row.push(f(ratio_vs_open.as_ref().map(|r| r.median)));
-        row.push(f(ratio_vs_close.as_ref().map(|r| r.median)));
+        row.push(ratio.as_ref().map_or(String::new(), |r| r.rounds.to_string()));
+        row.push(f(ratio.as_ref().map(|r| r.ratio)));
+        row.push(f(ratio.as_ref().and_then(|r| r.interval).map(|i| i.0)));
+        row.push(f(ratio.as_ref().and_then(|r| r.interval).map(|i| i.1)));
+        row.push(f(ratio_vs_open.as_ref().map(|r| r.ratio)));
+        row.push(f(ratio_vs_close.as_ref().map(|r| r.ratio)));
+        row.push(f(tie.as_ref().map(|t| t.vs_best)));
+        row.push(tie.as_ref().map_or(String::new(), |t| t.tied.to_string()));
         row.push(f(ws.acceptance));
         row.push(f(ws.emitted_per_verify));
         row.push(f(ws.verify_ms_per_round));
@@ -630,49 +758,91 @@ pub fn write_csv(path: &Path, s: &Summary) -> Result<()> {
     Ok(())
 }
 
-/// `plot.svg`: median decode (or end-to-end) tok/s against width, one line per prompt type,
-/// each type's classic range shaded in its colour.
+/// `plot.svg`: what the decision uses. Each width's ratio to classic with
+/// its 95% interval (black), a line at 1.0, the chosen width marked, and
+/// the ratio over each prompt type's prompts (coloured, no interval).
 pub fn write_plot(path: &Path, s: &Summary, widths: &[usize]) -> Result<()> {
     use plotters::prelude::*;
     let root = SVGBackend::new(path, (900, 560)).into_drawing_area();
     let err = |e: &dyn std::fmt::Display| anyhow::anyhow!("drawing {}: {e}", path.display());
     root.fill(&WHITE).map_err(|e| err(&e))?;
-    let ymax = s.by_type.iter().map(|t| t.max).fold(1.0, f64::max) * 1.1;
+    let mut ys: Vec<f64> = vec![1.0];
+    for w in &s.widths {
+        if let Some(r) = &w.ratio {
+            ys.push(r.ratio);
+            if let Some((lo, hi)) = r.interval {
+                ys.extend([lo, hi]);
+            }
+        }
+    }
+    ys.extend(s.type_ratios.iter().map(|t| t.ratio));
+    ys.retain(|y| y.is_finite());
+    let (ylo, yhi) = ys.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), y| (a.min(*y), b.max(*y)));
+    let pad = ((yhi - ylo) * 0.08).max(0.02);
+    let (ylo, yhi) = ((ylo - pad).max(0.0), yhi + pad);
     let xmax = widths.iter().copied().max().unwrap_or(1) as f64 + 0.5;
+    let chosen = s.decision.width;
     let mut chart = ChartBuilder::on(&root)
-        .caption(format!("{} by width: {}", statistic(s), title(s)), ("sans-serif", 18))
+        .caption(format!("ratio to classic ({}) by width: {}", statistic(s), title(s)), ("sans-serif", 17))
         .margin(12)
         .x_label_area_size(40)
         .y_label_area_size(56)
-        .build_cartesian_2d(0.5f64..xmax, 0f64..ymax)
+        .build_cartesian_2d(0.5f64..xmax, ylo..yhi)
         .map_err(|e| err(&e))?;
     chart
         .configure_mesh()
-        .x_desc("draft width (tokens per verify)")
-        .y_desc(format!("median {}", statistic(s)))
+        .x_desc(match chosen {
+            Some(w) => format!("draft width (tokens per verify); chosen: {w}"),
+            None => "draft width (tokens per verify); decision: off".to_string(),
+        })
+        .y_desc("speculative / classic")
         .draw()
         .map_err(|e| err(&e))?;
-    let mut types: Vec<&str> = s.by_type.iter().map(|t| t.prompt_type.as_str()).collect();
+    chart
+        .draw_series(LineSeries::new(vec![(0.5, 1.0), (xmax, 1.0)], BLACK.mix(0.6).stroke_width(1)))
+        .map_err(|e| err(&e))?
+        .label("1.0 = classic")
+        .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], BLACK.mix(0.6)));
+    let mut types: Vec<&str> = s.type_ratios.iter().map(|t| t.prompt_type.as_str()).collect();
+    types.sort_unstable();
     types.dedup();
     for (i, t) in types.iter().enumerate() {
-        let color = Palette99::pick(i).to_rgba();
-        if let Some(c) = s.by_type.iter().find(|x| x.prompt_type == *t && x.width.is_none()) {
-            chart
-                .draw_series(std::iter::once(Rectangle::new([(0.5, c.min), (xmax, c.max)], color.mix(0.12).filled())))
-                .map_err(|e| err(&e))?;
-        }
+        let color = Palette99::pick(i).to_rgba().mix(0.7);
         let pts: Vec<(f64, f64)> = widths
             .iter()
             .filter_map(|w| {
-                s.by_type.iter().find(|x| x.prompt_type == *t && x.width == Some(*w)).map(|x| (*w as f64, x.median))
+                s.type_ratios.iter().find(|x| x.prompt_type == *t && x.width == *w).map(|x| (*w as f64, x.ratio))
             })
             .collect();
         chart
-            .draw_series(LineSeries::new(pts.clone(), color.stroke_width(2)))
+            .draw_series(LineSeries::new(pts.clone(), color.stroke_width(1)))
             .map_err(|e| err(&e))?
-            .label(format!("{t} (band: classic range)"))
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], color.stroke_width(2)));
-        chart.draw_series(pts.iter().map(|p| Circle::new(*p, 3, color.filled()))).map_err(|e| err(&e))?;
+            .label(format!("{t} prompts"))
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], color.stroke_width(1)));
+        chart.draw_series(pts.iter().map(|p| Circle::new(*p, 2, color.filled()))).map_err(|e| err(&e))?;
+    }
+    /// (width, ratio, interval) of each width with a ratio.
+    type Point = (f64, f64, Option<(f64, f64)>);
+    let all: Vec<Point> =
+        s.widths.iter().filter_map(|w| w.ratio.as_ref().map(|r| (w.width as f64, r.ratio, r.interval))).collect();
+    chart
+        .draw_series(all.iter().filter_map(|(x, _, iv)| {
+            iv.map(|(lo, hi)| PathElement::new(vec![(*x, lo.max(ylo)), (*x, hi.min(yhi))], BLACK.stroke_width(2)))
+        }))
+        .map_err(|e| err(&e))?;
+    chart
+        .draw_series(LineSeries::new(all.iter().map(|(x, y, _)| (*x, *y)), BLACK.stroke_width(2)))
+        .map_err(|e| err(&e))?
+        .label("all prompts: ratio and 95% interval")
+        .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], BLACK.stroke_width(2)));
+    if let Some(w) = chosen
+        && let Some((x, y, _)) = all.iter().find(|(x, _, _)| *x == w as f64)
+    {
+        chart
+            .draw_series(std::iter::once(Circle::new((*x, *y), 8, RED.stroke_width(3))))
+            .map_err(|e| err(&e))?
+            .label(format!("chosen width {w}"))
+            .legend(|(x, y)| Circle::new((x + 8, y), 5, RED.stroke_width(2)));
     }
     chart
         .configure_series_labels()

@@ -369,7 +369,7 @@ pub fn run_arm(a: &ServedArm<'_>, w: &mut RawWriter) -> Result<ArmEnd> {
         // 3. Warm-up passes, then the bursts: every prompt in file order, one request at a time.
         let s = a.settings;
         let request_timeout = secs(a.served.request_timeout_s);
-        for pass in 0..s.warmup + s.bursts {
+        for pass in 0..s.warmup + s.bursts_of(a.arm.width) {
             let warmup = pass < s.warmup;
             for p in a.prompts {
                 let what = if warmup {

@@ -3,19 +3,21 @@
 //! Principal items: [`summarize`] (raw → [`Summary`]), [`DECISION_RULE`]
 //! and [`DECISION_RULE_SERVED`] (fixed here, printed in every record before
 //! the results), [`decide`], [`rate`] (the statistic: decode tok/s, or
-//! end-to-end tok/s in a served sweep).
-//! The record, CSV and plot writers are in [`crate::record`].
+//! end-to-end tok/s in a served sweep), [`DataProblem`] (raw data that is
+//! not what the plan says, each named with its line and remedy).
+//! The estimators (per-round ratios, drift, ties) are in [`crate::estimate`];
+//! the record, CSV and plot writers in [`crate::record`].
 //!
-//! Ratios are paired: a speculative request's decode tok/s is divided by the
-//! median classic decode tok/s of the *same prompt* in the *same round's*
-//! bracket(s), so the prompt mix cancels and a slow drift across rounds does
-//! not enter the ratio.
+//! The unit of replication is the arm (one runtime process): each round
+//! gives one ratio per width, paired by prompt against that round's own
+//! brackets, and a width's interval comes from the spread across rounds.
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 use anyhow::{Result, bail};
 use serde::{Deserialize, Serialize};
 
+use crate::estimate::{self, ArmLevels, DriftTest, RatioEstimate, TieTest};
 use crate::raw::{ArmEnd, Bracket, Halt, RawFile, RawLine, RequestRow};
 use crate::stats::{Stats, median, stats};
 
@@ -23,26 +25,29 @@ use crate::stats::{Stats, median, stats};
 /// generate and served forms.
 macro_rules! rule_after_statistic {
     () => {
-        " whose bootstrap 95% interval of the median lies wholly above 1.0. If no width qualifies, the entry \
-is `off`. The rule is applied to every width; a chosen width that is not a measurement (declined, no \
-diagnostics, or zero rounds in every request), a drifted host, output that differs from classic, or a gate \
-source accepted as unknown makes `tuner propose` refuse the entry."
+        ". A width's ratio is the geometric mean over rounds of its per-round ratio (each the geometric mean over \
+prompts of its rate over the mean of the round's opening and closing brackets' rates for that prompt); its 95% \
+interval is the Student t interval of the per-round log ratios (the process is the unit: one ratio per round), \
+widened by the bias a linear drift of the measured bracket disagreement could cause. The best width is the one \
+with the highest ratio. A width is tied with the best when the t interval of its per-round log ratio minus the \
+best's, paired by round, reaches 0. The rule takes the narrowest tied width whose interval lies wholly above \
+1.0 (narrowest: the least verify work and wasted drafts for the same speed); if no tied width qualifies, the \
+entry is `off`. A sweep needs at least two complete rounds. Every width enters the rule; a width that is not a \
+measurement (declined, no diagnostics, zero rounds in every request, missing or invalid rates), a drifted or \
+unjudged round, raw data that does not match the plan, output that differs from classic, or a gate source \
+accepted as unknown makes `tuner propose` refuse the entry."
     };
 }
 
 /// The decision rule, fixed before any result is read.
-pub const DECISION_RULE: &str = concat!(
-    "Choose the draft width with the highest median ratio (speculative decode tok/s over the median classic \
-decode tok/s of the same prompt in the same round's two classic brackets)",
-    rule_after_statistic!()
-);
+pub const DECISION_RULE: &str =
+    concat!("Widths are compared by decode tok/s of `runtime generate` requests", rule_after_statistic!());
 
 /// The decision rule of a served sweep (`tuner sweep --served`): the same
 /// rule over the statistic a client sees.
 pub const DECISION_RULE_SERVED: &str = concat!(
-    "Choose the draft width with the highest median ratio (speculative end-to-end tok/s of a streamed request \
-through `runtime serve`, completion tokens over the time from writing the request to `data: [DONE]`, over the \
-median classic end-to-end tok/s of the same prompt in the same round's two classic brackets)",
+    "Widths are compared by end-to-end tok/s of streamed requests through `runtime serve` (completion tokens \
+over the time from writing the request to `data: [DONE]`)",
     rule_after_statistic!()
 );
 
@@ -55,17 +60,6 @@ pub fn rate(r: &RequestRow) -> Option<f64> {
         None => r.decode_tok_per_s,
     }
     .filter(|x| x.is_finite() && *x > 0.0)
-}
-
-/// The largest chance of a false drift verdict at which the check is trusted
-/// (n >= 5 samples per bracket: 2 / C(10, 5) = 0.008).
-pub const MAX_FALSE_DRIFT_CHANCE: f64 = 0.01;
-
-/// `2 / C(2n, n)`: the chance that n exchangeable samples all land on one
-/// side of n others.
-pub fn false_drift_chance(n: usize) -> f64 {
-    let c: f64 = (1..=n).map(|i| (n + i) as f64 / i as f64).product();
-    (2.0 / c).min(1.0)
 }
 
 /// Identity of one request's output against the classic reference.
@@ -86,26 +80,28 @@ pub struct Difference {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct RoundBrackets {
     pub round: usize,
+    /// Per-request rates of the opening and closing sides (descriptive).
     pub open: Option<Stats>,
     pub close: Option<Stats>,
-    /// The range of the bracket's samples, each divided by the median of its
-    /// prompt's samples in both brackets (so the prompt mix does not widen
-    /// it). The ranges fail to overlap only when every opening sample is
-    /// faster (or slower) than every closing one: under no drift that has
-    /// probability 2 / C(2n, n) for n samples per bracket.
-    pub open_range: Option<(f64, f64)>,
-    pub close_range: Option<(f64, f64)>,
-    /// Both brackets present, enough samples to judge, and their ranges do not overlap.
+    /// The drift test ([`crate::estimate::DriftTest`]); null when a side is missing.
+    pub test: Option<DriftTest>,
+    /// The drift is credibly beyond the tolerance.
     pub drifted: bool,
-    /// The chance that the ranges fail to overlap with no drift at all,
-    /// `2 / C(2n, n)` for `n` samples in the smaller bracket.
-    pub false_drift_chance: Option<f64>,
-    /// `false_drift_chance` is at most [`MAX_FALSE_DRIFT_CHANCE`]: a
-    /// non-overlap means drift, and an overlap rules out a drift larger
-    /// than the brackets' spread. Below that n the check cannot tell.
+    /// The test could be run (both sides, two prompts paired, and the
+    /// process spread estimable from the sweep).
     pub judgeable: bool,
-    /// A bracket is missing (the round did not finish).
+    /// A bracket side is missing (the round did not finish).
     pub incomplete: bool,
+}
+
+/// Raw data that is not what the plan says: never dropped silently.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DataProblem {
+    /// raw.jsonl line, when one line is at fault.
+    pub line: Option<usize>,
+    pub arm: Option<usize>,
+    pub what: String,
+    pub remedy: String,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -116,10 +112,12 @@ pub struct WidthSummary {
     pub tok_per_s: Option<Stats>,
     /// Served sweeps: per request, the client's time to first token.
     pub ttft_ms: Option<Stats>,
-    /// Against both brackets of the round (the decision uses this).
-    pub ratio: Option<Stats>,
-    pub ratio_vs_open: Option<Stats>,
-    pub ratio_vs_close: Option<Stats>,
+    /// Against both brackets of each round (the decision uses this).
+    pub ratio: Option<RatioEstimate>,
+    pub ratio_vs_open: Option<RatioEstimate>,
+    pub ratio_vs_close: Option<RatioEstimate>,
+    /// Against the best width, paired by round.
+    pub tie: Option<TieTest>,
     /// Pooled accepted / drafted over the recorded requests.
     pub acceptance: Option<f64>,
     /// Median over requests of tokens emitted per verify that carried a draft.
@@ -130,6 +128,8 @@ pub struct WidthSummary {
     pub declined: usize,
     pub without_diagnostics: usize,
     pub zero_round_requests: usize,
+    /// Requests with a missing, non-finite or non-positive rate.
+    pub invalid_rate_requests: usize,
     /// Why this width is not a measurement of speculation, if it is not.
     pub not_a_measurement: Option<String>,
     pub differences: Vec<Difference>,
@@ -150,11 +150,33 @@ pub struct TypeRow {
 pub struct Decision {
     /// `None` is `off`.
     pub width: Option<usize>,
-    /// The width with the highest median ratio, qualified or not.
+    /// The width with the highest ratio, qualified or not.
     pub best_width: Option<usize>,
+    /// The widths tied with the best (the best included), narrowest first.
+    pub tied: Vec<usize>,
+    /// The chosen width's ratio (for `off`: the best width's).
     pub ratio: Option<f64>,
     pub ratio_interval: Option<(f64, f64)>,
     pub why: String,
+}
+
+/// A width's ratio over one prompt type's prompts only (point estimate; the
+/// plot's per-type series).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct TypeRatio {
+    pub prompt_type: String,
+    pub width: usize,
+    pub ratio: f64,
+}
+
+/// An arm attempt that ran through contention and was re-run.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ContentionRerun {
+    pub arm: usize,
+    pub attempt: usize,
+    pub samples: usize,
+    pub contended_samples: usize,
+    pub reasons: Vec<String>,
 }
 
 /// Sources accepted as unknown by a gate before an arm.
@@ -182,17 +204,40 @@ pub struct Summary {
     pub arms_complete: usize,
     /// Arms whose latest attempt failed or never ended.
     pub arms_failed: Vec<ArmEnd>,
+    /// Recorded requests the plan expects of a speculative and of a bracket arm.
     pub expected_requests_per_arm: usize,
+    pub expected_requests_per_bracket_arm: usize,
     pub decision_rule: String,
     pub classic: Option<Stats>,
     /// Served sweeps: the classic requests' time to first token.
     pub classic_ttft_ms: Option<Stats>,
     pub rounds: Vec<RoundBrackets>,
+    /// Complete rounds (both bracket sides): the n of every interval.
+    pub complete_rounds: usize,
     pub drift: bool,
-    /// Some complete round has too few classic samples to judge drift.
+    /// Some complete round could not be judged for drift.
     pub drift_unjudged: bool,
+    /// Drift tolerance, and the chance per sweep of a false drift verdict
+    /// the test is built to stay under.
+    pub drift_tolerance: f64,
+    pub drift_false_alarm: f64,
+    /// Estimated sd of one request's log rate within an arm and prompt.
+    pub request_noise: Option<f64>,
+    /// Estimated spread between processes (sd of an arm's log level) and
+    /// its degrees of freedom.
+    pub process_spread: Option<f64>,
+    pub process_spread_df: usize,
+    /// Raw data that does not match the plan or is inconsistent.
+    pub data_problems: Vec<DataProblem>,
+    /// Arm attempts measured through contention (each re-run).
+    pub contention_reruns: Vec<ContentionRerun>,
+    /// Host readings the gate took while the complete arms ran, and how
+    /// many complete arms had none (version-1 records: all).
+    pub during_arm_samples: usize,
+    pub arms_without_during_check: usize,
     pub widths: Vec<WidthSummary>,
     pub by_type: Vec<TypeRow>,
+    pub type_ratios: Vec<TypeRatio>,
     /// Classic requests whose output differs from the first classic output of the prompt.
     pub bracket_differences: Vec<Difference>,
     pub identical: bool,
@@ -255,47 +300,77 @@ fn first_difference(a: &[u32], b: &[u32]) -> Option<usize> {
     }
 }
 
-fn range(xs: &[f64]) -> Option<(f64, f64)> {
-    if xs.is_empty() {
-        return None;
-    }
-    Some((xs.iter().copied().fold(f64::INFINITY, f64::min), xs.iter().copied().fold(f64::NEG_INFINITY, f64::max)))
-}
-
-/// Applies [`DECISION_RULE`] to the widths.
+/// Applies [`DECISION_RULE`] to the widths (their ratios and tie tests
+/// already computed). Widths that are not measurements are left out here
+/// and make `propose` refuse, since under the tie rule any width can change
+/// the decision.
 pub fn decide(widths: &[WidthSummary]) -> Decision {
-    let with_ratio: Vec<(&WidthSummary, &Stats)> =
-        widths.iter().filter_map(|w| w.ratio.as_ref().map(|r| (w, r))).collect();
-    let best = with_ratio.iter().max_by(|a, b| a.1.median.total_cmp(&b.1.median));
-    let qualified = with_ratio.iter().filter(|(_, r)| r.ci_low > 1.0).max_by(|a, b| a.1.median.total_cmp(&b.1.median));
-    match (qualified, best) {
-        (Some((w, r)), _) => Decision {
-            width: Some(w.width),
-            best_width: best.map(|b| b.0.width),
-            ratio: Some(r.median),
-            ratio_interval: Some((r.ci_low, r.ci_high)),
-            why: format!(
-                "width {} has the highest median ratio among the widths whose interval lies wholly above 1.0: \
-                 {:.3} [{:.3}, {:.3}]",
-                w.width, r.median, r.ci_low, r.ci_high
-            ),
-        },
-        (None, Some((w, r))) => Decision {
-            width: None,
-            best_width: Some(w.width),
-            ratio: Some(r.median),
-            ratio_interval: Some((r.ci_low, r.ci_high)),
-            why: format!(
-                "no width's interval lies wholly above 1.0; the best median ratio is width {}: {:.3} [{:.3}, {:.3}]",
-                w.width, r.median, r.ci_low, r.ci_high
-            ),
-        },
-        (None, None) => Decision {
+    let valid: Vec<(&WidthSummary, &RatioEstimate)> = widths
+        .iter()
+        .filter(|w| w.not_a_measurement.is_none())
+        .filter_map(|w| w.ratio.as_ref().map(|r| (w, r)))
+        .collect();
+    let best = valid.iter().max_by(|a, b| a.1.ratio.total_cmp(&b.1.ratio));
+    let Some((bw, br)) = best else {
+        return Decision {
             width: None,
             best_width: None,
+            tied: vec![],
             ratio: None,
             ratio_interval: None,
             why: "no width has a ratio (no complete speculative arm with its brackets)".into(),
+        };
+    };
+    let mut tied: Vec<&(&WidthSummary, &RatioEstimate)> =
+        valid.iter().filter(|(w, _)| w.width == bw.width || w.tie.as_ref().is_some_and(|t| t.tied)).collect();
+    tied.sort_by_key(|(w, _)| w.width);
+    let tied_widths: Vec<usize> = tied.iter().map(|(w, _)| w.width).collect();
+    let fmt = |r: &RatioEstimate| match r.interval {
+        Some((lo, hi)) => format!("{:.3} [{lo:.3}, {hi:.3}]", r.ratio),
+        None => format!("{:.3} (no interval: one round)", r.ratio),
+    };
+    if br.interval.is_none() {
+        return Decision {
+            width: None,
+            best_width: Some(bw.width),
+            tied: tied_widths,
+            ratio: Some(br.ratio),
+            ratio_interval: None,
+            why: format!(
+                "fewer than two complete rounds: no interval between processes (best width {}: {}); run at least \
+                 two rounds",
+                bw.width,
+                fmt(br)
+            ),
+        };
+    }
+    let list = tied_widths.iter().map(usize::to_string).collect::<Vec<_>>().join(", ");
+    match tied.iter().find(|(_, r)| r.above_one()) {
+        Some((w, r)) => Decision {
+            width: Some(w.width),
+            best_width: Some(bw.width),
+            tied: tied_widths.clone(),
+            ratio: Some(r.ratio),
+            ratio_interval: r.interval,
+            why: format!(
+                "width {} is the narrowest of the widths tied with the best (width {}; tied: {list}) whose interval \
+                 lies wholly above 1.0: {}",
+                w.width,
+                bw.width,
+                fmt(r)
+            ),
+        },
+        None => Decision {
+            width: None,
+            best_width: Some(bw.width),
+            tied: tied_widths.clone(),
+            ratio: Some(br.ratio),
+            ratio_interval: br.interval,
+            why: format!(
+                "no width tied with the best (tied: {list}) has an interval wholly above 1.0; the best is width {}: {}",
+                bw.width,
+                fmt(br)
+            ),
         },
     }
 }
@@ -309,6 +384,7 @@ pub fn summarize_dir(dir: &Path) -> Result<(RawFile, Summary)> {
 
 pub fn summarize(raw: &RawFile) -> Result<Summary> {
     let h = &raw.header;
+    let st = &h.settings;
     let (reqs, ok_arms, arms_failed) = complete_requests(raw);
     let plan_by_index: BTreeMap<usize, &crate::raw::PlannedArm> = h.plan.iter().map(|a| (a.index, a)).collect();
     for r in &reqs {
@@ -317,6 +393,7 @@ pub fn summarize(raw: &RawFile) -> Result<Summary> {
             _ => bail!("raw.jsonl: a request of arm {} does not match the plan in the header", r.arm),
         }
     }
+    let data_problems = data_problems(raw, &ok_arms);
 
     // The record's key and validity, from the startup events of complete arms.
     let mut device = BTreeSet::new();
@@ -361,69 +438,76 @@ pub fn summarize(raw: &RawFile) -> Result<Summary> {
     };
     let requests_without_rate = reqs.iter().filter(|r| rate(r).is_none()).count();
 
-    // Classic samples per (round, bracket, prompt).
-    let mut classic: BTreeMap<(usize, Bracket, &str), Vec<f64>> = BTreeMap::new();
-    for r in reqs.iter().filter(|r| r.width.is_none()) {
-        if let (Some(b), Some(x)) = (r.bracket, rate(r)) {
-            classic.entry((r.round, b, r.prompt_id.as_str())).or_default().push(x);
+    // Each complete arm's log rates per prompt: the estimators' input.
+    let prompt_ids: Vec<String> = h.prompts.iter().map(|p| p.id.clone()).collect();
+    let mut position: BTreeMap<usize, usize> = BTreeMap::new();
+    {
+        let mut seen: BTreeMap<usize, usize> = BTreeMap::new();
+        for a in &h.plan {
+            let n = seen.entry(a.round).or_default();
+            position.insert(a.index, *n);
+            *n += 1;
         }
     }
-    let prompt_ids: Vec<&str> = h.prompts.iter().map(|p| p.id.as_str()).collect();
-    let bracket_median = |round: usize, b: Option<Bracket>, p: &str| -> Option<f64> {
-        let xs: Vec<f64> = match b {
-            Some(b) => classic.get(&(round, b, p)).cloned().unwrap_or_default(),
-            None => [Bracket::Open, Bracket::Close]
-                .iter()
-                .flat_map(|b| classic.get(&(round, *b, p)).cloned().unwrap_or_default())
-                .collect(),
-        };
-        (!xs.is_empty()).then(|| median(&xs))
-    };
+    let mut levels: BTreeMap<usize, ArmLevels> = BTreeMap::new();
+    for a in h.plan.iter().filter(|a| ok_arms.contains_key(&a.index)) {
+        levels.insert(
+            a.index,
+            ArmLevels {
+                arm: a.index,
+                round: a.round,
+                width: a.width,
+                bracket: a.bracket,
+                position: position[&a.index],
+                logs: BTreeMap::new(),
+            },
+        );
+    }
+    for r in &reqs {
+        if let (Some(l), Some(x)) = (levels.get_mut(&r.arm), rate(r)) {
+            l.logs.entry(r.prompt_id.clone()).or_default().push(x.ln());
+        }
+    }
+    let levels: Vec<ArmLevels> = levels.into_values().collect();
+    let est = estimate::estimate(&levels, &st.widths, &prompt_ids);
+    let mut type_ratios = Vec::new();
+    {
+        let mut kinds: Vec<&str> = h.prompts.iter().map(|p| p.kind.as_str()).collect();
+        kinds.sort_unstable();
+        kinds.dedup();
+        for k in kinds {
+            let ids: Vec<String> = h.prompts.iter().filter(|p| p.kind == k).map(|p| p.id.clone()).collect();
+            for (w, r) in estimate::estimate(&levels, &st.widths, &ids).ratio {
+                type_ratios.push(TypeRatio { prompt_type: k.to_string(), width: w, ratio: r.ratio });
+            }
+        }
+    }
 
     let mut rounds = Vec::new();
-    for round in 0..h.settings.rounds {
-        let all = |b: Bracket| -> Vec<f64> {
-            prompt_ids.iter().flat_map(|p| classic.get(&(round, b, *p)).cloned().unwrap_or_default()).collect()
+    for round in 0..st.rounds {
+        let side = |b: Bracket| -> Vec<f64> {
+            reqs.iter().filter(|r| r.round == round && r.bracket == Some(b)).filter_map(|r| rate(r)).collect()
         };
-        // Each sample over its prompt's median in both brackets of the round.
-        let norm = |b: Bracket| -> Vec<f64> {
-            prompt_ids
-                .iter()
-                .filter_map(|p| {
-                    let m = bracket_median(round, None, p)?;
-                    Some(classic.get(&(round, b, *p))?.iter().map(|x| x / m).collect::<Vec<f64>>())
-                })
-                .flatten()
-                .collect()
-        };
-        let (open_all, close_all) = (all(Bracket::Open), all(Bracket::Close));
-        let (open_range, close_range) = (range(&norm(Bracket::Open)), range(&norm(Bracket::Close)));
-        let incomplete = open_all.is_empty() || close_all.is_empty();
-        let chance = (!incomplete).then(|| false_drift_chance(open_all.len().min(close_all.len())));
-        let judgeable = chance.is_some_and(|c| c <= MAX_FALSE_DRIFT_CHANCE);
-        // Below the judgeable n a non-overlap is as likely noise as drift: "cannot judge".
-        let drifted = match (open_range, close_range) {
-            (Some(o), Some(c)) if judgeable => o.1 < c.0 || c.1 < o.0,
-            _ => false,
-        };
+        let (open_all, close_all) = (side(Bracket::Open), side(Bracket::Close));
         if open_all.is_empty()
             && close_all.is_empty()
             && !h.plan.iter().any(|a| a.round == round && ok_arms.contains_key(&a.index))
         {
             continue;
         }
+        let test = est.drift.iter().find(|d| d.round == round).cloned();
+        let judgeable = test.as_ref().is_some_and(|t| t.se_log.is_some() && t.se_process_log.is_some());
         rounds.push(RoundBrackets {
             round,
             open: stats(&open_all),
             close: stats(&close_all),
-            open_range,
-            close_range,
-            drifted,
-            false_drift_chance: chance,
+            drifted: test.as_ref().is_some_and(|t| t.drifted),
             judgeable,
-            incomplete,
+            incomplete: test.is_none(),
+            test,
         });
     }
+    let complete_rounds = rounds.iter().filter(|r| !r.incomplete).count();
     let drift = rounds.iter().any(|r| r.drifted);
     let drift_unjudged = rounds.iter().any(|r| !r.incomplete && !r.judgeable);
     let classic_all: Vec<f64> = reqs.iter().filter(|r| r.width.is_none()).filter_map(|r| rate(r)).collect();
@@ -451,23 +535,11 @@ pub fn summarize(raw: &RawFile) -> Result<Summary> {
         reqs.iter().filter(|r| r.width.is_none()).filter_map(|r| diff_of(r)).collect();
 
     let mut widths = Vec::new();
-    for &w in &h.settings.widths {
+    for &w in &st.widths {
         let mine: Vec<&&RequestRow> = reqs.iter().filter(|r| r.width == Some(w)).collect();
         let arms: Vec<usize> =
             h.plan.iter().filter(|a| a.width == Some(w) && ok_arms.contains_key(&a.index)).map(|a| a.index).collect();
         let rates: Vec<f64> = mine.iter().filter_map(|r| rate(r)).collect();
-        let ratio_vs = |b: Option<Bracket>| -> Vec<f64> {
-            mine.iter().filter_map(|r| Some(rate(r)? / bracket_median(r.round, b, &r.prompt_id)?)).collect()
-        };
-        // The pooled ratio needs both brackets of the round.
-        let both: Vec<f64> = mine
-            .iter()
-            .filter(|r| {
-                bracket_median(r.round, Some(Bracket::Open), &r.prompt_id).is_some()
-                    && bracket_median(r.round, Some(Bracket::Close), &r.prompt_id).is_some()
-            })
-            .filter_map(|r| Some(rate(r)? / bracket_median(r.round, None, &r.prompt_id)?))
-            .collect();
         let diags: Vec<&runtime::events::SpeculativeDiagnostics> =
             mine.iter().filter_map(|r| r.diagnostics.as_ref()).collect();
         let drafted: usize = diags.iter().map(|d| d.drafted).sum();
@@ -475,8 +547,9 @@ pub fn summarize(raw: &RawFile) -> Result<Summary> {
         let epv: Vec<f64> = diags.iter().filter_map(|d| d.emitted_per_verify).collect();
         let vpr: Vec<f64> = diags.iter().filter_map(|d| d.verify_ms_per_round).collect();
         let declined = mine.iter().filter(|r| r.declined).count();
-        let without_diagnostics = mine.iter().filter(|r| !r.diagnostics_present).count();
+        let without_diagnostics = mine.iter().filter(|r| r.diagnostics.is_none()).count();
         let zero_round_requests = diags.iter().filter(|d| d.rounds == 0).count();
+        let invalid_rate_requests = mine.len() - rates.len();
         let not_a_measurement = if mine.is_empty() {
             Some("no complete arm".to_string())
         } else if declined > 0 {
@@ -486,6 +559,12 @@ pub fn summarize(raw: &RawFile) -> Result<Summary> {
             Some(format!("{without_diagnostics} of {} requests have no speculative diagnostics", mine.len()))
         } else if zero_round_requests == mine.len() {
             Some(format!("every one of its {} requests ran zero speculative rounds", mine.len()))
+        } else if invalid_rate_requests > 0 {
+            Some(format!(
+                "{invalid_rate_requests} of {} requests have a missing, non-finite or non-positive {}",
+                mine.len(),
+                if served { "end-to-end rate" } else { "decode rate (no token after the first, or a bad time)" }
+            ))
         } else {
             None
         };
@@ -494,9 +573,10 @@ pub fn summarize(raw: &RawFile) -> Result<Summary> {
             arms,
             tok_per_s: stats(&rates),
             ttft_ms: ttft(&mut mine.iter().copied()),
-            ratio: stats(&both),
-            ratio_vs_open: stats(&ratio_vs(Some(Bracket::Open))),
-            ratio_vs_close: stats(&ratio_vs(Some(Bracket::Close))),
+            ratio: est.ratio.get(&w).cloned(),
+            ratio_vs_open: est.ratio_vs_open.get(&w).cloned(),
+            ratio_vs_close: est.ratio_vs_close.get(&w).cloned(),
+            tie: None,
             acceptance: (drafted > 0).then(|| accepted as f64 / drafted as f64),
             emitted_per_verify: (!epv.is_empty()).then(|| median(&epv)),
             verify_ms_per_round: (!vpr.is_empty()).then(|| median(&vpr)),
@@ -504,9 +584,24 @@ pub fn summarize(raw: &RawFile) -> Result<Summary> {
             declined,
             without_diagnostics,
             zero_round_requests,
+            invalid_rate_requests,
             not_a_measurement,
             differences: mine.iter().filter_map(|r| diff_of(r)).collect(),
         });
+    }
+    // Ties against the best width that is a measurement.
+    let best = widths
+        .iter()
+        .filter(|w| w.not_a_measurement.is_none())
+        .filter_map(|w| w.ratio.as_ref().map(|r| (w.width, r.ratio)))
+        .max_by(|a, b| a.1.total_cmp(&b.1))
+        .map(|(w, _)| w);
+    if let Some(b) = best {
+        for t in estimate::ties(&est, b) {
+            if let Some(w) = widths.iter_mut().find(|w| w.width == t.width) {
+                w.tie = Some(t);
+            }
+        }
     }
 
     let mut by_type = Vec::new();
@@ -548,6 +643,24 @@ pub fn summarize(raw: &RawFile) -> Result<Summary> {
         RawLine::Halt(h) => Some(h.clone()),
         _ => None,
     });
+    let mut contention_reruns = Vec::new();
+    for l in &raw.lines {
+        if let RawLine::ArmEnd(e) = l
+            && let Some(c) = &e.contention
+            && c.contended()
+        {
+            contention_reruns.push(ContentionRerun {
+                arm: e.arm,
+                attempt: e.attempt,
+                samples: c.samples,
+                contended_samples: c.contended_samples,
+                reasons: c.reasons.clone(),
+            });
+        }
+    }
+    let during_arm_samples = ok_arms.values().filter_map(|(_, e)| e.contention.as_ref()).map(|c| c.samples).sum();
+    let arms_without_during_check =
+        ok_arms.values().filter(|(_, e)| e.contention.as_ref().is_none_or(|c| c.samples == 0)).count();
     let complete = raw.lines.iter().any(|l| matches!(l, RawLine::Done(_))) && ok_arms.len() == h.plan.len();
     let identical = bracket_differences.is_empty() && widths.iter().all(|w| w.differences.is_empty());
     let decision = decide(&widths);
@@ -564,15 +677,27 @@ pub fn summarize(raw: &RawFile) -> Result<Summary> {
         arms_planned: h.plan.len(),
         arms_complete: ok_arms.len(),
         arms_failed,
-        expected_requests_per_arm: h.prompts.len() * h.settings.bursts,
+        expected_requests_per_arm: h.prompts.len() * st.bursts_of(Some(1)),
+        expected_requests_per_bracket_arm: h.prompts.len() * st.bursts_of(None),
         decision_rule: if served { DECISION_RULE_SERVED } else { DECISION_RULE }.to_string(),
         classic: stats(&classic_all),
         classic_ttft_ms: ttft(&mut reqs.iter().filter(|r| r.width.is_none())),
         rounds,
+        complete_rounds,
         drift,
         drift_unjudged,
+        drift_tolerance: estimate::DRIFT_TOLERANCE,
+        drift_false_alarm: estimate::DRIFT_FALSE_ALARM,
+        request_noise: est.request_noise,
+        process_spread: est.process_spread,
+        process_spread_df: est.process_variance_df,
+        data_problems,
+        contention_reruns,
+        during_arm_samples,
+        arms_without_during_check,
         widths,
         by_type,
+        type_ratios,
         bracket_differences,
         identical,
         inexact_arms,
@@ -582,19 +707,168 @@ pub fn summarize(raw: &RawFile) -> Result<Summary> {
     })
 }
 
+/// Every way the raw data of the complete arms can disagree with the plan
+/// or with itself, each with its line and remedy.
+fn data_problems(raw: &RawFile, ok_arms: &OkArms<'_>) -> Vec<DataProblem> {
+    let h = &raw.header;
+    let st = &h.settings;
+    let mut out = Vec::new();
+    let rerun = "re-run the sweep (or `tuner sweep --resume` after removing the arm's lines); raw data is evidence \
+                 and is never edited by hand";
+    let expected_plan = crate::sweep::plan(&st.widths, st.rounds, st.bracket_arms);
+    if h.plan != expected_plan {
+        out.push(DataProblem {
+            line: Some(1),
+            arm: None,
+            what: format!(
+                "the header's plan ({} arms) is not the plan its settings give ({} arms: {} widths, {} rounds, {} \
+                 bracket arms a side)",
+                h.plan.len(),
+                expected_plan.len(),
+                st.widths.len(),
+                st.rounds,
+                st.bracket_arms
+            ),
+            remedy: rerun.into(),
+        });
+    }
+    let planned: BTreeSet<usize> = h.plan.iter().map(|a| a.index).collect();
+    let prompts: BTreeSet<&str> = h.prompts.iter().map(|p| p.id.as_str()).collect();
+    let mut seen: BTreeMap<(usize, usize, &str, usize), usize> = BTreeMap::new();
+    let mut counted: BTreeMap<usize, usize> = BTreeMap::new();
+    for (l, line) in raw.lines.iter().zip(&raw.line_numbers) {
+        match l {
+            RawLine::ArmStart(s) if !planned.contains(&s.arm) => out.push(DataProblem {
+                line: Some(*line),
+                arm: Some(s.arm),
+                what: format!("arm {} is not in the plan ({} arms)", s.arm, h.plan.len()),
+                remedy: rerun.into(),
+            }),
+            RawLine::Request(r) if ok_arms.get(&r.arm).is_some_and(|(a, _)| *a == r.attempt) => {
+                *counted.entry(r.arm).or_default() += 1;
+                if let Some(first) = seen.insert((r.arm, r.attempt, r.prompt_id.as_str(), r.burst), *line) {
+                    out.push(DataProblem {
+                        line: Some(*line),
+                        arm: Some(r.arm),
+                        what: format!(
+                            "duplicated request: arm {} prompt {} burst {} also on line {first}",
+                            r.arm, r.prompt_id, r.burst
+                        ),
+                        remedy: rerun.into(),
+                    });
+                }
+                if !prompts.contains(r.prompt_id.as_str()) {
+                    out.push(DataProblem {
+                        line: Some(*line),
+                        arm: Some(r.arm),
+                        what: format!("prompt {:?} is not in the sweep's prompt set", r.prompt_id),
+                        remedy: rerun.into(),
+                    });
+                }
+                if r.burst >= st.bursts_of(r.width) {
+                    out.push(DataProblem {
+                        line: Some(*line),
+                        arm: Some(r.arm),
+                        what: format!("burst {} is beyond the plan's {} bursts", r.burst, st.bursts_of(r.width)),
+                        remedy: rerun.into(),
+                    });
+                }
+                let bytes: Vec<u8> = r.token_ids.iter().flat_map(|t| t.to_le_bytes()).collect();
+                if runtime::events::sha256_hex(&bytes) != r.token_ids_sha256 {
+                    out.push(DataProblem {
+                        line: Some(*line),
+                        arm: Some(r.arm),
+                        what: format!(
+                            "token_ids_sha256 does not match the row's token_ids (prompt {}, burst {})",
+                            r.prompt_id, r.burst
+                        ),
+                        remedy: format!("the row was altered or written by another build; {rerun}"),
+                    });
+                }
+                if r.usage.completion_tokens != r.token_ids.len() {
+                    out.push(DataProblem {
+                        line: Some(*line),
+                        arm: Some(r.arm),
+                        what: format!(
+                            "usage.completion_tokens {} is not the {} token ids of the row",
+                            r.usage.completion_tokens,
+                            r.token_ids.len()
+                        ),
+                        remedy: rerun.into(),
+                    });
+                }
+            }
+            _ => {}
+        }
+    }
+    for (arm, (_, end)) in ok_arms {
+        let Some(p) = h.plan.iter().find(|a| a.index == *arm) else { continue };
+        let n = counted.get(arm).copied().unwrap_or(0);
+        let want = h.prompts.len() * st.bursts_of(p.width);
+        if n == 0 {
+            out.push(DataProblem {
+                line: None,
+                arm: Some(*arm),
+                what: format!("arm {arm} ended ok but has no request lines"),
+                remedy: rerun.into(),
+            });
+        } else if n != want {
+            out.push(DataProblem {
+                line: None,
+                arm: Some(*arm),
+                what: format!("arm {arm} has {n} request lines; the plan gives {want} (prompts x bursts)"),
+                remedy: rerun.into(),
+            });
+        }
+        if end.requests != n {
+            out.push(DataProblem {
+                line: None,
+                arm: Some(*arm),
+                what: format!("arm {arm}'s arm_end counts {} requests, raw.jsonl holds {n}", end.requests),
+                remedy: rerun.into(),
+            });
+        }
+    }
+    // Classic requests without a rate weaken the baseline of every width.
+    for (l, line) in raw.lines.iter().zip(&raw.line_numbers) {
+        if let RawLine::Request(r) = l
+            && r.width.is_none()
+            && ok_arms.get(&r.arm).is_some_and(|(a, _)| *a == r.attempt)
+            && rate(r).is_none()
+        {
+            out.push(DataProblem {
+                line: Some(*line),
+                arm: Some(r.arm),
+                what: format!("classic request (prompt {}, burst {}) has no valid rate", r.prompt_id, r.burst),
+                remedy: "use prompts that decode at least two tokens (raise --max-tokens), then re-run the sweep"
+                    .into(),
+            });
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn ws(width: usize, median: f64, lo: f64, hi: f64) -> WidthSummary {
+    fn ws(width: usize, ratio: f64, lo: f64, hi: f64, tied: bool) -> WidthSummary {
         WidthSummary {
             width,
             arms: vec![],
             tok_per_s: None,
             ttft_ms: None,
-            ratio: Some(Stats { n: 10, min: lo, median, max: hi, ci_low: lo, ci_high: hi, outliers: 0 }),
+            ratio: Some(RatioEstimate {
+                ratio,
+                interval: Some((lo, hi)),
+                rounds: 4,
+                per_round: vec![],
+                sd_log: Some(0.01),
+                drift_widening_log: 0.0,
+            }),
             ratio_vs_open: None,
             ratio_vs_close: None,
+            tie: Some(TieTest { width, vs_best: 1.0, low: 0.9, high: if tied { 1.01 } else { 0.99 }, tied }),
             acceptance: None,
             emitted_per_verify: None,
             verify_ms_per_round: None,
@@ -602,23 +876,29 @@ mod tests {
             declined: 0,
             without_diagnostics: 0,
             zero_round_requests: 0,
+            invalid_rate_requests: 0,
             not_a_measurement: None,
             differences: vec![],
         }
     }
 
     #[test]
-    fn the_rule_takes_the_best_qualified_width_not_the_best_median() {
-        // Width 3 has the best median but its interval reaches below 1.0.
-        let d = decide(&[ws(1, 1.10, 1.05, 1.15), ws(2, 1.20, 1.12, 1.30), ws(3, 1.25, 0.95, 1.6)]);
+    fn the_rule_takes_the_narrowest_tied_width_whose_interval_is_above_one() {
+        // Width 3 is best; 1 is tied but its interval reaches 1.0; 2 is tied and above.
+        let d = decide(&[ws(1, 1.10, 0.98, 1.2, true), ws(2, 1.20, 1.12, 1.30, true), ws(3, 1.25, 1.1, 1.4, true)]);
         assert_eq!(d.width, Some(2));
         assert_eq!(d.best_width, Some(3));
+        assert_eq!(d.tied, vec![1, 2, 3]);
         assert_eq!(d.ratio, Some(1.20));
+        // A width credibly below the best is not taken, however narrow.
+        let d = decide(&[ws(1, 1.10, 1.05, 1.15, false), ws(2, 1.20, 1.12, 1.30, true)]);
+        assert_eq!(d.width, Some(2));
+        assert_eq!(d.tied, vec![2]);
     }
 
     #[test]
     fn no_qualified_width_is_off_with_the_best_ratio() {
-        let d = decide(&[ws(1, 0.9, 0.85, 0.95), ws(2, 1.02, 0.97, 1.08)]);
+        let d = decide(&[ws(1, 0.9, 0.85, 0.95, false), ws(2, 1.02, 0.97, 1.08, true)]);
         assert_eq!(d.width, None);
         assert_eq!(d.best_width, Some(2));
         assert!(d.why.contains("no width"), "{}", d.why);
@@ -626,11 +906,11 @@ mod tests {
     }
 
     #[test]
-    fn the_false_drift_chance_is_two_over_the_central_binomial() {
-        assert_eq!(false_drift_chance(1), 1.0);
-        assert!((false_drift_chance(3) - 0.1).abs() < 1e-12);
-        assert!((false_drift_chance(5) - 2.0 / 252.0).abs() < 1e-12);
-        assert!(false_drift_chance(4) > MAX_FALSE_DRIFT_CHANCE && false_drift_chance(5) <= MAX_FALSE_DRIFT_CHANCE);
+    fn a_width_that_is_not_a_measurement_is_never_the_best_or_chosen() {
+        let mut bad = ws(1, 1.5, 1.4, 1.6, true);
+        bad.not_a_measurement = Some("declined".into());
+        let d = decide(&[bad, ws(2, 1.2, 1.1, 1.3, true)]);
+        assert_eq!((d.width, d.best_width), (Some(2), Some(2)));
     }
 
     #[test]

@@ -36,10 +36,39 @@ pub const MAX_PROMPTS_BYTES: u64 = 16 << 20;
 /// sweep runs from any directory. docs/records.md has the time arithmetic.
 pub const DEFAULT_PROMPTS_JSONL: &str = include_str!("../../prompts/sweep.jsonl");
 
-/// Default tokens per request: with 12 prompts, 1 warm-up + 3 bursts, 20
-/// arms, this keeps the default sweep within 15 minutes on a 2-core host
-/// (docs/records.md, "How long a sweep takes").
+/// Default tokens per request (docs/records.md, "How long a sweep takes").
 pub const DEFAULT_MAX_TOKENS: usize = 48;
+
+/// The default plan spends its budget on rounds, not bursts: the variance
+/// that matters lies between processes, and only more processes shrink it.
+/// With 8 widths, 12 prompts and 1 warm-up pass: 4 x (8 + 2 x 3) = 56 arms,
+/// about 12 minutes on this 2-core host (docs/records.md).
+pub const DEFAULT_ROUNDS: usize = 4;
+/// Recorded passes per speculative arm: one. A second pass halves only the
+/// request part of a round's ratio variance, which on this host is under a
+/// third of the process part; the budget buys rounds instead.
+pub const DEFAULT_BURSTS: usize = 1;
+/// Classic arms per bracket side: three give the drift test a variance
+/// estimate on 2 x (3 - 1) = 4 degrees of freedom per round, free of drift
+/// (the arms of a side run back to back), and cut the process noise of every
+/// ratio's baseline to a sixth of one arm's.
+pub const DEFAULT_BRACKET_ARMS: usize = 3;
+/// Recorded passes per bracket arm: the brackets are every width's baseline
+/// and the drift test's only data, so they get more requests.
+pub const DEFAULT_BRACKET_BURSTS: usize = 4;
+
+/// Upper bounds on what an operator may type (a sweep beyond them would run
+/// for days; a typo must not).
+pub const MAX_ROUNDS: usize = 64;
+pub const MAX_BURSTS: usize = 64;
+pub const MAX_BRACKET_ARMS: usize = 8;
+pub const MAX_WARMUP: usize = 16;
+pub const MAX_TOKENS_PER_REQUEST: usize = 4096;
+pub const MAX_THREADS: usize = 1024;
+
+/// Attempts of one arm, in one run of the sweep, before contention during
+/// the arm halts it (each attempt is kept in raw.jsonl).
+pub const MAX_CONTENTION_ATTEMPTS: usize = 3;
 
 /// `records/<date>-<device class>-<drafter>` (`:` becomes `-`), with `-2`,
 /// `-3`, ... when that folder exists.
@@ -71,6 +100,8 @@ pub struct SweepOptions {
     pub widths: Vec<usize>,
     pub rounds: usize,
     pub bursts: usize,
+    pub bracket_arms: usize,
+    pub bracket_bursts: usize,
     pub warmup: usize,
     pub max_tokens: usize,
     pub threads: usize,
@@ -94,10 +125,10 @@ pub enum Outcome {
     Halted(HaltKind),
 }
 
-/// The arm plan: every round opens and closes with a classic arm; the widths
-/// run between them rotated by `round * len / rounds` positions, so a time
-/// trend across the sweep does not line up with width.
-pub fn plan(widths: &[usize], rounds: usize) -> Vec<PlannedArm> {
+/// The arm plan: every round opens and closes with `bracket_arms` classic
+/// arms; the widths run between them rotated by `round * len / rounds`
+/// positions, so a time trend across the sweep does not line up with width.
+pub fn plan(widths: &[usize], rounds: usize, bracket_arms: usize) -> Vec<PlannedArm> {
     let mut arms = Vec::new();
     for round in 0..rounds {
         let mut order = widths.to_vec();
@@ -106,11 +137,15 @@ pub fn plan(widths: &[usize], rounds: usize) -> Vec<PlannedArm> {
             order.rotate_left(shift);
         }
         let mut push = |width, bracket| arms.push(PlannedArm { index: arms.len(), round, width, bracket });
-        push(None, Some(Bracket::Open));
+        for _ in 0..bracket_arms {
+            push(None, Some(Bracket::Open));
+        }
         for w in order {
             push(Some(w), None);
         }
-        push(None, Some(Bracket::Close));
+        for _ in 0..bracket_arms {
+            push(None, Some(Bracket::Close));
+        }
     }
     arms
 }
@@ -195,7 +230,7 @@ pub fn arm_args(s: &crate::raw::Settings, width: Option<usize>) -> Vec<String> {
         "--threads".into(),
         s.threads.to_string(),
         "--repeat".into(),
-        s.bursts.to_string(),
+        s.bursts_of(width).to_string(),
         "--warmup".into(),
         s.warmup.to_string(),
         "--temperature".into(),
@@ -337,8 +372,25 @@ pub fn start(opts: &SweepOptions) -> Result<Outcome> {
     if opts.drafter == "draft-model" && opts.drafter_model.is_none() {
         bail!("--drafter draft-model needs --drafter-model PATH (the draft checkpoint)");
     }
-    if opts.rounds == 0 || opts.bursts == 0 || opts.threads == 0 || opts.max_tokens == 0 {
-        bail!("--rounds, --bursts, --threads and --max-tokens must each be at least 1");
+    for (flag, x, lo, hi) in [
+        ("--rounds", opts.rounds, 1, MAX_ROUNDS),
+        ("--bursts", opts.bursts, 1, MAX_BURSTS),
+        ("--bracket-arms", opts.bracket_arms, 1, MAX_BRACKET_ARMS),
+        ("--bracket-bursts", opts.bracket_bursts, 1, MAX_BURSTS),
+        ("--warmup", opts.warmup, 0, MAX_WARMUP),
+        ("--threads", opts.threads, 1, MAX_THREADS),
+        ("--max-tokens", opts.max_tokens, 1, MAX_TOKENS_PER_REQUEST),
+    ] {
+        if !(lo..=hi).contains(&x) {
+            bail!("{flag} {x} is out of range {lo}..={hi}");
+        }
+    }
+    if opts.rounds < 2 {
+        eprintln!(
+            "tuner sweep: warning: --rounds {}: every interval comes from the spread between rounds, so a sweep of \
+             one round states no interval and cannot be proposed",
+            opts.rounds
+        );
     }
     if let Some(sv) = &opts.served {
         for (flag, x) in [
@@ -388,6 +440,8 @@ pub fn start(opts: &SweepOptions) -> Result<Outcome> {
         widths: opts.widths.clone(),
         rounds: opts.rounds,
         bursts: opts.bursts,
+        bracket_arms: opts.bracket_arms,
+        bracket_bursts: Some(opts.bracket_bursts),
         warmup: opts.warmup,
         max_tokens: opts.max_tokens,
         threads: opts.threads,
@@ -414,7 +468,7 @@ pub fn start(opts: &SweepOptions) -> Result<Outcome> {
         tuner_version: env!("CARGO_PKG_VERSION").to_string(),
         started_at_unix_ms: started,
         date: utc_date(started),
-        plan: plan(&settings.widths, settings.rounds),
+        plan: plan(&settings.widths, settings.rounds, settings.bracket_arms),
         settings,
         prompts,
         identity,
@@ -529,138 +583,172 @@ fn drive(
         }
         None => Vec::new(),
     };
+    let mut attempts_here: BTreeMap<usize, usize> = BTreeMap::new();
     for (k, arm) in todo.iter().enumerate() {
         let arms_left = todo.len() - k;
-        let what = match arm.width {
-            Some(wd) => format!("arm {} (round {}, width {wd})", arm.index, arm.round + 1),
-            None => format!("arm {} (round {}, classic)", arm.index, arm.round + 1),
-        };
-        progress.message(&format!("{what}: gate"));
-        let gate_run = gate.wait(
-            Duration::from_secs_f64(s.gate_wait_s),
-            Duration::from_secs_f64(s.gate_interval_s),
-            |r, waited| {
-                eprintln!(
-                    "tuner sweep: gate before arm {}: waiting ({:.0} s of {:.0} s): {}",
-                    arm.index,
-                    waited.as_secs_f64(),
-                    s.gate_wait_s,
-                    crate::gate::summary_line(r)
-                )
-            },
-        );
-        let nvrm_now =
-            gate_run.report.checks.nvrm.reading.value.as_ref().filter(|r| r.applicable).and_then(|r| r.cumulative);
-        let worst_now = worst_delta;
-        let base = |halt, message: String| Halt {
-            halt,
-            arm: arm.index,
-            at_unix_ms: now_ms(),
-            message,
-            nvrm_current: nvrm_now,
-            nvrm_worst_arm_delta: worst_now,
-            arms_left: Some(arms_left),
-            nvrm_projected: None,
-            nvrm_budget: Some(s.gate.nvrm_budget),
-        };
-        match gate_run.decision {
-            Decision::Halt => {
-                return halt_line(
-                    &mut w,
-                    base(HaltKind::Gate, crate::gate::summary_line(&gate_run.report)),
-                    &mut progress,
-                );
+        loop {
+            let what = match arm.width {
+                Some(wd) => format!("arm {} (round {}, width {wd})", arm.index, arm.round + 1),
+                None => format!("arm {} (round {}, classic)", arm.index, arm.round + 1),
+            };
+            progress.message(&format!("{what}: gate"));
+            let gate_run = gate.wait(
+                Duration::from_secs_f64(s.gate_wait_s),
+                Duration::from_secs_f64(s.gate_interval_s),
+                |r, waited| {
+                    eprintln!(
+                        "tuner sweep: gate before arm {}: waiting ({:.0} s of {:.0} s): {}",
+                        arm.index,
+                        waited.as_secs_f64(),
+                        s.gate_wait_s,
+                        crate::gate::summary_line(r)
+                    )
+                },
+            );
+            let nvrm_now =
+                gate_run.report.checks.nvrm.reading.value.as_ref().filter(|r| r.applicable).and_then(|r| r.cumulative);
+            let worst_now = worst_delta;
+            let base = |halt, message: String| Halt {
+                halt,
+                arm: arm.index,
+                at_unix_ms: now_ms(),
+                message,
+                nvrm_current: nvrm_now,
+                nvrm_worst_arm_delta: worst_now,
+                arms_left: Some(arms_left),
+                nvrm_projected: None,
+                nvrm_budget: Some(s.gate.nvrm_budget),
+            };
+            match gate_run.decision {
+                Decision::Halt => {
+                    return halt_line(
+                        &mut w,
+                        base(HaltKind::Gate, crate::gate::summary_line(&gate_run.report)),
+                        &mut progress,
+                    );
+                }
+                Decision::Wait => {
+                    let msg = format!(
+                        "the gate still said wait after {:.0} s ({}); run `tuner sweep --resume {}` when the host is quiet",
+                        s.gate_wait_s,
+                        crate::gate::summary_line(&gate_run.report),
+                        dir.display()
+                    );
+                    return halt_line(&mut w, base(HaltKind::GateTimeout, msg), &mut progress);
+                }
+                Decision::Pass => {}
             }
-            Decision::Wait => {
-                let msg = format!(
-                    "the gate still said wait after {:.0} s ({}); run `tuner sweep --resume {}` when the host is quiet",
-                    s.gate_wait_s,
-                    crate::gate::summary_line(&gate_run.report),
-                    dir.display()
-                );
-                return halt_line(&mut w, base(HaltKind::GateTimeout, msg), &mut progress);
-            }
-            Decision::Pass => {}
-        }
-        // The projected count: current + the worst delta any arm has caused,
-        // for every arm still to run (this one included).
-        let projected = nvrm_now.map(|n| n + worst_delta.unwrap_or(0) * arms_left as u64);
-        if let Some(p) = projected
-            && p >= s.gate.nvrm_budget
-        {
-            let mut h = base(
-                HaltKind::NvrmBudget,
-                format!(
-                    "projected NV_ERR_NO_MEMORY count {p} (now {}, worst arm delta {}, {arms_left} arm(s) left) \
+            // The projected count: current + the worst delta any arm has caused,
+            // for every arm still to run (this one included).
+            let projected = nvrm_now.map(|n| n + worst_delta.unwrap_or(0) * arms_left as u64);
+            if let Some(p) = projected
+                && p >= s.gate.nvrm_budget
+            {
+                let mut h = base(
+                    HaltKind::NvrmBudget,
+                    format!(
+                        "projected NV_ERR_NO_MEMORY count {p} (now {}, worst arm delta {}, {arms_left} arm(s) left) \
                      reaches the budget of {}: not started. Read the kernel log; rerun with fewer arms or raise \
                      `--nvrm-budget` only if the errors are understood",
-                    nvrm_now.unwrap_or(0),
-                    worst_delta.unwrap_or(0),
-                    s.gate.nvrm_budget
-                ),
-            );
-            h.nvrm_projected = Some(p);
-            return halt_line(&mut w, h, &mut progress);
-        }
-        let attempt = prior_attempts.iter().filter(|&&a| a == arm.index).count();
-        let mut argv = vec![s.runtime.display().to_string()];
-        match &s.served {
-            Some(_) => argv.extend(crate::served::serve_args(s, arm.width)),
-            None => argv.extend(arm_args(s, arm.width)),
-        }
-        w.write(&RawLine::ArmStart(ArmStart {
-            arm: arm.index,
-            attempt,
-            round: arm.round,
-            width: arm.width,
-            bracket: arm.bracket,
-            started_at_unix_ms: now_ms(),
-            argv: argv.clone(),
-            env: env.clone(),
-            gate: gate_run.clone(),
-            nvrm_before: nvrm_now,
-            nvrm_projected: projected,
-        }))?;
-        progress.message(&format!("{what}: running"));
-        let end = match &s.served {
-            Some(served) => {
-                let a = crate::served::ServedArm {
-                    dir,
-                    arm,
-                    attempt,
-                    argv: &argv,
-                    env: &env,
-                    settings: s,
-                    served,
-                    prompts: &served_prompts,
-                    types: &types,
-                    rows: row_context(arm, attempt, &gate_run, nvrm_now),
-                };
-                crate::served::run_arm(&a, &mut w)?
+                        nvrm_now.unwrap_or(0),
+                        worst_delta.unwrap_or(0),
+                        s.gate.nvrm_budget
+                    ),
+                );
+                h.nvrm_projected = Some(p);
+                return halt_line(&mut w, h, &mut progress);
             }
-            None => run_arm(dir, arm, attempt, &argv, &env, &gate_run, nvrm_now, &types, &mut w)?,
-        };
-        let nvrm_after = gate.nvrm_count();
-        let nvrm_delta = match (nvrm_now, nvrm_after) {
-            (Some(a), Some(b)) => Some(b.saturating_sub(a)),
-            _ => None,
-        };
-        if let Some(d) = nvrm_delta {
-            worst_delta = Some(worst_delta.map_or(d, |x| x.max(d)));
+            let attempt = prior_attempts.iter().filter(|&&a| a == arm.index).count()
+                + attempts_here.get(&arm.index).copied().unwrap_or(0);
+            *attempts_here.entry(arm.index).or_default() += 1;
+            let mut argv = vec![s.runtime.display().to_string()];
+            match &s.served {
+                Some(_) => argv.extend(crate::served::serve_args(s, arm.width)),
+                None => argv.extend(arm_args(s, arm.width)),
+            }
+            w.write(&RawLine::ArmStart(ArmStart {
+                arm: arm.index,
+                attempt,
+                round: arm.round,
+                width: arm.width,
+                bracket: arm.bracket,
+                started_at_unix_ms: now_ms(),
+                argv: argv.clone(),
+                env: env.clone(),
+                gate: gate_run.clone(),
+                nvrm_before: nvrm_now,
+                nvrm_projected: projected,
+            }))?;
+            progress.message(&format!("{what}: running"));
+            let monitor = crate::gate::during::Monitor::start(&s.gate);
+            let end = match &s.served {
+                Some(served) => {
+                    let a = crate::served::ServedArm {
+                        dir,
+                        arm,
+                        attempt,
+                        argv: &argv,
+                        env: &env,
+                        settings: s,
+                        served,
+                        prompts: &served_prompts,
+                        types: &types,
+                        rows: row_context(arm, attempt, &gate_run, nvrm_now),
+                    };
+                    crate::served::run_arm(&a, &mut w)?
+                }
+                None => run_arm(dir, arm, attempt, &argv, &env, &gate_run, nvrm_now, &types, &mut w)?,
+            };
+            let nvrm_after = gate.nvrm_count();
+            let nvrm_delta = match (nvrm_now, nvrm_after) {
+                (Some(a), Some(b)) => Some(b.saturating_sub(a)),
+                _ => None,
+            };
+            if let Some(d) = nvrm_delta {
+                worst_delta = Some(worst_delta.map_or(d, |x| x.max(d)));
+            }
+            let during = monitor.finish();
+            let contended = during.contended();
+            let mut end = ArmEnd { nvrm_after, nvrm_delta, contention: Some(during.clone()), ..end };
+            if end.ok && contended {
+                end.ok = false;
+                end.error = Some(format!(
+                    "contention during the arm ({} of {} host readings): {}",
+                    during.contended_samples,
+                    during.samples,
+                    during.reasons.join("; ")
+                ));
+            }
+            let ok = end.ok;
+            let error = end.error.clone();
+            w.write(&RawLine::ArmEnd(end))?;
+            if !ok && contended {
+                if attempts_here[&arm.index] < MAX_CONTENTION_ATTEMPTS {
+                    progress.note(&format!(
+                        "{what}: contention during the arm ({}); running it again",
+                        error.unwrap_or_default()
+                    ));
+                    continue;
+                }
+                let msg = format!(
+                    "{what}: {MAX_CONTENTION_ATTEMPTS} attempts all ran through contention (last: {}); run `tuner sweep \
+                 --resume {}` when the host is quiet",
+                    error.unwrap_or_default(),
+                    dir.display()
+                );
+                return halt_line(&mut w, base(HaltKind::Contention, msg), &mut progress);
+            }
+            if !ok {
+                let msg = format!(
+                    "{what} failed: {}; fix the cause, then `tuner sweep --resume {}` reruns it",
+                    error.unwrap_or_default(),
+                    dir.display()
+                );
+                return halt_line(&mut w, base(HaltKind::ArmFailed, msg), &mut progress);
+            }
+            progress.arm_done();
+            break;
         }
-        let end = ArmEnd { nvrm_after, nvrm_delta, ..end };
-        let ok = end.ok;
-        let error = end.error.clone();
-        w.write(&RawLine::ArmEnd(end))?;
-        if !ok {
-            let msg = format!(
-                "{what} failed: {}; fix the cause, then `tuner sweep --resume {}` reruns it",
-                error.unwrap_or_default(),
-                dir.display()
-            );
-            return halt_line(&mut w, base(HaltKind::ArmFailed, msg), &mut progress);
-        }
-        progress.arm_done();
     }
     w.write(&RawLine::Done(Done { at_unix_ms: now_ms() }))?;
     progress.finish();
@@ -858,7 +946,7 @@ mod tests {
 
     #[test]
     fn every_round_is_bracketed_and_the_width_order_rotates() {
-        let p = plan(&[1, 2, 3, 4], 2);
+        let p = plan(&[1, 2, 3, 4], 2, 1);
         let widths: Vec<Option<usize>> = p.iter().map(|a| a.width).collect();
         assert_eq!(
             widths,
@@ -869,7 +957,7 @@ mod tests {
         assert_eq!(p[6].round, 1);
         assert!(p.iter().enumerate().all(|(i, a)| a.index == i));
         // Three rounds of three widths: each width in a different position each round.
-        let p = plan(&[1, 2, 3], 3);
+        let p = plan(&[1, 2, 3], 3, 1);
         let firsts: Vec<Option<usize>> = p.chunks(5).map(|r| r[1].width).collect();
         assert_eq!(firsts, vec![Some(1), Some(2), Some(3)]);
     }
@@ -903,6 +991,8 @@ mod tests {
             widths: vec![3],
             rounds: 1,
             bursts: 3,
+            bracket_arms: 1,
+            bracket_bursts: None,
             warmup: 1,
             max_tokens: 64,
             threads: 2,

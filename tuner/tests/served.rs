@@ -21,7 +21,11 @@ use draftwise_tests::{FAKE_GATE, exclude_other_runtimes};
 use runtime::events::Event;
 use serde_json::{Value, json};
 
-const FINGERPRINT: &str = "0123456789abcdef";
+/// This build's fingerprint: `propose` refuses a record measured under another.
+/// Serializes the tuner runs of this test binary (see `Fixture::tuner`).
+static SWEEPS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+const FINGERPRINT: &str = runtime::policy::KERNEL_FINGERPRINT;
 /// Two prompts, one of each endpoint.
 const PROMPTS: usize = 2;
 const BURSTS: usize = 3;
@@ -191,7 +195,7 @@ struct Fixture {
 
 impl Fixture {
     /// A scratch repository with a fake runtime whose arms talk to `addr`:
-    /// classic, width 1, width 2, classic.
+    /// classic, width 1, width 2, classic, and the second round.
     fn new(addr: SocketAddr) -> Fixture {
         let tmp = tempfile::tempdir().unwrap();
         let root = tmp.path().to_path_buf();
@@ -228,7 +232,8 @@ impl Fixture {
         )
         .unwrap();
         std::fs::write(fake.join("kmsg"), "6,0,0,-;Linux version 6.8.0\n").unwrap();
-        for (n, width) in [None, Some(1), Some(2), None].into_iter().enumerate() {
+        // Two rounds: C 1 2 C | C 2 1 C (the plan rotates the widths).
+        for (n, width) in [None, Some(1), Some(2), None, None, Some(2), Some(1), None].into_iter().enumerate() {
             let mut lines = vec![startup(width, addr)];
             lines.extend((n * PER_ARM..(n + 1) * PER_ARM).map(|k| request_events(k, width)));
             std::fs::write(fake.join(format!("arm-{n}.jsonl")), lines.join("\n") + "\n").unwrap();
@@ -241,7 +246,11 @@ impl Fixture {
         std::fs::write(self.fake.join("before.sh"), sh).unwrap();
     }
 
+    /// Runs the tuner. Sweeps in this binary run one at a time: the gate
+    /// watches the host while an arm runs, and another test's fake runtime
+    /// is, to it, a foreign model process (contention).
     fn tuner(&self, args: &[&str]) -> Output {
+        let _one_at_a_time = SWEEPS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         Command::new(env!("CARGO_BIN_EXE_tuner"))
             .args(args)
             .env("DRAFTWISE_TUNER_NVRM_LOG", self.fake.join("kmsg"))
@@ -263,8 +272,12 @@ impl Fixture {
             "--widths",
             "1,2",
             "--rounds",
-            "1",
+            "2",
             "--bursts",
+            &BURSTS.to_string(),
+            "--bracket-arms",
+            "1",
+            "--bracket-bursts",
             &BURSTS.to_string(),
             "--max-tokens",
             "4",
@@ -340,7 +353,7 @@ fn a_clean_served_sweep_records_client_timings_and_summarizes_as_served() {
     assert!(args.starts_with("serve --json --host 127.0.0.1 --port 0 --model "), "{args}");
     assert!(args.contains("--threads 2 --drafter ngram --draft-block-size 1"), "{args}");
     let reqs = f.raw("request");
-    assert_eq!(reqs.len(), 4 * PROMPTS * BURSTS, "warm-ups are not recorded");
+    assert_eq!(reqs.len(), 8 * PROMPTS * BURSTS, "warm-ups are not recorded");
     for r in &reqs {
         let s = &r["served"];
         assert!(s["ttft_ms"].as_f64().unwrap() > 0.0 && s["e2e_ms"].as_f64() >= s["ttft_ms"].as_f64(), "{r}");
@@ -356,7 +369,7 @@ fn a_clean_served_sweep_records_client_timings_and_summarizes_as_served() {
         assert_eq!(e["server"]["stop"], "sigterm");
         assert!(e["server"]["address"].as_str().unwrap().starts_with("127.0.0.1:"));
     }
-    assert!((0..4).all(|n| gone(f.pid(n))));
+    assert!((0..8).all(|n| gone(f.pid(n))));
     let header = &f.raw("sweep")[0];
     assert_eq!(header["settings"]["served"]["health_timeout_s"], 120.0);
     let o = f.tuner(&["summarize", f.out.to_str().unwrap(), "--json"]);
@@ -367,8 +380,8 @@ fn a_clean_served_sweep_records_client_timings_and_summarizes_as_served() {
         (Some(true), Some(true), Some(true))
     );
     assert!(s["decision_rule"].as_str().unwrap().contains("end-to-end tok/s"));
-    assert_eq!(s["classic_ttft_ms"]["n"], 2 * PROMPTS * BURSTS);
-    assert_eq!(s["widths"][0]["ttft_ms"]["n"], PROMPTS * BURSTS);
+    assert_eq!(s["classic_ttft_ms"]["n"], 4 * PROMPTS * BURSTS);
+    assert_eq!(s["widths"][0]["ttft_ms"]["n"], 2 * PROMPTS * BURSTS);
     let record = std::fs::read_to_string(f.out.join("record.md")).unwrap();
     assert!(record.contains("**Served sweep.**") && record.contains("### Time to first token"), "{record}");
     let csv = std::fs::read_to_string(f.out.join("summary.csv")).unwrap();

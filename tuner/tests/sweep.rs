@@ -17,7 +17,11 @@ use draftwise_tests::{FAKE_GATE, exclude_other_runtimes};
 use runtime::events::Event;
 use serde_json::{Value, json};
 
-const FINGERPRINT: &str = "0123456789abcdef";
+/// This build's fingerprint: `propose` refuses a record measured under another.
+/// Serializes the tuner runs of this test binary (see `Fixture::tuner`).
+static SWEEPS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+const FINGERPRINT: &str = runtime::policy::KERNEL_FINGERPRINT;
 const PROMPTS: [(&str, &str); 2] = [("p1", "code"), ("p2", "free")];
 const BURSTS: usize = 3;
 
@@ -221,7 +225,11 @@ impl Fixture {
         std::fs::write(self.fake.join(format!("arm-{n}.sh")), sh).unwrap();
     }
 
+    /// Runs the tuner. Sweeps in this binary run one at a time: the gate
+    /// watches the host while an arm runs, and another test's fake runtime
+    /// is, to it, a foreign model process (contention).
     fn tuner(&self, args: &[&str], extra_env: &[(&str, &str)]) -> Output {
+        let _one_at_a_time = SWEEPS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let mut c = Command::new(env!("CARGO_BIN_EXE_tuner"));
         c.args(args).env("DRAFTWISE_TUNER_NVRM_LOG", self.fake.join("kmsg"));
         for (k, v) in extra_env {
@@ -230,7 +238,8 @@ impl Fixture {
         c.output().expect("run tuner")
     }
 
-    /// `tuner sweep` over widths 1,2, one round: arms C 1 2 C.
+    /// `tuner sweep` over widths 1,2, two rounds of one bracket arm a side:
+    /// arms C 1 2 C | C 2 1 C (invocations 0..=7).
     fn sweep(&self, extra: &[&str]) -> Output {
         let fake = self.fake.display().to_string();
         let mut args: Vec<String> = [
@@ -244,8 +253,12 @@ impl Fixture {
             "--widths",
             "1,2",
             "--rounds",
-            "1",
+            "2",
             "--bursts",
+            "3",
+            "--bracket-arms",
+            "1",
+            "--bracket-bursts",
             "3",
             "--max-tokens",
             "8",
@@ -327,10 +340,10 @@ fn a_clean_sweep_writes_a_record_and_proposes_the_best_qualified_width() {
     let k = kinds(&lines);
     assert_eq!(k.first().map(String::as_str), Some("sweep"));
     assert_eq!(k.last().map(String::as_str), Some("done"));
-    assert_eq!(k.iter().filter(|x| *x == "arm_start").count(), 4);
+    assert_eq!(k.iter().filter(|x| *x == "arm_start").count(), 8);
     // Warm-ups are excluded: 2 prompts x 3 bursts per arm, none with the warm-up rate.
     let reqs: Vec<&Value> = lines.iter().filter(|l| l["kind"] == "request").collect();
-    assert_eq!(reqs.len(), 4 * 6);
+    assert_eq!(reqs.len(), 8 * 6);
     assert!(reqs.iter().all(|r| r["decode_tok_per_s"].as_f64().unwrap() < 1e5));
     assert!(reqs.iter().filter(|r| !r["width"].is_null()).all(|r| r["diagnostics_present"] == true));
     // Each arm got explicit settings and only the recorded environment.
@@ -358,19 +371,28 @@ fn a_clean_sweep_writes_a_record_and_proposes_the_best_qualified_width() {
     assert_eq!(s["decision"]["width"], 1);
     assert_eq!(s["drift"], false);
     assert_eq!(s["identical"], true);
-    let r1 = s["widths"][0]["ratio"]["median"].as_f64().unwrap();
+    let r1 = s["widths"][0]["ratio"]["ratio"].as_f64().unwrap();
     assert!((r1 - 1.3).abs() < 0.02, "{r1}");
+    assert_eq!(s["widths"][0]["ratio"]["rounds"], 2);
+    assert_eq!(s["decision"]["tied"], json!([1]));
+    assert!(s["data_problems"].as_array().unwrap().is_empty(), "{}", s["data_problems"]);
+    // Every arm was watched while it ran.
+    let ends: Vec<&Value> = lines.iter().filter(|l| l["kind"] == "arm_end").collect();
+    assert!(ends.iter().all(|e| e["contention"]["samples"].as_u64().unwrap() >= 1), "{ends:?}");
     let record = f.record();
     let rule = record.find("## Decision rule").unwrap();
     assert!(rule < record.find("## Results").unwrap(), "the rule is printed before the results");
     assert!(record.contains("By the decision rule the width is 1"), "{record}");
+    // The decision comes first, and the plot is embedded.
+    let head = record.find("**Decision: width 1**").expect("the decision line");
+    assert!(head < record.find("## Decision rule").unwrap() && record.contains("![ratio to classic"), "{record}");
     for placeholder in ["TODO", "TBD", "XXX", "{}", "NaN"] {
         assert!(!record.contains(placeholder), "placeholder {placeholder:?} in the record");
     }
     assert!(f.out.join("summary.csv").exists());
     let svg = std::fs::read_to_string(f.out.join("plot.svg")).unwrap();
-    assert!(svg.contains("<svg") && svg.contains("code"), "plot");
-    // Summaries are reproducible byte for byte (seeded bootstrap).
+    assert!(svg.contains("<svg") && svg.contains("code") && svg.contains("chosen width 1"), "plot");
+    // Summaries are reproducible byte for byte.
     let again = f.summary();
     assert_eq!(s, again);
 
@@ -399,12 +421,16 @@ fn a_clean_sweep_writes_a_record_and_proposes_the_best_qualified_width() {
 #[test]
 fn a_drifted_host_prints_no_clean_table_and_propose_refuses() {
     let f = Fixture::new();
-    // The closing bracket (4th invocation) runs 30% slower than the opening one.
+    // Round 1's closing bracket (4th invocation) runs 30% slower than its opening one.
     f.set_arm(3, &arm(None, 70.0, Spec::default()));
     let o = f.sweep(&[]);
     assert!(o.status.success(), "{}", text(&o));
     let s = f.summary();
     assert_eq!(s["drift"], true);
+    assert_eq!(s["rounds"][0]["drifted"], true);
+    assert_eq!(s["rounds"][1]["drifted"], false);
+    let d = s["rounds"][0]["test"]["drift"].as_f64().unwrap();
+    assert!((d - 0.7).abs() < 0.01, "{d}");
     let record = f.record();
     assert!(record.contains("NOT CLEAN"), "{record}");
     assert!(record.contains("not shown (drift)"));
@@ -413,17 +439,48 @@ fn a_drifted_host_prints_no_clean_table_and_propose_refuses() {
 }
 
 #[test]
-fn too_few_classic_samples_to_judge_drift_is_refused() {
+fn one_round_states_no_interval_and_is_refused() {
     let f = Fixture::new();
-    // One burst of two prompts: 2 samples per bracket, a 33% chance of a
-    // false non-overlap, so the check cannot rule drift out.
-    f.set_width(None, &arm_bursts(None, 100.0, Spec::default(), 1));
-    assert!(f.sweep(&[]).status.success());
+    assert!(f.sweep(&["--rounds", "1"]).status.success());
+    let s = f.summary();
+    assert_eq!(s["complete_rounds"], 1);
+    assert!(s["widths"][0]["ratio"]["interval"].is_null());
+    assert_eq!(s["drift_unjudged"], true, "one bracket arm a side and one round: no variance to judge by");
+    assert!(f.record().contains("**cannot judge**"));
+    assert_refused(&f.propose(true), "at least two");
+}
+
+#[test]
+fn drift_that_cannot_be_judged_is_refused() {
+    let f = Fixture::new();
+    // One width and one bracket arm a side: no within-side spread and no
+    // width x round interaction to estimate the variance from.
+    assert!(f.sweep(&["--widths", "1"]).status.success());
     let s = f.summary();
     assert_eq!(s["drift"], false);
     assert_eq!(s["drift_unjudged"], true);
-    assert!(f.record().contains("**cannot judge**"));
     assert_refused(&f.propose(true), "drift cannot be ruled out");
+}
+
+#[test]
+fn a_small_closing_disagreement_is_not_drift_but_widens_the_interval() {
+    let f = Fixture::new();
+    let clean = {
+        assert!(f.sweep(&[]).status.success());
+        f.summary()
+    };
+    let g = Fixture::new();
+    // Round 1 closes 1% slower: under the 2% tolerance.
+    g.set_arm(3, &arm(None, 99.0, Spec::default()));
+    assert!(g.sweep(&[]).status.success());
+    let s = g.summary();
+    assert_eq!(s["drift"], false, "{}", s["rounds"]);
+    let width = |v: &Value| {
+        let iv = &v["widths"][0]["ratio"]["interval"];
+        iv[1].as_f64().unwrap() - iv[0].as_f64().unwrap()
+    };
+    assert!(s["widths"][0]["ratio"]["drift_widening_log"].as_f64().unwrap() > 0.0);
+    assert!(width(&s) > width(&clean), "{} vs {}", width(&s), width(&clean));
 }
 
 #[test]
@@ -432,10 +489,11 @@ fn a_declined_arm_is_not_a_measurement_and_cannot_be_proposed() {
     f.set_width(Some(1), &arm(Some(1), 150.0, Spec { declined: true, ..Spec::default() }));
     assert!(f.sweep(&[]).status.success());
     let s = f.summary();
-    assert_eq!(s["decision"]["width"], 1);
+    // The declined width is left out of the decision, and still refused: it could have been the best.
+    assert_eq!(s["decision"]["width"], 2);
     assert!(s["widths"][0]["not_a_measurement"].as_str().unwrap().contains("declined"));
     assert!(f.record().contains("**not a measurement**"));
-    assert_refused(&f.propose(true), "not a measurement");
+    assert_refused(&f.propose(true), "not measurements");
 }
 
 #[test]
@@ -466,7 +524,7 @@ fn output_that_differs_from_classic_names_the_first_token_and_is_refused() {
     let s = f.summary();
     assert_eq!(s["identical"], false);
     let d = &s["widths"][1]["differences"];
-    assert_eq!(d.as_array().unwrap().len(), 3, "every p2 burst of width 2");
+    assert_eq!(d.as_array().unwrap().len(), 6, "every p2 burst of width 2, both rounds");
     assert_eq!(d[0]["first_differing_token"], 3);
     assert_eq!(d[0]["prompt_id"], "p2");
     assert!(f.record().contains("**Outputs differ.**"));
@@ -486,8 +544,8 @@ fn the_nvrm_projection_halts_before_an_arm_and_writes_the_halt_into_raw_data() {
     let halt = lines.iter().find(|l| l["kind"] == "halt").expect("a halt line");
     assert_eq!(halt["halt"], "nvrm_budget");
     assert_eq!(halt["arm"], 1);
-    // now 1 + worst delta 1 x 3 arms left = 4 >= 3.
-    assert_eq!(halt["nvrm_projected"], 4);
+    // now 1 + worst delta 1 x 7 arms left = 8 >= 3.
+    assert_eq!(halt["nvrm_projected"], 8);
     assert_eq!(kinds(&lines).iter().filter(|k| *k == "arm_start").count(), 1, "arm 1 never started");
     assert!(f.record().contains("**incomplete**"));
     assert_refused(&f.propose(true), "incomplete");
@@ -519,8 +577,8 @@ fn a_crash_mid_arm_halts_with_the_partial_data_and_resume_reruns_the_arm() {
     assert!(lines.iter().any(|l| l["kind"] == "arm_start" && l["arm"] == 1 && l["attempt"] == 1));
     let s = f.summary();
     assert_eq!(s["complete"], true);
-    // Only the complete attempt counts: 2 prompts x 3 bursts.
-    assert_eq!(s["widths"][0]["requests"], 6);
+    // Only the complete attempt counts: 2 prompts x 3 bursts x 2 rounds.
+    assert_eq!(s["widths"][0]["requests"], 12);
     assert!(f.propose(true).status.success());
 }
 
@@ -572,8 +630,10 @@ fn a_gate_source_accepted_as_unknown_is_recorded_and_refused() {
         "--widths",
         "1",
         "--rounds",
-        "1",
+        "2",
         "--bursts",
+        "3",
+        "--bracket-bursts",
         "3",
         "--out",
         f.out.to_str().unwrap(),
@@ -648,4 +708,154 @@ fn malformed_raw_data_and_a_bad_table_are_clear_errors() {
     std::fs::rename(&f.out, &elsewhere).unwrap();
     let o = f.tuner(&["propose", elsewhere.to_str().unwrap(), "--dry-run"], &[]);
     assert_refused(&o, "records/");
+}
+
+/// Rewrites raw.jsonl line by line (1-based line numbers) and returns the new text.
+fn doctor(f: &Fixture, edit: impl Fn(usize, &mut Value) -> Option<Vec<Value>>) {
+    let raw = f.out.join("raw.jsonl");
+    let text = std::fs::read_to_string(&raw).unwrap();
+    let mut out = String::new();
+    for (i, l) in text.lines().enumerate() {
+        let mut v: Value = serde_json::from_str(l).unwrap();
+        match edit(i + 1, &mut v) {
+            Some(vs) => vs.iter().for_each(|x| out.push_str(&(x.to_string() + "\n"))),
+            None => out.push_str(&(v.to_string() + "\n")),
+        }
+    }
+    std::fs::write(&raw, out).unwrap();
+}
+
+/// The first request line's 1-based number.
+fn first_request_line(f: &Fixture) -> usize {
+    f.raw_lines().iter().position(|l| l["kind"] == "request").unwrap() + 1
+}
+
+#[test]
+fn a_token_hash_that_does_not_match_its_token_ids_is_named_and_refused() {
+    let f = Fixture::new();
+    assert!(f.sweep(&[]).status.success());
+    let at = first_request_line(&f);
+    doctor(&f, |n, v| {
+        if n == at {
+            v["token_ids"][0] = json!(7);
+        }
+        None
+    });
+    let s = f.summary();
+    let p = &s["data_problems"][0];
+    assert_eq!(p["line"], at);
+    assert!(p["what"].as_str().unwrap().contains("token_ids_sha256"), "{p}");
+    assert!(f.record().contains(&format!("raw.jsonl:{at}")));
+    assert_refused(&f.propose(true), &format!("raw.jsonl:{at}"));
+}
+
+#[test]
+fn a_duplicated_request_line_is_named_and_refused() {
+    let f = Fixture::new();
+    assert!(f.sweep(&[]).status.success());
+    let at = first_request_line(&f);
+    doctor(&f, |n, v| (n == at).then(|| vec![v.clone(), v.clone()]));
+    let s = f.summary();
+    let whats: Vec<&str> = s["data_problems"].as_array().unwrap().iter().map(|p| p["what"].as_str().unwrap()).collect();
+    assert!(whats.iter().any(|w| w.contains("duplicated request")), "{whats:?}");
+    assert_refused(&f.propose(true), "duplicated request");
+}
+
+#[test]
+fn an_arm_that_ended_ok_without_request_lines_is_named_and_refused() {
+    let f = Fixture::new();
+    assert!(f.sweep(&[]).status.success());
+    // Arm 1's request lines vanish; its arm_end still says ok.
+    doctor(&f, |_, v| (v["kind"] == "request" && v["arm"] == 1).then(Vec::new));
+    let s = f.summary();
+    let whats: Vec<&str> = s["data_problems"].as_array().unwrap().iter().map(|p| p["what"].as_str().unwrap()).collect();
+    assert!(whats.iter().any(|w| w.contains("arm 1 ended ok but has no request lines")), "{whats:?}");
+    assert_refused(&f.propose(true), "no request lines");
+}
+
+#[test]
+fn a_request_count_that_does_not_match_the_plan_is_named_and_refused() {
+    let f = Fixture::new();
+    assert!(f.sweep(&[]).status.success());
+    // One request of arm 2 dropped, and arm_end counts fixed to match: the plan still says 6.
+    let mut dropped = false;
+    let raw = f.out.join("raw.jsonl");
+    let text = std::fs::read_to_string(&raw).unwrap();
+    let mut out = String::new();
+    for l in text.lines() {
+        let mut v: Value = serde_json::from_str(l).unwrap();
+        if v["kind"] == "request" && v["arm"] == 2 && !dropped {
+            dropped = true;
+            continue;
+        }
+        if v["kind"] == "arm_end" && v["arm"] == 2 {
+            v["requests"] = json!(5);
+        }
+        out.push_str(&(v.to_string() + "\n"));
+    }
+    std::fs::write(&raw, out).unwrap();
+    let s = f.summary();
+    let whats: Vec<&str> = s["data_problems"].as_array().unwrap().iter().map(|p| p["what"].as_str().unwrap()).collect();
+    assert!(whats.iter().any(|w| w.contains("arm 2 has 5 request lines; the plan gives 6")), "{whats:?}");
+    assert_refused(&f.propose(true), "the plan gives 6");
+}
+
+#[test]
+fn a_plan_that_does_not_match_the_settings_is_named_and_refused() {
+    let f = Fixture::new();
+    assert!(f.sweep(&[]).status.success());
+    doctor(&f, |n, v| {
+        if n == 1 {
+            v["settings"]["rounds"] = json!(3);
+        }
+        None
+    });
+    let s = f.summary();
+    assert!(s["data_problems"][0]["what"].as_str().unwrap().contains("is not the plan its settings give"), "{s}");
+    assert_refused(&f.propose(true), "is not the plan its settings give");
+}
+
+#[test]
+fn a_width_whose_rates_are_invalid_is_not_a_measurement_and_is_refused() {
+    let f = Fixture::new();
+    // Three widths, so that drift stays judgeable from the two valid ones.
+    f.set_width(Some(3), &arm(Some(3), 110.0, Spec::default()));
+    assert!(f.sweep(&["--widths", "1,2,3"]).status.success());
+    // Every width-1 request gets a negative or missing rate: width 1 would
+    // drop out and width 2 be chosen, silently, without the check.
+    doctor(&f, |_, v| {
+        if v["kind"] == "request" && v["width"] == 1 {
+            let bad = if v["burst"] == 0 { json!(-5.0) } else { Value::Null };
+            v["decode_tok_per_s"] = bad;
+        }
+        None
+    });
+    let s = f.summary();
+    let why = s["widths"][0]["not_a_measurement"].as_str().unwrap();
+    assert!(why.contains("missing, non-finite or non-positive"), "{why}");
+    assert_eq!(s["widths"][0]["invalid_rate_requests"], 12);
+    assert_eq!(s["drift_unjudged"], false);
+    assert_eq!(s["decision"]["width"], 2);
+    assert_refused(&f.propose(true), "not measurements");
+}
+
+#[test]
+fn contention_during_an_arm_reruns_it_and_the_record_says_why() {
+    let f = Fixture::new();
+    // The second invocation (arm 1) starts a CPU hog outside the tuner's
+    // process tree (setsid -f: reparented, not a descendant) and runs long
+    // enough for the gate to see it while the arm runs.
+    f.set_hook(1, "setsid -f sh -c 'timeout 5 sh -c \"while :; do :; done\"' </dev/null >/dev/null 2>&1; sleep 3\n");
+    let o = f.sweep(&["--cpu-threshold", "60", "--cpu-window-ms", "300"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let lines = f.raw_lines();
+    let first = lines.iter().find(|l| l["kind"] == "arm_end" && l["arm"] == 1 && l["attempt"] == 0).unwrap();
+    assert_eq!(first["ok"], false, "{first}");
+    assert!(first["contention"]["contended_samples"].as_u64().unwrap() >= 1, "{first}");
+    assert!(first["error"].as_str().unwrap().contains("contention during the arm"), "{first}");
+    assert!(lines.iter().any(|l| l["kind"] == "arm_end" && l["arm"] == 1 && l["attempt"] == 1 && l["ok"] == true));
+    let s = f.summary();
+    assert_eq!(s["contention_reruns"][0]["arm"], 1);
+    assert!(f.record().contains("ran through contention and were re-run"));
+    assert_eq!(s["complete"], true);
 }

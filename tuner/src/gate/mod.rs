@@ -15,6 +15,7 @@
 //!
 //! Library use: `gate::check(&GateConfig::default())` → [`GateReport`].
 pub mod cpu;
+pub mod during;
 pub mod foreign;
 pub mod gpu;
 pub mod memory;

@@ -1,0 +1,114 @@
+//! The gate while an arm runs: [`Monitor`] samples the host on a thread
+//! (foreign CPU share, foreign model processes, memory, GPUs) until the arm
+//! ends, and [`DuringArm`] is what it saw, written into the arm's `arm_end`
+//! line. An arm measured through contention is re-run by the sweep (bounded,
+//! every attempt kept in raw.jsonl).
+//!
+//! The NV_ERR_NO_MEMORY count is not sampled here: it is read before and
+//! after each arm and projected against the budget (the sweep's own check).
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::{GateConfig, Source, Status};
+
+/// Pause between samples; each sample itself takes the CPU window.
+pub const SAMPLE_PAUSE: Duration = Duration::from_millis(1500);
+
+/// Reasons kept per arm (the first ones; the count is always complete).
+const MAX_REASONS: usize = 8;
+
+/// What the gate saw while an arm ran.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct DuringArm {
+    /// Host readings taken while the arm ran.
+    pub samples: usize,
+    /// Readings in which a contention source (cpu, foreign, gpu, memory)
+    /// said wait or halt.
+    pub contended_samples: usize,
+    /// The first reasons, each with the source that gave it.
+    pub reasons: Vec<String>,
+    /// The largest host-wide CPU share not ours (percent of one core).
+    pub max_not_ours_core_pct: Option<f64>,
+    /// The smallest MemAvailable seen (MiB).
+    pub min_available_mib: Option<u64>,
+}
+
+impl DuringArm {
+    pub fn contended(&self) -> bool {
+        self.contended_samples > 0
+    }
+}
+
+/// A running sampler; [`Monitor::finish`] stops it and returns its readings.
+pub struct Monitor {
+    stop: Arc<AtomicBool>,
+    handle: Option<JoinHandle<DuringArm>>,
+}
+
+impl Monitor {
+    /// Starts sampling with the sweep's gate thresholds. The tuner and its
+    /// descendants (the arm's runtime) are left out, as before an arm.
+    pub fn start(cfg: &GateConfig) -> Monitor {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&stop);
+        let cfg = cfg.clone();
+        let handle = std::thread::Builder::new()
+            .name("gate-during-arm".into())
+            .spawn(move || {
+                let mut d = DuringArm::default();
+                while !flag.load(Ordering::Relaxed) {
+                    // A window the arm ended in still saw part of it: kept.
+                    let inputs = super::collect(&cfg, None);
+                    let report = super::evaluate(&inputs, &cfg);
+                    d.samples += 1;
+                    let c = &report.checks;
+                    if let Some(h) = c.cpu.reading.value.as_ref().and_then(|r| r.host.value.as_ref()) {
+                        d.max_not_ours_core_pct =
+                            Some(d.max_not_ours_core_pct.map_or(h.not_ours_core_pct, |m| m.max(h.not_ours_core_pct)));
+                    }
+                    if let Some(m) = c.memory.reading.value.as_ref() {
+                        d.min_available_mib =
+                            Some(d.min_available_mib.map_or(m.available_mib, |x| x.min(m.available_mib)));
+                    }
+                    let blocking: Vec<String> = [
+                        (Source::Cpu, c.cpu.status, &c.cpu.reasons),
+                        (Source::Foreign, c.foreign.status, &c.foreign.reasons),
+                        (Source::Gpu, c.gpu.status, &c.gpu.reasons),
+                        (Source::Memory, c.memory.status, &c.memory.reasons),
+                    ]
+                    .into_iter()
+                    .filter(|(_, st, _)| matches!(st, Status::Wait | Status::Halt))
+                    .flat_map(|(src, _, rs)| rs.iter().map(move |r| format!("{}: {r}", src.name())))
+                    .collect();
+                    if !blocking.is_empty() {
+                        d.contended_samples += 1;
+                        for r in blocking {
+                            if d.reasons.len() < MAX_REASONS && !d.reasons.contains(&r) {
+                                d.reasons.push(r);
+                            }
+                        }
+                    }
+                    // Sleep in slices so that finishing is prompt.
+                    let mut slept = Duration::ZERO;
+                    while slept < SAMPLE_PAUSE && !flag.load(Ordering::Relaxed) {
+                        std::thread::sleep(Duration::from_millis(50));
+                        slept += Duration::from_millis(50);
+                    }
+                }
+                d
+            })
+            .ok();
+        Monitor { stop, handle }
+    }
+
+    /// Stops sampling and returns what was seen (empty if the thread could
+    /// not start: then `samples` is 0 and the record says so).
+    pub fn finish(mut self) -> DuringArm {
+        self.stop.store(true, Ordering::Relaxed);
+        self.handle.take().and_then(|h| h.join().ok()).unwrap_or_default()
+    }
+}

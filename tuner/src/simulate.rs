@@ -1,0 +1,380 @@
+//! Synthetic sweeps with a known truth, for calibrating the summarizer:
+//! [`SimConfig`] (the truth and the noise), [`sweep`] (→ a [`RawFile`] with
+//! exactly the lines `tuner sweep` writes), [`calibrate`] (runs many sweeps
+//! through the real [`crate::summary::summarize`] and counts coverage and
+//! drift verdicts).
+//!
+//! The generator's model of a request's rate (docs/records.md, "Calibration"):
+//! `base_p * ratio_w * f_a * e_r * slow`, where `base_p` is the prompt's
+//! speed (prompts differ by about 20 %), `ratio_w` the width's true ratio to
+//! classic (1 for classic arms), `f_a = exp(N(0, process_spread))` the
+//! arm's process factor, `e_r = exp(N(0, request_noise))` the request's
+//! noise, and `slow` a slowdown applied to every arm of one round's closing
+//! bracket side (the drift under test).
+use std::collections::BTreeMap;
+
+use runtime::events::{SpeculativeDiagnostics, Startup, Usage};
+
+use crate::gate::GateRun;
+use crate::raw::{
+    ArmEnd, ArmStart, ArmStartup, Bracket, Done, PromptTag, RawFile, RawLine, RequestRow, Settings, SweepHeader,
+};
+
+/// The truth and the noise of a synthetic sweep, and its plan.
+#[derive(Clone, Debug)]
+pub struct SimConfig {
+    /// Width → true ratio to classic.
+    pub truth: BTreeMap<usize, f64>,
+    pub rounds: usize,
+    pub bursts: usize,
+    pub bracket_arms: usize,
+    pub bracket_bursts: usize,
+    pub prompts: usize,
+    /// Standard deviation of ln(process factor).
+    pub process_spread: f64,
+    /// Standard deviation of ln(request noise).
+    pub request_noise: f64,
+    /// `(round, fraction)`: every closing-bracket arm of that round runs
+    /// `1 - fraction` as fast.
+    pub close_slowdown: Option<(usize, f64)>,
+    pub seed: u64,
+}
+
+impl SimConfig {
+    /// The default sweep plan ([`crate::sweep`] defaults, 12 prompts) over a
+    /// truth shaped like the committed records: a peak at width 2, slower
+    /// beyond.
+    pub fn default_plan(process_spread: f64, request_noise: f64, seed: u64) -> SimConfig {
+        let truth = [1.12, 1.15, 1.12, 1.08, 1.05, 1.01, 0.97, 0.93];
+        SimConfig {
+            truth: truth.iter().enumerate().map(|(i, r)| (i + 1, *r)).collect(),
+            rounds: crate::sweep::DEFAULT_ROUNDS,
+            bursts: crate::sweep::DEFAULT_BURSTS,
+            bracket_arms: crate::sweep::DEFAULT_BRACKET_ARMS,
+            bracket_bursts: crate::sweep::DEFAULT_BRACKET_BURSTS,
+            prompts: 12,
+            process_spread,
+            request_noise,
+            close_slowdown: None,
+            seed,
+        }
+    }
+}
+
+/// SplitMix64 (Steele, Lea & Flood 2014) and Box-Muller normals: small,
+/// seeded, reproducible.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in (0, 1).
+    fn uniform(&mut self) -> f64 {
+        ((self.next() >> 11) as f64 + 0.5) / (1u64 << 53) as f64
+    }
+
+    fn normal(&mut self) -> f64 {
+        let (u, v) = (self.uniform(), self.uniform());
+        (-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos()
+    }
+}
+
+/// What every synthetic sweep shares: a header (with a real identity of
+/// this host, read once) and a gate run.
+pub struct Template {
+    header: SweepHeader,
+    gate: GateRun,
+}
+
+impl Template {
+    /// Reads this host's identity and one gate report (a few hundred ms).
+    pub fn new() -> Template {
+        let identity = crate::identity::collect(&crate::identity::IdentityOptions {
+            runtime: Some("/nonexistent/runtime".into()),
+            models: vec![],
+        });
+        let cfg = crate::gate::GateConfig { cpu_window_ms: 10, ..crate::gate::GateConfig::default() };
+        let report = crate::gate::check(&cfg);
+        let gate = GateRun {
+            schema_version: 1,
+            decision: crate::gate::Decision::Pass,
+            exit_code: 0,
+            attempts: 1,
+            waited_ms: 0,
+            timeout_s: 0.0,
+            timed_out: false,
+            report: crate::gate::GateReport {
+                verdict: crate::gate::Verdict { accepted_unknown: vec![], ..report.verdict.clone() },
+                ..report
+            },
+        };
+        let settings = Settings {
+            target: "/sim/model.gguf".into(),
+            drafter: "ngram".into(),
+            drafter_model: None,
+            widths: vec![],
+            rounds: 0,
+            bursts: 0,
+            bracket_arms: 1,
+            bracket_bursts: None,
+            warmup: 1,
+            max_tokens: 48,
+            threads: 2,
+            prompts: "/sim/prompts.jsonl".into(),
+            prompts_source: "simulated".into(),
+            prompts_sha256: String::new(),
+            runtime: "/sim/runtime".into(),
+            gate: cfg,
+            gate_wait_s: 0.0,
+            gate_interval_s: 1.0,
+            served: None,
+        };
+        let header = SweepHeader {
+            raw_schema_version: crate::raw::RAW_SCHEMA_VERSION,
+            events_schema_version: runtime::events::SCHEMA_VERSION,
+            tuner_version: env!("CARGO_PKG_VERSION").into(),
+            started_at_unix_ms: 0,
+            date: "2026-12-01".into(),
+            settings,
+            prompts: vec![],
+            plan: vec![],
+            identity,
+        };
+        Template { header, gate }
+    }
+}
+
+impl Default for Template {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+const TYPES: [&str; 6] = ["code", "edit", "free", "math", "qa", "summary"];
+
+fn startup(width: Option<usize>) -> Startup {
+    let v = serde_json::json!({
+        "schema_version": runtime::events::SCHEMA_VERSION,
+        "build": {"version": "0.1.0", "git_commit": "sim", "git_dirty": "false", "features": [],
+                  "rustc": "rustc", "profile": "release", "cuda_archs": [], "kernel_fingerprint": "0123456789abcdef"},
+        "device_class": "cpu:x86_64-sim", "kernel_family": "sim", "kernel_family_forced": false, "threads": 2,
+        "target": {"path": "/sim/model.gguf", "format": "gguf", "architecture": "llama",
+                   "quant": {"class": "q4_1", "from": "simulated"}, "n_layers": 1, "dim": 1, "vocab": 1,
+                   "context_length": 1},
+        "tokenizer": "gguf", "drafter": if width.is_some() { "ngram" } else { "none" },
+        "block_size": width, "block_size_from": "--draft-block-size", "kernel_fingerprint": "0123456789abcdef",
+        "exactness_probe": width.map(|w| serde_json::json!({"width": w, "passed": true, "first_differing_row": null,
+            "differing_bytes": 0, "compared_bytes": 1, "kernel_family": "sim", "threads": 2})),
+        "allow_inexact": false,
+        "sampling": {"temperature": 0.0, "top_k": 0, "top_p": 1.0, "seed": 0}, "max_tokens": 48
+    });
+    serde_json::from_value(v).expect("the simulated startup event has the runtime's shape")
+}
+
+fn diagnostics(prompt: &str, repeat: usize, width: usize) -> SpeculativeDiagnostics {
+    SpeculativeDiagnostics {
+        schema_version: runtime::events::SCHEMA_VERSION,
+        prompt_id: prompt.into(),
+        warmup: false,
+        repeat,
+        drafter: "ngram".into(),
+        block_size: width,
+        rounds: 10,
+        plain_steps: 10,
+        drafted: 10 * width,
+        accepted: 5 * width,
+        acceptance_rate: Some(0.5),
+        accepted_per_position: vec![5; width],
+        emitted_per_verify: Some(1.0 + width as f64 / 2.0),
+        draft_ms: 1.0,
+        verify_ms: 10.0,
+        accept_ms: 0.1,
+        draft_ms_per_round: Some(0.05),
+        verify_ms_per_round: Some(0.5),
+        accept_ms_per_round: Some(0.005),
+    }
+}
+
+/// One synthetic sweep, as `tuner sweep` would have written it.
+pub fn sweep(t: &Template, c: &SimConfig) -> RawFile {
+    let mut rng = Rng(c.seed ^ 0xd1b5_4a32_d192_ed03);
+    let widths: Vec<usize> = c.truth.keys().copied().collect();
+    let mut header = t.header.clone();
+    header.settings.widths = widths.clone();
+    header.settings.rounds = c.rounds;
+    header.settings.bursts = c.bursts;
+    header.settings.bracket_arms = c.bracket_arms;
+    header.settings.bracket_bursts = Some(c.bracket_bursts);
+    header.prompts = (0..c.prompts).map(|i| PromptTag { id: format!("p{i}"), kind: TYPES[i % 6].into() }).collect();
+    header.plan = crate::sweep::plan(&widths, c.rounds, c.bracket_arms);
+    // Prompt speeds and outputs: fixed for the sweep.
+    let base: Vec<f64> = (0..c.prompts).map(|_| 150.0 * (0.2 * rng.normal()).exp()).collect();
+    let ids: Vec<Vec<u32>> = (0..c.prompts).map(|i| (0..8).map(|j| (100 * i + j) as u32).collect()).collect();
+    let hashes: Vec<(String, String)> = ids
+        .iter()
+        .map(|v| {
+            let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+            (runtime::events::sha256_hex(format!("{v:?}").as_bytes()), runtime::events::sha256_hex(&bytes))
+        })
+        .collect();
+    let mut lines = Vec::new();
+    for a in &header.plan {
+        let f = (c.process_spread * rng.normal()).exp();
+        let slow = match (c.close_slowdown, a.bracket) {
+            (Some((k, frac)), Some(Bracket::Close)) if k == a.round => 1.0 - frac,
+            _ => 1.0,
+        };
+        let ratio = a.width.map_or(1.0, |w| c.truth[&w]);
+        lines.push(RawLine::ArmStart(ArmStart {
+            arm: a.index,
+            attempt: 0,
+            round: a.round,
+            width: a.width,
+            bracket: a.bracket,
+            started_at_unix_ms: 0,
+            argv: vec![],
+            env: BTreeMap::new(),
+            gate: t.gate.clone(),
+            nvrm_before: None,
+            nvrm_projected: None,
+        }));
+        lines.push(RawLine::Startup(ArmStartup { arm: a.index, attempt: 0, startup: startup(a.width) }));
+        let bursts = if a.width.is_some() { c.bursts } else { c.bracket_bursts };
+        let mut n = 0;
+        for burst in 0..bursts {
+            for (p, tag) in header.prompts.iter().enumerate() {
+                let tok_s = base[p] * ratio * f * (c.request_noise * rng.normal()).exp() * slow;
+                let decode_ms = 7.0 / tok_s * 1e3;
+                lines.push(RawLine::Request(RequestRow {
+                    arm: a.index,
+                    attempt: 0,
+                    round: a.round,
+                    width: a.width,
+                    bracket: a.bracket,
+                    drafter: if a.width.is_some() { "ngram".into() } else { "none".into() },
+                    prompt_id: tag.id.clone(),
+                    prompt_type: tag.kind.clone(),
+                    burst,
+                    usage: Usage { prompt_tokens: 5, completion_tokens: 8, total_tokens: 13 },
+                    finish_reason: "length".into(),
+                    prefill_ms: 5.0,
+                    decode_ms,
+                    total_ms: 5.0 + decode_ms,
+                    decode_steps: 7,
+                    decode_tokens: 7,
+                    decode_tok_per_s: Some(tok_s),
+                    prefill_tok_per_s: 1000.0,
+                    text_sha256: hashes[p].0.clone(),
+                    token_ids_sha256: hashes[p].1.clone(),
+                    token_ids: ids[p].clone(),
+                    diagnostics: a.width.map(|w| diagnostics(&tag.id, burst, w)),
+                    diagnostics_present: a.width.is_some(),
+                    declined: false,
+                    declined_reason: None,
+                    nvrm_before: None,
+                    gate_decision: crate::gate::Decision::Pass,
+                    gate_accepted_unknown: vec![],
+                    served: None,
+                }));
+                n += 1;
+            }
+        }
+        lines.push(RawLine::ArmEnd(ArmEnd {
+            requests: n,
+            ok: true,
+            ..ArmEnd::pending(a.index, 0, String::new(), String::new())
+        }));
+    }
+    lines.push(RawLine::Done(Done { at_unix_ms: 0 }));
+    let line_numbers = (2..lines.len() + 2).collect();
+    RawFile { header, lines, line_numbers, partial_tail_bytes: 0 }
+}
+
+/// What many synthetic sweeps of one configuration gave.
+#[derive(Clone, Debug, Default)]
+pub struct Calibration {
+    pub sweeps: usize,
+    /// Width → sweeps whose interval for it covered its true ratio.
+    pub covered: BTreeMap<usize, usize>,
+    /// Sweeps with any round flagged as drifted.
+    pub drift_flagged: usize,
+    /// Sweeps whose slowed round (if any) was flagged.
+    pub slowed_round_flagged: usize,
+    /// Chosen width (None = off) → sweeps.
+    pub chosen: BTreeMap<Option<usize>, usize>,
+}
+
+impl Calibration {
+    /// The lowest coverage over the widths, as a fraction.
+    pub fn min_coverage(&self) -> f64 {
+        self.covered.values().copied().min().unwrap_or(0) as f64 / self.sweeps.max(1) as f64
+    }
+
+    pub fn drift_rate(&self) -> f64 {
+        self.drift_flagged as f64 / self.sweeps.max(1) as f64
+    }
+
+    pub fn slowed_round_rate(&self) -> f64 {
+        self.slowed_round_flagged as f64 / self.sweeps.max(1) as f64
+    }
+}
+
+/// Runs `n` sweeps of `c` (seeds `c.seed + i`) through the real summarizer
+/// on `threads` threads.
+pub fn calibrate(t: &Template, c: &SimConfig, n: usize, threads: usize) -> Calibration {
+    let threads = threads.max(1);
+    let parts: Vec<Calibration> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|k| {
+                s.spawn(move || {
+                    let mut cal = Calibration::default();
+                    for i in (k..n).step_by(threads) {
+                        let cfg = SimConfig { seed: c.seed.wrapping_add(i as u64), ..c.clone() };
+                        let raw = sweep(t, &cfg);
+                        let sum = match crate::summary::summarize(&raw) {
+                            Ok(s) => s,
+                            Err(e) => panic!("the summarizer refused a synthetic sweep: {e}"),
+                        };
+                        cal.sweeps += 1;
+                        for w in &sum.widths {
+                            let truth = cfg.truth[&w.width];
+                            let hit = w
+                                .ratio
+                                .as_ref()
+                                .and_then(|r| r.interval)
+                                .is_some_and(|(lo, hi)| lo <= truth && truth <= hi);
+                            *cal.covered.entry(w.width).or_default() += usize::from(hit);
+                        }
+                        cal.drift_flagged += usize::from(sum.drift);
+                        if let Some((k, _)) = cfg.close_slowdown {
+                            cal.slowed_round_flagged +=
+                                usize::from(sum.rounds.iter().any(|r| r.round == k && r.drifted));
+                        }
+                        *cal.chosen.entry(sum.decision.width).or_default() += 1;
+                    }
+                    cal
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().expect("a calibration thread panicked")).collect()
+    });
+    let mut out = Calibration::default();
+    for p in parts {
+        out.sweeps += p.sweeps;
+        for (w, x) in p.covered {
+            *out.covered.entry(w).or_default() += x;
+        }
+        out.drift_flagged += p.drift_flagged;
+        out.slowed_round_flagged += p.slowed_round_flagged;
+        for (w, x) in p.chosen {
+            *out.chosen.entry(w).or_default() += x;
+        }
+    }
+    out
+}

@@ -1,0 +1,441 @@
+//! `tuner propose`: the policy table edited as a document, and the
+//! provenance refusals with the flags that override them.
+//!
+//! The table edits are library calls on crafted tables, compared byte for
+//! byte. The refusals are library calls on the committed record
+//! `records/2026-11-29-cpu-x86_64-avx512vnni-ngram-r16` (read, never
+//! written) with its startup events altered in memory; the flags are then
+//! driven through the binary on a scratch copy of that record.
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+
+use runtime::policy::table::{self, RecordCheck};
+use runtime::policy::{DrafterKind, Entry, KERNEL_FINGERPRINT, TABLE_FILE, Width};
+use serde_json::Value;
+use tuner::propose::{self, Allow, Fields, Refusal};
+use tuner::raw::{RawFile, RawLine};
+use tuner::summary::Summary;
+
+const RECORD: &str = "records/2026-11-29-cpu-x86_64-avx512vnni-ngram-r16";
+/// The committed record's date and key.
+const RECORD_DATE: &str = "2026-11-29";
+const RECORD_KEY: (DrafterKind, &str, &str) = (DrafterKind::Ngram, "cpu:x86_64-avx512vnni", "q4_1");
+
+const NGRAM: (DrafterKind, &str, &str) = (DrafterKind::Ngram, "cpu:x86_64-avx2", "q4_1");
+const LAYERSKIP: (DrafterKind, &str, &str) = (DrafterKind::Layerskip, "cpu:x86_64-avx2", "q4_1");
+/// A key no crafted table has.
+const NEW_KEY: (DrafterKind, &str, &str) = (DrafterKind::Ngram, "cpu:x86_64-avx512vnni", "q4_1");
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// An entry's fields as `propose` writes them.
+fn fields(key: (DrafterKind, &str, &str), width: &str, date: &str) -> Fields {
+    vec![
+        ("drafter", format!("\"{}\"", key.0)),
+        ("device_class", format!("\"{}\"", key.1)),
+        ("target_quant", format!("\"{}\"", key.2)),
+        ("block_size", width.to_string()),
+        ("record", "\"records/new\"".into()),
+        ("date", date.to_string()),
+        ("ratio", "1.4".into()),
+        ("ratio_interval", "[1.3, 1.5]".into()),
+        ("host", "\"a test host\"".into()),
+        ("kernel_fingerprint", "\"fedcba9876543210\"".into()),
+        ("note", "\"tuner propose: a test\"".into()),
+    ]
+}
+
+fn compile(text: &str) -> table::Table {
+    table::compile(TABLE_FILE, text, RecordCheck::Skip).unwrap_or_else(|e| panic!("{e}\n{text}"))
+}
+
+/// `[[entry]]` tables with comments before, between, inside and after
+/// them, odd spacing, and blank lines.
+const TABLES: &str = concat!(
+    "# The policy table, for a test.\n",
+    "schema_version = 1\n",
+    "\n",
+    "# ngram on avx2: measured in January.\n",
+    "[[entry]]\n",
+    "drafter = \"ngram\"\n",
+    "device_class = \"cpu:x86_64-avx2\"\n",
+    "target_quant = \"q4_1\"\n",
+    "block_size = 3\n",
+    "record = \"records/a\"\n",
+    "date = 2026-01-01\n",
+    "ratio = 1.2\n",
+    "ratio_interval = [1.1, 1.3]\n",
+    "host = \"h\"\n",
+    "kernel_fingerprint = \"0123456789abcdef\"   # the January build\n",
+    "# A reviewer's comment after the ngram entry.\n",
+    "\n",
+    "\n",
+    "  #   layerskip, indented\n",
+    "[[entry]]\n",
+    "drafter   =   \"layerskip\"\n",
+    "device_class = \"cpu:x86_64-avx2\"\n",
+    "  target_quant = \"q4_1\"\n",
+    "block_size = \"off\"\n",
+    "record = \"records/b\"\n",
+    "date = \"2026-02-01\"\n",
+    "ratio = 0.5\n",
+    "ratio_interval = [ 0.4 , 0.6 ]\n",
+    "host = 'h'\n",
+    "kernel_fingerprint = \"0123456789abcdef\"\n",
+    "\n",
+    "# The end.\n",
+);
+
+/// The byte range of `entry` (from its `[[entry]]` header to the end of its
+/// last field's line) in `TABLES`.
+fn region(text: &str, first_line: &str, last_line: &str) -> std::ops::Range<usize> {
+    let start = text.find(first_line).unwrap();
+    let end = start + text[start..].find(last_line).unwrap() + last_line.len();
+    start..end
+}
+
+#[test]
+fn every_byte_outside_the_replaced_entry_is_kept() {
+    let f = fields(NGRAM, "5", "2026-03-01");
+    let new = propose::edit_table(TABLES, NGRAM, &f).unwrap();
+    let r = region(TABLES, "[[entry]]\ndrafter = \"ngram\"", "# the January build\n");
+    let expected = format!("{}{}{}", &TABLES[..r.start], propose::entry_table_text(&f), &TABLES[r.end..]);
+    assert_eq!(new, expected);
+    let t = compile(&new);
+    assert_eq!(t.entries.len(), 2);
+    assert_eq!(t.entries[0].block_size, Width::Blocks(5));
+    assert_eq!(t.entries[1].block_size, Width::Off);
+}
+
+#[test]
+fn comments_after_the_replaced_entry_are_kept() {
+    let new = propose::edit_table(TABLES, NGRAM, &fields(NGRAM, "5", "2026-03-01")).unwrap();
+    assert!(new.contains("ratio = 1.4\n"), "{new}");
+    assert!(
+        new.contains("\n# A reviewer's comment after the ngram entry.\n\n\n  #   layerskip, indented\n[[entry]]\n"),
+        "{new}"
+    );
+    // The last entry: what follows it up to the end of the file stays.
+    let new = propose::edit_table(TABLES, LAYERSKIP, &fields(LAYERSKIP, "\"off\"", "2026-03-01")).unwrap();
+    assert!(new.ends_with("note = \"tuner propose: a test\"\n\n# The end.\n"), "{new}");
+    assert!(new.contains("  #   layerskip, indented\n[[entry]]\ndrafter = \"layerskip\"\n"), "{new}");
+    assert_eq!(compile(&new).entries.len(), 2);
+}
+
+#[test]
+fn a_new_key_is_appended_to_an_entry_table_as_an_entry_table() {
+    let f = fields(NEW_KEY, "2", "2026-03-01");
+    let new = propose::edit_table(TABLES, NEW_KEY, &f).unwrap();
+    assert_eq!(new, format!("{TABLES}\n{}", propose::entry_table_text(&f)));
+    let t = compile(&new);
+    assert_eq!(t.entries.len(), 3);
+    assert_eq!(t.entries[2].device_class, "cpu:x86_64-avx512vnni");
+}
+
+const NGRAM_INLINE: &str = "{ drafter = \"ngram\", device_class = \"cpu:x86_64-avx2\", target_quant = \"q4_1\", \
+block_size = 3, record = \"records/a\", date = 2026-01-01, ratio = 1.2, ratio_interval = [1.1, 1.3], host = \"h\", \
+kernel_fingerprint = \"0123456789abcdef\" }";
+const LAYERSKIP_INLINE: &str = "{drafter=\"layerskip\",device_class=\"cpu:x86_64-avx2\",target_quant=\"q4_1\",\
+block_size=\"off\",record=\"records/b\",date=2026-02-01,ratio=0.5,ratio_interval=[0.4,0.6],host=\"h\",\
+kernel_fingerprint=\"0123456789abcdef\"}";
+
+/// The same two entries as one inline array, one element per line, with
+/// comments inside and around it.
+fn inline_table() -> String {
+    format!(
+        "schema_version = 1\n# Entries written inline.\nentry = [\n  # ngram, January\n  {NGRAM_INLINE},\n  \
+         {LAYERSKIP_INLINE}, # layerskip\n]\n# after the array\n"
+    )
+}
+
+#[test]
+fn an_inline_array_keeps_its_other_entries_and_comments_byte_for_byte() {
+    let old = inline_table();
+    assert_eq!(compile(&old).entries.len(), 2);
+    let f = fields(NGRAM, "5", "2026-03-01");
+    let new = propose::edit_table(&old, NGRAM, &f).unwrap();
+    assert_eq!(new, old.replacen(NGRAM_INLINE, &propose::entry_inline_text(&f), 1));
+    let t = compile(&new);
+    assert_eq!(t.entries.len(), 2);
+    assert_eq!((t.entries[0].block_size, t.entries[1].drafter), (Width::Blocks(5), DrafterKind::Layerskip));
+
+    let f = fields(LAYERSKIP, "\"off\"", "2026-03-01");
+    let new = propose::edit_table(&old, LAYERSKIP, &f).unwrap();
+    assert_eq!(new, old.replacen(LAYERSKIP_INLINE, &propose::entry_inline_text(&f), 1));
+    assert_eq!(compile(&new).entries[1].record, "records/new");
+}
+
+#[test]
+fn a_new_key_is_appended_to_an_inline_array_in_its_layout() {
+    let f = fields(NEW_KEY, "2", "2026-03-01");
+    let inline = propose::entry_inline_text(&f);
+
+    // One element per line, trailing comma: a new line with the same indent.
+    let old = inline_table();
+    let new = propose::edit_table(&old, NEW_KEY, &f).unwrap();
+    assert_eq!(new, old.replacen("# layerskip\n", &format!("# layerskip\n  {inline},\n"), 1));
+    assert_eq!(compile(&new).entries.len(), 3);
+
+    // One element per line, no trailing comma: the comma goes after the old last one.
+    let old = format!("schema_version = 1\nentry = [\n    {NGRAM_INLINE},\n    {LAYERSKIP_INLINE}\n]\n");
+    let new = propose::edit_table(&old, NEW_KEY, &f).unwrap();
+    assert_eq!(
+        new,
+        format!("schema_version = 1\nentry = [\n    {NGRAM_INLINE},\n    {LAYERSKIP_INLINE},\n    {inline}\n]\n")
+    );
+    assert_eq!(compile(&new).entries.len(), 3);
+
+    // All on one line.
+    let old = format!("schema_version = 1\nentry = [{NGRAM_INLINE}, {LAYERSKIP_INLINE}] # two\n");
+    let new = propose::edit_table(&old, NEW_KEY, &f).unwrap();
+    assert_eq!(new, format!("schema_version = 1\nentry = [{NGRAM_INLINE}, {LAYERSKIP_INLINE}, {inline}] # two\n"));
+    assert_eq!(compile(&new).entries.len(), 3);
+}
+
+#[test]
+fn the_committed_entry_rewritten_with_its_own_values_is_byte_identical() {
+    // `propose` writes an entry as the committed one is written: the same
+    // fields in the same order, one `key = value` line each, so re-proposing
+    // the same numbers changes no byte of the table.
+    let committed = std::fs::read_to_string(repo().join(TABLE_FILE)).unwrap();
+    let t = compile(&committed);
+    let e = t.lookup(RECORD_KEY.0, RECORD_KEY.1, RECORD_KEY.2).expect("the committed entry");
+    let start = committed.find("\n[[entry]]\n").unwrap() + "\n[[entry]]\n".len();
+    let own: Vec<(&str, String)> = committed[start..]
+        .lines()
+        .take_while(|l| !l.is_empty() && !l.starts_with('['))
+        .map(|l| l.split_once(" = ").map(|(k, v)| (k, v.to_string())).unwrap_or_else(|| panic!("{l:?}")))
+        .collect();
+    let names: Vec<&str> = fields(RECORD_KEY, "1", "2026-01-01").iter().map(|(k, _)| *k).collect();
+    assert_eq!(own.iter().map(|(k, _)| *k).collect::<Vec<_>>(), names, "the committed field order");
+    assert_eq!(propose::edit_table(&committed, RECORD_KEY, &own).unwrap(), committed);
+    assert_eq!(e.record, RECORD);
+}
+
+/// The committed record, summarized once.
+fn record() -> &'static (RawFile, Summary) {
+    static R: OnceLock<(RawFile, Summary)> = OnceLock::new();
+    R.get_or_init(|| tuner::summary::summarize_dir(&repo().join(RECORD)).expect("the committed record summarizes"))
+}
+
+/// The record with `git_dirty` set to `state` in the startup events of `arms`.
+fn with_git_dirty(raw: &RawFile, arms: &[usize], state: &str) -> RawFile {
+    let mut raw = raw.clone();
+    let mut n = 0;
+    for l in &mut raw.lines {
+        if let RawLine::Startup(a) = l
+            && arms.contains(&a.arm)
+        {
+            a.startup.build.git_dirty = state.to_string();
+            n += 1;
+        }
+    }
+    assert!(n >= arms.len(), "the record has startup events for arms {arms:?}");
+    raw
+}
+
+/// The record's own fingerprint: "this build" for the checks that are not about it.
+fn fp(s: &Summary) -> &str {
+    s.kernel_fingerprint.as_deref().expect("the committed record has one fingerprint")
+}
+
+#[test]
+fn a_clean_record_of_this_build_passes_every_provenance_check() {
+    let (raw, s) = record();
+    assert_eq!(s.date, RECORD_DATE);
+    assert_eq!(propose::check_provenance(raw, s, None, fp(s), Allow::default()).unwrap(), Vec::<String>::new());
+}
+
+#[test]
+fn a_dirty_build_is_refused_and_allowed_with_allow_dirty() {
+    let (raw, s) = record();
+    let dirty = with_git_dirty(raw, &[3], "true");
+    let r = propose::check_build(&dirty).unwrap_err();
+    assert!(matches!(r, Refusal::DirtyBuild { .. }), "{r:?}");
+    let m = r.to_string();
+    assert!(m.contains("arm(s) 3 ran a dirty build") && m.contains("--allow-dirty"), "{m}");
+    let r = propose::check_provenance(&dirty, s, None, fp(s), Allow::default()).unwrap_err();
+    assert!(matches!(r, Refusal::DirtyBuild { .. }), "{r:?}");
+
+    let allow = Allow { dirty: true, ..Allow::default() };
+    let overridden = propose::check_provenance(&dirty, s, None, fp(s), allow).unwrap();
+    assert_eq!(overridden.len(), 1);
+    assert!(overridden[0].starts_with("--allow-dirty: arm(s) 3 ran a dirty build"), "{overridden:?}");
+}
+
+#[test]
+fn an_unknown_dirty_state_is_refused_like_a_dirty_one_unless_allow_dirty() {
+    let (raw, s) = record();
+    let unknown = with_git_dirty(raw, &[0, 5], "unknown");
+    let r = propose::check_build(&unknown).unwrap_err();
+    assert!(matches!(r, Refusal::DirtyUnknown { .. }), "{r:?}");
+    let m = r.to_string();
+    assert!(m.contains("arm(s) 0, 5") && m.contains("\"unknown\"") && m.contains("--allow-dirty"), "{m}");
+    let allow = Allow { dirty: true, ..Allow::default() };
+    assert_eq!(propose::check_provenance(&unknown, s, None, fp(s), allow).unwrap().len(), 1);
+}
+
+#[test]
+fn a_stale_fingerprint_is_refused_and_allowed_with_allow_stale_fingerprint() {
+    let (raw, s) = record();
+    let current = "ffffffffffffffff";
+    assert_ne!(fp(s), current);
+    let r = propose::check_fingerprint(s, current).unwrap_err();
+    let m = r.to_string();
+    assert!(matches!(r, Refusal::StaleFingerprint { .. }), "{r:?}");
+    assert!(m.contains(fp(s)) && m.contains(current) && m.contains("--allow-stale-fingerprint"), "{m}");
+    assert!(propose::check_provenance(raw, s, None, current, Allow::default()).is_err());
+    // The other flags do not cover it.
+    let wrong = Allow { dirty: true, older: true, ..Allow::default() };
+    assert!(propose::check_provenance(raw, s, None, current, wrong).is_err());
+
+    let allow = Allow { stale_fingerprint: true, ..Allow::default() };
+    let overridden = propose::check_provenance(raw, s, None, current, allow).unwrap();
+    assert!(overridden.len() == 1 && overridden[0].starts_with("--allow-stale-fingerprint: "), "{overridden:?}");
+}
+
+/// The committed key's entry, dated `date`.
+fn entry_dated(date: &str) -> Entry {
+    let text = format!(
+        "schema_version = 1\n[[entry]]\ndrafter = \"ngram\"\ndevice_class = \"cpu:x86_64-avx512vnni\"\n\
+         target_quant = \"q4_1\"\nblock_size = 4\nrecord = \"records/later\"\ndate = {date}\nratio = 1.2\n\
+         ratio_interval = [1.1, 1.3]\nhost = \"h\"\nkernel_fingerprint = \"0123456789abcdef\"\n"
+    );
+    compile(&text).entries.remove(0)
+}
+
+#[test]
+fn an_older_record_is_refused_and_allowed_with_allow_older() {
+    let (raw, s) = record();
+    let newer = entry_dated("2026-12-01");
+    let r = propose::check_not_older(s, Some(&newer)).unwrap_err();
+    let m = r.to_string();
+    assert!(matches!(r, Refusal::Older { .. }), "{r:?}");
+    assert!(m.contains(RECORD_DATE) && m.contains("2026-12-01") && m.contains("records/later"), "{m}");
+    assert!(m.contains("--allow-older"), "{m}");
+    assert!(propose::check_provenance(raw, s, Some(&newer), fp(s), Allow::default()).is_err());
+
+    let allow = Allow { older: true, ..Allow::default() };
+    let overridden = propose::check_provenance(raw, s, Some(&newer), fp(s), allow).unwrap();
+    assert!(overridden.len() == 1 && overridden[0].starts_with("--allow-older: "), "{overridden:?}");
+
+    // Same day: allowed (the table keeps only the day). Older entry: allowed.
+    assert!(propose::check_not_older(s, Some(&entry_dated(RECORD_DATE))).is_ok());
+    assert!(propose::check_not_older(s, Some(&entry_dated("2026-11-28"))).is_ok());
+}
+
+#[test]
+fn a_record_date_that_is_not_a_date_is_refused_whatever_the_flags() {
+    let (raw, s) = record();
+    let mut s = s.clone();
+    s.date = "29/11/2026".into();
+    let all = Allow { dirty: true, stale_fingerprint: true, older: true };
+    let r = propose::check_provenance(raw, &s, Some(&entry_dated("2026-12-01")), "ffffffffffffffff", all).unwrap_err();
+    assert!(matches!(r, Refusal::BadDate(_)), "{r:?}");
+}
+
+/// A scratch repository: a table with comments and an entry for the
+/// record's key dated `entry_date`, and a copy of the committed record whose
+/// startup events report `git_dirty` and `fingerprint`.
+struct Scratch {
+    _tmp: tempfile::TempDir,
+    root: PathBuf,
+    dir: PathBuf,
+}
+
+fn scratch(entry_date: &str, git_dirty: &str, fingerprint: &str) -> Scratch {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().to_path_buf();
+    let dir = root.join("records/r");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::create_dir_all(root.join("records/later")).unwrap();
+    std::fs::create_dir_all(root.join("policy")).unwrap();
+    let raw = std::fs::read_to_string(repo().join(RECORD).join("raw.jsonl")).unwrap();
+    let mut out = String::new();
+    for l in raw.lines() {
+        let mut v: Value = serde_json::from_str(l).unwrap();
+        if v["kind"] == "startup" {
+            v["startup"]["build"]["git_dirty"] = git_dirty.into();
+            v["startup"]["build"]["kernel_fingerprint"] = fingerprint.into();
+            v["startup"]["kernel_fingerprint"] = fingerprint.into();
+        }
+        out.push_str(&v.to_string());
+        out.push('\n');
+    }
+    std::fs::write(dir.join("raw.jsonl"), out).unwrap();
+    let table = format!(
+        "# scratch table\nschema_version = 1\n\n# the entry the record replaces\n[[entry]]\ndrafter = \"ngram\"\n\
+         device_class = \"cpu:x86_64-avx512vnni\"\ntarget_quant = \"q4_1\"\nblock_size = 4\n\
+         record = \"records/later\"\ndate = {entry_date}\nratio = 1.2\nratio_interval = [1.1, 1.3]\nhost = \"h\"\n\
+         kernel_fingerprint = \"0123456789abcdef\"\n# kept after the entry\n\n# the end\n"
+    );
+    std::fs::write(root.join(TABLE_FILE), table).unwrap();
+    Scratch { _tmp: tmp, root, dir }
+}
+
+impl Scratch {
+    fn propose(&self, flags: &[&str]) -> Output {
+        Command::new(env!("CARGO_BIN_EXE_tuner")).arg("propose").arg(&self.dir).args(flags).output().expect("run tuner")
+    }
+
+    fn table(&self) -> String {
+        std::fs::read_to_string(self.root.join(TABLE_FILE)).unwrap()
+    }
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "status {:?}\nstdout:\n{}\nstderr:\n{}",
+        o.status,
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+fn assert_refused(o: &Output, flag: &str) {
+    assert_eq!(o.status.code(), Some(5), "{}", text(o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("refused") && err.contains(flag), "{}", text(o));
+}
+
+#[test]
+fn the_binary_refuses_a_dirty_record_and_proposes_it_with_allow_dirty() {
+    let f = scratch("2026-01-01", "true", KERNEL_FINGERPRINT);
+    let before = f.table();
+    assert_refused(&f.propose(&["--dry-run"]), "--allow-dirty");
+    let o = f.propose(&["--dry-run", "--allow-dirty"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("warning: overridden by --allow-dirty"), "{}", text(&o));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("+record = \"records/r\"\n"), "{}", text(&o));
+    assert_eq!(f.table(), before, "--dry-run writes nothing");
+}
+
+#[test]
+fn the_binary_refuses_a_stale_or_older_record_until_each_flag_is_given() {
+    let stale = "0000000000000000";
+    assert_ne!(stale, KERNEL_FINGERPRINT);
+    let f = scratch("2026-12-31", "false", stale);
+    let before = f.table();
+    let o = f.propose(&[]);
+    assert_refused(&o, "--allow-stale-fingerprint");
+    assert!(String::from_utf8_lossy(&o.stderr).contains(KERNEL_FINGERPRINT), "{}", text(&o));
+    assert_refused(&f.propose(&["--allow-stale-fingerprint"]), "--allow-older");
+    assert_refused(&f.propose(&["--allow-older"]), "--allow-stale-fingerprint");
+    assert_eq!(f.table(), before, "a refusal writes nothing");
+
+    let o = f.propose(&["--allow-stale-fingerprint", "--allow-older"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let after = f.table();
+    // The diff printed is the diff of exactly the bytes written.
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.starts_with(&propose::diff(&before, &after, TABLE_FILE)), "{out}");
+    let t = table::compile(TABLE_FILE, &after, RecordCheck::Under(&f.root)).unwrap();
+    assert_eq!(t.entries.len(), 1);
+    assert_eq!((t.entries[0].record.as_str(), t.entries[0].date.as_str()), ("records/r", RECORD_DATE));
+    assert_eq!(t.entries[0].kernel_fingerprint, stale);
+    let head = "# scratch table\nschema_version = 1\n\n# the entry the record replaces\n[[entry]]\n";
+    assert!(after.starts_with(head) && after.ends_with("\"\n# kept after the entry\n\n# the end\n"), "{after}");
+}
