@@ -21,7 +21,9 @@ pub const SAMPLE_PAUSE: Duration = Duration::from_millis(1500);
 /// Reasons kept per arm (the first ones; the count is always complete).
 const MAX_REASONS: usize = 8;
 
-/// What the gate saw while an arm ran.
+/// What the gate saw while an arm ran. An arm shorter than
+/// [`SAMPLE_PAUSE`] plus one CPU window has no reading (`samples` 0; the
+/// record counts such arms).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct DuringArm {
     /// Host readings taken while the arm ran.
@@ -43,6 +45,15 @@ impl DuringArm {
     }
 }
 
+/// Sleeps [`SAMPLE_PAUSE`] in slices, so that finishing is prompt.
+fn pause(flag: &AtomicBool) {
+    let mut slept = Duration::ZERO;
+    while slept < SAMPLE_PAUSE && !flag.load(Ordering::Relaxed) {
+        std::thread::sleep(Duration::from_millis(50));
+        slept += Duration::from_millis(50);
+    }
+}
+
 /// A running sampler; [`Monitor::finish`] stops it and returns its readings.
 pub struct Monitor {
     stop: Arc<AtomicBool>,
@@ -60,9 +71,17 @@ impl Monitor {
             .name("gate-during-arm".into())
             .spawn(move || {
                 let mut d = DuringArm::default();
+                // The first window starts once the arm's process is up: a
+                // process that starts (or ends) inside a window has CPU time
+                // the sampler cannot attribute to it, which would read as
+                // foreign load.
+                pause(&flag);
                 while !flag.load(Ordering::Relaxed) {
-                    // A window the arm ended in still saw part of it: kept.
                     let inputs = super::collect(&cfg, None);
+                    // The arm ended inside this window: for the same reason, drop it.
+                    if flag.load(Ordering::Relaxed) {
+                        break;
+                    }
                     let report = super::evaluate(&inputs, &cfg);
                     d.samples += 1;
                     let c = &report.checks;
@@ -92,12 +111,7 @@ impl Monitor {
                             }
                         }
                     }
-                    // Sleep in slices so that finishing is prompt.
-                    let mut slept = Duration::ZERO;
-                    while slept < SAMPLE_PAUSE && !flag.load(Ordering::Relaxed) {
-                        std::thread::sleep(Duration::from_millis(50));
-                        slept += Duration::from_millis(50);
-                    }
+                    pause(&flag);
                 }
                 d
             })
