@@ -414,11 +414,14 @@ pub fn entry_fields(raw: &RawFile, s: &Summary, record: &str) -> Result<Fields, 
         None => "\"off\"".to_string(),
     };
     let note = format!(
-        "tuner propose: {}{}; {} rounds x {} bursts x {} prompts per arm, widths {:?}",
+        "tuner propose: {}{}; {} rounds (the unit of the interval), each {} classic arm(s) a side x {} burst(s) \
+         and one arm per width x {} burst(s) over {} prompts, widths {:?}",
         if s.served { "served sweep (end-to-end tok/s of streamed requests): " } else { "" },
         s.decision.why,
         raw.header.settings.rounds,
-        raw.header.settings.bursts,
+        raw.header.settings.bracket_arms,
+        raw.header.settings.bursts_of(None),
+        raw.header.settings.bursts_of(Some(1)),
         raw.header.prompts.len(),
         raw.header.settings.widths
     );

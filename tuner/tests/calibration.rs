@@ -51,3 +51,52 @@ fn intervals_cover_the_truth_and_drift_is_caught_without_false_alarms() {
     }
     assert!(failures.is_empty(), "{failures:#?}");
 }
+
+/// The tables docs/records.md reports: coverage and false drift per process
+/// spread and request noise, and the drift test's power per step size.
+/// `cargo test --release -p tuner --test calibration -- --ignored --nocapture`
+#[test]
+#[ignore = "prints the calibration tables for docs/records.md (about a minute)"]
+fn print_the_calibration_tables() {
+    let t = Template::new();
+    println!("| process spread | request noise | min coverage over widths | false drift (sweeps) | chosen width: share |");
+    println!("|---|---|---|---|---|");
+    for spread in [0.03, 0.055, 0.08] {
+        for noise in [0.20, 0.25, 0.30] {
+            let c = SimConfig::default_plan(spread, noise, 5_000_000 + (spread * 1e4 + noise * 1e2) as u64);
+            let cal = calibrate(&t, &c, SWEEPS, THREADS);
+            let chosen: Vec<String> = cal
+                .chosen
+                .iter()
+                .map(|(w, n)| format!("{}: {:.0}%", w.map_or("off".into(), |w| w.to_string()), 100.0 * *n as f64 / cal.sweeps as f64))
+                .collect();
+            println!(
+                "| {:.1}% | {:.0}% | {:.1}% | {:.1}% | {} |",
+                100.0 * spread,
+                100.0 * noise,
+                100.0 * cal.min_coverage(),
+                100.0 * cal.drift_rate(),
+                chosen.join(", ")
+            );
+        }
+    }
+    println!();
+    println!("| process spread | request noise | slowdown of one closing bracket | flagged (that round) |");
+    println!("|---|---|---|---|");
+    for spread in [0.03, 0.06] {
+        for noise in [0.20, 0.30] {
+            for shift in [0.05, 0.10, 0.15, 0.20] {
+                let mut c = SimConfig::default_plan(spread, noise, 9_000_000 + (shift * 1e3) as u64);
+                c.close_slowdown = Some((1, shift));
+                let cal = calibrate(&t, &c, SWEEPS, THREADS);
+                println!(
+                    "| {:.0}% | {:.0}% | {:.0}% | {:.1}% |",
+                    100.0 * spread,
+                    100.0 * noise,
+                    100.0 * shift,
+                    100.0 * cal.slowed_round_rate()
+                );
+            }
+        }
+    }
+}
