@@ -42,6 +42,16 @@ pub fn run(cmd: &mut Command) -> Output {
 }
 
 /// Parses every stdout line as a JSON value.
+/// A finished process's status, stdout and stderr, for assertion messages.
+pub fn output_text(o: &Output) -> String {
+    format!(
+        "status {:?}\nstdout:\n{}\nstderr:\n{}",
+        o.status,
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
 pub fn json_lines(out: &Output) -> Vec<serde_json::Value> {
     String::from_utf8_lossy(&out.stdout)
         .lines()

@@ -131,9 +131,20 @@ struct SweepArgs {
     #[arg(long, value_name = "LIST", default_value = "1-8")]
     widths: String,
     /// Rounds; each opens and closes with classic arms. The round is the
-    /// unit of every interval (at least 2; docs/records.md).
-    #[arg(long, default_value_t = tuner::sweep::DEFAULT_ROUNDS)]
-    rounds: usize,
+    /// unit of every interval (at least 2; docs/records.md). `auto`: from
+    /// the default number up to --auto-max-rounds, stopping when the
+    /// decision is settled or the time budget would be passed.
+    #[arg(long, value_name = "N|auto", default_value_t = tuner::sweep::DEFAULT_ROUNDS.to_string())]
+    rounds: String,
+    /// `--rounds auto`: the most rounds.
+    #[arg(long, value_name = "N", default_value_t = tuner::sweep::DEFAULT_AUTO_MAX_ROUNDS)]
+    auto_max_rounds: usize,
+    /// `--rounds auto`: the fewest rounds.
+    #[arg(long, value_name = "N", default_value_t = tuner::sweep::DEFAULT_ROUNDS)]
+    auto_min_rounds: usize,
+    /// `--rounds auto`: no round starts that would end past this many seconds of the sweep.
+    #[arg(long, value_name = "SECONDS", default_value_t = tuner::sweep::DEFAULT_AUTO_BUDGET_S)]
+    auto_budget: f64,
     /// Recorded passes over the prompt set per speculative arm.
     #[arg(long, default_value_t = tuner::sweep::DEFAULT_BURSTS)]
     bursts: usize,
@@ -461,15 +472,31 @@ fn run_sweep(a: SweepArgs) -> anyhow::Result<ExitCode> {
                 Some(o) => o,
                 None => tuner::sweep::default_out_dir(&a.drafter),
             };
+            let (rounds, auto_rounds) = match a.rounds.trim() {
+                "auto" => (
+                    a.auto_max_rounds,
+                    Some(tuner::raw::AutoRounds {
+                        min_rounds: a.auto_min_rounds,
+                        max_rounds: a.auto_max_rounds,
+                        budget_s: a.auto_budget,
+                    }),
+                ),
+                n => (
+                    n.parse::<usize>()
+                        .map_err(|_| anyhow::anyhow!("--rounds {n:?}: give a number of rounds or `auto`"))?,
+                    None,
+                ),
+            };
             let opts = SweepOptions {
                 target,
                 drafter: a.drafter,
                 drafter_model: a.drafter_model,
                 widths: parse_widths(&a.widths)?,
-                rounds: a.rounds,
+                rounds,
                 bursts: a.bursts,
                 bracket_arms: a.bracket_arms,
                 bracket_bursts: a.bracket_bursts,
+                auto_rounds,
                 warmup: a.warmup,
                 max_tokens: a.max_tokens,
                 threads,

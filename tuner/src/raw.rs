@@ -39,6 +39,8 @@ pub enum RawLine {
     Request(RequestRow),
     ArmEnd(ArmEnd),
     Halt(Halt),
+    /// `--rounds auto`: the sweep stopped adding rounds (before `done`).
+    Settled(Settled),
     Done(Done),
 }
 
@@ -87,6 +89,10 @@ pub struct Settings {
     /// Recorded passes per classic bracket arm; null: `bursts` (version 1).
     #[serde(default)]
     pub bracket_bursts: Option<usize>,
+    /// `--rounds auto`: `rounds` is then the maximum, and the sweep stops
+    /// earlier when the rule in [`crate::summary::AUTO_ROUNDS_RULE`] says so.
+    #[serde(default)]
+    pub auto_rounds: Option<AutoRounds>,
     /// Unrecorded passes first (`runtime --warmup`), excluded everywhere.
     pub warmup: usize,
     pub max_tokens: usize,
@@ -106,6 +112,28 @@ pub struct Settings {
     /// records written before served sweeps existed).
     #[serde(default)]
     pub served: Option<ServedSettings>,
+}
+
+/// The bounds of `--rounds auto`, fixed before the first arm.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AutoRounds {
+    pub min_rounds: usize,
+    pub max_rounds: usize,
+    /// No round is started that would end past this many seconds of the
+    /// sweep (projected from the longest round so far).
+    pub budget_s: f64,
+}
+
+/// `--rounds auto` stopped after `rounds` complete rounds.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Settled {
+    pub at_unix_ms: u64,
+    /// Complete rounds: the plan's arms of later rounds were never run.
+    pub rounds: usize,
+    /// Why it stopped: the rule was met, the maximum, or the budget.
+    pub reason: String,
+    /// The rule was met (false: the maximum or the budget stopped it).
+    pub settled: bool,
 }
 
 fn one() -> usize {

@@ -278,6 +278,20 @@ pub fn markdown(raw: &RawFile, s: &Summary, dir_name: &str) -> String {
     );
     std::mem::swap(&mut m, &mut ident);
     let _ = writeln!(m, "## Decision rule (fixed before the results)\n\n{}\n", s.decision_rule);
+    if let Some(a) = &st.auto_rounds {
+        let _ = writeln!(
+            m,
+            "### Rounds: `--rounds auto` (fixed before the first round)\n\n{} Here: at least {}, at most {}, budget {:.0} s. {}\n",
+            crate::summary::AUTO_ROUNDS_RULE,
+            a.min_rounds,
+            a.max_rounds,
+            a.budget_s,
+            match &s.auto_rounds {
+                Some(x) => format!("It stopped after {} round(s): {}.", x.rounds, x.reason),
+                None => "It has not stopped yet (the sweep is incomplete).".to_string(),
+            }
+        );
+    }
 
     let _ = writeln!(m, "## Results\n");
     let _ = writeln!(m, "### Classic brackets and drift\n");

@@ -37,6 +37,10 @@ pub struct SimConfig {
     /// `(round, fraction)`: every closing-bracket arm of that round runs
     /// `1 - fraction` as fast.
     pub close_slowdown: Option<(usize, f64)>,
+    /// `--rounds auto` with `(min, max)` rounds: `rounds` is then the
+    /// maximum, and [`calibrate`] applies the stopping rule after each round
+    /// from the minimum on (time is not simulated: no budget).
+    pub auto: Option<(usize, usize)>,
     pub seed: u64,
 }
 
@@ -56,6 +60,7 @@ impl SimConfig {
             process_spread,
             request_noise,
             close_slowdown: None,
+            auto: None,
             seed,
         }
     }
@@ -123,6 +128,7 @@ impl Template {
             bursts: 0,
             bracket_arms: 1,
             bracket_bursts: None,
+            auto_rounds: None,
             warmup: 1,
             max_tokens: 48,
             threads: 2,
@@ -308,6 +314,8 @@ pub struct Calibration {
     pub slowed_round_flagged: usize,
     /// Chosen width (None = off) → sweeps.
     pub chosen: BTreeMap<Option<usize>, usize>,
+    /// `--rounds auto`: rounds at the stop → sweeps.
+    pub stopped_after: BTreeMap<usize, usize>,
 }
 
 impl Calibration {
@@ -336,10 +344,32 @@ pub fn calibrate(t: &Template, c: &SimConfig, n: usize, threads: usize) -> Calib
                     let mut cal = Calibration::default();
                     for i in (k..n).step_by(threads) {
                         let cfg = SimConfig { seed: c.seed.wrapping_add(i as u64), ..c.clone() };
-                        let raw = sweep(t, &cfg);
-                        let sum = match crate::summary::summarize(&raw) {
+                        let mut raw = sweep(t, &cfg);
+                        let summarize = |raw: &RawFile| match crate::summary::summarize(raw) {
                             Ok(s) => s,
                             Err(e) => panic!("the summarizer refused a synthetic sweep: {e}"),
+                        };
+                        let sum = match cfg.auto {
+                            None => summarize(&raw),
+                            Some((min, max)) => {
+                                // As the sweep would: stop after the first round that settles it.
+                                let mut k = min;
+                                loop {
+                                    raw.lines.push(RawLine::Settled(crate::raw::Settled {
+                                        at_unix_ms: 0,
+                                        rounds: k,
+                                        reason: String::new(),
+                                        settled: false,
+                                    }));
+                                    raw.line_numbers.push(raw.line_numbers.len() + 2);
+                                    let s = summarize(&raw);
+                                    if k >= max || crate::summary::settled(&s).is_some() {
+                                        *cal.stopped_after.entry(k).or_default() += 1;
+                                        break s;
+                                    }
+                                    k += 1;
+                                }
+                            }
                         };
                         cal.sweeps += 1;
                         for w in &sum.widths {
@@ -374,6 +404,9 @@ pub fn calibrate(t: &Template, c: &SimConfig, n: usize, threads: usize) -> Calib
         out.slowed_round_flagged += p.slowed_round_flagged;
         for (w, x) in p.chosen {
             *out.chosen.entry(w).or_default() += x;
+        }
+        for (k, x) in p.stopped_after {
+            *out.stopped_after.entry(k).or_default() += x;
         }
     }
     out

@@ -51,6 +51,44 @@ over the time from writing the request to `data: [DONE]`)",
     rule_after_statistic!()
 );
 
+/// The stopping rule of `--rounds auto`, fixed before the first round and
+/// printed in the record.
+pub const AUTO_ROUNDS_RULE: &str = "`--rounds auto` runs at least the minimum number of rounds and at most the \
+maximum; after each round from the minimum on, it summarizes the data so far and stops when the decision is \
+settled: a width is chosen whose interval lies wholly above 1.0 and every narrower width is credibly slower than \
+the best (so the tie rule cannot take a narrower one), or no width is tied with the best and every width's \
+interval lies wholly below 1.0 (`off`); a round that drifted, cannot be judged, or whose data has problems is \
+never settled. It also stops before a round that would end past the time budget (projected from the longest \
+round so far). Every interval is then computed exactly as for a fixed number of rounds; the calibration test \
+runs this rule and checks the coverage it leaves.";
+
+/// Whether `--rounds auto` may stop after these rounds ([`AUTO_ROUNDS_RULE`]).
+pub fn settled(s: &Summary) -> Option<String> {
+    if s.drift
+        || s.drift_unjudged
+        || !s.data_problems.is_empty()
+        || s.widths.iter().any(|w| w.not_a_measurement.is_some())
+    {
+        return None;
+    }
+    let d = &s.decision;
+    match d.width {
+        Some(w) => {
+            let narrower_untied =
+                s.widths.iter().filter(|x| x.width < w).all(|x| x.tie.as_ref().is_some_and(|t| !t.tied));
+            narrower_untied.then(|| {
+                format!("width {w} is chosen with its interval above 1.0 and every narrower width is credibly slower than the best")
+            })
+        }
+        None => {
+            let all_below = !s.widths.is_empty()
+                && s.widths.iter().all(|x| x.ratio.as_ref().is_some_and(|r| r.below_one()))
+                && d.tied.len() <= 1;
+            all_below.then(|| "every width's interval lies wholly below 1.0: `off`".to_string())
+        }
+    }
+}
+
 /// A request's sample: its end-to-end tok/s in a served sweep, else the
 /// runtime's decode tok/s; `None` when there is none (no token after the
 /// first, or none at all) or it is not a positive finite number.
@@ -200,6 +238,8 @@ pub struct Summary {
     pub key_problem: Option<String>,
     pub complete: bool,
     pub halt: Option<Halt>,
+    /// `--rounds auto`: where and why it stopped adding rounds.
+    pub auto_rounds: Option<crate::raw::Settled>,
     pub arms_planned: usize,
     pub arms_complete: usize,
     /// Arms whose latest attempt failed or never ended.
@@ -385,7 +425,16 @@ pub fn summarize_dir(dir: &Path) -> Result<(RawFile, Summary)> {
 pub fn summarize(raw: &RawFile) -> Result<Summary> {
     let h = &raw.header;
     let st = &h.settings;
-    let (reqs, ok_arms, arms_failed) = complete_requests(raw);
+    // `--rounds auto` may have stopped before the plan's last round: the
+    // arms of later rounds are not part of the sweep.
+    let settled_line = raw.lines.iter().rev().find_map(|l| match l {
+        RawLine::Settled(x) => Some(x.clone()),
+        _ => None,
+    });
+    let n_rounds = settled_line.as_ref().map_or(st.rounds, |x| x.rounds.min(st.rounds));
+    let plan_len = h.plan.iter().filter(|a| a.round < n_rounds).count();
+    let (mut reqs, ok_arms, arms_failed) = complete_requests(raw);
+    reqs.retain(|r| r.round < n_rounds);
     let plan_by_index: BTreeMap<usize, &crate::raw::PlannedArm> = h.plan.iter().map(|a| (a.index, a)).collect();
     for r in &reqs {
         match plan_by_index.get(&r.arm) {
@@ -450,7 +499,7 @@ pub fn summarize(raw: &RawFile) -> Result<Summary> {
         }
     }
     let mut levels: BTreeMap<usize, ArmLevels> = BTreeMap::new();
-    for a in h.plan.iter().filter(|a| ok_arms.contains_key(&a.index)) {
+    for a in h.plan.iter().filter(|a| a.round < n_rounds && ok_arms.contains_key(&a.index)) {
         levels.insert(
             a.index,
             ArmLevels {
@@ -484,7 +533,7 @@ pub fn summarize(raw: &RawFile) -> Result<Summary> {
     }
 
     let mut rounds = Vec::new();
-    for round in 0..st.rounds {
+    for round in 0..n_rounds {
         let side = |b: Bracket| -> Vec<f64> {
             reqs.iter().filter(|r| r.round == round && r.bracket == Some(b)).filter_map(|r| rate(r)).collect()
         };
@@ -661,7 +710,8 @@ pub fn summarize(raw: &RawFile) -> Result<Summary> {
     let during_arm_samples = ok_arms.values().filter_map(|(_, e)| e.contention.as_ref()).map(|c| c.samples).sum();
     let arms_without_during_check =
         ok_arms.values().filter(|(_, e)| e.contention.as_ref().is_none_or(|c| c.samples == 0)).count();
-    let complete = raw.lines.iter().any(|l| matches!(l, RawLine::Done(_))) && ok_arms.len() == h.plan.len();
+    let complete = raw.lines.iter().any(|l| matches!(l, RawLine::Done(_)))
+        && h.plan.iter().filter(|a| a.round < n_rounds).all(|a| ok_arms.contains_key(&a.index));
     let identical = bracket_differences.is_empty() && widths.iter().all(|w| w.differences.is_empty());
     let decision = decide(&widths);
     Ok(Summary {
@@ -674,7 +724,8 @@ pub fn summarize(raw: &RawFile) -> Result<Summary> {
         key_problem: (!key_problems.is_empty()).then(|| key_problems.join("; ")),
         complete,
         halt: if complete { None } else { halt },
-        arms_planned: h.plan.len(),
+        arms_planned: plan_len,
+        auto_rounds: settled_line,
         arms_complete: ok_arms.len(),
         arms_failed,
         expected_requests_per_arm: h.prompts.len() * st.bursts_of(Some(1)),

@@ -66,6 +66,13 @@ pub const MAX_WARMUP: usize = 16;
 pub const MAX_TOKENS_PER_REQUEST: usize = 4096;
 pub const MAX_THREADS: usize = 1024;
 
+/// `--rounds auto` defaults: from the fixed default up to twice it, within
+/// the 15 minutes a default sweep may take on this host.
+pub const DEFAULT_AUTO_MAX_ROUNDS: usize = 8;
+pub const DEFAULT_AUTO_BUDGET_S: f64 = 900.0;
+/// The longest time budget an operator may give `--rounds auto` (a day).
+pub const MAX_AUTO_BUDGET_S: f64 = 86_400.0;
+
 /// Attempts of one arm, in one run of the sweep, before contention during
 /// the arm halts it (each attempt is kept in raw.jsonl).
 pub const MAX_CONTENTION_ATTEMPTS: usize = 3;
@@ -102,6 +109,8 @@ pub struct SweepOptions {
     pub bursts: usize,
     pub bracket_arms: usize,
     pub bracket_bursts: usize,
+    /// `--rounds auto`: `rounds` is then the maximum.
+    pub auto_rounds: Option<crate::raw::AutoRounds>,
     pub warmup: usize,
     pub max_tokens: usize,
     pub threads: usize,
@@ -385,6 +394,18 @@ pub fn start(opts: &SweepOptions) -> Result<Outcome> {
             bail!("{flag} {x} is out of range {lo}..={hi}");
         }
     }
+    if let Some(a) = &opts.auto_rounds {
+        if !(2..=a.max_rounds).contains(&a.min_rounds) || a.max_rounds != opts.rounds {
+            bail!(
+                "--rounds auto: the minimum ({}) must be at least 2 and at most the maximum ({})",
+                a.min_rounds,
+                a.max_rounds
+            );
+        }
+        if !(a.budget_s.is_finite() && a.budget_s > 0.0 && a.budget_s <= MAX_AUTO_BUDGET_S) {
+            bail!("--auto-budget {}: give seconds in (0, {MAX_AUTO_BUDGET_S}]", a.budget_s);
+        }
+    }
     if opts.rounds < 2 {
         eprintln!(
             "tuner sweep: warning: --rounds {}: every interval comes from the spread between rounds, so a sweep of \
@@ -442,6 +463,7 @@ pub fn start(opts: &SweepOptions) -> Result<Outcome> {
         bursts: opts.bursts,
         bracket_arms: opts.bracket_arms,
         bracket_bursts: Some(opts.bracket_bursts),
+        auto_rounds: opts.auto_rounds.clone(),
         warmup: opts.warmup,
         max_tokens: opts.max_tokens,
         threads: opts.threads,
@@ -584,8 +606,11 @@ fn drive(
         None => Vec::new(),
     };
     let mut attempts_here: BTreeMap<usize, usize> = BTreeMap::new();
+    let mut round_started: BTreeMap<usize, Instant> = BTreeMap::new();
+    let mut longest_round: Option<Duration> = None;
     for (k, arm) in todo.iter().enumerate() {
         let arms_left = todo.len() - k;
+        round_started.entry(arm.round).or_insert_with(Instant::now);
         loop {
             let what = match arm.width {
                 Some(wd) => format!("arm {} (round {}, width {wd})", arm.index, arm.round + 1),
@@ -749,10 +774,65 @@ fn drive(
             progress.arm_done();
             break;
         }
+        // `--rounds auto`: after the last arm of a round, may the sweep stop?
+        if let Some(auto) = &s.auto_rounds
+            && header.plan.iter().filter(|a| a.round == arm.round).map(|a| a.index).max() == Some(arm.index)
+        {
+            let rounds = arm.round + 1;
+            if let Some(t) = round_started.get(&arm.round) {
+                let d = t.elapsed();
+                longest_round = Some(longest_round.map_or(d, |l| l.max(d)));
+            }
+            if let Some(stop) = auto_stop(dir, auto, rounds, header.started_at_unix_ms, longest_round)? {
+                progress.note(&format!("--rounds auto: stopping after {rounds} round(s): {}", stop.reason));
+                w.write(&RawLine::Settled(stop))?;
+                break;
+            }
+        }
     }
     w.write(&RawLine::Done(Done { at_unix_ms: now_ms() }))?;
     progress.finish();
     Ok(Outcome::Complete)
+}
+
+/// Whether `--rounds auto` stops after `rounds` complete rounds
+/// ([`crate::summary::AUTO_ROUNDS_RULE`]): the data so far is summarized as
+/// if the sweep ended here.
+fn auto_stop(
+    dir: &Path,
+    auto: &crate::raw::AutoRounds,
+    rounds: usize,
+    started_at_unix_ms: u64,
+    longest_round: Option<Duration>,
+) -> Result<Option<crate::raw::Settled>> {
+    let mk = |reason: String, settled: bool| crate::raw::Settled { at_unix_ms: now_ms(), rounds, reason, settled };
+    if rounds >= auto.max_rounds {
+        return Ok(Some(mk(format!("the maximum of {} rounds", auto.max_rounds), false)));
+    }
+    if rounds < auto.min_rounds {
+        return Ok(None);
+    }
+    let mut raw = read_raw(&dir.join("raw.jsonl"))?;
+    raw.lines.push(RawLine::Settled(mk(String::new(), false)));
+    raw.line_numbers.push(raw.line_numbers.last().map_or(2, |n| n + 1));
+    let summary = crate::summary::summarize(&raw)?;
+    if let Some(why) = crate::summary::settled(&summary) {
+        return Ok(Some(mk(why, true)));
+    }
+    let elapsed_s = now_ms().saturating_sub(started_at_unix_ms) as f64 / 1e3;
+    if let Some(l) = longest_round
+        && elapsed_s + l.as_secs_f64() > auto.budget_s
+    {
+        return Ok(Some(mk(
+            format!(
+                "the time budget: {elapsed_s:.0} s so far and a round takes up to {:.0} s, past {:.0} s",
+                l.as_secs_f64(),
+                auto.budget_s
+            ),
+            false,
+        )));
+    }
+    Ok(None)
 }
 
 fn row_context(
@@ -993,6 +1073,7 @@ mod tests {
             bursts: 3,
             bracket_arms: 1,
             bracket_bursts: None,
+            auto_rounds: None,
             warmup: 1,
             max_tokens: 64,
             threads: 2,

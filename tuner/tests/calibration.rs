@@ -9,7 +9,10 @@
 //!   noise of 20 and 30 %;
 //! - sweeps without drift are flagged as drifted in at most 5 %;
 //! - with a 3 % process spread, a 15 % slowdown of one round's closing
-//!   bracket is flagged in at least 90 % of sweeps.
+//!   bracket is flagged in at least 90 % of sweeps;
+//! - under `--rounds auto` (4 to 8 rounds, stopping when the decision is
+//!   settled) the intervals still cover in at least 90 % and false drift
+//!   stays under 5 %.
 //!
 //! `cargo test --release -p tuner --test calibration -- --ignored --nocapture`
 //! prints the full tables docs/records.md reports (coverage per spread,
@@ -17,6 +20,10 @@
 use tuner::simulate::{SimConfig, Template, calibrate};
 
 const SWEEPS: usize = 500;
+/// Sweeps per `--rounds auto` setting: each is summarized once per round
+/// from the fourth on (up to 5 times, over twice the data), so fewer keep
+/// the test within a minute on 2 cores.
+const AUTO_SWEEPS: usize = 300;
 const THREADS: usize = 2;
 
 #[test]
@@ -42,6 +49,26 @@ fn intervals_cover_the_truth_and_drift_is_caught_without_false_alarms() {
             }
         }
     }
+    // `--rounds auto` (4 to 8 rounds): optional stopping must not cost coverage.
+    for (k, (spread, noise)) in [(0.03, 0.20), (0.08, 0.30)].into_iter().enumerate() {
+        let mut c = SimConfig::default_plan(spread, noise, 50_000_000 + k as u64 * 1_000_000);
+        c.rounds = 8;
+        c.auto = Some((4, 8));
+        let cal = calibrate(&t, &c, AUTO_SWEEPS, THREADS);
+        eprintln!(
+            "auto rounds, spread {spread} noise {noise}: min coverage {:.3}, false drift {:.3}, stopped after {:?}, chosen {:?}",
+            cal.min_coverage(),
+            cal.drift_rate(),
+            cal.stopped_after,
+            cal.chosen
+        );
+        if cal.min_coverage() < 0.90 {
+            failures.push(format!("auto rounds: coverage {:.3} at spread {spread} noise {noise}", cal.min_coverage()));
+        }
+        if cal.drift_rate() > 0.05 {
+            failures.push(format!("auto rounds: false drift {:.3} at spread {spread} noise {noise}", cal.drift_rate()));
+        }
+    }
     let mut c = SimConfig::default_plan(0.03, 0.20, 77_000_000);
     c.close_slowdown = Some((1, 0.15));
     let cal = calibrate(&t, &c, SWEEPS, THREADS);
@@ -59,7 +86,9 @@ fn intervals_cover_the_truth_and_drift_is_caught_without_false_alarms() {
 #[ignore = "prints the calibration tables for docs/records.md (about a minute)"]
 fn print_the_calibration_tables() {
     let t = Template::new();
-    println!("| process spread | request noise | min coverage over widths | false drift (sweeps) | chosen width: share |");
+    println!(
+        "| process spread | request noise | min coverage over widths | false drift (sweeps) | chosen width: share |"
+    );
     println!("|---|---|---|---|---|");
     for spread in [0.03, 0.055, 0.08] {
         for noise in [0.20, 0.25, 0.30] {
@@ -68,7 +97,13 @@ fn print_the_calibration_tables() {
             let chosen: Vec<String> = cal
                 .chosen
                 .iter()
-                .map(|(w, n)| format!("{}: {:.0}%", w.map_or("off".into(), |w| w.to_string()), 100.0 * *n as f64 / cal.sweeps as f64))
+                .map(|(w, n)| {
+                    format!(
+                        "{}: {:.0}%",
+                        w.map_or("off".into(), |w| w.to_string()),
+                        100.0 * *n as f64 / cal.sweeps as f64
+                    )
+                })
                 .collect();
             println!(
                 "| {:.1}% | {:.0}% | {:.1}% | {:.1}% | {} |",

@@ -212,7 +212,8 @@ fn the_committed_entry_rewritten_with_its_own_values_is_byte_identical() {
     let names: Vec<&str> = fields(RECORD_KEY, "1", "2026-01-01").iter().map(|(k, _)| *k).collect();
     assert_eq!(own.iter().map(|(k, _)| *k).collect::<Vec<_>>(), names, "the committed field order");
     assert_eq!(propose::edit_table(&committed, RECORD_KEY, &own).unwrap(), committed);
-    assert_eq!(e.record, RECORD);
+    // Whichever record the committed entry cites (it moves with each re-measurement).
+    assert!(e.record.starts_with("records/"), "{}", e.record);
 }
 
 /// The committed record, summarized once.
@@ -387,12 +388,7 @@ impl Scratch {
 }
 
 fn text(o: &Output) -> String {
-    format!(
-        "status {:?}\nstdout:\n{}\nstderr:\n{}",
-        o.status,
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
+    draftwise_tests::output_text(o)
 }
 
 fn assert_refused(o: &Output, flag: &str) {

@@ -313,12 +313,7 @@ impl Fixture {
 }
 
 fn text(o: &Output) -> String {
-    format!(
-        "status {:?}\nstdout:\n{}\nstderr:\n{}",
-        o.status,
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
+    draftwise_tests::output_text(o)
 }
 
 fn gone(pid: u32) -> bool {

@@ -313,12 +313,7 @@ impl Fixture {
 }
 
 fn text(o: &Output) -> String {
-    format!(
-        "status {:?}\nstdout:\n{}\nstderr:\n{}",
-        o.status,
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
+    draftwise_tests::output_text(o)
 }
 
 fn kinds(lines: &[Value]) -> Vec<String> {
@@ -725,6 +720,11 @@ fn doctor(f: &Fixture, edit: impl Fn(usize, &mut Value) -> Option<Vec<Value>>) {
     std::fs::write(&raw, out).unwrap();
 }
 
+/// What each of a summary's data problems says.
+fn problems(s: &Value) -> Vec<&str> {
+    s["data_problems"].as_array().unwrap().iter().map(|p| p["what"].as_str().unwrap()).collect()
+}
+
 /// The first request line's 1-based number.
 fn first_request_line(f: &Fixture) -> usize {
     f.raw_lines().iter().position(|l| l["kind"] == "request").unwrap() + 1
@@ -756,7 +756,7 @@ fn a_duplicated_request_line_is_named_and_refused() {
     let at = first_request_line(&f);
     doctor(&f, |n, v| (n == at).then(|| vec![v.clone(), v.clone()]));
     let s = f.summary();
-    let whats: Vec<&str> = s["data_problems"].as_array().unwrap().iter().map(|p| p["what"].as_str().unwrap()).collect();
+    let whats = problems(&s);
     assert!(whats.iter().any(|w| w.contains("duplicated request")), "{whats:?}");
     assert_refused(&f.propose(true), "duplicated request");
 }
@@ -768,7 +768,7 @@ fn an_arm_that_ended_ok_without_request_lines_is_named_and_refused() {
     // Arm 1's request lines vanish; its arm_end still says ok.
     doctor(&f, |_, v| (v["kind"] == "request" && v["arm"] == 1).then(Vec::new));
     let s = f.summary();
-    let whats: Vec<&str> = s["data_problems"].as_array().unwrap().iter().map(|p| p["what"].as_str().unwrap()).collect();
+    let whats = problems(&s);
     assert!(whats.iter().any(|w| w.contains("arm 1 ended ok but has no request lines")), "{whats:?}");
     assert_refused(&f.propose(true), "no request lines");
 }
@@ -795,7 +795,7 @@ fn a_request_count_that_does_not_match_the_plan_is_named_and_refused() {
     }
     std::fs::write(&raw, out).unwrap();
     let s = f.summary();
-    let whats: Vec<&str> = s["data_problems"].as_array().unwrap().iter().map(|p| p["what"].as_str().unwrap()).collect();
+    let whats = problems(&s);
     assert!(whats.iter().any(|w| w.contains("arm 2 has 5 request lines; the plan gives 6")), "{whats:?}");
     assert_refused(&f.propose(true), "the plan gives 6");
 }
@@ -858,4 +858,39 @@ fn contention_during_an_arm_reruns_it_and_the_record_says_why() {
     assert_eq!(s["contention_reruns"][0]["arm"], 1);
     assert!(f.record().contains("ran through contention and were re-run"));
     assert_eq!(s["complete"], true);
+}
+
+#[test]
+fn rounds_auto_stops_when_the_decision_is_settled_and_says_why() {
+    let f = Fixture::new();
+    // The fixture's rates are the same every round: width 1 (the narrowest)
+    // is chosen with an interval above 1.0 after the minimum of 2 rounds.
+    let o = f.sweep(&["--rounds", "auto", "--auto-min-rounds", "2", "--auto-max-rounds", "5"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let lines = f.raw_lines();
+    let settled = lines.iter().find(|l| l["kind"] == "settled").expect("a settled line");
+    assert_eq!((settled["rounds"].as_u64(), settled["settled"].as_bool()), (Some(2), Some(true)), "{settled}");
+    assert_eq!(kinds(&lines).last().map(String::as_str), Some("done"));
+    assert_eq!(kinds(&lines).iter().filter(|k| *k == "arm_start").count(), 8, "rounds 3..5 never ran");
+    let s = f.summary();
+    assert_eq!(
+        (s["complete"].as_bool(), s["arms_planned"].as_u64(), s["complete_rounds"].as_u64()),
+        (Some(true), Some(8), Some(2))
+    );
+    assert!(f.record().contains("It stopped after 2 round(s)"), "{}", f.record());
+    assert!(f.propose(true).status.success());
+}
+
+#[test]
+fn rounds_auto_runs_to_its_maximum_when_the_decision_is_not_settled() {
+    let f = Fixture::new();
+    // A width that is not a measurement never lets the decision settle.
+    f.set_width(Some(1), &arm(Some(1), 150.0, Spec { declined: true, ..Spec::default() }));
+    let o = f.sweep(&["--rounds", "auto", "--auto-min-rounds", "2", "--auto-max-rounds", "3"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let lines = f.raw_lines();
+    let settled = lines.iter().find(|l| l["kind"] == "settled").expect("a settled line");
+    assert_eq!((settled["rounds"].as_u64(), settled["settled"].as_bool()), (Some(3), Some(false)), "{settled}");
+    assert!(settled["reason"].as_str().unwrap().contains("maximum"));
+    assert_eq!(kinds(&lines).iter().filter(|k| *k == "arm_start").count(), 12);
 }
