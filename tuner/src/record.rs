@@ -66,7 +66,10 @@ pub fn markdown(raw: &RawFile, s: &Summary, dir_name: &str) -> String {
     let mut m = String::new();
     let _ = writeln!(m, "# Sweep record: {}\n", title(s));
     let status = if s.complete {
-        format!("complete: {} of {} arms", s.arms_complete, s.arms_planned)
+        let took = s.duration_s.map_or(String::new(), |d| {
+            format!(", {} min {:02} s from start to done", (d / 60.0).floor() as u64, (d % 60.0).round() as u64)
+        });
+        format!("complete: {} of {} arms{took}", s.arms_complete, s.arms_planned)
     } else {
         let why = s
             .halt

@@ -240,6 +240,9 @@ pub struct Summary {
     pub halt: Option<Halt>,
     /// `--rounds auto`: where and why it stopped adding rounds.
     pub auto_rounds: Option<crate::raw::Settled>,
+    /// Wall time from the sweep's start to its `done` line (resumes and
+    /// waits included); null before it is done.
+    pub duration_s: Option<f64>,
     pub arms_planned: usize,
     pub arms_complete: usize,
     /// Arms whose latest attempt failed or never ended.
@@ -725,6 +728,10 @@ pub fn summarize(raw: &RawFile) -> Result<Summary> {
         complete,
         halt: if complete { None } else { halt },
         arms_planned: plan_len,
+        duration_s: raw.lines.iter().rev().find_map(|l| match l {
+            RawLine::Done(d) => Some(d.at_unix_ms.saturating_sub(h.started_at_unix_ms) as f64 / 1e3),
+            _ => None,
+        }),
         auto_rounds: settled_line,
         arms_complete: ok_arms.len(),
         arms_failed,

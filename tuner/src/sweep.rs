@@ -42,7 +42,7 @@ pub const DEFAULT_MAX_TOKENS: usize = 48;
 /// The default plan spends its budget on rounds, not bursts: the variance
 /// that matters lies between processes, and only more processes shrink it.
 /// With 8 widths, 12 prompts and 1 warm-up pass: 4 x (8 + 2 x 3) = 56 arms,
-/// about 12 minutes on this 2-core host (docs/records.md).
+/// 8.5 to 9 minutes on this 2-core host (docs/records.md).
 pub const DEFAULT_ROUNDS: usize = 4;
 /// Recorded passes per speculative arm: one. A second pass halves only the
 /// request part of a round's ratio variance, which on this host is under a

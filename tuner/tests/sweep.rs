@@ -379,6 +379,7 @@ fn a_clean_sweep_writes_a_record_and_proposes_the_best_qualified_width() {
     assert!(rule < record.find("## Results").unwrap(), "the rule is printed before the results");
     assert!(record.contains("By the decision rule the width is 1"), "{record}");
     // The decision comes first, and the plot is embedded.
+    assert!(record.contains("Status: complete: 8 of 8 arms, 0 min"), "the sweep's time is stated");
     let head = record.find("**Decision: width 1**").expect("the decision line");
     assert!(head < record.find("## Decision rule").unwrap() && record.contains("![ratio to classic"), "{record}");
     for placeholder in ["TODO", "TBD", "XXX", "{}", "NaN"] {
