@@ -895,3 +895,17 @@ fn rounds_auto_runs_to_its_maximum_when_the_decision_is_not_settled() {
     assert!(settled["reason"].as_str().unwrap().contains("maximum"));
     assert_eq!(kinds(&lines).iter().filter(|k| *k == "arm_start").count(), 12);
 }
+
+#[test]
+fn an_off_decision_with_a_width_that_is_not_a_measurement_is_refused() {
+    let f = Fixture::new();
+    // Width 2 is slower than classic; width 1 declined: `off` is not shown for width 1.
+    f.set_width(Some(2), &arm(Some(2), 80.0, Spec::default()));
+    f.set_width(Some(1), &arm(Some(1), 150.0, Spec { declined: true, ..Spec::default() }));
+    f.set_width(Some(3), &arm(Some(3), 70.0, Spec::default()));
+    assert!(f.sweep(&["--widths", "1,2,3"]).status.success());
+    let s = f.summary();
+    assert!(s["decision"]["width"].is_null(), "{}", s["decision"]);
+    assert_eq!(s["drift_unjudged"], false);
+    assert_refused(&f.propose(true), "is `off`, but width(s) 1");
+}
