@@ -229,7 +229,7 @@ struct Round<'a> {
     open: Vec<&'a ArmLevels>,
     close: Vec<&'a ArmLevels>,
     spec: Vec<&'a ArmLevels>,
-    /// Plan positions of the sides' centres and the round's length.
+    /// Plan positions of the sides' centres within the round.
     open_pos: f64,
     close_pos: f64,
 }
@@ -288,8 +288,7 @@ fn interval(per_round: &[(usize, f64)], widen: f64) -> Option<RatioEstimate> {
 }
 
 /// Runs the estimators over the arms of a sweep. `widths` in plan order,
-/// `prompts` the prompt ids of the set, `bracket_arms` the plan's bracket
-/// arms per side.
+/// `prompts` the prompt ids of the set.
 pub fn estimate(arms: &[ArmLevels], widths: &[usize], prompts: &[String]) -> Estimates {
     let mut by_round: BTreeMap<usize, Vec<&ArmLevels>> = BTreeMap::new();
     for a in arms {
@@ -317,13 +316,11 @@ pub fn estimate(arms: &[ArmLevels], widths: &[usize], prompts: &[String]) -> Est
     let mut est = Estimates::default();
     let mut l_both: BTreeMap<usize, Vec<(usize, f64)>> = BTreeMap::new();
     let mut bias: BTreeMap<usize, Vec<f64>> = BTreeMap::new();
-    let mut drift_log: BTreeMap<usize, f64> = BTreeMap::new();
-    for (k, r) in &complete {
-        let d = r.drifts(prompts);
-        if !d.is_empty() {
-            drift_log.insert(**k, mean(&d));
-        }
-    }
+    // Paired per-prompt drifts of each complete round, computed once: the
+    // widening below and the drift test both use them.
+    let drifts: BTreeMap<usize, Vec<f64>> =
+        complete.iter().map(|(k, r)| (**k, r.drifts(prompts))).filter(|(_, d)| !d.is_empty()).collect();
+    let drift_log: BTreeMap<usize, f64> = drifts.iter().map(|(k, d)| (*k, mean(d))).collect();
     for &w in widths {
         let mut both = Vec::new();
         let mut vo = Vec::new();
@@ -424,11 +421,7 @@ pub fn estimate(arms: &[ArmLevels], widths: &[usize], prompts: &[String]) -> Est
     // without drift is flagged at most `DRIFT_FALSE_ALARM` of the time.
     let n_rounds = complete.len().max(1);
     for (k, r) in &complete {
-        let d = r.drifts(prompts);
-        if d.is_empty() {
-            continue;
-        }
-        let dk = mean(&d);
+        let (Some(d), Some(&dk)) = (drifts.get(k), drift_log.get(k)) else { continue };
         let se = v_bracket.map(|(v, df)| ((v / r.open.len() as f64 + v / r.close.len() as f64).sqrt(), df));
         let (interval, drifted, critical) = match se {
             Some((se, df)) => {

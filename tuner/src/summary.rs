@@ -288,7 +288,8 @@ pub struct Summary {
     pub inexact_arms: Vec<usize>,
     pub accepted_unknown: Vec<AcceptedUnknown>,
     pub decision: Decision,
-    /// Requests with no decode tok/s (no token after the first), left out of the statistics.
+    /// Requests with no valid rate: each makes its width not a measurement
+    /// (a classic one is a data problem).
     pub requests_without_rate: usize,
 }
 
@@ -843,6 +844,17 @@ fn data_problems(raw: &RawFile, ok_arms: &OkArms<'_>) -> Vec<DataProblem> {
                         remedy: format!("the row was altered or written by another build; {rerun}"),
                     });
                 }
+                // A classic request without a rate weakens the baseline of every width.
+                if r.width.is_none() && rate(r).is_none() {
+                    out.push(DataProblem {
+                        line: Some(*line),
+                        arm: Some(r.arm),
+                        what: format!("classic request (prompt {}, burst {}) has no valid rate", r.prompt_id, r.burst),
+                        remedy: "use prompts that decode at least two tokens (raise --max-tokens), then re-run the \
+                                 sweep"
+                            .into(),
+                    });
+                }
                 if r.usage.completion_tokens != r.token_ids.len() {
                     out.push(DataProblem {
                         line: Some(*line),
@@ -884,22 +896,6 @@ fn data_problems(raw: &RawFile, ok_arms: &OkArms<'_>) -> Vec<DataProblem> {
                 arm: Some(*arm),
                 what: format!("arm {arm}'s arm_end counts {} requests, raw.jsonl holds {n}", end.requests),
                 remedy: rerun.into(),
-            });
-        }
-    }
-    // Classic requests without a rate weaken the baseline of every width.
-    for (l, line) in raw.lines.iter().zip(&raw.line_numbers) {
-        if let RawLine::Request(r) = l
-            && r.width.is_none()
-            && ok_arms.get(&r.arm).is_some_and(|(a, _)| *a == r.attempt)
-            && rate(r).is_none()
-        {
-            out.push(DataProblem {
-                line: Some(*line),
-                arm: Some(r.arm),
-                what: format!("classic request (prompt {}, burst {}) has no valid rate", r.prompt_id, r.burst),
-                remedy: "use prompts that decode at least two tokens (raise --max-tokens), then re-run the sweep"
-                    .into(),
             });
         }
     }
