@@ -909,3 +909,51 @@ fn an_off_decision_with_a_width_that_is_not_a_measurement_is_refused() {
     assert_eq!(s["drift_unjudged"], false);
     assert_refused(&f.propose(true), "is `off`, but width(s) 1");
 }
+
+#[test]
+fn every_number_a_sweep_is_given_is_bounded_with_a_clear_error() {
+    let f = Fixture::new();
+    for (args, needle) in [
+        (&["--rounds", "65"][..], "--rounds 65 is out of range 1..=64"),
+        (&["--bursts", "0"][..], "--bursts 0 is out of range 1..=64"),
+        (&["--bracket-arms", "9"][..], "--bracket-arms 9 is out of range 1..=8"),
+        (&["--bracket-bursts", "65"][..], "--bracket-bursts 65 is out of range 1..=64"),
+        (&["--warmup", "17"][..], "--warmup 17 is out of range 0..=16"),
+        (&["--max-tokens", "4097"][..], "--max-tokens 4097 is out of range 1..=4096"),
+        (&["--rounds", "many"][..], "give a number of rounds or `auto`"),
+        (&["--rounds", "auto", "--auto-min-rounds", "1"][..], "the minimum (1) must be at least 2"),
+        (&["--rounds", "auto", "--auto-min-rounds", "6", "--auto-max-rounds", "5"][..], "at most the maximum (5)"),
+        (&["--rounds", "auto", "--auto-budget", "0"][..], "--auto-budget 0"),
+    ] {
+        let o = f.sweep(args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success() && err.contains(needle) && !err.contains("panicked"), "{args:?}: {err}");
+        assert!(!f.out.join("raw.jsonl").exists(), "{args:?}: nothing is written");
+    }
+}
+
+#[test]
+fn an_arm_that_runs_through_contention_on_every_attempt_halts_the_sweep() {
+    let f = Fixture::new();
+    // Invocations 1, 2 and 3 are the three attempts of arm 1; each starts a
+    // hog outside the tuner's process tree while it runs.
+    for n in 1..=3 {
+        f.set_hook(
+            n,
+            "setsid -f sh -c 'timeout 6 sh -c \"while :; do :; done\"' </dev/null >/dev/null 2>&1; sleep 4\n",
+        );
+    }
+    let o = f.sweep(&["--cpu-threshold", "60", "--cpu-window-ms", "300"]);
+    assert_eq!(o.status.code(), Some(3), "{}", text(&o));
+    let lines = f.raw_lines();
+    let ends: Vec<&Value> = lines.iter().filter(|l| l["kind"] == "arm_end" && l["arm"] == 1).collect();
+    assert_eq!(ends.len(), 3, "three attempts, each kept");
+    assert!(
+        ends.iter().all(|e| e["ok"] == false && e["contention"]["contended_samples"].as_u64() >= Some(1)),
+        "{ends:?}"
+    );
+    let halt = lines.iter().find(|l| l["kind"] == "halt").expect("a halt line");
+    assert_eq!(halt["halt"], "contention");
+    assert!(halt["message"].as_str().unwrap().contains("--resume"), "{halt}");
+    assert_refused(&f.propose(true), "incomplete");
+}
