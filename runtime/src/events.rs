@@ -48,17 +48,30 @@ pub struct Startup {
     pub tokenizer: String,
     /// Drafter kind (`ngram`, `layerskip`, `draft-model`), or `none` for classic decoding.
     pub drafter: String,
+    /// Who chose it: `flag` (`--drafter KIND`), `policy` (no `--drafter`:
+    /// the measured table decided, on or off), `none` (`--drafter none`).
+    #[serde(default)]
+    pub drafter_from: String,
+    /// The settings the drafter ran with; null without one.
+    #[serde(default)]
+    pub drafter_settings: Option<crate::policy::DrafterSettings>,
     /// Drafted tokens per verify; null when speculation is off (no drafter,
     /// or a policy entry that says `off`).
     #[serde(default)]
     pub block_size: Option<usize>,
-    /// Where `block_size` came from ([`crate::policy::Provenance`] in words).
+    /// Where `block_size` came from ([`crate::policy::Provenance`] in words):
+    /// one sentence saying whether speculation runs and why, naming the
+    /// entry's record and ratio or the key that had no measurement.
     #[serde(default)]
     pub block_size_from: String,
-    /// Fingerprint of the kernels this binary was built with
+    /// The verify-path fingerprint of the whole build
     /// ([`crate::policy::KERNEL_FINGERPRINT`]).
     #[serde(default)]
     pub kernel_fingerprint: String,
+    /// This build's verify-path fingerprint for this process's key (device
+    /// class and the target's weight formats): what a policy entry records.
+    #[serde(default)]
+    pub verify_fingerprint: String,
     /// The block-vs-chain exactness probe at the resolved width; null
     /// without a drafter.
     pub exactness_probe: Option<ProbeReport>,

@@ -127,6 +127,17 @@ struct SweepArgs {
     /// The draft checkpoint for `--drafter draft-model`.
     #[arg(long, value_name = "PATH")]
     drafter_model: Option<PathBuf>,
+    /// `ngram`: shortest pattern looked up, passed to every arm and recorded
+    /// (a policy entry applies with exactly these settings).
+    #[arg(long, default_value_t = runtime::spec::drafter::DEFAULT_NGRAM_MIN)]
+    ngram_min: usize,
+    /// `ngram`: longest pattern looked up.
+    #[arg(long, default_value_t = runtime::spec::drafter::DEFAULT_NGRAM_MAX)]
+    ngram_max: usize,
+    /// `layerskip`: the layers the drafter runs, a list like 0,1,2,3 (required
+    /// for --drafter layerskip, so the record states them).
+    #[arg(long, value_name = "LIST")]
+    layerskip_layers: Option<String>,
     /// Draft widths: a range `1-8` or a list `1,2,4`.
     #[arg(long, value_name = "LIST", default_value = "1-8")]
     widths: String,
@@ -489,7 +500,8 @@ fn run_sweep(a: SweepArgs) -> anyhow::Result<ExitCode> {
             };
             let opts = SweepOptions {
                 target,
-                drafter: a.drafter,
+                drafter: a.drafter.clone(),
+                drafter_settings: drafter_settings(&a.drafter, a.ngram_min, a.ngram_max, a.layerskip_layers.as_deref())?,
                 drafter_model: a.drafter_model,
                 widths: parse_widths(&a.widths)?,
                 rounds,
@@ -595,4 +607,31 @@ mod tests {
         assert!(parse_widths("1-99").is_err());
         assert!(parse_widths("two").unwrap_err().to_string().contains("not a width"));
     }
+}
+
+/// The complete drafter settings of a sweep, from its flags.
+fn drafter_settings(
+    drafter: &str,
+    ngram_min: usize,
+    ngram_max: usize,
+    layers: Option<&str>,
+) -> anyhow::Result<runtime::policy::DrafterSettings> {
+    use runtime::policy::{DrafterKind, DrafterSettings};
+    let kind: DrafterKind = drafter.parse().map_err(|e| anyhow::anyhow!("--drafter: {e}"))?;
+    Ok(match kind {
+        DrafterKind::Ngram => DrafterSettings::ngram(ngram_min, ngram_max),
+        DrafterKind::Layerskip => {
+            let Some(l) = layers else {
+                anyhow::bail!("--drafter layerskip needs --layerskip-layers LIST (e.g. 0,1,2,3): the record states them");
+            };
+            let mut v = Vec::new();
+            for part in l.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+                let n: usize =
+                    part.parse().map_err(|_| anyhow::anyhow!("--layerskip-layers: {part:?} is not a layer index"))?;
+                v.push(n);
+            }
+            DrafterSettings::layerskip(v)
+        }
+        _ => DrafterSettings::default(),
+    })
 }

@@ -116,7 +116,7 @@ pub fn run(args: ServeArgs) -> Result<ExitCode> {
     let mut loaded = model::load(&path).with_context(|| format!("loading {}", path.display()))?;
     let cuda = crate::device::place(&mut loaded, device)?;
     let engine = Engine::new(loaded, selection.family, threads)?;
-    let spec = Speculation::from_args(&args.spec, &engine)?;
+    let decoding = Speculation::from_args(&args.spec, &engine)?;
     let model_id = args.served_model_name.clone().unwrap_or_else(|| default_model_id(&path));
     if model_id.is_empty() {
         bail!("--served-model-name must not be empty");
@@ -124,7 +124,7 @@ pub fn run(args: ServeArgs) -> Result<ExitCode> {
     // The settings a request gets when it gives none (OpenAI's defaults).
     let defaults = SamplingParams { temperature: 1.0, ..SamplingParams::default() };
     let mut startup =
-        startup_event(&engine, &selection, spec.as_ref(), defaults, api::COMPLETIONS_DEFAULT_MAX_TOKENS, cuda);
+        startup_event(&engine, &selection, &decoding, defaults, api::COMPLETIONS_DEFAULT_MAX_TOKENS, cuda);
     // Typed, so a program that asked for `--port 0` learns the port without reading the log.
     startup.server = Some(crate::events::ServerInfo { address: addr.to_string(), model: model_id.clone() });
 
@@ -133,10 +133,7 @@ pub fn run(args: ServeArgs) -> Result<ExitCode> {
         writeln!(out, "{}", Event::Startup(startup.clone()).to_line())?;
         out.flush()?;
     }
-    match &spec {
-        Some(sp) => eprintln!("{}", sp.summary()),
-        None => eprintln!("{}", crate::policy::Resolution::no_drafter().summary()),
-    }
+    eprintln!("{}", decoding.summary());
     if !ip.is_loopback() {
         tracing::warn!("listening on {ip}, which is not loopback: this server has no authentication");
     }
@@ -168,7 +165,7 @@ pub fn run(args: ServeArgs) -> Result<ExitCode> {
         shutting_down: AtomicBool::new(false),
     });
     let worker =
-        Worker { engine, spec, queue: queue.clone(), stats: stats.clone(), abort: abort.clone(), json: args.json };
+        Worker { engine, spec: decoding.speculation, queue: queue.clone(), stats: stats.clone(), abort: abort.clone(), json: args.json };
     let engine_thread = std::thread::Builder::new().name("engine".into()).spawn(move || worker.run())?;
 
     let rt = tokio::runtime::Builder::new_multi_thread()
