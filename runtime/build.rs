@@ -78,11 +78,8 @@ fn main() {
     println!("cargo:rustc-env=DRAFTWISE_KERNEL_FINGERPRINT={fp}");
     let out = PathBuf::from(std::env::var("OUT_DIR").expect("cargo sets OUT_DIR"));
     let listing: Vec<String> = hashes.iter().map(|h| format!("{h:?}")).collect();
-    std::fs::write(
-        out.join("verify_path_hashes.rs"),
-        format!("[{}]\n", listing.join(", ")),
-    )
-    .unwrap_or_else(|e| fail(&format!("writing the part hashes to {}: {e}", out.display())));
+    std::fs::write(out.join("verify_path_hashes.rs"), format!("[{}]\n", listing.join(", ")))
+        .unwrap_or_else(|e| fail(&format!("writing the part hashes to {}: {e}", out.display())));
 
     // The policy table. Its records must exist, so records/ is watched too.
     let policy_dir = root.join("policy");

@@ -296,8 +296,7 @@ pub fn startup_event(
 ) -> Startup {
     let spec = decoding.speculation.as_ref();
     let device_class = engine.loaded.model.device_class(selection.family);
-    let verify_fingerprint =
-        crate::policy::verify_fingerprint(&device_class, Some(&engine.loaded.info.weight_formats));
+    let verify_fingerprint = crate::policy::verify_fingerprint(&device_class, Some(&engine.loaded.info.weight_formats));
     Startup {
         schema_version: SCHEMA_VERSION,
         build: BuildInfo::current(),

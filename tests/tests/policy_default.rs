@@ -77,8 +77,8 @@ fn tokens(d: &mut Decoding) -> Vec<u32> {
     let prompt = e.loaded.tokenizer.encode("one two three four five, one two three four five, one two").unwrap();
     let sampling = SamplingParams { temperature: 0.0, ..SamplingParams::default() };
     let tag = runtime::request::Tag { id: "p", warmup: false, repeat: 0 };
-    let (g, _) = runtime::request::decode(e, d.speculation.as_mut(), &prompt, 32, &sampling, &mut NoSink, tag)
-        .expect("decodes");
+    let (g, _) =
+        runtime::request::decode(e, d.speculation.as_mut(), &prompt, 32, &sampling, &mut NoSink, tag).expect("decodes");
     g.token_ids
 }
 
@@ -92,7 +92,10 @@ fn a_measured_entry_turns_speculation_on_with_its_drafter_width_and_settings() {
     assert_eq!(d.drafter_from(), "policy");
     let why = &d.resolution.block_size_from;
     assert!(why.starts_with("speculation on by the policy (no --drafter): measured for ngram on"), "{why}");
-    assert!(why.contains("at 2 threads (ngram_min 2, ngram_max 5): 1.20x classic") && why.contains("records/test-record"), "{why}");
+    assert!(
+        why.contains("at 2 threads (ngram_min 2, ngram_max 5): 1.20x classic") && why.contains("records/test-record"),
+        "{why}"
+    );
     assert!(s.probe.as_ref().is_some_and(|p| p.passed));
     // Speculation changes speed only: the tokens are classic decoding's.
     let spec = tokens(&mut d);
@@ -125,10 +128,8 @@ fn an_off_entry_keeps_classic_decoding() {
 
 #[test]
 fn a_stale_entry_or_none_keeps_classic_decoding() {
-    let stale = entry("3", 1.2, [1.1, 1.3], 2).replace(
-        &fingerprint(&device_class(), Some(&engine().loaded.info.weight_formats)),
-        "0123456789abcdef",
-    );
+    let stale = entry("3", 1.2, [1.1, 1.3], 2)
+        .replace(&fingerprint(&device_class(), Some(&engine().loaded.info.weight_formats)), "0123456789abcdef");
     let d = decide(&table(&[stale]), &no_flags());
     assert!(d.speculation.is_none());
     assert!(d.resolution.block_size_from.contains("is stale: measured with verify-path fingerprint 0123456789abcdef"));

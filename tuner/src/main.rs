@@ -501,7 +501,12 @@ fn run_sweep(a: SweepArgs) -> anyhow::Result<ExitCode> {
             let opts = SweepOptions {
                 target,
                 drafter: a.drafter.clone(),
-                drafter_settings: drafter_settings(&a.drafter, a.ngram_min, a.ngram_max, a.layerskip_layers.as_deref())?,
+                drafter_settings: drafter_settings(
+                    &a.drafter,
+                    a.ngram_min,
+                    a.ngram_max,
+                    a.layerskip_layers.as_deref(),
+                )?,
                 drafter_model: a.drafter_model,
                 widths: parse_widths(&a.widths)?,
                 rounds,
@@ -622,7 +627,9 @@ fn drafter_settings(
         DrafterKind::Ngram => DrafterSettings::ngram(ngram_min, ngram_max),
         DrafterKind::Layerskip => {
             let Some(l) = layers else {
-                anyhow::bail!("--drafter layerskip needs --layerskip-layers LIST (e.g. 0,1,2,3): the record states them");
+                anyhow::bail!(
+                    "--drafter layerskip needs --layerskip-layers LIST (e.g. 0,1,2,3): the record states them"
+                );
             };
             let mut v = Vec::new();
             for part in l.split(',').map(str::trim).filter(|p| !p.is_empty()) {

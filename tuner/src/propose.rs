@@ -410,7 +410,9 @@ pub fn entry_fields(raw: &RawFile, s: &Summary, record: &str) -> Result<Fields, 
         return Err(Refusal::Key(s.key_problem.clone().unwrap_or_else(|| "missing".into())));
     };
     let (Some(settings), Some(formats)) = (&s.drafter_settings, &s.weight_formats) else {
-        return Err(Refusal::Key(s.key_problem.clone().unwrap_or_else(|| "no drafter settings or weight formats".into())));
+        return Err(Refusal::Key(
+            s.key_problem.clone().unwrap_or_else(|| "no drafter settings or weight formats".into()),
+        ));
     };
     let threads = match (device.starts_with("cpu:"), s.threads) {
         (true, Some(t)) => Some(t),
@@ -439,11 +441,8 @@ pub fn entry_fields(raw: &RawFile, s: &Summary, record: &str) -> Result<Fields, 
         raw.header.prompts.len(),
         raw.header.settings.widths
     );
-    let mut fields: Fields = vec![
-        ("drafter", toml_str(&s.drafter)),
-        ("device_class", toml_str(device)),
-        ("target_quant", toml_str(quant)),
-    ];
+    let mut fields: Fields =
+        vec![("drafter", toml_str(&s.drafter)), ("device_class", toml_str(device)), ("target_quant", toml_str(quant))];
     if let Some(f) = &s.target_quant_format {
         fields.push(("target_quant_format", toml_str(f)));
     }
@@ -621,13 +620,13 @@ pub fn edit_table(old: &str, key: Key<'_>, fields: &[(&str, String)]) -> Result<
     let splices: Vec<Splice> = match doc.as_table().get("entry") {
         None => vec![append_block(old, &block, nl)],
         Some(toml_edit::Item::ArrayOfTables(aot)) => {
-            let matching: Vec<&toml_edit::Table> =
-                aot.iter()
-                    .filter(|t| {
-                        let threads = t.get("threads").and_then(|v| v.as_integer());
-                        is_key(|k| t.get(k).and_then(|v| v.as_str()).map(str::to_string), threads, key)
-                    })
-                    .collect();
+            let matching: Vec<&toml_edit::Table> = aot
+                .iter()
+                .filter(|t| {
+                    let threads = t.get("threads").and_then(|v| v.as_integer());
+                    is_key(|k| t.get(k).and_then(|v| v.as_str()).map(str::to_string), threads, key)
+                })
+                .collect();
             match matching.as_slice() {
                 [] => vec![append_block(old, &block, nl)],
                 [t] => vec![Splice { at: table_region(old, t)?, text: block }],
@@ -832,9 +831,10 @@ pub fn propose(dir: &Path, table_path: Option<&Path>, dry_run: bool, allow: Allo
         return Err(Refusal::Key(s.key_problem.clone().unwrap_or_default()).into());
     };
     let threads = if device.starts_with("cpu:") { s.threads } else { None };
-    let existing = tbl.entries.iter().find(|e| {
-        e.drafter == drafter && e.device_class == device && e.target_quant == quant && e.threads == threads
-    });
+    let existing = tbl
+        .entries
+        .iter()
+        .find(|e| e.drafter == drafter && e.device_class == device && e.target_quant == quant && e.threads == threads);
     let current = current_fingerprint(&s).unwrap_or_default();
     let overridden = check_provenance(&raw, &s, existing, &current, allow)?;
     let fields = entry_fields(&raw, &s, &record)?;
@@ -914,7 +914,10 @@ verify_fingerprint = \"0123456789abcdef\"\n";
         assert_eq!((c.entries[0].threads, c.entries[0].block_size), (Some(2), runtime::policy::Width::Blocks(3)));
         assert_eq!((c.entries[2].threads, c.entries[2].block_size), (Some(4), runtime::policy::Width::Blocks(5)));
         // A key without threads (CUDA) never matches a CPU entry that has them.
-        let cuda = TABLE.replace("device_class = \"cpu:x86_64-avx2\"\ntarget_quant = \"q4_1\"\nthreads = 2\n", "device_class = \"cuda:sm_90\"\ntarget_quant = \"q4_1\"\n");
+        let cuda = TABLE.replace(
+            "device_class = \"cpu:x86_64-avx2\"\ntarget_quant = \"q4_1\"\nthreads = 2\n",
+            "device_class = \"cuda:sm_90\"\ntarget_quant = \"q4_1\"\n",
+        );
         let mut g = fields("5");
         g.remove(3);
         g[1].1 = "\"cuda:sm_90\"".into();

@@ -527,14 +527,18 @@ pub fn summarize(raw: &RawFile) -> Result<Summary> {
             other => other,
         }
     };
-    let verify_fingerprint =
-        newer(one(&verify_fp, "verify-path fingerprint", &mut key_problems), "verify-path fingerprint", &mut key_problems);
+    let verify_fingerprint = newer(
+        one(&verify_fp, "verify-path fingerprint", &mut key_problems),
+        "verify-path fingerprint",
+        &mut key_problems,
+    );
     let weight_formats = newer(one(&formats, "weight formats", &mut key_problems), "weight formats", &mut key_problems)
         .map(|f| f.split(',').map(str::to_string).collect::<Vec<_>>());
     let target_quant_format = one(&quant_format, "quantization format", &mut key_problems).filter(|f| !f.is_empty());
     let threads = one(&threads, "thread count", &mut key_problems).and_then(|t| t.parse::<usize>().ok());
-    let drafter_settings = newer(one(&settings, "drafter settings", &mut key_problems), "drafter settings", &mut key_problems)
-        .and_then(|d| serde_json::from_str::<runtime::policy::DrafterSettings>(&d).ok());
+    let drafter_settings =
+        newer(one(&settings, "drafter settings", &mut key_problems), "drafter settings", &mut key_problems)
+            .and_then(|d| serde_json::from_str::<runtime::policy::DrafterSettings>(&d).ok());
     if let (Some(want), Some(got)) = (&h.settings.drafter_settings, &drafter_settings)
         && want != got
     {

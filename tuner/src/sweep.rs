@@ -1160,7 +1160,10 @@ mod tests {
         assert_eq!(a, "--drafter layerskip --draft-block-size 2 --layerskip-layers 0,1,2");
         // One layer gets a trailing comma: the runtime reads a bare `5` as a count.
         s.drafter_settings = Some(runtime::policy::DrafterSettings::layerskip(vec![5]));
-        assert_eq!(drafter_args(&s, Some(2)).join(" "), "--drafter layerskip --draft-block-size 2 --layerskip-layers 5,");
+        assert_eq!(
+            drafter_args(&s, Some(2)).join(" "),
+            "--drafter layerskip --draft-block-size 2 --layerskip-layers 5,"
+        );
         assert_eq!(drafter_args(&s, None), vec!["--drafter", "none"]);
     }
 }

@@ -358,7 +358,10 @@ fn a_record_without_the_new_startup_fields_is_refused_as_a_key_problem_to_re_mea
         assert!(k.contains(what), "{what}: {k}");
     }
     assert!(k.contains("re-measure"), "{k}");
-    assert_eq!((s.verify_fingerprint.as_ref(), s.weight_formats.as_ref(), s.drafter_settings.as_ref()), (None, None, None));
+    assert_eq!(
+        (s.verify_fingerprint.as_ref(), s.weight_formats.as_ref(), s.drafter_settings.as_ref()),
+        (None, None, None)
+    );
     let r = propose::check(s).unwrap_err();
     assert!(matches!(&r, Refusal::Key(m) if m.contains("re-measure")), "{r:?}");
     // No flag overrides it, and no entry can be written from it.

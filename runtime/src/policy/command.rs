@@ -4,12 +4,12 @@
 //! for its metadata and tensor infos only; a Hugging Face directory is
 //! loaded (its weight formats are what the loader makes of it).
 
+use super::KERNEL_FINGERPRINT;
 use super::declared::read_declared;
 use super::kind::{DrafterKind, DrafterSettings, MAX_NGRAM};
 use super::quant::{QuantClass, classify_path};
 use super::resolve::{Host, Resolution, ResolveInput, Resolver, env_override};
 use super::table::{Width, check_device_class};
-use super::KERNEL_FINGERPRINT;
 use anyhow::{Result, bail};
 use clap::{Args, Subcommand};
 use serde::Serialize;
@@ -154,7 +154,8 @@ pub fn explain(resolver: &Resolver<'_>, q: &Question<'_>) -> Result<Explanation>
     for &kind in &kinds {
         let declared = read_declared(kind, q.drafter_model, q.target);
         let settings = if Some(kind) == named { q.settings.clone() } else { DrafterSettings::default() };
-        let input = ResolveInput { drafter: kind, declared: &declared, host, settings: &settings, flag: q.flag, env: q.env };
+        let input =
+            ResolveInput { drafter: kind, declared: &declared, host, settings: &settings, flag: q.flag, env: q.env };
         resolutions.push(resolver.resolve(&input)?);
     }
     let generate = match (q.drafter, named) {
@@ -315,7 +316,8 @@ pub fn render(e: &Explanation) -> String {
     }
     let _ = writeln!(s, "device class  {} ({})", e.device_class, e.device_from);
     let _ = writeln!(s, "threads       {}", e.threads);
-    let formats = e.weight_formats.as_ref().map_or("unreadable (every format's kernels count)".into(), |f| f.join(", "));
+    let formats =
+        e.weight_formats.as_ref().map_or("unreadable (every format's kernels count)".into(), |f| f.join(", "));
     let _ = writeln!(s, "formats       {formats}");
     let _ = writeln!(s, "fingerprint   {} (verify path, this key)", e.verify_fingerprint);
     let _ = writeln!(s, "table         {}, {} entries", e.table_file, e.table_entries);

@@ -238,10 +238,7 @@ impl DrafterSettings {
             let contiguous = l.first() == Some(&0) && l.windows(2).all(|w| w[1] == w[0] + 1);
             match (contiguous, l.last()) {
                 (true, Some(last)) => parts.push(format!("layers 0-{last}")),
-                _ => parts.push(format!(
-                    "layers {}",
-                    l.iter().map(usize::to_string).collect::<Vec<_>>().join(",")
-                )),
+                _ => parts.push(format!("layers {}", l.iter().map(usize::to_string).collect::<Vec<_>>().join(","))),
             }
         }
         if parts.is_empty() { "no settings".into() } else { parts.join(", ") }

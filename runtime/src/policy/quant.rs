@@ -78,7 +78,13 @@ impl QuantClass {
 
     /// An unknown class with the reason (`from`) and the file it concerns.
     pub fn unknown(file: Option<&Path>, why: impl Into<String>) -> Self {
-        QuantClass { class: UNKNOWN.into(), from: why.into(), file: file.map(Path::to_path_buf), field: None, format: None }
+        QuantClass {
+            class: UNKNOWN.into(),
+            from: why.into(),
+            file: file.map(Path::to_path_buf),
+            field: None,
+            format: None,
+        }
     }
 
     /// An unknown class with the file and the field that could not be read.
@@ -197,7 +203,8 @@ pub fn classify_gguf(path: &Path, f: &GgufFile) -> QuantClass {
             "GGUF layer matrices: {name} holds {n} of {total} elements in {n_matrices} blk.* matrices{mix}; {}",
             ftype_text(Some(&class))
         );
-        return QuantClass::new(class, from, path, "tensor types of blk.*.weight (general.file_type)").declared_by("gguf");
+        return QuantClass::new(class, from, path, "tensor types of blk.*.weight (general.file_type)")
+            .declared_by("gguf");
     }
     match ftype {
         Some((n, Some((name, class)))) => QuantClass::new(
@@ -457,21 +464,29 @@ fn quantization_config(path: &Path, prefix: &str, qc: &Map<String, Value>) -> Qu
                     );
                 }
             };
-            QuantClass::new(class, format!("bitsandbytes quantization_config{d}"), path, field).declared_by("bitsandbytes")
+            QuantClass::new(class, format!("bitsandbytes quantization_config{d}"), path, field)
+                .declared_by("bitsandbytes")
         }
         m @ ("gptq" | "awq") => {
             let d = details(qc, &["bits", "w_bit", "group_size", "version"]);
             let name = if m == "gptq" { "GPTQ" } else { "AWQ" };
             // Both default to 4-bit weights when the config leaves bits out.
-            let (bits, field) = match (qc.get("bits").and_then(Value::as_u64), qc.get("w_bit").and_then(Value::as_u64)) {
+            let (bits, field) = match (qc.get("bits").and_then(Value::as_u64), qc.get("w_bit").and_then(Value::as_u64))
+            {
                 (Some(b), _) => (Some(b), at("bits")),
                 (None, Some(b)) => (Some(b), at("w_bit")),
                 (None, None) => (Some(4), at("quant_method")),
             };
             match int_class(bits) {
-                Some(class) => QuantClass::new(class, format!("{name} quantization_config, integer weights{d}"), path, field)
-                    .declared_by(m),
-                None => QuantClass::unknown_at(path, field, format!("{} has a {name} quantization_config whose bits are not 1..=16{d}", path.display())),
+                Some(class) => {
+                    QuantClass::new(class, format!("{name} quantization_config, integer weights{d}"), path, field)
+                        .declared_by(m)
+                }
+                None => QuantClass::unknown_at(
+                    path,
+                    field,
+                    format!("{} has a {name} quantization_config whose bits are not 1..=16{d}", path.display()),
+                ),
             }
         }
         "fp8" => {
@@ -534,7 +549,10 @@ fn compressed_tensors(path: &Path, prefix: &str, qc: &Map<String, Value>) -> Qua
         let what = if unreadable.is_empty() {
             "no config groups".to_string()
         } else {
-            format!("config group(s) {} without a numerics-naming format or weights num_bits/type", unreadable.join(", "))
+            format!(
+                "config group(s) {} without a numerics-naming format or weights num_bits/type",
+                unreadable.join(", ")
+            )
         };
         let field = match unreadable.first() {
             Some(g) => format!("{prefix}quantization_config.config_groups.{g}.weights"),

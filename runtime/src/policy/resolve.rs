@@ -274,9 +274,14 @@ pub enum Provenance {
     /// No drafter named: the policy kept classic decoding. `drafter` is the
     /// kind whose entry gave the reason; `None` when no weight-free kind has
     /// an entry for the key.
-    PolicyClassic { drafter: Option<DrafterKind>, fallback: Fallback },
+    PolicyClassic {
+        drafter: Option<DrafterKind>,
+        fallback: Fallback,
+    },
     /// No drafter named: the policy turned speculation on.
-    PolicyOn { entry: Entry },
+    PolicyOn {
+        entry: Entry,
+    },
     /// `--draft-block-size`; `env` is the environment value when it was set too.
     Flag {
         block_size: Width,
@@ -486,6 +491,9 @@ pub fn resolve(input: &ResolveInput<'_>) -> Result<Resolution, PolicyError> {
 }
 
 /// What the table holds for one drafter and a host: a usable entry, or why not.
+// A value that lives for one lookup, once per drafter kind: boxing the
+// fallback would buy nothing.
+#[allow(clippy::large_enum_variant)]
 enum Lookup<'e> {
     Fresh(&'e Entry),
     Fallback(Fallback),
@@ -525,7 +533,10 @@ impl Resolver<'_> {
                     device_class,
                     target_quant,
                     threads,
-                    measured: others.iter().map(|e| MeasuredAt { threads: e.threads, record: e.record.clone() }).collect(),
+                    measured: others
+                        .iter()
+                        .map(|e| MeasuredAt { threads: e.threads, record: e.record.clone() })
+                        .collect(),
                 },
                 _ => Fallback::NoMeasurement { device_class, target_quant, threads },
             });
@@ -664,7 +675,11 @@ impl Resolver<'_> {
             let any = DrafterSettings::default();
             match self.lookup(kind, host, &any) {
                 Lookup::Fresh(e) if e.beats_classic() => {
-                    steps.push(Step { step: StepKind::Table, decided: false, detail: format!("{kind}: {}", measured_phrase(e)) });
+                    steps.push(Step {
+                        step: StepKind::Table,
+                        decided: false,
+                        detail: format!("{kind}: {}", measured_phrase(e)),
+                    });
                     if best.is_none_or(|b| e.ratio > b.ratio) {
                         best = Some(e);
                     }
@@ -675,11 +690,19 @@ impl Resolver<'_> {
                     } else {
                         Fallback::NotAboveClassic { entry: e.clone() }
                     };
-                    steps.push(Step { step: StepKind::Table, decided: false, detail: format!("{kind}: {}", f.describe(kind.as_str())) });
+                    steps.push(Step {
+                        step: StepKind::Table,
+                        decided: false,
+                        detail: format!("{kind}: {}", f.describe(kind.as_str())),
+                    });
                     fallbacks.push((kind, f));
                 }
                 Lookup::Fallback(f) => {
-                    steps.push(Step { step: StepKind::Table, decided: false, detail: format!("{kind}: {}", f.describe(kind.as_str())) });
+                    steps.push(Step {
+                        step: StepKind::Table,
+                        decided: false,
+                        detail: format!("{kind}: {}", f.describe(kind.as_str())),
+                    });
                     fallbacks.push((kind, f));
                 }
             }
@@ -689,7 +712,12 @@ impl Resolver<'_> {
             for s in &mut steps {
                 s.decided = s.detail.starts_with(&prefix);
             }
-            return Resolution::new(Some(e.drafter), e.block_size.block_size(), Provenance::PolicyOn { entry: e.clone() }, steps);
+            return Resolution::new(
+                Some(e.drafter),
+                e.block_size.block_size(),
+                Provenance::PolicyOn { entry: e.clone() },
+                steps,
+            );
         }
         // The most telling reason; among equals, the first kind's.
         let mut chosen: Option<(DrafterKind, Fallback)> = None;

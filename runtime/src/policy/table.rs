@@ -270,7 +270,10 @@ impl fmt::Display for Problem {
                 write!(f, "drafter {d:?} is not a drafter kind; the kinds are {}", DrafterKind::names())
             }
             Problem::DuplicateKey { first } => {
-                write!(f, "duplicate key: {first} has the same (drafter, device_class, target_quant, threads); keep one")
+                write!(
+                    f,
+                    "duplicate key: {first} has the same (drafter, device_class, target_quant, threads); keep one"
+                )
             }
             Problem::MissingRecord { record, root } => write!(
                 f,
@@ -491,7 +494,9 @@ fn entry(t: toml::Table, line: Option<usize>, records: RecordCheck<'_>) -> Resul
     let mut weight_formats = Vec::with_capacity(r.weight_formats.len());
     for v in &r.weight_formats {
         match v.as_str() {
-            Some(f) if !f.is_empty() && f.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_') => {
+            Some(f)
+                if !f.is_empty() && f.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_') =>
+            {
                 weight_formats.push(f.to_string())
             }
             _ => return Err(bad("weight_formats", format!("{v} is not a format name (lowercase, e.g. q4_1)"))),

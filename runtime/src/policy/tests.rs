@@ -2,9 +2,9 @@
 //! classifier, declarations and resolution.
 
 use super::declared::{Declared, from_config, read_declared};
+use super::kind::DrafterSettings;
 use super::kind::{DeclarationSource, DrafterKind};
 use super::quant::{QuantClass, classify_gguf, classify_hf_config_file, classify_path};
-use super::kind::DrafterSettings;
 use super::resolve::{Fallback, Host, PolicyError, Provenance, Resolution, ResolveInput, Resolver, StepKind};
 use super::table::{Problem, RecordCheck, Table, TableError, Width, compile, parse_width};
 use super::{KERNEL_FINGERPRINT, compiled_table};
@@ -221,7 +221,9 @@ fn per_kind_constants_apply_when_no_entry_matches() {
         assert_eq!(decided(&r), StepKind::Default);
         assert_eq!(
             r.block_size_from,
-            format!("per-kind default {n}: no measurement for {kind} on cpu:x86_64-avx2 with a q4_1 target at 2 threads")
+            format!(
+                "per-kind default {n}: no measurement for {kind} on cpu:x86_64-avx2 with a q4_1 target at 2 threads"
+            )
         );
     }
 }
@@ -371,6 +373,20 @@ fn every_provenance_string_is_distinct() {
     add(In { quant: known("f16"), ..base() });
     add(In { quant: known("bf16"), ..base() });
     add(In { quant: QuantClass::unknown(Some(dir), format!("config.json not found in {}", dir.display())), ..base() });
+    add(In { settings: DrafterSettings::ngram(1, 4), ..base() });
+    add(In { threads: 1, ..base() });
+    // Without a drafter flag: each way the policy decides.
+    let on = In::new(DrafterKind::Ngram, "q4_1");
+    strings.push(on.auto(&t).block_size_from);
+    strings.push(In { threads: 1, ..In::new(DrafterKind::Ngram, "q4_1") }.auto(&t).block_size_from);
+    strings.push(In::new(DrafterKind::Ngram, "q8_0").auto(&t).block_size_from);
+    strings.push(In::new(DrafterKind::Ngram, "f16").auto(&t).block_size_from);
+    strings.push(In::new(DrafterKind::Ngram, "bf16").auto(&t).block_size_from);
+    let reaching = table(&[entry("ngram", "cpu:x86_64-avx2", "q4_1", "6", FP)
+        .replace("ratio_interval = [1.4, 1.6]", "ratio_interval = [0.9, 1.6]")]);
+    strings.push(on.auto(&reaching).block_size_from);
+    let unknown = QuantClass::unknown(Some(dir), format!("config.json not found in {}", dir.display()));
+    strings.push(In { quant: unknown, ..In::new(DrafterKind::Ngram, "q4_1") }.auto(&t).block_size_from);
     let n = strings.len();
     let unique: HashSet<&String> = strings.iter().collect();
     assert_eq!(unique.len(), n, "{strings:#?}");
@@ -387,7 +403,17 @@ fn every_provenance_string_is_distinct() {
         "per-kind default 4: the entry",
         "per-kind default 4: no measurement",
         "per-kind default 4: no key for ngram",
+        "per-kind default 4: the entry for ngram on cpu:x86_64-avx2 with a q4_1 target at 2 threads was measured with other drafter settings",
+        "per-kind default 4: no measurement for ngram on cpu:x86_64-avx2 with a q4_1 target at 1 thread: the table measured it at 2 threads",
+        "speculation on by the policy (no --drafter): measured for ngram",
+        "speculation off by the policy (no --drafter): no measurement for ngram on cpu:x86_64-avx2 with a q4_1 target at 1 thread",
+        "speculation off by the policy (no --drafter): measured off for ngram",
+        "speculation off by the policy (no --drafter): the entry for ngram on cpu:x86_64-avx2 with an f16 target at 2 threads is stale",
+        "speculation off by the policy (no --drafter): no measurement for a weight-free drafter",
+        "speculation off by the policy (no --drafter): the entry for ngram on cpu:x86_64-avx2 with a q4_1 target at 2 threads gives width 6",
+        "speculation off by the policy (no --drafter): no key for a weight-free drafter",
     ];
+    assert_eq!(starts.len(), n);
     for (s, want) in strings.iter().zip(starts) {
         assert!(s.starts_with(want), "{s:?} should start with {want:?}");
     }
@@ -467,7 +493,12 @@ fn each_quantization_class_from_a_config_fixture() {
         ("unquantized-bf16.json", "bf16", "torch_dtype", "torch_dtype"),
         ("unquantized-f16-dtype.json", "f16", "dtype", "torch_dtype"),
         ("unquantized-f32.json", "f32", "torch_dtype", "torch_dtype"),
-        ("text-config-nvfp4.json", "nvfp4", "text_config.quantization_config.config_groups.group_0", "compressed-tensors"),
+        (
+            "text-config-nvfp4.json",
+            "nvfp4",
+            "text_config.quantization_config.config_groups.group_0",
+            "compressed-tensors",
+        ),
     ];
     for (file, class, field, format) in cases {
         let p = fixture(file);
@@ -507,7 +538,11 @@ fn a_config_whose_quantization_cannot_be_read_is_unknown_with_the_file_and_field
             "quantization_config.config_groups.g.weights",
             "without a numerics-naming format",
         ),
-        (r#"{"quantization_config": {"quant_method": "modelopt"}}"#, "quantization_config.quant_algo", "without quant_algo"),
+        (
+            r#"{"quantization_config": {"quant_method": "modelopt"}}"#,
+            "quantization_config.quant_algo",
+            "without quant_algo",
+        ),
     ];
     for (text, field, why) in cases {
         std::fs::write(&p, text).unwrap();
@@ -722,9 +757,8 @@ fn duplicate_keys_fail_naming_both_entries() {
     assert_eq!(e.problem, Problem::DuplicateKey { first: "entry 1 (line 3)".into() });
     assert_eq!(e.entry.as_deref(), Some("entry 3 (line 33) (ngram, cpu:x86_64-avx2, q4_1, 2 threads)"));
     assert!(
-        e.to_string().starts_with(
-            "policy/t.toml: entry 3 (line 33) (ngram, cpu:x86_64-avx2, q4_1, 2 threads): duplicate key"
-        ),
+        e.to_string()
+            .starts_with("policy/t.toml: entry 3 (line 33) (ngram, cpu:x86_64-avx2, q4_1, 2 threads): duplicate key"),
         "{e}"
     );
     // The same (drafter, device, quantization) at another thread count is another key.
@@ -818,7 +852,10 @@ fn other_bad_fields_fail_with_the_field_named() {
     assert!(matches!(&e.problem, Problem::BadValue { field: "threads", .. }), "{e}");
     // An unknown settings field is named.
     let e = compile_err(&ok.replace("ngram_min = 3", "ngram_min = 3, colour = 1"));
-    assert!(matches!(&e.problem, Problem::BadValue { field: "drafter_settings", problem } if problem.contains("colour")), "{e}");
+    assert!(
+        matches!(&e.problem, Problem::BadValue { field: "drafter_settings", problem } if problem.contains("colour")),
+        "{e}"
+    );
 }
 
 #[test]
@@ -838,7 +875,9 @@ fn a_schema_1_table_is_refused_with_how_to_migrate() {
     let e = compile_err(old);
     assert_eq!(e.problem, Problem::OldSchema(1));
     let m = e.to_string();
-    for want in ["schema_version = 2", "verify_fingerprint", "threads", "drafter_settings", "weight_formats", "tuner sweep"] {
+    for want in
+        ["schema_version = 2", "verify_fingerprint", "threads", "drafter_settings", "weight_formats", "tuner sweep"]
+    {
         assert!(m.contains(want), "{want:?} missing from {m}");
     }
 }
@@ -1000,10 +1039,9 @@ fn at_another_thread_count_the_policy_keeps_classic_and_names_both_counts() {
 
 #[test]
 fn an_off_entry_keeps_classic_without_a_drafter_flag() {
-    let off = entry("ngram", "cpu:x86_64-avx2", "q4_1", "\"off\"", FP).replace("ratio = 1.5", "ratio = 0.9").replace(
-        "ratio_interval = [1.4, 1.6]",
-        "ratio_interval = [0.85, 0.95]",
-    );
+    let off = entry("ngram", "cpu:x86_64-avx2", "q4_1", "\"off\"", FP)
+        .replace("ratio = 1.5", "ratio = 0.9")
+        .replace("ratio_interval = [1.4, 1.6]", "ratio_interval = [0.85, 0.95]");
     let t = table(&[off]);
     let r = In::new(DrafterKind::Ngram, "q4_1").auto(&t);
     assert_eq!((r.drafter, r.block_size), (None, None));
@@ -1017,10 +1055,15 @@ fn an_off_entry_keeps_classic_without_a_drafter_flag() {
 
 #[test]
 fn a_width_whose_interval_reaches_classic_does_not_turn_speculation_on() {
-    let e = entry("ngram", "cpu:x86_64-avx2", "q4_1", "2", FP).replace("ratio_interval = [1.4, 1.6]", "ratio_interval = [0.99, 1.6]");
+    let e = entry("ngram", "cpu:x86_64-avx2", "q4_1", "2", FP)
+        .replace("ratio_interval = [1.4, 1.6]", "ratio_interval = [0.99, 1.6]");
     let r = In::new(DrafterKind::Ngram, "q4_1").auto(&table(&[e]));
     assert_eq!(r.drafter, None);
-    assert!(r.block_size_from.contains("but its interval [0.99, 1.60] reaches 1.0 (records/r1)"), "{}", r.block_size_from);
+    assert!(
+        r.block_size_from.contains("but its interval [0.99, 1.60] reaches 1.0 (records/r1)"),
+        "{}",
+        r.block_size_from
+    );
 }
 
 #[test]
@@ -1050,7 +1093,8 @@ fn a_target_with_other_weight_formats_does_not_use_the_entry() {
     let res = r.auto(&i.host());
     assert_eq!(res.drafter, None);
     assert!(
-        res.block_size_from.contains("it measured a target with weight formats [q4_1, q8_0], this one has [q4_1, q6_k]"),
+        res.block_size_from
+            .contains("it measured a target with weight formats [q4_1, q8_0], this one has [q4_1, q6_k]"),
         "{}",
         res.block_size_from
     );

@@ -164,8 +164,14 @@ pub fn run(args: ServeArgs) -> Result<ExitCode> {
         next_id: AtomicU64::new(0),
         shutting_down: AtomicBool::new(false),
     });
-    let worker =
-        Worker { engine, spec: decoding.speculation, queue: queue.clone(), stats: stats.clone(), abort: abort.clone(), json: args.json };
+    let worker = Worker {
+        engine,
+        spec: decoding.speculation,
+        queue: queue.clone(),
+        stats: stats.clone(),
+        abort: abort.clone(),
+        json: args.json,
+    };
     let engine_thread = std::thread::Builder::new().name("engine".into()).spawn(move || worker.run())?;
 
     let rt = tokio::runtime::Builder::new_multi_thread()
