@@ -380,7 +380,9 @@ fn bench(args: BenchArgs) -> Result<ExitCode> {
         warmup: args.warmup,
         verify_cost: args.verify_cost.then_some(args.max_width),
     };
-    if let Some(kind) = &args.spec.drafter {
+    // `bench` measures classic decoding unless a drafter is named (the
+    // policy does not pick one here: the bench measures, it does not serve).
+    if let Some(kind) = args.spec.drafter.as_deref().filter(|k| *k != "none") {
         return width_curve(&args, kind, &engine);
     }
     let report = crate::bench::run(&engine, &path.display().to_string(), &spec)?;

@@ -600,20 +600,6 @@ fn run_propose(a: ProposeArgs) -> anyhow::Result<ExitCode> {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::parse_widths;
-
-    #[test]
-    fn widths_parse_as_ranges_and_lists() {
-        assert_eq!(parse_widths("1-8").unwrap(), (1..=8).collect::<Vec<_>>());
-        assert_eq!(parse_widths("4,1-2, 4").unwrap(), vec![1, 2, 4]);
-        assert!(parse_widths("8-1").is_err());
-        assert!(parse_widths("1-99").is_err());
-        assert!(parse_widths("two").unwrap_err().to_string().contains("not a width"));
-    }
-}
-
 /// The complete drafter settings of a sweep, from its flags.
 fn drafter_settings(
     drafter: &str,
@@ -631,6 +617,16 @@ fn drafter_settings(
                     "--drafter layerskip needs --layerskip-layers LIST (e.g. 0,1,2,3): the record states them"
                 );
             };
+            // A bare count K is the first K layers, as the runtime reads it.
+            if !l.contains(',') {
+                let k: usize = l.trim().parse().map_err(|_| {
+                    anyhow::anyhow!(
+                        "--layerskip-layers {l:?}: give a count K (the first K layers) or a list like 0,1,2,3"
+                    )
+                })?;
+                anyhow::ensure!(k >= 1, "--layerskip-layers 0: give at least one layer");
+                return Ok(DrafterSettings::layerskip((0..k).collect()));
+            }
             let mut v = Vec::new();
             for part in l.split(',').map(str::trim).filter(|p| !p.is_empty()) {
                 let n: usize =
@@ -641,4 +637,37 @@ fn drafter_settings(
         }
         _ => DrafterSettings::default(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{drafter_settings, parse_widths};
+    use runtime::policy::DrafterSettings;
+
+    #[test]
+    fn widths_parse_as_ranges_and_lists() {
+        assert_eq!(parse_widths("1-8").unwrap(), (1..=8).collect::<Vec<_>>());
+        assert_eq!(parse_widths("4,1-2, 4").unwrap(), vec![1, 2, 4]);
+        assert!(parse_widths("8-1").is_err());
+        assert!(parse_widths("1-99").is_err());
+        assert!(parse_widths("two").unwrap_err().to_string().contains("not a width"));
+    }
+
+    #[test]
+    fn drafter_flags_become_complete_settings() {
+        assert_eq!(drafter_settings("ngram", 2, 5, None).unwrap(), DrafterSettings::ngram(2, 5));
+        assert_eq!(
+            drafter_settings("layerskip", 3, 4, Some("0, 1,2")).unwrap(),
+            DrafterSettings::layerskip(vec![0, 1, 2])
+        );
+        assert_eq!(drafter_settings("layerskip", 3, 4, Some("5,")).unwrap(), DrafterSettings::layerskip(vec![5]));
+        // A bare count is the first K layers, as the runtime reads it.
+        assert_eq!(drafter_settings("layerskip", 3, 4, Some("3")).unwrap(), DrafterSettings::layerskip(vec![0, 1, 2]));
+        assert!(drafter_settings("layerskip", 3, 4, Some("0")).is_err());
+        let e = drafter_settings("layerskip", 3, 4, None).unwrap_err().to_string();
+        assert!(e.contains("--layerskip-layers"), "{e}");
+        assert!(drafter_settings("layerskip", 3, 4, Some("0,x")).unwrap_err().to_string().contains("\"x\""));
+        assert_eq!(drafter_settings("draft-model", 3, 4, None).unwrap(), DrafterSettings::default());
+        assert!(drafter_settings("nope", 3, 4, None).is_err());
+    }
 }

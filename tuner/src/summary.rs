@@ -474,6 +474,7 @@ pub fn summarize(raw: &RawFile) -> Result<Summary> {
     let mut settings = BTreeSet::new();
     let mut formats = BTreeSet::new();
     let mut inexact_arms = Vec::new();
+    let mut not_classic: Vec<String> = Vec::new();
     let speculative_arm: BTreeSet<usize> = h.plan.iter().filter(|a| a.width.is_some()).map(|a| a.index).collect();
     for l in &raw.lines {
         if let RawLine::Startup(s) = l
@@ -489,6 +490,10 @@ pub fn summarize(raw: &RawFile) -> Result<Summary> {
             if speculative_arm.contains(&s.arm) {
                 let d = s.startup.drafter_settings.as_ref().map(|d| serde_json::to_string(d).unwrap_or_default());
                 settings.insert(d.unwrap_or_default());
+            } else if s.startup.drafter != "none" {
+                // A classic arm must decode classically: a runtime whose
+                // policy turned speculation on would not be the baseline.
+                not_classic.push(format!("{} ({}: {})", s.arm, s.startup.drafter, s.startup.block_size_from));
             }
             let probe_failed = s.startup.exactness_probe.as_ref().is_some_and(|p| !p.passed);
             if s.startup.allow_inexact || probe_failed {
@@ -513,6 +518,12 @@ pub fn summarize(raw: &RawFile) -> Result<Summary> {
     let device_class = one(&device, "device class", &mut key_problems);
     let target_quant = one(&quant, "target quantization class", &mut key_problems);
     let kernel_fingerprint = one(&fingerprint, "kernel fingerprint", &mut key_problems);
+    if !not_classic.is_empty() {
+        key_problems.push(format!(
+            "classic arm(s) did not decode classically: {}; their rates are no baseline",
+            not_classic.join("; ")
+        ));
+    }
     // Fields the runtime reports since the schema-2 policy table: empty in
     // older records, which then have no key a schema-2 entry can hold.
     let newer = |v: Option<String>, what: &str, problems: &mut Vec<String>| -> Option<String> {
