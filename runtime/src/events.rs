@@ -169,6 +169,20 @@ pub struct SpeculativeDiagnostics {
     pub draft_ms_per_round: Option<f64>,
     pub verify_ms_per_round: Option<f64>,
     pub accept_ms_per_round: Option<f64>,
+    /// Where the target passes' time went: plain steps (one row, nothing
+    /// drafted; compare with a classic request's `decode_ms / decode_steps`)
+    /// and the verify blocks of rounds, each in total and per pass (null
+    /// with none); and sampling the first token of each step.
+    #[serde(default)]
+    pub plain_step_ms: f64,
+    #[serde(default)]
+    pub plain_step_ms_mean: Option<f64>,
+    #[serde(default)]
+    pub round_verify_ms: f64,
+    #[serde(default)]
+    pub round_verify_ms_mean: Option<f64>,
+    #[serde(default)]
+    pub sample_ms: f64,
 }
 
 impl SpeculativeDiagnostics {
@@ -195,6 +209,11 @@ impl SpeculativeDiagnostics {
             draft_ms_per_round: per(s.draft_s),
             verify_ms_per_round: per(s.verify_s),
             accept_ms_per_round: per(s.accept_s),
+            plain_step_ms: s.plain_s * 1e3,
+            plain_step_ms_mean: (s.plain_steps > 0).then(|| s.plain_s * 1e3 / s.plain_steps as f64),
+            round_verify_ms: s.round_verify_s * 1e3,
+            round_verify_ms_mean: (s.rounds > 0).then(|| s.round_verify_s * 1e3 / s.rounds as f64),
+            sample_ms: s.sample_s * 1e3,
         }
     }
 }

@@ -208,6 +208,11 @@ fn diagnostics(prompt: &str, repeat: usize, width: usize) -> SpeculativeDiagnost
         draft_ms_per_round: Some(0.05),
         verify_ms_per_round: Some(0.5),
         accept_ms_per_round: Some(0.005),
+        plain_step_ms: 4.0,
+        plain_step_ms_mean: Some(0.4),
+        round_verify_ms: 6.0,
+        round_verify_ms_mean: Some(0.6),
+        sample_ms: 0.2,
     }
 }
 
