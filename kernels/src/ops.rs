@@ -73,19 +73,151 @@ pub fn rope(x: &mut [f32], head_dim: usize, pairing: RopePairing, cos: &[f32], s
     }
 }
 
-/// In-place softmax: subtract the max, exponentiate, divide by the sum
-/// (summed in index order).
+/// In-place softmax: subtract the max, exponentiate ([`exp_nonpositive`]),
+/// divide by the sum. The sum is [`dot_f32`]'s shape: eight lanes in index
+/// order, reduced by [`reduce8`], then the tail; so the family's SIMD twin
+/// gives the same bits.
 pub fn softmax(x: &mut [f32]) {
+    softmax_in(KernelFamily::Scalar, x)
+}
+
+/// [`softmax`], with the family's SIMD twin when present (the same bits).
+pub fn softmax_in(family: KernelFamily, x: &mut [f32]) {
+    if x.is_empty() {
+        return;
+    }
     let max = x.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
-    let mut sum = 0.0f32;
-    for v in x.iter_mut() {
-        *v = (*v - max).exp();
+    #[cfg(target_arch = "x86_64")]
+    if family != KernelFamily::Scalar && family.is_supported() {
+        // SAFETY: every non-scalar x86 family includes AVX2 and FMA.
+        unsafe { softmax_avx2(x, max) };
+        return;
+    }
+    let _ = family;
+    let n8 = x.len() / 8 * 8;
+    let mut lanes = [0.0f32; 8];
+    for c in x[..n8].chunks_exact_mut(8) {
+        for j in 0..8 {
+            c[j] = exp_nonpositive(c[j] - max);
+            lanes[j] += c[j];
+        }
+    }
+    let mut sum = crate::matvec::scalar::reduce8(lanes);
+    for v in &mut x[n8..] {
+        *v = exp_nonpositive(*v - max);
         sum += *v;
     }
     let inv = 1.0 / sum;
     for v in x.iter_mut() {
         *v *= inv;
     }
+}
+
+/// `e^x` for `x <= 0` (softmax arguments), within 2 ulp, as a fixed
+/// sequence of IEEE operations that the SIMD twin repeats lane for lane:
+/// `n = round_ties_even(x·log2 e)`, `r = x − n·ln2` (two fused steps, ln 2
+/// split in a high and a low part), a degree-7 Taylor polynomial in `r`
+/// (Horner, fused multiply-adds), times `2^n` (exact). Below −87 it is 0
+/// (`e^-87` ≈ 1.6e-38, at the edge of the normal range: a softmax weight
+/// that small is lost against the largest, which is 1). NaN gives NaN.
+#[inline]
+pub fn exp_nonpositive(x: f32) -> f32 {
+    if x.is_nan() {
+        return x;
+    }
+    if x < EXP_MIN {
+        return 0.0;
+    }
+    let n = (x * std::f32::consts::LOG2_E).round_ties_even();
+    let r = (-n).mul_add(LN2_HI, x);
+    let r = (-n).mul_add(LN2_LO, r);
+    let mut p = EXP_C[7];
+    for c in EXP_C[..7].iter().rev() {
+        p = p.mul_add(r, *c);
+    }
+    // n in [-126, 0]: 2^n is a normal float.
+    let scale = f32::from_bits(((n as i32 + 127) as u32) << 23);
+    p * scale
+}
+
+const EXP_MIN: f32 = -87.0;
+const LN2_HI: f32 = 0.693_145_75;
+const LN2_LO: f32 = 1.428_606_8e-6;
+/// `1/k!` for k = 0..=7.
+const EXP_C: [f32; 8] = [1.0, 1.0, 0.5, 1.0 / 6.0, 1.0 / 24.0, 1.0 / 120.0, 1.0 / 720.0, 1.0 / 5040.0];
+
+/// [`softmax_in`]'s AVX2 twin: [`exp_nonpositive`] eight lanes at a time
+/// (the same operations per lane), the sum in eight lanes reduced by
+/// [`reduce8`], the tail and the scaling as the scalar code.
+///
+/// # Safety
+/// AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn softmax_avx2(x: &mut [f32], max: f32) {
+    use std::arch::x86_64::*;
+    let n8 = x.len() / 8 * 8;
+    let mut acc = _mm256_setzero_ps();
+    let vmax = _mm256_set1_ps(max);
+    let mut i = 0;
+    while i < n8 {
+        // SAFETY: i + 8 <= n8 <= x.len().
+        unsafe {
+            let v = _mm256_sub_ps(_mm256_loadu_ps(x.as_ptr().add(i)), vmax);
+            let e = exp_nonpositive_avx2(v);
+            _mm256_storeu_ps(x.as_mut_ptr().add(i), e);
+            acc = _mm256_add_ps(acc, e);
+        }
+        i += 8;
+    }
+    let mut lanes = [0.0f32; 8];
+    // SAFETY: eight floats.
+    unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), acc) };
+    let mut sum = crate::matvec::scalar::reduce8(lanes);
+    for v in &mut x[n8..] {
+        *v = exp_nonpositive(*v - max);
+        sum += *v;
+    }
+    let inv = 1.0 / sum;
+    let vinv = _mm256_set1_ps(inv);
+    let mut i = 0;
+    while i < n8 {
+        // SAFETY: i + 8 <= n8 <= x.len().
+        unsafe { _mm256_storeu_ps(x.as_mut_ptr().add(i), _mm256_mul_ps(_mm256_loadu_ps(x.as_ptr().add(i)), vinv)) };
+        i += 8;
+    }
+    for v in &mut x[n8..] {
+        *v *= inv;
+    }
+}
+
+/// [`exp_nonpositive`] in eight lanes.
+///
+/// # Safety
+/// AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn exp_nonpositive_avx2(x: std::arch::x86_64::__m256) -> std::arch::x86_64::__m256 {
+    use std::arch::x86_64::*;
+    let nan = _mm256_cmp_ps::<_CMP_UNORD_Q>(x, x);
+    let under = _mm256_cmp_ps::<_CMP_LT_OQ>(x, _mm256_set1_ps(EXP_MIN));
+    // Keep the arithmetic in range where the result is replaced anyway.
+    let xs = _mm256_blendv_ps(x, _mm256_setzero_ps(), _mm256_or_ps(nan, under));
+    let n = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(_mm256_mul_ps(
+        xs,
+        _mm256_set1_ps(std::f32::consts::LOG2_E),
+    ));
+    let neg_n = _mm256_sub_ps(_mm256_setzero_ps(), n);
+    let r = _mm256_fmadd_ps(neg_n, _mm256_set1_ps(LN2_HI), xs);
+    let r = _mm256_fmadd_ps(neg_n, _mm256_set1_ps(LN2_LO), r);
+    let mut p = _mm256_set1_ps(EXP_C[7]);
+    for k in (0..7).rev() {
+        p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(EXP_C[k]));
+    }
+    let bits = _mm256_slli_epi32::<23>(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)));
+    let e = _mm256_mul_ps(p, _mm256_castsi256_ps(bits));
+    let e = _mm256_blendv_ps(e, _mm256_setzero_ps(), under);
+    _mm256_blendv_ps(e, x, nan)
 }
 
 /// SwiGLU (Shazeer 2020): `gate[i] = silu(gate[i]) * up[i]`.
@@ -295,7 +427,7 @@ pub fn attend_head<T: KvElem>(
         T::widen(family, key(t), &mut kb[..hd]);
         *s = dot(family, q, &kb[..hd]) * scale;
     }
-    softmax(scores);
+    softmax_in(family, scores);
     out.fill(0.0);
     assert!(n_ctx == 0 || (n_ctx - 1) * row_stride + offset + hd <= values.len(), "values too short");
     T::weighted_sum(family, scores, values, row_stride, offset, out);
@@ -379,7 +511,7 @@ pub fn attend_rows<T: KvElem>(
         t0 += len;
     }
     for r in 0..rows {
-        softmax(&mut scores[r * max_ctx..r * max_ctx + n_ctx[r]]);
+        softmax_in(family, &mut scores[r * max_ctx..r * max_ctx + n_ctx[r]]);
     }
     outs.fill(0.0);
     // The weighted sums, tile by tile: each row adds its tile positions in
@@ -545,6 +677,39 @@ mod tests {
         let mut y = [1.0f32, 0.0];
         rope(&mut y, 2, RopePairing::Adjacent, &cos, &sin);
         assert!((y[0] - 1f32.cos()).abs() < 1e-6 && (y[1] - 1f32.sin()).abs() < 1e-6);
+    }
+
+    #[test]
+    fn exp_is_within_two_ulp_of_libm_and_every_family_softmaxes_alike() {
+        let mut worst = 0u32;
+        let mut x = 0.0f32;
+        while x > -87.0 {
+            let (a, b) = (exp_nonpositive(x), x.exp());
+            worst = worst.max(a.to_bits().abs_diff(b.to_bits()));
+            x -= 0.000_731;
+        }
+        assert!(worst <= 2, "{worst} ulp");
+        assert_eq!(exp_nonpositive(0.0), 1.0);
+        assert_eq!(exp_nonpositive(-90.0), 0.0);
+        assert_eq!(exp_nonpositive(f32::NEG_INFINITY), 0.0);
+        assert!(exp_nonpositive(f32::NAN).is_nan());
+        for n in [0usize, 1, 7, 8, 9, 64, 333] {
+            let base: Vec<f32> = (0..n).map(|i| ((i * 37 % 101) as f32 - 50.0) * 0.7).collect();
+            let mut want = base.clone();
+            softmax_in(KernelFamily::Scalar, &mut want);
+            for fam in KernelFamily::all_supported() {
+                let mut got = base.clone();
+                softmax_in(fam, &mut got);
+                assert_eq!(
+                    got.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                    want.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                    "{fam:?} n {n}"
+                );
+            }
+            if n > 0 {
+                assert!((want.iter().sum::<f32>() - 1.0).abs() < 1e-5, "n {n}");
+            }
+        }
     }
 
     #[test]
