@@ -54,6 +54,14 @@ pub enum Halt {
 /// runs on the engine's thread pool.
 pub trait TokenSink: Send {
     fn token(&mut self, id: u32) -> ControlFlow<Halt>;
+
+    /// Whether the request should be abandoned now, before any token: asked
+    /// between chunks of the prompt's prefill ([`Engine::prefill_cancellable`]),
+    /// so a departed client or a passed deadline frees the engine without
+    /// waiting for the whole prompt.
+    fn cancelled(&self) -> bool {
+        false
+    }
 }
 
 /// The sink of callers that only want the finished [`Generation`].
@@ -83,6 +91,11 @@ pub struct Prefilled {
 pub fn at_limit(n_prompt: usize, n_out: usize, max_tokens: usize, context_length: usize) -> bool {
     n_out >= max_tokens || n_prompt + n_out > context_length
 }
+
+/// Prompt tokens per forward pass of a cancellable prefill: the engine
+/// notices a cancellation within one chunk's time (about 0.3 s for the
+/// default model on 2 cores at the end of an 8k context; docs/serve.md).
+pub const PREFILL_CHUNK: usize = 128;
 
 /// A loaded model with its thread pool and kernel family.
 pub struct Engine {
@@ -129,6 +142,33 @@ impl Engine {
             let logits = model.forward(self.family, &mut session, prompt, LogitRows::Last)?;
             Ok(Prefilled { prompt: prompt.to_vec(), session, logits, prefill_s: t0.elapsed().as_secs_f64() })
         })
+    }
+
+    /// [`Engine::prefill`] in chunks of [`PREFILL_CHUNK`] tokens, asking
+    /// `cancelled` before each one ([`GenerateError::Cancelled`] when it says
+    /// so). Each row of a forward pass is computed with the arithmetic of the
+    /// one-token chain whatever the block it is in (the invariant the
+    /// exactness probe checks), so the logits equal [`Engine::prefill`]'s bit
+    /// for bit (`runtime/tests/prefill_chunks.rs`).
+    pub fn prefill_cancellable(
+        &self,
+        prompt: &[u32],
+        cancelled: &dyn Fn() -> bool,
+    ) -> Result<Prefilled, GenerateError> {
+        if prompt.is_empty() {
+            return Err(GenerateError::EmptyPrompt);
+        }
+        let model = &self.loaded.model;
+        let mut session = Session::new(&model.config);
+        let t0 = Instant::now();
+        let mut logits = Vec::new();
+        for chunk in prompt.chunks(PREFILL_CHUNK) {
+            if cancelled() {
+                return Err(GenerateError::Cancelled);
+            }
+            logits = self.install(|| model.forward(self.family, &mut session, chunk, LogitRows::Last))?;
+        }
+        Ok(Prefilled { prompt: prompt.to_vec(), session, logits, prefill_s: t0.elapsed().as_secs_f64() })
     }
 
     /// Classic decoding of `prompt` for up to `max_tokens` tokens.

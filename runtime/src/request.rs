@@ -17,7 +17,8 @@ pub struct Tag<'a> {
     pub repeat: usize,
 }
 
-/// Prefills `prompt` and decodes it. Besides the generation, returns the
+/// Prefills `prompt` (in chunks, asking `sink` between them whether to
+/// stop: [`Engine::prefill_cancellable`]) and decodes it. Besides the generation, returns the
 /// event that follows its `completion`: `speculative_diagnostics` when it
 /// speculated, `declined` when a drafter was asked for but a failed
 /// exactness probe sent it to classic decoding, `None` otherwise (no
@@ -35,7 +36,7 @@ pub fn decode(
     match spec {
         Some(sp) if sp.active_width().is_some() => {
             let width = sp.active_width().unwrap_or_default();
-            let p = engine.prefill(prompt)?;
+            let p = engine.prefill_cancellable(prompt, &|| sink.cancelled())?;
             let (g, stats) =
                 engine.decode_speculative_with(p, max_tokens, sampling, sp.drafter.as_mut(), width, sink)?;
             let diag = SpeculativeDiagnostics::new(tag.id, tag.warmup, tag.repeat, sp.kind.as_str(), width, &stats);
@@ -55,7 +56,7 @@ pub fn decode(
                 })),
                 _ => None,
             });
-            let p = engine.prefill(prompt)?;
+            let p = engine.prefill_cancellable(prompt, &|| sink.cancelled())?;
             let g = engine.decode_with(p, max_tokens, sampling, sink)?;
             Ok((g, declined))
         }
