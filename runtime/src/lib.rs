@@ -16,6 +16,7 @@ pub mod events;
 pub mod fetch;
 pub mod generate;
 pub mod gguf;
+pub mod limits;
 pub mod model;
 pub mod policy;
 pub mod pool;

@@ -85,6 +85,89 @@ impl ApiError {
         }
     }
 
+    /// Every open connection has a request running (`--max-connections`).
+    pub fn too_many_connections(max: usize) -> Self {
+        ApiError {
+            status: StatusCode::SERVICE_UNAVAILABLE,
+            message: format!(
+                "the server has {max} open connections, each with a request running (--max-connections); \
+                 retry in a moment"
+            ),
+            kind: "server_error",
+            param: None,
+            code: Some("too_many_connections"),
+        }
+    }
+
+    /// The request head did not arrive in time (`--header-timeout-ms`).
+    pub fn header_timeout(limit: std::time::Duration) -> Self {
+        ApiError {
+            status: StatusCode::REQUEST_TIMEOUT,
+            message: format!(
+                "the request line and headers did not arrive within {} ms (--header-timeout-ms)",
+                limit.as_millis()
+            ),
+            kind: "invalid_request_error",
+            param: None,
+            code: Some("request_timeout"),
+        }
+    }
+
+    /// An unfinished request head was dropped to admit a new connection.
+    pub fn evicted() -> Self {
+        ApiError {
+            status: StatusCode::REQUEST_TIMEOUT,
+            message: "the request headers were still incomplete when the server, at its connection limit \
+                      (--max-connections), needed the connection for another client"
+                .into(),
+            kind: "invalid_request_error",
+            param: None,
+            code: Some("request_timeout"),
+        }
+    }
+
+    /// The request ran past its deadline (`--request-timeout-secs`).
+    pub fn deadline(limit: std::time::Duration) -> Self {
+        ApiError {
+            status: StatusCode::REQUEST_TIMEOUT,
+            message: format!(
+                "the request did not finish within {} s (--request-timeout-secs); ask for fewer tokens or a \
+                 shorter prompt",
+                limit.as_secs()
+            ),
+            kind: "server_error",
+            param: None,
+            code: Some("request_timeout"),
+        }
+    }
+
+    /// Too many requests are being tokenized or waiting to be (`--max-preparing`).
+    pub fn too_many_preparing(max: usize) -> Self {
+        ApiError {
+            status: StatusCode::TOO_MANY_REQUESTS,
+            message: format!(
+                "too many requests are being prepared at once ({max} tokenizing, as many again waiting; \
+                 --max-preparing); retry in a moment"
+            ),
+            kind: "rate_limit_error",
+            param: None,
+            code: Some("too_many_requests"),
+        }
+    }
+
+    /// `--api-key` is set and the request did not give it.
+    pub fn unauthorized() -> Self {
+        ApiError {
+            status: StatusCode::UNAUTHORIZED,
+            message: "a valid API key is required: send the header `Authorization: Bearer <key>` with the key \
+                      the server was started with (--api-key)"
+                .into(),
+            kind: "invalid_request_error",
+            param: None,
+            code: Some("invalid_api_key"),
+        }
+    }
+
     pub fn shutting_down() -> Self {
         ApiError {
             status: StatusCode::SERVICE_UNAVAILABLE,
@@ -135,7 +218,7 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let mut r = (self.status, [(axum::http::header::CONTENT_TYPE, "application/json")], self.body().to_string())
             .into_response();
-        if self.status == StatusCode::SERVICE_UNAVAILABLE {
+        if self.status == StatusCode::SERVICE_UNAVAILABLE || self.status == StatusCode::TOO_MANY_REQUESTS {
             r.headers_mut().insert(axum::http::header::RETRY_AFTER, axum::http::HeaderValue::from_static("1"));
         }
         r
@@ -531,11 +614,40 @@ impl Request {
         }
     }
 
+    /// Refuses, before tokenizing, a prompt whose byte length alone proves
+    /// it cannot fit the context: no token is longer than
+    /// `longest_token_bytes`, so `b` bytes are at least `b / longest` tokens.
+    /// A flood of oversized prompts then costs no tokenizer memory.
+    pub fn check_bytes(&self, engine: &Engine) -> Result<(), ApiError> {
+        let Some(longest) = engine.loaded.tokenizer.longest_token_bytes else { return Ok(()) };
+        let bytes = match &self.prompt {
+            Prompt::Text(t) => t.len(),
+            Prompt::Chat(m) => m.iter().map(|m| m.content.len()).sum(),
+            Prompt::Tokens(_) => return Ok(()),
+        };
+        let context = engine.loaded.info.context_length;
+        let least = bytes.div_ceil(longest);
+        if least >= context {
+            let param = self.prompt_param();
+            return Err(ApiError::invalid(
+                format!(
+                    "this model's maximum context length is {context} tokens, and the prompt is {bytes} bytes: \
+                     no token of this model is longer than {longest} bytes, so it is at least {least} tokens; \
+                     shorten it"
+                ),
+                Some(param),
+                "context_length_exceeded",
+            ));
+        }
+        Ok(())
+    }
+
     /// Tokenizes the prompt (through the model's chat template for chat) and
     /// checks it and `max_tokens` against the model's context.
     pub fn prepare(self, engine: &Engine) -> Result<Prepared, ApiError> {
         let tok = &engine.loaded.tokenizer;
         let param = self.prompt_param();
+        self.check_bytes(engine)?;
         let ids = match &self.prompt {
             Prompt::Text(t) => tok.encode_prompt(t),
             Prompt::Chat(m) => tok.render_chat(m, true).and_then(|text| tok.encode_prompt(&text)),

@@ -59,6 +59,21 @@ pub struct Tokenizer {
     pub chat_template: Option<String>,
     /// Where the tokenizer came from, for the startup event.
     pub source: String,
+    /// The longest text any token stands for, in bytes; `None` when a
+    /// normalizer could shrink the text first. Then no token sequence of a
+    /// text of `b` bytes is shorter than `b / longest` tokens, which bounds
+    /// a prompt's length before it is tokenized.
+    pub longest_token_bytes: Option<usize>,
+}
+
+/// The longest token text of `inner` in UTF-8 bytes (byte-level BPE tokens
+/// spell each byte as one character of one or two UTF-8 bytes, so this is
+/// at least the bytes the token decodes to); `None` with a normalizer.
+fn longest_token_bytes(inner: &tokenizers::Tokenizer) -> Option<usize> {
+    if inner.get_normalizer().is_some() {
+        return None;
+    }
+    inner.get_vocab(true).keys().map(String::len).max().filter(|&n| n > 0)
 }
 
 impl std::fmt::Debug for Tokenizer {
@@ -173,6 +188,7 @@ impl Tokenizer {
             Err(e) => return Err(e.into()),
         };
         Ok(Tokenizer {
+            longest_token_bytes: longest_token_bytes(&inner),
             inner,
             bos,
             eos,
@@ -214,6 +230,7 @@ impl Tokenizer {
             }
         }
         Ok(Tokenizer {
+            longest_token_bytes: longest_token_bytes(&inner),
             inner,
             bos,
             eos,

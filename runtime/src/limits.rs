@@ -1,0 +1,121 @@
+//! Bounds on every number a user or a file gives the runtime, in one place:
+//! each check names the flag (or file) and the range it accepts, so a
+//! refusal says how to fix it, and no value reaches an allocation or a loop
+//! unchecked.
+
+use std::time::Duration;
+
+/// `--threads` above this many times the CPUs available is refused: past
+/// that the engine only loses speed (each extra thread is a context switch
+/// per parallel section), and a huge value would allocate per thread.
+pub const MAX_THREADS_PER_CPU: usize = 4;
+
+/// Largest `--ngram-max`/`--ngram-min`: longer patterns than this never
+/// repeat in a prompt the context holds, and the drafter's lookup is linear
+/// in the pattern length per draft.
+pub const MAX_NGRAM: usize = 64;
+
+/// The CPUs available to this process (at least 1).
+pub fn available_cpus() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// Checks `--threads` against the host: an error at 0 or above
+/// [`MAX_THREADS_PER_CPU`] × `cpus`; `Ok(Some(warning))` above `cpus`.
+pub fn check_threads(threads: usize, cpus: usize) -> Result<Option<String>, String> {
+    let cpus = cpus.max(1);
+    let most = cpus.saturating_mul(MAX_THREADS_PER_CPU);
+    if threads == 0 {
+        return Err("--threads must be at least 1".into());
+    }
+    if threads > most {
+        return Err(format!(
+            "--threads {threads} is more than {MAX_THREADS_PER_CPU} per available CPU ({cpus} CPUs, so at most {most}); \
+             give at most {cpus}, the CPUs this process may use"
+        ));
+    }
+    if threads > cpus {
+        return Ok(Some(format!(
+            "--threads {threads} is more than the {cpus} CPUs available: threads will share CPUs and decoding slows \
+             down; give at most {cpus}"
+        )));
+    }
+    Ok(None)
+}
+
+/// The thread count to run with: the flag (checked, a warning logged) or
+/// every available CPU.
+pub fn resolve_threads(flag: Option<usize>) -> anyhow::Result<usize> {
+    let cpus = available_cpus();
+    match flag {
+        None => Ok(cpus),
+        Some(t) => match check_threads(t, cpus) {
+            Ok(None) => Ok(t),
+            Ok(Some(warning)) => {
+                tracing::warn!("{warning}");
+                Ok(t)
+            }
+            Err(e) => anyhow::bail!(e),
+        },
+    }
+}
+
+/// Checks `--ngram-min`/`--ngram-max`: 1..=[`MAX_NGRAM`], min <= max.
+pub fn check_ngram(min: usize, max: usize) -> Result<(), String> {
+    for (flag, v) in [("--ngram-min", min), ("--ngram-max", max)] {
+        if v == 0 || v > MAX_NGRAM {
+            return Err(format!("{flag} {v} is out of range: give 1 to {MAX_NGRAM}"));
+        }
+    }
+    if min > max {
+        return Err(format!("--ngram-min {min} is larger than --ngram-max {max}"));
+    }
+    Ok(())
+}
+
+/// A number flag checked against `lo..=hi`, naming the flag when it is not.
+pub fn check_range(flag: &str, v: u64, lo: u64, hi: u64) -> Result<u64, String> {
+    if v < lo || v > hi {
+        return Err(format!("{flag} {v} is out of range: give {lo} to {hi}"));
+    }
+    Ok(v)
+}
+
+/// A duration flag in milliseconds, checked against `lo..=hi` ms.
+pub fn check_ms(flag: &str, ms: u64, lo: u64, hi: u64) -> Result<Duration, String> {
+    check_range(flag, ms, lo, hi).map(Duration::from_millis)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn threads_are_refused_at_zero_and_past_the_multiple_and_warned_past_the_cores() {
+        assert!(check_threads(0, 2).is_err());
+        assert_eq!(check_threads(2, 2), Ok(None));
+        assert!(check_threads(3, 2).unwrap().unwrap().contains("more than the 2 CPUs"));
+        assert!(check_threads(8, 2).unwrap().is_some());
+        let e = check_threads(9, 2).unwrap_err();
+        assert!(e.contains("at most 8") && e.contains("--threads 9"), "{e}");
+        // No overflow on the largest values.
+        assert!(check_threads(usize::MAX, usize::MAX).is_ok());
+        assert!(check_threads(usize::MAX, 2).is_err());
+    }
+
+    #[test]
+    fn ngram_sizes_are_bounded_and_ordered() {
+        assert!(check_ngram(1, 4).is_ok());
+        assert!(check_ngram(1, MAX_NGRAM).is_ok());
+        assert!(check_ngram(0, 4).unwrap_err().contains("--ngram-min"));
+        assert!(check_ngram(1, 1_000_000_000_000).unwrap_err().contains("--ngram-max 1000000000000"));
+        assert!(check_ngram(5, 4).unwrap_err().contains("larger"));
+    }
+
+    #[test]
+    fn ranges_name_the_flag() {
+        assert_eq!(check_range("--x", 5, 1, 10), Ok(5));
+        assert_eq!(check_range("--x", 0, 1, 10).unwrap_err(), "--x 0 is out of range: give 1 to 10");
+        assert_eq!(check_ms("--t-ms", 100, 1, 1000), Ok(Duration::from_millis(100)));
+    }
+}
