@@ -452,11 +452,12 @@ fn width_curve(args: &BenchArgs, kind: &str, engine: &Engine) -> Result<ExitCode
 
 /// A prompt item's token ids (chat items through the chat template).
 fn encode_item(tok: &Tokenizer, it: &PromptItem) -> Result<Vec<u32>> {
-    let text = match &it.kind {
-        PromptKind::Text(t) => t.clone(),
-        PromptKind::Chat(m) => tok.render_chat(m, true).with_context(|| format!("prompt {}", it.id))?,
-    };
-    let ids = tok.encode_prompt(&text).with_context(|| format!("prompt {}", it.id))?;
+    let ids = match &it.kind {
+        PromptKind::Text(t) => tok.encode_prompt(t),
+        // Message content as text: the same ids `runtime serve` gives a chat.
+        PromptKind::Chat(m) => tok.encode_chat(m, usize::MAX),
+    }
+    .with_context(|| format!("prompt {}", it.id))?;
     if ids.is_empty() {
         bail!("prompt {}: encodes to no tokens", it.id);
     }

@@ -649,8 +649,10 @@ impl Request {
         let param = self.prompt_param();
         self.check_bytes(engine)?;
         let ids = match &self.prompt {
-            Prompt::Text(t) => tok.encode_prompt(t),
-            Prompt::Chat(m) => tok.render_chat(m, true).and_then(|text| tok.encode_prompt(&text)),
+            // Stopping once past the context: an over-long prompt costs one
+            // piece's worth of tokenizer memory past it, not its whole length.
+            Prompt::Text(t) => tok.encode_prompt_bounded(t, engine.loaded.info.context_length),
+            Prompt::Chat(m) => tok.encode_chat(m, engine.loaded.info.context_length),
             Prompt::Tokens(ids) => {
                 let vocab = engine.loaded.info.vocab;
                 if let Some(bad) = ids.iter().find(|&&i| i as usize >= vocab) {
@@ -675,8 +677,9 @@ impl Request {
         if ids.len() >= context {
             return Err(ApiError::invalid(
                 format!(
-                    "this model's maximum context length is {context} tokens, and the prompt alone is {} tokens; \
+                    "this model's maximum context length is {context} tokens, and the prompt alone is {}{} tokens; \
                      shorten it so at least one token can be generated",
+                    if ids.len() > context { "at least " } else { "" },
                     ids.len()
                 ),
                 Some(param),

@@ -211,6 +211,8 @@ async fn handle(app: Arc<App>, endpoint: Endpoint, headers: HeaderMap, body: Bod
     let bytes = read_body(&headers, body, app.max_body_bytes).await?;
     let request = api::parse(endpoint, &bytes, &app.model_id)?;
     drop(bytes);
+    // A prompt too long by its byte length alone never takes a turn.
+    request.check_bytes(&app.engine)?;
     // Tokenizing a long prompt takes a while: keep it off the async workers,
     // a few at a time (each holds its prompt's tokenization in memory).
     let turn = prepare_turn(&app).await?;

@@ -64,16 +64,95 @@ pub struct Tokenizer {
     /// text of `b` bytes is shorter than `b / longest` tokens, which bounds
     /// a prompt's length before it is tokenized.
     pub longest_token_bytes: Option<usize>,
+    /// The same tokenizer with special tokens read as plain text: chat
+    /// message content is encoded with it, so a message cannot write the
+    /// template's control tokens (`chat::Tokenizer::encode_chat`).
+    text_only: tokenizers::Tokenizer,
+    /// Every special (control) token: its text and id.
+    specials: Vec<(String, u32)>,
+    /// Whether a text may be encoded piece by piece, split where the
+    /// pre-tokenizer always splits ([`safe_split`]); true for the GGUF
+    /// byte-level BPE whose pre-tokenizer this module builds, when no added
+    /// token contains whitespace.
+    chunkable: bool,
 }
 
-/// The longest token text of `inner` in UTF-8 bytes (byte-level BPE tokens
-/// spell each byte as one character of one or two UTF-8 bytes, so this is
-/// at least the bytes the token decodes to); `None` with a normalizer.
-fn longest_token_bytes(inner: &tokenizers::Tokenizer) -> Option<usize> {
+/// Bytes of text per piece when a prompt is encoded piece by piece: the
+/// tokenizer's working memory is bounded by a piece, and an over-long
+/// prompt is refused as soon as its pieces pass the context.
+pub const ENCODE_PIECE_BYTES: usize = 16 * 1024;
+
+/// The parts of a [`Tokenizer`] derived from its inner tokenizer.
+struct Derived {
+    longest_token_bytes: Option<usize>,
+    text_only: tokenizers::Tokenizer,
+    specials: Vec<(String, u32)>,
+    chunkable: bool,
+}
+
+fn derive(inner: &tokenizers::Tokenizer, own_pre_tokenizer: bool) -> Derived {
+    let added = inner.get_added_tokens_decoder();
+    let mut specials: Vec<(String, u32)> = added
+        .iter()
+        .filter(|(_, t)| t.special && !t.content.is_empty())
+        .map(|(&id, t)| (t.content.clone(), id))
+        .collect();
+    specials.sort_by_key(|s| s.1);
+    let mut text_only = inner.clone();
+    text_only.set_encode_special_tokens(true);
+    Derived {
+        longest_token_bytes: longest_token_bytes(inner, own_pre_tokenizer),
+        text_only,
+        specials,
+        chunkable: own_pre_tokenizer && added.values().all(|t| !t.content.chars().any(char::is_whitespace)),
+    }
+}
+
+/// Whether byte `p` of `text` is a place where the GPT-2 pre-tokenizer
+/// (and the digit splitter before it) always splits: a single space between
+/// two non-whitespace characters. No pattern of the GPT-2 regex (`'s|'t|...|
+/// ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+`) runs from a
+/// non-whitespace character across a space, and at the space the next
+/// pre-token (` word`, ` 1`, ` .`) starts whatever preceded it; so encoding
+/// the two sides apart gives the tokens of the whole.
+pub fn safe_split(text: &str, p: usize) -> bool {
+    if p == 0 || p + 1 >= text.len() || text.as_bytes()[p] != b' ' {
+        return false;
+    }
+    let before = text[..p].chars().next_back();
+    let after = text[p + 1..].chars().next();
+    matches!((before, after), (Some(b), Some(a)) if !b.is_whitespace() && !a.is_whitespace())
+}
+
+/// The end of the piece starting at `from`: the first safe split at or past
+/// `from + target` bytes, else the end of the text.
+fn piece_end(text: &str, from: usize, target: usize) -> usize {
+    let mut p = from.saturating_add(target);
+    while p < text.len() {
+        if safe_split(text, p) {
+            return p;
+        }
+        p += 1;
+    }
+    text.len()
+}
+/// The most bytes of text one token of `inner` stands for; `None` with a
+/// normalizer (it could shrink the text before tokenizing). Byte-level BPE
+/// (`byte_level`) spells each byte of a token as one character, so a
+/// vocabulary token stands for as many bytes as it has characters; an added
+/// token for its own text. Otherwise the token text's UTF-8 length, which
+/// is at least the bytes it stands for in the formats this runtime loads.
+fn longest_token_bytes(inner: &tokenizers::Tokenizer, byte_level: bool) -> Option<usize> {
     if inner.get_normalizer().is_some() {
         return None;
     }
-    inner.get_vocab(true).keys().map(String::len).max().filter(|&n| n > 0)
+    let added = inner.get_added_tokens_decoder();
+    inner
+        .get_vocab(true)
+        .iter()
+        .map(|(t, id)| if byte_level && !added.contains_key(id) { t.chars().count() } else { t.len() })
+        .max()
+        .filter(|&n| n > 0)
 }
 
 impl std::fmt::Debug for Tokenizer {
@@ -187,8 +266,12 @@ impl Tokenizer {
             Err(GgufError::MissingKey { .. }) => None,
             Err(e) => return Err(e.into()),
         };
+        let d = derive(&inner, true);
         Ok(Tokenizer {
-            longest_token_bytes: longest_token_bytes(&inner),
+            longest_token_bytes: d.longest_token_bytes,
+            text_only: d.text_only,
+            specials: d.specials,
+            chunkable: d.chunkable,
             inner,
             bos,
             eos,
@@ -229,8 +312,12 @@ impl Tokenizer {
                 end_of_generation.push(id);
             }
         }
+        let d = derive(&inner, false);
         Ok(Tokenizer {
-            longest_token_bytes: longest_token_bytes(&inner),
+            longest_token_bytes: d.longest_token_bytes,
+            text_only: d.text_only,
+            specials: d.specials,
+            chunkable: d.chunkable,
             inner,
             bos,
             eos,
@@ -264,6 +351,50 @@ impl Tokenizer {
         Ok(ids)
     }
 
+    /// [`Tokenizer::encode_prompt`], piece by piece ([`ENCODE_PIECE_BYTES`]
+    /// at a time, split where the pre-tokenizer splits anyway, so the ids
+    /// are the same), stopping once there are more than `limit` ids: a
+    /// result longer than `limit` is a prefix, and says the text has at
+    /// least that many tokens.
+    pub fn encode_prompt_bounded(&self, text: &str, limit: usize) -> Result<Vec<u32>, TokenizerError> {
+        let mut ids = Vec::new();
+        if self.add_bos
+            && let Some(b) = self.bos
+        {
+            ids.push(b);
+        }
+        self.encode_pieces(&self.inner, text, limit, ENCODE_PIECE_BYTES, &mut ids)?;
+        Ok(ids)
+    }
+
+    /// Appends the ids of `text` under `tok` to `out`, piece by piece when
+    /// this tokenizer allows it, until `out` holds more than `limit`.
+    fn encode_pieces(
+        &self,
+        tok: &tokenizers::Tokenizer,
+        text: &str,
+        limit: usize,
+        piece_bytes: usize,
+        out: &mut Vec<u32>,
+    ) -> Result<(), TokenizerError> {
+        let piece_bytes = if self.chunkable { piece_bytes.max(1) } else { usize::MAX };
+        let mut from = 0;
+        while from < text.len() && out.len() <= limit {
+            let to = piece_end(text, from, piece_bytes);
+            out.extend_from_slice(tok.encode(&text[from..to], false).map_err(lib)?.get_ids());
+            from = to;
+        }
+        Ok(())
+    }
+
+    /// [`Tokenizer::encode_pieces`] with a given piece size (tests pin the
+    /// equality with the one-piece encoding at small sizes).
+    pub fn encode_in_pieces(&self, text: &str, piece_bytes: usize) -> Result<Vec<u32>, TokenizerError> {
+        let mut ids = Vec::new();
+        self.encode_pieces(&self.inner, text, usize::MAX, piece_bytes, &mut ids)?;
+        Ok(ids)
+    }
+
     /// The text of `ids`, special tokens included verbatim.
     pub fn decode(&self, ids: &[u32]) -> Result<String, TokenizerError> {
         self.inner.decode(ids, false).map_err(lib)
@@ -275,6 +406,11 @@ impl Tokenizer {
 
     pub fn id_to_token(&self, id: u32) -> Option<String> {
         self.inner.id_to_token(id)
+    }
+
+    /// Every special (control) token: its text and id.
+    pub fn special_tokens(&self) -> &[(String, u32)] {
+        &self.specials
     }
 
     pub fn is_end_of_generation(&self, id: u32) -> bool {
