@@ -201,6 +201,20 @@ impl Engine {
         sampling: &SamplingParams,
         sink: &mut dyn TokenSink,
     ) -> Result<Generation, GenerateError> {
+        self.decode_with_eos(p, max_tokens, sampling, sink, false)
+    }
+
+    /// [`Engine::decode_with`]; with `ignore_eos`, end-of-generation tokens
+    /// are emitted like any other and only the budget (or the context) ends
+    /// the generation (serving benchmarks fix output lengths this way).
+    pub fn decode_with_eos(
+        &self,
+        p: Prefilled,
+        max_tokens: usize,
+        sampling: &SamplingParams,
+        sink: &mut dyn TokenSink,
+        ignore_eos: bool,
+    ) -> Result<Generation, GenerateError> {
         let model = &self.loaded.model;
         let tok = &self.loaded.tokenizer;
         let Prefilled { prompt, mut session, mut logits, prefill_s } = p;
@@ -214,7 +228,7 @@ impl Engine {
                     break FinishReason::Length;
                 }
                 let next = sample(&logits, sampling, &mut rng);
-                if tok.is_end_of_generation(next) {
+                if !ignore_eos && tok.is_end_of_generation(next) {
                     break FinishReason::Stop;
                 }
                 out.push(next);

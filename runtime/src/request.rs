@@ -33,6 +33,45 @@ pub fn decode(
     sink: &mut dyn TokenSink,
     tag: Tag<'_>,
 ) -> Result<(Generation, Option<Event>), GenerateError> {
+    decode_opts(engine, spec, prompt, max_tokens, sampling, false, sink, tag)
+}
+
+/// Why a request with `ignore_eos` decodes classically on a speculative engine.
+pub const IGNORE_EOS_DECLINE: &str = "ignore_eos: the speculative decoder always stops at end-of-generation tokens, so this request ran classic decoding";
+
+/// [`decode`], optionally ignoring end-of-generation tokens (`ignore_eos`):
+/// classic decoding emits them and runs to the budget. The speculative
+/// decoder does not take the option, so such a request decodes classically
+/// and says so with a `declined` event ([`IGNORE_EOS_DECLINE`]).
+#[allow(clippy::too_many_arguments)]
+pub fn decode_opts(
+    engine: &Engine,
+    spec: Option<&mut Speculation>,
+    prompt: &[u32],
+    max_tokens: usize,
+    sampling: &SamplingParams,
+    ignore_eos: bool,
+    sink: &mut dyn TokenSink,
+    tag: Tag<'_>,
+) -> Result<(Generation, Option<Event>), GenerateError> {
+    if ignore_eos {
+        let declined = spec.and_then(|sp| {
+            let width = sp.active_width()?;
+            Some(Event::Declined(Declined {
+                schema_version: SCHEMA_VERSION,
+                prompt_id: tag.id.to_string(),
+                warmup: tag.warmup,
+                repeat: tag.repeat,
+                drafter: sp.kind.to_string(),
+                block_size: width,
+                reason: IGNORE_EOS_DECLINE.to_string(),
+                probe: sp.probe.clone(),
+            }))
+        });
+        let p = engine.prefill_cancellable(prompt, &|| sink.cancelled())?;
+        let g = engine.decode_with_eos(p, max_tokens, sampling, sink, true)?;
+        return Ok((g, declined));
+    }
     match spec {
         Some(sp) if sp.active_width().is_some() => {
             let width = sp.active_width().unwrap_or_default();

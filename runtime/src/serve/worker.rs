@@ -204,12 +204,13 @@ impl Worker {
             text: StopText::new(p.request.stop.clone()),
         };
         let tag = crate::request::Tag { id: &job.id, warmup: false, repeat: 0 };
-        let (g, speculation) = crate::request::decode(
+        let (g, speculation) = crate::request::decode_opts(
             engine,
             self.spec.as_mut(),
             &p.prompt_ids,
             p.max_tokens,
             &job.sampling,
+            p.request.ignore_eos,
             &mut sink,
             tag,
         )
