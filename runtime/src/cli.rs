@@ -19,7 +19,11 @@ use std::process::ExitCode;
 
 /// draftwise runtime: an LLM inference engine with measured speculative defaults.
 #[derive(Parser, Debug)]
-#[command(name = "runtime", version)]
+#[command(
+    name = "runtime",
+    version,
+    after_help = "Exit status: 0 on success, 1 when the command fails, 2 for a usage error (a bad flag or value)."
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
@@ -349,10 +353,8 @@ pub fn completion_event(id: &str, warmup: bool, repeat: usize, g: Generation, to
 }
 
 fn bench(args: BenchArgs) -> Result<ExitCode> {
-    let threads = args.threads.unwrap_or_else(default_threads);
-    if threads == 0 {
-        bail!("--threads must be at least 1");
-    }
+    let threads = crate::limits::resolve_threads(args.threads)?;
+    crate::limits::check_spec_args(&args.spec)?;
     if args.reps == 0 {
         bail!("--reps must be at least 1");
     }
@@ -464,18 +466,12 @@ fn encode_item(tok: &Tokenizer, it: &PromptItem) -> Result<Vec<u32>> {
     Ok(ids)
 }
 
-fn default_threads() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get())
-}
-
 fn generate(args: GenerateArgs) -> Result<ExitCode> {
     let sampling =
         SamplingParams { temperature: args.temperature, top_k: args.top_k, top_p: args.top_p, seed: args.seed };
     sampling.validate().map_err(anyhow::Error::msg)?;
-    let threads = args.threads.unwrap_or_else(default_threads);
-    if threads == 0 {
-        bail!("--threads must be at least 1");
-    }
+    let threads = crate::limits::resolve_threads(args.threads)?;
+    crate::limits::check_spec_args(&args.spec)?;
     let items = match (&args.prompt, &args.prompts) {
         (Some(p), _) => {
             let kind = if args.chat {

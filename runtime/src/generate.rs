@@ -115,10 +115,14 @@ pub enum GenerateError {
     Threads { threads: usize, msg: String },
     #[error("the request was cancelled")]
     Cancelled,
+    #[error("{0}")]
+    Vocabulary(String),
 }
 
 impl Engine {
     pub fn new(loaded: Loaded, family: KernelFamily, threads: usize) -> Result<Self, GenerateError> {
+        crate::limits::check_vocabulary(&loaded.info, loaded.tokenizer.vocab_size())
+            .map_err(GenerateError::Vocabulary)?;
         let threads = threads.max(1);
         let pool = Pool::new(threads).map_err(|e| GenerateError::Threads { threads, msg: e.to_string() })?;
         Ok(Engine { loaded, family, threads, pool })

@@ -15,6 +15,69 @@ pub const MAX_THREADS_PER_CPU: usize = 4;
 /// in the pattern length per draft.
 pub const MAX_NGRAM: usize = 64;
 
+/// The exit status of a runtime error (clap's usage errors exit 2).
+pub const EXIT_RUNTIME_ERROR: u8 = 1;
+
+/// `e` and its causes joined with `: `, each message once: a cause whose
+/// text the message before it already contains (an error that prints its
+/// source and also returns it as `source()`) is left out.
+pub fn error_chain(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    let mut last = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if !last.is_empty() && last.contains(&text) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(&text);
+        last = text;
+    }
+    out
+}
+
+/// Checks the n-gram drafter's sizes from the speculative flags (the one
+/// place that reads them for bounds).
+pub fn check_spec_args(spec: &crate::cli::SpecArgs) -> anyhow::Result<()> {
+    check_ngram(spec.ngram_min, spec.ngram_max).map_err(anyhow::Error::msg)
+}
+
+/// Reads `path` whole, refusing a file larger than `cap` bytes with a
+/// message naming the file and the cap (a path to `/dev/zero` or a huge
+/// file costs at most `cap + 1` bytes).
+pub fn read_capped(path: &std::path::Path, cap: u64) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    let f = std::fs::File::open(path)?;
+    let mut buf = Vec::new();
+    f.take(cap.saturating_add(1)).read_to_end(&mut buf)?;
+    if buf.len() as u64 > cap {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("{} is larger than {cap} bytes, the most this runtime reads from such a file", path.display()),
+        ));
+    }
+    Ok(buf)
+}
+
+/// A GGUF file's tokenizer must list one token per embedding row (as
+/// llama.cpp requires): with fewer, the model can emit ids the tokenizer
+/// cannot decode, and they would vanish from the text. (Hugging Face
+/// checkpoints often pad the embedding past the tokenizer; the loader
+/// already refuses a tokenizer larger than the embedding.)
+pub fn check_vocabulary(info: &crate::model::ModelInfo, tokenizer_tokens: usize) -> Result<(), String> {
+    if info.format == "gguf" && tokenizer_tokens != info.vocab {
+        return Err(format!(
+            "{}: the tokenizer has {tokenizer_tokens} tokens but the embedding has {} rows; \
+             tokenizer.ggml.tokens must list one token per embedding row",
+            info.path.display(),
+            info.vocab
+        ));
+    }
+    Ok(())
+}
+
 /// The CPUs available to this process (at least 1).
 pub fn available_cpus() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
@@ -110,6 +173,32 @@ mod tests {
         assert!(check_ngram(0, 4).unwrap_err().contains("--ngram-min"));
         assert!(check_ngram(1, 1_000_000_000_000).unwrap_err().contains("--ngram-max 1000000000000"));
         assert!(check_ngram(5, 4).unwrap_err().contains("larger"));
+    }
+
+    #[test]
+    fn an_error_chain_prints_each_message_once() {
+        let io = std::io::Error::new(std::io::ErrorKind::NotFound, "No such file or directory (os error 2)");
+        #[derive(Debug, thiserror::Error)]
+        #[error("{0}")]
+        struct Wraps(#[source] std::io::Error);
+        let e = anyhow::Error::new(Wraps(io)).context("reading x.json");
+        assert_eq!(error_chain(&e), "reading x.json: No such file or directory (os error 2)");
+        let e = anyhow::anyhow!("inner").context("outer");
+        assert_eq!(error_chain(&e), "outer: inner");
+    }
+
+    #[test]
+    fn a_capped_read_refuses_past_the_cap_naming_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("big.json");
+        std::fs::write(&p, vec![b'x'; 101]).unwrap();
+        assert_eq!(read_capped(&p, 101).unwrap().len(), 101);
+        let e = read_capped(&p, 100).unwrap_err().to_string();
+        assert!(e.contains("big.json") && e.contains("100 bytes"), "{e}");
+        // An endless file costs the cap, not the disk.
+        if std::path::Path::new("/dev/zero").exists() {
+            assert!(read_capped(std::path::Path::new("/dev/zero"), 1 << 20).is_err());
+        }
     }
 
     #[test]

@@ -151,6 +151,7 @@ pub fn default_model_id(path: &Path) -> String {
 /// `runtime serve`: load, bind, serve until SIGTERM or SIGINT, shut down cleanly.
 pub fn run(args: ServeArgs) -> Result<ExitCode> {
     let threads = crate::limits::resolve_threads(args.threads)?;
+    crate::limits::check_spec_args(&args.spec)?;
     let limits = ServeLimits::from_args(&args).map_err(anyhow::Error::msg)?;
     let ip: IpAddr = args
         .host

@@ -28,7 +28,16 @@ impl Tokenizer {
                 "the model has no chat template; pass a plain prompt instead of --chat/messages".into(),
             )
         })?;
+        if src.len() > super::MAX_CHAT_TEMPLATE_BYTES {
+            return Err(TokenizerError::Template(format!(
+                "the chat template is {} bytes, more than the {} this runtime runs",
+                src.len(),
+                super::MAX_CHAT_TEMPLATE_BYTES
+            )));
+        }
         let mut env = minijinja::Environment::new();
+        // A bound on the template's work: a template is code from the model file.
+        env.set_fuel(Some(super::CHAT_TEMPLATE_FUEL));
         // Hugging Face renders chat templates with these two settings
         // (transformers' `_compile_jinja_template`); templates are written for them.
         env.set_trim_blocks(true);

@@ -16,6 +16,23 @@ use tokenizers::{AddedToken, decoders::byte_level::ByteLevel as ByteLevelDecoder
 /// Most tokens a vocabulary may declare (bounds allocations from a file).
 pub const MAX_TOKENS: usize = 1 << 20;
 
+/// Largest `tokenizer.json` read (the largest real ones, 256k-token
+/// vocabularies with their merges, are about 35 MB).
+pub const MAX_TOKENIZER_JSON_BYTES: u64 = 128 << 20;
+
+/// Largest `tokenizer_config.json` read (it holds the chat template).
+pub const MAX_TOKENIZER_CONFIG_BYTES: u64 = 16 << 20;
+
+/// Longest chat template accepted, in bytes (real ones are a few kB; the
+/// longest seen, with tool-calling branches, about 20 kB).
+pub const MAX_CHAT_TEMPLATE_BYTES: usize = 1 << 20;
+
+/// The instructions one chat-template rendering may run (minijinja's fuel):
+/// a few hundred per message for real templates, so this is ample for any
+/// request the body limit admits, and stops a template with nested loops in
+/// well under a second.
+pub const CHAT_TEMPLATE_FUEL: u64 = 5_000_000;
+
 /// GGUF token types (llama.cpp's `llama_token_type`).
 const TOKEN_TYPE_CONTROL: i32 = 3;
 const TOKEN_TYPE_USER_DEFINED: i32 = 4;
@@ -286,10 +303,15 @@ impl Tokenizer {
     /// for the chat template, BOS/EOS and `add_bos_token`) from `dir`.
     pub fn from_hf_dir(dir: &Path) -> Result<Self, TokenizerError> {
         let path = dir.join("tokenizer.json");
-        let inner = tokenizers::Tokenizer::from_file(&path)
-            .map_err(|e| TokenizerError::File { path: path.display().to_string(), problem: e.to_string() })?;
+        let file_error = |path: &Path, e: &dyn std::fmt::Display| TokenizerError::File {
+            path: path.display().to_string(),
+            problem: e.to_string(),
+        };
+        let bytes = crate::limits::read_capped(&path, MAX_TOKENIZER_JSON_BYTES).map_err(|e| file_error(&path, &e))?;
+        let inner = tokenizers::Tokenizer::from_bytes(&bytes).map_err(|e| file_error(&path, &e))?;
+        drop(bytes);
         let cfg_path = dir.join("tokenizer_config.json");
-        let cfg: serde_json::Value = match std::fs::read(&cfg_path) {
+        let cfg: serde_json::Value = match crate::limits::read_capped(&cfg_path, MAX_TOKENIZER_CONFIG_BYTES) {
             Ok(b) => serde_json::from_slice(&b)
                 .map_err(|e| TokenizerError::File { path: cfg_path.display().to_string(), problem: e.to_string() })?,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => serde_json::Value::Null,
@@ -415,5 +437,80 @@ impl Tokenizer {
 
     pub fn is_end_of_generation(&self, id: u32) -> bool {
         self.end_of_generation.contains(&id)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tokenizer::chat::Message;
+    use std::time::{Duration, Instant};
+
+    /// A minimal Hugging Face tokenizer directory with `template` as its chat template.
+    fn hf_dir(template: &str) -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        let tokenizer = serde_json::json!({
+            "version": "1.0", "truncation": null, "padding": null,
+            "added_tokens": [{"id": 2, "content": "<|im_end|>", "single_word": false, "lstrip": false,
+                              "rstrip": false, "normalized": false, "special": true}],
+            "normalizer": null,
+            "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": true},
+            "post_processor": null,
+            "decoder": {"type": "ByteLevel", "add_prefix_space": true, "trim_offsets": true, "use_regex": true},
+            "model": {"type": "BPE", "dropout": null, "unk_token": null, "continuing_subword_prefix": null,
+                      "end_of_word_suffix": null, "fuse_unk": false, "byte_fallback": false, "ignore_merges": false,
+                      "vocab": {"a": 0, "b": 1}, "merges": []}
+        });
+        std::fs::write(dir.path().join("tokenizer.json"), tokenizer.to_string()).unwrap();
+        let cfg = serde_json::json!({"eos_token": "<|im_end|>", "chat_template": template});
+        std::fs::write(dir.path().join("tokenizer_config.json"), cfg.to_string()).unwrap();
+        dir
+    }
+
+    fn hi() -> Vec<Message> {
+        vec![Message { role: "user".into(), content: "ab".into() }]
+    }
+
+    #[test]
+    fn a_tokenizer_json_without_end_is_refused_at_the_cap_naming_the_file() {
+        let dir = hf_dir("{{ messages[0]['content'] }}");
+        let zero = std::path::Path::new("/dev/zero");
+        if !zero.exists() {
+            return;
+        }
+        let p = dir.path().join("tokenizer.json");
+        std::fs::remove_file(&p).unwrap();
+        std::os::unix::fs::symlink(zero, &p).unwrap();
+        let t0 = Instant::now();
+        let e = Tokenizer::from_hf_dir(dir.path()).unwrap_err().to_string();
+        assert!(e.contains("tokenizer.json") && e.contains(&MAX_TOKENIZER_JSON_BYTES.to_string()), "{e}");
+        assert!(t0.elapsed() < Duration::from_secs(10));
+        // The config too.
+        let dir = hf_dir("x");
+        let p = dir.path().join("tokenizer_config.json");
+        std::fs::remove_file(&p).unwrap();
+        std::os::unix::fs::symlink(zero, &p).unwrap();
+        let e = Tokenizer::from_hf_dir(dir.path()).unwrap_err().to_string();
+        assert!(e.contains("tokenizer_config.json"), "{e}");
+    }
+
+    #[test]
+    fn a_chat_template_with_nested_loops_runs_out_of_fuel_quickly() {
+        let dir = hf_dir("{% for i in range(100000) %}{% for j in range(100000) %}x{% endfor %}{% endfor %}");
+        let tok = Tokenizer::from_hf_dir(dir.path()).unwrap();
+        let t0 = Instant::now();
+        let e = tok.render_chat(&hi(), true).unwrap_err().to_string();
+        assert!(e.contains("fuel"), "{e}");
+        assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
+        // An ordinary template renders.
+        let dir = hf_dir("{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}{% endfor %}");
+        assert_eq!(Tokenizer::from_hf_dir(dir.path()).unwrap().render_chat(&hi(), true).unwrap(), "user: ab");
+    }
+
+    #[test]
+    fn an_oversized_chat_template_is_refused() {
+        let dir = hf_dir(&"x".repeat(MAX_CHAT_TEMPLATE_BYTES + 1));
+        let e = Tokenizer::from_hf_dir(dir.path()).unwrap().render_chat(&hi(), true).unwrap_err().to_string();
+        assert!(e.contains(&MAX_CHAT_TEMPLATE_BYTES.to_string()), "{e}");
     }
 }
