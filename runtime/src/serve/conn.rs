@@ -355,12 +355,14 @@ impl Connection {
                 r.map(|resp| resp.map(|inner| Body::new(Guarded { inner, _active: active })))
             }
         });
-        let conn = hyper::server::conn::http1::Builder::new()
-            .keep_alive(true)
-            .header_read_timeout(None)
-            .max_buf_size(MAX_HEAD_BYTES)
-            .serve_connection(io, service);
-        tokio::pin!(conn);
+        // Boxed, so it can be dropped (with its buffers) before a refusal is written.
+        let mut conn = Box::pin(
+            hyper::server::conn::http1::Builder::new()
+                .keep_alive(true)
+                .header_read_timeout(None)
+                .max_buf_size(MAX_HEAD_BYTES)
+                .serve_connection(io, service),
+        );
         let mut closing = false;
         let end = loop {
             let wait = match self.state.check(&self.limits) {
