@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
 """Measures `runtime serve` under three attacks, on 127.0.0.1 (stdlib only).
 
-    scripts/bench/serve-attacks.py BINARY [MODEL.gguf]
+    scripts/bench/serve-attacks.py BINARY [MODEL.gguf] [--only slowloris]
+
+The server runs with at most 1024 open files (NOFILE overrides), the usual
+default soft limit, as a server started from a login shell would.
 
 1. slowloris: 1100 connections each send a request line and one header, then
    nothing; /health is timed 10 times over the next 5 s (5 s timeout each).
@@ -10,15 +13,23 @@
 3. disconnect: a streamed request with an 8,000-token prompt (token ids); the
    client leaves after 1 s; the time until /health says nothing runs.
 """
-import json, os, re, socket, subprocess, sys, threading, time
+import json, os, re, resource, socket, subprocess, sys, threading, time
 
-binary = sys.argv[1]
-model = sys.argv[2] if len(sys.argv) > 2 else os.path.expanduser("~/.cache/draftwise/SmolLM2-135M-Instruct.Q4_1.gguf")
+args = [a for a in sys.argv[1:] if not a.startswith("--only")]
+only = sys.argv[sys.argv.index("--only") + 1] if "--only" in sys.argv else None
+if only:
+    args.remove(only)
+binary = args[0]
+model = args[1] if len(args) > 1 else os.path.expanduser("~/.cache/draftwise/SmolLM2-135M-Instruct.Q4_1.gguf")
+NOFILE = int(os.environ.get("NOFILE", "1024"))
+
+def limit_files():
+    resource.setrlimit(resource.RLIMIT_NOFILE, (NOFILE, NOFILE))
 MODEL = "SmolLM2-135M-Instruct.Q4_1"
 
 def start():
     p = subprocess.Popen([binary, "serve", "--port", "0", "--threads", "2", "--model", model],
-                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env={**os.environ, "DRAFTWISE_LOG": "warn"})
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, preexec_fn=limit_files, env={**os.environ, "DRAFTWISE_LOG": "warn"})
     for line in p.stderr:
         m = re.search(r"listening on http://([\d.]+):(\d+)", line)
         if m:
@@ -75,6 +86,8 @@ try:
     for c in conns:
         c.close()
     time.sleep(1)
+    if only == "slowloris":
+        raise SystemExit(0)
     # 2. flood
     before = rss_kib(p.pid)
     body = json.dumps({"model": MODEL, "prompt": "hello " * (1_000_000 // 6), "max_tokens": 1})
