@@ -401,7 +401,7 @@ fn width_curve(args: &BenchArgs, kind: &str, engine: &Engine) -> Result<ExitCode
         bail!("--max-tokens must be at least 2 (decode throughput needs a token after the first)");
     }
     let (origin, text) = match &args.prompts {
-        Some(p) => (p.clone(), std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?),
+        Some(p) => (p.clone(), crate::limits::read_prompt_file(p)?),
         None => (PathBuf::from("prompts/width-curve.jsonl (built in)"), WIDTH_CURVE_PROMPTS.to_string()),
     };
     let items = parse_prompts(&text, &origin)?;
@@ -482,7 +482,7 @@ fn generate(args: GenerateArgs) -> Result<ExitCode> {
             vec![PromptItem { id: "prompt".into(), kind, tag: None }]
         }
         (None, Some(path)) => {
-            let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+            let text = crate::limits::read_prompt_file(path)?;
             parse_prompts(&text, path)?
         }
         (None, None) => bail!("give --prompt or --prompts"),

@@ -78,6 +78,20 @@ pub fn check_vocabulary(info: &crate::model::ModelInfo, tokenizer_tokens: usize)
     Ok(())
 }
 
+/// Largest `--prompts` file read (a prompt set is a few kB to a few MB).
+pub const MAX_PROMPT_FILE_BYTES: u64 = 64 << 20;
+
+/// Largest Hugging Face `config.json` to read (real ones are a few kB). The
+/// checkpoint loader (`model/hf.rs`) is to read it with [`read_capped`].
+pub const MAX_CONFIG_JSON_BYTES: u64 = 16 << 20;
+
+/// A `--prompts` file as text, read with [`MAX_PROMPT_FILE_BYTES`] as its cap.
+pub fn read_prompt_file(path: &std::path::Path) -> anyhow::Result<String> {
+    use anyhow::Context;
+    let bytes = read_capped(path, MAX_PROMPT_FILE_BYTES).with_context(|| format!("reading {}", path.display()))?;
+    String::from_utf8(bytes).with_context(|| format!("{} is not UTF-8 text", path.display()))
+}
+
 /// The CPUs available to this process (at least 1).
 pub fn available_cpus() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())

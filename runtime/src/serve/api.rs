@@ -142,12 +142,12 @@ impl ApiError {
     }
 
     /// Too many requests are being tokenized or waiting to be (`--max-preparing`).
-    pub fn too_many_preparing(max: usize) -> Self {
+    pub fn too_many_preparing(max: usize, waiting: usize) -> Self {
         ApiError {
             status: StatusCode::TOO_MANY_REQUESTS,
             message: format!(
-                "too many requests are being prepared at once ({max} tokenizing, as many again waiting; \
-                 --max-preparing); retry in a moment"
+                "too many requests are being prepared at once ({max} tokenizing (--max-preparing) and {waiting} \
+                 waiting to (--max-queue)); retry in a moment"
             ),
             kind: "rate_limit_error",
             param: None,

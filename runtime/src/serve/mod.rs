@@ -85,7 +85,7 @@ pub struct ServeArgs {
     /// a request running, or, when every one has a request running, gets 503.
     #[arg(long, default_value_t = 256)]
     pub max_connections: usize,
-    /// Requests tokenized at once (as many again may wait for a turn; more get 429).
+    /// Requests tokenized at once (up to --max-queue more may wait for a turn; more get 429).
     #[arg(long, default_value_t = 2)]
     pub max_preparing: usize,
     /// A request not finished this many seconds after it arrived (waiting included) is
@@ -223,6 +223,7 @@ pub fn run(args: ServeArgs) -> Result<ExitCode> {
         max_body_bytes: args.max_body_bytes,
         preparing: tokio::sync::Semaphore::new(args.max_preparing),
         max_preparing: args.max_preparing,
+        max_prepare_waiting: args.max_queue,
         prepare_waiting: std::sync::atomic::AtomicUsize::new(0),
         request_timeout: limits.request_timeout,
         api_key: args.api_key.clone(),

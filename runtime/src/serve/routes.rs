@@ -36,6 +36,9 @@ pub struct App {
     /// Turns to tokenize (`--max-preparing`); as many again may wait for one.
     pub preparing: tokio::sync::Semaphore,
     pub max_preparing: usize,
+    /// Requests that may wait for a turn (`--max-queue`: a waiting request
+    /// holds only its parsed body, bounded by the body and connection caps).
+    pub max_prepare_waiting: usize,
     /// Requests waiting for a turn to tokenize.
     pub prepare_waiting: AtomicUsize,
     /// `--request-timeout-secs`.
@@ -167,17 +170,17 @@ fn answer(app: &App, r: Result<Response, ApiError>) -> Response {
     })
 }
 
-/// A turn to tokenize: waits behind at most `max_preparing` others, else 429.
+/// A turn to tokenize: waits behind at most `max_prepare_waiting` others, else 429.
 async fn prepare_turn(app: &App) -> Result<tokio::sync::SemaphorePermit<'_>, ApiError> {
     if let Ok(p) = app.preparing.try_acquire() {
         return Ok(p);
     }
     let waiting = app.prepare_waiting.fetch_add(1, Ordering::SeqCst);
-    let turn = if waiting >= app.max_preparing { None } else { app.preparing.acquire().await.ok() };
+    let turn = if waiting >= app.max_prepare_waiting { None } else { app.preparing.acquire().await.ok() };
     app.prepare_waiting.fetch_sub(1, Ordering::SeqCst);
     turn.ok_or_else(|| {
         app.stats.too_many_preparing.fetch_add(1, Ordering::Relaxed);
-        ApiError::too_many_preparing(app.max_preparing)
+        ApiError::too_many_preparing(app.max_preparing, app.max_prepare_waiting)
     })
 }
 

@@ -65,9 +65,11 @@ impl Tokenizer {
     ///
     /// Content with no special token's text in it is encoded exactly as the
     /// rendered text always was. Otherwise the template is rendered again
-    /// with those texts masked byte for byte ([`MASK`]); the special tokens
-    /// the tokenizer finds in that rendering are the template's markers, and
-    /// the text between them is encoded with special tokens read as text.
+    /// with those texts masked byte for byte ([`MASK`]); the special-token
+    /// texts found in that rendering are the template's markers
+    /// ([`Tokenizer::find_specials`], leftmost-longest as the tokenizer
+    /// matches added tokens that strip no whitespace), and the text between
+    /// them is encoded, piece by piece, with special tokens read as text.
     pub fn encode_chat(&self, messages: &[Message], limit: usize) -> Result<Vec<u32>, TokenizerError> {
         let text = self.render_chat(messages, true)?;
         let spoofed = messages.iter().any(|m| self.specials.iter().any(|(s, _)| m.content.contains(s.as_str())));
@@ -95,14 +97,10 @@ impl Tokenizer {
         {
             ids.push(b);
         }
-        let found = self.inner.encode(markers_only.as_str(), false).map_err(super::lib)?;
         let mut at = 0;
-        for (&id, &(start, end)) in found.get_ids().iter().zip(found.get_offsets()) {
+        for (start, end, id) in self.find_specials(&markers_only) {
             if ids.len() > limit {
                 return Ok(ids);
-            }
-            if !self.specials.iter().any(|&(_, s)| s == id) || start < at {
-                continue;
             }
             let between = text.get(at..start).ok_or_else(|| TokenizerError::Template("marker offsets".into()))?;
             self.encode_pieces(&self.text_only, between, limit, super::ENCODE_PIECE_BYTES, &mut ids)?;
@@ -112,6 +110,28 @@ impl Tokenizer {
         let rest = text.get(at..).ok_or_else(|| TokenizerError::Template("marker offsets".into()))?;
         self.encode_pieces(&self.text_only, rest, limit, super::ENCODE_PIECE_BYTES, &mut ids)?;
         Ok(ids)
+    }
+
+    /// Where special tokens' texts occur in `text`: (start, end, id), left
+    /// to right, the longest at each place and none overlapping (how the
+    /// tokenizer's added-token matcher splits a text). Each text is searched
+    /// once, so this is linear in the text per special token, and nothing
+    /// but the positions is allocated.
+    fn find_specials(&self, text: &str) -> Vec<(usize, usize, u32)> {
+        let mut all: Vec<(usize, std::cmp::Reverse<usize>, u32)> = Vec::new();
+        for (s, id) in &self.specials {
+            all.extend(text.match_indices(s.as_str()).map(|(i, m)| (i, std::cmp::Reverse(m.len()), *id)));
+        }
+        all.sort_unstable();
+        let mut out = Vec::new();
+        let mut end = 0;
+        for (start, std::cmp::Reverse(len), id) in all {
+            if start >= end {
+                out.push((start, start + len, id));
+                end = start + len;
+            }
+        }
+        out
     }
 
     /// `content` with each special token's text replaced by as many [`MASK`] bytes.
