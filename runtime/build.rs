@@ -1,8 +1,8 @@
 //! Build identity: the commit, dirty flag and compiler baked into the binary,
 //! so that `startup` events and records say exactly what was measured.
 //!
-//! Also the policy: the kernel fingerprint (a hash over `kernels/src` and
-//! `kernels/cuda`, see `src/policy/fingerprint.rs`) and the draft-width table
+//! Also the policy: the verify-path fingerprint (a hash per part of the
+//! verify path, see `src/policy/fingerprint.rs`) and the draft-width table
 //! `policy/draft-block-width.toml`, compiled with the library's own table
 //! compiler (`src/policy/table.rs`). A table that does not compile fails the
 //! build with a message naming the file, the entry and the problem.
@@ -60,18 +60,26 @@ fn main() {
     let manifest = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));
     let root = manifest.parent().expect("runtime/ sits in the workspace root").to_path_buf();
 
-    // Kernel fingerprint: a directory given to rerun-if-changed is scanned
-    // recursively, so added and removed kernel files count too.
-    let kernels = root.join("kernels");
-    for d in fingerprint::HASHED_DIRS {
-        let dir = kernels.join(d);
-        if dir.exists() {
-            rerun_if_changed(&dir);
+    // The verify-path fingerprint: each part hashed here, combined by the
+    // library per key. A folder given to rerun-if-changed is scanned
+    // recursively, so added and removed files count too.
+    let mut hashes = Vec::with_capacity(fingerprint::VERIFY_PATH.len());
+    for p in fingerprint::VERIFY_PATH {
+        let full = root.join(p.path.trim_end_matches('/'));
+        if full.exists() {
+            rerun_if_changed(&full);
         }
+        let h = fingerprint::part_hash(&root, p.path)
+            .unwrap_or_else(|e| fail(&format!("verify-path fingerprint, hashing {}: {e}", p.path)));
+        hashes.push(h);
     }
-    let fp = fingerprint::kernel_fingerprint(&kernels)
-        .unwrap_or_else(|e| fail(&format!("kernel fingerprint over {}: {e}", kernels.display())));
+    let refs: Vec<&str> = hashes.iter().map(String::as_str).collect();
+    let fp = fingerprint::combine(&refs, |_| true);
     println!("cargo:rustc-env=DRAFTWISE_KERNEL_FINGERPRINT={fp}");
+    let out = PathBuf::from(std::env::var("OUT_DIR").expect("cargo sets OUT_DIR"));
+    let listing: Vec<String> = hashes.iter().map(|h| format!("{h:?}")).collect();
+    std::fs::write(out.join("verify_path_hashes.rs"), format!("[{}]\n", listing.join(", ")))
+        .unwrap_or_else(|e| fail(&format!("writing the part hashes to {}: {e}", out.display())));
 
     // The policy table. Its records must exist, so records/ is watched too.
     let policy_dir = root.join("policy");
@@ -86,15 +94,17 @@ fn main() {
         .unwrap_or_else(|e| fail(&format!("{file}: cannot read {}: {e}", table_path.display())));
     let compiled =
         table::compile(file, &text, table::RecordCheck::Under(&root)).unwrap_or_else(|e| fail(&e.to_string()));
-    for e in compiled.entries.iter().filter(|e| e.kernel_fingerprint != fp) {
-        println!(
-            "cargo:warning={file}: entry {} is stale (measured with kernel fingerprint {}, this build has {fp}); \
-             the per-kind default applies until it is re-measured",
-            e.key(),
-            e.kernel_fingerprint
-        );
+    for e in &compiled.entries {
+        let key_fp = fingerprint::combine(&refs, |p| fingerprint::applies(p, &e.device_class, Some(&e.weight_formats)));
+        if e.verify_fingerprint != key_fp {
+            println!(
+                "cargo:warning={file}: entry {} is stale (measured with verify-path fingerprint {}, this build has \
+                 {key_fp} for its key); it is not used until it is re-measured",
+                e.key(),
+                e.verify_fingerprint
+            );
+        }
     }
-    let out = PathBuf::from(std::env::var("OUT_DIR").expect("cargo sets OUT_DIR"));
     std::fs::write(out.join("draft-block-width.toml"), &text)
         .unwrap_or_else(|e| fail(&format!("writing the validated table to {}: {e}", out.display())));
 }

@@ -96,18 +96,170 @@ pub fn swiglu(gate: &mut [f32], up: &[f32]) {
     }
 }
 
+/// An element of the KV cache: `f32`, or an IEEE half stored as its bits
+/// ([`F16`]). Attention reads every element through [`KvElem::widen`], an
+/// exact conversion to f32, and then does the same f32 arithmetic in the
+/// same order whatever the element type and the kernel family: the stored
+/// bits alone decide the result, so a verify block and the one-token chain
+/// that read the same cache agree bit for bit.
+pub trait KvElem: Copy + Send + Sync + 'static {
+    /// `dst[i] = src[i]` as f32, exactly (`dst.len() == src.len()`).
+    fn widen(family: KernelFamily, src: &[Self], dst: &mut [f32]);
+
+    /// `out[j] += p_t * v_t[j]` over positions `t` in order (see
+    /// [`attend_head`]), with the family's SIMD twin when present.
+    fn weighted_sum(
+        family: KernelFamily,
+        scores: &[f32],
+        values: &[Self],
+        row_stride: usize,
+        offset: usize,
+        out: &mut [f32],
+    ) {
+        let hd = out.len();
+        let mut row = vec![0.0f32; hd];
+        for (t, &p) in scores.iter().enumerate() {
+            Self::widen(family, &values[t * row_stride + offset..][..hd], &mut row);
+            for (o, &vv) in out.iter_mut().zip(&row) {
+                *o += p * vv;
+            }
+        }
+    }
+}
+
+impl KvElem for f32 {
+    fn widen(_: KernelFamily, src: &[f32], dst: &mut [f32]) {
+        dst.copy_from_slice(src);
+    }
+
+    fn weighted_sum(
+        family: KernelFamily,
+        scores: &[f32],
+        values: &[f32],
+        row_stride: usize,
+        offset: usize,
+        out: &mut [f32],
+    ) {
+        #[cfg(target_arch = "x86_64")]
+        if family != KernelFamily::Scalar && family.is_supported() {
+            // SAFETY: every non-scalar x86 family includes AVX2 (checked
+            // above); `attend_head` asserted the value rows lie inside `values`.
+            unsafe { weighted_sum_avx2::<f32>(scores, values, row_stride, offset, out) };
+            return;
+        }
+        let _ = family;
+        let hd = out.len();
+        for (t, &p) in scores.iter().enumerate() {
+            let v = &values[t * row_stride + offset..][..hd];
+            for (o, &vv) in out.iter_mut().zip(v) {
+                *o += p * vv;
+            }
+        }
+    }
+}
+
+/// An IEEE binary16 value stored as its bits: the KV cache's element on
+/// the CPU. Written with round-to-nearest-even ([`F16::from_f32`]); read by
+/// an exact widening (F16C `vcvtph2ps` on every non-scalar x86 family, the
+/// bit-level conversion of the `half` crate on the scalar one: the same
+/// value for every non-NaN input).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[repr(transparent)]
+pub struct F16(pub u16);
+
+impl F16 {
+    /// `x` rounded to the nearest half (ties to even), as every writer of
+    /// the cache rounds.
+    #[inline]
+    pub fn from_f32(x: f32) -> Self {
+        F16(half::f16::from_f32(x).to_bits())
+    }
+
+    #[inline]
+    pub fn to_f32(self) -> f32 {
+        half::f16::from_bits(self.0).to_f32()
+    }
+}
+
+impl KvElem for F16 {
+    fn widen(family: KernelFamily, src: &[F16], dst: &mut [f32]) {
+        debug_assert_eq!(src.len(), dst.len());
+        #[cfg(target_arch = "x86_64")]
+        if family != KernelFamily::Scalar && family.is_supported() {
+            // SAFETY: every non-scalar x86 family includes AVX2 and F16C
+            // (`KernelFamily::is_supported` checks both); lengths are equal.
+            unsafe { widen_f16c(src, dst) };
+            return;
+        }
+        let _ = family;
+        for (d, s) in dst.iter_mut().zip(src) {
+            *d = s.to_f32();
+        }
+    }
+
+    fn weighted_sum(
+        family: KernelFamily,
+        scores: &[f32],
+        values: &[F16],
+        row_stride: usize,
+        offset: usize,
+        out: &mut [f32],
+    ) {
+        #[cfg(target_arch = "x86_64")]
+        if family != KernelFamily::Scalar && family.is_supported() {
+            // SAFETY: as for `widen`; `attend_head` asserted the value rows
+            // lie inside `values`.
+            unsafe { weighted_sum_avx2::<F16>(scores, values, row_stride, offset, out) };
+            return;
+        }
+        let hd = out.len();
+        let mut row = vec![0.0f32; hd];
+        for (t, &p) in scores.iter().enumerate() {
+            Self::widen(family, &values[t * row_stride + offset..][..hd], &mut row);
+            for (o, &vv) in out.iter_mut().zip(&row) {
+                *o += p * vv;
+            }
+        }
+    }
+}
+
+/// `dst[i] = src[i]` widened, eight at a time with F16C.
+///
+/// # Safety
+/// AVX2 and F16C; `dst.len() == src.len()`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,f16c")]
+unsafe fn widen_f16c(src: &[F16], dst: &mut [f32]) {
+    use std::arch::x86_64::*;
+    let n8 = src.len() / 8 * 8;
+    let mut i = 0;
+    while i < n8 {
+        // SAFETY: i + 8 <= n8 <= len of both (F16 is a transparent u16).
+        unsafe {
+            let h = _mm_loadu_si128(src.as_ptr().add(i) as *const __m128i);
+            _mm256_storeu_ps(dst.as_mut_ptr().add(i), _mm256_cvtph_ps(h));
+        }
+        i += 8;
+    }
+    for j in n8..src.len() {
+        dst[j] = src[j].to_f32();
+    }
+}
+
 /// Causal attention of one query head over `n_ctx` cached positions.
 ///
 /// `q`: (head_dim); `keys`/`values`: the layer's cache rows, each
-/// `row_stride` floats, the head's slice starting at `offset`; `scores`:
+/// `row_stride` elements, the head's slice starting at `offset`; `scores`:
 /// scratch of at least `n_ctx`; `out`: (head_dim). Scores are scaled by
 /// `1/sqrt(head_dim)`, softmaxed, and the values summed in position order.
+/// Every element is read through [`KvElem::widen`] (exact), so the result
+/// is a function of the stored bits and of nothing else.
 #[allow(clippy::too_many_arguments)]
-pub fn attend_head(
+pub fn attend_head<T: KvElem>(
     family: KernelFamily,
     q: &[f32],
-    keys: &[f32],
-    values: &[f32],
+    keys: &[T],
+    values: &[T],
     row_stride: usize,
     offset: usize,
     n_ctx: usize,
@@ -118,15 +270,21 @@ pub fn attend_head(
     let scale = 1.0 / (hd as f32).sqrt();
     let scores = &mut scores[..n_ctx];
     let key = |t: usize| &keys[t * row_stride + offset..t * row_stride + offset + hd];
+    // Four widened keys: the dot products read these.
+    let mut kb = vec![0.0f32; 4 * hd];
     let mut t0 = 0;
     #[cfg(target_arch = "x86_64")]
     if family != KernelFamily::Scalar && family.is_supported() {
         // Four keys per step: independent dependency chains, each key's
         // dot exactly `dot`'s (the same bits).
         while t0 + 4 <= n_ctx {
+            for k in 0..4 {
+                T::widen(family, key(t0 + k), &mut kb[k * hd..(k + 1) * hd]);
+            }
+            let rows: [&[f32]; 4] = std::array::from_fn(|k| &kb[k * hd..(k + 1) * hd]);
             // SAFETY: every non-scalar x86 family includes AVX2 (checked
-            // above); every key slice has `hd` elements.
-            let d = unsafe { crate::matvec::x86_dot4_f32(q, std::array::from_fn(|k| key(t0 + k))) };
+            // above); every key row has `hd` elements.
+            let d = unsafe { crate::matvec::x86_dot4_f32(q, rows) };
             for k in 0..4 {
                 scores[t0 + k] = d[k] * scale;
             }
@@ -134,37 +292,162 @@ pub fn attend_head(
         }
     }
     for (t, s) in scores.iter_mut().enumerate().skip(t0) {
-        *s = dot(family, q, key(t)) * scale;
+        T::widen(family, key(t), &mut kb[..hd]);
+        *s = dot(family, q, &kb[..hd]) * scale;
     }
     softmax(scores);
     out.fill(0.0);
     assert!(n_ctx == 0 || (n_ctx - 1) * row_stride + offset + hd <= values.len(), "values too short");
-    #[cfg(target_arch = "x86_64")]
-    if family != KernelFamily::Scalar && family.is_supported() {
-        // SAFETY: every non-scalar x86 family includes AVX2 (checked above);
-        // the value rows read lie inside `values` (asserted above).
-        unsafe { weighted_sum_avx2(scores, values, row_stride, offset, out) };
-        return;
-    }
-    for (t, &p) in scores.iter().enumerate() {
-        let v = &values[t * row_stride + offset..t * row_stride + offset + hd];
-        for (o, &vv) in out.iter_mut().zip(v) {
-            *o += p * vv;
+    T::weighted_sum(family, scores, values, row_stride, offset, out);
+}
+
+/// Positions of the cache widened at once by [`attend_rows`]: a tile of
+/// keys (then values) is read from the cache and widened once for all the
+/// rows of the call. 64 positions of a 64-wide head are 16 KiB of f32, which
+/// stays in L1 while every row uses it.
+pub const ATTEND_TILE: usize = 64;
+
+/// [`attend_head`] for several query rows of one head over the same cache:
+/// row `r` (query `qs[r * hd..][..hd]`) attends to the first `n_ctx[r]`
+/// positions and writes `outs[r * hd..][..hd]`. Each tile of
+/// [`ATTEND_TILE`] keys and values is read and widened once for all rows
+/// (a verify block's rows, a prefill block's), and each row's result is
+/// bit-identical to [`attend_head`]'s for that row alone: its dot products
+/// are the same dots, its softmax the same, and its weighted sum the same
+/// multiplications and additions in the same position order.
+///
+/// `scores`: scratch of at least `rows * max(n_ctx)`.
+#[allow(clippy::too_many_arguments)]
+pub fn attend_rows<T: KvElem>(
+    family: KernelFamily,
+    hd: usize,
+    qs: &[f32],
+    n_ctx: &[usize],
+    keys: &[T],
+    values: &[T],
+    row_stride: usize,
+    offset: usize,
+    scores: &mut [f32],
+    outs: &mut [f32],
+) {
+    let rows = n_ctx.len();
+    assert!(qs.len() == rows * hd && outs.len() == rows * hd, "one query and one output of {hd} per row");
+    let max_ctx = n_ctx.iter().copied().max().unwrap_or(0);
+    assert!(
+        max_ctx == 0 || (max_ctx - 1) * row_stride + offset + hd <= keys.len().min(values.len()),
+        "cache too short"
+    );
+    let scores = &mut scores[..rows * max_ctx];
+    let scale = 1.0 / (hd as f32).sqrt();
+    let simd = cfg!(target_arch = "x86_64") && family != KernelFamily::Scalar && family.is_supported();
+    let mut tile = vec![0.0f32; ATTEND_TILE * hd];
+    // Scores, tile by tile: each row takes the tile's keys it sees, four at
+    // a time with the four-key dot where `attend_head` does (its positions
+    // 0, 4, 8, ... up to its last full four), else one at a time.
+    let mut t0 = 0;
+    while t0 < max_ctx {
+        let len = ATTEND_TILE.min(max_ctx - t0);
+        for k in 0..len {
+            let t = t0 + k;
+            T::widen(family, &keys[t * row_stride + offset..][..hd], &mut tile[k * hd..(k + 1) * hd]);
         }
+        for r in 0..rows {
+            let q = &qs[r * hd..(r + 1) * hd];
+            let n = n_ctx[r];
+            let sr = &mut scores[r * max_ctx..(r + 1) * max_ctx];
+            let quad_end = if simd { n / 4 * 4 } else { 0 };
+            let mut t = t0;
+            let end = n.min(t0 + len);
+            while t < end {
+                let k = t - t0;
+                #[cfg(target_arch = "x86_64")]
+                if t + 4 <= quad_end && k + 4 <= len {
+                    let four: [&[f32]; 4] = std::array::from_fn(|j| &tile[(k + j) * hd..(k + j + 1) * hd]);
+                    // SAFETY: `simd` holds only on x86 families with AVX2;
+                    // every key row has `hd` elements.
+                    let d = unsafe { crate::matvec::x86_dot4_f32(q, four) };
+                    for j in 0..4 {
+                        sr[t + j] = d[j] * scale;
+                    }
+                    t += 4;
+                    continue;
+                }
+                sr[t] = dot(family, q, &tile[k * hd..(k + 1) * hd]) * scale;
+                t += 1;
+            }
+        }
+        t0 += len;
+    }
+    for r in 0..rows {
+        softmax(&mut scores[r * max_ctx..r * max_ctx + n_ctx[r]]);
+    }
+    outs.fill(0.0);
+    // The weighted sums, tile by tile: each row adds its tile positions in
+    // order onto its running output.
+    let mut t0 = 0;
+    while t0 < max_ctx {
+        let len = ATTEND_TILE.min(max_ctx - t0);
+        for k in 0..len {
+            let t = t0 + k;
+            T::widen(family, &values[t * row_stride + offset..][..hd], &mut tile[k * hd..(k + 1) * hd]);
+        }
+        for r in 0..rows {
+            let end = n_ctx[r].min(t0 + len);
+            if end <= t0 {
+                continue;
+            }
+            let p = &scores[r * max_ctx + t0..r * max_ctx + end];
+            f32::weighted_sum(family, p, &tile, hd, 0, &mut outs[r * hd..(r + 1) * hd]);
+        }
+        t0 += len;
+    }
+}
+
+/// An element the AVX2 weighted sum loads eight at a time as f32.
+#[cfg(target_arch = "x86_64")]
+trait Load8: Copy {
+    /// # Safety
+    /// AVX2 and F16C; eight elements readable at `p`.
+    unsafe fn load8(p: *const Self) -> std::arch::x86_64::__m256;
+    fn widen1(self) -> f32;
+}
+
+#[cfg(target_arch = "x86_64")]
+impl Load8 for f32 {
+    #[inline(always)]
+    unsafe fn load8(p: *const f32) -> std::arch::x86_64::__m256 {
+        // SAFETY: forwarded.
+        unsafe { std::arch::x86_64::_mm256_loadu_ps(p) }
+    }
+    fn widen1(self) -> f32 {
+        self
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+impl Load8 for F16 {
+    #[inline(always)]
+    unsafe fn load8(p: *const F16) -> std::arch::x86_64::__m256 {
+        use std::arch::x86_64::*;
+        // SAFETY: forwarded (F16 is a transparent u16; eight of them are 16 bytes).
+        unsafe { _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i)) }
+    }
+    fn widen1(self) -> f32 {
+        self.to_f32()
     }
 }
 
 /// `out[j] += p_t * v_t[j]` over positions `t` in order, eight `j` at a
 /// time: the same multiplication and addition per element, in the same
-/// order, as the scalar loop of [`attend_head`] (no fused multiply-add), so
-/// the result is bit-identical.
+/// order, as the scalar loop (no fused multiply-add), so the result is
+/// bit-identical.
 ///
 /// # Safety
-/// AVX2; every value row `t * row_stride + offset .. + out.len()` for
-/// `t < scores.len()` lies inside `values`.
+/// AVX2 and F16C; every value row `t * row_stride + offset .. + out.len()`
+/// for `t < scores.len()` lies inside `values`.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-unsafe fn weighted_sum_avx2(scores: &[f32], values: &[f32], row_stride: usize, offset: usize, out: &mut [f32]) {
+#[target_feature(enable = "avx2,f16c")]
+unsafe fn weighted_sum_avx2<T: Load8>(scores: &[f32], values: &[T], row_stride: usize, offset: usize, out: &mut [f32]) {
     let hd = out.len();
     let h8 = hd / 8 * 8;
     // Bands of 64 elements (eight registers) stay in registers across all
@@ -172,18 +455,18 @@ unsafe fn weighted_sum_avx2(scores: &[f32], values: &[f32], row_stride: usize, o
     let mut j0 = 0;
     while j0 + 64 <= h8 {
         // SAFETY: forwarded; j0 + 64 <= h8 <= hd.
-        unsafe { weighted_band::<8>(scores, values, row_stride, offset + j0, &mut out[j0..j0 + 64]) };
+        unsafe { weighted_band::<T, 8>(scores, values, row_stride, offset + j0, &mut out[j0..j0 + 64]) };
         j0 += 64;
     }
     while j0 < h8 {
         // SAFETY: forwarded; j0 + 8 <= h8 <= hd.
-        unsafe { weighted_band::<1>(scores, values, row_stride, offset + j0, &mut out[j0..j0 + 8]) };
+        unsafe { weighted_band::<T, 1>(scores, values, row_stride, offset + j0, &mut out[j0..j0 + 8]) };
         j0 += 8;
     }
     for (t, &p) in scores.iter().enumerate() {
         let base = t * row_stride + offset;
         for j in h8..hd {
-            out[j] += p * values[base + j];
+            out[j] += p * values[base + j].widen1();
         }
     }
 }
@@ -192,13 +475,13 @@ unsafe fn weighted_sum_avx2(scores: &[f32], values: &[f32], row_stride: usize, o
 /// `8 R` elements of `out`, held in `R` registers throughout.
 ///
 /// # Safety
-/// AVX2; `out.len() == 8 * R`; every value row `t * row_stride + offset ..
-/// + 8 R` for `t < scores.len()` lies inside `values`.
+/// AVX2 and F16C; `out.len() == 8 * R`; every value row `t * row_stride +
+/// offset .. + 8 R` for `t < scores.len()` lies inside `values`.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-unsafe fn weighted_band<const R: usize>(
+#[target_feature(enable = "avx2,f16c")]
+unsafe fn weighted_band<T: Load8, const R: usize>(
     scores: &[f32],
-    values: &[f32],
+    values: &[T],
     row_stride: usize,
     offset: usize,
     out: &mut [f32],
@@ -212,7 +495,7 @@ unsafe fn weighted_band<const R: usize>(
             let base = values.as_ptr().add(t * row_stride + offset);
             let pv = _mm256_set1_ps(p);
             for (k, a) in acc.iter_mut().enumerate() {
-                *a = _mm256_add_ps(*a, _mm256_mul_ps(pv, _mm256_loadu_ps(base.add(8 * k))));
+                *a = _mm256_add_ps(*a, _mm256_mul_ps(pv, T::load8(base.add(8 * k))));
             }
         }
         for (k, a) in acc.iter().enumerate() {
@@ -279,8 +562,86 @@ mod tests {
         let v = [3.0f32, 4.0, 7.0, 7.0];
         let mut scores = [0.0; 1];
         let mut out = [0.0; 2];
-        attend_head(KernelFamily::Scalar, &q, &k, &v, 4, 0, 1, &mut scores, &mut out);
+        attend_head::<f32>(KernelFamily::Scalar, &q, &k, &v, 4, 0, 1, &mut scores, &mut out);
         assert_eq!(out, [3.0, 4.0]);
+    }
+
+    #[test]
+    fn f16_widening_is_exact_and_the_same_in_every_family() {
+        // Every half: normal, subnormal, zero, infinity (NaNs excluded: their
+        // payloads are not part of the contract).
+        let all: Vec<F16> = (0..=u16::MAX).map(F16).filter(|h| !h.to_f32().is_nan()).collect();
+        let mut want = vec![0.0f32; all.len()];
+        F16::widen(KernelFamily::Scalar, &all, &mut want);
+        for (h, w) in all.iter().zip(&want) {
+            assert_eq!(F16::from_f32(*w), *h, "round trip of {:#06x}", h.0);
+        }
+        for fam in KernelFamily::all_supported() {
+            let mut got = vec![0.0f32; all.len()];
+            F16::widen(fam, &all, &mut got);
+            assert!(got.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()), "{fam:?}");
+        }
+        // Round to nearest, ties to even.
+        assert_eq!(F16::from_f32(1.0 + 1.0 / 2048.0), F16::from_f32(1.0));
+        assert_eq!(F16::from_f32(1.0 + 3.0 / 2048.0).to_f32(), 1.0 + 2.0 / 1024.0);
+    }
+
+    #[test]
+    fn every_family_attends_bit_identically_over_an_f16_cache() {
+        for (hd, n) in [(64, 37), (20, 5), (7, 1), (8, 16), (136, 9), (72, 3), (256, 6), (64, 4), (64, 7)] {
+            let q: Vec<f32> = (0..hd).map(|i| (i as f32 * 0.3).sin()).collect();
+            let k: Vec<F16> = (0..n * hd * 3).map(|i| F16::from_f32((i as f32 * 0.11).cos())).collect();
+            let v: Vec<F16> = (0..n * hd * 3).map(|i| F16::from_f32((i as f32 * 0.07).sin())).collect();
+            let mut want = vec![0.0; hd];
+            let mut scores = vec![0.0; n];
+            attend_head(KernelFamily::Scalar, &q, &k, &v, hd * 3, hd, n, &mut scores, &mut want);
+            // The f16 cache is read as exactly the f32 values it holds.
+            let kf: Vec<f32> = k.iter().map(|h| h.to_f32()).collect();
+            let vf: Vec<f32> = v.iter().map(|h| h.to_f32()).collect();
+            let mut as_f32 = vec![0.0; hd];
+            attend_head(KernelFamily::Scalar, &q, &kf, &vf, hd * 3, hd, n, &mut scores, &mut as_f32);
+            assert_eq!(want, as_f32, "hd {hd} n {n}");
+            for fam in KernelFamily::all_supported() {
+                let mut got = vec![0.0; hd];
+                attend_head(fam, &q, &k, &v, hd * 3, hd, n, &mut scores, &mut got);
+                assert_eq!(
+                    got.iter().map(|f| f.to_bits()).collect::<Vec<_>>(),
+                    want.iter().map(|f| f.to_bits()).collect::<Vec<_>>(),
+                    "{fam:?} hd {hd} n {n}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn attending_many_rows_at_once_equals_each_row_alone() {
+        // A verify block's rows (consecutive contexts), a prefill block's,
+        // contexts shorter than, equal to and longer than one tile, heads
+        // around the 8-wide step.
+        for (hd, base, rows) in
+            [(64, 0, 5), (64, 61, 9), (64, 130, 3), (20, 3, 17), (7, 0, 4), (136, 62, 6), (256, 1, 2)]
+        {
+            let n_ctx: Vec<usize> = (0..rows).map(|r| base + r + 1).collect();
+            let max = base + rows;
+            let qs: Vec<f32> = (0..rows * hd).map(|i| (i as f32 * 0.37).sin()).collect();
+            let k: Vec<F16> = (0..max * hd * 3).map(|i| F16::from_f32((i as f32 * 0.13).cos())).collect();
+            let v: Vec<F16> = (0..max * hd * 3).map(|i| F16::from_f32((i as f32 * 0.05).sin())).collect();
+            for fam in KernelFamily::all_supported() {
+                let mut got = vec![0.0; rows * hd];
+                let mut scratch = vec![0.0; rows * max];
+                attend_rows(fam, hd, &qs, &n_ctx, &k, &v, hd * 3, hd, &mut scratch, &mut got);
+                for r in 0..rows {
+                    let mut want = vec![0.0; hd];
+                    let mut sc = vec![0.0; max];
+                    attend_head(fam, &qs[r * hd..(r + 1) * hd], &k, &v, hd * 3, hd, n_ctx[r], &mut sc, &mut want);
+                    assert_eq!(
+                        got[r * hd..(r + 1) * hd].iter().map(|f| f.to_bits()).collect::<Vec<_>>(),
+                        want.iter().map(|f| f.to_bits()).collect::<Vec<_>>(),
+                        "{fam:?} hd {hd} base {base} row {r}"
+                    );
+                }
+            }
+        }
     }
 
     #[test]

@@ -158,10 +158,13 @@ pub struct GenerateArgs {
     pub spec: SpecArgs,
 }
 
-/// Speculative decoding settings (`generate` without `--drafter` decodes classically).
+/// Speculative decoding settings. Without `--drafter` the measured policy
+/// decides: a measurement for this host that beats classic decoding turns its
+/// drafter on; otherwise decoding is classic. `--drafter none` is classic.
 #[derive(Args, Debug, Clone, Default)]
 pub struct SpecArgs {
-    /// Drafter kind: ngram, layerskip or draft-model (dflash and mtp are recognized, not loadable yet).
+    /// Drafter kind: ngram, layerskip or draft-model (dflash and mtp are recognized, not loadable yet),
+    /// or none for classic decoding. Default: what the policy table measured for this host.
     #[arg(long)]
     pub drafter: Option<String>,
     /// Tokens drafted per verify step (overrides DRAFTWISE_DRAFT_BLOCK_SIZE and the policy table).
@@ -173,12 +176,12 @@ pub struct SpecArgs {
     /// `layerskip` layers: a count K (the first K layers) or a list like 0,1,2,7.
     #[arg(long)]
     pub layerskip_layers: Option<String>,
-    /// `ngram`: longest pattern looked up.
-    #[arg(long, default_value_t = crate::spec::drafter::DEFAULT_NGRAM_MAX)]
-    pub ngram_max: usize,
-    /// `ngram`: shortest pattern looked up.
-    #[arg(long, default_value_t = crate::spec::drafter::DEFAULT_NGRAM_MIN)]
-    pub ngram_min: usize,
+    /// `ngram`: longest pattern looked up (default: the measured entry's, else 4).
+    #[arg(long)]
+    pub ngram_max: Option<usize>,
+    /// `ngram`: shortest pattern looked up (default: the measured entry's, else 3).
+    #[arg(long)]
+    pub ngram_min: Option<usize>,
     /// Speculate even if the block-vs-chain probe finds verify rows that differ from the chain
     /// (forfeits byte-identical output; also DRAFTWISE_ALLOW_INEXACT=1).
     #[arg(long)]
@@ -290,15 +293,18 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
 pub fn startup_event(
     engine: &Engine,
     selection: &dispatch::Selection,
-    spec: Option<&crate::spec::setup::Speculation>,
+    decoding: &crate::spec::setup::Decoding,
     sampling: SamplingParams,
     max_tokens: usize,
     cuda: Option<crate::device::CudaReport>,
 ) -> Startup {
+    let spec = decoding.speculation.as_ref();
+    let device_class = engine.loaded.model.device_class(selection.family);
+    let verify_fingerprint = crate::policy::verify_fingerprint(&device_class, Some(&engine.loaded.info.weight_formats));
     Startup {
         schema_version: SCHEMA_VERSION,
         build: BuildInfo::current(),
-        device_class: engine.loaded.model.device_class(selection.family),
+        device_class,
         kernel_family: engine.loaded.model.kernel_family_name(selection.family).into(),
         kernel_family_forced: selection.forced,
         threads: engine.threads,
@@ -306,10 +312,12 @@ pub fn startup_event(
         target: engine.loaded.info.clone(),
         tokenizer: engine.loaded.tokenizer.source.clone(),
         drafter: spec.map_or("none".into(), |s| s.kind.to_string()),
+        drafter_from: decoding.drafter_from().into(),
+        drafter_settings: spec.map(|s| s.settings.clone()),
         block_size: spec.and_then(|s| s.block_size),
-        block_size_from: spec
-            .map_or_else(|| crate::policy::Resolution::no_drafter().block_size_from, |s| s.block_size_from.clone()),
+        block_size_from: decoding.resolution.block_size_from.clone(),
         kernel_fingerprint: crate::policy::KERNEL_FINGERPRINT.into(),
+        verify_fingerprint,
         exactness_probe: spec.and_then(|s| s.probe.clone()),
         allow_inexact: spec.is_some_and(|s| s.allow_inexact),
         sampling,
@@ -354,7 +362,6 @@ pub fn completion_event(id: &str, warmup: bool, repeat: usize, g: Generation, to
 
 fn bench(args: BenchArgs) -> Result<ExitCode> {
     let threads = crate::limits::resolve_threads(args.threads)?;
-    crate::limits::check_spec_args(&args.spec)?;
     if args.reps == 0 {
         bail!("--reps must be at least 1");
     }
@@ -374,7 +381,9 @@ fn bench(args: BenchArgs) -> Result<ExitCode> {
         warmup: args.warmup,
         verify_cost: args.verify_cost.then_some(args.max_width),
     };
-    if let Some(kind) = &args.spec.drafter {
+    // `bench` measures classic decoding unless a drafter is named (the
+    // policy does not pick one here: the bench measures, it does not serve).
+    if let Some(kind) = args.spec.drafter.as_deref().filter(|k| *k != "none") {
         return width_curve(&args, kind, &engine);
     }
     let report = crate::bench::run(&engine, &path.display().to_string(), &spec)?;
@@ -471,7 +480,6 @@ fn generate(args: GenerateArgs) -> Result<ExitCode> {
         SamplingParams { temperature: args.temperature, top_k: args.top_k, top_p: args.top_p, seed: args.seed };
     sampling.validate().map_err(anyhow::Error::msg)?;
     let threads = crate::limits::resolve_threads(args.threads)?;
-    crate::limits::check_spec_args(&args.spec)?;
     let items = match (&args.prompt, &args.prompts) {
         (Some(p), _) => {
             let kind = if args.chat {
@@ -502,20 +510,16 @@ fn generate(args: GenerateArgs) -> Result<ExitCode> {
         prompts.push((it.id.clone(), encode_item(tok, it)?));
     }
 
-    let spec = crate::spec::setup::Speculation::from_args(&args.spec, &engine)?;
+    let decoding = crate::spec::setup::Speculation::from_args(&args.spec, &engine)?;
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
-    if let Some(sp) = &spec {
-        eprintln!("{}", sp.summary());
-    } else {
-        tracing::info!("{}", crate::policy::Resolution::no_drafter().summary());
-    }
+    eprintln!("{}", decoding.summary());
     if args.json {
-        let ev = Event::Startup(startup_event(&engine, &selection, spec.as_ref(), sampling, args.max_tokens, cuda));
+        let ev = Event::Startup(startup_event(&engine, &selection, &decoding, sampling, args.max_tokens, cuda));
         writeln!(out, "{}", ev.to_line())?;
         out.flush()?;
     }
-    let mut spec = spec;
+    let mut spec = decoding.speculation;
     let passes = (0..args.warmup).map(|r| (true, r)).chain((0..args.repeat).map(|r| (false, r)));
     for (warmup, repeat) in passes {
         for (id, ids) in &prompts {

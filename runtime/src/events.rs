@@ -48,17 +48,30 @@ pub struct Startup {
     pub tokenizer: String,
     /// Drafter kind (`ngram`, `layerskip`, `draft-model`), or `none` for classic decoding.
     pub drafter: String,
+    /// Who chose it: `flag` (`--drafter KIND`), `policy` (no `--drafter`:
+    /// the measured table decided, on or off), `none` (`--drafter none`).
+    #[serde(default)]
+    pub drafter_from: String,
+    /// The settings the drafter ran with; null without one.
+    #[serde(default)]
+    pub drafter_settings: Option<crate::policy::DrafterSettings>,
     /// Drafted tokens per verify; null when speculation is off (no drafter,
     /// or a policy entry that says `off`).
     #[serde(default)]
     pub block_size: Option<usize>,
-    /// Where `block_size` came from ([`crate::policy::Provenance`] in words).
+    /// Where `block_size` came from ([`crate::policy::Provenance`] in words):
+    /// one sentence saying whether speculation runs and why, naming the
+    /// entry's record and ratio or the key that had no measurement.
     #[serde(default)]
     pub block_size_from: String,
-    /// Fingerprint of the kernels this binary was built with
+    /// The verify-path fingerprint of the whole build
     /// ([`crate::policy::KERNEL_FINGERPRINT`]).
     #[serde(default)]
     pub kernel_fingerprint: String,
+    /// This build's verify-path fingerprint for this process's key (device
+    /// class and the target's weight formats): what a policy entry records.
+    #[serde(default)]
+    pub verify_fingerprint: String,
     /// The block-vs-chain exactness probe at the resolved width; null
     /// without a drafter.
     pub exactness_probe: Option<ProbeReport>,
@@ -156,6 +169,20 @@ pub struct SpeculativeDiagnostics {
     pub draft_ms_per_round: Option<f64>,
     pub verify_ms_per_round: Option<f64>,
     pub accept_ms_per_round: Option<f64>,
+    /// Where the target passes' time went: plain steps (one row, nothing
+    /// drafted; compare with a classic request's `decode_ms / decode_steps`)
+    /// and the verify blocks of rounds, each in total and per pass (null
+    /// with none); and sampling the first token of each step.
+    #[serde(default)]
+    pub plain_step_ms: f64,
+    #[serde(default)]
+    pub plain_step_ms_mean: Option<f64>,
+    #[serde(default)]
+    pub round_verify_ms: f64,
+    #[serde(default)]
+    pub round_verify_ms_mean: Option<f64>,
+    #[serde(default)]
+    pub sample_ms: f64,
 }
 
 impl SpeculativeDiagnostics {
@@ -182,6 +209,11 @@ impl SpeculativeDiagnostics {
             draft_ms_per_round: per(s.draft_s),
             verify_ms_per_round: per(s.verify_s),
             accept_ms_per_round: per(s.accept_s),
+            plain_step_ms: s.plain_s * 1e3,
+            plain_step_ms_mean: (s.plain_steps > 0).then(|| s.plain_s * 1e3 / s.plain_steps as f64),
+            round_verify_ms: s.round_verify_s * 1e3,
+            round_verify_ms_mean: (s.rounds > 0).then(|| s.round_verify_s * 1e3 / s.rounds as f64),
+            sample_ms: s.sample_s * 1e3,
         }
     }
 }

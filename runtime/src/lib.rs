@@ -16,7 +16,6 @@ pub mod events;
 pub mod fetch;
 pub mod generate;
 pub mod gguf;
-pub mod limits;
 pub mod model;
 pub mod policy;
 pub mod pool;
@@ -25,3 +24,9 @@ pub mod sampling;
 pub mod serve;
 pub mod spec;
 pub mod tokenizer;
+
+/// Bounds on user-given numbers and file sizes, the error-chain printer and
+/// the exit status. It lives under `serve/` only so that the verify-path
+/// fingerprint (policy/fingerprint.rs) already places it off the path; it
+/// serves every command.
+pub use serve::limits;

@@ -17,11 +17,14 @@ use runtime::tokenizer::chat::Message;
 use serde_json::Value;
 use std::sync::OnceLock;
 
-/// Logits may differ from the float64 reference by f32 rounding and the
-/// 16-bit activation quantization: measured ~1e-3 on this model; this bound
-/// leaves a margin and is still below the smallest top-1/top-2 margin in the
-/// first 32 steps of the reference prompts (0.016).
-const LOGIT_TOLERANCE: f32 = 0.01;
+/// Logits may differ from the float64 reference by f32 rounding, the
+/// 16-bit activation quantization and the 16-bit KV cache (keys and values
+/// are stored as IEEE halves on the CPU): measured at most 0.0115 over the
+/// 160 top-5 logits of the first 8 steps of the reference prompts (about
+/// 1e-3 with an f32 cache). This bound leaves a margin over that. The
+/// greedy tokens are checked on their own: the first 32 must equal the
+/// reference's.
+const LOGIT_TOLERANCE: f32 = 0.02;
 
 fn reference() -> &'static Value {
     static R: OnceLock<Value> = OnceLock::new();

@@ -144,7 +144,7 @@ fn build_info_json_names_the_commit_and_compiler() {
 fn speculative_generation_reports_diagnostics_and_equals_classic_output() {
     let prompt =
         ["--prompt", "Repeat this three times: one two three four five.", "--chat", "--max-tokens", "40", "--json"];
-    let classic = run(generate().args(prompt));
+    let classic = run(generate().args(prompt).args(["--drafter", "none"]));
     assert!(classic.status.success(), "{}", String::from_utf8_lossy(&classic.stderr));
     let classic = json_lines(&classic);
     assert_eq!(classic[0]["drafter"], "none");

@@ -102,9 +102,16 @@ fn health_models_and_config_describe_the_server() {
     assert_eq!(m["data"][0]["object"], "model");
 
     let c = s.get("/v1/draftwise/config").json();
-    assert_eq!(c["drafter"], "none");
-    assert_eq!(c["block_size"], Value::Null);
-    assert_eq!(c["block_size_from"], "speculation off: no drafter");
+    // No --drafter: the compiled policy decided, and the sentence says which way.
+    assert_eq!(c["drafter_from"], "policy");
+    let why = c["block_size_from"].as_str().unwrap();
+    match c["drafter"].as_str().unwrap() {
+        "none" => {
+            assert_eq!(c["block_size"], Value::Null);
+            assert!(why.starts_with("speculation off by the policy (no --drafter): "), "{why}");
+        }
+        _ => assert!(why.starts_with("speculation on by the policy (no --drafter): measured for "), "{why}"),
+    }
     assert!(c["device_class"].as_str().unwrap().starts_with("cpu:"));
     assert_eq!(c["kernel_fingerprint"], runtime::policy::KERNEL_FINGERPRINT);
     assert_eq!(c["threads"], 2);
@@ -148,7 +155,7 @@ fn json_events_report_each_served_request() {
     let s = Server::start(&["--json"]);
     let startup: Value = serde_json::from_str(&s.stdout_first(1)[0]).unwrap();
     assert_eq!(startup["event"], "startup");
-    assert_eq!(startup["drafter"], "none");
+    assert_eq!(startup["drafter_from"], "policy");
     // The bound address is typed in the event, so a program using --port 0 needs no log text.
     assert_eq!(startup["server"]["address"], s.addr.to_string());
     assert_eq!(startup["server"]["model"], model());
@@ -171,7 +178,11 @@ fn a_speculative_server_serves_classic_greedy_text_and_reports_its_width() {
     assert_eq!(c["block_size"], 3);
     assert!(c["block_size_from"].as_str().unwrap().contains("--draft-block-size"), "{c}");
     assert_eq!(c["exactness_probe"]["passed"], true);
-    assert!(s.stderr().contains("speculative: drafter ngram, block_size 3"), "{}", s.stderr());
+    assert!(
+        s.stderr().contains("speculative: drafter ngram (ngram_min 3, ngram_max 4), block_size 3"),
+        "{}",
+        s.stderr()
+    );
     let startup: Value = serde_json::from_str(&s.stdout_first(1)[0]).unwrap();
     assert_eq!((startup["event"].as_str(), startup["block_size"].as_u64()), (Some("startup"), Some(3)));
     let mut rounds = 0;

@@ -127,6 +127,17 @@ struct SweepArgs {
     /// The draft checkpoint for `--drafter draft-model`.
     #[arg(long, value_name = "PATH")]
     drafter_model: Option<PathBuf>,
+    /// `ngram`: shortest pattern looked up, passed to every arm and recorded
+    /// (a policy entry applies with exactly these settings).
+    #[arg(long, default_value_t = runtime::spec::drafter::DEFAULT_NGRAM_MIN)]
+    ngram_min: usize,
+    /// `ngram`: longest pattern looked up.
+    #[arg(long, default_value_t = runtime::spec::drafter::DEFAULT_NGRAM_MAX)]
+    ngram_max: usize,
+    /// `layerskip`: the layers the drafter runs, a list like 0,1,2,3 (required
+    /// for --drafter layerskip, so the record states them).
+    #[arg(long, value_name = "LIST")]
+    layerskip_layers: Option<String>,
     /// Draft widths: a range `1-8` or a list `1,2,4`.
     #[arg(long, value_name = "LIST", default_value = "1-8")]
     widths: String,
@@ -489,7 +500,13 @@ fn run_sweep(a: SweepArgs) -> anyhow::Result<ExitCode> {
             };
             let opts = SweepOptions {
                 target,
-                drafter: a.drafter,
+                drafter: a.drafter.clone(),
+                drafter_settings: drafter_settings(
+                    &a.drafter,
+                    a.ngram_min,
+                    a.ngram_max,
+                    a.layerskip_layers.as_deref(),
+                )?,
                 drafter_model: a.drafter_model,
                 widths: parse_widths(&a.widths)?,
                 rounds,
@@ -583,9 +600,49 @@ fn run_propose(a: ProposeArgs) -> anyhow::Result<ExitCode> {
     }
 }
 
+/// The complete drafter settings of a sweep, from its flags.
+fn drafter_settings(
+    drafter: &str,
+    ngram_min: usize,
+    ngram_max: usize,
+    layers: Option<&str>,
+) -> anyhow::Result<runtime::policy::DrafterSettings> {
+    use runtime::policy::{DrafterKind, DrafterSettings};
+    let kind: DrafterKind = drafter.parse().map_err(|e| anyhow::anyhow!("--drafter: {e}"))?;
+    Ok(match kind {
+        DrafterKind::Ngram => DrafterSettings::ngram(ngram_min, ngram_max),
+        DrafterKind::Layerskip => {
+            let Some(l) = layers else {
+                anyhow::bail!(
+                    "--drafter layerskip needs --layerskip-layers LIST (e.g. 0,1,2,3): the record states them"
+                );
+            };
+            // A bare count K is the first K layers, as the runtime reads it.
+            if !l.contains(',') {
+                let k: usize = l.trim().parse().map_err(|_| {
+                    anyhow::anyhow!(
+                        "--layerskip-layers {l:?}: give a count K (the first K layers) or a list like 0,1,2,3"
+                    )
+                })?;
+                anyhow::ensure!(k >= 1, "--layerskip-layers 0: give at least one layer");
+                return Ok(DrafterSettings::layerskip((0..k).collect()));
+            }
+            let mut v = Vec::new();
+            for part in l.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+                let n: usize =
+                    part.parse().map_err(|_| anyhow::anyhow!("--layerskip-layers: {part:?} is not a layer index"))?;
+                v.push(n);
+            }
+            DrafterSettings::layerskip(v)
+        }
+        _ => DrafterSettings::default(),
+    })
+}
+
 #[cfg(test)]
 mod tests {
-    use super::parse_widths;
+    use super::{drafter_settings, parse_widths};
+    use runtime::policy::DrafterSettings;
 
     #[test]
     fn widths_parse_as_ranges_and_lists() {
@@ -594,5 +651,23 @@ mod tests {
         assert!(parse_widths("8-1").is_err());
         assert!(parse_widths("1-99").is_err());
         assert!(parse_widths("two").unwrap_err().to_string().contains("not a width"));
+    }
+
+    #[test]
+    fn drafter_flags_become_complete_settings() {
+        assert_eq!(drafter_settings("ngram", 2, 5, None).unwrap(), DrafterSettings::ngram(2, 5));
+        assert_eq!(
+            drafter_settings("layerskip", 3, 4, Some("0, 1,2")).unwrap(),
+            DrafterSettings::layerskip(vec![0, 1, 2])
+        );
+        assert_eq!(drafter_settings("layerskip", 3, 4, Some("5,")).unwrap(), DrafterSettings::layerskip(vec![5]));
+        // A bare count is the first K layers, as the runtime reads it.
+        assert_eq!(drafter_settings("layerskip", 3, 4, Some("3")).unwrap(), DrafterSettings::layerskip(vec![0, 1, 2]));
+        assert!(drafter_settings("layerskip", 3, 4, Some("0")).is_err());
+        let e = drafter_settings("layerskip", 3, 4, None).unwrap_err().to_string();
+        assert!(e.contains("--layerskip-layers"), "{e}");
+        assert!(drafter_settings("layerskip", 3, 4, Some("0,x")).unwrap_err().to_string().contains("\"x\""));
+        assert_eq!(drafter_settings("draft-model", 3, 4, None).unwrap(), DrafterSettings::default());
+        assert!(drafter_settings("nope", 3, 4, None).is_err());
     }
 }

@@ -18,7 +18,7 @@ use std::ops::Range;
 use std::path::{Path, PathBuf};
 
 use runtime::policy::table::{self, RecordCheck};
-use runtime::policy::{DrafterKind, Entry, KERNEL_FINGERPRINT, TABLE_FILE};
+use runtime::policy::{DrafterKind, Entry, TABLE_FILE};
 
 use crate::raw::{RawFile, RawLine};
 use crate::summary::Summary;
@@ -265,16 +265,22 @@ pub fn check_build(raw: &RawFile) -> Result<(), Refusal> {
     Ok(())
 }
 
-/// Refuses a record measured under another kernel fingerprint than
-/// `current` (the build the table will be compiled into: the runtime
-/// library this tuner links, [`KERNEL_FINGERPRINT`], is built from the same
-/// tree). The record's fingerprint is the one every complete arm's
-/// `startup` reported ([`Summary::kernel_fingerprint`]).
+/// This build's verify-path fingerprint for the record's key (device class
+/// and weight formats): the runtime library this tuner links is built from
+/// the same tree as the table will be compiled into.
+pub fn current_fingerprint(s: &Summary) -> Option<String> {
+    let device = s.device_class.as_deref()?;
+    Some(runtime::policy::verify_fingerprint(device, s.weight_formats.as_deref()))
+}
+
+/// Refuses a record measured under another verify-path fingerprint than
+/// `current` ([`current_fingerprint`]). The record's fingerprint is the one
+/// every complete arm's `startup` reported ([`Summary::verify_fingerprint`]).
 pub fn check_fingerprint(s: &Summary, current: &str) -> Result<(), Refusal> {
-    match &s.kernel_fingerprint {
+    match &s.verify_fingerprint {
         Some(fp) if fp == current => Ok(()),
         Some(fp) => Err(Refusal::StaleFingerprint { record: fp.clone(), current: current.to_string() }),
-        None => Err(Refusal::Key(s.key_problem.clone().unwrap_or_else(|| "no kernel fingerprint".into()))),
+        None => Err(Refusal::Key(s.key_problem.clone().unwrap_or_else(|| "no verify-path fingerprint".into()))),
     }
 }
 
@@ -400,8 +406,18 @@ pub type Fields = Vec<(&'static str, String)>;
 
 /// The entry's fields, in the schema's order, values written as TOML.
 pub fn entry_fields(raw: &RawFile, s: &Summary, record: &str) -> Result<Fields, Refusal> {
-    let (Some(device), Some(quant), Some(fp)) = (&s.device_class, &s.target_quant, &s.kernel_fingerprint) else {
+    let (Some(device), Some(quant), Some(fp)) = (&s.device_class, &s.target_quant, &s.verify_fingerprint) else {
         return Err(Refusal::Key(s.key_problem.clone().unwrap_or_else(|| "missing".into())));
+    };
+    let (Some(settings), Some(formats)) = (&s.drafter_settings, &s.weight_formats) else {
+        return Err(Refusal::Key(
+            s.key_problem.clone().unwrap_or_else(|| "no drafter settings or weight formats".into()),
+        ));
+    };
+    let threads = match (device.starts_with("cpu:"), s.threads) {
+        (true, Some(t)) => Some(t),
+        (true, None) => return Err(Refusal::Key("the arms report no thread count".into())),
+        (false, _) => None,
     };
     let (Some(ratio), Some((lo, hi))) = (s.decision.ratio, s.decision.ratio_interval) else {
         return Err(Refusal::NoDecision(s.decision.why.clone()));
@@ -425,10 +441,17 @@ pub fn entry_fields(raw: &RawFile, s: &Summary, record: &str) -> Result<Fields, 
         raw.header.prompts.len(),
         raw.header.settings.widths
     );
-    Ok(vec![
-        ("drafter", toml_str(&s.drafter)),
-        ("device_class", toml_str(device)),
-        ("target_quant", toml_str(quant)),
+    let mut fields: Fields =
+        vec![("drafter", toml_str(&s.drafter)), ("device_class", toml_str(device)), ("target_quant", toml_str(quant))];
+    if let Some(f) = &s.target_quant_format {
+        fields.push(("target_quant_format", toml_str(f)));
+    }
+    if let Some(t) = threads {
+        fields.push(("threads", t.to_string()));
+    }
+    fields.extend([
+        ("drafter_settings", settings_inline(settings)),
+        ("weight_formats", format!("[{}]", formats.iter().map(|f| toml_str(f)).collect::<Vec<_>>().join(", "))),
         ("block_size", width),
         ("record", toml_str(record)),
         // A TOML local date, unquoted (the compiler accepts it and the string form).
@@ -436,9 +459,25 @@ pub fn entry_fields(raw: &RawFile, s: &Summary, record: &str) -> Result<Fields, 
         ("ratio", ratio.to_string()),
         ("ratio_interval", format!("[{lo}, {hi}]")),
         ("host", toml_str(&short_host(raw))),
-        ("kernel_fingerprint", toml_str(fp)),
+        ("verify_fingerprint", toml_str(fp)),
         ("note", toml_str(&note)),
-    ])
+    ]);
+    Ok(fields)
+}
+
+/// `{ ngram_min = 3, ngram_max = 4 }`: the settings as a TOML inline table.
+fn settings_inline(d: &runtime::policy::DrafterSettings) -> String {
+    let mut kv = Vec::new();
+    if let Some(n) = d.ngram_min {
+        kv.push(format!("ngram_min = {n}"));
+    }
+    if let Some(n) = d.ngram_max {
+        kv.push(format!("ngram_max = {n}"));
+    }
+    if let Some(l) = &d.layers {
+        kv.push(format!("layers = [{}]", l.iter().map(usize::to_string).collect::<Vec<_>>().join(", ")));
+    }
+    if kv.is_empty() { "{}".into() } else { format!("{{ {} }}", kv.join(", ")) }
 }
 
 /// The entry as an `[[entry]]` table, one `key = value` line per field,
@@ -476,10 +515,15 @@ fn table_problem(what: impl std::fmt::Display) -> Refusal {
 
 /// Whether an entry's key fields are `key`. Fields that are missing or not
 /// strings do not match (the compiler has refused such a table already).
-fn is_key(get: impl Fn(&str) -> Option<String>, key: (DrafterKind, &str, &str)) -> bool {
+/// A policy key as propose matches it: (drafter, device class, target
+/// quantization, threads; `None` on CUDA).
+pub type Key<'a> = (DrafterKind, &'a str, &'a str, Option<usize>);
+
+fn is_key(get: impl Fn(&str) -> Option<String>, threads: Option<i64>, key: Key<'_>) -> bool {
     get("drafter").and_then(|d| d.parse::<DrafterKind>().ok()) == Some(key.0)
         && get("device_class").as_deref() == Some(key.1)
         && get("target_quant").as_deref() == Some(key.2)
+        && threads == key.3.map(|t| t as i64)
 }
 
 /// The byte just past the end of the line holding `at` (past its `\n`), or
@@ -569,15 +613,20 @@ fn append_block(old: &str, block: &str, nl: &str) -> Splice {
 /// inline table in its place, or at its end. Every byte outside the replaced
 /// entry (or the insertion) is kept as it was; new lines use the file's line
 /// ending.
-pub fn edit_table(old: &str, key: (DrafterKind, &str, &str), fields: &[(&str, String)]) -> Result<String, Refusal> {
+pub fn edit_table(old: &str, key: Key<'_>, fields: &[(&str, String)]) -> Result<String, Refusal> {
     let doc = toml_edit::Document::parse(old).map_err(|e| table_problem(format!("malformed TOML: {e}")))?;
     let nl = if old.contains("\r\n") { "\r\n" } else { "\n" };
     let block = entry_table_text(fields).replace('\n', nl);
     let splices: Vec<Splice> = match doc.as_table().get("entry") {
         None => vec![append_block(old, &block, nl)],
         Some(toml_edit::Item::ArrayOfTables(aot)) => {
-            let matching: Vec<&toml_edit::Table> =
-                aot.iter().filter(|t| is_key(|k| t.get(k).and_then(|v| v.as_str()).map(str::to_string), key)).collect();
+            let matching: Vec<&toml_edit::Table> = aot
+                .iter()
+                .filter(|t| {
+                    let threads = t.get("threads").and_then(|v| v.as_integer());
+                    is_key(|k| t.get(k).and_then(|v| v.as_str()).map(str::to_string), threads, key)
+                })
+                .collect();
             match matching.as_slice() {
                 [] => vec![append_block(old, &block, nl)],
                 [t] => vec![Splice { at: table_region(old, t)?, text: block }],
@@ -591,7 +640,8 @@ pub fn edit_table(old: &str, key: (DrafterKind, &str, &str), fields: &[(&str, St
                 let t = v.as_inline_table().ok_or_else(|| {
                     table_problem("`entry` holds a value that is not a table; write `[[entry]]` tables")
                 })?;
-                if is_key(|k| t.get(k).and_then(|v| v.as_str()).map(str::to_string), key) {
+                let threads = t.get("threads").and_then(|v| v.as_integer());
+                if is_key(|k| t.get(k).and_then(|v| v.as_str()).map(str::to_string), threads, key) {
                     matching.push(t);
                 }
             }
@@ -780,9 +830,15 @@ pub fn propose(dir: &Path, table_path: Option<&Path>, dry_run: bool, allow: Allo
     let (Some(device), Some(quant)) = (s.device_class.as_deref(), s.target_quant.as_deref()) else {
         return Err(Refusal::Key(s.key_problem.clone().unwrap_or_default()).into());
     };
-    let overridden = check_provenance(&raw, &s, tbl.lookup(drafter, device, quant), KERNEL_FINGERPRINT, allow)?;
+    let threads = if device.starts_with("cpu:") { s.threads } else { None };
+    let existing = tbl
+        .entries
+        .iter()
+        .find(|e| e.drafter == drafter && e.device_class == device && e.target_quant == quant && e.threads == threads);
+    let current = current_fingerprint(&s).unwrap_or_default();
+    let overridden = check_provenance(&raw, &s, existing, &current, allow)?;
     let fields = entry_fields(&raw, &s, &record)?;
-    let new = edit_table(&old, (drafter, device, quant), &fields)?;
+    let new = edit_table(&old, (drafter, device, quant, threads), &fields)?;
     // The result must compile exactly as the build will compile it.
     let compiled = table::compile(TABLE_FILE, &new, RecordCheck::Under(root))
         .map_err(|e| Refusal::Table(format!("the proposed table does not compile: {e}")))?;
@@ -802,27 +858,32 @@ pub fn propose(dir: &Path, table_path: Option<&Path>, dry_run: bool, allow: Allo
 mod tests {
     use super::*;
 
-    const TABLE: &str = "schema_version = 1\n\n[[entry]]\ndrafter = \"ngram\"\ndevice_class = \"cpu:x86_64-avx2\"\n\
-target_quant = \"q4_1\"\nblock_size = 3\nrecord = \"records/a\"\ndate = 2026-01-01\nratio = 1.2\n\
-ratio_interval = [1.1, 1.3]\nhost = \"h\"\nkernel_fingerprint = \"0123456789abcdef\"\n\n[[entry]]\n\
-drafter = \"layerskip\"\ndevice_class = \"cpu:x86_64-avx2\"\ntarget_quant = \"q4_1\"\nblock_size = \"off\"\n\
+    const TABLE: &str = "schema_version = 2\n\n[[entry]]\ndrafter = \"ngram\"\ndevice_class = \"cpu:x86_64-avx2\"\n\
+target_quant = \"q4_1\"\nthreads = 2\ndrafter_settings = { ngram_min = 3, ngram_max = 4 }\n\
+weight_formats = [\"q4_1\", \"q8_0\"]\nblock_size = 3\nrecord = \"records/a\"\ndate = 2026-01-01\nratio = 1.2\n\
+ratio_interval = [1.1, 1.3]\nhost = \"h\"\nverify_fingerprint = \"0123456789abcdef\"\n\n[[entry]]\n\
+drafter = \"layerskip\"\ndevice_class = \"cpu:x86_64-avx2\"\ntarget_quant = \"q4_1\"\nthreads = 2\n\
+drafter_settings = { layers = [0, 1] }\nweight_formats = [\"q4_1\", \"q8_0\"]\nblock_size = \"off\"\n\
 record = \"records/b\"\ndate = 2026-01-01\nratio = 0.5\nratio_interval = [0.4, 0.6]\nhost = \"h\"\n\
-kernel_fingerprint = \"0123456789abcdef\"\n";
+verify_fingerprint = \"0123456789abcdef\"\n";
 
-    const KEY: (DrafterKind, &str, &str) = (DrafterKind::Ngram, "cpu:x86_64-avx2", "q4_1");
+    const KEY: Key<'static> = (DrafterKind::Ngram, "cpu:x86_64-avx2", "q4_1", Some(2));
 
     fn fields(w: &str) -> Fields {
         vec![
             ("drafter", "\"ngram\"".into()),
             ("device_class", "\"cpu:x86_64-avx2\"".into()),
             ("target_quant", "\"q4_1\"".into()),
+            ("threads", "2".into()),
+            ("drafter_settings", "{ ngram_min = 3, ngram_max = 4 }".into()),
+            ("weight_formats", "[\"q4_1\", \"q8_0\"]".into()),
             ("block_size", w.into()),
             ("record", "\"records/c\"".into()),
             ("date", "2026-11-29".into()),
             ("ratio", "1.4".into()),
             ("ratio_interval", "[1.3, 1.5]".into()),
             ("host", "\"h\"".into()),
-            ("kernel_fingerprint", "\"0123456789abcdef\"".into()),
+            ("verify_fingerprint", "\"0123456789abcdef\"".into()),
         ]
     }
 
@@ -841,21 +902,47 @@ kernel_fingerprint = \"0123456789abcdef\"\n";
     }
 
     #[test]
+    fn the_thread_count_is_part_of_the_key() {
+        // The same (drafter, device, quantization) at another thread count is
+        // another key: appended, the 2-thread entry kept as it was.
+        let mut f = fields("5");
+        f[3].1 = "4".into();
+        let new = edit_table(TABLE, (DrafterKind::Ngram, "cpu:x86_64-avx2", "q4_1", Some(4)), &f).unwrap();
+        assert!(new.starts_with(TABLE), "{new}");
+        let c = table::compile("t", &new, RecordCheck::Skip).unwrap();
+        assert_eq!(c.entries.len(), 3);
+        assert_eq!((c.entries[0].threads, c.entries[0].block_size), (Some(2), runtime::policy::Width::Blocks(3)));
+        assert_eq!((c.entries[2].threads, c.entries[2].block_size), (Some(4), runtime::policy::Width::Blocks(5)));
+        // A key without threads (CUDA) never matches a CPU entry that has them.
+        let cuda = TABLE.replace(
+            "device_class = \"cpu:x86_64-avx2\"\ntarget_quant = \"q4_1\"\nthreads = 2\n",
+            "device_class = \"cuda:sm_90\"\ntarget_quant = \"q4_1\"\n",
+        );
+        let mut g = fields("5");
+        g.remove(3);
+        g[1].1 = "\"cuda:sm_90\"".into();
+        let new = edit_table(&cuda, (DrafterKind::Ngram, "cuda:sm_90", "q4_1", None), &g).unwrap();
+        let c = table::compile("t", &new, RecordCheck::Skip).unwrap();
+        assert_eq!(c.entries.len(), 2, "{new}");
+        assert_eq!((c.entries[0].threads, c.entries[0].block_size), (None, runtime::policy::Width::Blocks(5)));
+    }
+
+    #[test]
     fn a_new_key_is_appended_after_one_blank_line() {
-        let new = edit_table("schema_version = 1\n", KEY, &fields("\"off\"")).unwrap();
-        assert!(new.starts_with("schema_version = 1\n\n[[entry]]\ndrafter = \"ngram\"\n"), "{new}");
+        let new = edit_table("schema_version = 2\n", KEY, &fields("\"off\"")).unwrap();
+        assert!(new.starts_with("schema_version = 2\n\n[[entry]]\ndrafter = \"ngram\"\n"), "{new}");
         let c = table::compile("t", &new, RecordCheck::Skip).unwrap();
         assert_eq!(c.entries[0].block_size, runtime::policy::Width::Off);
-        assert_eq!(c.schema_version, 1);
-        let again = edit_table("schema_version = 1\n\n", KEY, &fields("2")).unwrap();
-        assert!(again.starts_with("schema_version = 1\n\n[[entry]]\n"), "no second blank line: {again:?}");
+        assert_eq!(c.schema_version, 2);
+        let again = edit_table("schema_version = 2\n\n", KEY, &fields("2")).unwrap();
+        assert!(again.starts_with("schema_version = 2\n\n[[entry]]\n"), "no second blank line: {again:?}");
     }
 
     #[test]
     fn the_entry_table_form_is_one_field_per_line_in_schema_order() {
         let t = entry_table_text(&fields("5"));
         assert!(t.starts_with("[[entry]]\ndrafter = \"ngram\"\ndevice_class = \"cpu:x86_64-avx2\"\n"), "{t}");
-        assert!(t.ends_with("ratio_interval = [1.3, 1.5]\nhost = \"h\"\nkernel_fingerprint = \"0123456789abcdef\"\n"));
+        assert!(t.ends_with("ratio_interval = [1.3, 1.5]\nhost = \"h\"\nverify_fingerprint = \"0123456789abcdef\"\n"));
         let i = entry_inline_text(&fields("5"));
         assert!(i.starts_with("{ drafter = \"ngram\", device_class = ") && i.ends_with(" }") && !i.contains('\n'));
     }
@@ -870,18 +957,18 @@ kernel_fingerprint = \"0123456789abcdef\"\n";
 
     #[test]
     fn an_empty_inline_array_receives_the_entry() {
-        let new = edit_table("schema_version = 1\nentry = []\n", KEY, &fields("5")).unwrap();
-        assert_eq!(new, format!("schema_version = 1\nentry = [{}]\n", entry_inline_text(&fields("5"))));
+        let new = edit_table("schema_version = 2\nentry = []\n", KEY, &fields("5")).unwrap();
+        assert_eq!(new, format!("schema_version = 2\nentry = [{}]\n", entry_inline_text(&fields("5"))));
         table::compile("t", &new, RecordCheck::Skip).unwrap();
     }
 
     #[test]
     fn a_malformed_table_is_an_error_naming_the_file_not_a_panic() {
-        let e = edit_table("schema_version = 1\n[[entry]\n", KEY, &fields("5")).unwrap_err().to_string();
+        let e = edit_table("schema_version = 2\n[[entry]\n", KEY, &fields("5")).unwrap_err().to_string();
         assert!(e.contains(TABLE_FILE) && e.contains("malformed TOML"), "{e}");
-        let e = edit_table("schema_version = 1\nentry = 3\n", KEY, &fields("5")).unwrap_err().to_string();
+        let e = edit_table("schema_version = 2\nentry = 3\n", KEY, &fields("5")).unwrap_err().to_string();
         assert!(e.contains("`entry` is neither"), "{e}");
-        let e = edit_table("schema_version = 1\nentry = [3]\n", KEY, &fields("5")).unwrap_err().to_string();
+        let e = edit_table("schema_version = 2\nentry = [3]\n", KEY, &fields("5")).unwrap_err().to_string();
         assert!(e.contains("not a table"), "{e}");
     }
 

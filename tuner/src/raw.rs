@@ -78,6 +78,10 @@ pub struct Settings {
     pub target: PathBuf,
     pub drafter: String,
     pub drafter_model: Option<PathBuf>,
+    /// The drafter settings every speculative arm was given explicitly;
+    /// null in records written before settings were passed.
+    #[serde(default)]
+    pub drafter_settings: Option<runtime::policy::DrafterSettings>,
     pub widths: Vec<usize>,
     pub rounds: usize,
     /// Recorded passes over the prompt set per speculative arm (`runtime --repeat`).

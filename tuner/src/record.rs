@@ -583,6 +583,23 @@ pub fn markdown(raw: &RawFile, s: &Summary, dir_name: &str) -> String {
     if let Some(k) = &s.key_problem {
         let _ = writeln!(m, "- **Key**: {k}.");
     }
+    if let (Some(device), Some(quant)) = (&s.device_class, &s.target_quant) {
+        let threads = if device.starts_with("cpu:") {
+            s.threads.map_or(", threads unknown".into(), |t| format!(", {t} threads"))
+        } else {
+            String::new()
+        };
+        let _ = writeln!(
+            m,
+            "- **Policy key**: ({}, {device}, {quant}{threads}){}; drafter settings {}; weight formats [{}]; \
+             verify-path fingerprint {}.",
+            s.drafter,
+            s.target_quant_format.as_ref().map_or(String::new(), |f| format!(", declared by {f}")),
+            s.drafter_settings.as_ref().map_or("unknown".into(), |d| d.describe()),
+            s.weight_formats.as_ref().map_or("unknown".into(), |f| f.join(", ")),
+            s.verify_fingerprint.as_deref().unwrap_or("unknown")
+        );
+    }
 
     let _ = writeln!(m, "\n## Conclusions\n");
     for line in conclusions(s) {

@@ -123,6 +123,7 @@ impl Template {
             target: "/sim/model.gguf".into(),
             drafter: "ngram".into(),
             drafter_model: None,
+            drafter_settings: Some(runtime::policy::DrafterSettings::ngram(3, 4)),
             widths: vec![],
             rounds: 0,
             bursts: 0,
@@ -172,9 +173,12 @@ fn startup(width: Option<usize>) -> Startup {
         "device_class": "cpu:x86_64-sim", "kernel_family": "sim", "kernel_family_forced": false, "threads": 2,
         "target": {"path": "/sim/model.gguf", "format": "gguf", "architecture": "llama",
                    "quant": {"class": "q4_1", "from": "simulated"}, "n_layers": 1, "dim": 1, "vocab": 1,
-                   "context_length": 1},
+                   "context_length": 1, "weight_formats": ["q4_1", "q8_0"]},
         "tokenizer": "gguf", "drafter": if width.is_some() { "ngram" } else { "none" },
+        "drafter_from": if width.is_some() { "flag" } else { "none" },
+        "drafter_settings": width.map(|_| serde_json::json!({"ngram_min": 3, "ngram_max": 4})),
         "block_size": width, "block_size_from": "--draft-block-size", "kernel_fingerprint": "0123456789abcdef",
+        "verify_fingerprint": "0123456789abcdef",
         "exactness_probe": width.map(|w| serde_json::json!({"width": w, "passed": true, "first_differing_row": null,
             "differing_bytes": 0, "compared_bytes": 1, "kernel_family": "sim", "threads": 2})),
         "allow_inexact": false,
@@ -204,6 +208,11 @@ fn diagnostics(prompt: &str, repeat: usize, width: usize) -> SpeculativeDiagnost
         draft_ms_per_round: Some(0.05),
         verify_ms_per_round: Some(0.5),
         accept_ms_per_round: Some(0.005),
+        plain_step_ms: 4.0,
+        plain_step_ms_mean: Some(0.4),
+        round_verify_ms: 6.0,
+        round_verify_ms_mean: Some(0.6),
+        sample_ms: 0.2,
     }
 }
 

@@ -233,7 +233,23 @@ pub struct Summary {
     /// From the arms' `startup` events (must agree across arms).
     pub device_class: Option<String>,
     pub target_quant: Option<String>,
+    /// The format that declared the target's class (`gguf`, `gptq`, ...).
+    #[serde(default)]
+    pub target_quant_format: Option<String>,
+    /// The arms' thread count: part of a CPU key.
+    #[serde(default)]
+    pub threads: Option<usize>,
+    /// The speculative arms' drafter settings: part of the entry.
+    #[serde(default)]
+    pub drafter_settings: Option<runtime::policy::DrafterSettings>,
+    /// The target's weight formats: which kernels the fingerprint covers.
+    #[serde(default)]
+    pub weight_formats: Option<Vec<String>>,
+    /// The whole build's verify-path fingerprint (build identity).
     pub kernel_fingerprint: Option<String>,
+    /// The verify-path fingerprint of the key (what an entry records).
+    #[serde(default)]
+    pub verify_fingerprint: Option<String>,
     /// Why the record's key is not known, when it is not.
     pub key_problem: Option<String>,
     pub complete: bool,
@@ -452,7 +468,14 @@ pub fn summarize(raw: &RawFile) -> Result<Summary> {
     let mut device = BTreeSet::new();
     let mut quant = BTreeSet::new();
     let mut fingerprint = BTreeSet::new();
+    let mut verify_fp = BTreeSet::new();
+    let mut quant_format = BTreeSet::new();
+    let mut threads = BTreeSet::new();
+    let mut settings = BTreeSet::new();
+    let mut formats = BTreeSet::new();
     let mut inexact_arms = Vec::new();
+    let mut not_classic: Vec<String> = Vec::new();
+    let speculative_arm: BTreeSet<usize> = h.plan.iter().filter(|a| a.width.is_some()).map(|a| a.index).collect();
     for l in &raw.lines {
         if let RawLine::Startup(s) = l
             && ok_arms.get(&s.arm).is_some_and(|(a, _)| *a == s.attempt)
@@ -460,6 +483,18 @@ pub fn summarize(raw: &RawFile) -> Result<Summary> {
             device.insert(s.startup.device_class.clone());
             quant.insert(s.startup.target.quant.class.clone());
             fingerprint.insert(s.startup.kernel_fingerprint.clone());
+            verify_fp.insert(s.startup.verify_fingerprint.clone());
+            quant_format.insert(s.startup.target.quant.format.clone().unwrap_or_default());
+            threads.insert(s.startup.threads.to_string());
+            formats.insert(s.startup.target.weight_formats.join(","));
+            if speculative_arm.contains(&s.arm) {
+                let d = s.startup.drafter_settings.as_ref().map(|d| serde_json::to_string(d).unwrap_or_default());
+                settings.insert(d.unwrap_or_default());
+            } else if s.startup.drafter != "none" {
+                // A classic arm must decode classically: a runtime whose
+                // policy turned speculation on would not be the baseline.
+                not_classic.push(format!("{} ({}: {})", s.arm, s.startup.drafter, s.startup.block_size_from));
+            }
             let probe_failed = s.startup.exactness_probe.as_ref().is_some_and(|p| !p.passed);
             if s.startup.allow_inexact || probe_failed {
                 inexact_arms.push(s.arm);
@@ -483,6 +518,47 @@ pub fn summarize(raw: &RawFile) -> Result<Summary> {
     let device_class = one(&device, "device class", &mut key_problems);
     let target_quant = one(&quant, "target quantization class", &mut key_problems);
     let kernel_fingerprint = one(&fingerprint, "kernel fingerprint", &mut key_problems);
+    if !not_classic.is_empty() {
+        key_problems.push(format!(
+            "classic arm(s) did not decode classically: {}; their rates are no baseline",
+            not_classic.join("; ")
+        ));
+    }
+    // Fields the runtime reports since the schema-2 policy table: empty in
+    // older records, which then have no key a schema-2 entry can hold.
+    let newer = |v: Option<String>, what: &str, problems: &mut Vec<String>| -> Option<String> {
+        match v {
+            Some(x) if x.is_empty() => {
+                problems.push(format!(
+                    "the arms report no {what} (recorded by a runtime older than the schema-2 policy table); \
+                     re-measure with this build"
+                ));
+                None
+            }
+            other => other,
+        }
+    };
+    let verify_fingerprint = newer(
+        one(&verify_fp, "verify-path fingerprint", &mut key_problems),
+        "verify-path fingerprint",
+        &mut key_problems,
+    );
+    let weight_formats = newer(one(&formats, "weight formats", &mut key_problems), "weight formats", &mut key_problems)
+        .map(|f| f.split(',').map(str::to_string).collect::<Vec<_>>());
+    let target_quant_format = one(&quant_format, "quantization format", &mut key_problems).filter(|f| !f.is_empty());
+    let threads = one(&threads, "thread count", &mut key_problems).and_then(|t| t.parse::<usize>().ok());
+    let drafter_settings =
+        newer(one(&settings, "drafter settings", &mut key_problems), "drafter settings", &mut key_problems)
+            .and_then(|d| serde_json::from_str::<runtime::policy::DrafterSettings>(&d).ok());
+    if let (Some(want), Some(got)) = (&h.settings.drafter_settings, &drafter_settings)
+        && want != got
+    {
+        key_problems.push(format!(
+            "the speculative arms ran with drafter settings {} but the sweep passed {}",
+            got.describe(),
+            want.describe()
+        ));
+    }
 
     let served = h.settings.served.is_some();
     let ttft = |rs: &mut dyn Iterator<Item = &&RequestRow>| -> Option<Stats> {
@@ -724,7 +800,12 @@ pub fn summarize(raw: &RawFile) -> Result<Summary> {
         served,
         device_class,
         target_quant,
+        target_quant_format,
+        threads,
+        drafter_settings,
+        weight_formats,
         kernel_fingerprint,
+        verify_fingerprint,
         key_problem: (!key_problems.is_empty()).then(|| key_problems.join("; ")),
         complete,
         halt: if complete { None } else { halt },

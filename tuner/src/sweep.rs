@@ -104,6 +104,8 @@ pub struct SweepOptions {
     pub target: PathBuf,
     pub drafter: String,
     pub drafter_model: Option<PathBuf>,
+    /// Complete settings for the drafter, passed to every speculative arm.
+    pub drafter_settings: runtime::policy::DrafterSettings,
     pub widths: Vec<usize>,
     pub rounds: usize,
     pub bursts: usize,
@@ -251,15 +253,35 @@ pub fn arm_args(s: &crate::raw::Settings, width: Option<usize>) -> Vec<String> {
     a
 }
 
-/// The speculative flags of an arm (none for classic), shared by the
-/// generate and served command lines so both run the same settings.
+/// The speculative flags of an arm, shared by the generate and served
+/// command lines so both run the same settings: `--drafter none` for a
+/// classic arm (without it the runtime's policy could speculate), and for a
+/// speculative one the drafter, the width and every drafter setting.
 pub fn drafter_args(s: &crate::raw::Settings, width: Option<usize>) -> Vec<String> {
-    let mut a = Vec::new();
-    if let Some(w) = width {
-        a.extend(["--drafter".into(), s.drafter.clone(), "--draft-block-size".into(), w.to_string()]);
-        if let Some(m) = &s.drafter_model {
-            a.extend(["--drafter-model".into(), m.display().to_string()]);
+    let Some(w) = width else {
+        return vec!["--drafter".into(), "none".into()];
+    };
+    let mut a: Vec<String> = vec!["--drafter".into(), s.drafter.clone(), "--draft-block-size".into(), w.to_string()];
+    if let Some(d) = &s.drafter_settings {
+        if let Some(n) = d.ngram_min {
+            a.extend(["--ngram-min".into(), n.to_string()]);
         }
+        if let Some(n) = d.ngram_max {
+            a.extend(["--ngram-max".into(), n.to_string()]);
+        }
+        if let Some(l) = &d.layers {
+            let list: Vec<String> = l.iter().map(usize::to_string).collect();
+            // A one-layer list is written with a trailing comma so the
+            // runtime reads it as a list, not as a count.
+            let mut v = list.join(",");
+            if list.len() == 1 {
+                v.push(',');
+            }
+            a.extend(["--layerskip-layers".into(), v]);
+        }
+    }
+    if let Some(m) = &s.drafter_model {
+        a.extend(["--drafter-model".into(), m.display().to_string()]);
     }
     a
 }
@@ -381,6 +403,8 @@ pub fn start(opts: &SweepOptions) -> Result<Outcome> {
     if opts.drafter == "draft-model" && opts.drafter_model.is_none() {
         bail!("--drafter draft-model needs --drafter-model PATH (the draft checkpoint)");
     }
+    let kind: runtime::policy::DrafterKind = opts.drafter.parse().map_err(|e| anyhow::anyhow!("--drafter: {e}"))?;
+    opts.drafter_settings.check(kind).map_err(|e| anyhow::anyhow!("{kind} drafter settings: {e}"))?;
     for (flag, x, lo, hi) in [
         ("--rounds", opts.rounds, 1, MAX_ROUNDS),
         ("--bursts", opts.bursts, 1, MAX_BURSTS),
@@ -458,6 +482,7 @@ pub fn start(opts: &SweepOptions) -> Result<Outcome> {
         target: abs(&opts.target),
         drafter: opts.drafter.clone(),
         drafter_model: opts.drafter_model.as_deref().map(abs),
+        drafter_settings: Some(opts.drafter_settings.clone()),
         widths: opts.widths.clone(),
         rounds: opts.rounds,
         bursts: opts.bursts,
@@ -1068,6 +1093,7 @@ mod tests {
             target: "m.gguf".into(),
             drafter: "ngram".into(),
             drafter_model: None,
+            drafter_settings: Some(runtime::policy::DrafterSettings::ngram(3, 4)),
             widths: vec![3],
             rounds: 1,
             bursts: 3,
@@ -1089,11 +1115,55 @@ mod tests {
         let a = arm_args(&s, Some(3)).join(" ");
         assert!(a.contains("--json") && a.contains("--draft-block-size 3") && a.contains("--threads 2"), "{a}");
         assert!(a.contains("--warmup 1") && a.contains("--repeat 3") && !a.contains("allow-inexact"), "{a}");
-        assert!(!arm_args(&s, None).join(" ").contains("--drafter"));
+        assert!(a.ends_with("--drafter ngram --draft-block-size 3 --ngram-min 3 --ngram-max 4"), "{a}");
+        // A classic arm says `--drafter none` (else the policy could turn
+        // speculation on) and passes no speculative setting.
+        let c = arm_args(&s, None).join(" ");
+        assert!(c.ends_with("--drafter none"), "{c}");
+        assert_eq!(c.matches("--drafter").count(), 1, "{c}");
+        assert!(!c.contains("--draft-block-size") && !c.contains("--ngram-"), "{c}");
         // A served arm runs the same model, threads and speculative settings.
         let v = crate::served::serve_args(&s, Some(3)).join(" ");
         assert!(v.starts_with("serve --json --host 127.0.0.1 --port 0 --model m.gguf --threads 2"), "{v}");
-        assert!(v.ends_with("--drafter ngram --draft-block-size 3"), "{v}");
-        assert!(!crate::served::serve_args(&s, None).join(" ").contains("--drafter"));
+        assert!(v.ends_with("--drafter ngram --draft-block-size 3 --ngram-min 3 --ngram-max 4"), "{v}");
+        let c = crate::served::serve_args(&s, None).join(" ");
+        assert!(c.ends_with("--threads 2 --drafter none"), "{c}");
+        assert!(!c.contains("--draft-block-size") && !c.contains("--ngram-"), "{c}");
+    }
+
+    #[test]
+    fn layerskip_arms_get_their_layers_as_a_list() {
+        let mut s = crate::raw::Settings {
+            target: "m.gguf".into(),
+            drafter: "layerskip".into(),
+            drafter_model: None,
+            drafter_settings: Some(runtime::policy::DrafterSettings::layerskip(vec![0, 1, 2])),
+            widths: vec![2],
+            rounds: 1,
+            bursts: 1,
+            bracket_arms: 1,
+            bracket_bursts: None,
+            auto_rounds: None,
+            warmup: 0,
+            max_tokens: 8,
+            threads: 1,
+            prompts: "p.jsonl".into(),
+            prompts_source: "p.jsonl".into(),
+            prompts_sha256: String::new(),
+            runtime: "runtime".into(),
+            gate: GateConfig::default(),
+            gate_wait_s: 0.0,
+            gate_interval_s: 1.0,
+            served: None,
+        };
+        let a = drafter_args(&s, Some(2)).join(" ");
+        assert_eq!(a, "--drafter layerskip --draft-block-size 2 --layerskip-layers 0,1,2");
+        // One layer gets a trailing comma: the runtime reads a bare `5` as a count.
+        s.drafter_settings = Some(runtime::policy::DrafterSettings::layerskip(vec![5]));
+        assert_eq!(
+            drafter_args(&s, Some(2)).join(" "),
+            "--drafter layerskip --draft-block-size 2 --layerskip-layers 5,"
+        );
+        assert_eq!(drafter_args(&s, None), vec!["--drafter", "none"]);
     }
 }

@@ -5,47 +5,69 @@
 //! byte. The refusals are library calls on the committed record
 //! `records/2026-11-29-cpu-x86_64-avx512vnni-ngram-r16` (read, never
 //! written) with its startup events altered in memory; the flags are then
-//! driven through the binary on a scratch copy of that record.
+//! driven through the binary on a scratch copy of that record. That record
+//! was written before the runtime reported the verify-path fingerprint of a
+//! key, the target's weight formats and the drafter settings: as committed
+//! it is refused as a key problem (re-measure), so the tests of the other
+//! refusals first give its startup events those fields, as this build's
+//! runtime reports them.
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;
 
 use runtime::policy::table::{self, RecordCheck};
-use runtime::policy::{DrafterKind, Entry, KERNEL_FINGERPRINT, TABLE_FILE, Width};
+use runtime::policy::{DrafterKind, DrafterSettings, Entry, KERNEL_FINGERPRINT, TABLE_FILE, Width};
 use serde_json::Value;
-use tuner::propose::{self, Allow, Fields, Refusal};
+use tuner::propose::{self, Allow, Fields, Key, Refusal};
 use tuner::raw::{RawFile, RawLine};
 use tuner::summary::Summary;
 
 const RECORD: &str = "records/2026-11-29-cpu-x86_64-avx512vnni-ngram-r16";
 /// The committed record's date and key.
 const RECORD_DATE: &str = "2026-11-29";
-const RECORD_KEY: (DrafterKind, &str, &str) = (DrafterKind::Ngram, "cpu:x86_64-avx512vnni", "q4_1");
+const RECORD_KEY: Key<'static> = (DrafterKind::Ngram, "cpu:x86_64-avx512vnni", "q4_1", Some(2));
+/// The weight formats of the record's target (the default model): its
+/// layers are Q4_1, its embedding Q8_0.
+const RECORD_FORMATS: [&str; 2] = ["q4_1", "q8_0"];
 
-const NGRAM: (DrafterKind, &str, &str) = (DrafterKind::Ngram, "cpu:x86_64-avx2", "q4_1");
-const LAYERSKIP: (DrafterKind, &str, &str) = (DrafterKind::Layerskip, "cpu:x86_64-avx2", "q4_1");
+const NGRAM: Key<'static> = (DrafterKind::Ngram, "cpu:x86_64-avx2", "q4_1", Some(2));
+const LAYERSKIP: Key<'static> = (DrafterKind::Layerskip, "cpu:x86_64-avx2", "q4_1", Some(2));
 /// A key no crafted table has.
-const NEW_KEY: (DrafterKind, &str, &str) = (DrafterKind::Ngram, "cpu:x86_64-avx512vnni", "q4_1");
+const NEW_KEY: Key<'static> = (DrafterKind::Ngram, "cpu:x86_64-avx512vnni", "q4_1", Some(2));
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
-/// An entry's fields as `propose` writes them.
-fn fields(key: (DrafterKind, &str, &str), width: &str, date: &str) -> Fields {
-    vec![
+/// An entry's fields as `propose` writes them, in the schema's order.
+fn fields(key: Key<'_>, width: &str, date: &str) -> Fields {
+    let mut f: Fields = vec![
         ("drafter", format!("\"{}\"", key.0)),
         ("device_class", format!("\"{}\"", key.1)),
         ("target_quant", format!("\"{}\"", key.2)),
+        ("target_quant_format", "\"gguf\"".into()),
+    ];
+    if let Some(t) = key.3 {
+        f.push(("threads", t.to_string()));
+    }
+    let settings = match key.0 {
+        DrafterKind::Ngram => "{ ngram_min = 3, ngram_max = 4 }",
+        DrafterKind::Layerskip => "{ layers = [0, 1] }",
+        _ => "{}",
+    };
+    f.extend([
+        ("drafter_settings", settings.to_string()),
+        ("weight_formats", "[\"q4_1\", \"q8_0\"]".into()),
         ("block_size", width.to_string()),
         ("record", "\"records/new\"".into()),
         ("date", date.to_string()),
         ("ratio", "1.4".into()),
         ("ratio_interval", "[1.3, 1.5]".into()),
         ("host", "\"a test host\"".into()),
-        ("kernel_fingerprint", "\"fedcba9876543210\"".into()),
+        ("verify_fingerprint", "\"fedcba9876543210\"".into()),
         ("note", "\"tuner propose: a test\"".into()),
-    ]
+    ]);
+    f
 }
 
 fn compile(text: &str) -> table::Table {
@@ -56,20 +78,23 @@ fn compile(text: &str) -> table::Table {
 /// them, odd spacing, and blank lines.
 const TABLES: &str = concat!(
     "# The policy table, for a test.\n",
-    "schema_version = 1\n",
+    "schema_version = 2\n",
     "\n",
     "# ngram on avx2: measured in January.\n",
     "[[entry]]\n",
     "drafter = \"ngram\"\n",
     "device_class = \"cpu:x86_64-avx2\"\n",
     "target_quant = \"q4_1\"\n",
+    "threads = 2\n",
+    "drafter_settings = { ngram_min = 3, ngram_max = 4 }\n",
+    "weight_formats = [\"q4_1\", \"q8_0\"]\n",
     "block_size = 3\n",
     "record = \"records/a\"\n",
     "date = 2026-01-01\n",
     "ratio = 1.2\n",
     "ratio_interval = [1.1, 1.3]\n",
     "host = \"h\"\n",
-    "kernel_fingerprint = \"0123456789abcdef\"   # the January build\n",
+    "verify_fingerprint = \"0123456789abcdef\"   # the January build\n",
     "# A reviewer's comment after the ngram entry.\n",
     "\n",
     "\n",
@@ -78,13 +103,16 @@ const TABLES: &str = concat!(
     "drafter   =   \"layerskip\"\n",
     "device_class = \"cpu:x86_64-avx2\"\n",
     "  target_quant = \"q4_1\"\n",
+    "threads=2\n",
+    "drafter_settings = {layers=[0,1]}\n",
+    "weight_formats = [ 'q4_1' ]\n",
     "block_size = \"off\"\n",
     "record = \"records/b\"\n",
     "date = \"2026-02-01\"\n",
     "ratio = 0.5\n",
     "ratio_interval = [ 0.4 , 0.6 ]\n",
     "host = 'h'\n",
-    "kernel_fingerprint = \"0123456789abcdef\"\n",
+    "verify_fingerprint = \"0123456789abcdef\"\n",
     "\n",
     "# The end.\n",
 );
@@ -126,6 +154,22 @@ fn comments_after_the_replaced_entry_are_kept() {
 }
 
 #[test]
+fn the_same_key_at_another_thread_count_is_a_new_entry() {
+    // Threads are part of a CPU key: a 4-thread measurement does not replace
+    // the 2-thread entry.
+    let key = (NGRAM.0, NGRAM.1, NGRAM.2, Some(4));
+    let f = fields(key, "2", "2026-03-01");
+    let new = propose::edit_table(TABLES, key, &f).unwrap();
+    assert_eq!(new, format!("{TABLES}\n{}", propose::entry_table_text(&f)));
+    let t = compile(&new);
+    assert_eq!(t.entries.len(), 3);
+    assert_eq!((t.entries[0].threads, t.entries[0].block_size), (Some(2), Width::Blocks(3)));
+    assert_eq!((t.entries[2].threads, t.entries[2].block_size), (Some(4), Width::Blocks(2)));
+    assert_eq!(t.lookup(NGRAM.0, NGRAM.1, NGRAM.2, 4).unwrap().record, "records/new");
+    assert_eq!(t.lookup(NGRAM.0, NGRAM.1, NGRAM.2, 2).unwrap().record, "records/a");
+}
+
+#[test]
 fn a_new_key_is_appended_to_an_entry_table_as_an_entry_table() {
     let f = fields(NEW_KEY, "2", "2026-03-01");
     let new = propose::edit_table(TABLES, NEW_KEY, &f).unwrap();
@@ -136,17 +180,19 @@ fn a_new_key_is_appended_to_an_entry_table_as_an_entry_table() {
 }
 
 const NGRAM_INLINE: &str = "{ drafter = \"ngram\", device_class = \"cpu:x86_64-avx2\", target_quant = \"q4_1\", \
+threads = 2, drafter_settings = { ngram_min = 3, ngram_max = 4 }, weight_formats = [\"q4_1\", \"q8_0\"], \
 block_size = 3, record = \"records/a\", date = 2026-01-01, ratio = 1.2, ratio_interval = [1.1, 1.3], host = \"h\", \
-kernel_fingerprint = \"0123456789abcdef\" }";
+verify_fingerprint = \"0123456789abcdef\" }";
 const LAYERSKIP_INLINE: &str = "{drafter=\"layerskip\",device_class=\"cpu:x86_64-avx2\",target_quant=\"q4_1\",\
+threads=2,drafter_settings={layers=[0,1]},weight_formats=[\"q4_1\"],\
 block_size=\"off\",record=\"records/b\",date=2026-02-01,ratio=0.5,ratio_interval=[0.4,0.6],host=\"h\",\
-kernel_fingerprint=\"0123456789abcdef\"}";
+verify_fingerprint=\"0123456789abcdef\"}";
 
 /// The same two entries as one inline array, one element per line, with
 /// comments inside and around it.
 fn inline_table() -> String {
     format!(
-        "schema_version = 1\n# Entries written inline.\nentry = [\n  # ngram, January\n  {NGRAM_INLINE},\n  \
+        "schema_version = 2\n# Entries written inline.\nentry = [\n  # ngram, January\n  {NGRAM_INLINE},\n  \
          {LAYERSKIP_INLINE}, # layerskip\n]\n# after the array\n"
     )
 }
@@ -180,18 +226,18 @@ fn a_new_key_is_appended_to_an_inline_array_in_its_layout() {
     assert_eq!(compile(&new).entries.len(), 3);
 
     // One element per line, no trailing comma: the comma goes after the old last one.
-    let old = format!("schema_version = 1\nentry = [\n    {NGRAM_INLINE},\n    {LAYERSKIP_INLINE}\n]\n");
+    let old = format!("schema_version = 2\nentry = [\n    {NGRAM_INLINE},\n    {LAYERSKIP_INLINE}\n]\n");
     let new = propose::edit_table(&old, NEW_KEY, &f).unwrap();
     assert_eq!(
         new,
-        format!("schema_version = 1\nentry = [\n    {NGRAM_INLINE},\n    {LAYERSKIP_INLINE},\n    {inline}\n]\n")
+        format!("schema_version = 2\nentry = [\n    {NGRAM_INLINE},\n    {LAYERSKIP_INLINE},\n    {inline}\n]\n")
     );
     assert_eq!(compile(&new).entries.len(), 3);
 
     // All on one line.
-    let old = format!("schema_version = 1\nentry = [{NGRAM_INLINE}, {LAYERSKIP_INLINE}] # two\n");
+    let old = format!("schema_version = 2\nentry = [{NGRAM_INLINE}, {LAYERSKIP_INLINE}] # two\n");
     let new = propose::edit_table(&old, NEW_KEY, &f).unwrap();
-    assert_eq!(new, format!("schema_version = 1\nentry = [{NGRAM_INLINE}, {LAYERSKIP_INLINE}, {inline}] # two\n"));
+    assert_eq!(new, format!("schema_version = 2\nentry = [{NGRAM_INLINE}, {LAYERSKIP_INLINE}, {inline}] # two\n"));
     assert_eq!(compile(&new).entries.len(), 3);
 }
 
@@ -202,7 +248,7 @@ fn the_committed_entry_rewritten_with_its_own_values_is_byte_identical() {
     // the same numbers changes no byte of the table.
     let committed = std::fs::read_to_string(repo().join(TABLE_FILE)).unwrap();
     let t = compile(&committed);
-    let e = t.lookup(RECORD_KEY.0, RECORD_KEY.1, RECORD_KEY.2).expect("the committed entry");
+    let e = t.lookup(RECORD_KEY.0, RECORD_KEY.1, RECORD_KEY.2, 2).expect("the committed entry");
     let start = committed.find("\n[[entry]]\n").unwrap() + "\n[[entry]]\n".len();
     let own: Vec<(&str, String)> = committed[start..]
         .lines()
@@ -210,16 +256,52 @@ fn the_committed_entry_rewritten_with_its_own_values_is_byte_identical() {
         .map(|l| l.split_once(" = ").map(|(k, v)| (k, v.to_string())).unwrap_or_else(|| panic!("{l:?}")))
         .collect();
     let names: Vec<&str> = fields(RECORD_KEY, "1", "2026-01-01").iter().map(|(k, _)| *k).collect();
+    assert_eq!(e.threads, RECORD_KEY.3);
     assert_eq!(own.iter().map(|(k, _)| *k).collect::<Vec<_>>(), names, "the committed field order");
     assert_eq!(propose::edit_table(&committed, RECORD_KEY, &own).unwrap(), committed);
     // Whichever record the committed entry cites (it moves with each re-measurement).
     assert!(e.record.starts_with("records/"), "{}", e.record);
 }
 
-/// The committed record, summarized once.
-fn record() -> &'static (RawFile, Summary) {
+/// This build's verify-path fingerprint for the record's key.
+fn current() -> String {
+    let formats: Vec<String> = RECORD_FORMATS.iter().map(|f| f.to_string()).collect();
+    runtime::policy::verify_fingerprint(RECORD_KEY.1, Some(&formats))
+}
+
+/// The committed record as committed, summarized once.
+fn committed() -> &'static (RawFile, Summary) {
     static R: OnceLock<(RawFile, Summary)> = OnceLock::new();
     R.get_or_init(|| tuner::summary::summarize_dir(&repo().join(RECORD)).expect("the committed record summarizes"))
+}
+
+/// The committed record with the startup fields this build's runtime
+/// reports (verify-path fingerprint `fingerprint`, weight formats, drafter
+/// settings on speculative arms, the declaring format), summarized.
+fn upgraded(raw: &RawFile, fingerprint: &str) -> (RawFile, Summary) {
+    let mut raw = raw.clone();
+    let mut n = 0;
+    for l in &mut raw.lines {
+        if let RawLine::Startup(a) = l {
+            let st = &mut a.startup;
+            st.verify_fingerprint = fingerprint.to_string();
+            st.target.weight_formats = RECORD_FORMATS.iter().map(|f| f.to_string()).collect();
+            st.target.quant.format = Some("gguf".into());
+            let speculative = st.drafter != "none";
+            st.drafter_from = if speculative { "flag" } else { "none" }.into();
+            st.drafter_settings = speculative.then(|| DrafterSettings::ngram(3, 4));
+            n += 1;
+        }
+    }
+    assert!(n > 0, "the record has startup events");
+    let s = tuner::summary::summarize(&raw).expect("the upgraded record summarizes");
+    (raw, s)
+}
+
+/// The committed record as this build would have recorded it, summarized once.
+fn record() -> &'static (RawFile, Summary) {
+    static R: OnceLock<(RawFile, Summary)> = OnceLock::new();
+    R.get_or_init(|| upgraded(&committed().0, &current()))
 }
 
 /// The record with `git_dirty` set to `state` in the startup events of `arms`.
@@ -240,7 +322,82 @@ fn with_git_dirty(raw: &RawFile, arms: &[usize], state: &str) -> RawFile {
 
 /// The record's own fingerprint: "this build" for the checks that are not about it.
 fn fp(s: &Summary) -> &str {
-    s.kernel_fingerprint.as_deref().expect("the committed record has one fingerprint")
+    s.verify_fingerprint.as_deref().expect("the upgraded record has one verify-path fingerprint")
+}
+
+#[test]
+fn the_upgraded_record_has_a_key_with_threads_settings_and_formats() {
+    let (raw, s) = record();
+    assert_eq!(s.key_problem, None);
+    assert_eq!(fp(s), current());
+    assert_eq!(propose::current_fingerprint(s).as_deref(), Some(current().as_str()));
+    assert_eq!(s.threads, RECORD_KEY.3);
+    assert_eq!(s.drafter_settings, Some(DrafterSettings::ngram(3, 4)));
+    assert_eq!(s.weight_formats.as_deref(), Some(&["q4_1".to_string(), "q8_0".to_string()][..]));
+    assert_eq!(s.target_quant_format.as_deref(), Some("gguf"));
+    propose::check(s).unwrap();
+    // Its entry has the fields of the committed table, in its order.
+    let f = propose::entry_fields(raw, s, "records/r").unwrap();
+    let names: Vec<&str> = f.iter().map(|(k, _)| *k).collect();
+    let want: Vec<&str> = fields(RECORD_KEY, "1", RECORD_DATE).iter().map(|(k, _)| *k).collect();
+    assert_eq!(names, want);
+    let value = |k: &str| f.iter().find(|(n, _)| *n == k).map(|(_, v)| v.as_str()).unwrap();
+    assert_eq!(value("threads"), "2");
+    assert_eq!(value("drafter_settings"), "{ ngram_min = 3, ngram_max = 4 }");
+    assert_eq!(value("weight_formats"), "[\"q4_1\", \"q8_0\"]");
+    assert_eq!(value("verify_fingerprint"), format!("\"{}\"", current()));
+}
+
+#[test]
+fn a_record_without_the_new_startup_fields_is_refused_as_a_key_problem_to_re_measure() {
+    // The committed record: its runtime reported no verify-path fingerprint
+    // of the key, no weight formats and no drafter settings.
+    let (raw, s) = committed();
+    let k = s.key_problem.as_deref().expect("an old record has a key problem");
+    for what in ["verify-path fingerprint", "weight formats", "drafter settings"] {
+        assert!(k.contains(what), "{what}: {k}");
+    }
+    assert!(k.contains("re-measure"), "{k}");
+    assert_eq!(
+        (s.verify_fingerprint.as_ref(), s.weight_formats.as_ref(), s.drafter_settings.as_ref()),
+        (None, None, None)
+    );
+    let r = propose::check(s).unwrap_err();
+    assert!(matches!(&r, Refusal::Key(m) if m.contains("re-measure")), "{r:?}");
+    // No flag overrides it, and no entry can be written from it.
+    let all = Allow { dirty: true, stale_fingerprint: true, older: true };
+    let r = propose::check_provenance(raw, s, None, &current(), all).unwrap_err();
+    assert!(matches!(&r, Refusal::Key(m) if m.contains("re-measure")), "{r:?}");
+    let r = propose::entry_fields(raw, s, "records/r").unwrap_err();
+    assert!(matches!(r, Refusal::Key(_)), "{r:?}");
+}
+
+#[test]
+fn a_missing_field_alone_is_a_key_problem() {
+    let (raw, _) = record();
+    // Speculative arms without drafter settings.
+    let mut r = raw.clone();
+    for l in &mut r.lines {
+        if let RawLine::Startup(a) = l {
+            a.startup.drafter_settings = None;
+        }
+    }
+    let s = tuner::summary::summarize(&r).unwrap();
+    let k = s.key_problem.expect("a key problem");
+    assert!(k.contains("drafter settings") && k.contains("re-measure") && !k.contains("weight formats"), "{k}");
+    // Arms that disagree on the thread count have no CPU key.
+    let mut r = raw.clone();
+    for l in &mut r.lines {
+        if let RawLine::Startup(a) = l
+            && a.arm == 3
+        {
+            a.startup.threads = 1;
+        }
+    }
+    let s = tuner::summary::summarize(&r).unwrap();
+    assert!(s.key_problem.as_deref().is_some_and(|k| k.contains("thread count")), "{:?}", s.key_problem);
+    assert_eq!(s.threads, None);
+    assert!(matches!(propose::check(&s), Err(Refusal::Key(_))));
 }
 
 #[test]
@@ -301,9 +458,10 @@ fn a_stale_fingerprint_is_refused_and_allowed_with_allow_stale_fingerprint() {
 /// The committed key's entry, dated `date`.
 fn entry_dated(date: &str) -> Entry {
     let text = format!(
-        "schema_version = 1\n[[entry]]\ndrafter = \"ngram\"\ndevice_class = \"cpu:x86_64-avx512vnni\"\n\
-         target_quant = \"q4_1\"\nblock_size = 4\nrecord = \"records/later\"\ndate = {date}\nratio = 1.2\n\
-         ratio_interval = [1.1, 1.3]\nhost = \"h\"\nkernel_fingerprint = \"0123456789abcdef\"\n"
+        "schema_version = 2\n[[entry]]\ndrafter = \"ngram\"\ndevice_class = \"cpu:x86_64-avx512vnni\"\n\
+         target_quant = \"q4_1\"\nthreads = 2\ndrafter_settings = {{ ngram_min = 3, ngram_max = 4 }}\n\
+         weight_formats = [\"q4_1\", \"q8_0\"]\nblock_size = 4\nrecord = \"records/later\"\ndate = {date}\n\
+         ratio = 1.2\nratio_interval = [1.1, 1.3]\nhost = \"h\"\nverify_fingerprint = \"0123456789abcdef\"\n"
     );
     compile(&text).entries.remove(0)
 }
@@ -340,14 +498,16 @@ fn a_record_date_that_is_not_a_date_is_refused_whatever_the_flags() {
 
 /// A scratch repository: a table with comments and an entry for the
 /// record's key dated `entry_date`, and a copy of the committed record whose
-/// startup events report `git_dirty` and `fingerprint`.
+/// startup events report `git_dirty` and, with `fingerprint`, the fields
+/// this build's runtime reports, with that verify-path fingerprint
+/// (without, the record stays as old runtimes wrote it).
 struct Scratch {
     _tmp: tempfile::TempDir,
     root: PathBuf,
     dir: PathBuf,
 }
 
-fn scratch(entry_date: &str, git_dirty: &str, fingerprint: &str) -> Scratch {
+fn scratch(entry_date: &str, git_dirty: &str, fingerprint: Option<&str>) -> Scratch {
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path().to_path_buf();
     let dir = root.join("records/r");
@@ -359,19 +519,30 @@ fn scratch(entry_date: &str, git_dirty: &str, fingerprint: &str) -> Scratch {
     for l in raw.lines() {
         let mut v: Value = serde_json::from_str(l).unwrap();
         if v["kind"] == "startup" {
-            v["startup"]["build"]["git_dirty"] = git_dirty.into();
-            v["startup"]["build"]["kernel_fingerprint"] = fingerprint.into();
-            v["startup"]["kernel_fingerprint"] = fingerprint.into();
+            let st = &mut v["startup"];
+            st["build"]["git_dirty"] = git_dirty.into();
+            // The build identity (`kernel_fingerprint`) stays as recorded:
+            // propose compares the key's verify-path fingerprint.
+            if let Some(fp) = fingerprint {
+                st["verify_fingerprint"] = fp.into();
+                st["target"]["weight_formats"] = serde_json::json!(RECORD_FORMATS);
+                st["target"]["quant"]["format"] = "gguf".into();
+                let speculative = st["drafter"] != "none";
+                st["drafter_from"] = if speculative { "flag" } else { "none" }.into();
+                st["drafter_settings"] =
+                    if speculative { serde_json::json!({"ngram_min": 3, "ngram_max": 4}) } else { Value::Null };
+            }
         }
         out.push_str(&v.to_string());
         out.push('\n');
     }
     std::fs::write(dir.join("raw.jsonl"), out).unwrap();
     let table = format!(
-        "# scratch table\nschema_version = 1\n\n# the entry the record replaces\n[[entry]]\ndrafter = \"ngram\"\n\
-         device_class = \"cpu:x86_64-avx512vnni\"\ntarget_quant = \"q4_1\"\nblock_size = 4\n\
+        "# scratch table\nschema_version = 2\n\n# the entry the record replaces\n[[entry]]\ndrafter = \"ngram\"\n\
+         device_class = \"cpu:x86_64-avx512vnni\"\ntarget_quant = \"q4_1\"\nthreads = 2\n\
+         drafter_settings = {{ ngram_min = 3, ngram_max = 4 }}\nweight_formats = [\"q4_1\", \"q8_0\"]\nblock_size = 4\n\
          record = \"records/later\"\ndate = {entry_date}\nratio = 1.2\nratio_interval = [1.1, 1.3]\nhost = \"h\"\n\
-         kernel_fingerprint = \"0123456789abcdef\"\n# kept after the entry\n\n# the end\n"
+         verify_fingerprint = \"0123456789abcdef\"\n# kept after the entry\n\n# the end\n"
     );
     std::fs::write(root.join(TABLE_FILE), table).unwrap();
     Scratch { _tmp: tmp, root, dir }
@@ -399,7 +570,7 @@ fn assert_refused(o: &Output, flag: &str) {
 
 #[test]
 fn the_binary_refuses_a_dirty_record_and_proposes_it_with_allow_dirty() {
-    let f = scratch("2026-01-01", "true", KERNEL_FINGERPRINT);
+    let f = scratch("2026-01-01", "true", Some(&current()));
     let before = f.table();
     assert_refused(&f.propose(&["--dry-run"]), "--allow-dirty");
     let o = f.propose(&["--dry-run", "--allow-dirty"]);
@@ -412,12 +583,12 @@ fn the_binary_refuses_a_dirty_record_and_proposes_it_with_allow_dirty() {
 #[test]
 fn the_binary_refuses_a_stale_or_older_record_until_each_flag_is_given() {
     let stale = "0000000000000000";
-    assert_ne!(stale, KERNEL_FINGERPRINT);
-    let f = scratch("2026-12-31", "false", stale);
+    assert_ne!(stale, current());
+    let f = scratch("2026-12-31", "false", Some(stale));
     let before = f.table();
     let o = f.propose(&[]);
     assert_refused(&o, "--allow-stale-fingerprint");
-    assert!(String::from_utf8_lossy(&o.stderr).contains(KERNEL_FINGERPRINT), "{}", text(&o));
+    assert!(String::from_utf8_lossy(&o.stderr).contains(&current()), "{}", text(&o));
     assert_refused(&f.propose(&["--allow-stale-fingerprint"]), "--allow-older");
     assert_refused(&f.propose(&["--allow-older"]), "--allow-stale-fingerprint");
     assert_eq!(f.table(), before, "a refusal writes nothing");
@@ -431,7 +602,37 @@ fn the_binary_refuses_a_stale_or_older_record_until_each_flag_is_given() {
     let t = table::compile(TABLE_FILE, &after, RecordCheck::Under(&f.root)).unwrap();
     assert_eq!(t.entries.len(), 1);
     assert_eq!((t.entries[0].record.as_str(), t.entries[0].date.as_str()), ("records/r", RECORD_DATE));
-    assert_eq!(t.entries[0].kernel_fingerprint, stale);
-    let head = "# scratch table\nschema_version = 1\n\n# the entry the record replaces\n[[entry]]\n";
+    assert_eq!(t.entries[0].verify_fingerprint, stale);
+    assert_eq!(t.entries[0].threads, Some(2));
+    assert_eq!(t.entries[0].drafter_settings, DrafterSettings::ngram(3, 4));
+    assert_eq!(t.entries[0].weight_formats, RECORD_FORMATS);
+    let head = "# scratch table\nschema_version = 2\n\n# the entry the record replaces\n[[entry]]\n";
     assert!(after.starts_with(head) && after.ends_with("\"\n# kept after the entry\n\n# the end\n"), "{after}");
+}
+
+#[test]
+fn the_binary_refuses_an_old_record_whatever_the_flags_and_says_to_re_measure() {
+    let f = scratch("2026-01-01", "false", None);
+    let before = f.table();
+    for flags in [&[][..], &["--allow-dirty", "--allow-stale-fingerprint", "--allow-older"][..]] {
+        let o = f.propose(flags);
+        assert_eq!(o.status.code(), Some(5), "{}", text(&o));
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains("refused") && err.contains("re-measure"), "{}", text(&o));
+    }
+    assert_eq!(f.table(), before, "a refusal writes nothing");
+}
+
+#[test]
+fn a_record_of_this_build_is_proposed_although_its_build_fingerprint_differs() {
+    // The key's verify-path fingerprint decides: the record's whole-build
+    // fingerprint (`kernel_fingerprint`, another build's) does not matter.
+    let (_, s) = committed();
+    assert_ne!(s.kernel_fingerprint.as_deref(), Some(KERNEL_FINGERPRINT), "the record is another build's");
+    let f = scratch("2026-01-01", "false", Some(&current()));
+    let o = f.propose(&[]);
+    assert!(o.status.success(), "{}", text(&o));
+    let t = table::compile(TABLE_FILE, &f.table(), RecordCheck::Under(&f.root)).unwrap();
+    assert_eq!((t.entries.len(), t.entries[0].record.as_str()), (1, "records/r"));
+    assert_eq!(t.entries[0].verify_fingerprint, current());
 }

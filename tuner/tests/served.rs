@@ -21,11 +21,19 @@ use draftwise_tests::{FAKE_GATE, exclude_other_runtimes};
 use runtime::events::Event;
 use serde_json::{Value, json};
 
-/// This build's fingerprint: `propose` refuses a record measured under another.
 /// Serializes the tuner runs of this test binary (see `Fixture::tuner`).
 static SWEEPS: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
+/// This build's identity (the whole verify path), as the fake reports it.
 const FINGERPRINT: &str = runtime::policy::KERNEL_FINGERPRINT;
+/// The fake target's weight formats.
+const FORMATS: [&str; 2] = ["q4_1", "q8_0"];
+
+/// This build's verify-path fingerprint for the fake arms' key: `propose`
+/// refuses a record measured under another.
+fn verify_fp() -> String {
+    runtime::policy::verify_fingerprint("cpu:x86_64-avx2", Some(&FORMATS.map(String::from)))
+}
 /// Two prompts, one of each endpoint.
 const PROMPTS: usize = 2;
 const BURSTS: usize = 3;
@@ -44,10 +52,13 @@ fn startup(width: Option<usize>, addr: SocketAddr) -> String {
                   "rustc": "rustc 1.95.0", "profile": "release", "cuda_archs": [], "kernel_fingerprint": FINGERPRINT},
         "device_class": "cpu:x86_64-avx2", "kernel_family": "avx2", "kernel_family_forced": false, "threads": 2,
         "target": {"path": "/m.gguf", "format": "gguf", "architecture": "llama",
-                   "quant": {"class": "q4_1", "from": "test"}, "n_layers": 30, "dim": 576, "vocab": 49152,
-                   "context_length": 8192},
+                   "quant": {"class": "q4_1", "from": "test", "format": "gguf"}, "n_layers": 30, "dim": 576,
+                   "vocab": 49152, "context_length": 8192, "weight_formats": FORMATS},
         "tokenizer": "gguf", "drafter": if width.is_some() { "ngram" } else { "none" },
+        "drafter_from": if width.is_some() { "flag" } else { "none" },
+        "drafter_settings": width.map(|_| json!({"ngram_min": 3, "ngram_max": 4})),
         "block_size": width, "block_size_from": "--draft-block-size", "kernel_fingerprint": FINGERPRINT,
+        "verify_fingerprint": verify_fp(),
         "exactness_probe": width.map(|w| json!({"width": w, "passed": true, "first_differing_row": null,
             "differing_bytes": 0, "compared_bytes": 100, "kernel_family": "avx2", "threads": 2})),
         "allow_inexact": false,
@@ -346,7 +357,9 @@ fn a_clean_served_sweep_records_client_timings_and_summarizes_as_served() {
     assert!(o.status.success(), "{}", text(&o));
     let args = std::fs::read_to_string(f.fake.join("args-1")).unwrap();
     assert!(args.starts_with("serve --json --host 127.0.0.1 --port 0 --model "), "{args}");
-    assert!(args.contains("--threads 2 --drafter ngram --draft-block-size 1"), "{args}");
+    assert!(args.contains("--threads 2 --drafter ngram --draft-block-size 1 --ngram-min 3 --ngram-max 4"), "{args}");
+    let args0 = std::fs::read_to_string(f.fake.join("args-0")).unwrap();
+    assert!(args0.trim_end().ends_with("--threads 2 --drafter none"), "{args0}");
     let reqs = f.raw("request");
     assert_eq!(reqs.len(), 8 * PROMPTS * BURSTS, "warm-ups are not recorded");
     for r in &reqs {

@@ -17,11 +17,19 @@ use draftwise_tests::{FAKE_GATE, exclude_other_runtimes};
 use runtime::events::Event;
 use serde_json::{Value, json};
 
-/// This build's fingerprint: `propose` refuses a record measured under another.
 /// Serializes the tuner runs of this test binary (see `Fixture::tuner`).
 static SWEEPS: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
+/// This build's identity (the whole verify path), as the fake reports it.
 const FINGERPRINT: &str = runtime::policy::KERNEL_FINGERPRINT;
+/// The fake target's weight formats.
+const FORMATS: [&str; 2] = ["q4_1", "q8_0"];
+
+/// This build's verify-path fingerprint for the fake arms' key: `propose`
+/// refuses a record measured under another.
+fn verify_fp() -> String {
+    runtime::policy::verify_fingerprint("cpu:x86_64-avx2", Some(&FORMATS.map(String::from)))
+}
 const PROMPTS: [(&str, &str); 2] = [("p1", "code"), ("p2", "free")];
 const BURSTS: usize = 3;
 
@@ -37,10 +45,13 @@ fn startup(width: Option<usize>, allow_inexact: bool) -> String {
                   "rustc": "rustc 1.95.0", "profile": "release", "cuda_archs": [], "kernel_fingerprint": FINGERPRINT},
         "device_class": "cpu:x86_64-avx2", "kernel_family": "avx2", "kernel_family_forced": false, "threads": 2,
         "target": {"path": "/m.gguf", "format": "gguf", "architecture": "llama",
-                   "quant": {"class": "q4_1", "from": "test"}, "n_layers": 30, "dim": 576, "vocab": 49152,
-                   "context_length": 8192},
+                   "quant": {"class": "q4_1", "from": "test", "format": "gguf"}, "n_layers": 30, "dim": 576,
+                   "vocab": 49152, "context_length": 8192, "weight_formats": FORMATS},
         "tokenizer": "gguf", "drafter": if width.is_some() { "ngram" } else { "none" },
+        "drafter_from": if width.is_some() { "flag" } else { "none" },
+        "drafter_settings": width.map(|_| json!({"ngram_min": 3, "ngram_max": 4})),
         "block_size": width, "block_size_from": "--draft-block-size", "kernel_fingerprint": FINGERPRINT,
+        "verify_fingerprint": verify_fp(),
         "exactness_probe": width.map(|w| json!({"width": w, "passed": true, "first_differing_row": null,
             "differing_bytes": 0, "compared_bytes": 100, "kernel_family": "avx2", "threads": 2})),
         "allow_inexact": allow_inexact,
@@ -347,6 +358,8 @@ fn a_clean_sweep_writes_a_record_and_proposes_the_best_qualified_width() {
         "--json",
         "--drafter ngram",
         "--draft-block-size 1",
+        "--ngram-min 3",
+        "--ngram-max 4",
         "--threads 2",
         "--warmup 1",
         "--repeat 3",
@@ -354,6 +367,12 @@ fn a_clean_sweep_writes_a_record_and_proposes_the_best_qualified_width() {
     ] {
         assert!(args1.contains(flag), "{flag} missing: {args1}");
     }
+    // A classic arm forces classic decoding: without a drafter flag the
+    // runtime's policy could speculate.
+    let args0 = std::fs::read_to_string(f.fake.join("args-0")).unwrap();
+    assert!(args0.trim_end().ends_with("--drafter none"), "{args0}");
+    assert!(!args0.contains("--draft-block-size") && !args0.contains("--ngram-"), "{args0}");
+    assert_eq!(lines[0]["settings"]["drafter_settings"], json!({"ngram_min": 3, "ngram_max": 4}));
     let start = lines.iter().find(|l| l["kind"] == "arm_start").unwrap();
     let env0 = std::fs::read_to_string(f.fake.join("env-0")).unwrap();
     for (key, _) in start["env"].as_object().unwrap() {
@@ -404,7 +423,11 @@ fn a_clean_sweep_writes_a_record_and_proposes_the_best_qualified_width() {
         runtime::policy::table::compile("t", &f.table(), runtime::policy::table::RecordCheck::Under(&f.root)).unwrap();
     assert_eq!(t.entries.len(), 1);
     assert_eq!(t.entries[0].block_size, runtime::policy::Width::Blocks(1));
-    assert_eq!(t.entries[0].kernel_fingerprint, FINGERPRINT);
+    assert_eq!(t.entries[0].verify_fingerprint, verify_fp());
+    assert_eq!(t.entries[0].threads, Some(2));
+    assert_eq!(t.entries[0].drafter_settings, runtime::policy::DrafterSettings::ngram(3, 4));
+    assert_eq!(t.entries[0].weight_formats, FORMATS);
+    assert_eq!(t.entries[0].target_quant_format.as_deref(), Some("gguf"));
     // Proposing again replaces the entry rather than duplicating it.
     let o = f.propose(false);
     assert!(o.status.success(), "{}", text(&o));
@@ -691,12 +714,18 @@ fn malformed_raw_data_and_a_bad_table_are_clear_errors() {
     assert!(err.contains("raw.jsonl:4") && !err.contains("panicked"), "{err}");
 
     std::fs::write(&raw, &good).unwrap();
-    std::fs::write(f.root.join("policy/draft-block-width.toml"), "schema_version = 1\n[[entry]]\ndrafter = 3\n")
+    std::fs::write(f.root.join("policy/draft-block-width.toml"), "schema_version = 2\n[[entry]]\ndrafter = 3\n")
         .unwrap();
     let o = f.propose(true);
     assert_eq!(o.status.code(), Some(5), "{}", text(&o));
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("draft-block-width.toml") && !err.contains("panicked"), "{err}");
+    // A schema-1 table is refused with how to migrate it.
+    std::fs::write(f.root.join("policy/draft-block-width.toml"), "schema_version = 1\n").unwrap();
+    let o = f.propose(true);
+    assert_eq!(o.status.code(), Some(5), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("schema_version 1 is no longer compiled") && err.contains("Migrate"), "{err}");
 
     // A record outside records/ cannot be cited.
     std::fs::write(f.root.join("policy/draft-block-width.toml"), empty_table()).unwrap();

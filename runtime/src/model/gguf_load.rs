@@ -115,3 +115,24 @@ pub fn weights_from_gguf(f: &Arc<GgufFile>, cfg: &LlamaConfig) -> Result<LlamaWe
         head,
     })
 }
+
+/// The storage formats of the matrices a GGUF target's forward pass reads
+/// (the embedding, the layers' matrices, the head), lowercase ggml names,
+/// sorted, each once: what [`LlamaWeights::formats`] reports once loaded,
+/// read from the tensor infos alone.
+pub fn weight_formats(f: &GgufFile) -> Vec<String> {
+    let mut out: Vec<String> = f
+        .tensors
+        .iter()
+        .filter(|t| {
+            t.dims.len() == 2
+                && (t.name == "token_embd.weight"
+                    || t.name == "output.weight"
+                    || (t.name.starts_with("blk.") && t.name.ends_with(".weight")))
+        })
+        .map(|t| t.ty.name().to_ascii_lowercase())
+        .collect();
+    out.sort();
+    out.dedup();
+    out
+}

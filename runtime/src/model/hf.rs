@@ -174,6 +174,7 @@ pub fn load_dir(dir: &Path) -> Result<Loaded, ModelError> {
         dim: cfg.dim,
         vocab: cfg.vocab,
         context_length: cfg.context_length,
+        weight_formats: weights.formats(),
     };
     Ok(Loaded { model: Model::new(cfg, weights), tokenizer, info })
 }

@@ -16,7 +16,7 @@ use crate::pool::{self, Pool};
 use kernels::act::{ActRow, QRow};
 use kernels::dispatch::KernelFamily;
 use kernels::matvec::{Input, matmul_rows};
-use kernels::ops;
+use kernels::ops::{self, F16};
 
 /// A model ready to run: shape plus weights, and optionally a copy of the
 /// weights on a CUDA device that then runs every forward pass.
@@ -30,12 +30,18 @@ pub struct Model {
 }
 
 /// Per-sequence state: the KV cache, growable and truncatable (rollback).
+///
+/// On the CPU keys and values are stored as IEEE halves ([`F16`], rounded
+/// to nearest even when written): a position costs half the bytes to read
+/// at long context. Every row of every pass reads the same stored bits
+/// through the same exact widening, so a verify block and the one-token
+/// chain still agree bit for bit.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Session {
     /// Per layer: (n_pos, n_kv_heads · head_dim) keys, rotated.
-    k: Vec<Vec<f32>>,
+    k: Vec<Vec<F16>>,
     /// Per layer: (n_pos, n_kv_heads · head_dim) values.
-    v: Vec<Vec<f32>>,
+    v: Vec<Vec<F16>>,
     n_pos: usize,
     kv_dim: usize,
     /// The cache on the CUDA device, for sessions of a model run there
@@ -108,6 +114,11 @@ pub enum ForwardError {
 /// Rows of one mat-vec are split into this many chunks per thread, so that
 /// a thread slowed by other load on the host leaves work for the others.
 const CHUNKS_PER_THREAD: usize = 4;
+
+/// Rows of a block attended together per head (`ops::attend_rows`): a
+/// verify block of up to 15 drafts is one block, and a prefill reads each
+/// cache tile once per this many rows instead of once per row.
+const ATTEND_ROWS: usize = 16;
 
 /// Elements of a row per SwiGLU chunk on the pool.
 const SWIGLU_BAND: usize = 512;
@@ -319,22 +330,36 @@ impl Model {
                 ops::rope(&mut q[i * qd..(i + 1) * qd], hd, c.rope_pairing, cs, sn);
                 ops::rope(&mut k[i * kvd..(i + 1) * kvd], hd, c.rope_pairing, cs, sn);
             }
-            session.k[li].extend_from_slice(&k);
-            session.v[li].extend_from_slice(&v);
+            session.k[li].extend(k.iter().map(|&x| F16::from_f32(x)));
+            session.v[li].extend(v.iter().map(|&x| F16::from_f32(x)));
             let (keys, values) = (&session.k[li], &session.v[li]);
-            // One chunk per (row, head): row i sees positions 0..=start+i.
+            // One chunk per (head, block of up to ATTEND_ROWS rows): row i
+            // sees positions 0..=start+i, and the rows of a block share each
+            // tile of the cache they read (`ops::attend_rows`; every row's
+            // result is the one-row attention's, bit for bit).
+            let blocks = n.div_ceil(ATTEND_ROWS);
             let att_out = Out(att.as_mut_ptr());
-            pool.for_each(n * c.n_heads, &|j| {
-                let (i, h) = (j / c.n_heads, j % c.n_heads);
-                let qh = &q[i * qd + h * hd..][..hd];
+            pool.for_each(blocks * c.n_heads, &|j| {
+                let (b, h) = (j / c.n_heads, j % c.n_heads);
+                let rows = b * ATTEND_ROWS..(b * ATTEND_ROWS + ATTEND_ROWS).min(n);
+                let m = rows.len();
                 let off = (h / group) * hd;
-                // SAFETY: head h of row i owns att[j * hd .. (j + 1) * hd]
-                // (j = i * n_heads + h < n * n_heads, and qd = n_heads * hd).
-                let out = unsafe { std::slice::from_raw_parts_mut(att_out.ptr().add(j * hd), hd) };
+                let mut qs = Vec::with_capacity(m * hd);
+                for i in rows.clone() {
+                    qs.extend_from_slice(&q[i * qd + h * hd..][..hd]);
+                }
+                let n_ctx: Vec<usize> = rows.clone().map(|i| start + i + 1).collect();
+                let mut outs = vec![0.0f32; m * hd];
                 SCRATCH.with_borrow_mut(|scores| {
-                    scores.resize(start + n, 0.0);
-                    ops::attend_head(family, qh, keys, values, kvd, off, start + i + 1, scores, out);
+                    scores.resize(m * (start + rows.end), 0.0);
+                    ops::attend_rows(family, hd, &qs, &n_ctx, keys, values, kvd, off, scores, &mut outs);
                 });
+                for (r, i) in rows.enumerate() {
+                    // SAFETY: head h of row i owns att[i * qd + h * hd ..][..hd],
+                    // and row i belongs to block b alone.
+                    let out = unsafe { std::slice::from_raw_parts_mut(att_out.ptr().add(i * qd + h * hd), hd) };
+                    out.copy_from_slice(&outs[r * hd..(r + 1) * hd]);
+                }
             });
             let quantized = lw.wo.matrix().wants_quantized_input();
             if quantized {

@@ -64,6 +64,11 @@ pub struct ModelInfo {
     pub dim: usize,
     pub vocab: usize,
     pub context_length: usize,
+    /// The storage formats (lowercase ggml names) of the matrices the
+    /// kernels read: the embedding, the layers' and the head. A policy key's
+    /// fingerprint covers these formats' kernels.
+    #[serde(default)]
+    pub weight_formats: Vec<String>,
 }
 
 /// A model with its tokenizer, ready to run.
@@ -100,6 +105,7 @@ pub fn load(path: &Path) -> Result<Loaded, ModelError> {
         dim: config.dim,
         vocab: config.vocab,
         context_length: config.context_length,
+        weight_formats: weights.formats(),
     };
     Ok(Loaded { model: Model::new(config, weights), tokenizer, info })
 }

@@ -173,6 +173,21 @@ impl LlamaWeights {
             .chain(std::iter::once(head))
     }
 
+    /// The storage formats of the embedding and every product matrix,
+    /// lowercase ggml names, sorted, each once.
+    pub fn formats(&self) -> Vec<String> {
+        let mut f: Vec<String> = self
+            .layers
+            .iter()
+            .flat_map(|l| [&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down])
+            .chain([&self.embed, self.head()])
+            .map(|m| m.ty.name().to_ascii_lowercase())
+            .collect();
+        f.sort();
+        f.dedup();
+        f
+    }
+
     /// Repacks every product matrix for the CPU kernels; returns the bytes
     /// of the copies.
     pub fn repack(&mut self) -> usize {

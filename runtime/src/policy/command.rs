@@ -1,13 +1,15 @@
-//! `runtime policy show` and `runtime policy explain`: the compiled table,
-//! and a width resolved step by step for a target, without loading weights
-//! (GGUF metadata and tensor infos, or `config.json`, are all it reads).
+//! `runtime policy show` and `runtime policy explain`: the compiled table
+//! with each entry's freshness for this build, and what `generate` would do
+//! for a target on this host, resolved step by step. A GGUF target is read
+//! for its metadata and tensor infos only; a Hugging Face directory is
+//! loaded (its weight formats are what the loader makes of it).
 
+use super::KERNEL_FINGERPRINT;
 use super::declared::read_declared;
-use super::kind::DrafterKind;
+use super::kind::{DrafterKind, DrafterSettings, MAX_NGRAM};
 use super::quant::{QuantClass, classify_path};
-use super::resolve::{PolicyError, Resolution, ResolveInput, Resolver, env_override};
-use super::table::{Table, Width, check_device_class};
-use super::{KERNEL_FINGERPRINT, compiled_table};
+use super::resolve::{Host, Resolution, ResolveInput, Resolver, env_override};
+use super::table::{Width, check_device_class};
 use anyhow::{Result, bail};
 use clap::{Args, Subcommand};
 use serde::Serialize;
@@ -29,12 +31,21 @@ pub enum PolicyCommand {
 
 #[derive(Args, Debug, Clone)]
 pub struct ExplainArgs {
-    /// The target: a GGUF file or a Hugging Face checkpoint directory (weights are not loaded).
+    /// The target: a GGUF file or a Hugging Face checkpoint directory.
     #[arg(long)]
     pub target: PathBuf,
-    /// Drafter kind (ngram, layerskip, draft-model, dflash, mtp); default: every kind.
+    /// Drafter kind (ngram, layerskip, draft-model, dflash, mtp) as `generate --drafter` takes it;
+    /// default: what `generate` does without it, and every kind's width.
     #[arg(long)]
     pub drafter: Option<String>,
+    /// Worker threads, as `generate --threads` (default: the CPUs available to this process).
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// `ngram` settings as `generate` takes them.
+    #[arg(long)]
+    pub ngram_min: Option<usize>,
+    #[arg(long)]
+    pub ngram_max: Option<usize>,
     /// The drafter checkpoint (draft-model, dflash): read for a declared width only.
     #[arg(long)]
     pub drafter_model: Option<PathBuf>,
@@ -55,6 +66,8 @@ struct ShownEntry<'a> {
     #[serde(flatten)]
     entry: &'a super::table::Entry,
     stale: bool,
+    /// This build's fingerprint for the entry's key.
+    build_fingerprint: String,
 }
 
 #[derive(Serialize)]
@@ -76,48 +89,92 @@ pub struct Explanation {
     pub target: PathBuf,
     /// The key's quantization class: the target's.
     pub target_quant: QuantClass,
+    /// The target's weight formats (`None`: unreadable, so every format's
+    /// kernels count in the fingerprint).
+    pub weight_formats: Option<Vec<String>>,
+    pub threads: usize,
+    /// This build's verify-path fingerprint for the key.
+    pub verify_fingerprint: String,
+    /// What `generate` does with these flags: the policy's answer without
+    /// `--drafter`, the named drafter's resolution with it.
+    pub generate: Resolution,
     pub drafter_model: Option<PathBuf>,
     /// The drafter's own class, shown for contrast; never part of the key.
     pub drafter_quant: Option<QuantClass>,
     pub device_class: String,
     /// `--device`, or the kernel family this host selects.
     pub device_from: String,
-    pub kernel_fingerprint: String,
     pub table_file: String,
     pub table_entries: usize,
     pub resolutions: Vec<Resolution>,
 }
 
-/// Classifies `target` (and `drafter_model`, for contrast) and resolves the
-/// width for each kind in `kinds` against `resolver`.
-#[allow(clippy::too_many_arguments)]
-pub fn explain(
-    resolver: &Resolver<'_>,
-    target: &Path,
-    drafter_model: Option<&Path>,
-    kinds: &[DrafterKind],
-    device_class: &str,
-    device_from: &str,
-    flag: Option<&str>,
-    env: Option<&str>,
-) -> Result<Explanation, PolicyError> {
-    let target_quant = classify_path(target);
-    let drafter_quant = drafter_model.map(classify_path);
+/// The weight formats of a target, as the loader will see them.
+fn weight_formats_of(target: &Path) -> Option<Vec<String>> {
+    if target.is_dir() {
+        return crate::model::load(target).ok().map(|l| l.info.weight_formats);
+    }
+    crate::gguf::GgufFile::open(target).ok().map(|f| crate::model::gguf_load::weight_formats(&f))
+}
+
+/// What `policy explain` is asked.
+#[derive(Clone, Copy, Debug)]
+pub struct Question<'a> {
+    pub target: &'a Path,
+    pub drafter_model: Option<&'a Path>,
+    /// `--drafter` as given (`None`: the policy decides; `none`: classic).
+    pub drafter: Option<&'a str>,
+    pub device_class: &'a str,
+    pub device_from: &'a str,
+    pub threads: usize,
+    pub settings: &'a DrafterSettings,
+    pub flag: Option<&'a str>,
+    pub env: Option<&'a str>,
+}
+
+/// Classifies the target (and the drafter model, for contrast), answers
+/// what `generate` would do, and resolves the width for each kind (only the
+/// named one when `--drafter` names one).
+pub fn explain(resolver: &Resolver<'_>, q: &Question<'_>) -> Result<Explanation> {
+    let target_quant = classify_path(q.target);
+    let drafter_quant = q.drafter_model.map(classify_path);
+    let weight_formats = weight_formats_of(q.target);
+    let host = Host {
+        device_class: q.device_class,
+        target_quant: &target_quant,
+        threads: q.threads,
+        weight_formats: weight_formats.as_deref(),
+    };
+    let named: Option<DrafterKind> = match q.drafter {
+        None | Some("none") => None,
+        Some(k) => Some(k.parse().map_err(|e| anyhow::anyhow!("--drafter: {e} (or none)"))?),
+    };
+    let kinds: Vec<DrafterKind> = named.map_or_else(|| DrafterKind::ALL.to_vec(), |k| vec![k]);
     let mut resolutions = Vec::with_capacity(kinds.len());
-    for &kind in kinds {
-        let declared = read_declared(kind, drafter_model, target);
+    for &kind in &kinds {
+        let declared = read_declared(kind, q.drafter_model, q.target);
+        let settings = if Some(kind) == named { q.settings.clone() } else { DrafterSettings::default() };
         let input =
-            ResolveInput { drafter: kind, declared: &declared, device_class, target_quant: &target_quant, flag, env };
+            ResolveInput { drafter: kind, declared: &declared, host, settings: &settings, flag: q.flag, env: q.env };
         resolutions.push(resolver.resolve(&input)?);
     }
+    let generate = match (q.drafter, named) {
+        (Some("none"), _) => Resolution::no_drafter(),
+        (_, Some(_)) => resolutions[0].clone(),
+        (_, None) => resolver.auto(&host),
+    };
+    let verify_fingerprint = resolver.key_fingerprint(&host);
     Ok(Explanation {
-        target: target.to_path_buf(),
+        target: q.target.to_path_buf(),
         target_quant,
-        drafter_model: drafter_model.map(Path::to_path_buf),
+        verify_fingerprint,
+        weight_formats,
+        threads: q.threads,
+        generate,
+        drafter_model: q.drafter_model.map(Path::to_path_buf),
         drafter_quant,
-        device_class: device_class.to_string(),
-        device_from: device_from.to_string(),
-        kernel_fingerprint: resolver.kernel_fingerprint.to_string(),
+        device_class: q.device_class.to_string(),
+        device_from: q.device_from.to_string(),
         table_file: resolver.table.file.clone(),
         table_entries: resolver.table.entries.len(),
         resolutions,
@@ -128,14 +185,22 @@ pub fn explain(
 pub fn run(cmd: PolicyCommand) -> Result<ExitCode> {
     match cmd {
         PolicyCommand::Show { json } => {
-            show(compiled_table(), json);
+            show(&Resolver::compiled(), json);
             Ok(ExitCode::SUCCESS)
         }
         PolicyCommand::Explain(a) => {
-            let kinds: Vec<DrafterKind> = match &a.drafter {
-                Some(k) => vec![k.parse()?],
-                None => DrafterKind::ALL.to_vec(),
-            };
+            let threads = a.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+            if threads == 0 || threads > super::table::MAX_THREADS {
+                bail!("--threads {threads}: give 1..={}", super::table::MAX_THREADS);
+            }
+            for (flag, v) in [("--ngram-min", a.ngram_min), ("--ngram-max", a.ngram_max)] {
+                if let Some(n) = v
+                    && !(1..=MAX_NGRAM).contains(&n)
+                {
+                    bail!("{flag} {n}: give 1..={MAX_NGRAM}");
+                }
+            }
+            let settings = DrafterSettings { ngram_min: a.ngram_min, ngram_max: a.ngram_max, layers: None };
             let (device, device_from) = match &a.device {
                 Some(d) => {
                     check_device_class(d).map_err(anyhow::Error::msg)?;
@@ -151,16 +216,18 @@ pub fn run(cmd: PolicyCommand) -> Result<ExitCode> {
                 bail!("--target {}: no such file or directory", a.target.display());
             }
             let env = env_override()?;
-            let e = explain(
-                &Resolver::compiled(),
-                &a.target,
-                a.drafter_model.as_deref(),
-                &kinds,
-                &device,
-                &device_from,
-                a.draft_block_size.as_deref(),
-                env.as_deref(),
-            )?;
+            let q = Question {
+                target: &a.target,
+                drafter_model: a.drafter_model.as_deref(),
+                drafter: a.drafter.as_deref(),
+                device_class: &device,
+                device_from: &device_from,
+                threads,
+                settings: &settings,
+                flag: a.draft_block_size.as_deref(),
+                env: env.as_deref(),
+            };
+            let e = explain(&Resolver::compiled(), &q)?;
             if a.json {
                 println!("{}", serde_json::to_string(&e)?);
             } else {
@@ -171,7 +238,9 @@ pub fn run(cmd: PolicyCommand) -> Result<ExitCode> {
     }
 }
 
-fn show(t: &Table, json: bool) {
+fn show(r: &Resolver<'_>, json: bool) {
+    let t = r.table;
+    let build_fp = |e: &super::table::Entry| (r.fingerprint)(&e.device_class, Some(&e.weight_formats));
     if json {
         let shown = Shown {
             file: &t.file,
@@ -180,7 +249,7 @@ fn show(t: &Table, json: bool) {
             entries: t
                 .entries
                 .iter()
-                .map(|e| ShownEntry { entry: e, stale: e.kernel_fingerprint != KERNEL_FINGERPRINT })
+                .map(|e| ShownEntry { entry: e, stale: !r.is_fresh(e), build_fingerprint: build_fp(e) })
                 .collect(),
             per_kind_defaults: per_kind_defaults(),
         };
@@ -188,7 +257,7 @@ fn show(t: &Table, json: bool) {
         return;
     }
     println!(
-        "{}: schema {}, {} entries; this build's kernel fingerprint is {KERNEL_FINGERPRINT}",
+        "{}: schema {}, {} entries; this build's verify-path fingerprint is {KERNEL_FINGERPRINT} (all parts)",
         t.file,
         t.schema_version,
         t.entries.len()
@@ -198,24 +267,27 @@ fn show(t: &Table, json: bool) {
             Width::Blocks(n) => n.to_string(),
             Width::Off => "off".into(),
         };
-        let stale = if e.kernel_fingerprint != KERNEL_FINGERPRINT { " STALE (not used)" } else { "" };
+        let state = if r.is_fresh(e) {
+            format!("fresh (fingerprint {})", e.verify_fingerprint)
+        } else {
+            format!("STALE, not used: measured with {}, this build has {}", e.verify_fingerprint, build_fp(e))
+        };
         println!(
-            "  {:<11} {:<24} {:<10} width {:<3} {:.2}x [{:.2}, {:.2}]  {}  {}  kernels {}{stale}  ({})",
-            e.drafter.as_str(),
-            e.device_class,
-            e.target_quant,
-            width,
+            "  {}: width {width}, {:.2}x [{:.2}, {:.2}], {}; {}, {}; formats [{}]; {state}  ({})",
+            e.key(),
             e.ratio,
             e.ratio_interval[0],
             e.ratio_interval[1],
-            e.date,
+            e.drafter_settings.describe(),
             e.record,
-            e.kernel_fingerprint,
+            e.date,
+            e.weight_formats.join(", "),
             e.host
         );
     }
     let defaults: Vec<String> = DrafterKind::ALL.iter().map(|k| format!("{k} {}", k.default_block_size())).collect();
-    println!("per-kind defaults (no entry, or a stale one): {}", defaults.join(", "));
+    println!("per-kind defaults (a named drafter with no usable entry): {}", defaults.join(", "));
+    println!("without --drafter, runtime speculates only where a fresh entry of a weight-free drafter beats classic");
 }
 
 /// The human form of an [`Explanation`].
@@ -243,8 +315,24 @@ pub fn render(e: &Explanation) -> String {
         );
     }
     let _ = writeln!(s, "device class  {} ({})", e.device_class, e.device_from);
-    let _ = writeln!(s, "kernels       fingerprint {}", e.kernel_fingerprint);
+    let _ = writeln!(s, "threads       {}", e.threads);
+    let formats =
+        e.weight_formats.as_ref().map_or("unreadable (every format's kernels count)".into(), |f| f.join(", "));
+    let _ = writeln!(s, "formats       {formats}");
+    let _ = writeln!(s, "fingerprint   {} (verify path, this key)", e.verify_fingerprint);
     let _ = writeln!(s, "table         {}, {} entries", e.table_file, e.table_entries);
+    let g = &e.generate;
+    let what = match (g.drafter, g.block_size) {
+        (Some(k), Some(n)) => format!("speculate with {k} at width {n}"),
+        (Some(k), None) => format!("load {k} but decode classically"),
+        (None, _) => "decode classically".to_string(),
+    };
+    let settings = g.drafter_settings.as_ref().map_or(String::new(), |d| format!(" ({})", d.describe()));
+    let _ = writeln!(s, "\ngenerate would {what}{settings}\n  because: {}", g.block_size_from);
+    for st in &g.steps {
+        let mark = if st.decided { "->" } else { "  " };
+        let _ = writeln!(s, "  {mark} {}", st.detail);
+    }
     for r in &e.resolutions {
         let kind = r.drafter.map_or("none", |k| k.as_str());
         let width = r.block_size.map_or("off".to_string(), |n| n.to_string());

@@ -1,25 +1,151 @@
-//! The kernel fingerprint: a hash over what decides the cost of a verify
-//! block, so a policy entry measured with other kernels is recognized as
-//! stale instead of being trusted.
+//! The verify-path fingerprint: a hash over every source file whose change
+//! can move the cost of a verify block (or of the classic step it is compared
+//! with), so a policy entry measured with other code is recognized as stale
+//! instead of being trusted.
 //!
-//! What is hashed: every file under `kernels/src/` (the SIMD and scalar
-//! kernels, and the multi-row dispatch table that lives beside them in
-//! `kernels/src/matvec/`) and every file under `kernels/cuda/` when that
-//! directory exists, in sorted path order, each as its relative path, a NUL,
-//! its length and its bytes (CRLF read as LF, so a Windows checkout hashes
-//! like a Unix one). What is not: the compiler, target-cpu flags and the
-//! runtime's own code (the record states the toolchain; the runtime's
-//! decode loop does not change what a verify block costs).
+//! [`VERIFY_PATH`] lists those files (or folders), each with the reason it is
+//! on the path and the keys it can affect: every device, CPU devices, x86_64
+//! CPUs or CUDA devices, and every weight format or only some. [`OFF_PATH`]
+//! lists every other source file of `kernels/` and `runtime/` with the
+//! reason it cannot move that cost. A unit test walks both crates and fails
+//! when a source file is in neither list (or in both, or a listed path is
+//! gone), so a new file has to be placed before it builds green.
 //!
-//! `build.rs` computes it (this file depends on std and sha2 only) and the
-//! library exposes it as `policy::KERNEL_FINGERPRINT`.
+//! A key's fingerprint ([`for_key`]) hashes the parts that apply to its
+//! device class and to the weight formats of the measured target: adding a
+//! Q5_0 kernel in a file of its own leaves a Q4_1 entry fresh, a change to
+//! the CUDA launcher leaves a CPU entry fresh. A file that serves several
+//! formats or devices is listed for all of them; when in doubt, a part
+//! applies (stale is the safe side). Formats unknown (an old record) means
+//! every part applies.
+//!
+//! Each part is hashed as the sorted relative paths of its files, each with
+//! a NUL, its length and its bytes (CRLF read as LF, so a Windows checkout
+//! hashes like a Unix one). `build.rs` hashes the parts (this file depends on
+//! std and sha2 only) and the library combines them:
+//! [`super::KERNEL_FINGERPRINT`] over every part (the build's identity) and
+//! [`for_key`] over a key's parts.
 
 use sha2::{Digest, Sha256};
 use std::io;
 use std::path::{Path, PathBuf};
 
-/// The subdirectories of the kernels crate that are hashed.
-pub const HASHED_DIRS: [&str; 2] = ["src", "cuda"];
+/// Which device classes a part can affect.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Devices {
+    All,
+    /// `cpu:*`
+    Cpu,
+    /// `cpu:x86_64-*`
+    CpuX86,
+    /// `cuda:*`
+    Cuda,
+}
+
+impl Devices {
+    pub fn applies_to(self, device_class: &str) -> bool {
+        match self {
+            Devices::All => true,
+            Devices::Cpu => device_class.starts_with("cpu:"),
+            Devices::CpuX86 => device_class.starts_with("cpu:x86_64-"),
+            Devices::Cuda => device_class.starts_with("cuda:"),
+        }
+    }
+}
+
+/// One part of the verify path: a file, or a folder (ending in `/`).
+#[derive(Clone, Copy, Debug)]
+pub struct Part {
+    /// Relative to the workspace root.
+    pub path: &'static str,
+    pub devices: Devices,
+    /// The weight formats (lowercase ggml names) whose kernels live here
+    /// alone; empty: every format.
+    pub formats: &'static [&'static str],
+    pub why: &'static str,
+}
+
+const fn part(path: &'static str, devices: Devices, why: &'static str) -> Part {
+    Part { path, devices, formats: &[], why }
+}
+
+/// Every source file whose change can move the cost of a verify block or of
+/// a classic step.
+pub const VERIFY_PATH: &[Part] = &[
+    // kernels, every device
+    part("kernels/src/lib.rs", Devices::All, "the kernel crate's module tree and shared helpers"),
+    part("kernels/src/dispatch.rs", Devices::All, "chooses the kernel family and the multi-row switch"),
+    part("kernels/src/act.rs", Devices::All, "activation quantization, paid once per verify row"),
+    part("kernels/src/ops.rs", Devices::All, "norms, RoPE, softmax and attention of every row"),
+    part("kernels/src/quant/", Devices::All, "block formats and dequantization (embedding rows, references)"),
+    part("kernels/src/matvec/mod.rs", Devices::All, "the mat-vec entry points and the multi-row dispatch"),
+    // kernels, CPU
+    part("kernels/src/matvec/scalar.rs", Devices::Cpu, "the scalar kernel family (and the specification)"),
+    Part {
+        path: "kernels/src/matvec/r16.rs",
+        devices: Devices::Cpu,
+        formats: &["q4_0", "q4_1", "q8_0"],
+        why: "the row-interleaved layout of Q4_0, Q4_1 and Q8_0 and its portable kernels",
+    },
+    part("kernels/src/matvec/x86.rs", Devices::CpuX86, "x86_64 SIMD kernels and the tiles the other x86 files share"),
+    Part {
+        path: "kernels/src/matvec/x86_r16.rs",
+        devices: Devices::CpuX86,
+        formats: &["q4_0", "q4_1", "q8_0"],
+        why: "x86_64 kernels of the row-interleaved Q4_0, Q4_1 and Q8_0 layout",
+    },
+    Part {
+        path: "kernels/src/matvec/x86_k.rs",
+        devices: Devices::CpuX86,
+        formats: &["q4_k", "q5_k", "q6_k"],
+        why: "x86_64 kernels of the K-quants",
+    },
+    // kernels, CUDA
+    part("kernels/src/cuda/", Devices::Cuda, "the CUDA launcher: device buffers, streams, NVRTC, dispatch"),
+    part("kernels/cuda/", Devices::Cuda, "the CUDA kernels"),
+    // runtime: the forward pass, the loops around it, the pool
+    part("runtime/src/model/llama.rs", Devices::All, "the forward pass, the KV cache and the logit rows"),
+    part("runtime/src/model/weights.rs", Devices::All, "weight layout and repacking for the kernels"),
+    part("runtime/src/model/mod.rs", Devices::All, "loading and placement of the weights"),
+    part("runtime/src/model/gguf_load.rs", Devices::All, "which GGUF tensors become which weights, in which layout"),
+    part("runtime/src/model/hf.rs", Devices::All, "which safetensors become which weights, in which type"),
+    part("runtime/src/model/config.rs", Devices::All, "the shapes the forward pass runs"),
+    part("runtime/src/model/cuda.rs", Devices::Cuda, "the forward pass on a CUDA device"),
+    part("runtime/src/gguf/mod.rs", Devices::All, "the mapped GGUF tensor data the kernels read"),
+    part("runtime/src/gguf/parse.rs", Devices::All, "tensor offsets and alignment of the mapped data"),
+    part("runtime/src/pool.rs", Devices::All, "the thread pool every multi-threaded kernel runs on"),
+    part("runtime/src/generate.rs", Devices::All, "the engine and the classic loop the ratio divides by"),
+    part("runtime/src/sampling.rs", Devices::All, "sampling over the vocabulary, once per emitted token"),
+    part("runtime/src/request.rs", Devices::All, "one request decoded classic or speculative"),
+    part("runtime/src/spec/mod.rs", Devices::All, "the speculative decoder's shared types"),
+    part("runtime/src/spec/decode.rs", Devices::All, "the speculative loop: draft, verify block, accept, roll back"),
+    part("runtime/src/spec/drafter.rs", Devices::All, "the drafters, run once per verify"),
+    part("runtime/src/tokenizer/mod.rs", Devices::All, "the end-of-generation check, once per emitted token"),
+    part("runtime/src/device.rs", Devices::Cuda, "CUDA device selection and placement"),
+];
+
+/// Every other source file of the two crates, with why it cannot move the
+/// cost of a verify block.
+pub const OFF_PATH: &[(&str, &str)] = &[
+    ("kernels/src/matvec/tests.rs", "tests"),
+    ("runtime/src/lib.rs", "the module list"),
+    ("runtime/src/main.rs", "process entry: argument parsing and the exit code"),
+    ("runtime/src/cli.rs", "argument parsing and the once-per-process setup"),
+    ("runtime/src/events.rs", "event shapes, written once per request"),
+    ("runtime/src/build_info.rs", "build identity strings"),
+    ("runtime/src/fetch.rs", "downloads the default model"),
+    ("runtime/src/bench/", "the benchmark command, around the engine"),
+    ("runtime/src/policy/", "which width runs, not what a width costs"),
+    ("runtime/src/serve/", "HTTP around the engine, per request"),
+    ("runtime/src/spec/probe.rs", "the exactness probe, once at startup"),
+    ("runtime/src/spec/setup.rs", "drafter and width resolution, once at startup"),
+    ("runtime/src/tokenizer/chat.rs", "the chat template, once per request"),
+    ("runtime/src/model/tests.rs", "tests"),
+    ("runtime/src/gguf/test_writer.rs", "writes GGUF files for tests"),
+];
+
+/// The source trees [`VERIFY_PATH`] and [`OFF_PATH`] must cover.
+pub const SOURCE_TREES: [&str; 3] = ["kernels/src", "kernels/cuda", "runtime/src"];
 
 /// Files under `dir` (recursively), as paths relative to `base` with `/`.
 fn walk(base: &Path, dir: &Path, out: &mut Vec<(String, PathBuf)>) -> io::Result<()> {
@@ -38,40 +164,87 @@ fn walk(base: &Path, dir: &Path, out: &mut Vec<(String, PathBuf)>) -> io::Result
     Ok(())
 }
 
-/// The files the fingerprint covers, sorted by relative path.
-pub fn hashed_files(kernels_dir: &Path) -> io::Result<Vec<(String, PathBuf)>> {
+/// The files of `path` (a file, or a folder ending in `/`) under `root`,
+/// sorted; empty when it does not exist.
+pub fn files_of(root: &Path, path: &str) -> io::Result<Vec<(String, PathBuf)>> {
+    let full = root.join(path.trim_end_matches('/'));
     let mut files = Vec::new();
-    for d in HASHED_DIRS {
-        let dir = kernels_dir.join(d);
-        if dir.is_dir() {
-            walk(kernels_dir, &dir, &mut files)?;
+    if path.ends_with('/') {
+        if full.is_dir() {
+            walk(root, &full, &mut files)?;
         }
+    } else if full.is_file() {
+        files.push((path.to_string(), full));
     }
     files.sort();
     Ok(files)
 }
 
-/// The fingerprint of the kernels crate at `kernels_dir`: the first 16 hex
-/// digits of the sha256 described in the module docs.
-pub fn kernel_fingerprint(kernels_dir: &Path) -> io::Result<String> {
-    let files = hashed_files(kernels_dir)?;
-    if files.is_empty() {
-        return Err(io::Error::new(
-            io::ErrorKind::NotFound,
-            format!("no kernel sources under {}", kernels_dir.join("src").display()),
-        ));
+/// Every source file of [`SOURCE_TREES`] under `root`, relative, sorted.
+pub fn source_files(root: &Path) -> io::Result<Vec<String>> {
+    let mut files = Vec::new();
+    for t in SOURCE_TREES {
+        let dir = root.join(t);
+        if dir.is_dir() {
+            walk(root, &dir, &mut files)?;
+        }
     }
+    let mut names: Vec<String> = files.into_iter().map(|(r, _)| r).collect();
+    names.sort();
+    Ok(names)
+}
+
+/// Whether `listed` (a file, or a folder ending in `/`) covers `file`.
+pub fn covers(listed: &str, file: &str) -> bool {
+    if listed.ends_with('/') { file.starts_with(listed) } else { file == listed }
+}
+
+/// The hash of one part (16 hex digits); a part with no files hashes as
+/// the word `absent`, so removing it changes every fingerprint it is in.
+pub fn part_hash(root: &Path, path: &str) -> io::Result<String> {
+    let files = files_of(root, path)?;
     let mut h = Sha256::new();
-    for (rel, path) in &files {
-        let bytes = std::fs::read(path)?;
-        let bytes = crlf_to_lf(&bytes);
+    if files.is_empty() {
+        h.update(b"absent");
+    }
+    for (rel, full) in &files {
+        let bytes = crlf_to_lf(&std::fs::read(full)?);
         h.update(rel.as_bytes());
         h.update([0u8]);
         h.update((bytes.len() as u64).to_le_bytes());
         h.update(&bytes);
     }
-    let digest = h.finalize();
-    Ok(digest.iter().take(8).map(|b| format!("{b:02x}")).collect())
+    Ok(hex16(&h.finalize()))
+}
+
+/// The fingerprint of the parts `select` picks, given each part's hash
+/// (`hashes[i]` belongs to `VERIFY_PATH[i]`).
+pub fn combine(hashes: &[&str], select: impl Fn(&Part) -> bool) -> String {
+    let mut h = Sha256::new();
+    for (p, hash) in VERIFY_PATH.iter().zip(hashes) {
+        if select(p) {
+            h.update(p.path.as_bytes());
+            h.update([0u8]);
+            h.update(hash.as_bytes());
+            h.update([0u8]);
+        }
+    }
+    hex16(&h.finalize())
+}
+
+/// Whether part `p` applies to a key with this device class and these
+/// weight formats (`None`: not known, so every format's part applies).
+pub fn applies(p: &Part, device_class: &str, formats: Option<&[String]>) -> bool {
+    let format_ok = match formats {
+        _ if p.formats.is_empty() => true,
+        None => true,
+        Some(fs) => fs.iter().any(|f| p.formats.contains(&f.as_str())),
+    };
+    p.devices.applies_to(device_class) && format_ok
+}
+
+fn hex16(digest: &[u8]) -> String {
+    digest.iter().take(8).map(|b| format!("{b:02x}")).collect()
 }
 
 fn crlf_to_lf(b: &[u8]) -> Vec<u8> {

@@ -146,3 +146,138 @@ impl<'de> Deserialize<'de> for DrafterKind {
         s.parse().map_err(serde::de::Error::custom)
     }
 }
+
+/// The drafter's own settings: part of what a policy entry measured, so an
+/// entry applies only with exactly these settings, and the runtime uses them
+/// when it takes the drafter from the policy.
+///
+/// Which fields a kind has: `ngram` — `ngram_min` and `ngram_max` (the
+/// shortest and longest pattern looked up); `layerskip` — `layers` (the
+/// target layers the drafter runs); the kinds with a checkpoint have none
+/// (their checkpoint is their setting). [`DrafterSettings::check`] enforces it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DrafterSettings {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ngram_min: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ngram_max: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub layers: Option<Vec<usize>>,
+}
+
+/// The largest n-gram a drafter may look up (`--ngram-max`): the lookup
+/// scans the context once per length, and no prompt-lookup gain is known
+/// past a few tokens.
+pub const MAX_NGRAM: usize = 64;
+
+/// The most layers a `layerskip` setting may list.
+pub const MAX_LAYERS: usize = 1024;
+
+impl DrafterSettings {
+    /// `ngram` settings.
+    pub fn ngram(min: usize, max: usize) -> Self {
+        DrafterSettings { ngram_min: Some(min), ngram_max: Some(max), layers: None }
+    }
+
+    /// `layerskip` settings.
+    pub fn layerskip(layers: Vec<usize>) -> Self {
+        DrafterSettings { ngram_min: None, ngram_max: None, layers: Some(layers) }
+    }
+
+    /// Whether these are complete, valid settings for `kind`; the error says
+    /// what is missing, extra or out of range.
+    pub fn check(&self, kind: DrafterKind) -> Result<(), String> {
+        let extra = |what: &str| Err(format!("{what} is not a setting of the {kind} drafter"));
+        match kind {
+            DrafterKind::Ngram => {
+                if self.layers.is_some() {
+                    return extra("layers");
+                }
+                match (self.ngram_min, self.ngram_max) {
+                    (Some(lo), Some(hi)) if lo >= 1 && lo <= hi && hi <= MAX_NGRAM => Ok(()),
+                    (Some(lo), Some(hi)) => {
+                        Err(format!("ngram_min {lo} / ngram_max {hi}: need 1 <= ngram_min <= ngram_max <= {MAX_NGRAM}"))
+                    }
+                    _ => Err("the ngram drafter needs ngram_min and ngram_max".into()),
+                }
+            }
+            DrafterKind::Layerskip => {
+                if self.ngram_min.is_some() || self.ngram_max.is_some() {
+                    return extra("ngram_min/ngram_max");
+                }
+                match &self.layers {
+                    None => Err("the layerskip drafter needs layers".into()),
+                    Some(l) if l.is_empty() || l.len() > MAX_LAYERS => {
+                        Err(format!("layers has {} entries; give 1..={MAX_LAYERS}", l.len()))
+                    }
+                    Some(l) if l.windows(2).any(|w| w[0] >= w[1]) => Err("layers must be increasing".into()),
+                    Some(_) => Ok(()),
+                }
+            }
+            DrafterKind::DraftModel | DrafterKind::Dflash | DrafterKind::Mtp => {
+                if *self == DrafterSettings::default() {
+                    Ok(())
+                } else {
+                    extra("ngram_min/ngram_max/layers")
+                }
+            }
+        }
+    }
+
+    /// `ngram_min 3, ngram_max 4`, `layers 0-14`, or `no settings`.
+    pub fn describe(&self) -> String {
+        let mut parts = Vec::new();
+        if let Some(n) = self.ngram_min {
+            parts.push(format!("ngram_min {n}"));
+        }
+        if let Some(n) = self.ngram_max {
+            parts.push(format!("ngram_max {n}"));
+        }
+        if let Some(l) = &self.layers {
+            let contiguous = l.first() == Some(&0) && l.windows(2).all(|w| w[1] == w[0] + 1);
+            match (contiguous, l.last()) {
+                (true, Some(last)) => parts.push(format!("layers 0-{last}")),
+                _ => parts.push(format!("layers {}", l.iter().map(usize::to_string).collect::<Vec<_>>().join(","))),
+            }
+        }
+        if parts.is_empty() { "no settings".into() } else { parts.join(", ") }
+    }
+
+    /// The fields set in `requested` that differ from `self`, as
+    /// `ngram_min 2 (measured 3)`; empty when every requested field agrees.
+    pub fn differences(&self, requested: &DrafterSettings) -> Vec<String> {
+        let mut out = Vec::new();
+        if let Some(r) = requested.ngram_min
+            && self.ngram_min != Some(r)
+        {
+            out.push(format!("ngram_min {r} (measured {})", opt(self.ngram_min)));
+        }
+        if let Some(r) = requested.ngram_max
+            && self.ngram_max != Some(r)
+        {
+            out.push(format!("ngram_max {r} (measured {})", opt(self.ngram_max)));
+        }
+        if let Some(r) = &requested.layers
+            && self.layers.as_ref() != Some(r)
+        {
+            let d = DrafterSettings::layerskip(r.clone()).describe();
+            let m = self.layers.clone().map_or("none".into(), |l| DrafterSettings::layerskip(l).describe());
+            out.push(format!("{d} (measured {m})"));
+        }
+        out
+    }
+
+    /// `requested`'s fields where set, else `self`'s.
+    pub fn overlaid_with(&self, requested: &DrafterSettings) -> DrafterSettings {
+        DrafterSettings {
+            ngram_min: requested.ngram_min.or(self.ngram_min),
+            ngram_max: requested.ngram_max.or(self.ngram_max),
+            layers: requested.layers.clone().or_else(|| self.layers.clone()),
+        }
+    }
+}
+
+fn opt(v: Option<usize>) -> String {
+    v.map_or("none".into(), |n| n.to_string())
+}

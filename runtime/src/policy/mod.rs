@@ -8,7 +8,8 @@
 //! - [`quant`]: [`QuantClass`] and the classifier (GGUF, config.json).
 //! - [`declared`]: widths a checkpoint declares.
 //! - [`resolve`]: [`resolve()`], [`Resolution`] and [`Provenance`].
-//! - [`fingerprint`]: the kernel fingerprint, [`KERNEL_FINGERPRINT`].
+//! - [`fingerprint`]: the verify-path fingerprint: [`KERNEL_FINGERPRINT`]
+//!   for the whole build, [`verify_fingerprint`] for one key.
 //! - [`command`]: `runtime policy show` and `runtime policy explain`.
 //!
 //! How the table gets in: `build.rs` compiles `policy/draft-block-width.toml`
@@ -31,7 +32,7 @@ pub mod table;
 mod tests;
 
 pub use declared::{Declared, read_declared};
-pub use kind::{DeclarationSource, DrafterKind};
+pub use kind::{DeclarationSource, DrafterKind, DrafterSettings};
 pub use quant::{QuantClass, classify_path};
 pub use resolve::{
     BLOCK_SIZE_ENV, BLOCK_SIZE_FLAG, Fallback, PolicyError, Provenance, Resolution, ResolveInput, Resolver, Step,
@@ -41,9 +42,22 @@ pub use table::{Entry, MAX_BLOCK_SIZE, Table, TableError, Width};
 
 use std::sync::OnceLock;
 
-/// The fingerprint of the kernels this binary was built with (16 hex
-/// digits); see [`fingerprint`] for what it covers.
+/// The verify-path fingerprint over every part (16 hex digits): the build's
+/// identity; see [`fingerprint`] for what it covers. Entries record the
+/// fingerprint of their own key, [`verify_fingerprint`].
 pub const KERNEL_FINGERPRINT: &str = env!("DRAFTWISE_KERNEL_FINGERPRINT");
+
+/// Each part's hash, in [`fingerprint::VERIFY_PATH`]'s order, as `build.rs`
+/// computed it.
+pub const PART_HASHES: [&str; fingerprint::VERIFY_PATH.len()] =
+    include!(concat!(env!("OUT_DIR"), "/verify_path_hashes.rs"));
+
+/// This build's verify-path fingerprint for a key: the parts that apply to
+/// `device_class` and to a target with these weight formats (`None`: not
+/// known, so every format's parts).
+pub fn verify_fingerprint(device_class: &str, weight_formats: Option<&[String]>) -> String {
+    fingerprint::combine(&PART_HASHES, |p| fingerprint::applies(p, device_class, weight_formats))
+}
 
 /// The table's path relative to the repository root.
 pub const TABLE_FILE: &str = "policy/draft-block-width.toml";

@@ -6,6 +6,13 @@
 //! or unreadable, and its `from` says which, so "no measurement for this
 //! device" and "the target could not be classified" read differently.
 //!
+//! A class names numerics, not a file format: one `nvfp4` whether MLX,
+//! ModelOpt or compressed-tensors declared it, one `fp8`, and integer
+//! weights as `int4` / `int8` (by their bit width, whichever of MLX affine,
+//! GPTQ, AWQ, compressed-tensors or bitsandbytes wrote them; bitsandbytes'
+//! 4-bit floats are `nf4` / `fp4`). The declaring format is kept beside the
+//! class ([`QuantClass::format`]) for the record.
+//!
 //! - GGUF: the dominant storage type of the layer matrices (`blk.*` tensors
 //!   with two dimensions, weighted by elements), cross-checked against
 //!   `general.file_type`; the file type alone when there are no layer
@@ -46,16 +53,49 @@ pub struct QuantClass {
     /// The field (or metadata key, or tensor set) that decided.
     #[serde(default)]
     pub field: Option<String>,
+    /// The format that declared the class (`gguf`, `mlx`, `modelopt`,
+    /// `compressed-tensors`, `gptq`, `awq`, `fp8`, `bitsandbytes`,
+    /// `torch_dtype`, `safetensors`); not part of the key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub format: Option<String>,
 }
 
 impl QuantClass {
     fn new(class: impl Into<String>, from: impl Into<String>, file: &Path, field: impl Into<String>) -> Self {
-        QuantClass { class: class.into(), from: from.into(), file: Some(file.to_path_buf()), field: Some(field.into()) }
+        QuantClass {
+            class: class.into(),
+            from: from.into(),
+            file: Some(file.to_path_buf()),
+            field: Some(field.into()),
+            format: None,
+        }
+    }
+
+    fn declared_by(mut self, format: &str) -> Self {
+        self.format = Some(format.to_string());
+        self
     }
 
     /// An unknown class with the reason (`from`) and the file it concerns.
     pub fn unknown(file: Option<&Path>, why: impl Into<String>) -> Self {
-        QuantClass { class: UNKNOWN.into(), from: why.into(), file: file.map(Path::to_path_buf), field: None }
+        QuantClass {
+            class: UNKNOWN.into(),
+            from: why.into(),
+            file: file.map(Path::to_path_buf),
+            field: None,
+            format: None,
+        }
+    }
+
+    /// An unknown class with the file and the field that could not be read.
+    fn unknown_at(file: &Path, field: impl Into<String>, why: impl Into<String>) -> Self {
+        QuantClass {
+            class: UNKNOWN.into(),
+            from: why.into(),
+            file: Some(file.to_path_buf()),
+            field: Some(field.into()),
+            format: None,
+        }
     }
 
     pub fn is_unknown(&self) -> bool {
@@ -163,7 +203,8 @@ pub fn classify_gguf(path: &Path, f: &GgufFile) -> QuantClass {
             "GGUF layer matrices: {name} holds {n} of {total} elements in {n_matrices} blk.* matrices{mix}; {}",
             ftype_text(Some(&class))
         );
-        return QuantClass::new(class, from, path, "tensor types of blk.*.weight (general.file_type)");
+        return QuantClass::new(class, from, path, "tensor types of blk.*.weight (general.file_type)")
+            .declared_by("gguf");
     }
     match ftype {
         Some((n, Some((name, class)))) => QuantClass::new(
@@ -171,9 +212,11 @@ pub fn classify_gguf(path: &Path, f: &GgufFile) -> QuantClass {
             format!("GGUF has no blk.* layer matrices; general.file_type = {n} ({name})"),
             path,
             "general.file_type",
-        ),
-        _ => QuantClass::unknown(
-            Some(path),
+        )
+        .declared_by("gguf"),
+        _ => QuantClass::unknown_at(
+            path,
+            "tensor types of blk.*.weight (general.file_type)",
             format!("GGUF {} has no blk.* layer matrices and {}", path.display(), ftype_text(None)),
         ),
     }
@@ -268,7 +311,7 @@ pub fn classify_hf_config(path: &Path, root: &Map<String, Value>) -> QuantClass 
                     other => class_name(other),
                 };
                 let from = format!("unquantized: {prefix}{key} {d:?} in {}", path.display());
-                return QuantClass::new(class, from, path, format!("{prefix}{key}"));
+                return QuantClass::new(class, from, path, format!("{prefix}{key}")).declared_by("torch_dtype");
             }
         }
     }
@@ -276,9 +319,11 @@ pub fn classify_hf_config(path: &Path, root: &Map<String, Value>) -> QuantClass 
     match safetensors_dtype(dir) {
         Ok((file, class, from)) => {
             QuantClass::new(class, from, &file, "safetensors header dtypes of *.layers.* matrices")
+                .declared_by("safetensors")
         }
-        Err(why) => QuantClass::unknown(
-            Some(path),
+        Err(why) => QuantClass::unknown_at(
+            path,
+            "quantization, quantization_config, torch_dtype, dtype",
             format!(
                 "{} declares no quantization, quantization_config, torch_dtype or dtype (root or text_config), \
                  and {why}",
@@ -288,22 +333,62 @@ pub fn classify_hf_config(path: &Path, root: &Map<String, Value>) -> QuantClass 
     }
 }
 
-/// An MLX `quantization` block: `affine` unless it names a `mode`.
+/// `int4` for 4 bits: integer weights by their width.
+fn int_class(bits: Option<u64>) -> Option<String> {
+    bits.filter(|b| (1..=16).contains(b)).map(|b| format!("int{b}"))
+}
+
+/// A ModelOpt `quant_algo`, compressed-tensors group or MLX mode as the
+/// numerics it names: `NVFP4`, `NVFP4_AWQ` → nvfp4; `FP8`,
+/// `FP8_PER_CHANNEL_PER_TOKEN` → fp8; `MXFP4` → mxfp4; `INT4_AWQ`,
+/// `W4A16_AWQ` → int4; `INT8_SQ`, `W8A8` → int8; else its own name.
+fn numerics_of(name: &str) -> String {
+    let n = name.trim().to_ascii_lowercase();
+    let starts = |p: &str| n.starts_with(p);
+    if starts("nvfp4") {
+        "nvfp4".into()
+    } else if starts("mxfp4") {
+        "mxfp4".into()
+    } else if starts("mxfp8") {
+        "mxfp8".into()
+    } else if starts("fp8") || starts("w8a8_fp8") || starts("float8") {
+        "fp8".into()
+    } else if starts("int4") || starts("w4a16") || starts("w4a8") {
+        "int4".into()
+    } else if starts("int8") || starts("w8a8") || starts("w8a16") {
+        "int8".into()
+    } else {
+        class_name(&n)
+    }
+}
+
+/// An MLX `quantization` block: integer (affine) weights by their bit width
+/// unless it names another `mode` (nvfp4, mxfp4, ...).
 fn mlx(path: &Path, prefix: &str, q: &Map<String, Value>) -> QuantClass {
     let d = details(q, &["bits", "group_size"]);
-    match str_field(q, "mode") {
+    let bits = q.get("bits").and_then(Value::as_u64);
+    match str_field(q, "mode").filter(|m| *m != "affine") {
         Some(mode) => QuantClass::new(
-            class_name(mode),
+            numerics_of(mode),
             format!("MLX {prefix}quantization block, mode {mode:?}{d}"),
             path,
             format!("{prefix}quantization.mode"),
-        ),
-        None => QuantClass::new(
-            "affine",
-            format!("MLX {prefix}quantization block without a mode: affine{d}"),
-            path,
-            format!("{prefix}quantization"),
-        ),
+        )
+        .declared_by("mlx"),
+        None => match int_class(bits) {
+            Some(class) => QuantClass::new(
+                class,
+                format!("MLX {prefix}quantization block, affine integer weights{d}"),
+                path,
+                format!("{prefix}quantization.bits"),
+            )
+            .declared_by("mlx"),
+            None => QuantClass::unknown_at(
+                path,
+                format!("{prefix}quantization.bits"),
+                format!("{} has an MLX affine {prefix}quantization block without a usable bits{d}", path.display()),
+            ),
+        },
     }
 }
 
@@ -342,76 +427,154 @@ fn quantization_config(path: &Path, prefix: &str, qc: &Map<String, Value>) -> Qu
                     at("quantization.quant_algo")
                 };
                 QuantClass::new(
-                    class_name(algo),
+                    numerics_of(algo),
                     format!("ModelOpt quantization_config, quant_algo {algo:?}"),
                     path,
                     field,
                 )
+                .declared_by("modelopt")
             }
-            None => {
-                QuantClass::new("modelopt", "ModelOpt quantization_config without quant_algo", path, at("quant_method"))
-            }
+            None => QuantClass::unknown_at(
+                path,
+                at("quant_algo"),
+                format!("{} has a ModelOpt {prefix}quantization_config without quant_algo", path.display()),
+            ),
         },
         "compressed-tensors" => compressed_tensors(path, prefix, qc),
         "bitsandbytes" => {
             let d = details(qc, &["load_in_4bit", "load_in_8bit", "bnb_4bit_quant_type"]);
-            QuantClass::new("bitsandbytes", format!("bitsandbytes quantization_config{d}"), path, at("quant_method"))
-        }
-        m @ ("gptq" | "awq" | "fp8") => {
-            let d = details(qc, &["bits", "group_size", "version", "activation_scheme", "weight_block_size"]);
-            let name = match m {
-                "gptq" => "GPTQ",
-                "awq" => "AWQ",
-                _ => "fp8",
+            let four = qc.get("load_in_4bit").and_then(Value::as_bool) == Some(true);
+            let eight = qc.get("load_in_8bit").and_then(Value::as_bool) == Some(true);
+            let (class, field) = match (four, eight) {
+                (true, false) => {
+                    // bitsandbytes' default 4-bit type is fp4.
+                    let t = str_field(qc, "bnb_4bit_quant_type").unwrap_or("fp4").to_ascii_lowercase();
+                    (class_name(&t), at("bnb_4bit_quant_type"))
+                }
+                (false, true) => ("int8".to_string(), at("load_in_8bit")),
+                _ => {
+                    return QuantClass::unknown_at(
+                        path,
+                        at("load_in_4bit"),
+                        format!(
+                            "{} has a bitsandbytes {prefix}quantization_config with neither or both of \
+                             load_in_4bit and load_in_8bit{d}",
+                            path.display()
+                        ),
+                    );
+                }
             };
-            QuantClass::new(m, format!("{name} quantization_config{d}"), path, at("quant_method"))
+            QuantClass::new(class, format!("bitsandbytes quantization_config{d}"), path, field)
+                .declared_by("bitsandbytes")
+        }
+        m @ ("gptq" | "awq") => {
+            let d = details(qc, &["bits", "w_bit", "group_size", "version"]);
+            let name = if m == "gptq" { "GPTQ" } else { "AWQ" };
+            // Both default to 4-bit weights when the config leaves bits out.
+            let (bits, field) = match (qc.get("bits").and_then(Value::as_u64), qc.get("w_bit").and_then(Value::as_u64))
+            {
+                (Some(b), _) => (Some(b), at("bits")),
+                (None, Some(b)) => (Some(b), at("w_bit")),
+                (None, None) => (Some(4), at("quant_method")),
+            };
+            match int_class(bits) {
+                Some(class) => {
+                    QuantClass::new(class, format!("{name} quantization_config, integer weights{d}"), path, field)
+                        .declared_by(m)
+                }
+                None => QuantClass::unknown_at(
+                    path,
+                    field,
+                    format!("{} has a {name} quantization_config whose bits are not 1..=16{d}", path.display()),
+                ),
+            }
+        }
+        "fp8" => {
+            let d = details(qc, &["activation_scheme", "fmt", "weight_block_size"]);
+            QuantClass::new("fp8", format!("fp8 quantization_config{d}"), path, at("quant_method")).declared_by("fp8")
+        }
+        m @ ("mxfp4" | "nvfp4") => {
+            QuantClass::new(m, format!("{m} quantization_config"), path, at("quant_method")).declared_by(m)
         }
         m => QuantClass::new(
             class_name(m),
             format!("quantization_config quant_method {m:?} (no rule for it here; its name is the class)"),
             path,
             at("quant_method"),
-        ),
+        )
+        .declared_by(&class_name(m)),
     }
 }
 
-/// compressed-tensors: the `format` of its config groups (they may differ
-/// per group; a single format is the class, several are joined with `+`),
-/// else the block's own `format`.
+/// The numerics of one compressed-tensors config group: its `format`
+/// where that names them (`nvfp4-pack-quantized`, `mxfp4-pack-quantized`),
+/// else its `weights` (`type` int or float, `num_bits`).
+fn group_numerics(format: Option<&str>, g: &Map<String, Value>) -> Option<String> {
+    if let Some(f) = format {
+        let n = numerics_of(f);
+        if n == "nvfp4" || n == "mxfp4" {
+            return Some(n);
+        }
+    }
+    let w = g.get("weights").and_then(Value::as_object)?;
+    let bits = w.get("num_bits").and_then(Value::as_u64).filter(|b| (1..=16).contains(b))?;
+    match str_field(w, "type") {
+        Some("int") => Some(format!("int{bits}")),
+        Some("float") if bits == 8 => Some("fp8".into()),
+        Some("float") => Some(format!("fp{bits}")),
+        _ => None,
+    }
+}
+
+/// compressed-tensors: the numerics of its config groups (they may differ
+/// per group; one is the class, several are joined with `+`), each from the
+/// group's format or weights ([`group_numerics`]).
 fn compressed_tensors(path: &Path, prefix: &str, qc: &Map<String, Value>) -> QuantClass {
-    let mut formats: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let block_format = str_field(qc, "format");
+    let mut classes: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut unreadable: Vec<String> = Vec::new();
     if let Some(Value::Object(groups)) = qc.get("config_groups") {
         for (name, g) in groups {
-            if let Some(f) = g.as_object().and_then(|g| str_field(g, "format")) {
-                formats.entry(f.to_string()).or_default().push(name.clone());
+            let Some(g) = g.as_object() else {
+                unreadable.push(name.clone());
+                continue;
+            };
+            match group_numerics(str_field(g, "format").or(block_format), g) {
+                Some(c) => classes.entry(c).or_default().push(name.clone()),
+                None => unreadable.push(name.clone()),
             }
         }
     }
-    if !formats.is_empty() {
-        let class = formats.keys().map(|f| class_name(f)).collect::<Vec<_>>().join("+");
-        let groups: Vec<String> = formats.iter().map(|(f, g)| format!("{} {f:?}", g.join(", "))).collect();
-        let first_group = formats.values().next().and_then(|g| g.first()).cloned().unwrap_or_default();
-        return QuantClass::new(
-            class,
-            format!("compressed-tensors quantization_config, config group format: {}", groups.join("; ")),
+    if !unreadable.is_empty() || classes.is_empty() {
+        let what = if unreadable.is_empty() {
+            "no config groups".to_string()
+        } else {
+            format!(
+                "config group(s) {} without a numerics-naming format or weights num_bits/type",
+                unreadable.join(", ")
+            )
+        };
+        let field = match unreadable.first() {
+            Some(g) => format!("{prefix}quantization_config.config_groups.{g}.weights"),
+            None => format!("{prefix}quantization_config.config_groups"),
+        };
+        return QuantClass::unknown_at(
             path,
-            format!("{prefix}quantization_config.config_groups.{first_group}.format"),
+            field,
+            format!("{} has a compressed-tensors {prefix}quantization_config with {what}", path.display()),
         );
     }
-    match str_field(qc, "format") {
-        Some(f) => QuantClass::new(
-            class_name(f),
-            format!("compressed-tensors quantization_config, format {f:?} (no per-group format)"),
-            path,
-            format!("{prefix}quantization_config.format"),
-        ),
-        None => QuantClass::new(
-            "compressed-tensors",
-            "compressed-tensors quantization_config with no format in its config groups or itself",
-            path,
-            format!("{prefix}quantization_config.quant_method"),
-        ),
-    }
+    let class = classes.keys().cloned().collect::<Vec<_>>().join("+");
+    let groups: Vec<String> = classes.iter().map(|(c, g)| format!("{} {c}", g.join(", "))).collect();
+    let first_group = classes.values().next().and_then(|g| g.first()).cloned().unwrap_or_default();
+    let fmt = block_format.map_or(String::new(), |f| format!(", format {f:?}"));
+    QuantClass::new(
+        class,
+        format!("compressed-tensors quantization_config{fmt}, config groups: {}", groups.join("; ")),
+        path,
+        format!("{prefix}quantization_config.config_groups.{first_group}"),
+    )
+    .declared_by("compressed-tensors")
 }
 
 /// The dominant dtype (by elements) of the layer matrices in the first

@@ -1,22 +1,32 @@
-//! How the draft width is chosen, all of it.
+//! How speculation and the draft width are chosen, all of it.
 //!
-//! In order, the first that gives a width decides:
+//! With a drafter named (`--drafter KIND`), the width resolves in order, the
+//! first that gives a width deciding:
 //! 1. an operator override: `--draft-block-size`, then
 //!    `DRAFTWISE_DRAFT_BLOCK_SIZE` (both set and different: the flag wins and
 //!    the provenance says so; an unparseable value is an error);
 //! 2. a width the drafter checkpoint declares ([`super::declared`]);
 //! 3. a measured entry of the compiled table for (drafter kind, device
-//!    class, *target* quantization class) whose kernel fingerprint is this
-//!    build's (a stale entry is reported, never used);
+//!    class, *target* quantization class, CPU threads) whose verify-path
+//!    fingerprint is this build's for the key and whose drafter settings are
+//!    the ones asked for (a stale or differently-set entry is reported, never
+//!    used);
 //! 4. the per-kind constant ([`DrafterKind::default_block_size`]).
 //!
+//! With no drafter named, [`Resolver::auto`] asks the table: a fresh entry
+//! of a weight-free drafter (one without a checkpoint: ngram, layerskip) for
+//! this key whose interval lies wholly above 1.0 turns speculation on with
+//! that drafter, width and settings (the fastest, when several do); anything
+//! else keeps classic decoding and says why. `--drafter none` is classic
+//! without asking.
+//!
 //! Every step is evaluated and reported (`policy explain` prints them), and
-//! exactly one is marked as the one that decided. The fallback names what it
-//! was keyed on, so an unmeasured device, an unclassifiable target and a
-//! stale measurement read differently.
+//! exactly one is marked as the one that decided. Every fallback names the
+//! device class, the quantization class (or why it is unknown, with the file
+//! and field) and the thread count.
 
 use super::declared::Declared;
-use super::kind::{DeclarationSource, DrafterKind};
+use super::kind::{DeclarationSource, DrafterKind, DrafterSettings};
 use super::quant::QuantClass;
 use super::table::{Entry, Table, Width, parse_width};
 use serde::Serialize;
@@ -27,16 +37,36 @@ pub const BLOCK_SIZE_ENV: &str = "DRAFTWISE_DRAFT_BLOCK_SIZE";
 /// The operator's command-line override.
 pub const BLOCK_SIZE_FLAG: &str = "--draft-block-size";
 
+/// What a policy key is made of, besides the drafter.
+#[derive(Clone, Copy, Debug)]
+pub struct Host<'a> {
+    /// `cpu:x86_64-avx512vnni`, `cuda:sm_90`, ...
+    pub device_class: &'a str,
+    /// The target's class: the key never uses the drafter's.
+    pub target_quant: &'a QuantClass,
+    /// Worker threads (part of the key on CPU device classes only).
+    pub threads: usize,
+    /// The storage formats of the target's weight matrices (which kernels
+    /// run); `None` when not known (every format's kernels count).
+    pub weight_formats: Option<&'a [String]>,
+}
+
+impl Host<'_> {
+    /// The thread count as the key holds it: `None` on CUDA devices.
+    pub fn key_threads(&self) -> Option<usize> {
+        self.device_class.starts_with("cpu:").then_some(self.threads)
+    }
+}
+
 /// Everything resolution depends on besides the table and the fingerprint.
 #[derive(Clone, Copy, Debug)]
 pub struct ResolveInput<'a> {
     pub drafter: DrafterKind,
     /// Step 2's finding ([`super::declared::read_declared`]).
     pub declared: &'a Declared,
-    /// `cpu:x86_64-avx512vnni`, `cuda:sm_90`, ...
-    pub device_class: &'a str,
-    /// The target's class: the key never uses the drafter's.
-    pub target_quant: &'a QuantClass,
+    pub host: Host<'a>,
+    /// The drafter settings the operator gave (unset fields: not given).
+    pub settings: &'a DrafterSettings,
     /// `--draft-block-size` as given.
     pub flag: Option<&'a str>,
     /// `DRAFTWISE_DRAFT_BLOCK_SIZE` as set ([`env_override`]).
@@ -63,30 +93,195 @@ pub fn env_override() -> Result<Option<String>, PolicyError> {
     }
 }
 
-/// Why the per-kind constant applied.
+/// A thread count and the record measured at it.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct MeasuredAt {
+    pub threads: Option<usize>,
+    pub record: String,
+}
+
+/// Why no measured entry decided. Each names the key it looked for.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(tag = "reason", rename_all = "snake_case")]
 pub enum Fallback {
-    /// The table has no entry for the key.
-    NoMeasurement { device_class: String, target_quant: String },
+    /// The table has no entry for the key at any thread count.
+    NoMeasurement { device_class: String, target_quant: String, threads: Option<usize> },
+    /// Entries exist for the device and quantization, at other thread counts.
+    OtherThreads { device_class: String, target_quant: String, threads: usize, measured: Vec<MeasuredAt> },
     /// The target could not be classified, so there is no key.
-    UnknownQuant { why: String },
-    /// The entry for the key was measured with other kernels.
+    UnknownQuant {
+        device_class: String,
+        threads: Option<usize>,
+        why: String,
+        file: Option<String>,
+        field: Option<String>,
+    },
+    /// The entry for the key was measured with other verify-path code, or on
+    /// a target with other weight formats.
     Stale {
         device_class: String,
         target_quant: String,
+        threads: Option<usize>,
         entry_fingerprint: String,
         build_fingerprint: String,
+        entry_formats: Vec<String>,
+        target_formats: Option<Vec<String>>,
         record: String,
     },
+    /// The entry was measured with other drafter settings than those asked for.
+    OtherSettings {
+        device_class: String,
+        target_quant: String,
+        threads: Option<usize>,
+        differences: Vec<String>,
+        record: String,
+    },
+    /// No drafter named, and the entry says speculation loses here.
+    Off { entry: Entry },
+    /// No drafter named, and the entry's interval reaches 1.0.
+    NotAboveClassic { entry: Entry },
 }
 
-/// Where a width came from.
+/// `for ngram on cpu:x86_64-avx2 with a q4_1 target at 2 threads`.
+pub fn key_phrase(drafter: &str, device_class: &str, target_quant: &str, threads: Option<usize>) -> String {
+    format!(
+        "for {drafter} on {device_class} with {} {target_quant} target{}",
+        article(target_quant),
+        at_threads(threads)
+    )
+}
+
+/// ` at 2 threads`, ` at 1 thread`, or nothing (a CUDA key).
+fn at_threads(threads: Option<usize>) -> String {
+    match threads {
+        Some(1) => " at 1 thread".to_string(),
+        Some(n) => format!(" at {n} threads"),
+        None => String::new(),
+    }
+}
+
+fn threads_list(m: &[MeasuredAt]) -> String {
+    let parts: Vec<String> = m
+        .iter()
+        .map(|e| match e.threads {
+            Some(1) => format!("1 thread ({})", e.record),
+            Some(n) => format!("{n} threads ({})", e.record),
+            None => format!("no thread count ({})", e.record),
+        })
+        .collect();
+    parts.join(", ")
+}
+
+impl Fallback {
+    /// The fallback as a phrase; `drafter` names the drafter (or drafters)
+    /// the key was looked up for.
+    pub fn describe(&self, drafter: &str) -> String {
+        match self {
+            Fallback::NoMeasurement { device_class, target_quant, threads } => {
+                format!("no measurement {}", key_phrase(drafter, device_class, target_quant, *threads))
+            }
+            Fallback::OtherThreads { device_class, target_quant, threads, measured } => format!(
+                "no measurement {}: the table measured it at {} only",
+                key_phrase(drafter, device_class, target_quant, Some(*threads)),
+                threads_list(measured)
+            ),
+            Fallback::UnknownQuant { device_class, threads, why, file, field } => {
+                let read = match (file, field) {
+                    (Some(f), Some(x)) => format!("; read {f}, field {x}"),
+                    (Some(f), None) => format!("; read {f}"),
+                    _ => String::new(),
+                };
+                format!(
+                    "no key for {drafter} on {device_class}{}: target quantization unknown ({why}{read})",
+                    at_threads(*threads)
+                )
+            }
+            Fallback::Stale {
+                device_class,
+                target_quant,
+                threads,
+                entry_fingerprint,
+                build_fingerprint,
+                entry_formats,
+                target_formats,
+                record,
+            } => {
+                let formats = match target_formats {
+                    Some(t) if t != entry_formats => format!(
+                        "; it measured a target with weight formats [{}], this one has [{}]",
+                        entry_formats.join(", "),
+                        t.join(", ")
+                    ),
+                    _ => String::new(),
+                };
+                format!(
+                    "the entry {} is stale: measured with verify-path fingerprint {entry_fingerprint}, this build \
+                     has {build_fingerprint} for the key{formats} ({record}); re-measure with `tuner sweep`",
+                    key_phrase(drafter, device_class, target_quant, *threads)
+                )
+            }
+            Fallback::OtherSettings { device_class, target_quant, threads, differences, record } => format!(
+                "the entry {} was measured with other drafter settings: {} ({record})",
+                key_phrase(drafter, device_class, target_quant, *threads),
+                differences.join(", ")
+            ),
+            Fallback::Off { entry: e } => {
+                let [lo, hi] = e.ratio_interval;
+                format!(
+                    "measured off {}: speculation ran {:.2}x classic [{lo:.2}, {hi:.2}] ({}, {})",
+                    key_phrase(e.drafter.as_str(), &e.device_class, &e.target_quant, e.threads),
+                    e.ratio,
+                    e.record,
+                    e.date
+                )
+            }
+            Fallback::NotAboveClassic { entry: e } => {
+                let [lo, hi] = e.ratio_interval;
+                format!(
+                    "the entry {} gives width {} at {:.2}x classic, but its interval [{lo:.2}, {hi:.2}] reaches \
+                     1.0 ({})",
+                    key_phrase(e.drafter.as_str(), &e.device_class, &e.target_quant, e.threads),
+                    e.block_size,
+                    e.ratio,
+                    e.record
+                )
+            }
+        }
+    }
+
+    /// How much a fallback tells an operator, for choosing the one to report
+    /// when several drafters fell back: a measurement that says no beats a
+    /// stale or differently-keyed one, which beats none.
+    fn weight(&self) -> u8 {
+        match self {
+            Fallback::Off { .. } => 6,
+            Fallback::NotAboveClassic { .. } => 5,
+            Fallback::Stale { .. } => 4,
+            Fallback::OtherSettings { .. } => 3,
+            Fallback::OtherThreads { .. } => 2,
+            Fallback::UnknownQuant { .. } => 1,
+            Fallback::NoMeasurement { .. } => 0,
+        }
+    }
+}
+
+/// Where a width (or classic decoding) came from.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Provenance {
-    /// No drafter: classic decoding only.
+    /// `--drafter none`: classic decoding, the policy not asked.
     NoDrafter,
+    /// No drafter named: the policy kept classic decoding. `drafter` is the
+    /// kind whose entry gave the reason; `None` when no weight-free kind has
+    /// an entry for the key.
+    PolicyClassic {
+        drafter: Option<DrafterKind>,
+        fallback: Fallback,
+    },
+    /// No drafter named: the policy turned speculation on.
+    PolicyOn {
+        entry: Entry,
+    },
     /// `--draft-block-size`; `env` is the environment value when it was set too.
     Flag {
         block_size: Width,
@@ -125,10 +320,45 @@ fn article(class: &str) -> &'static str {
     if an { "an" } else { "a" }
 }
 
+/// `measured for ngram on ... at 2 threads (ngram_min 3, ngram_max 4): 1.17x
+/// classic [1.12, 1.22] (records/..., 2026-12-01)`.
+fn measured_phrase(e: &Entry) -> String {
+    let [lo, hi] = e.ratio_interval;
+    let key = key_phrase(e.drafter.as_str(), &e.device_class, &e.target_quant, e.threads);
+    let settings = e.drafter_settings.describe();
+    match e.block_size {
+        Width::Blocks(_) => format!(
+            "measured {key} ({settings}): {:.2}x classic [{lo:.2}, {hi:.2}] ({}, {})",
+            e.ratio, e.record, e.date
+        ),
+        Width::Off => format!(
+            "measured off {key} ({settings}): speculation ran {:.2}x classic [{lo:.2}, {hi:.2}] ({}, {})",
+            e.ratio, e.record, e.date
+        ),
+    }
+}
+
+/// The weight-free drafter kinds, as a fallback names them.
+fn weight_free_names() -> String {
+    let names: Vec<&str> = DrafterKind::ALL
+        .iter()
+        .filter(|k| k.declaration_source() == DeclarationSource::None)
+        .map(|k| k.as_str())
+        .collect();
+    format!("a weight-free drafter ({})", names.join(", "))
+}
+
 impl fmt::Display for Provenance {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Provenance::NoDrafter => write!(f, "speculation off: no drafter"),
+            Provenance::NoDrafter => write!(f, "speculation off: --drafter none"),
+            Provenance::PolicyClassic { drafter, fallback } => {
+                let who = drafter.map_or_else(weight_free_names, |k| k.to_string());
+                write!(f, "speculation off by the policy (no --drafter): {}", fallback.describe(&who))
+            }
+            Provenance::PolicyOn { entry } => {
+                write!(f, "speculation on by the policy (no --drafter): {}", measured_phrase(entry))
+            }
             Provenance::Flag { block_size, env: None } => write!(f, "{BLOCK_SIZE_FLAG} {block_size}"),
             Provenance::Flag { block_size, env: Some(e) } => {
                 if parse_width(e).ok() == Some(*block_size) {
@@ -139,47 +369,9 @@ impl fmt::Display for Provenance {
             }
             Provenance::Env { block_size } => write!(f, "{BLOCK_SIZE_ENV}={block_size}"),
             Provenance::Declared { evidence, .. } => write!(f, "declared by the checkpoint: {evidence}"),
-            Provenance::Measured { entry: e } => {
-                let key = format!(
-                    "for {} on {} with {} {} target",
-                    e.drafter,
-                    e.device_class,
-                    article(&e.target_quant),
-                    e.target_quant
-                );
-                let [lo, hi] = e.ratio_interval;
-                match e.block_size {
-                    Width::Blocks(_) => write!(
-                        f,
-                        "measured {key}: {:.2}x classic [{lo:.2}, {hi:.2}] ({}, {})",
-                        e.ratio, e.record, e.date
-                    ),
-                    Width::Off => write!(
-                        f,
-                        "measured off {key}: speculation ran {:.2}x classic [{lo:.2}, {hi:.2}] ({}, {})",
-                        e.ratio, e.record, e.date
-                    ),
-                }
-            }
+            Provenance::Measured { entry } => f.write_str(&measured_phrase(entry)),
             Provenance::Default { drafter, block_size, fallback } => {
-                write!(f, "per-kind default {block_size}: ")?;
-                match fallback {
-                    Fallback::NoMeasurement { device_class, target_quant } => write!(
-                        f,
-                        "no measurement for {device_class} with {} {target_quant} target (drafter {drafter})",
-                        article(target_quant)
-                    ),
-                    Fallback::UnknownQuant { why } => write!(f, "target quantization unknown ({why})"),
-                    Fallback::Stale { device_class, target_quant, entry_fingerprint, build_fingerprint, record } => {
-                        write!(
-                            f,
-                            "the entry for {device_class} with {} {target_quant} target (drafter {drafter}) is stale: \
-                             measured with kernel fingerprint {entry_fingerprint}, this build has \
-                             {build_fingerprint} ({record})",
-                            article(target_quant)
-                        )
-                    }
-                }
+                write!(f, "per-kind default {block_size}: {}", fallback.describe(drafter.as_str()))
             }
         }
     }
@@ -219,30 +411,42 @@ pub struct Step {
 /// A resolved width with its provenance.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Resolution {
-    /// `None` when there is no drafter.
+    /// `None`: classic decoding (no drafter, or the policy kept classic).
     pub drafter: Option<DrafterKind>,
     /// Drafted tokens per verify; `None` is off (no drafter, or `off`).
     pub block_size: Option<usize>,
     /// The provenance in words (the `startup` event's `block_size_from`).
     pub block_size_from: String,
     pub provenance: Provenance,
+    /// The drafter settings a measured entry decided with (the runtime runs
+    /// exactly these); `None` when no entry decided.
+    pub drafter_settings: Option<DrafterSettings>,
     pub steps: Vec<Step>,
 }
 
 impl Resolution {
     fn new(drafter: Option<DrafterKind>, block_size: Option<usize>, provenance: Provenance, steps: Vec<Step>) -> Self {
-        Resolution { drafter, block_size, block_size_from: provenance.to_string(), provenance, steps }
+        let drafter_settings = match &provenance {
+            Provenance::Measured { entry } | Provenance::PolicyOn { entry } => Some(entry.drafter_settings.clone()),
+            _ => None,
+        };
+        Resolution { drafter, block_size, block_size_from: provenance.to_string(), provenance, drafter_settings, steps }
     }
 
-    /// Classic decoding only: no drafter, so no width.
+    /// `--drafter none`: classic decoding, the policy not asked.
     pub fn no_drafter() -> Self {
         Resolution::new(None, None, Provenance::NoDrafter, Vec::new())
+    }
+
+    /// Whether the policy chose the drafter (no `--drafter` given).
+    pub fn by_policy(&self) -> bool {
+        matches!(self.provenance, Provenance::PolicyOn { .. } | Provenance::PolicyClassic { .. })
     }
 
     /// One line for humans (stderr): the width and where it came from.
     pub fn summary(&self) -> String {
         match (self.drafter, self.block_size) {
-            (None, _) => format!("draft width: off ({})", self.block_size_from),
+            (None, _) => format!("classic decoding: {}", self.block_size_from),
             (Some(k), Some(n)) => format!("draft width {n} for {k}: {}", self.block_size_from),
             (Some(k), None) => format!("draft width off for {k}: {}", self.block_size_from),
         }
@@ -252,18 +456,32 @@ impl Resolution {
 /// What a step would decide: the provenance and the width (`None` is off).
 type Candidate = (Provenance, Option<usize>);
 
-/// Resolves against a given table and kernel fingerprint (tests use their
-/// own; the runtime uses [`Resolver::compiled`]).
-#[derive(Clone, Copy, Debug)]
+/// This build's verify-path fingerprint for a key: (device class, weight
+/// formats) → 16 hex digits.
+pub type KeyFingerprint<'t> = &'t (dyn Fn(&str, Option<&[String]>) -> String + Sync);
+
+/// Resolves against a given table and fingerprint (tests use their own; the
+/// runtime uses [`Resolver::compiled`]).
+#[derive(Clone, Copy)]
 pub struct Resolver<'t> {
     pub table: &'t Table,
-    pub kernel_fingerprint: &'t str,
+    pub fingerprint: KeyFingerprint<'t>,
+}
+
+impl fmt::Debug for Resolver<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Resolver").field("table", &self.table.file).finish_non_exhaustive()
+    }
+}
+
+fn compiled_fingerprint(device_class: &str, formats: Option<&[String]>) -> String {
+    super::verify_fingerprint(device_class, formats)
 }
 
 impl Resolver<'static> {
-    /// The table compiled into this binary and this build's fingerprint.
+    /// The table compiled into this binary and this build's fingerprints.
     pub fn compiled() -> Self {
-        Resolver { table: super::compiled_table(), kernel_fingerprint: super::KERNEL_FINGERPRINT }
+        Resolver { table: super::compiled_table(), fingerprint: &compiled_fingerprint }
     }
 }
 
@@ -272,7 +490,84 @@ pub fn resolve(input: &ResolveInput<'_>) -> Result<Resolution, PolicyError> {
     Resolver::compiled().resolve(input)
 }
 
+/// What the table holds for one drafter and a host: a usable entry, or why not.
+// A value that lives for one lookup, once per drafter kind: boxing the
+// fallback would buy nothing.
+#[allow(clippy::large_enum_variant)]
+enum Lookup<'e> {
+    Fresh(&'e Entry),
+    Fallback(Fallback),
+}
+
 impl Resolver<'_> {
+    /// This build's fingerprint for the host's key.
+    pub fn key_fingerprint(&self, host: &Host<'_>) -> String {
+        (self.fingerprint)(host.device_class, host.weight_formats)
+    }
+
+    /// Whether this build would use `e` for a target with the formats it
+    /// was measured on (what `policy show` reports).
+    pub fn is_fresh(&self, e: &Entry) -> bool {
+        (self.fingerprint)(&e.device_class, Some(&e.weight_formats)) == e.verify_fingerprint
+    }
+
+    /// The table's answer for `kind` on `host` with `settings` asked for.
+    fn lookup(&self, kind: DrafterKind, host: &Host<'_>, settings: &DrafterSettings) -> Lookup<'_> {
+        let quant = host.target_quant;
+        let device_class = host.device_class.to_string();
+        let threads = host.key_threads();
+        if quant.is_unknown() {
+            return Lookup::Fallback(Fallback::UnknownQuant {
+                device_class,
+                threads,
+                why: quant.from.clone(),
+                file: quant.file.as_ref().map(|f| f.display().to_string()),
+                field: quant.field.clone(),
+            });
+        }
+        let target_quant = quant.class.clone();
+        let Some(e) = self.table.lookup(kind, host.device_class, &quant.class, host.threads) else {
+            let others = self.table.at_any_threads(kind, host.device_class, &quant.class);
+            return Lookup::Fallback(match (others.is_empty(), threads) {
+                (false, Some(threads)) => Fallback::OtherThreads {
+                    device_class,
+                    target_quant,
+                    threads,
+                    measured: others
+                        .iter()
+                        .map(|e| MeasuredAt { threads: e.threads, record: e.record.clone() })
+                        .collect(),
+                },
+                _ => Fallback::NoMeasurement { device_class, target_quant, threads },
+            });
+        };
+        let build = self.key_fingerprint(host);
+        if e.verify_fingerprint != build {
+            return Lookup::Fallback(Fallback::Stale {
+                device_class,
+                target_quant,
+                threads,
+                entry_fingerprint: e.verify_fingerprint.clone(),
+                build_fingerprint: build,
+                entry_formats: e.weight_formats.clone(),
+                target_formats: host.weight_formats.map(<[String]>::to_vec),
+                record: e.record.clone(),
+            });
+        }
+        let differences = e.drafter_settings.differences(settings);
+        if !differences.is_empty() {
+            return Lookup::Fallback(Fallback::OtherSettings {
+                device_class,
+                target_quant,
+                threads,
+                differences,
+                record: e.record.clone(),
+            });
+        }
+        Lookup::Fresh(e)
+    }
+
+    /// The width for a named drafter (see the module docs for the order).
     pub fn resolve(&self, input: &ResolveInput<'_>) -> Result<Resolution, PolicyError> {
         let kind = input.drafter;
         // Both overrides parse before anything decides: a bad value is an
@@ -328,47 +623,27 @@ impl Resolver<'_> {
             (_, Declared::Absent { why }) => (StepKind::Declared, None, why.clone()),
         });
 
-        let quant = input.target_quant;
-        let mut fallback =
-            Fallback::NoMeasurement { device_class: input.device_class.to_string(), target_quant: quant.class.clone() };
-        found.push(if quant.is_unknown() {
-            fallback = Fallback::UnknownQuant { why: quant.from.clone() };
-            (StepKind::Table, None, format!("no key: target quantization unknown ({})", quant.from))
-        } else {
-            let key = format!("({kind}, {}, {})", input.device_class, quant.class);
-            match self.table.lookup(kind, input.device_class, &quant.class) {
-                None => (
-                    StepKind::Table,
-                    None,
-                    format!("no entry for {key} among the {} of {}", self.table.entries.len(), self.table.file),
-                ),
-                Some(e) if e.kernel_fingerprint != self.kernel_fingerprint => {
-                    fallback = Fallback::Stale {
-                        device_class: input.device_class.to_string(),
-                        target_quant: quant.class.clone(),
-                        entry_fingerprint: e.kernel_fingerprint.clone(),
-                        build_fingerprint: self.kernel_fingerprint.to_string(),
-                        record: e.record.clone(),
-                    };
-                    (
-                        StepKind::Table,
-                        None,
-                        format!(
-                            "entry {key} (width {}, {}) is stale: measured with kernel fingerprint {}, this build \
-                             has {}; re-measure with `tuner sweep`",
-                            e.block_size, e.record, e.kernel_fingerprint, self.kernel_fingerprint
-                        ),
-                    )
-                }
-                Some(e) => (
+        let fallback = match self.lookup(kind, &input.host, input.settings) {
+            Lookup::Fresh(e) => {
+                found.push((
                     StepKind::Table,
                     Some((Provenance::Measured { entry: e.clone() }, e.block_size.block_size())),
-                    format!("entry {key} gives {} ({}, {:.2}x classic)", e.block_size, e.record, e.ratio),
-                ),
+                    format!("entry {} gives {} ({}, {:.2}x classic)", e.key(), e.block_size, e.record, e.ratio),
+                ));
+                None
             }
-        });
+            Lookup::Fallback(f) => {
+                found.push((StepKind::Table, None, f.describe(kind.as_str())));
+                Some(f)
+            }
+        };
 
         let n = kind.default_block_size();
+        let fallback = fallback.unwrap_or_else(|| Fallback::NoMeasurement {
+            device_class: input.host.device_class.to_string(),
+            target_quant: input.host.target_quant.class.clone(),
+            threads: input.host.key_threads(),
+        });
         found.push((
             StepKind::Default,
             Some((Provenance::Default { drafter: kind, block_size: n, fallback }, Some(n))),
@@ -386,5 +661,82 @@ impl Resolver<'_> {
         }
         let (provenance, block_size) = decided.expect("the per-kind constant always gives a width");
         Ok(Resolution::new(Some(kind), block_size, provenance, steps))
+    }
+
+    /// No drafter named: whether the policy speculates on `host`, with which
+    /// weight-free drafter, width and settings, or why it keeps classic
+    /// decoding. One step per weight-free kind; the one that decided is
+    /// marked (none is, when classic decoding stays).
+    pub fn auto(&self, host: &Host<'_>) -> Resolution {
+        let mut steps = Vec::new();
+        let mut best: Option<&Entry> = None;
+        let mut fallbacks: Vec<(DrafterKind, Fallback)> = Vec::new();
+        for kind in DrafterKind::ALL.into_iter().filter(|k| k.declaration_source() == DeclarationSource::None) {
+            let any = DrafterSettings::default();
+            match self.lookup(kind, host, &any) {
+                Lookup::Fresh(e) if e.beats_classic() => {
+                    steps.push(Step {
+                        step: StepKind::Table,
+                        decided: false,
+                        detail: format!("{kind}: {}", measured_phrase(e)),
+                    });
+                    if best.is_none_or(|b| e.ratio > b.ratio) {
+                        best = Some(e);
+                    }
+                }
+                Lookup::Fresh(e) => {
+                    let f = if e.block_size == Width::Off {
+                        Fallback::Off { entry: e.clone() }
+                    } else {
+                        Fallback::NotAboveClassic { entry: e.clone() }
+                    };
+                    steps.push(Step {
+                        step: StepKind::Table,
+                        decided: false,
+                        detail: format!("{kind}: {}", f.describe(kind.as_str())),
+                    });
+                    fallbacks.push((kind, f));
+                }
+                Lookup::Fallback(f) => {
+                    steps.push(Step {
+                        step: StepKind::Table,
+                        decided: false,
+                        detail: format!("{kind}: {}", f.describe(kind.as_str())),
+                    });
+                    fallbacks.push((kind, f));
+                }
+            }
+        }
+        if let Some(e) = best {
+            let prefix = format!("{}: ", e.drafter);
+            for s in &mut steps {
+                s.decided = s.detail.starts_with(&prefix);
+            }
+            return Resolution::new(
+                Some(e.drafter),
+                e.block_size.block_size(),
+                Provenance::PolicyOn { entry: e.clone() },
+                steps,
+            );
+        }
+        // The most telling reason; among equals, the first kind's.
+        let mut chosen: Option<(DrafterKind, Fallback)> = None;
+        for (k, f) in fallbacks {
+            if chosen.as_ref().is_none_or(|(_, c)| f.weight() > c.weight()) {
+                chosen = Some((k, f));
+            }
+        }
+        let (kind, fallback) = match chosen {
+            Some((k, f)) => (Some(k).filter(|_| f.weight() >= 2), f),
+            None => (
+                None,
+                Fallback::NoMeasurement {
+                    device_class: host.device_class.to_string(),
+                    target_quant: host.target_quant.class.clone(),
+                    threads: host.key_threads(),
+                },
+            ),
+        };
+        Resolution::new(None, None, Provenance::PolicyClassic { drafter: kind, fallback }, steps)
     }
 }

@@ -1,4 +1,4 @@
-//! The policy table compiler: `policy/draft-block-width.toml` (schema 1,
+//! The policy table compiler: `policy/draft-block-width.toml` (schema 2,
 //! documented in `policy/README.md`) → a validated [`Table`].
 //!
 //! `build.rs` runs [`compile`] on the table with the record check on, so a
@@ -9,14 +9,21 @@
 //! This file depends on std, serde and toml only (`build.rs` includes it with
 //! `#[path]`); the drafter kinds come from the sibling `kind.rs`.
 
-use super::kind::DrafterKind;
+use super::kind::{DrafterKind, DrafterSettings};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::ops::Range;
 use std::path::{Component, Path};
 
 /// The schema version this compiler reads.
-pub const SCHEMA_VERSION: u32 = 1;
+pub const SCHEMA_VERSION: u32 = 2;
+
+/// The most CPU threads an entry may name (a bound on a typed number; real
+/// hosts have far fewer).
+pub const MAX_THREADS: usize = 4096;
+
+/// The most weight formats an entry may list.
+const MAX_FORMATS: usize = 32;
 
 /// The largest width an entry, an override or a declaration may give. A
 /// verify block is `width + 1` rows; DFlash checkpoints train 16-position
@@ -24,7 +31,7 @@ pub const SCHEMA_VERSION: u32 = 1;
 /// ones are accepted is negligible for every drafter kind we know.
 pub const MAX_BLOCK_SIZE: usize = 32;
 
-/// Hex digits of a kernel fingerprint (64 bits of sha256).
+/// Hex digits of a verify-path fingerprint (64 bits of sha256).
 pub const FINGERPRINT_LEN: usize = 16;
 
 /// Biggest table the compiler reads (a table is reviewed by hand: a few
@@ -89,14 +96,28 @@ fn check_width(n: i64) -> Result<Width, String> {
     }
 }
 
-/// One measured entry, keyed by (drafter, device class, target quantization).
+/// One measured entry, keyed by (drafter, device class, target quantization,
+/// CPU threads).
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Entry {
     pub drafter: DrafterKind,
     /// `cpu:<arch>-<kernel family>` or `cuda:sm_<major><minor>`.
     pub device_class: String,
-    /// The target's quantization class (never the drafter's), e.g. `q4_1`.
+    /// The target's quantization class (never the drafter's), e.g. `q4_1`:
+    /// its numerics, whichever file format declared them.
     pub target_quant: String,
+    /// The format that declared the class (`gguf`, `gptq`, `mlx`, ...), for
+    /// the record; not part of the key.
+    pub target_quant_format: Option<String>,
+    /// The thread count a CPU entry was measured at (part of its key);
+    /// `None` on CUDA devices.
+    pub threads: Option<usize>,
+    /// The drafter settings it was measured with: the entry applies with
+    /// exactly these, and a drafter taken from the policy uses them.
+    pub drafter_settings: DrafterSettings,
+    /// The storage formats of the measured target's weight matrices
+    /// (lowercase ggml names): which kernels its fingerprint covers.
+    pub weight_formats: Vec<String>,
     pub block_size: Width,
     /// The record the width came from, relative to the repository root.
     pub record: String,
@@ -108,16 +129,32 @@ pub struct Entry {
     pub ratio_interval: [f64; 2],
     /// A short host identity (CPU or GPU, cores, OS) for humans.
     pub host: String,
-    /// The kernel fingerprint of the build that measured it.
-    pub kernel_fingerprint: String,
+    /// The verify-path fingerprint of the measuring build for this key
+    /// ([`super::verify_fingerprint`]).
+    pub verify_fingerprint: String,
     /// 1-based line of the entry's `[[entry]]` header, when known.
     pub line: Option<usize>,
 }
 
 impl Entry {
-    /// `(ngram, cpu:x86_64-avx2, q4_1)`.
+    /// `(ngram, cpu:x86_64-avx2, q4_1, 2 threads)`.
     pub fn key(&self) -> String {
-        format!("({}, {}, {})", self.drafter, self.device_class, self.target_quant)
+        format!("({}, {}, {}{})", self.drafter, self.device_class, self.target_quant, threads_part(self.threads))
+    }
+
+    /// Whether a speculating run of this entry is expected to beat classic
+    /// decoding: a width, with an interval wholly above 1.0.
+    pub fn beats_classic(&self) -> bool {
+        matches!(self.block_size, Width::Blocks(_)) && self.ratio_interval[0] > 1.0
+    }
+}
+
+/// `, 2 threads` for a CPU key, nothing for a CUDA one.
+pub fn threads_part(threads: Option<usize>) -> String {
+    match threads {
+        Some(1) => ", 1 thread".into(),
+        Some(n) => format!(", {n} threads"),
+        None => String::new(),
     }
 }
 
@@ -131,11 +168,30 @@ pub struct Table {
 }
 
 impl Table {
-    /// The entry for a key, stale or not (the resolver decides).
-    pub fn lookup(&self, drafter: DrafterKind, device_class: &str, target_quant: &str) -> Option<&Entry> {
+    /// The entry for a key, stale or not (the resolver decides). `threads`
+    /// is ignored on CUDA device classes (their entries carry none).
+    pub fn lookup(
+        &self,
+        drafter: DrafterKind,
+        device_class: &str,
+        target_quant: &str,
+        threads: usize,
+    ) -> Option<&Entry> {
+        self.entries.iter().find(|e| {
+            e.drafter == drafter
+                && e.device_class == device_class
+                && e.target_quant == target_quant
+                && e.threads.is_none_or(|t| t == threads)
+        })
+    }
+
+    /// The entries for (drafter, device, quantization) at any thread count:
+    /// what a fallback names when the count differs.
+    pub fn at_any_threads(&self, drafter: DrafterKind, device_class: &str, target_quant: &str) -> Vec<&Entry> {
         self.entries
             .iter()
-            .find(|e| e.drafter == drafter && e.device_class == device_class && e.target_quant == target_quant)
+            .filter(|e| e.drafter == drafter && e.device_class == device_class && e.target_quant == target_quant)
+            .collect()
     }
 }
 
@@ -159,6 +215,8 @@ pub enum Problem {
     Malformed(String),
     MissingSchemaVersion,
     UnknownSchemaVersion(String),
+    /// Schema 1: entries without threads, drafter settings and formats.
+    OldSchema(i64),
     UnknownTopLevelKey(String),
     EntryNotATable,
     /// A field is missing, unknown or of the wrong type (serde's message).
@@ -191,6 +249,16 @@ impl fmt::Display for Problem {
                 "unknown schema_version {v}: this runtime compiles schema {SCHEMA_VERSION} \
                  (see policy/README.md); a newer table needs a newer runtime"
             ),
+            Problem::OldSchema(v) => write!(
+                f,
+                "schema_version {v} is no longer compiled: its entries do not say the thread count, the drafter \
+                 settings or the weight formats they were measured with, and their kernel-only fingerprints \
+                 cannot be checked against this build. Migrate: set `schema_version = {SCHEMA_VERSION}` and, in \
+                 each entry, rename `kernel_fingerprint` to `verify_fingerprint` and add `threads` (CPU entries), \
+                 `drafter_settings` and `weight_formats` from its record (policy/README.md, \"Migrating from \
+                 schema 1\"); the migrated entries are stale until `tuner sweep` re-measures them, and \
+                 `tuner propose` replaces them"
+            ),
             Problem::UnknownTopLevelKey(k) => {
                 write!(f, "unknown top-level key {k:?}: a table holds `schema_version` and `[[entry]]` tables")
             }
@@ -202,7 +270,10 @@ impl fmt::Display for Problem {
                 write!(f, "drafter {d:?} is not a drafter kind; the kinds are {}", DrafterKind::names())
             }
             Problem::DuplicateKey { first } => {
-                write!(f, "duplicate key: {first} has the same (drafter, device_class, target_quant); keep one")
+                write!(
+                    f,
+                    "duplicate key: {first} has the same (drafter, device_class, target_quant, threads); keep one"
+                )
             }
             Problem::MissingRecord { record, root } => write!(
                 f,
@@ -247,7 +318,13 @@ struct RawEntry {
     ratio: toml::Value,
     ratio_interval: Vec<toml::Value>,
     host: String,
-    kernel_fingerprint: String,
+    #[serde(default)]
+    target_quant_format: Option<String>,
+    #[serde(default)]
+    threads: Option<toml::Value>,
+    drafter_settings: toml::Value,
+    weight_formats: Vec<toml::Value>,
+    verify_fingerprint: String,
     /// Free text for reviewers; not compiled in.
     #[serde(default)]
     #[allow(dead_code)]
@@ -273,6 +350,7 @@ pub fn compile(file: &str, text: &str, records: RecordCheck<'_>) -> Result<Table
     match doc.get("schema_version") {
         None => return Err(fail(None, Problem::MissingSchemaVersion)),
         Some(toml::Value::Integer(v)) if *v == i64::from(SCHEMA_VERSION) => {}
+        Some(toml::Value::Integer(v)) if *v == 1 => return Err(fail(None, Problem::OldSchema(*v))),
         Some(v) => return Err(fail(None, Problem::UnknownSchemaVersion(v.to_string()))),
     }
     if let Some(k) = doc.keys().find(|k| *k != "schema_version" && *k != "entry") {
@@ -300,16 +378,22 @@ pub fn compile(file: &str, text: &str, records: RecordCheck<'_>) -> Result<Table
         // Name the key in messages as soon as it can be read.
         let key_part = |k: &str| t.get(k).and_then(|v| v.as_str()).unwrap_or("?").to_string();
         if t.contains_key("drafter") || t.contains_key("device_class") || t.contains_key("target_quant") {
+            let threads = t.get("threads").and_then(|v| v.as_integer()).and_then(|n| usize::try_from(n).ok());
             label = format!(
-                "{label} ({}, {}, {})",
+                "{label} ({}, {}, {}{})",
                 key_part("drafter"),
                 key_part("device_class"),
-                key_part("target_quant")
+                key_part("target_quant"),
+                threads_part(threads)
             );
         }
         let e = entry(t, line, records).map_err(|p| fail(Some(label.clone()), p))?;
-        let same =
-            |f: &Entry| f.drafter == e.drafter && f.device_class == e.device_class && f.target_quant == e.target_quant;
+        let same = |f: &Entry| {
+            f.drafter == e.drafter
+                && f.device_class == e.device_class
+                && f.target_quant == e.target_quant
+                && f.threads == e.threads
+        };
         if let Some(idx) = entries.iter().position(same) {
             let first = match entries[idx].line {
                 Some(l) => format!("entry {} (line {l})", idx + 1),
@@ -380,18 +464,61 @@ fn entry(t: toml::Table, line: Option<usize>, records: RecordCheck<'_>) -> Resul
     if r.host.trim().is_empty() {
         return Err(bad("host", "is empty; name the CPU or GPU, cores and OS"));
     }
-    check_fingerprint(&r.kernel_fingerprint).map_err(|p| bad("kernel_fingerprint", p))?;
+    check_fingerprint(&r.verify_fingerprint).map_err(|p| bad("verify_fingerprint", p))?;
+    if let Some(f) = &r.target_quant_format {
+        check_quant_class(f).map_err(|p| bad("target_quant_format", p))?;
+    }
+    let threads = match (&r.threads, r.device_class.starts_with("cpu:")) {
+        (Some(toml::Value::Integer(n)), true) if (1..=MAX_THREADS as i64).contains(n) => Some(*n as usize),
+        (Some(v), true) => {
+            return Err(bad("threads", format!("{v} is not a thread count: give an integer 1..={MAX_THREADS}")));
+        }
+        (None, true) => {
+            return Err(bad("threads", "is missing: a CPU entry says the thread count it was measured at"));
+        }
+        (Some(_), false) => return Err(bad("threads", "is for CPU entries; a CUDA entry is keyed without it")),
+        (None, false) => None,
+    };
+    let drafter_settings: DrafterSettings = r
+        .drafter_settings
+        .clone()
+        .try_into()
+        .map_err(|e: toml::de::Error| bad("drafter_settings", e.message().to_string()))?;
+    drafter_settings.check(drafter).map_err(|p| bad("drafter_settings", p))?;
+    if r.weight_formats.is_empty() || r.weight_formats.len() > MAX_FORMATS {
+        return Err(bad(
+            "weight_formats",
+            format!("has {} names; list the 1..={MAX_FORMATS} formats of the target's weights", r.weight_formats.len()),
+        ));
+    }
+    let mut weight_formats = Vec::with_capacity(r.weight_formats.len());
+    for v in &r.weight_formats {
+        match v.as_str() {
+            Some(f)
+                if !f.is_empty() && f.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_') =>
+            {
+                weight_formats.push(f.to_string())
+            }
+            _ => return Err(bad("weight_formats", format!("{v} is not a format name (lowercase, e.g. q4_1)"))),
+        }
+    }
+    weight_formats.sort();
+    weight_formats.dedup();
     Ok(Entry {
         drafter,
         device_class: r.device_class,
         target_quant: r.target_quant,
+        target_quant_format: r.target_quant_format,
+        threads,
+        drafter_settings,
+        weight_formats,
         block_size,
         record: r.record,
         date,
         ratio,
         ratio_interval: [lo, hi],
         host: r.host,
-        kernel_fingerprint: r.kernel_fingerprint,
+        verify_fingerprint: r.verify_fingerprint,
         line,
     })
 }
@@ -460,7 +587,8 @@ fn check_fingerprint(s: &str) -> Result<(), String> {
         Ok(())
     } else {
         Err(format!(
-            "{s:?} is not a kernel fingerprint ({FINGERPRINT_LEN} lowercase hex digits; `runtime build-info` prints this build's)"
+            "{s:?} is not a verify-path fingerprint ({FINGERPRINT_LEN} lowercase hex digits; `runtime policy explain` \
+             prints this build's for a target)"
         ))
     }
 }

@@ -2,9 +2,10 @@
 //! classifier, declarations and resolution.
 
 use super::declared::{Declared, from_config, read_declared};
+use super::kind::DrafterSettings;
 use super::kind::{DeclarationSource, DrafterKind};
 use super::quant::{QuantClass, classify_gguf, classify_hf_config_file, classify_path};
-use super::resolve::{Fallback, PolicyError, Provenance, Resolution, ResolveInput, Resolver, StepKind};
+use super::resolve::{Fallback, Host, PolicyError, Provenance, Resolution, ResolveInput, Resolver, StepKind};
 use super::table::{Problem, RecordCheck, Table, TableError, Width, compile, parse_width};
 use super::{KERNEL_FINGERPRINT, compiled_table};
 use crate::gguf::{GgufFile, Value, test_writer::Builder};
@@ -21,24 +22,56 @@ fn fixture(name: &str) -> PathBuf {
 }
 
 fn known(class: &str) -> QuantClass {
-    QuantClass { class: class.into(), from: format!("test: {class}"), file: None, field: None }
+    QuantClass { class: class.into(), from: format!("test: {class}"), file: None, field: None, format: None }
+}
+
+/// The fingerprint stand-in: every key of this test build has [`FP`].
+fn this_build(_: &str, _: Option<&[String]>) -> String {
+    FP.to_string()
+}
+
+/// Another build's fingerprints: [`OTHER_FP`] for every key.
+fn other_build(_: &str, _: Option<&[String]>) -> String {
+    OTHER_FP.to_string()
+}
+
+fn resolver(t: &Table) -> Resolver<'_> {
+    Resolver { table: t, fingerprint: &this_build }
+}
+
+/// The test target's weight formats.
+fn formats() -> Vec<String> {
+    vec!["q4_1".into(), "q8_0".into()]
 }
 
 fn no_decl() -> Declared {
     Declared::Absent { why: "test: nothing declared".into() }
 }
 
-/// One `[[entry]]` with sensible values for the fields a test does not vary.
+/// The settings field an entry of `drafter` needs.
+fn settings_toml(drafter: &str) -> &'static str {
+    match drafter {
+        "ngram" => "{ ngram_min = 3, ngram_max = 4 }",
+        "layerskip" => "{ layers = [0, 1, 2] }",
+        _ => "{}",
+    }
+}
+
+/// One `[[entry]]` with sensible values for the fields a test does not vary
+/// (CPU entries at 2 threads).
 fn entry(drafter: &str, device: &str, quant: &str, width: &str, fp: &str) -> String {
+    let threads = if device.starts_with("cpu:") { "threads = 2\n" } else { "" };
     format!(
         "[[entry]]\ndrafter = \"{drafter}\"\ndevice_class = \"{device}\"\ntarget_quant = \"{quant}\"\n\
+         {threads}drafter_settings = {}\nweight_formats = [\"q4_1\", \"q8_0\"]\n\
          block_size = {width}\nrecord = \"records/r1\"\ndate = 2026-01-15\nratio = 1.5\n\
-         ratio_interval = [1.4, 1.6]\nhost = \"test host\"\nkernel_fingerprint = \"{fp}\"\n\n"
+         ratio_interval = [1.4, 1.6]\nhost = \"test host\"\nverify_fingerprint = \"{fp}\"\n\n",
+        settings_toml(drafter)
     )
 }
 
 fn table(entries: &[String]) -> Table {
-    let text = format!("schema_version = 1\n\n{}", entries.concat());
+    let text = format!("schema_version = 2\n\n{}", entries.concat());
     compile("test.toml", &text, RecordCheck::Skip).unwrap_or_else(|e| panic!("{e}"))
 }
 
@@ -51,25 +84,55 @@ struct In<'a> {
     declared: Declared,
     device: &'a str,
     quant: QuantClass,
+    threads: usize,
+    formats: Vec<String>,
+    settings: DrafterSettings,
     flag: Option<&'a str>,
     env: Option<&'a str>,
 }
 
 impl<'a> In<'a> {
     fn new(drafter: DrafterKind, quant: &str) -> Self {
-        In { drafter, declared: no_decl(), device: "cpu:x86_64-avx2", quant: known(quant), flag: None, env: None }
+        In {
+            drafter,
+            declared: no_decl(),
+            device: "cpu:x86_64-avx2",
+            quant: known(quant),
+            threads: 2,
+            formats: formats(),
+            settings: DrafterSettings::default(),
+            flag: None,
+            env: None,
+        }
     }
 
-    fn resolve(&self, t: &Table) -> Result<Resolution, PolicyError> {
-        let r = Resolver { table: t, kernel_fingerprint: FP };
+    fn host(&self) -> Host<'_> {
+        Host {
+            device_class: self.device,
+            target_quant: &self.quant,
+            threads: self.threads,
+            weight_formats: Some(&self.formats),
+        }
+    }
+
+    fn resolve_with(&self, r: &Resolver<'_>) -> Result<Resolution, PolicyError> {
         r.resolve(&ResolveInput {
             drafter: self.drafter,
             declared: &self.declared,
-            device_class: self.device,
-            target_quant: &self.quant,
+            host: self.host(),
+            settings: &self.settings,
             flag: self.flag,
             env: self.env,
         })
+    }
+
+    fn resolve(&self, t: &Table) -> Result<Resolution, PolicyError> {
+        self.resolve_with(&resolver(t))
+    }
+
+    /// What `generate` without `--drafter` does.
+    fn auto(&self, t: &Table) -> Resolution {
+        resolver(t).auto(&self.host())
     }
 }
 
@@ -158,7 +221,9 @@ fn per_kind_constants_apply_when_no_entry_matches() {
         assert_eq!(decided(&r), StepKind::Default);
         assert_eq!(
             r.block_size_from,
-            format!("per-kind default {n}: no measurement for cpu:x86_64-avx2 with a q4_1 target (drafter {kind})")
+            format!(
+                "per-kind default {n}: no measurement for {kind} on cpu:x86_64-avx2 with a q4_1 target at 2 threads"
+            )
         );
     }
 }
@@ -179,7 +244,11 @@ fn a_target_directory_with_no_config_json_classifies_unknown_and_says_so() {
     assert_eq!(r.block_size, Some(4));
     assert_eq!(
         r.block_size_from,
-        format!("per-kind default 4: target quantization unknown (config.json not found in {})", dir.path().display())
+        format!(
+            "per-kind default 4: no key for ngram on cpu:x86_64-avx2 at 2 threads: target quantization unknown \
+             (config.json not found in {d}; read {d}/config.json)",
+            d = dir.path().display()
+        )
     );
     assert!(matches!(r.provenance, Provenance::Default { fallback: Fallback::UnknownQuant { .. }, .. }));
 }
@@ -194,18 +263,19 @@ fn a_quantized_target_with_an_unquantized_drafter_resolves_on_the_targets_class(
         entry("draft-model", "cuda:sm_121", "bf16", "2", FP),
         entry("draft-model", "cuda:sm_121", "nvfp4", "6", FP),
     ]);
-    let r = Resolver { table: &t, kernel_fingerprint: FP };
-    let e = super::command::explain(
-        &r,
-        target.path(),
-        Some(drafter.path()),
-        &[DrafterKind::DraftModel],
-        "cuda:sm_121",
-        "--device",
-        None,
-        None,
-    )
-    .unwrap();
+    let r = resolver(&t);
+    let q = super::command::Question {
+        target: target.path(),
+        drafter_model: Some(drafter.path()),
+        drafter: Some("draft-model"),
+        device_class: "cuda:sm_121",
+        device_from: "--device",
+        threads: 2,
+        settings: &DrafterSettings::default(),
+        flag: None,
+        env: None,
+    };
+    let e = super::command::explain(&r, &q).unwrap();
     assert_eq!(e.target_quant.class, "nvfp4");
     assert_eq!(e.drafter_quant.as_ref().unwrap().class, "bf16");
     let res = &e.resolutions[0];
@@ -303,12 +373,26 @@ fn every_provenance_string_is_distinct() {
     add(In { quant: known("f16"), ..base() });
     add(In { quant: known("bf16"), ..base() });
     add(In { quant: QuantClass::unknown(Some(dir), format!("config.json not found in {}", dir.display())), ..base() });
+    add(In { settings: DrafterSettings::ngram(1, 4), ..base() });
+    add(In { threads: 1, ..base() });
+    // Without a drafter flag: each way the policy decides.
+    let on = In::new(DrafterKind::Ngram, "q4_1");
+    strings.push(on.auto(&t).block_size_from);
+    strings.push(In { threads: 1, ..In::new(DrafterKind::Ngram, "q4_1") }.auto(&t).block_size_from);
+    strings.push(In::new(DrafterKind::Ngram, "q8_0").auto(&t).block_size_from);
+    strings.push(In::new(DrafterKind::Ngram, "f16").auto(&t).block_size_from);
+    strings.push(In::new(DrafterKind::Ngram, "bf16").auto(&t).block_size_from);
+    let reaching = table(&[entry("ngram", "cpu:x86_64-avx2", "q4_1", "6", FP)
+        .replace("ratio_interval = [1.4, 1.6]", "ratio_interval = [0.9, 1.6]")]);
+    strings.push(on.auto(&reaching).block_size_from);
+    let unknown = QuantClass::unknown(Some(dir), format!("config.json not found in {}", dir.display()));
+    strings.push(In { quant: unknown, ..In::new(DrafterKind::Ngram, "q4_1") }.auto(&t).block_size_from);
     let n = strings.len();
     let unique: HashSet<&String> = strings.iter().collect();
     assert_eq!(unique.len(), n, "{strings:#?}");
     // Each names its source at the start, so a reader tells them apart at a glance.
     let starts = [
-        "speculation off: no drafter",
+        "speculation off: --drafter none",
         "--draft-block-size 5",
         "--draft-block-size 5, overriding",
         "--draft-block-size 5 (",
@@ -318,8 +402,18 @@ fn every_provenance_string_is_distinct() {
         "measured off for ngram",
         "per-kind default 4: the entry",
         "per-kind default 4: no measurement",
-        "per-kind default 4: target quantization unknown",
+        "per-kind default 4: no key for ngram",
+        "per-kind default 4: the entry for ngram on cpu:x86_64-avx2 with a q4_1 target at 2 threads was measured with other drafter settings",
+        "per-kind default 4: no measurement for ngram on cpu:x86_64-avx2 with a q4_1 target at 1 thread: the table measured it at 2 threads",
+        "speculation on by the policy (no --drafter): measured for ngram",
+        "speculation off by the policy (no --drafter): no measurement for ngram on cpu:x86_64-avx2 with a q4_1 target at 1 thread",
+        "speculation off by the policy (no --drafter): measured off for ngram",
+        "speculation off by the policy (no --drafter): the entry for ngram on cpu:x86_64-avx2 with an f16 target at 2 threads is stale",
+        "speculation off by the policy (no --drafter): no measurement for a weight-free drafter",
+        "speculation off by the policy (no --drafter): the entry for ngram on cpu:x86_64-avx2 with a q4_1 target at 2 threads gives width 6",
+        "speculation off by the policy (no --drafter): no key for a weight-free drafter",
     ];
+    assert_eq!(starts.len(), n);
     for (s, want) in strings.iter().zip(starts) {
         assert!(s.starts_with(want), "{s:?} should start with {want:?}");
     }
@@ -335,24 +429,18 @@ fn a_stale_entry_is_not_used_and_names_both_fingerprints() {
     assert_eq!(
         r.block_size_from,
         format!(
-            "per-kind default 4: the entry for cuda:sm_121 with an nvfp4 target (drafter layerskip) is stale: \
-             measured with kernel fingerprint {OTHER_FP}, this build has {FP} (records/r1)"
+            "per-kind default 4: the entry for layerskip on cuda:sm_121 with an nvfp4 target is stale: measured \
+             with verify-path fingerprint {OTHER_FP}, this build has {FP} for the key (records/r1); re-measure \
+             with `tuner sweep`"
         )
     );
     let table_step = &r.steps[3];
     assert_eq!(table_step.step, StepKind::Table);
     assert!(!table_step.decided && table_step.detail.contains("is stale"), "{table_step:?}");
-    // Under its own fingerprint the same entry decides.
-    let r = Resolver { table: &t, kernel_fingerprint: OTHER_FP }
-        .resolve(&ResolveInput {
-            drafter: DrafterKind::Layerskip,
-            declared: &no_decl(),
-            device_class: "cuda:sm_121",
-            target_quant: &known("nvfp4"),
-            flag: None,
-            env: None,
-        })
-        .unwrap();
+    // Under its own fingerprint the same entry decides (a CUDA key has no
+    // thread count: any --threads matches).
+    let other = Resolver { table: &t, fingerprint: &other_build };
+    let r = In { threads: 7, ..i }.resolve_with(&other).unwrap();
     assert_eq!(r.block_size, Some(7));
 }
 
@@ -373,44 +461,96 @@ fn an_off_entry_disables_speculation_by_default_but_an_override_still_wins() {
 fn no_drafter_means_no_width() {
     let r = Resolution::no_drafter();
     assert_eq!((r.drafter, r.block_size), (None, None));
-    assert_eq!(r.block_size_from, "speculation off: no drafter");
-    assert_eq!(r.summary(), "draft width: off (speculation off: no drafter)");
+    assert_eq!(r.block_size_from, "speculation off: --drafter none");
+    assert_eq!(r.summary(), "classic decoding: speculation off: --drafter none");
 }
 
 // ------------------------------------------------------- classification
 
 #[test]
 fn each_quantization_class_from_a_config_fixture() {
-    // fixture, class, field that decided
+    // fixture, class (numerics), field that decided, format that declared it
     let cases = [
-        ("mlx-affine.json", "affine", "quantization"),
-        ("mlx-nvfp4.json", "nvfp4", "quantization.mode"),
-        ("mlx-mxfp4.json", "mxfp4", "quantization.mode"),
-        ("modelopt-nvfp4.json", "nvfp4", "quantization_config.quant_algo"),
-        ("modelopt-fp8.json", "fp8", "quantization_config.quantization.quant_algo"),
-        ("compressed-tensors-nvfp4.json", "nvfp4-pack-quantized", "quantization_config.config_groups.group_0.format"),
-        ("compressed-tensors-w4a16.json", "pack-quantized", "quantization_config.config_groups.group_0.format"),
-        ("compressed-tensors-fp8.json", "float-quantized", "quantization_config.config_groups.group_0.format"),
-        ("gptq.json", "gptq", "quantization_config.quant_method"),
-        ("awq.json", "awq", "quantization_config.quant_method"),
-        ("fp8.json", "fp8", "quantization_config.quant_method"),
-        ("bitsandbytes-4bit.json", "bitsandbytes", "quantization_config.quant_method"),
-        ("unquantized-bf16.json", "bf16", "torch_dtype"),
-        ("unquantized-f16-dtype.json", "f16", "dtype"),
-        ("unquantized-f32.json", "f32", "torch_dtype"),
+        ("mlx-affine.json", "int4", "quantization.bits", "mlx"),
+        ("mlx-affine-8bit.json", "int8", "quantization.bits", "mlx"),
+        ("mlx-nvfp4.json", "nvfp4", "quantization.mode", "mlx"),
+        ("mlx-mxfp4.json", "mxfp4", "quantization.mode", "mlx"),
+        ("modelopt-nvfp4.json", "nvfp4", "quantization_config.quant_algo", "modelopt"),
+        ("modelopt-fp8.json", "fp8", "quantization_config.quantization.quant_algo", "modelopt"),
+        ("modelopt-int4-awq.json", "int4", "quantization_config.quant_algo", "modelopt"),
+        ("compressed-tensors-nvfp4.json", "nvfp4", "quantization_config.config_groups.group_0", "compressed-tensors"),
+        ("compressed-tensors-w4a16.json", "int4", "quantization_config.config_groups.group_0", "compressed-tensors"),
+        ("compressed-tensors-w8a8.json", "int8", "quantization_config.config_groups.group_0", "compressed-tensors"),
+        ("compressed-tensors-fp8.json", "fp8", "quantization_config.config_groups.group_0", "compressed-tensors"),
+        ("gptq.json", "int4", "quantization_config.bits", "gptq"),
+        ("gptq-8bit.json", "int8", "quantization_config.bits", "gptq"),
+        ("awq.json", "int4", "quantization_config.bits", "awq"),
+        ("awq-w-bit.json", "int4", "quantization_config.w_bit", "awq"),
+        ("fp8.json", "fp8", "quantization_config.quant_method", "fp8"),
+        ("bitsandbytes-4bit.json", "nf4", "quantization_config.bnb_4bit_quant_type", "bitsandbytes"),
+        ("bitsandbytes-4bit-fp4.json", "fp4", "quantization_config.bnb_4bit_quant_type", "bitsandbytes"),
+        ("bitsandbytes-8bit.json", "int8", "quantization_config.load_in_8bit", "bitsandbytes"),
+        ("unquantized-bf16.json", "bf16", "torch_dtype", "torch_dtype"),
+        ("unquantized-f16-dtype.json", "f16", "dtype", "torch_dtype"),
+        ("unquantized-f32.json", "f32", "torch_dtype", "torch_dtype"),
         (
             "text-config-nvfp4.json",
-            "nvfp4-pack-quantized",
-            "text_config.quantization_config.config_groups.group_0.format",
+            "nvfp4",
+            "text_config.quantization_config.config_groups.group_0",
+            "compressed-tensors",
         ),
     ];
-    for (file, class, field) in cases {
+    for (file, class, field, format) in cases {
         let p = fixture(file);
         let q = classify_hf_config_file(&p);
         assert_eq!(q.class, class, "{file}: {q:?}");
         assert_eq!(q.field.as_deref(), Some(field), "{file}: {q:?}");
+        assert_eq!(q.format.as_deref(), Some(format), "{file}: {q:?}");
         assert_eq!(q.file.as_deref(), Some(p.as_path()), "{file}");
         assert!(!q.from.is_empty());
+    }
+    // One numerics, one class, whichever format declared it.
+    let class = |f: &str| classify_hf_config_file(&fixture(f)).class;
+    assert_eq!(class("mlx-nvfp4.json"), class("modelopt-nvfp4.json"));
+    assert_eq!(class("modelopt-nvfp4.json"), class("compressed-tensors-nvfp4.json"));
+    assert_eq!(class("fp8.json"), class("compressed-tensors-fp8.json"));
+    assert_eq!(class("gptq.json"), class("awq.json"));
+    // Widths kept apart.
+    assert_ne!(class("mlx-affine.json"), class("mlx-affine-8bit.json"));
+    assert_ne!(class("gptq.json"), class("gptq-8bit.json"));
+    assert_ne!(class("bitsandbytes-4bit.json"), class("bitsandbytes-8bit.json"));
+}
+
+#[test]
+fn a_config_whose_quantization_cannot_be_read_is_unknown_with_the_file_and_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("config.json");
+    let cases = [
+        (r#"{"quantization": {"group_size": 64}}"#, "quantization.bits", "without a usable bits"),
+        (r#"{"quantization_config": {"quant_method": "gptq", "bits": 99}}"#, "quantization_config.bits", "not 1..=16"),
+        (
+            r#"{"quantization_config": {"quant_method": "bitsandbytes", "load_in_4bit": true, "load_in_8bit": true}}"#,
+            "quantization_config.load_in_4bit",
+            "neither or both",
+        ),
+        (
+            r#"{"quantization_config": {"quant_method": "compressed-tensors", "config_groups": {"g": {"format": "pack-quantized"}}}}"#,
+            "quantization_config.config_groups.g.weights",
+            "without a numerics-naming format",
+        ),
+        (
+            r#"{"quantization_config": {"quant_method": "modelopt"}}"#,
+            "quantization_config.quant_algo",
+            "without quant_algo",
+        ),
+    ];
+    for (text, field, why) in cases {
+        std::fs::write(&p, text).unwrap();
+        let q = classify_hf_config_file(&p);
+        assert!(q.is_unknown(), "{text}: {q:?}");
+        assert_eq!(q.field.as_deref(), Some(field), "{text}: {q:?}");
+        assert_eq!(q.file.as_deref(), Some(p.as_path()), "{text}");
+        assert!(q.from.contains(why), "{text}: {}", q.from);
     }
 }
 
@@ -514,9 +654,19 @@ fn explain_reads_a_gguf_target_without_loading_weights() {
     let f = gguf_with(&[GgmlType::Q4_1; 3], Some(3));
     std::fs::write(&p, f.bytes()).unwrap();
     let t = table(&[entry("ngram", "cpu:x86_64-avx2", "q4_1", "5", FP)]);
-    let r = Resolver { table: &t, kernel_fingerprint: FP };
-    let e =
-        super::command::explain(&r, &p, None, &DrafterKind::ALL, "cpu:x86_64-avx2", "--device", None, None).unwrap();
+    let r = resolver(&t);
+    let q = super::command::Question {
+        target: &p,
+        drafter_model: None,
+        drafter: None,
+        device_class: "cpu:x86_64-avx2",
+        device_from: "--device",
+        threads: 2,
+        settings: &DrafterSettings::default(),
+        flag: None,
+        env: None,
+    };
+    let e = super::command::explain(&r, &q).unwrap();
     assert_eq!(e.target_quant.class, "q4_1");
     let widths: Vec<_> = e.resolutions.iter().map(|r| r.block_size).collect();
     assert_eq!(widths, [Some(5), Some(4), Some(4), Some(7), Some(1)]);
@@ -570,11 +720,11 @@ fn compile_err(text: &str) -> TableError {
     compile("policy/t.toml", text, RecordCheck::Skip).expect_err("must not compile")
 }
 
-const HEAD: &str = "schema_version = 1\n\n";
+const HEAD: &str = "schema_version = 2\n\n";
 
 #[test]
 fn malformed_toml_fails_with_the_file_and_position() {
-    let e = compile_err("schema_version = 1\n[[entry]\ndrafter = \"ngram\"\n");
+    let e = compile_err("schema_version = 2\n[[entry]\ndrafter = \"ngram\"\n");
     assert!(matches!(e.problem, Problem::Malformed(_)), "{e}");
     let s = e.to_string();
     assert!(s.starts_with("policy/t.toml: malformed TOML") && s.contains("line 2"), "{s}");
@@ -588,14 +738,14 @@ fn malformed_toml_fails_with_the_file_and_position() {
 
 #[test]
 fn an_unknown_or_missing_schema_version_fails() {
-    let e = compile_err("schema_version = 2\n");
-    assert_eq!(e.problem, Problem::UnknownSchemaVersion("2".into()));
-    assert!(e.to_string().contains("this runtime compiles schema 1"), "{e}");
-    let e = compile_err("schema_version = \"1\"\n");
+    let e = compile_err("schema_version = 3\n");
+    assert_eq!(e.problem, Problem::UnknownSchemaVersion("3".into()));
+    assert!(e.to_string().contains("this runtime compiles schema 2"), "{e}");
+    let e = compile_err("schema_version = \"2\"\n");
     assert!(matches!(e.problem, Problem::UnknownSchemaVersion(_)), "{e}");
     let e = compile_err(&entry("ngram", "cpu:x86_64-avx2", "q4_1", "4", FP));
     assert_eq!(e.problem, Problem::MissingSchemaVersion);
-    let e = compile_err("schema_version = 1\nwidth = 4\n");
+    let e = compile_err("schema_version = 2\nwidth = 4\n");
     assert_eq!(e.problem, Problem::UnknownTopLevelKey("width".into()));
 }
 
@@ -605,11 +755,16 @@ fn duplicate_keys_fail_naming_both_entries() {
     let b = entry("ngram", "cpu:x86_64-avx512vnni", "q4_1", "5", FP);
     let e = compile_err(&format!("{HEAD}{a}{b}{a}"));
     assert_eq!(e.problem, Problem::DuplicateKey { first: "entry 1 (line 3)".into() });
-    assert_eq!(e.entry.as_deref(), Some("entry 3 (line 27) (ngram, cpu:x86_64-avx2, q4_1)"));
+    assert_eq!(e.entry.as_deref(), Some("entry 3 (line 33) (ngram, cpu:x86_64-avx2, q4_1, 2 threads)"));
     assert!(
-        e.to_string().starts_with("policy/t.toml: entry 3 (line 27) (ngram, cpu:x86_64-avx2, q4_1): duplicate key"),
+        e.to_string()
+            .starts_with("policy/t.toml: entry 3 (line 33) (ngram, cpu:x86_64-avx2, q4_1, 2 threads): duplicate key"),
         "{e}"
     );
+    // The same (drafter, device, quantization) at another thread count is another key.
+    let c = a.replace("threads = 2", "threads = 1");
+    let t = compile("t", &format!("{HEAD}{a}{c}"), RecordCheck::Skip).unwrap();
+    assert_eq!(t.entries.iter().map(|e| e.threads).collect::<Vec<_>>(), [Some(2), Some(1)]);
 }
 
 #[test]
@@ -634,7 +789,10 @@ fn widths_out_of_range_fail() {
 fn an_unknown_drafter_kind_fails() {
     let e = compile_err(&format!("{HEAD}{}", entry("eagle3", "cpu:x86_64-avx2", "q4_1", "4", FP)));
     assert_eq!(e.problem, Problem::UnknownDrafter("eagle3".into()));
-    assert!(e.to_string().contains("entry 1 (line 3) (eagle3, cpu:x86_64-avx2, q4_1): drafter \"eagle3\""), "{e}");
+    assert!(
+        e.to_string().contains("entry 1 (line 3) (eagle3, cpu:x86_64-avx2, q4_1, 2 threads): drafter \"eagle3\""),
+        "{e}"
+    );
 }
 
 #[test]
@@ -656,7 +814,7 @@ fn a_record_path_that_does_not_exist_fails() {
 #[test]
 fn other_bad_fields_fail_with_the_field_named() {
     let ok = format!("{HEAD}{}", entry("ngram", "cpu:x86_64-avx2", "q4_1", "4", FP));
-    let cases: [(&str, &str, &str); 9] = [
+    let cases: [(&str, &str, &str); 16] = [
         ("device_class = \"cpu:x86_64-avx2\"", "device_class = \"gpu0\"", "device_class"),
         ("target_quant = \"q4_1\"", "target_quant = \"unknown\"", "target_quant"),
         ("target_quant = \"q4_1\"", "target_quant = \"Q4_1\"", "target_quant"),
@@ -665,7 +823,14 @@ fn other_bad_fields_fail_with_the_field_named() {
         ("ratio_interval = [1.4, 1.6]", "ratio_interval = [1.6, 1.7]", "ratio_interval"),
         ("ratio_interval = [1.4, 1.6]", "ratio_interval = [1.4]", "ratio_interval"),
         ("host = \"test host\"", "host = \" \"", "host"),
-        (FP, "0123", "kernel_fingerprint"),
+        (FP, "0123", "verify_fingerprint"),
+        ("threads = 2\n", "", "threads"),
+        ("threads = 2", "threads = 0", "threads"),
+        ("threads = 2", "threads = 100000", "threads"),
+        ("ngram_min = 3", "ngram_min = 5", "drafter_settings"),
+        ("{ ngram_min = 3, ngram_max = 4 }", "{ layers = [1] }", "drafter_settings"),
+        ("weight_formats = [\"q4_1\", \"q8_0\"]", "weight_formats = []", "weight_formats"),
+        ("weight_formats = [\"q4_1\", \"q8_0\"]", "weight_formats = [\"Q4_1\"]", "weight_formats"),
     ];
     for (from, to, field) in cases {
         let e = compile_err(&ok.replace(from, to));
@@ -676,10 +841,21 @@ fn other_bad_fields_fail_with_the_field_named() {
     assert!(matches!(&e.problem, Problem::Field(m) if m.contains("colour")), "{e}");
     let e = compile_err(&ok.replace("host = \"test host\"\n", ""));
     assert!(matches!(&e.problem, Problem::Field(m) if m.contains("host")), "{e}");
-    // Device classes the dispatcher and CUDA produce are accepted.
+    // Device classes the dispatcher and CUDA produce are accepted (CUDA
+    // entries without a thread count: it is not part of their key).
     for d in ["cpu:x86_64-avx512vnni", "cpu:aarch64-neon", "cuda:sm_90", "cuda:sm_90a", "cuda:sm_121"] {
-        compile("t", &ok.replace("cpu:x86_64-avx2", d), RecordCheck::Skip).unwrap_or_else(|e| panic!("{d}: {e}"));
+        let text = ok.replace("cpu:x86_64-avx2", d);
+        let text = if d.starts_with("cuda:") { text.replace("threads = 2\n", "") } else { text };
+        compile("t", &text, RecordCheck::Skip).unwrap_or_else(|e| panic!("{d}: {e}"));
     }
+    let e = compile_err(&ok.replace("cpu:x86_64-avx2", "cuda:sm_90"));
+    assert!(matches!(&e.problem, Problem::BadValue { field: "threads", .. }), "{e}");
+    // An unknown settings field is named.
+    let e = compile_err(&ok.replace("ngram_min = 3", "ngram_min = 3, colour = 1"));
+    assert!(
+        matches!(&e.problem, Problem::BadValue { field: "drafter_settings", problem } if problem.contains("colour")),
+        "{e}"
+    );
 }
 
 #[test]
@@ -688,28 +864,320 @@ fn the_shipped_table_compiles_against_the_repository_and_is_the_one_compiled_in(
     let text = std::fs::read_to_string(root.join(super::TABLE_FILE)).unwrap();
     let t = compile(super::TABLE_FILE, &text, RecordCheck::Under(root)).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(&t, compiled_table());
-    assert_eq!(t.schema_version, 1);
+    assert_eq!(t.schema_version, 2);
 }
 
 #[test]
-fn the_kernel_fingerprint_is_sixteen_hex_digits_over_the_kernel_sources() {
+fn a_schema_1_table_is_refused_with_how_to_migrate() {
+    let old = "schema_version = 1\n\n[[entry]]\ndrafter = \"ngram\"\ndevice_class = \"cpu:x86_64-avx2\"\n\
+               target_quant = \"q4_1\"\nblock_size = 3\nrecord = \"records/r1\"\ndate = 2026-01-15\nratio = 1.5\n\
+               ratio_interval = [1.4, 1.6]\nhost = \"h\"\nkernel_fingerprint = \"0123456789abcdef\"\n";
+    let e = compile_err(old);
+    assert_eq!(e.problem, Problem::OldSchema(1));
+    let m = e.to_string();
+    for want in
+        ["schema_version = 2", "verify_fingerprint", "threads", "drafter_settings", "weight_formats", "tuner sweep"]
+    {
+        assert!(m.contains(want), "{want:?} missing from {m}");
+    }
+}
+
+// ------------------------------------------------------------ fingerprint
+
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+}
+
+/// The test that keeps the verify path honest: every source file of the
+/// kernels and the runtime is placed on it or off it, once, with a reason;
+/// a new file fails here until it is placed.
+#[test]
+fn every_source_file_is_on_the_verify_path_or_off_it_and_none_is_both() {
+    use super::fingerprint::{OFF_PATH, VERIFY_PATH, covers, source_files};
+    let root = workspace();
+    let files = source_files(&root).unwrap();
+    assert!(files.len() > 40, "{files:?}");
+    let mut unplaced = Vec::new();
+    for f in &files {
+        let on: Vec<&str> = VERIFY_PATH.iter().map(|p| p.path).filter(|p| covers(p, f)).collect();
+        let off: Vec<&str> = OFF_PATH.iter().map(|(p, _)| *p).filter(|p| covers(p, f)).collect();
+        match (on.len(), off.len()) {
+            (1, 0) | (0, 1) => {}
+            (0, 0) => unplaced.push(f.clone()),
+            _ => panic!("{f} is placed more than once: on {on:?}, off {off:?}"),
+        }
+    }
+    assert!(
+        unplaced.is_empty(),
+        "not placed on the verify path or off it (runtime/src/policy/fingerprint.rs): {unplaced:?}"
+    );
+    // Every listed path exists and says why it is there.
+    for p in VERIFY_PATH {
+        assert!(files.iter().any(|f| covers(p.path, f)), "{} is listed but has no files", p.path);
+        assert!(!p.why.is_empty(), "{}", p.path);
+    }
+    for (p, why) in OFF_PATH {
+        assert!(files.iter().any(|f| covers(p, f)), "{p} is listed but has no files");
+        assert!(!why.is_empty(), "{p}");
+    }
+    // The forward pass, the pool and the speculative loop are on the path.
+    for f in ["runtime/src/model/llama.rs", "runtime/src/pool.rs", "runtime/src/spec/decode.rs", "kernels/src/ops.rs"] {
+        assert!(VERIFY_PATH.iter().any(|p| covers(p.path, f)), "{f}");
+    }
+}
+
+#[test]
+fn the_build_fingerprints_are_the_parts_hashed_now() {
+    use super::fingerprint::{VERIFY_PATH, combine, part_hash};
+    let root = workspace();
+    let hashes: Vec<String> = VERIFY_PATH.iter().map(|p| part_hash(&root, p.path).unwrap()).collect();
+    assert_eq!(hashes, super::PART_HASHES, "build.rs hashed other bytes than the tree has");
+    let refs: Vec<&str> = hashes.iter().map(String::as_str).collect();
+    assert_eq!(combine(&refs, |_| true), KERNEL_FINGERPRINT);
     assert_eq!(KERNEL_FINGERPRINT.len(), 16);
     assert!(KERNEL_FINGERPRINT.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()));
-    let kernels = Path::new(env!("CARGO_MANIFEST_DIR")).join("../kernels");
-    assert_eq!(super::fingerprint::kernel_fingerprint(&kernels).unwrap(), KERNEL_FINGERPRINT);
-    // It moves with any byte of any kernel source, and ignores CRLF.
+    let fp = super::verify_fingerprint("cpu:x86_64-avx512vnni", Some(&formats()));
+    assert_eq!(fp.len(), 16);
+    assert_ne!(fp, KERNEL_FINGERPRINT, "a CPU key leaves the CUDA parts out");
+}
+
+/// A part's hash moves with any byte of its files, ignores CRLF, and a
+/// folder part counts added files.
+#[test]
+fn a_part_hash_moves_with_its_bytes() {
+    use super::fingerprint::part_hash;
     let dir = tempfile::tempdir().unwrap();
-    std::fs::create_dir_all(dir.path().join("src/matvec")).unwrap();
-    std::fs::write(dir.path().join("src/lib.rs"), "pub mod matvec;\n").unwrap();
-    std::fs::write(dir.path().join("src/matvec/mod.rs"), "const ROWS: usize = 4;\n").unwrap();
-    let a = super::fingerprint::kernel_fingerprint(dir.path()).unwrap();
-    std::fs::write(dir.path().join("src/matvec/mod.rs"), "const ROWS: usize = 8;\n").unwrap();
-    let b = super::fingerprint::kernel_fingerprint(dir.path()).unwrap();
-    std::fs::write(dir.path().join("src/matvec/mod.rs"), "const ROWS: usize = 8;\r\n").unwrap();
-    let c = super::fingerprint::kernel_fingerprint(dir.path()).unwrap();
+    std::fs::create_dir_all(dir.path().join("k/src")).unwrap();
+    std::fs::write(dir.path().join("k/src/a.rs"), "const ROWS: usize = 4;\n").unwrap();
+    let a = part_hash(dir.path(), "k/src/").unwrap();
+    std::fs::write(dir.path().join("k/src/a.rs"), "const ROWS: usize = 8;\n").unwrap();
+    let b = part_hash(dir.path(), "k/src/").unwrap();
+    std::fs::write(dir.path().join("k/src/a.rs"), "const ROWS: usize = 8;\r\n").unwrap();
+    let c = part_hash(dir.path(), "k/src/").unwrap();
     assert_ne!(a, b);
     assert_eq!(b, c);
-    std::fs::create_dir_all(dir.path().join("cuda")).unwrap();
-    std::fs::write(dir.path().join("cuda/verify.cu"), "__global__ void k() {}\n").unwrap();
-    assert_ne!(super::fingerprint::kernel_fingerprint(dir.path()).unwrap(), b);
+    std::fs::write(dir.path().join("k/src/b.cu"), "__global__ void k() {}\n").unwrap();
+    assert_ne!(part_hash(dir.path(), "k/src/").unwrap(), b);
+    assert_eq!(part_hash(dir.path(), "k/src/a.rs").unwrap(), part_hash(dir.path(), "k/src/a.rs").unwrap());
+    assert_ne!(part_hash(dir.path(), "missing.rs").unwrap(), part_hash(dir.path(), "k/src/a.rs").unwrap());
+}
+
+/// Per key: a change to a part moves exactly the keys it applies to.
+#[test]
+fn a_changed_part_stales_only_the_keys_it_applies_to() {
+    use super::fingerprint::{VERIFY_PATH, combine};
+    let index = |path: &str| VERIFY_PATH.iter().position(|p| p.path == path).unwrap();
+    let base: Vec<String> = (0..VERIFY_PATH.len()).map(|i| format!("{i:016x}")).collect();
+    let key = |hashes: &[String], device: &str, f: &[&str]| {
+        let refs: Vec<&str> = hashes.iter().map(String::as_str).collect();
+        let f: Vec<String> = f.iter().map(|s| s.to_string()).collect();
+        combine(&refs, |p| super::fingerprint::applies(p, device, Some(&f)))
+    };
+    let changed = |path: &str| {
+        let mut h = base.clone();
+        h[index(path)] = "ffffffffffffffff".into();
+        h
+    };
+    let cpu = "cpu:x86_64-avx512vnni";
+    let q4_1 = ["q4_1", "q8_0"];
+    let k_quants = ["q4_k", "q6_k"];
+    // The K-quant kernels: a Q4_1 target stays fresh, a Q4_K one goes stale.
+    let h = changed("kernels/src/matvec/x86_k.rs");
+    assert_eq!(key(&h, cpu, &q4_1), key(&base, cpu, &q4_1));
+    assert_ne!(key(&h, cpu, &k_quants), key(&base, cpu, &k_quants));
+    // The CUDA launcher: CPU keys stay fresh, CUDA keys go stale.
+    let h = changed("kernels/src/cuda/");
+    assert_eq!(key(&h, cpu, &q4_1), key(&base, cpu, &q4_1));
+    assert_ne!(key(&h, "cuda:sm_90", &q4_1), key(&base, "cuda:sm_90", &q4_1));
+    // The forward pass and the speculative loop: every key.
+    for shared in ["runtime/src/model/llama.rs", "runtime/src/spec/decode.rs", "runtime/src/pool.rs"] {
+        let h = changed(shared);
+        for (d, f) in [(cpu, &q4_1[..]), (cpu, &k_quants[..]), ("cuda:sm_90", &q4_1[..])] {
+            assert_ne!(key(&h, d, f), key(&base, d, f), "{shared} on {d} {f:?}");
+        }
+    }
+    // Unknown formats: every format's parts count.
+    let refs: Vec<&str> = base.iter().map(String::as_str).collect();
+    let all = combine(&refs, |p| super::fingerprint::applies(p, cpu, None));
+    assert_ne!(all, key(&base, cpu, &q4_1));
+}
+
+// ------------------------------------------------- speculation by policy
+
+#[test]
+fn no_drafter_flag_speculates_with_a_fresh_entry_above_classic() {
+    let t = table(&[entry("ngram", "cpu:x86_64-avx2", "q4_1", "3", FP)]);
+    let r = In::new(DrafterKind::Ngram, "q4_1").auto(&t);
+    assert_eq!((r.drafter, r.block_size), (Some(DrafterKind::Ngram), Some(3)));
+    assert_eq!(r.drafter_settings, Some(DrafterSettings::ngram(3, 4)));
+    assert!(matches!(r.provenance, Provenance::PolicyOn { .. }));
+    assert_eq!(
+        r.block_size_from,
+        "speculation on by the policy (no --drafter): measured for ngram on cpu:x86_64-avx2 with a q4_1 target at \
+         2 threads (ngram_min 3, ngram_max 4): 1.50x classic [1.40, 1.60] (records/r1, 2026-01-15)"
+    );
+    assert!(r.by_policy());
+    assert_eq!(r.steps.iter().filter(|s| s.decided).count(), 1, "{:?}", r.steps);
+}
+
+#[test]
+fn at_another_thread_count_the_policy_keeps_classic_and_names_both_counts() {
+    let t = table(&[entry("ngram", "cpu:x86_64-avx2", "q4_1", "3", FP)]);
+    let r = In { threads: 1, ..In::new(DrafterKind::Ngram, "q4_1") }.auto(&t);
+    assert_eq!((r.drafter, r.block_size), (None, None));
+    assert_eq!(
+        r.block_size_from,
+        "speculation off by the policy (no --drafter): no measurement for ngram on cpu:x86_64-avx2 with a q4_1 \
+         target at 1 thread: the table measured it at 2 threads (records/r1) only"
+    );
+    assert!(r.summary().starts_with("classic decoding: "), "{}", r.summary());
+    // A named drafter falls back to its constant, with the same reason.
+    let r = In { threads: 1, ..In::new(DrafterKind::Ngram, "q4_1") }.resolve(&t).unwrap();
+    assert_eq!((decided(&r), r.block_size), (StepKind::Default, Some(4)));
+    assert!(r.block_size_from.contains("at 1 thread: the table measured it at 2 threads"), "{}", r.block_size_from);
+}
+
+#[test]
+fn an_off_entry_keeps_classic_without_a_drafter_flag() {
+    let off = entry("ngram", "cpu:x86_64-avx2", "q4_1", "\"off\"", FP)
+        .replace("ratio = 1.5", "ratio = 0.9")
+        .replace("ratio_interval = [1.4, 1.6]", "ratio_interval = [0.85, 0.95]");
+    let t = table(&[off]);
+    let r = In::new(DrafterKind::Ngram, "q4_1").auto(&t);
+    assert_eq!((r.drafter, r.block_size), (None, None));
+    assert!(matches!(r.provenance, Provenance::PolicyClassic { fallback: Fallback::Off { .. }, .. }));
+    assert_eq!(
+        r.block_size_from,
+        "speculation off by the policy (no --drafter): measured off for ngram on cpu:x86_64-avx2 with a q4_1 target \
+         at 2 threads: speculation ran 0.90x classic [0.85, 0.95] (records/r1, 2026-01-15)"
+    );
+}
+
+#[test]
+fn a_width_whose_interval_reaches_classic_does_not_turn_speculation_on() {
+    let e = entry("ngram", "cpu:x86_64-avx2", "q4_1", "2", FP)
+        .replace("ratio_interval = [1.4, 1.6]", "ratio_interval = [0.99, 1.6]");
+    let r = In::new(DrafterKind::Ngram, "q4_1").auto(&table(&[e]));
+    assert_eq!(r.drafter, None);
+    assert!(
+        r.block_size_from.contains("but its interval [0.99, 1.60] reaches 1.0 (records/r1)"),
+        "{}",
+        r.block_size_from
+    );
+}
+
+#[test]
+fn a_stale_entry_keeps_classic_without_a_drafter_flag_and_names_the_fingerprints() {
+    let t = table(&[entry("ngram", "cpu:x86_64-avx2", "q4_1", "3", OTHER_FP)]);
+    let r = In::new(DrafterKind::Ngram, "q4_1").auto(&t);
+    assert_eq!(r.drafter, None);
+    assert_eq!(
+        r.block_size_from,
+        format!(
+            "speculation off by the policy (no --drafter): the entry for ngram on cpu:x86_64-avx2 with a q4_1 target \
+             at 2 threads is stale: measured with verify-path fingerprint {OTHER_FP}, this build has {FP} for the \
+             key (records/r1); re-measure with `tuner sweep`"
+        )
+    );
+}
+
+#[test]
+fn a_target_with_other_weight_formats_does_not_use_the_entry() {
+    // This build's fingerprint depends on the formats, as the real one does.
+    fn by_formats(_: &str, f: Option<&[String]>) -> String {
+        if f.is_some_and(|f| f.iter().any(|x| x == "q6_k")) { OTHER_FP.into() } else { FP.into() }
+    }
+    let t = table(&[entry("ngram", "cpu:x86_64-avx2", "q4_1", "3", FP)]);
+    let r = Resolver { table: &t, fingerprint: &by_formats };
+    let i = In { formats: vec!["q4_1".into(), "q6_k".into()], ..In::new(DrafterKind::Ngram, "q4_1") };
+    let res = r.auto(&i.host());
+    assert_eq!(res.drafter, None);
+    assert!(
+        res.block_size_from
+            .contains("it measured a target with weight formats [q4_1, q8_0], this one has [q4_1, q6_k]"),
+        "{}",
+        res.block_size_from
+    );
+    assert_eq!(r.auto(&In::new(DrafterKind::Ngram, "q4_1").host()).block_size, Some(3));
+}
+
+#[test]
+fn with_no_entry_or_no_key_the_policy_keeps_classic_and_says_which_key() {
+    let r = In::new(DrafterKind::Ngram, "q4_1").auto(&empty());
+    assert_eq!(
+        r.block_size_from,
+        "speculation off by the policy (no --drafter): no measurement for a weight-free drafter (ngram, layerskip) on \
+         cpu:x86_64-avx2 with a q4_1 target at 2 threads"
+    );
+    assert!(r.steps.iter().all(|s| !s.decided) && r.steps.len() == 2, "{:?}", r.steps);
+    let q = QuantClass {
+        class: "unknown".into(),
+        from: "config.json does not parse: expected value at line 1 column 1".into(),
+        file: Some("/m/config.json".into()),
+        field: Some("quantization_config".into()),
+        format: None,
+    };
+    let r = In { quant: q, ..In::new(DrafterKind::Ngram, "q4_1") }.auto(&empty());
+    assert_eq!(
+        r.block_size_from,
+        "speculation off by the policy (no --drafter): no key for a weight-free drafter (ngram, layerskip) on \
+         cpu:x86_64-avx2 at 2 threads: target quantization unknown (config.json does not parse: expected value at \
+         line 1 column 1; read /m/config.json, field quantization_config)"
+    );
+}
+
+#[test]
+fn the_fastest_weight_free_entry_wins_and_checkpoint_drafters_never_turn_on() {
+    let slow = entry("ngram", "cpu:x86_64-avx2", "q4_1", "3", FP);
+    let fast = entry("layerskip", "cpu:x86_64-avx2", "q4_1", "2", FP).replace("ratio = 1.5", "ratio = 1.55");
+    let model = entry("draft-model", "cpu:x86_64-avx2", "q4_1", "5", FP).replace("ratio = 1.5", "ratio = 1.59");
+    let r = In::new(DrafterKind::Ngram, "q4_1").auto(&table(&[slow.clone(), fast, model.clone()]));
+    assert_eq!((r.drafter, r.block_size), (Some(DrafterKind::Layerskip), Some(2)));
+    assert_eq!(r.drafter_settings, Some(DrafterSettings::layerskip(vec![0, 1, 2])));
+    let r = In::new(DrafterKind::Ngram, "q4_1").auto(&table(&[model]));
+    assert_eq!(r.drafter, None, "a draft model needs its checkpoint named");
+    // CUDA keys carry no thread count.
+    let cuda = entry("ngram", "cuda:sm_90", "q4_1", "4", FP);
+    let r = In { device: "cuda:sm_90", threads: 16, ..In::new(DrafterKind::Ngram, "q4_1") }.auto(&table(&[cuda]));
+    assert_eq!(r.block_size, Some(4));
+    assert!(r.block_size_from.contains("on cuda:sm_90 with a q4_1 target (ngram_min"), "{}", r.block_size_from);
+}
+
+#[test]
+fn a_named_drafter_with_other_settings_does_not_use_the_entry() {
+    let t = table(&[entry("ngram", "cpu:x86_64-avx2", "q4_1", "3", FP)]);
+    let mut i = In::new(DrafterKind::Ngram, "q4_1");
+    // No settings given: the entry decides and its settings are the ones to run.
+    let r = i.resolve(&t).unwrap();
+    assert_eq!((decided(&r), r.block_size), (StepKind::Table, Some(3)));
+    assert_eq!(r.drafter_settings, Some(DrafterSettings::ngram(3, 4)));
+    // The same settings given explicitly: still the entry.
+    i.settings = DrafterSettings::ngram(3, 4);
+    assert_eq!(i.resolve(&t).unwrap().block_size, Some(3));
+    // Other settings: the per-kind constant, naming the difference.
+    i.settings = DrafterSettings { ngram_min: Some(1), ngram_max: None, layers: None };
+    let r = i.resolve(&t).unwrap();
+    assert_eq!((decided(&r), r.block_size, r.drafter_settings.clone()), (StepKind::Default, Some(4), None));
+    assert_eq!(
+        r.block_size_from,
+        "per-kind default 4: the entry for ngram on cpu:x86_64-avx2 with a q4_1 target at 2 threads was measured \
+         with other drafter settings: ngram_min 1 (measured 3) (records/r1)"
+    );
+}
+
+#[test]
+fn drafter_settings_are_checked_per_kind() {
+    assert!(DrafterSettings::ngram(3, 4).check(DrafterKind::Ngram).is_ok());
+    for bad in [DrafterSettings::ngram(0, 4), DrafterSettings::ngram(5, 4), DrafterSettings::ngram(1, 1000)] {
+        assert!(bad.check(DrafterKind::Ngram).is_err(), "{bad:?}");
+    }
+    assert!(DrafterSettings::default().check(DrafterKind::Ngram).unwrap_err().contains("needs ngram_min"));
+    assert!(DrafterSettings::ngram(3, 4).check(DrafterKind::Layerskip).is_err());
+    assert!(DrafterSettings::layerskip(vec![2, 1]).check(DrafterKind::Layerskip).unwrap_err().contains("increasing"));
+    assert!(DrafterSettings::layerskip(vec![]).check(DrafterKind::Layerskip).is_err());
+    assert!(DrafterSettings::default().check(DrafterKind::DraftModel).is_ok());
+    assert!(DrafterSettings::ngram(3, 4).check(DrafterKind::DraftModel).is_err());
+    assert_eq!(DrafterSettings::layerskip(vec![0, 1, 2]).describe(), "layers 0-2");
+    assert_eq!(DrafterSettings::layerskip(vec![1, 5]).describe(), "layers 1,5");
+    assert_eq!(DrafterSettings::ngram(3, 4).describe(), "ngram_min 3, ngram_max 4");
 }

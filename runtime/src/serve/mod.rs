@@ -14,6 +14,7 @@
 
 pub mod api;
 pub mod conn;
+pub mod limits;
 pub mod metrics;
 pub mod queue;
 pub mod routes;
@@ -151,7 +152,6 @@ pub fn default_model_id(path: &Path) -> String {
 /// `runtime serve`: load, bind, serve until SIGTERM or SIGINT, shut down cleanly.
 pub fn run(args: ServeArgs) -> Result<ExitCode> {
     let threads = crate::limits::resolve_threads(args.threads)?;
-    crate::limits::check_spec_args(&args.spec)?;
     let limits = ServeLimits::from_args(&args).map_err(anyhow::Error::msg)?;
     let ip: IpAddr = args
         .host
@@ -169,7 +169,7 @@ pub fn run(args: ServeArgs) -> Result<ExitCode> {
     let mut loaded = model::load(&path).with_context(|| format!("loading {}", path.display()))?;
     let cuda = crate::device::place(&mut loaded, device)?;
     let engine = Engine::new(loaded, selection.family, threads)?;
-    let spec = Speculation::from_args(&args.spec, &engine)?;
+    let decoding = Speculation::from_args(&args.spec, &engine)?;
     let model_id = args.served_model_name.clone().unwrap_or_else(|| default_model_id(&path));
     if model_id.is_empty() {
         bail!("--served-model-name must not be empty");
@@ -177,7 +177,7 @@ pub fn run(args: ServeArgs) -> Result<ExitCode> {
     // The settings a request gets when it gives none (OpenAI's defaults).
     let defaults = SamplingParams { temperature: 1.0, ..SamplingParams::default() };
     let mut startup =
-        startup_event(&engine, &selection, spec.as_ref(), defaults, api::COMPLETIONS_DEFAULT_MAX_TOKENS, cuda);
+        startup_event(&engine, &selection, &decoding, defaults, api::COMPLETIONS_DEFAULT_MAX_TOKENS, cuda);
     // Typed, so a program that asked for `--port 0` learns the port without reading the log.
     startup.server = Some(crate::events::ServerInfo { address: addr.to_string(), model: model_id.clone() });
 
@@ -186,10 +186,7 @@ pub fn run(args: ServeArgs) -> Result<ExitCode> {
         writeln!(out, "{}", Event::Startup(startup.clone()).to_line())?;
         out.flush()?;
     }
-    match &spec {
-        Some(sp) => eprintln!("{}", sp.summary()),
-        None => eprintln!("{}", crate::policy::Resolution::no_drafter().summary()),
-    }
+    eprintln!("{}", decoding.summary());
     if !ip.is_loopback() {
         tracing::warn!("listening on {ip}, which is not loopback: this server has no authentication");
     }
@@ -232,8 +229,14 @@ pub fn run(args: ServeArgs) -> Result<ExitCode> {
         next_id: AtomicU64::new(0),
         shutting_down: AtomicBool::new(false),
     });
-    let worker =
-        Worker { engine, spec, queue: queue.clone(), stats: stats.clone(), abort: abort.clone(), json: args.json };
+    let worker = Worker {
+        engine,
+        spec: decoding.speculation,
+        queue: queue.clone(),
+        stats: stats.clone(),
+        abort: abort.clone(),
+        json: args.json,
+    };
     let engine_thread = std::thread::Builder::new().name("engine".into()).spawn(move || worker.run())?;
 
     let rt = tokio::runtime::Builder::new_multi_thread()

@@ -35,8 +35,19 @@ pub struct SpecStats {
     /// Tokens emitted by rounds (accepted drafts plus the round's own token).
     pub emitted_in_rounds: usize,
     pub draft_s: f64,
+    /// Every target pass of the loop (`plain_s + round_verify_s`).
     pub verify_s: f64,
     pub accept_s: f64,
+    /// The target passes of plain steps (one row, an empty draft): what a
+    /// classic step costs, paid inside the loop.
+    #[serde(default)]
+    pub plain_s: f64,
+    /// The target passes of rounds (a verify block with a draft).
+    #[serde(default)]
+    pub round_verify_s: f64,
+    /// Sampling each round's first token from the pending logits.
+    #[serde(default)]
+    pub sample_s: f64,
 }
 
 impl SpecStats {
@@ -114,10 +125,12 @@ impl Engine {
                 if out.len() >= max_tokens {
                     break FinishReason::Length;
                 }
+                let ts = Instant::now();
                 let t = match std::mem::replace(&mut pending, Pending::Token(0)) {
                     Pending::Logits(l) => sample(&l, sampling, &mut rng),
                     Pending::Token(t) => t,
                 };
+                stats.sample_s += ts.elapsed().as_secs_f64();
                 if tok.is_end_of_generation(t) {
                     break FinishReason::Stop;
                 }
@@ -148,13 +161,16 @@ impl Engine {
                 let base = session.len();
                 let tv = Instant::now();
                 let rows = model.forward(fam, &mut session, &block, LogitRows::All)?;
-                stats.verify_s += tv.elapsed().as_secs_f64();
+                let pass_s = tv.elapsed().as_secs_f64();
+                stats.verify_s += pass_s;
                 steps += 1;
                 if draft.is_empty() {
+                    stats.plain_s += pass_s;
                     stats.plain_steps += 1;
                     pending = Pending::Logits(rows);
                     continue;
                 }
+                stats.round_verify_s += pass_s;
                 let ta = Instant::now();
                 stats.rounds += 1;
                 stats.drafted += draft.len();

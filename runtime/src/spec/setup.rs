@@ -2,11 +2,13 @@
 //! drafter, its width, and the exactness probe's verdict.
 
 use super::DrafterKind;
-use super::drafter::{Drafter, ModelDrafter, NgramDrafter, check_compatible};
+use super::drafter::{DEFAULT_NGRAM_MAX, DEFAULT_NGRAM_MIN, Drafter, ModelDrafter, NgramDrafter, check_compatible};
 use super::probe::{PROBE_TEXT, ProbeReport, block_vs_chain};
 use crate::cli::SpecArgs;
 use crate::generate::Engine;
 use crate::policy;
+use crate::policy::DrafterSettings;
+use crate::policy::kind::MAX_NGRAM;
 use anyhow::{Context, Result, bail};
 
 /// Environment variable that forfeits exactness like `--allow-inexact`.
@@ -16,16 +18,49 @@ pub const ALLOW_INEXACT_ENV: &str = "DRAFTWISE_ALLOW_INEXACT";
 pub struct Speculation {
     pub kind: DrafterKind,
     pub drafter: Box<dyn Drafter>,
+    /// The settings the drafter runs with (the measured entry's when the
+    /// table decided).
+    pub settings: DrafterSettings,
     /// Drafted tokens per verify; `None` when the policy table says `off`.
     pub block_size: Option<usize>,
     /// Where `block_size` came from (the policy resolution's provenance).
     pub block_size_from: String,
     /// The exactness probe at `block_size`; `None` when off.
     pub probe: Option<ProbeReport>,
+    /// Why the probe could not run (speculation is then declined).
+    pub probe_error: Option<String>,
     pub allow_inexact: bool,
 }
 
-/// `layerskip` layers from `K` (the first K) or a comma-separated list.
+/// How a process decodes: the speculation it runs, if any, and the
+/// resolution that decided it (for classic decoding too: why).
+pub struct Decoding {
+    pub speculation: Option<Speculation>,
+    pub resolution: policy::Resolution,
+}
+
+impl Decoding {
+    /// One line for humans, on stderr.
+    pub fn summary(&self) -> String {
+        match &self.speculation {
+            Some(s) => s.summary(),
+            None => self.resolution.summary(),
+        }
+    }
+
+    /// `flag`, `policy` or `none`: who chose the drafter (the `startup`
+    /// event's `drafter_from`).
+    pub fn drafter_from(&self) -> &'static str {
+        match (&self.speculation, self.resolution.by_policy()) {
+            (_, true) => "policy",
+            (Some(_), false) => "flag",
+            (None, false) => "none",
+        }
+    }
+}
+
+/// `layerskip` layers from `K` (the first K) or a comma-separated list
+/// (`5,` is the list of layer 5 alone).
 pub fn parse_layers(s: &str, n_layers: usize) -> Result<Vec<usize>> {
     let s = s.trim();
     if !s.contains(',') {
@@ -36,7 +71,8 @@ pub fn parse_layers(s: &str, n_layers: usize) -> Result<Vec<usize>> {
         return Ok((0..k).collect());
     }
     let mut layers = Vec::new();
-    for part in s.split(',') {
+    // A trailing comma makes a one-layer list (`5,`) distinct from a count.
+    for part in s.strip_suffix(',').unwrap_or(s).split(',') {
         let l: usize =
             part.trim().parse().with_context(|| format!("--layerskip-layers: {part:?} is not a layer index"))?;
         if l >= n_layers {
@@ -50,22 +86,71 @@ pub fn parse_layers(s: &str, n_layers: usize) -> Result<Vec<usize>> {
     Ok(layers)
 }
 
-/// The drafter `args` ask for (`kind_s` is `--drafter`'s value), checked
-/// against the target; no width, policy or probe yet.
-pub fn build_drafter(kind_s: &str, args: &SpecArgs, engine: &Engine) -> Result<(DrafterKind, Box<dyn Drafter>)> {
-    let kind: DrafterKind = kind_s.parse().map_err(anyhow::Error::msg)?;
-    let target = &engine.loaded;
-    let drafter: Box<dyn Drafter> = match kind {
+/// The drafter settings `args` give for `kind` (fields not given stay
+/// unset), each bounded.
+pub fn requested_settings(kind: DrafterKind, args: &SpecArgs, n_layers: usize) -> Result<DrafterSettings> {
+    let mut s = DrafterSettings::default();
+    match kind {
         DrafterKind::Ngram => {
-            if args.ngram_min == 0 || args.ngram_min > args.ngram_max {
-                bail!("--ngram-min {} / --ngram-max {}: need 1 <= min <= max", args.ngram_min, args.ngram_max);
+            for (flag, v) in [("--ngram-min", args.ngram_min), ("--ngram-max", args.ngram_max)] {
+                if let Some(n) = v
+                    && !(1..=MAX_NGRAM).contains(&n)
+                {
+                    bail!("{flag} {n}: give 1..={MAX_NGRAM}");
+                }
             }
-            Box::new(NgramDrafter { max_n: args.ngram_max, min_n: args.ngram_min })
+            s.ngram_min = args.ngram_min;
+            s.ngram_max = args.ngram_max;
+        }
+        DrafterKind::Layerskip => {
+            if let Some(spec) = &args.layerskip_layers {
+                s.layers = Some(parse_layers(spec, n_layers)?);
+            }
+        }
+        DrafterKind::DraftModel | DrafterKind::Dflash | DrafterKind::Mtp => {}
+    }
+    if kind != DrafterKind::Ngram && (args.ngram_min.is_some() || args.ngram_max.is_some()) {
+        bail!("--ngram-min and --ngram-max are settings of --drafter ngram, not of {kind}");
+    }
+    if kind != DrafterKind::Layerskip && args.layerskip_layers.is_some() {
+        bail!("--layerskip-layers is a setting of --drafter layerskip, not of {kind}");
+    }
+    Ok(s)
+}
+
+/// The settings a kind runs with when neither the operator nor a measured
+/// entry gives them: ngram 3..=4 ([`DEFAULT_NGRAM_MIN`], [`DEFAULT_NGRAM_MAX`]),
+/// layerskip the first half of the layers.
+pub fn default_settings(kind: DrafterKind, n_layers: usize) -> DrafterSettings {
+    match kind {
+        DrafterKind::Ngram => DrafterSettings::ngram(DEFAULT_NGRAM_MIN, DEFAULT_NGRAM_MAX),
+        DrafterKind::Layerskip => DrafterSettings::layerskip((0..(n_layers / 2).max(1)).collect()),
+        DrafterKind::DraftModel | DrafterKind::Dflash | DrafterKind::Mtp => DrafterSettings::default(),
+    }
+}
+
+/// A drafter of `kind` with complete `settings`, checked against the target.
+pub fn build_drafter_with(
+    kind: DrafterKind,
+    settings: &DrafterSettings,
+    args: &SpecArgs,
+    engine: &Engine,
+) -> Result<Box<dyn Drafter>> {
+    settings.check(kind).map_err(|e| anyhow::anyhow!("{kind} drafter settings: {e}"))?;
+    let target = &engine.loaded;
+    Ok(match kind {
+        DrafterKind::Ngram => {
+            let (Some(min_n), Some(max_n)) = (settings.ngram_min, settings.ngram_max) else {
+                bail!("the ngram drafter needs ngram_min and ngram_max");
+            };
+            Box::new(NgramDrafter { max_n, min_n })
         }
         DrafterKind::Layerskip => {
             let n = target.model.config.n_layers;
-            let spec = args.layerskip_layers.clone().unwrap_or_else(|| (n / 2).max(1).to_string());
-            let layers = parse_layers(&spec, n)?;
+            let layers = settings.layers.clone().unwrap_or_default();
+            if let Some(&l) = layers.iter().find(|&&l| l >= n) {
+                bail!("layerskip layer {l} does not exist (the target has {n})");
+            }
             Box::new(ModelDrafter::layerskip(&target.model, &layers).map_err(anyhow::Error::msg)?)
         }
         DrafterKind::DraftModel => {
@@ -80,44 +165,121 @@ pub fn build_drafter(kind_s: &str, args: &SpecArgs, engine: &Engine) -> Result<(
             "drafter kind {kind} is recognized but this runtime has no {kind} loader yet: it needs a checkpoint \
              that declares {kind} heads and the loader for them; use ngram, layerskip or draft-model"
         ),
-    };
-    Ok((kind, drafter))
+    })
+}
+
+/// The drafter `args` ask for (`kind_s` is `--drafter`'s value), with the
+/// settings given or the kind's defaults, checked against the target; no
+/// width, policy or probe (`runtime bench --drafter`).
+pub fn build_drafter(kind_s: &str, args: &SpecArgs, engine: &Engine) -> Result<(DrafterKind, Box<dyn Drafter>)> {
+    let kind: DrafterKind = kind_s.parse().map_err(anyhow::Error::msg)?;
+    let n_layers = engine.loaded.model.config.n_layers;
+    let settings = default_settings(kind, n_layers).overlaid_with(&requested_settings(kind, args, n_layers)?);
+    Ok((kind, build_drafter_with(kind, &settings, args, engine)?))
+}
+
+/// The policy key of this process: device class, target quantization,
+/// threads and weight formats.
+pub fn host_of<'a>(engine: &'a Engine, device_class: &'a str) -> policy::resolve::Host<'a> {
+    policy::resolve::Host {
+        device_class,
+        target_quant: &engine.loaded.info.quant,
+        threads: engine.threads,
+        weight_formats: Some(&engine.loaded.info.weight_formats),
+    }
 }
 
 impl Speculation {
-    /// `None` when no drafter was asked for.
-    pub fn from_args(args: &SpecArgs, engine: &Engine) -> Result<Option<Self>> {
-        let Some(kind_s) = &args.drafter else {
-            if args.draft_block_size.is_some() || args.drafter_model.is_some() || args.layerskip_layers.is_some() {
-                bail!("--draft-block-size, --drafter-model and --layerskip-layers need --drafter");
-            }
-            return Ok(None);
+    /// How this process decodes, resolved with the compiled policy.
+    pub fn from_args(args: &SpecArgs, engine: &Engine) -> Result<Decoding> {
+        Speculation::resolve(args, engine, &policy::Resolver::compiled())
+    }
+
+    /// [`Speculation::from_args`] against a given policy (tests pass their
+    /// own table).
+    pub fn resolve(args: &SpecArgs, engine: &Engine, resolver: &policy::Resolver<'_>) -> Result<Decoding> {
+        let given = |a: &SpecArgs| {
+            a.draft_block_size.is_some()
+                || a.drafter_model.is_some()
+                || a.layerskip_layers.is_some()
+                || a.ngram_min.is_some()
+                || a.ngram_max.is_some()
         };
-        let (kind, drafter) = build_drafter(kind_s, args, engine)?;
         let target = &engine.loaded;
-        let declared = policy::read_declared(kind, args.drafter_model.as_deref(), &target.info.path);
-        let env = policy::env_override()?;
+        let n_layers = target.model.config.n_layers;
         let device_class = engine.loaded.model.device_class(engine.family);
-        let resolution = policy::resolve(&policy::ResolveInput {
-            drafter: kind,
-            declared: &declared,
-            device_class: &device_class,
-            target_quant: &target.info.quant,
-            flag: args.draft_block_size.as_deref(),
-            env: env.as_deref(),
-        })?;
+        let host = host_of(engine, &device_class);
+        let env = policy::env_override()?;
+        let (kind, settings, resolution) = match args.drafter.as_deref() {
+            Some("none") => {
+                if given(args) {
+                    bail!(
+                        "--drafter none decodes classically: --draft-block-size, --drafter-model, \
+                         --layerskip-layers and --ngram-min/--ngram-max do not apply"
+                    );
+                }
+                return Ok(Decoding { speculation: None, resolution: policy::Resolution::no_drafter() });
+            }
+            None => {
+                if given(args) {
+                    bail!(
+                        "--draft-block-size, --drafter-model, --layerskip-layers and --ngram-min/--ngram-max \
+                         need --drafter (without it the policy picks the drafter, its width and its settings)"
+                    );
+                }
+                if env.as_deref().is_some_and(|v| !v.trim().is_empty()) {
+                    tracing::warn!(
+                        "{} is set but no --drafter is: the policy decides whether to speculate, and the \
+                         override applies only with --drafter",
+                        policy::BLOCK_SIZE_ENV
+                    );
+                }
+                let r = resolver.auto(&host);
+                match (r.drafter, r.drafter_settings.clone()) {
+                    (Some(k), Some(s)) => (k, s, r),
+                    _ => return Ok(Decoding { speculation: None, resolution: r }),
+                }
+            }
+            Some(kind_s) => {
+                let kind: DrafterKind = kind_s.parse().map_err(|e| anyhow::anyhow!("--drafter: {e} (or none)"))?;
+                let requested = requested_settings(kind, args, n_layers)?;
+                let declared = policy::read_declared(kind, args.drafter_model.as_deref(), &target.info.path);
+                let r = resolver.resolve(&policy::ResolveInput {
+                    drafter: kind,
+                    declared: &declared,
+                    host,
+                    settings: &requested,
+                    flag: args.draft_block_size.as_deref(),
+                    env: env.as_deref(),
+                })?;
+                let settings = match &r.drafter_settings {
+                    Some(measured) => measured.overlaid_with(&requested),
+                    None => default_settings(kind, n_layers).overlaid_with(&requested),
+                };
+                (kind, settings, r)
+            }
+        };
+        let drafter = build_drafter_with(kind, &settings, args, engine)?;
         let Some(block_size) = resolution.block_size else {
             // The measured policy says this drafter loses to classic decoding here.
             tracing::warn!("{}; decoding classically", resolution.summary());
-            return Ok(Some(Speculation::off(kind, drafter, resolution.block_size_from)));
+            let spec = Speculation::off(kind, drafter, settings, resolution.block_size_from.clone());
+            return Ok(Decoding { speculation: Some(spec), resolution });
         };
-        let block_size_from = resolution.block_size_from;
+        let block_size_from = resolution.block_size_from.clone();
         let allow_inexact = args.allow_inexact || std::env::var(ALLOW_INEXACT_ENV).is_ok_and(|v| v == "1");
         let probe_ids = target.tokenizer.encode(PROBE_TEXT).unwrap_or_default();
-        let probe = engine
+        let (probe, probe_error) = match engine
             .install(|| block_vs_chain(&target.model, engine.family, engine.threads, &probe_ids, block_size))
-            .context("running the block-vs-chain probe")?;
-        if !probe.passed {
+        {
+            Ok(p) => (Some(p), None),
+            Err(e) => {
+                let why = format!("the width-{block_size} exactness probe could not run: {e}");
+                tracing::warn!("speculation declined: {why}; decoding classically");
+                (None, Some(why))
+            }
+        };
+        if let Some(probe) = probe.as_ref().filter(|p| !p.passed) {
             if allow_inexact {
                 tracing::warn!(
                     "EXACTNESS FORFEITED: the width-{block_size} verify block differs from the one-token chain \
@@ -132,19 +294,31 @@ impl Speculation {
                 );
             }
         }
-        Ok(Some(Speculation {
+        let spec = Speculation {
             kind,
             drafter,
+            settings,
             block_size: Some(block_size),
             block_size_from,
-            probe: Some(probe),
+            probe,
+            probe_error,
             allow_inexact,
-        }))
+        };
+        Ok(Decoding { speculation: Some(spec), resolution })
     }
 
     /// A drafter the policy turned off: requests decode classically.
-    fn off(kind: DrafterKind, drafter: Box<dyn Drafter>, block_size_from: String) -> Self {
-        Speculation { kind, drafter, block_size: None, block_size_from, probe: None, allow_inexact: false }
+    fn off(kind: DrafterKind, drafter: Box<dyn Drafter>, settings: DrafterSettings, block_size_from: String) -> Self {
+        Speculation {
+            kind,
+            drafter,
+            settings,
+            block_size: None,
+            block_size_from,
+            probe: None,
+            probe_error: None,
+            allow_inexact: false,
+        }
     }
 
     /// The width to speculate at, when requests speculate at all.
@@ -155,6 +329,9 @@ impl Speculation {
     /// Why requests run classic decoding although a drafter was asked for
     /// and the policy did not turn it off: a failed exactness probe.
     pub fn declined_reason(&self) -> Option<String> {
+        if let Some(e) = &self.probe_error {
+            return Some(e.clone());
+        }
         let p = self.probe.as_ref()?;
         (!p.passed && !self.allow_inexact).then(|| {
             format!(
@@ -175,9 +352,14 @@ impl Speculation {
             Some(p) if p.passed => ", exactness probe passed".into(),
             Some(_) => ", exactness probe FAILED".into(),
         };
+        let probe = match &self.probe_error {
+            Some(e) => format!(", speculation declined ({e})"),
+            None => probe,
+        };
         format!(
-            "speculative: drafter {}, block_size {} ({}){probe}{}",
+            "speculative: drafter {} ({}), block_size {} ({}){probe}{}",
             self.kind,
+            self.settings.describe(),
             self.block_size.map_or("off".into(), |n| n.to_string()),
             self.block_size_from,
             if self.allow_inexact { ", exactness forfeited (--allow-inexact)" } else { "" }

@@ -1,4 +1,5 @@
-//! Bounds on every number a user or a file gives the runtime, in one place:
+//! Bounds on the numbers a user or a file gives the runtime (the drafter's
+//! own settings are bounded where they are resolved, `spec/setup.rs`):
 //! each check names the flag (or file) and the range it accepts, so a
 //! refusal says how to fix it, and no value reaches an allocation or a loop
 //! unchecked.
@@ -9,11 +10,6 @@ use std::time::Duration;
 /// that the engine only loses speed (each extra thread is a context switch
 /// per parallel section), and a huge value would allocate per thread.
 pub const MAX_THREADS_PER_CPU: usize = 4;
-
-/// Largest `--ngram-max`/`--ngram-min`: longer patterns than this never
-/// repeat in a prompt the context holds, and the drafter's lookup is linear
-/// in the pattern length per draft.
-pub const MAX_NGRAM: usize = 64;
 
 /// The exit status of a runtime error (clap's usage errors exit 2).
 pub const EXIT_RUNTIME_ERROR: u8 = 1;
@@ -36,12 +32,6 @@ pub fn error_chain(e: &anyhow::Error) -> String {
         last = text;
     }
     out
-}
-
-/// Checks the n-gram drafter's sizes from the speculative flags (the one
-/// place that reads them for bounds).
-pub fn check_spec_args(spec: &crate::cli::SpecArgs) -> anyhow::Result<()> {
-    check_ngram(spec.ngram_min, spec.ngram_max).map_err(anyhow::Error::msg)
 }
 
 /// Reads `path` whole, refusing a file larger than `cap` bytes with a
@@ -137,19 +127,6 @@ pub fn resolve_threads(flag: Option<usize>) -> anyhow::Result<usize> {
     }
 }
 
-/// Checks `--ngram-min`/`--ngram-max`: 1..=[`MAX_NGRAM`], min <= max.
-pub fn check_ngram(min: usize, max: usize) -> Result<(), String> {
-    for (flag, v) in [("--ngram-min", min), ("--ngram-max", max)] {
-        if v == 0 || v > MAX_NGRAM {
-            return Err(format!("{flag} {v} is out of range: give 1 to {MAX_NGRAM}"));
-        }
-    }
-    if min > max {
-        return Err(format!("--ngram-min {min} is larger than --ngram-max {max}"));
-    }
-    Ok(())
-}
-
 /// A number flag checked against `lo..=hi`, naming the flag when it is not.
 pub fn check_range(flag: &str, v: u64, lo: u64, hi: u64) -> Result<u64, String> {
     if v < lo || v > hi {
@@ -178,15 +155,6 @@ mod tests {
         // No overflow on the largest values.
         assert!(check_threads(usize::MAX, usize::MAX).is_ok());
         assert!(check_threads(usize::MAX, 2).is_err());
-    }
-
-    #[test]
-    fn ngram_sizes_are_bounded_and_ordered() {
-        assert!(check_ngram(1, 4).is_ok());
-        assert!(check_ngram(1, MAX_NGRAM).is_ok());
-        assert!(check_ngram(0, 4).unwrap_err().contains("--ngram-min"));
-        assert!(check_ngram(1, 1_000_000_000_000).unwrap_err().contains("--ngram-max 1000000000000"));
-        assert!(check_ngram(5, 4).unwrap_err().contains("larger"));
     }
 
     #[test]

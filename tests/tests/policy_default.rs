@@ -1,0 +1,226 @@
+//! The measured default as an operator gets it: no `--drafter`, the policy
+//! decides whether to speculate, with which drafter, width and settings.
+//!
+//! The decisions run through the runtime's own setup
+//! (`Speculation::resolve`) on the real default model with tables written
+//! here, keyed to this host (its device class, the model's quantization and
+//! weight formats, this build's fingerprint), so each case holds on any host
+//! CI runs on. The binary is then checked to do what the compiled table
+//! says, and byte-identical output is checked either way.
+
+use draftwise_tests::{bin, json_lines, model_path, output_text, run};
+use runtime::cli::SpecArgs;
+use runtime::generate::{Engine, NoSink};
+use runtime::policy::resolve::Host;
+use runtime::policy::table::{RecordCheck, Table, compile};
+use runtime::policy::{DrafterKind, DrafterSettings, Resolver};
+use runtime::sampling::SamplingParams;
+use runtime::spec::setup::{Decoding, Speculation};
+use std::process::Command;
+use std::sync::OnceLock;
+
+/// The default model, loaded once for this binary, on 2 threads.
+fn engine() -> &'static Engine {
+    static E: OnceLock<Engine> = OnceLock::new();
+    E.get_or_init(|| {
+        let loaded = runtime::model::load(&model_path()).expect("loading the default model");
+        let family = kernels::dispatch::selected().expect("a kernel family").family;
+        Engine::new(loaded, family, 2).expect("an engine")
+    })
+}
+
+fn device_class() -> String {
+    engine().loaded.model.device_class(engine().family)
+}
+
+fn fingerprint(device: &str, formats: Option<&[String]>) -> String {
+    runtime::policy::verify_fingerprint(device, formats)
+}
+
+/// One entry keyed to this host and model at `threads`, measured by this
+/// build, with ngram settings 2..=5 (not the runtime's defaults, so a test
+/// sees whose settings run).
+fn entry(width: &str, ratio: f64, interval: [f64; 2], threads: usize) -> String {
+    let e = engine();
+    let formats: Vec<String> = e.loaded.info.weight_formats.iter().map(|f| format!("\"{f}\"")).collect();
+    let device = device_class();
+    format!(
+        "[[entry]]\ndrafter = \"ngram\"\ndevice_class = \"{device}\"\ntarget_quant = \"{}\"\nthreads = {threads}\n\
+         drafter_settings = {{ ngram_min = 2, ngram_max = 5 }}\nweight_formats = [{}]\nblock_size = {width}\n\
+         record = \"records/test-record\"\ndate = 2026-12-01\nratio = {ratio}\nratio_interval = [{}, {}]\n\
+         host = \"test\"\nverify_fingerprint = \"{}\"\n",
+        e.loaded.info.quant.class,
+        formats.join(", "),
+        interval[0],
+        interval[1],
+        fingerprint(&device, Some(&e.loaded.info.weight_formats)),
+    )
+}
+
+fn table(entries: &[String]) -> Table {
+    compile("test.toml", &format!("schema_version = 2\n\n{}", entries.join("\n")), RecordCheck::Skip)
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn decide(t: &Table, args: &SpecArgs) -> Decoding {
+    Speculation::resolve(args, engine(), &Resolver { table: t, fingerprint: &fingerprint }).expect("resolves")
+}
+
+fn no_flags() -> SpecArgs {
+    SpecArgs::default()
+}
+
+/// Token ids of a greedy run of a repetitive prompt, through the request
+/// path `generate` and `serve` use.
+fn tokens(d: &mut Decoding) -> Vec<u32> {
+    let e = engine();
+    let prompt = e.loaded.tokenizer.encode("one two three four five, one two three four five, one two").unwrap();
+    let sampling = SamplingParams { temperature: 0.0, ..SamplingParams::default() };
+    let tag = runtime::request::Tag { id: "p", warmup: false, repeat: 0 };
+    let (g, _) =
+        runtime::request::decode(e, d.speculation.as_mut(), &prompt, 32, &sampling, &mut NoSink, tag).expect("decodes");
+    g.token_ids
+}
+
+#[test]
+fn a_measured_entry_turns_speculation_on_with_its_drafter_width_and_settings() {
+    let t = table(&[entry("3", 1.2, [1.1, 1.3], 2)]);
+    let mut d = decide(&t, &no_flags());
+    let s = d.speculation.as_ref().expect("the policy turned speculation on");
+    assert_eq!((s.kind, s.block_size), (DrafterKind::Ngram, Some(3)));
+    assert_eq!(s.settings, DrafterSettings::ngram(2, 5), "the entry's settings run, not the defaults");
+    assert_eq!(d.drafter_from(), "policy");
+    let why = &d.resolution.block_size_from;
+    assert!(why.starts_with("speculation on by the policy (no --drafter): measured for ngram on"), "{why}");
+    assert!(
+        why.contains("at 2 threads (ngram_min 2, ngram_max 5): 1.20x classic") && why.contains("records/test-record"),
+        "{why}"
+    );
+    assert!(s.probe.as_ref().is_some_and(|p| p.passed));
+    // Speculation changes speed only: the tokens are classic decoding's.
+    let spec = tokens(&mut d);
+    let mut classic = decide(&t, &SpecArgs { drafter: Some("none".into()), ..no_flags() });
+    assert!(classic.speculation.is_none());
+    assert_eq!(classic.resolution.block_size_from, "speculation off: --drafter none");
+    assert_eq!(spec, tokens(&mut classic));
+}
+
+#[test]
+fn at_another_thread_count_decoding_is_classic_and_the_reason_names_both_counts() {
+    let t = table(&[entry("3", 1.2, [1.1, 1.3], 1)]);
+    let d = decide(&t, &no_flags());
+    assert!(d.speculation.is_none());
+    assert_eq!(d.drafter_from(), "policy");
+    let why = &d.resolution.block_size_from;
+    assert!(why.starts_with("speculation off by the policy (no --drafter): no measurement for ngram on"), "{why}");
+    assert!(why.contains("target at 2 threads: the table measured it at 1 thread (records/test-record) only"), "{why}");
+}
+
+#[test]
+fn an_off_entry_keeps_classic_decoding() {
+    let t = table(&[entry("\"off\"", 0.9, [0.85, 0.95], 2)]);
+    let d = decide(&t, &no_flags());
+    assert!(d.speculation.is_none());
+    let why = &d.resolution.block_size_from;
+    assert!(why.contains("measured off for ngram") && why.contains("speculation ran 0.90x classic"), "{why}");
+    assert!(d.summary().starts_with("classic decoding: "), "{}", d.summary());
+}
+
+#[test]
+fn a_stale_entry_or_none_keeps_classic_decoding() {
+    let stale = entry("3", 1.2, [1.1, 1.3], 2)
+        .replace(&fingerprint(&device_class(), Some(&engine().loaded.info.weight_formats)), "0123456789abcdef");
+    let d = decide(&table(&[stale]), &no_flags());
+    assert!(d.speculation.is_none());
+    assert!(d.resolution.block_size_from.contains("is stale: measured with verify-path fingerprint 0123456789abcdef"));
+    let d = decide(&table(&[]), &no_flags());
+    assert!(d.speculation.is_none());
+    assert!(d.resolution.block_size_from.contains("no measurement for a weight-free drafter (ngram, layerskip)"));
+}
+
+#[test]
+fn explicit_flags_still_win_over_the_policy() {
+    let t = table(&[entry("3", 1.2, [1.1, 1.3], 2)]);
+    // A width flag decides the width; the drafter's settings are then the defaults.
+    let d = decide(&t, &SpecArgs { drafter: Some("ngram".into()), draft_block_size: Some("5".into()), ..no_flags() });
+    let s = d.speculation.as_ref().unwrap();
+    assert_eq!((s.block_size, d.drafter_from()), (Some(5), "flag"));
+    assert_eq!(s.settings, DrafterSettings::ngram(3, 4));
+    // A named drafter without a width takes the entry, with its settings.
+    let d = decide(&t, &SpecArgs { drafter: Some("ngram".into()), ..no_flags() });
+    let s = d.speculation.as_ref().unwrap();
+    assert_eq!((s.block_size, s.settings.clone()), (Some(3), DrafterSettings::ngram(2, 5)));
+    // Settings other than the entry's: not the entry's measurement, so the
+    // per-kind width, and the runtime's defaults fill what was not given.
+    let d = decide(&t, &SpecArgs { drafter: Some("ngram".into()), ngram_max: Some(4), ..no_flags() });
+    let s = d.speculation.as_ref().unwrap();
+    assert_eq!((s.block_size, s.settings.clone()), (Some(4), DrafterSettings::ngram(3, 4)));
+    assert!(d.resolution.block_size_from.contains("other drafter settings: ngram_max 4 (measured 5)"));
+    // Flags that only make sense with a drafter are refused without one.
+    let e = Speculation::resolve(
+        &SpecArgs { ngram_min: Some(2), ..no_flags() },
+        engine(),
+        &Resolver { table: &t, fingerprint: &fingerprint },
+    )
+    .err()
+    .expect("refused");
+    assert!(e.to_string().contains("need --drafter"), "{e}");
+}
+
+/// The binary without flags does what the compiled table says for this
+/// host, says so in its `startup` event, and emits classic decoding's
+/// tokens; at 1 thread (the committed entries are measured at 2) it decodes
+/// classically and says no measurement exists for 1 thread.
+#[test]
+fn generate_without_flags_follows_the_compiled_table_and_says_why() {
+    let e = engine();
+    let device = device_class();
+    let compiled = Resolver::compiled();
+    let host = |threads| Host {
+        device_class: &device,
+        target_quant: &e.loaded.info.quant,
+        threads,
+        weight_formats: Some(&e.loaded.info.weight_formats),
+    };
+    let prompt = ["--prompt", "Repeat this three times: one two three four five.", "--chat", "--max-tokens", "32"];
+    let generate = |args: &[&str]| {
+        let out = run(Command::new(bin("runtime"))
+            .arg("generate")
+            .arg("--model")
+            .arg(model_path())
+            .args(prompt)
+            .args(["--json"])
+            .args(args)
+            .env("DRAFTWISE_LOG", "warn"));
+        assert!(out.status.success(), "{}", output_text(&out));
+        (json_lines(&out), String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    let (classic, _) = generate(&["--threads", "2", "--drafter", "none"]);
+    for threads in [2usize, 1] {
+        let want = compiled.auto(&host(threads));
+        let (lines, stderr) = generate(&["--threads", &threads.to_string()]);
+        let s = &lines[0];
+        assert_eq!(s["drafter_from"], "policy");
+        assert_eq!(s["block_size_from"], want.block_size_from.as_str(), "{threads} threads");
+        assert!(stderr.contains(&want.block_size_from), "the log line says it too: {stderr}");
+        match want.drafter {
+            Some(k) => {
+                assert_eq!(s["drafter"], k.as_str());
+                assert_eq!(s["block_size"].as_u64(), want.block_size.map(|n| n as u64));
+                assert_eq!(lines[2]["event"], "speculative_diagnostics");
+                eprintln!("{threads} threads: speculates ({})", want.block_size_from);
+            }
+            None => {
+                assert_eq!(s["drafter"], "none");
+                eprintln!("{threads} threads: classic ({})", want.block_size_from);
+            }
+        }
+        assert_eq!(lines[1]["token_ids"], classic[1]["token_ids"], "{threads} threads");
+    }
+    // The committed entries are measured at 2 threads: at 1 the reason names the count.
+    let at_one = compiled.auto(&host(1)).block_size_from;
+    assert!(at_one.contains("at 1 thread"), "{at_one}");
+    if compiled.table.entries.iter().any(|x| x.device_class == device && x.threads == Some(2)) {
+        assert!(at_one.contains("the table measured it at 2 threads"), "{at_one}");
+    }
+}
