@@ -19,7 +19,11 @@ use std::process::ExitCode;
 
 /// draftwise runtime: an LLM inference engine with measured speculative defaults.
 #[derive(Parser, Debug)]
-#[command(name = "runtime", version)]
+#[command(
+    name = "runtime",
+    version,
+    after_help = "Exit status: 0 on success, 1 when the command fails, 2 for a usage error (a bad flag or value)."
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
@@ -357,10 +361,7 @@ pub fn completion_event(id: &str, warmup: bool, repeat: usize, g: Generation, to
 }
 
 fn bench(args: BenchArgs) -> Result<ExitCode> {
-    let threads = args.threads.unwrap_or_else(default_threads);
-    if threads == 0 {
-        bail!("--threads must be at least 1");
-    }
+    let threads = crate::limits::resolve_threads(args.threads)?;
     if args.reps == 0 {
         bail!("--reps must be at least 1");
     }
@@ -409,7 +410,7 @@ fn width_curve(args: &BenchArgs, kind: &str, engine: &Engine) -> Result<ExitCode
         bail!("--max-tokens must be at least 2 (decode throughput needs a token after the first)");
     }
     let (origin, text) = match &args.prompts {
-        Some(p) => (p.clone(), std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?),
+        Some(p) => (p.clone(), crate::limits::read_prompt_file(p)?),
         None => (PathBuf::from("prompts/width-curve.jsonl (built in)"), WIDTH_CURVE_PROMPTS.to_string()),
     };
     let items = parse_prompts(&text, &origin)?;
@@ -462,29 +463,23 @@ fn width_curve(args: &BenchArgs, kind: &str, engine: &Engine) -> Result<ExitCode
 
 /// A prompt item's token ids (chat items through the chat template).
 fn encode_item(tok: &Tokenizer, it: &PromptItem) -> Result<Vec<u32>> {
-    let text = match &it.kind {
-        PromptKind::Text(t) => t.clone(),
-        PromptKind::Chat(m) => tok.render_chat(m, true).with_context(|| format!("prompt {}", it.id))?,
-    };
-    let ids = tok.encode_prompt(&text).with_context(|| format!("prompt {}", it.id))?;
+    let ids = match &it.kind {
+        PromptKind::Text(t) => tok.encode_prompt(t),
+        // Message content as text: the same ids `runtime serve` gives a chat.
+        PromptKind::Chat(m) => tok.encode_chat(m, usize::MAX),
+    }
+    .with_context(|| format!("prompt {}", it.id))?;
     if ids.is_empty() {
         bail!("prompt {}: encodes to no tokens", it.id);
     }
     Ok(ids)
 }
 
-fn default_threads() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get())
-}
-
 fn generate(args: GenerateArgs) -> Result<ExitCode> {
     let sampling =
         SamplingParams { temperature: args.temperature, top_k: args.top_k, top_p: args.top_p, seed: args.seed };
     sampling.validate().map_err(anyhow::Error::msg)?;
-    let threads = args.threads.unwrap_or_else(default_threads);
-    if threads == 0 {
-        bail!("--threads must be at least 1");
-    }
+    let threads = crate::limits::resolve_threads(args.threads)?;
     let items = match (&args.prompt, &args.prompts) {
         (Some(p), _) => {
             let kind = if args.chat {
@@ -495,7 +490,7 @@ fn generate(args: GenerateArgs) -> Result<ExitCode> {
             vec![PromptItem { id: "prompt".into(), kind, tag: None }]
         }
         (None, Some(path)) => {
-            let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+            let text = crate::limits::read_prompt_file(path)?;
             parse_prompts(&text, path)?
         }
         (None, None) => bail!("give --prompt or --prompts"),

@@ -54,6 +54,14 @@ pub enum Halt {
 /// runs on the engine's thread pool.
 pub trait TokenSink: Send {
     fn token(&mut self, id: u32) -> ControlFlow<Halt>;
+
+    /// Whether the request should be abandoned now, before any token: asked
+    /// between chunks of the prompt's prefill ([`Engine::prefill_cancellable`]),
+    /// so a departed client or a passed deadline frees the engine without
+    /// waiting for the whole prompt.
+    fn cancelled(&self) -> bool {
+        false
+    }
 }
 
 /// The sink of callers that only want the finished [`Generation`].
@@ -84,6 +92,11 @@ pub fn at_limit(n_prompt: usize, n_out: usize, max_tokens: usize, context_length
     n_out >= max_tokens || n_prompt + n_out > context_length
 }
 
+/// Prompt tokens per forward pass of a cancellable prefill: the engine
+/// notices a cancellation within one chunk's time (about 0.3 s for the
+/// default model on 2 cores at the end of an 8k context; docs/serve.md).
+pub const PREFILL_CHUNK: usize = 128;
+
 /// A loaded model with its thread pool and kernel family.
 pub struct Engine {
     pub loaded: Loaded,
@@ -102,10 +115,14 @@ pub enum GenerateError {
     Threads { threads: usize, msg: String },
     #[error("the request was cancelled")]
     Cancelled,
+    #[error("{0}")]
+    Vocabulary(String),
 }
 
 impl Engine {
     pub fn new(loaded: Loaded, family: KernelFamily, threads: usize) -> Result<Self, GenerateError> {
+        crate::limits::check_vocabulary(&loaded.info, loaded.tokenizer.vocab_size())
+            .map_err(GenerateError::Vocabulary)?;
         let threads = threads.max(1);
         let pool = Pool::new(threads).map_err(|e| GenerateError::Threads { threads, msg: e.to_string() })?;
         Ok(Engine { loaded, family, threads, pool })
@@ -129,6 +146,33 @@ impl Engine {
             let logits = model.forward(self.family, &mut session, prompt, LogitRows::Last)?;
             Ok(Prefilled { prompt: prompt.to_vec(), session, logits, prefill_s: t0.elapsed().as_secs_f64() })
         })
+    }
+
+    /// [`Engine::prefill`] in chunks of [`PREFILL_CHUNK`] tokens, asking
+    /// `cancelled` before each one ([`GenerateError::Cancelled`] when it says
+    /// so). Each row of a forward pass is computed with the arithmetic of the
+    /// one-token chain whatever the block it is in (the invariant the
+    /// exactness probe checks), so the logits equal [`Engine::prefill`]'s bit
+    /// for bit (`runtime/tests/prefill_chunks.rs`).
+    pub fn prefill_cancellable(
+        &self,
+        prompt: &[u32],
+        cancelled: &dyn Fn() -> bool,
+    ) -> Result<Prefilled, GenerateError> {
+        if prompt.is_empty() {
+            return Err(GenerateError::EmptyPrompt);
+        }
+        let model = &self.loaded.model;
+        let mut session = Session::new(&model.config);
+        let t0 = Instant::now();
+        let mut logits = Vec::new();
+        for chunk in prompt.chunks(PREFILL_CHUNK) {
+            if cancelled() {
+                return Err(GenerateError::Cancelled);
+            }
+            logits = self.install(|| model.forward(self.family, &mut session, chunk, LogitRows::Last))?;
+        }
+        Ok(Prefilled { prompt: prompt.to_vec(), session, logits, prefill_s: t0.elapsed().as_secs_f64() })
     }
 
     /// Classic decoding of `prompt` for up to `max_tokens` tokens.
@@ -161,6 +205,20 @@ impl Engine {
         sampling: &SamplingParams,
         sink: &mut dyn TokenSink,
     ) -> Result<Generation, GenerateError> {
+        self.decode_with_eos(p, max_tokens, sampling, sink, false)
+    }
+
+    /// [`Engine::decode_with`]; with `ignore_eos`, end-of-generation tokens
+    /// are emitted like any other and only the budget (or the context) ends
+    /// the generation (serving benchmarks fix output lengths this way).
+    pub fn decode_with_eos(
+        &self,
+        p: Prefilled,
+        max_tokens: usize,
+        sampling: &SamplingParams,
+        sink: &mut dyn TokenSink,
+        ignore_eos: bool,
+    ) -> Result<Generation, GenerateError> {
         let model = &self.loaded.model;
         let tok = &self.loaded.tokenizer;
         let Prefilled { prompt, mut session, mut logits, prefill_s } = p;
@@ -174,7 +232,7 @@ impl Engine {
                     break FinishReason::Length;
                 }
                 let next = sample(&logits, sampling, &mut rng);
-                if tok.is_end_of_generation(next) {
+                if !ignore_eos && tok.is_end_of_generation(next) {
                     break FinishReason::Stop;
                 }
                 out.push(next);

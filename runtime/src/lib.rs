@@ -24,3 +24,9 @@ pub mod sampling;
 pub mod serve;
 pub mod spec;
 pub mod tokenizer;
+
+/// Bounds on user-given numbers and file sizes, the error-chain printer and
+/// the exit status. It lives under `serve/` only so that the verify-path
+/// fingerprint (policy/fingerprint.rs) already places it off the path; it
+/// serves every command.
+pub use serve::limits;

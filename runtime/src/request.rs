@@ -17,7 +17,8 @@ pub struct Tag<'a> {
     pub repeat: usize,
 }
 
-/// Prefills `prompt` and decodes it. Besides the generation, returns the
+/// Prefills `prompt` (in chunks, asking `sink` between them whether to
+/// stop: [`Engine::prefill_cancellable`]) and decodes it. Besides the generation, returns the
 /// event that follows its `completion`: `speculative_diagnostics` when it
 /// speculated, `declined` when a drafter was asked for but a failed
 /// exactness probe sent it to classic decoding, `None` otherwise (no
@@ -32,10 +33,49 @@ pub fn decode(
     sink: &mut dyn TokenSink,
     tag: Tag<'_>,
 ) -> Result<(Generation, Option<Event>), GenerateError> {
+    decode_opts(engine, spec, prompt, max_tokens, sampling, false, sink, tag)
+}
+
+/// Why a request with `ignore_eos` decodes classically on a speculative engine.
+pub const IGNORE_EOS_DECLINE: &str = "ignore_eos: the speculative decoder always stops at end-of-generation tokens, so this request ran classic decoding";
+
+/// [`decode`], optionally ignoring end-of-generation tokens (`ignore_eos`):
+/// classic decoding emits them and runs to the budget. The speculative
+/// decoder does not take the option, so such a request decodes classically
+/// and says so with a `declined` event ([`IGNORE_EOS_DECLINE`]).
+#[allow(clippy::too_many_arguments)]
+pub fn decode_opts(
+    engine: &Engine,
+    spec: Option<&mut Speculation>,
+    prompt: &[u32],
+    max_tokens: usize,
+    sampling: &SamplingParams,
+    ignore_eos: bool,
+    sink: &mut dyn TokenSink,
+    tag: Tag<'_>,
+) -> Result<(Generation, Option<Event>), GenerateError> {
+    if ignore_eos {
+        let declined = spec.and_then(|sp| {
+            let width = sp.active_width()?;
+            Some(Event::Declined(Declined {
+                schema_version: SCHEMA_VERSION,
+                prompt_id: tag.id.to_string(),
+                warmup: tag.warmup,
+                repeat: tag.repeat,
+                drafter: sp.kind.to_string(),
+                block_size: width,
+                reason: IGNORE_EOS_DECLINE.to_string(),
+                probe: sp.probe.clone(),
+            }))
+        });
+        let p = engine.prefill_cancellable(prompt, &|| sink.cancelled())?;
+        let g = engine.decode_with_eos(p, max_tokens, sampling, sink, true)?;
+        return Ok((g, declined));
+    }
     match spec {
         Some(sp) if sp.active_width().is_some() => {
             let width = sp.active_width().unwrap_or_default();
-            let p = engine.prefill(prompt)?;
+            let p = engine.prefill_cancellable(prompt, &|| sink.cancelled())?;
             let (g, stats) =
                 engine.decode_speculative_with(p, max_tokens, sampling, sp.drafter.as_mut(), width, sink)?;
             let diag = SpeculativeDiagnostics::new(tag.id, tag.warmup, tag.repeat, sp.kind.as_str(), width, &stats);
@@ -55,7 +95,7 @@ pub fn decode(
                 })),
                 _ => None,
             });
-            let p = engine.prefill(prompt)?;
+            let p = engine.prefill_cancellable(prompt, &|| sink.cancelled())?;
             let g = engine.decode_with(p, max_tokens, sampling, sink)?;
             Ok((g, declined))
         }

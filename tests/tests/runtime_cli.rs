@@ -126,7 +126,7 @@ fn a_truncated_model_file_is_refused_naming_the_byte_offset() {
     let p = dir.path().join("fake.gguf");
     std::fs::write(&p, b"GGUF\x03\x00\x00\x00\xff\xff").unwrap();
     let out = run(Command::new(bin("runtime")).args(["generate", "--prompt", "hi", "--model"]).arg(&p));
-    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("at byte 8") && err.contains("truncated"), "{err}");
 }
@@ -177,7 +177,7 @@ fn unknown_or_unloadable_drafters_and_bad_widths_are_refused_clearly() {
         (vec!["--draft-block-size", "4"], "need --drafter"),
     ] {
         let out = run(generate().args(["--prompt", "hi"]).args(&args));
-        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(err.contains(needle), "{args:?}: {err}");
     }

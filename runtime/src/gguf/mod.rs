@@ -161,6 +161,21 @@ pub enum GgufError {
          bytes each, but only {have} bytes remain in the file"
     )]
     CountTooLarge { offset: u64, context: String, what: &'static str, count: u64, min_entry_bytes: u64, have: u64 },
+    #[error(
+        "{context}: at byte {offset}, an array of {count} elements of {elem_bytes} bytes each would take \
+         {memory} bytes in memory; this reader allows at most {max_count} such elements (a metadata array may \
+         take at most {factor} times its size in the file, plus {slack} bytes)"
+    )]
+    ArrayTooCostly {
+        offset: u64,
+        context: String,
+        count: u64,
+        elem_bytes: u64,
+        memory: u64,
+        max_count: u64,
+        factor: u64,
+        slack: u64,
+    },
     #[error("{context}: at byte {offset}, {what} is not valid UTF-8")]
     InvalidUtf8 { offset: u64, context: String, what: &'static str },
     #[error("{context}: at byte {offset}, unknown value type {type_id} (GGUF defines 0..=12)")]

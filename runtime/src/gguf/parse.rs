@@ -27,6 +27,15 @@ pub const MAX_STRING_LEN: u64 = 1 << 24;
 pub const MAX_ARRAY_LEN: u64 = 1 << 24;
 /// Deepest array nesting accepted: an array of arrays is depth 2.
 pub const MAX_ARRAY_DEPTH: usize = 4;
+/// A metadata array may take at most this many times its size in the file
+/// in memory, plus [`ARRAY_AMPLIFICATION_SLACK`] bytes: each element is a
+/// [`Value`] of 32 bytes, so a long array of 1- or 2-byte elements (a 16 MB
+/// file array would take 512 MB) is refused, while 4-byte and larger
+/// elements and strings always fit.
+pub const MAX_ARRAY_AMPLIFICATION: u64 = 8;
+/// The bytes every array may take beyond [`MAX_ARRAY_AMPLIFICATION`], so
+/// short arrays of small elements (per-layer flags) still load.
+pub const ARRAY_AMPLIFICATION_SLACK: u64 = 256 * 1024;
 /// Most tensor dimensions (ggml's `GGML_MAX_DIMS`).
 pub const MAX_DIMS: u32 = 4;
 /// Alignment of the data section when `general.alignment` is absent.
@@ -220,6 +229,24 @@ impl<'a> Cursor<'a> {
             });
         }
         self.check_count(count_at, "array length", count, min_elem_bytes)?;
+        // Memory: one `Value` per element, whatever its size in the file.
+        let per_elem = std::mem::size_of::<Value>() as u64;
+        let budget = MAX_ARRAY_AMPLIFICATION * min_elem_bytes;
+        if per_elem > budget {
+            let max_count = ARRAY_AMPLIFICATION_SLACK / (per_elem - budget);
+            if count > max_count {
+                return Err(GgufError::ArrayTooCostly {
+                    offset: count_at,
+                    context: self.context.clone(),
+                    count,
+                    elem_bytes: min_elem_bytes,
+                    memory: count.saturating_mul(per_elem),
+                    max_count,
+                    factor: MAX_ARRAY_AMPLIFICATION,
+                    slack: ARRAY_AMPLIFICATION_SLACK,
+                });
+            }
+        }
         // count <= MAX_ARRAY_LEN and the file holds them: a bounded reservation.
         let mut items = Vec::with_capacity(count as usize);
         for _ in 0..count {
@@ -441,6 +468,29 @@ mod tests {
 
     fn parse_err(bytes: Vec<u8>) -> GgufError {
         GgufFile::from_bytes(bytes).expect_err("crafted file must be refused")
+    }
+
+    /// A file whose one key is an array of `count` U8 elements.
+    fn u8_array_file(count: usize) -> Vec<u8> {
+        let mut b = Builder::new();
+        b.kv("general.architecture", &Value::String("llama".into()));
+        b.kv("flags", &Value::Array(vec![Value::U8(1); count]));
+        b.build()
+    }
+
+    #[test]
+    fn a_long_array_of_bytes_is_refused_before_it_is_amplified_in_memory() {
+        // 16 MiB of U8 elements would be 512 MiB of `Value`s.
+        let e = parse_err(u8_array_file(1 << 24));
+        assert!(matches!(e, GgufError::ArrayTooCostly { count, .. } if count == 1 << 24), "{e}");
+        assert!(e.to_string().contains("in memory"), "{e}");
+        // Short arrays of small elements still load.
+        GgufFile::from_bytes(u8_array_file(1000)).expect("a 1000-flag array loads");
+        // Arrays of 4-byte elements are never more than 8 times their file size.
+        let mut b = Builder::new();
+        b.kv("general.architecture", &Value::String("llama".into()));
+        b.kv("scores", &Value::Array(vec![Value::F32(0.5); 100_000]));
+        GgufFile::from_bytes(b.build()).expect("an f32 array loads");
     }
 
     /// A header declaring `n_tensors` and `n_kv`, then `rest`.

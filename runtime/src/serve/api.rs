@@ -85,6 +85,89 @@ impl ApiError {
         }
     }
 
+    /// Every open connection has a request running (`--max-connections`).
+    pub fn too_many_connections(max: usize) -> Self {
+        ApiError {
+            status: StatusCode::SERVICE_UNAVAILABLE,
+            message: format!(
+                "the server has {max} open connections, each with a request running (--max-connections); \
+                 retry in a moment"
+            ),
+            kind: "server_error",
+            param: None,
+            code: Some("too_many_connections"),
+        }
+    }
+
+    /// The request head did not arrive in time (`--header-timeout-ms`).
+    pub fn header_timeout(limit: std::time::Duration) -> Self {
+        ApiError {
+            status: StatusCode::REQUEST_TIMEOUT,
+            message: format!(
+                "the request line and headers did not arrive within {} ms (--header-timeout-ms)",
+                limit.as_millis()
+            ),
+            kind: "invalid_request_error",
+            param: None,
+            code: Some("request_timeout"),
+        }
+    }
+
+    /// An unfinished request head was dropped to admit a new connection.
+    pub fn evicted() -> Self {
+        ApiError {
+            status: StatusCode::REQUEST_TIMEOUT,
+            message: "the request headers were still incomplete when the server, at its connection limit \
+                      (--max-connections), needed the connection for another client"
+                .into(),
+            kind: "invalid_request_error",
+            param: None,
+            code: Some("request_timeout"),
+        }
+    }
+
+    /// The request ran past its deadline (`--request-timeout-secs`).
+    pub fn deadline(limit: std::time::Duration) -> Self {
+        ApiError {
+            status: StatusCode::REQUEST_TIMEOUT,
+            message: format!(
+                "the request did not finish within {} s (--request-timeout-secs); ask for fewer tokens or a \
+                 shorter prompt",
+                limit.as_secs()
+            ),
+            kind: "server_error",
+            param: None,
+            code: Some("request_timeout"),
+        }
+    }
+
+    /// Too many requests are being tokenized or waiting to be (`--max-preparing`).
+    pub fn too_many_preparing(max: usize, waiting: usize) -> Self {
+        ApiError {
+            status: StatusCode::TOO_MANY_REQUESTS,
+            message: format!(
+                "too many requests are being prepared at once ({max} tokenizing (--max-preparing) and {waiting} \
+                 waiting to (--max-queue)); retry in a moment"
+            ),
+            kind: "rate_limit_error",
+            param: None,
+            code: Some("too_many_requests"),
+        }
+    }
+
+    /// `--api-key` is set and the request did not give it.
+    pub fn unauthorized() -> Self {
+        ApiError {
+            status: StatusCode::UNAUTHORIZED,
+            message: "a valid API key is required: send the header `Authorization: Bearer <key>` with the key \
+                      the server was started with (--api-key)"
+                .into(),
+            kind: "invalid_request_error",
+            param: None,
+            code: Some("invalid_api_key"),
+        }
+    }
+
     pub fn shutting_down() -> Self {
         ApiError {
             status: StatusCode::SERVICE_UNAVAILABLE,
@@ -135,7 +218,7 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let mut r = (self.status, [(axum::http::header::CONTENT_TYPE, "application/json")], self.body().to_string())
             .into_response();
-        if self.status == StatusCode::SERVICE_UNAVAILABLE {
+        if self.status == StatusCode::SERVICE_UNAVAILABLE || self.status == StatusCode::TOO_MANY_REQUESTS {
             r.headers_mut().insert(axum::http::header::RETRY_AFTER, axum::http::HeaderValue::from_static("1"));
         }
         r
@@ -175,6 +258,9 @@ pub struct Request {
     pub stream: bool,
     /// `stream_options.include_usage`: a last chunk carries the usage.
     pub include_usage: bool,
+    /// vLLM's `ignore_eos`: generate exactly `max_tokens` (or to the end of
+    /// the context), end-of-generation tokens included.
+    pub ignore_eos: bool,
 }
 
 /// A request ready for the engine: its prompt tokens and resolved budget.
@@ -266,9 +352,17 @@ pub fn parse(endpoint: Endpoint, body: &[u8], served_model: &str) -> Result<Requ
     if !(top_p > 0.0 && top_p <= 1.0) {
         return Err(ApiError::invalid(format!("top_p {top_p} must be in (0, 1]"), Some("top_p"), "invalid_value"));
     }
-    // `top_k` is not OpenAI's, but common servers accept it; 0 keeps every token.
-    let top_k = take_u64(&mut obj, "top_k")?.unwrap_or(0);
-    let top_k = usize::try_from(top_k).unwrap_or(usize::MAX);
+    // `top_k` is not OpenAI's, but common servers accept it; 0 and vLLM's
+    // -1 keep every token.
+    let top_k = match take(&mut obj, "top_k") {
+        None => 0,
+        Some(v) => match (v.as_u64(), v.as_i64()) {
+            (Some(k), _) => usize::try_from(k).unwrap_or(usize::MAX),
+            (None, Some(-1)) => 0,
+            _ => return Err(type_error("top_k", "a non-negative integer, or -1 (every token)")),
+        },
+    };
+    let ignore_eos = take_bool(&mut obj, "ignore_eos")?.unwrap_or(false);
     // OpenAI seeds are 64-bit integers; negative ones keep their bit pattern.
     let seed = match take(&mut obj, "seed") {
         None => None,
@@ -306,6 +400,7 @@ pub fn parse(endpoint: Endpoint, body: &[u8], served_model: &str) -> Result<Requ
         stop,
         stream,
         include_usage,
+        ignore_eos,
     })
 }
 
@@ -479,7 +574,10 @@ fn check_rest(endpoint: Endpoint, obj: Map<String, Value>) -> Result<(), ApiErro
             "n" | "best_of" => v.as_u64() == Some(1),
             "logprobs" => v.as_bool() == Some(false) || (endpoint == Endpoint::Completions && v.as_u64() == Some(0)),
             "echo" => v.as_bool() == Some(false),
-            "presence_penalty" | "frequency_penalty" => v.as_f64() == Some(0.0),
+            "presence_penalty" | "frequency_penalty" | "min_p" => v.as_f64() == Some(0.0),
+            "repetition_penalty" => v.as_f64() == Some(1.0),
+            // vLLM's: no minimum length.
+            "min_tokens" => v.as_u64() == Some(0),
             "logit_bias" => v.as_object().is_some_and(Map::is_empty),
             "tools" | "functions" => v.as_array().is_some_and(Vec::is_empty),
             "tool_choice" | "function_call" => v.as_str() == Some("none"),
@@ -487,8 +585,8 @@ fn check_rest(endpoint: Endpoint, obj: Map<String, Value>) -> Result<(), ApiErro
             "modalities" => v.as_array().is_some_and(|a| a.iter().all(|m| m.as_str() == Some("text"))),
             "suffix" => v.as_str() == Some(""),
             "top_logprobs" => v.as_u64() == Some(0),
-            "audio" | "prediction" | "reasoning_effort" | "web_search_options" | "repetition_penalty" | "min_p"
-            | "guided_json" | "guided_regex" | "guided_choice" | "grammar" => false,
+            "audio" | "prediction" | "reasoning_effort" | "web_search_options" | "guided_json" | "guided_regex"
+            | "guided_choice" | "grammar" => false,
             other => {
                 return Err(ApiError::invalid(
                     format!("unrecognized request argument supplied: {other}"),
@@ -500,6 +598,11 @@ fn check_rest(endpoint: Endpoint, obj: Map<String, Value>) -> Result<(), ApiErro
         if !neutral {
             let why = match k.as_str() {
                 "n" | "best_of" => "one choice per request (send separate requests)",
+                "presence_penalty" | "frequency_penalty" | "repetition_penalty" => {
+                    "sampling penalties are not implemented (give 0, or 1 for repetition_penalty)"
+                }
+                "min_p" => "min_p sampling is not implemented (give 0)",
+                "min_tokens" => "a minimum length is not implemented (give 0, or use ignore_eos)",
                 "logprobs" | "top_logprobs" => "log probabilities are not returned",
                 "tools" | "functions" | "tool_choice" | "function_call" => "tool calling is not",
                 "response_format" | "guided_json" | "guided_regex" | "guided_choice" | "grammar" => {
@@ -531,14 +634,45 @@ impl Request {
         }
     }
 
+    /// Refuses, before tokenizing, a prompt whose byte length alone proves
+    /// it cannot fit the context: no token is longer than
+    /// `longest_token_bytes`, so `b` bytes are at least `b / longest` tokens.
+    /// A flood of oversized prompts then costs no tokenizer memory.
+    pub fn check_bytes(&self, engine: &Engine) -> Result<(), ApiError> {
+        let Some(longest) = engine.loaded.tokenizer.longest_token_bytes else { return Ok(()) };
+        let bytes = match &self.prompt {
+            Prompt::Text(t) => t.len(),
+            Prompt::Chat(m) => m.iter().map(|m| m.content.len()).sum(),
+            Prompt::Tokens(_) => return Ok(()),
+        };
+        let context = engine.loaded.info.context_length;
+        let least = bytes.div_ceil(longest);
+        if least >= context {
+            let param = self.prompt_param();
+            return Err(ApiError::invalid(
+                format!(
+                    "this model's maximum context length is {context} tokens, and the prompt is {bytes} bytes: \
+                     no token of this model is longer than {longest} bytes, so it is at least {least} tokens; \
+                     shorten it"
+                ),
+                Some(param),
+                "context_length_exceeded",
+            ));
+        }
+        Ok(())
+    }
+
     /// Tokenizes the prompt (through the model's chat template for chat) and
     /// checks it and `max_tokens` against the model's context.
     pub fn prepare(self, engine: &Engine) -> Result<Prepared, ApiError> {
         let tok = &engine.loaded.tokenizer;
         let param = self.prompt_param();
+        self.check_bytes(engine)?;
         let ids = match &self.prompt {
-            Prompt::Text(t) => tok.encode_prompt(t),
-            Prompt::Chat(m) => tok.render_chat(m, true).and_then(|text| tok.encode_prompt(&text)),
+            // Stopping once past the context: an over-long prompt costs one
+            // piece's worth of tokenizer memory past it, not its whole length.
+            Prompt::Text(t) => tok.encode_prompt_bounded(t, engine.loaded.info.context_length),
+            Prompt::Chat(m) => tok.encode_chat(m, engine.loaded.info.context_length),
             Prompt::Tokens(ids) => {
                 let vocab = engine.loaded.info.vocab;
                 if let Some(bad) = ids.iter().find(|&&i| i as usize >= vocab) {
@@ -563,8 +697,9 @@ impl Request {
         if ids.len() >= context {
             return Err(ApiError::invalid(
                 format!(
-                    "this model's maximum context length is {context} tokens, and the prompt alone is {} tokens; \
+                    "this model's maximum context length is {context} tokens, and the prompt alone is {}{} tokens; \
                      shorten it so at least one token can be generated",
+                    if ids.len() > context { "at least " } else { "" },
                     ids.len()
                 ),
                 Some(param),
@@ -698,6 +833,71 @@ mod tests {
             [r#""n": 1"#, r#""logprobs": false"#, r#""user": "u""#, r#""presence_penalty": 0"#, r#""tools": null"#]
         {
             chat(&format!("{{{base}, {extra}}}")).unwrap();
+        }
+    }
+
+    #[test]
+    fn neutral_sampling_values_that_benchmark_clients_send_are_accepted() {
+        let base = r#""model": "m", "prompt": "x""#;
+        for extra in [
+            r#""repetition_penalty": 1.0"#,
+            r#""repetition_penalty": 1"#,
+            r#""presence_penalty": 0.0, "frequency_penalty": 0"#,
+            r#""min_p": 0"#,
+            r#""top_k": -1"#,
+            r#""top_k": 0"#,
+            r#""ignore_eos": false"#,
+            r#""min_tokens": 0"#,
+            r#""logprobs": null"#,
+        ] {
+            let r = completions(&format!("{{{base}, {extra}}}")).unwrap_or_else(|e| panic!("{extra}: {e:?}"));
+            assert_eq!(r.sampling.top_k, 0, "{extra}");
+            assert!(!r.ignore_eos);
+        }
+        assert!(completions(&format!("{{{base}, \"ignore_eos\": true}}")).unwrap().ignore_eos);
+        assert_eq!(completions(&format!("{{{base}, \"top_k\": 5}}")).unwrap().sampling.top_k, 5);
+    }
+
+    #[test]
+    fn non_neutral_unsupported_sampling_values_name_their_field() {
+        let base = r#""model": "m", "prompt": "x""#;
+        for (extra, param) in [
+            (r#""repetition_penalty": 1.1"#, "repetition_penalty"),
+            (r#""frequency_penalty": 0.2"#, "frequency_penalty"),
+            (r#""min_p": 0.05"#, "min_p"),
+            (r#""min_tokens": 3"#, "min_tokens"),
+            (r#""top_k": -2"#, "top_k"),
+            (r#""ignore_eos": "yes""#, "ignore_eos"),
+        ] {
+            let e = completions(&format!("{{{base}, {extra}}}")).unwrap_err();
+            assert_eq!((e.status, e.param.as_deref()), (StatusCode::BAD_REQUEST, Some(param)), "{extra}: {e:?}");
+            assert!(e.message.contains(param), "{}", e.message);
+        }
+    }
+
+    /// The bodies of vLLM's serving benchmark client
+    /// (`benchmarks/backend_request_func.py`, `async_request_openai_completions`
+    /// and `async_request_openai_chat_completions`), with and without ignore_eos.
+    #[test]
+    fn vllm_benchmark_bodies_parse() {
+        for ignore in [None, Some(true)] {
+            let mut c = json!({
+                "model": "m", "prompt": "hello", "temperature": 0.0, "repetition_penalty": 1.0,
+                "max_tokens": 8, "logprobs": null, "stream": true, "stream_options": {"include_usage": true},
+            });
+            let mut chat = json!({
+                "model": "m", "messages": [{"role": "user", "content": [{"type": "text", "text": "hello"}]}],
+                "temperature": 0.0, "max_completion_tokens": 8, "stream": true,
+                "stream_options": {"include_usage": true},
+            });
+            if let Some(i) = ignore {
+                c["ignore_eos"] = json!(i);
+                chat["ignore_eos"] = json!(i);
+            }
+            let r = completions(&c.to_string()).unwrap();
+            assert_eq!((r.ignore_eos, r.stream, r.include_usage), (ignore.is_some(), true, true));
+            let r = parse(Endpoint::Chat, chat.to_string().as_bytes(), "m").unwrap();
+            assert_eq!((r.ignore_eos, r.max_tokens), (ignore.is_some(), Some((8, "max_completion_tokens"))));
         }
     }
 

@@ -13,6 +13,9 @@
 //! at startup. See docs/serve.md.
 
 pub mod api;
+pub mod conn;
+pub mod limits;
+pub mod metrics;
 pub mod queue;
 pub mod routes;
 pub mod text;
@@ -72,6 +75,28 @@ pub struct ServeArgs {
     /// Largest request body accepted, in bytes; larger ones get 413.
     #[arg(long, default_value_t = 1 << 20)]
     pub max_body_bytes: usize,
+    /// A request's line and headers must arrive within this many milliseconds of their first
+    /// byte; slower ones get 408 and their connection is closed.
+    #[arg(long, default_value_t = 10_000)]
+    pub header_timeout_ms: u64,
+    /// A keep-alive connection with no request for this many milliseconds is closed.
+    #[arg(long, default_value_t = 30_000)]
+    pub idle_timeout_ms: u64,
+    /// Open connections at most; at the limit a new one evicts the one waiting longest without
+    /// a request running, or, when every one has a request running, gets 503.
+    #[arg(long, default_value_t = 256)]
+    pub max_connections: usize,
+    /// Requests tokenized at once (up to --max-queue more may wait for a turn; more get 429).
+    #[arg(long, default_value_t = 2)]
+    pub max_preparing: usize,
+    /// A request not finished this many seconds after it arrived (waiting included) is
+    /// cancelled and answered 408.
+    #[arg(long, default_value_t = 600)]
+    pub request_timeout_secs: u64,
+    /// Require `Authorization: Bearer KEY` on the API endpoints (`/health` and `/metrics` stay
+    /// open); also DRAFTWISE_API_KEY.
+    #[arg(long, env = "DRAFTWISE_API_KEY", hide_env_values = true)]
+    pub api_key: Option<String>,
     /// JSONL events on stdout: `startup`, then `completion` (and `speculative_diagnostics` or
     /// `declined`) per finished request, as `runtime generate --json` writes them.
     #[arg(long)]
@@ -82,6 +107,42 @@ pub struct ServeArgs {
     pub spec: SpecArgs,
 }
 
+/// The server's limits, checked from its flags (each bounded, naming the flag).
+#[derive(Clone, Copy, Debug)]
+pub struct ServeLimits {
+    pub conn: conn::ConnLimits,
+    pub request_timeout: Duration,
+}
+
+/// Most `--max-queue`, `--max-connections`, `--max-preparing`.
+pub const MAX_COUNT_FLAG: u64 = 65_536;
+/// Largest `--max-body-bytes` (64 MiB).
+pub const MAX_BODY_BYTES: u64 = 64 << 20;
+/// Longest `--header-timeout-ms`, `--idle-timeout-ms` (one hour).
+pub const MAX_TIMEOUT_MS: u64 = 3_600_000;
+/// Longest `--request-timeout-secs` (one day).
+pub const MAX_REQUEST_TIMEOUT_SECS: u64 = 86_400;
+
+impl ServeLimits {
+    pub fn from_args(args: &ServeArgs) -> Result<Self, String> {
+        use crate::limits::{check_ms, check_range};
+        check_range("--max-queue", args.max_queue as u64, 1, MAX_COUNT_FLAG)?;
+        check_range("--max-body-bytes", args.max_body_bytes as u64, 1024, MAX_BODY_BYTES)?;
+        check_range("--max-preparing", args.max_preparing as u64, 1, MAX_COUNT_FLAG)?;
+        let max_connections = check_range("--max-connections", args.max_connections as u64, 1, MAX_COUNT_FLAG)?;
+        let header_timeout = check_ms("--header-timeout-ms", args.header_timeout_ms, 1, MAX_TIMEOUT_MS)?;
+        let idle_timeout = check_ms("--idle-timeout-ms", args.idle_timeout_ms, 1, MAX_TIMEOUT_MS)?;
+        let secs = check_range("--request-timeout-secs", args.request_timeout_secs, 1, MAX_REQUEST_TIMEOUT_SECS)?;
+        if args.api_key.as_deref().is_some_and(|k| k.is_empty() || k.len() > 4096) {
+            return Err("--api-key must be 1 to 4096 bytes".into());
+        }
+        Ok(ServeLimits {
+            conn: conn::ConnLimits { header_timeout, idle_timeout, max_connections: max_connections as usize },
+            request_timeout: Duration::from_secs(secs),
+        })
+    }
+}
+
 /// The default `model` name: the file name without `.gguf`, or the directory name.
 pub fn default_model_id(path: &Path) -> String {
     let name = path.file_name().map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned());
@@ -90,16 +151,8 @@ pub fn default_model_id(path: &Path) -> String {
 
 /// `runtime serve`: load, bind, serve until SIGTERM or SIGINT, shut down cleanly.
 pub fn run(args: ServeArgs) -> Result<ExitCode> {
-    let threads = args.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-    if threads == 0 {
-        bail!("--threads must be at least 1");
-    }
-    if args.max_queue == 0 {
-        bail!("--max-queue must be at least 1");
-    }
-    if args.max_body_bytes < 1024 {
-        bail!("--max-body-bytes {} is too small to hold a request; give at least 1024", args.max_body_bytes);
-    }
+    let threads = crate::limits::resolve_threads(args.threads)?;
+    let limits = ServeLimits::from_args(&args).map_err(anyhow::Error::msg)?;
     let ip: IpAddr = args
         .host
         .parse()
@@ -145,6 +198,12 @@ pub fn run(args: ServeArgs) -> Result<ExitCode> {
         "concurrency": "one sequence at a time; requests wait in a first-in-first-out queue",
         "max_queue": args.max_queue,
         "max_body_bytes": args.max_body_bytes,
+        "header_timeout_ms": args.header_timeout_ms,
+        "idle_timeout_ms": args.idle_timeout_ms,
+        "max_connections": args.max_connections,
+        "max_preparing": args.max_preparing,
+        "request_timeout_secs": args.request_timeout_secs,
+        "api_key": args.api_key.is_some(),
         "context_length": engine.loaded.info.context_length,
     });
     let engine = Arc::new(engine);
@@ -159,6 +218,12 @@ pub fn run(args: ServeArgs) -> Result<ExitCode> {
         model_id: model_id.clone(),
         config,
         max_body_bytes: args.max_body_bytes,
+        preparing: tokio::sync::Semaphore::new(args.max_preparing),
+        max_preparing: args.max_preparing,
+        max_prepare_waiting: args.max_queue,
+        prepare_waiting: std::sync::atomic::AtomicUsize::new(0),
+        request_timeout: limits.request_timeout,
+        api_key: args.api_key.clone(),
         started,
         fingerprint: format!("draftwise-{}-{}", env!("CARGO_PKG_VERSION"), crate::policy::KERNEL_FINGERPRINT),
         next_id: AtomicU64::new(0),
@@ -185,7 +250,7 @@ pub fn run(args: ServeArgs) -> Result<ExitCode> {
          one sequence at a time, up to {} waiting)",
         threads, app.engine.loaded.info.context_length, args.max_queue
     );
-    let served = rt.block_on(serve(listener, app, abort.clone()));
+    let served = rt.block_on(serve(listener, app, abort.clone(), limits.conn));
     // Whatever happened, stop the engine thread: nothing new can arrive.
     abort.store(true, Ordering::SeqCst);
     queue.close();
@@ -206,20 +271,26 @@ pub fn run(args: ServeArgs) -> Result<ExitCode> {
 
 /// Serves until a signal, then shuts down: no new requests, waiting ones
 /// refused, running ones given [`SHUTDOWN_GRACE`] before cancellation.
-async fn serve(listener: std::net::TcpListener, app: Arc<App>, abort: Arc<AtomicBool>) -> Result<()> {
+async fn serve(
+    listener: std::net::TcpListener,
+    app: Arc<App>,
+    abort: Arc<AtomicBool>,
+    limits: conn::ConnLimits,
+) -> Result<()> {
     let listener = tokio::net::TcpListener::from_std(listener)?;
     let (signalled_tx, mut signalled) = tokio::sync::watch::channel(false);
     let shutdown_app = app.clone();
-    let shutdown = async move {
+    tokio::spawn(async move {
         let sig = wait_for_signal().await;
         eprintln!("runtime serve: {sig}: shutting down");
         shutdown_app.shutting_down.store(true, Ordering::SeqCst);
         // Dropping the waiting jobs answers their clients 503 (`shutting_down`).
         drop(shutdown_app.queue.close());
         let _ = signalled_tx.send(true);
-    };
+    });
+    let stats = app.stats.clone();
     let router = routes::router(app);
-    let mut server = tokio::spawn(axum::serve(listener, router).with_graceful_shutdown(shutdown).into_future());
+    let mut server = tokio::spawn(conn::serve(listener, router, limits, stats, signalled.clone()));
     tokio::select! {
         r = &mut server => return Ok(r.context("the HTTP server task")??),
         _ = signalled.wait_for(|s| *s) => {}

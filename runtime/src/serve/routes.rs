@@ -18,7 +18,7 @@ use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 use std::time::Instant;
 use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
@@ -33,6 +33,18 @@ pub struct App {
     /// `GET /v1/draftwise/config`.
     pub config: Value,
     pub max_body_bytes: usize,
+    /// Turns to tokenize (`--max-preparing`); as many again may wait for one.
+    pub preparing: tokio::sync::Semaphore,
+    pub max_preparing: usize,
+    /// Requests that may wait for a turn (`--max-queue`: a waiting request
+    /// holds only its parsed body, bounded by the body and connection caps).
+    pub max_prepare_waiting: usize,
+    /// Requests waiting for a turn to tokenize.
+    pub prepare_waiting: AtomicUsize,
+    /// `--request-timeout-secs`.
+    pub request_timeout: std::time::Duration,
+    /// `--api-key`: required as `Authorization: Bearer KEY` on the API endpoints.
+    pub api_key: Option<String>,
     /// Unix time the server started (`created` of the model).
     pub started: u64,
     /// OpenAI's `system_fingerprint`: this build and its kernels.
@@ -44,6 +56,7 @@ pub struct App {
 pub fn router(app: Arc<App>) -> Router {
     Router::new()
         .route("/health", get(health))
+        .route("/metrics", get(metrics))
         .route("/v1/models", get(models))
         .route("/v1/draftwise/config", get(config))
         .route("/v1/completions", post(completions))
@@ -83,7 +96,42 @@ async fn health(State(app): State<Arc<App>>) -> Response {
     )
 }
 
-async fn models(State(app): State<Arc<App>>) -> Response {
+async fn metrics(State(app): State<Arc<App>>) -> Response {
+    let spec = &app.config;
+    let g = super::metrics::Gauges {
+        waiting: app.queue.len(),
+        running: app.stats.running.load(Ordering::SeqCst),
+        drafter: spec["drafter"].as_str().unwrap_or("none"),
+        block_size: spec["block_size"].as_u64().unwrap_or(0) as usize,
+    };
+    let text = super::metrics::render(&app.stats, &g);
+    (StatusCode::OK, [(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], text).into_response()
+}
+
+/// `--api-key`: the request's `Authorization: Bearer` must match it.
+fn authorized(app: &App, headers: &HeaderMap) -> Result<(), ApiError> {
+    let Some(key) = &app.api_key else { return Ok(()) };
+    let given = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim);
+    // Compared in time independent of where the first difference is.
+    let same = given.is_some_and(|g| {
+        g.len() == key.len() && g.bytes().zip(key.bytes()).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0
+    });
+    if same {
+        Ok(())
+    } else {
+        app.stats.unauthorized.fetch_add(1, Ordering::Relaxed);
+        Err(ApiError::unauthorized())
+    }
+}
+
+async fn models(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
+    if let Err(e) = authorized(&app, &headers) {
+        return e.into_response();
+    }
     let info = &app.engine.loaded.info;
     json_response(
         StatusCode::OK,
@@ -105,11 +153,35 @@ async fn config(State(app): State<Arc<App>>) -> Response {
 }
 
 async fn completions(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) -> Response {
-    handle(app, Endpoint::Completions, headers, body).await.unwrap_or_else(IntoResponse::into_response)
+    answer(&app, handle(app.clone(), Endpoint::Completions, headers, body).await)
 }
 
 async fn chat_completions(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) -> Response {
-    handle(app, Endpoint::Chat, headers, body).await.unwrap_or_else(IntoResponse::into_response)
+    answer(&app, handle(app.clone(), Endpoint::Chat, headers, body).await)
+}
+
+/// The response, counting refusals of bad input for `/metrics`.
+fn answer(app: &App, r: Result<Response, ApiError>) -> Response {
+    r.unwrap_or_else(|e| {
+        if e.status.is_client_error() && !matches!(e.status.as_u16(), 401 | 408 | 429) {
+            app.stats.metrics.invalid.fetch_add(1, Ordering::Relaxed);
+        }
+        e.into_response()
+    })
+}
+
+/// A turn to tokenize: waits behind at most `max_prepare_waiting` others, else 429.
+async fn prepare_turn(app: &App) -> Result<tokio::sync::SemaphorePermit<'_>, ApiError> {
+    if let Ok(p) = app.preparing.try_acquire() {
+        return Ok(p);
+    }
+    let waiting = app.prepare_waiting.fetch_add(1, Ordering::SeqCst);
+    let turn = if waiting >= app.max_prepare_waiting { None } else { app.preparing.acquire().await.ok() };
+    app.prepare_waiting.fetch_sub(1, Ordering::SeqCst);
+    turn.ok_or_else(|| {
+        app.stats.too_many_preparing.fetch_add(1, Ordering::Relaxed);
+        ApiError::too_many_preparing(app.max_preparing, app.max_prepare_waiting)
+    })
 }
 
 /// Reads at most `limit` bytes of body; a longer one is refused as soon as
@@ -133,16 +205,25 @@ async fn read_body(headers: &HeaderMap, body: Body, limit: usize) -> Result<Byte
 }
 
 async fn handle(app: Arc<App>, endpoint: Endpoint, headers: HeaderMap, body: Body) -> Result<Response, ApiError> {
+    let arrived = Instant::now();
+    let deadline = arrived + app.request_timeout;
     if app.shutting_down.load(Ordering::Relaxed) {
         return Err(ApiError::shutting_down());
     }
+    authorized(&app, &headers)?;
     let bytes = read_body(&headers, body, app.max_body_bytes).await?;
     let request = api::parse(endpoint, &bytes, &app.model_id)?;
-    // Tokenizing a long prompt takes a while: keep it off the async workers.
+    drop(bytes);
+    // A prompt too long by its byte length alone never takes a turn.
+    request.check_bytes(&app.engine)?;
+    // Tokenizing a long prompt takes a while: keep it off the async workers,
+    // a few at a time (each holds its prompt's tokenization in memory).
+    let turn = prepare_turn(&app).await?;
     let engine = app.engine.clone();
     let prepared = tokio::task::spawn_blocking(move || request.prepare(&engine))
         .await
         .map_err(|e| ApiError::internal(format!("preparing the request: {e}")))??;
+    drop(turn);
     let n = app.next_id.fetch_add(1, Ordering::Relaxed);
     let id = match endpoint {
         Endpoint::Completions => format!("cmpl-{:x}-{n}", app.started),
@@ -156,7 +237,15 @@ async fn handle(app: Arc<App>, endpoint: Endpoint, headers: HeaderMap, body: Bod
     let (tx, rx) = unbounded_channel();
     let stream = prepared.request.stream;
     let include_usage = prepared.request.include_usage;
-    let job = Job { id: id.clone(), prepared, sampling, enqueued: Instant::now(), tx };
+    let job = Job {
+        id: id.clone(),
+        prepared,
+        sampling,
+        enqueued: Instant::now(),
+        deadline,
+        timeout: app.request_timeout,
+        tx,
+    };
     match app.queue.push(job) {
         Ok(_) => {}
         Err(PushError::Full(_)) => {
@@ -177,7 +266,16 @@ async fn handle(app: Arc<App>, endpoint: Endpoint, headers: HeaderMap, body: Bod
             .unwrap_or_else(|e| ApiError::internal(e.to_string()).into_response()));
     }
     // Dropping this future (the client left) drops `rx`, which cancels the job.
-    let finished = wait(rx).await?;
+    // The engine thread answers a passed deadline itself; this is the backstop
+    // for a reply that never comes.
+    let backstop = tokio::time::Instant::from_std(deadline + std::time::Duration::from_secs(1));
+    let finished = match tokio::time::timeout_at(backstop, wait(rx)).await {
+        Ok(r) => r?,
+        Err(_) => {
+            app.stats.timed_out.fetch_add(1, Ordering::Relaxed);
+            return Err(ApiError::deadline(app.request_timeout));
+        }
+    };
     Ok(json_response(StatusCode::OK, &shape.response(&finished)))
 }
 
@@ -186,7 +284,7 @@ async fn wait(mut rx: UnboundedReceiver<Msg>) -> Result<Finished, ApiError> {
     loop {
         match rx.recv().await {
             Some(Msg::Done(Ok(f))) => return Ok(*f),
-            Some(Msg::Done(Err(e))) => return Err(ApiError::internal(e)),
+            Some(Msg::Done(Err(e))) => return Err(e),
             Some(_) => {}
             // The job was dropped unserved: only shutdown does that.
             None => return Err(ApiError::shutting_down()),
@@ -348,7 +446,7 @@ impl EventStream {
                 self.done = true;
             }
             Some(Msg::Done(Err(e))) => {
-                self.out.push_back(sse(&ApiError::internal(e).body()));
+                self.out.push_back(sse(&e.body()));
                 self.out.push_back(Bytes::from_static(b"data: [DONE]\n\n"));
                 self.done = true;
             }

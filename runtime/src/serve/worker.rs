@@ -5,7 +5,7 @@
 //! handler is gone (the client disconnected) is skipped if it is still
 //! waiting, and cancelled at the next token if it is running.
 
-use super::api::Prepared;
+use super::api::{ApiError, Prepared};
 use super::queue::Queue;
 use super::text::{Detokenizer, StopText};
 use crate::events::{Event, Usage};
@@ -17,7 +17,7 @@ use std::io::Write;
 use std::ops::ControlFlow;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use tokio::sync::mpsc::UnboundedSender;
 
 /// What the engine thread tells a request's handler.
@@ -28,7 +28,7 @@ pub enum Msg {
     /// More response text (streaming requests only).
     Text(String),
     /// The request finished (it is the last message).
-    Done(Result<Box<Finished>, String>),
+    Done(Result<Box<Finished>, ApiError>),
 }
 
 /// A finished request, as the response reports it.
@@ -55,11 +55,15 @@ pub struct Job {
     pub prepared: Prepared,
     pub sampling: SamplingParams,
     pub enqueued: Instant,
+    /// When the request must be finished (`--request-timeout-secs` after it arrived).
+    pub deadline: Instant,
+    /// The timeout that set `deadline`, for the refusal.
+    pub timeout: Duration,
     /// Dropped receiver = the client is gone.
     pub tx: UnboundedSender<Msg>,
 }
 
-/// Counters for `/health`.
+/// Counters for `/health` and `/metrics`.
 #[derive(Debug, Default)]
 pub struct Stats {
     pub completed: AtomicU64,
@@ -67,6 +71,24 @@ pub struct Stats {
     pub failed: AtomicU64,
     /// Refused because the queue was full.
     pub rejected: AtomicU64,
+    /// Ran past their deadline (`--request-timeout-secs`), answered 408.
+    pub timed_out: AtomicU64,
+    /// Refused 429: too many requests preparing (`--max-preparing`).
+    pub too_many_preparing: AtomicU64,
+    /// Refused 401 (`--api-key`).
+    pub unauthorized: AtomicU64,
+    /// Open connections now.
+    pub connections: AtomicU64,
+    /// Connections refused 503: every open one had a request running.
+    pub connections_refused: AtomicU64,
+    /// Connections closed to admit a new one at `--max-connections`.
+    pub evicted: AtomicU64,
+    /// Connections closed with 408: the request head was too slow.
+    pub header_timeouts: AtomicU64,
+    /// Keep-alive connections closed after `--idle-timeout-ms` without a request.
+    pub idle_closed: AtomicU64,
+    /// Tokens, latencies and speculation counters (`/metrics`).
+    pub metrics: super::metrics::Metrics,
     /// A request is decoding now.
     pub running: AtomicBool,
 }
@@ -89,8 +111,14 @@ impl Worker {
     pub fn run(mut self) {
         while let Some(job) = self.queue.pop() {
             if job.tx.is_closed() {
-                tracing::info!(id = %job.id, "client left while waiting; skipped");
+                tracing::info!(id = %job.id, outcome = "cancelled", "client left while waiting; skipped");
                 self.stats.cancelled.fetch_add(1, Ordering::SeqCst);
+                continue;
+            }
+            if Instant::now() >= job.deadline {
+                tracing::info!(id = %job.id, outcome = "timed_out", "deadline passed while waiting; skipped");
+                self.stats.timed_out.fetch_add(1, Ordering::SeqCst);
+                let _ = job.tx.send(Msg::Done(Err(ApiError::deadline(job.timeout))));
                 continue;
             }
             self.stats.running.store(true, Ordering::SeqCst);
@@ -101,29 +129,63 @@ impl Worker {
             // after its response sees itself counted.
             let reply = match outcome {
                 Ok(Ok(finished)) => {
+                    self.account(&job, &finished);
                     self.stats.completed.fetch_add(1, Ordering::SeqCst);
                     Some(Ok(Box::new(finished)))
                 }
+                Ok(Err(Failure::Cancelled)) if Instant::now() >= job.deadline => {
+                    tracing::info!(id = %job.id, outcome = "timed_out", "deadline passed; generation cancelled");
+                    self.stats.timed_out.fetch_add(1, Ordering::SeqCst);
+                    Some(Err(ApiError::deadline(job.timeout)))
+                }
                 Ok(Err(Failure::Cancelled)) => {
-                    tracing::info!(id = %job.id, "client left; generation cancelled");
+                    tracing::info!(id = %job.id, outcome = "cancelled", "client left; generation cancelled");
                     self.stats.cancelled.fetch_add(1, Ordering::SeqCst);
                     None
                 }
                 Ok(Err(Failure::Error(e))) => {
-                    tracing::error!(id = %job.id, "generation failed: {e}");
+                    tracing::error!(id = %job.id, outcome = "failed", "generation failed: {e}");
                     self.stats.failed.fetch_add(1, Ordering::SeqCst);
-                    Some(Err(e))
+                    Some(Err(ApiError::internal(e)))
                 }
                 Err(_) => {
-                    tracing::error!(id = %job.id, "generation panicked");
+                    tracing::error!(id = %job.id, outcome = "failed", "generation panicked");
                     self.stats.failed.fetch_add(1, Ordering::SeqCst);
-                    Some(Err("the generation failed unexpectedly".into()))
+                    Some(Err(ApiError::internal("the generation failed unexpectedly")))
                 }
             };
             if let Some(r) = reply {
                 let _ = job.tx.send(Msg::Done(r));
             }
         }
+    }
+
+    /// The per-request log line and the `/metrics` counters of a finished request.
+    fn account(&self, job: &Job, f: &Finished) {
+        let m = &self.stats.metrics;
+        m.prompt_tokens.fetch_add(f.usage.prompt_tokens as u64, Ordering::Relaxed);
+        m.completion_tokens.fetch_add(f.usage.completion_tokens as u64, Ordering::Relaxed);
+        if f.usage.completion_tokens > 0 {
+            m.ttft_s.observe((f.queue_ms + f.prefill_ms) / 1e3);
+        }
+        if f.usage.completion_tokens > 1 {
+            m.per_token_s.observe(f.decode_ms / 1e3 / (f.usage.completion_tokens - 1) as f64);
+        }
+        if let Some(Event::SpeculativeDiagnostics(d)) = &f.speculation {
+            m.drafted_tokens.fetch_add(d.drafted as u64, Ordering::Relaxed);
+            m.accepted_tokens.fetch_add(d.accepted as u64, Ordering::Relaxed);
+        }
+        tracing::info!(
+            id = %job.id,
+            outcome = "completed",
+            prompt_tokens = f.usage.prompt_tokens,
+            completion_tokens = f.usage.completion_tokens,
+            finish_reason = ?f.finish_reason,
+            queue_ms = format!("{:.1}", f.queue_ms),
+            prefill_ms = format!("{:.1}", f.prefill_ms),
+            decode_ms = format!("{:.1}", f.decode_ms),
+            "request done"
+        );
     }
 
     fn serve(&mut self, job: &Job) -> Result<Finished, Failure> {
@@ -136,17 +198,19 @@ impl Worker {
             tx: &job.tx,
             stream: p.request.stream,
             abort: &self.abort,
+            deadline: job.deadline,
             ids: Vec::new(),
             detok: Detokenizer::default(),
             text: StopText::new(p.request.stop.clone()),
         };
         let tag = crate::request::Tag { id: &job.id, warmup: false, repeat: 0 };
-        let (g, speculation) = crate::request::decode(
+        let (g, speculation) = crate::request::decode_opts(
             engine,
             self.spec.as_mut(),
             &p.prompt_ids,
             p.max_tokens,
             &job.sampling,
+            p.request.ignore_eos,
             &mut sink,
             tag,
         )
@@ -216,14 +280,20 @@ struct JobSink<'a> {
     tx: &'a UnboundedSender<Msg>,
     stream: bool,
     abort: &'a AtomicBool,
+    deadline: Instant,
     ids: Vec<u32>,
     detok: Detokenizer,
     text: StopText,
 }
 
 impl TokenSink for JobSink<'_> {
+    /// The client is gone, shutdown's grace ended, or the deadline passed.
+    fn cancelled(&self) -> bool {
+        self.tx.is_closed() || self.abort.load(Ordering::Relaxed) || Instant::now() >= self.deadline
+    }
+
     fn token(&mut self, id: u32) -> ControlFlow<Halt> {
-        if self.tx.is_closed() || self.abort.load(Ordering::Relaxed) {
+        if self.cancelled() {
             return ControlFlow::Break(Halt::Cancel);
         }
         self.ids.push(id);

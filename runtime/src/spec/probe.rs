@@ -39,13 +39,30 @@ pub fn block_vs_chain(
     probe_ids: &[u32],
     width: usize,
 ) -> Result<ProbeReport, ForwardError> {
-    let n = PREFIX + width + 1;
+    // A context too short for a block and one position before it cannot
+    // be probed: report a probe that did not pass (nothing compared), so
+    // speculation declines instead of the run failing.
+    let context = model.config.context_length;
+    if width.saturating_add(2) > context {
+        return Ok(ProbeReport {
+            width,
+            passed: false,
+            first_differing_row: None,
+            differing_bytes: 0,
+            compared_bytes: 0,
+            kernel_family: model.kernel_family_name(family).into(),
+            threads,
+        });
+    }
+    // The prefix shrinks to fit a short context.
+    let prefix_len = PREFIX.min(context - width - 1);
+    let n = prefix_len + width + 1;
     let ids: Vec<u32> = if probe_ids.is_empty() {
         (0..n as u32).map(|i| i % model.config.vocab as u32).collect()
     } else {
         probe_ids.iter().copied().cycle().take(n).collect()
     };
-    let (prefix, block) = ids.split_at(PREFIX);
+    let (prefix, block) = ids.split_at(prefix_len);
     let mut a = Session::new(&model.config);
     model.forward(family, &mut a, prefix, LogitRows::Last)?;
     let got = model.forward(family, &mut a, block, LogitRows::All)?;

@@ -6,6 +6,12 @@
 use super::{Tokenizer, TokenizerError};
 use serde::{Deserialize, Serialize};
 
+/// What stands in for a special token's text inside message content while
+/// the template is rendered a second time to find its own markers: one
+/// byte per byte, so both renderings have the same length, and a byte no
+/// template treats specially (not whitespace, not part of any token text).
+const MASK: u8 = 0x1a;
+
 /// One chat message.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Message {
@@ -22,7 +28,16 @@ impl Tokenizer {
                 "the model has no chat template; pass a plain prompt instead of --chat/messages".into(),
             )
         })?;
+        if src.len() > super::MAX_CHAT_TEMPLATE_BYTES {
+            return Err(TokenizerError::Template(format!(
+                "the chat template is {} bytes, more than the {} this runtime runs",
+                src.len(),
+                super::MAX_CHAT_TEMPLATE_BYTES
+            )));
+        }
         let mut env = minijinja::Environment::new();
+        // A bound on the template's work: a template is code from the model file.
+        env.set_fuel(Some(super::CHAT_TEMPLATE_FUEL));
         // Hugging Face renders chat templates with these two settings
         // (transformers' `_compile_jinja_template`); templates are written for them.
         env.set_trim_blocks(true);
@@ -40,5 +55,93 @@ impl Tokenizer {
             eos_token => tok_text(self.eos),
         };
         env.get_template("chat").and_then(|t| t.render(ctx)).map_err(|e| TokenizerError::Template(e.to_string()))
+    }
+
+    /// The prompt ids of a chat: the template's text with its own markers as
+    /// control tokens, and every message's content as plain text, so a
+    /// message that writes `<|im_end|>` cannot close its turn and write the
+    /// assistant's or the system's. Encoded like
+    /// [`Tokenizer::encode_prompt_bounded`] (stopping past `limit` ids).
+    ///
+    /// Content with no special token's text in it is encoded exactly as the
+    /// rendered text always was. Otherwise the template is rendered again
+    /// with those texts masked byte for byte ([`MASK`]); the special-token
+    /// texts found in that rendering are the template's markers
+    /// ([`Tokenizer::find_specials`], leftmost-longest as the tokenizer
+    /// matches added tokens that strip no whitespace), and the text between
+    /// them is encoded, piece by piece, with special tokens read as text.
+    pub fn encode_chat(&self, messages: &[Message], limit: usize) -> Result<Vec<u32>, TokenizerError> {
+        let text = self.render_chat(messages, true)?;
+        let spoofed = messages.iter().any(|m| self.specials.iter().any(|(s, _)| m.content.contains(s.as_str())));
+        if !spoofed {
+            return self.encode_prompt_bounded(&text, limit);
+        }
+        let masked: Vec<Message> = messages
+            .iter()
+            .map(|m| Message { role: m.role.clone(), content: self.mask_specials(&m.content) })
+            .collect();
+        let markers_only = self.render_chat(&masked, true)?;
+        // The two renderings must differ only where content was masked.
+        let aligned = markers_only.len() == text.len()
+            && text.bytes().zip(markers_only.bytes()).all(|(a, b)| a == b || b == MASK);
+        if !aligned {
+            return Err(TokenizerError::Template(
+                "this chat template rewrites message content, so special-token text in a message cannot be kept \
+                 as text; remove it from the message"
+                    .into(),
+            ));
+        }
+        let mut ids = Vec::new();
+        if self.add_bos
+            && let Some(b) = self.bos
+        {
+            ids.push(b);
+        }
+        let mut at = 0;
+        for (start, end, id) in self.find_specials(&markers_only) {
+            if ids.len() > limit {
+                return Ok(ids);
+            }
+            let between = text.get(at..start).ok_or_else(|| TokenizerError::Template("marker offsets".into()))?;
+            self.encode_pieces(&self.text_only, between, limit, super::ENCODE_PIECE_BYTES, &mut ids)?;
+            ids.push(id);
+            at = end;
+        }
+        let rest = text.get(at..).ok_or_else(|| TokenizerError::Template("marker offsets".into()))?;
+        self.encode_pieces(&self.text_only, rest, limit, super::ENCODE_PIECE_BYTES, &mut ids)?;
+        Ok(ids)
+    }
+
+    /// Where special tokens' texts occur in `text`: (start, end, id), left
+    /// to right, the longest at each place and none overlapping (how the
+    /// tokenizer's added-token matcher splits a text). Each text is searched
+    /// once, so this is linear in the text per special token, and nothing
+    /// but the positions is allocated.
+    fn find_specials(&self, text: &str) -> Vec<(usize, usize, u32)> {
+        let mut all: Vec<(usize, std::cmp::Reverse<usize>, u32)> = Vec::new();
+        for (s, id) in &self.specials {
+            all.extend(text.match_indices(s.as_str()).map(|(i, m)| (i, std::cmp::Reverse(m.len()), *id)));
+        }
+        all.sort_unstable();
+        let mut out = Vec::new();
+        let mut end = 0;
+        for (start, std::cmp::Reverse(len), id) in all {
+            if start >= end {
+                out.push((start, start + len, id));
+                end = start + len;
+            }
+        }
+        out
+    }
+
+    /// `content` with each special token's text replaced by as many [`MASK`] bytes.
+    fn mask_specials(&self, content: &str) -> String {
+        let mut out = content.to_string();
+        for (s, _) in &self.specials {
+            if out.contains(s.as_str()) {
+                out = out.replace(s.as_str(), &char::from(MASK).to_string().repeat(s.len()));
+            }
+        }
+        out
     }
 }

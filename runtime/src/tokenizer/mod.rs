@@ -16,6 +16,23 @@ use tokenizers::{AddedToken, decoders::byte_level::ByteLevel as ByteLevelDecoder
 /// Most tokens a vocabulary may declare (bounds allocations from a file).
 pub const MAX_TOKENS: usize = 1 << 20;
 
+/// Largest `tokenizer.json` read (the largest real ones, 256k-token
+/// vocabularies with their merges, are about 35 MB).
+pub const MAX_TOKENIZER_JSON_BYTES: u64 = 128 << 20;
+
+/// Largest `tokenizer_config.json` read (it holds the chat template).
+pub const MAX_TOKENIZER_CONFIG_BYTES: u64 = 16 << 20;
+
+/// Longest chat template accepted, in bytes (real ones are a few kB; the
+/// longest seen, with tool-calling branches, about 20 kB).
+pub const MAX_CHAT_TEMPLATE_BYTES: usize = 1 << 20;
+
+/// The instructions one chat-template rendering may run (minijinja's fuel):
+/// a few hundred per message for real templates, so this is ample for any
+/// request the body limit admits, and stops a template with nested loops in
+/// well under a second.
+pub const CHAT_TEMPLATE_FUEL: u64 = 5_000_000;
+
 /// GGUF token types (llama.cpp's `llama_token_type`).
 const TOKEN_TYPE_CONTROL: i32 = 3;
 const TOKEN_TYPE_USER_DEFINED: i32 = 4;
@@ -59,6 +76,100 @@ pub struct Tokenizer {
     pub chat_template: Option<String>,
     /// Where the tokenizer came from, for the startup event.
     pub source: String,
+    /// The longest text any token stands for, in bytes; `None` when a
+    /// normalizer could shrink the text first. Then no token sequence of a
+    /// text of `b` bytes is shorter than `b / longest` tokens, which bounds
+    /// a prompt's length before it is tokenized.
+    pub longest_token_bytes: Option<usize>,
+    /// The same tokenizer with special tokens read as plain text: chat
+    /// message content is encoded with it, so a message cannot write the
+    /// template's control tokens (`chat::Tokenizer::encode_chat`).
+    text_only: tokenizers::Tokenizer,
+    /// Every special (control) token: its text and id.
+    specials: Vec<(String, u32)>,
+    /// Whether a text may be encoded piece by piece, split where the
+    /// pre-tokenizer always splits ([`safe_split`]); true for the GGUF
+    /// byte-level BPE whose pre-tokenizer this module builds, when no added
+    /// token contains whitespace.
+    chunkable: bool,
+}
+
+/// Bytes of text per piece when a prompt is encoded piece by piece: the
+/// tokenizer's working memory is bounded by a piece, and an over-long
+/// prompt is refused as soon as its pieces pass the context.
+pub const ENCODE_PIECE_BYTES: usize = 16 * 1024;
+
+/// The parts of a [`Tokenizer`] derived from its inner tokenizer.
+struct Derived {
+    longest_token_bytes: Option<usize>,
+    text_only: tokenizers::Tokenizer,
+    specials: Vec<(String, u32)>,
+    chunkable: bool,
+}
+
+fn derive(inner: &tokenizers::Tokenizer, own_pre_tokenizer: bool) -> Derived {
+    let added = inner.get_added_tokens_decoder();
+    let mut specials: Vec<(String, u32)> = added
+        .iter()
+        .filter(|(_, t)| t.special && !t.content.is_empty())
+        .map(|(&id, t)| (t.content.clone(), id))
+        .collect();
+    specials.sort_by_key(|s| s.1);
+    let mut text_only = inner.clone();
+    text_only.set_encode_special_tokens(true);
+    Derived {
+        longest_token_bytes: longest_token_bytes(inner, own_pre_tokenizer),
+        text_only,
+        specials,
+        chunkable: own_pre_tokenizer && added.values().all(|t| !t.content.chars().any(char::is_whitespace)),
+    }
+}
+
+/// Whether byte `p` of `text` is a place where the GPT-2 pre-tokenizer
+/// (and the digit splitter before it) always splits: a single space between
+/// two non-whitespace characters. No pattern of the GPT-2 regex (`'s|'t|...|
+/// ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+`) runs from a
+/// non-whitespace character across a space, and at the space the next
+/// pre-token (` word`, ` 1`, ` .`) starts whatever preceded it; so encoding
+/// the two sides apart gives the tokens of the whole.
+pub fn safe_split(text: &str, p: usize) -> bool {
+    if p == 0 || p + 1 >= text.len() || text.as_bytes()[p] != b' ' {
+        return false;
+    }
+    let before = text[..p].chars().next_back();
+    let after = text[p + 1..].chars().next();
+    matches!((before, after), (Some(b), Some(a)) if !b.is_whitespace() && !a.is_whitespace())
+}
+
+/// The end of the piece starting at `from`: the first safe split at or past
+/// `from + target` bytes, else the end of the text.
+fn piece_end(text: &str, from: usize, target: usize) -> usize {
+    let mut p = from.saturating_add(target);
+    while p < text.len() {
+        if safe_split(text, p) {
+            return p;
+        }
+        p += 1;
+    }
+    text.len()
+}
+/// The most bytes of text one token of `inner` stands for; `None` with a
+/// normalizer (it could shrink the text before tokenizing). Byte-level BPE
+/// (`byte_level`) spells each byte of a token as one character, so a
+/// vocabulary token stands for as many bytes as it has characters; an added
+/// token for its own text. Otherwise the token text's UTF-8 length, which
+/// is at least the bytes it stands for in the formats this runtime loads.
+fn longest_token_bytes(inner: &tokenizers::Tokenizer, byte_level: bool) -> Option<usize> {
+    if inner.get_normalizer().is_some() {
+        return None;
+    }
+    let added = inner.get_added_tokens_decoder();
+    inner
+        .get_vocab(true)
+        .iter()
+        .map(|(t, id)| if byte_level && !added.contains_key(id) { t.chars().count() } else { t.len() })
+        .max()
+        .filter(|&n| n > 0)
 }
 
 impl std::fmt::Debug for Tokenizer {
@@ -172,7 +283,12 @@ impl Tokenizer {
             Err(GgufError::MissingKey { .. }) => None,
             Err(e) => return Err(e.into()),
         };
+        let d = derive(&inner, true);
         Ok(Tokenizer {
+            longest_token_bytes: d.longest_token_bytes,
+            text_only: d.text_only,
+            specials: d.specials,
+            chunkable: d.chunkable,
             inner,
             bos,
             eos,
@@ -187,10 +303,15 @@ impl Tokenizer {
     /// for the chat template, BOS/EOS and `add_bos_token`) from `dir`.
     pub fn from_hf_dir(dir: &Path) -> Result<Self, TokenizerError> {
         let path = dir.join("tokenizer.json");
-        let inner = tokenizers::Tokenizer::from_file(&path)
-            .map_err(|e| TokenizerError::File { path: path.display().to_string(), problem: e.to_string() })?;
+        let file_error = |path: &Path, e: &dyn std::fmt::Display| TokenizerError::File {
+            path: path.display().to_string(),
+            problem: e.to_string(),
+        };
+        let bytes = crate::limits::read_capped(&path, MAX_TOKENIZER_JSON_BYTES).map_err(|e| file_error(&path, &e))?;
+        let inner = tokenizers::Tokenizer::from_bytes(&bytes).map_err(|e| file_error(&path, &e))?;
+        drop(bytes);
         let cfg_path = dir.join("tokenizer_config.json");
-        let cfg: serde_json::Value = match std::fs::read(&cfg_path) {
+        let cfg: serde_json::Value = match crate::limits::read_capped(&cfg_path, MAX_TOKENIZER_CONFIG_BYTES) {
             Ok(b) => serde_json::from_slice(&b)
                 .map_err(|e| TokenizerError::File { path: cfg_path.display().to_string(), problem: e.to_string() })?,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => serde_json::Value::Null,
@@ -213,7 +334,12 @@ impl Tokenizer {
                 end_of_generation.push(id);
             }
         }
+        let d = derive(&inner, false);
         Ok(Tokenizer {
+            longest_token_bytes: d.longest_token_bytes,
+            text_only: d.text_only,
+            specials: d.specials,
+            chunkable: d.chunkable,
             inner,
             bos,
             eos,
@@ -247,6 +373,50 @@ impl Tokenizer {
         Ok(ids)
     }
 
+    /// [`Tokenizer::encode_prompt`], piece by piece ([`ENCODE_PIECE_BYTES`]
+    /// at a time, split where the pre-tokenizer splits anyway, so the ids
+    /// are the same), stopping once there are more than `limit` ids: a
+    /// result longer than `limit` is a prefix, and says the text has at
+    /// least that many tokens.
+    pub fn encode_prompt_bounded(&self, text: &str, limit: usize) -> Result<Vec<u32>, TokenizerError> {
+        let mut ids = Vec::new();
+        if self.add_bos
+            && let Some(b) = self.bos
+        {
+            ids.push(b);
+        }
+        self.encode_pieces(&self.inner, text, limit, ENCODE_PIECE_BYTES, &mut ids)?;
+        Ok(ids)
+    }
+
+    /// Appends the ids of `text` under `tok` to `out`, piece by piece when
+    /// this tokenizer allows it, until `out` holds more than `limit`.
+    fn encode_pieces(
+        &self,
+        tok: &tokenizers::Tokenizer,
+        text: &str,
+        limit: usize,
+        piece_bytes: usize,
+        out: &mut Vec<u32>,
+    ) -> Result<(), TokenizerError> {
+        let piece_bytes = if self.chunkable { piece_bytes.max(1) } else { usize::MAX };
+        let mut from = 0;
+        while from < text.len() && out.len() <= limit {
+            let to = piece_end(text, from, piece_bytes);
+            out.extend_from_slice(tok.encode(&text[from..to], false).map_err(lib)?.get_ids());
+            from = to;
+        }
+        Ok(())
+    }
+
+    /// [`Tokenizer::encode_pieces`] with a given piece size (tests pin the
+    /// equality with the one-piece encoding at small sizes).
+    pub fn encode_in_pieces(&self, text: &str, piece_bytes: usize) -> Result<Vec<u32>, TokenizerError> {
+        let mut ids = Vec::new();
+        self.encode_pieces(&self.inner, text, usize::MAX, piece_bytes, &mut ids)?;
+        Ok(ids)
+    }
+
     /// The text of `ids`, special tokens included verbatim.
     pub fn decode(&self, ids: &[u32]) -> Result<String, TokenizerError> {
         self.inner.decode(ids, false).map_err(lib)
@@ -260,7 +430,87 @@ impl Tokenizer {
         self.inner.id_to_token(id)
     }
 
+    /// Every special (control) token: its text and id.
+    pub fn special_tokens(&self) -> &[(String, u32)] {
+        &self.specials
+    }
+
     pub fn is_end_of_generation(&self, id: u32) -> bool {
         self.end_of_generation.contains(&id)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tokenizer::chat::Message;
+    use std::time::{Duration, Instant};
+
+    /// A minimal Hugging Face tokenizer directory with `template` as its chat template.
+    fn hf_dir(template: &str) -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        let tokenizer = serde_json::json!({
+            "version": "1.0", "truncation": null, "padding": null,
+            "added_tokens": [{"id": 2, "content": "<|im_end|>", "single_word": false, "lstrip": false,
+                              "rstrip": false, "normalized": false, "special": true}],
+            "normalizer": null,
+            "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": true},
+            "post_processor": null,
+            "decoder": {"type": "ByteLevel", "add_prefix_space": true, "trim_offsets": true, "use_regex": true},
+            "model": {"type": "BPE", "dropout": null, "unk_token": null, "continuing_subword_prefix": null,
+                      "end_of_word_suffix": null, "fuse_unk": false, "byte_fallback": false, "ignore_merges": false,
+                      "vocab": {"a": 0, "b": 1}, "merges": []}
+        });
+        std::fs::write(dir.path().join("tokenizer.json"), tokenizer.to_string()).unwrap();
+        let cfg = serde_json::json!({"eos_token": "<|im_end|>", "chat_template": template});
+        std::fs::write(dir.path().join("tokenizer_config.json"), cfg.to_string()).unwrap();
+        dir
+    }
+
+    fn hi() -> Vec<Message> {
+        vec![Message { role: "user".into(), content: "ab".into() }]
+    }
+
+    #[test]
+    fn a_tokenizer_json_without_end_is_refused_at_the_cap_naming_the_file() {
+        let dir = hf_dir("{{ messages[0]['content'] }}");
+        let zero = std::path::Path::new("/dev/zero");
+        if !zero.exists() {
+            return;
+        }
+        let p = dir.path().join("tokenizer.json");
+        std::fs::remove_file(&p).unwrap();
+        std::os::unix::fs::symlink(zero, &p).unwrap();
+        let t0 = Instant::now();
+        let e = Tokenizer::from_hf_dir(dir.path()).unwrap_err().to_string();
+        assert!(e.contains("tokenizer.json") && e.contains(&MAX_TOKENIZER_JSON_BYTES.to_string()), "{e}");
+        assert!(t0.elapsed() < Duration::from_secs(10));
+        // The config too.
+        let dir = hf_dir("x");
+        let p = dir.path().join("tokenizer_config.json");
+        std::fs::remove_file(&p).unwrap();
+        std::os::unix::fs::symlink(zero, &p).unwrap();
+        let e = Tokenizer::from_hf_dir(dir.path()).unwrap_err().to_string();
+        assert!(e.contains("tokenizer_config.json"), "{e}");
+    }
+
+    #[test]
+    fn a_chat_template_with_nested_loops_runs_out_of_fuel_quickly() {
+        let dir = hf_dir("{% for i in range(100000) %}{% for j in range(100000) %}x{% endfor %}{% endfor %}");
+        let tok = Tokenizer::from_hf_dir(dir.path()).unwrap();
+        let t0 = Instant::now();
+        let e = tok.render_chat(&hi(), true).unwrap_err().to_string();
+        assert!(e.contains("fuel"), "{e}");
+        assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
+        // An ordinary template renders.
+        let dir = hf_dir("{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}{% endfor %}");
+        assert_eq!(Tokenizer::from_hf_dir(dir.path()).unwrap().render_chat(&hi(), true).unwrap(), "user: ab");
+    }
+
+    #[test]
+    fn an_oversized_chat_template_is_refused() {
+        let dir = hf_dir(&"x".repeat(MAX_CHAT_TEMPLATE_BYTES + 1));
+        let e = Tokenizer::from_hf_dir(dir.path()).unwrap().render_chat(&hi(), true).unwrap_err().to_string();
+        assert!(e.contains(&MAX_CHAT_TEMPLATE_BYTES.to_string()), "{e}");
     }
 }

@@ -1,0 +1,192 @@
+//! Bounds on the numbers a user or a file gives the runtime (the drafter's
+//! own settings are bounded where they are resolved, `spec/setup.rs`):
+//! each check names the flag (or file) and the range it accepts, so a
+//! refusal says how to fix it, and no value reaches an allocation or a loop
+//! unchecked.
+
+use std::time::Duration;
+
+/// `--threads` above this many times the CPUs available is refused: past
+/// that the engine only loses speed (each extra thread is a context switch
+/// per parallel section), and a huge value would allocate per thread.
+pub const MAX_THREADS_PER_CPU: usize = 4;
+
+/// The exit status of a runtime error (clap's usage errors exit 2).
+pub const EXIT_RUNTIME_ERROR: u8 = 1;
+
+/// `e` and its causes joined with `: `, each message once: a cause whose
+/// text the message before it already contains (an error that prints its
+/// source and also returns it as `source()`) is left out.
+pub fn error_chain(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    let mut last = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if !last.is_empty() && last.contains(&text) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(&text);
+        last = text;
+    }
+    out
+}
+
+/// Reads `path` whole, refusing a file larger than `cap` bytes with a
+/// message naming the file and the cap (a path to `/dev/zero` or a huge
+/// file costs at most `cap + 1` bytes).
+pub fn read_capped(path: &std::path::Path, cap: u64) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    let f = std::fs::File::open(path)?;
+    let mut buf = Vec::new();
+    f.take(cap.saturating_add(1)).read_to_end(&mut buf)?;
+    if buf.len() as u64 > cap {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("{} is larger than {cap} bytes, the most this runtime reads from such a file", path.display()),
+        ));
+    }
+    Ok(buf)
+}
+
+/// A GGUF file's tokenizer must list one token per embedding row (as
+/// llama.cpp requires): with fewer, the model can emit ids the tokenizer
+/// cannot decode, and they would vanish from the text. (Hugging Face
+/// checkpoints often pad the embedding past the tokenizer; the loader
+/// already refuses a tokenizer larger than the embedding.)
+pub fn check_vocabulary(info: &crate::model::ModelInfo, tokenizer_tokens: usize) -> Result<(), String> {
+    if info.format == "gguf" && tokenizer_tokens != info.vocab {
+        return Err(format!(
+            "{}: the tokenizer has {tokenizer_tokens} tokens but the embedding has {} rows; \
+             tokenizer.ggml.tokens must list one token per embedding row",
+            info.path.display(),
+            info.vocab
+        ));
+    }
+    Ok(())
+}
+
+/// Largest `--prompts` file read (a prompt set is a few kB to a few MB).
+pub const MAX_PROMPT_FILE_BYTES: u64 = 64 << 20;
+
+/// Largest Hugging Face `config.json` to read (real ones are a few kB). The
+/// checkpoint loader (`model/hf.rs`) is to read it with [`read_capped`].
+pub const MAX_CONFIG_JSON_BYTES: u64 = 16 << 20;
+
+/// A `--prompts` file as text, read with [`MAX_PROMPT_FILE_BYTES`] as its cap.
+pub fn read_prompt_file(path: &std::path::Path) -> anyhow::Result<String> {
+    use anyhow::Context;
+    let bytes = read_capped(path, MAX_PROMPT_FILE_BYTES).with_context(|| format!("reading {}", path.display()))?;
+    String::from_utf8(bytes).with_context(|| format!("{} is not UTF-8 text", path.display()))
+}
+
+/// The CPUs available to this process (at least 1).
+pub fn available_cpus() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// Checks `--threads` against the host: an error at 0 or above
+/// [`MAX_THREADS_PER_CPU`] × `cpus`; `Ok(Some(warning))` above `cpus`.
+pub fn check_threads(threads: usize, cpus: usize) -> Result<Option<String>, String> {
+    let cpus = cpus.max(1);
+    let most = cpus.saturating_mul(MAX_THREADS_PER_CPU);
+    if threads == 0 {
+        return Err("--threads must be at least 1".into());
+    }
+    if threads > most {
+        return Err(format!(
+            "--threads {threads} is more than {MAX_THREADS_PER_CPU} per available CPU ({cpus} CPUs, so at most {most}); \
+             give at most {cpus}, the CPUs this process may use"
+        ));
+    }
+    if threads > cpus {
+        return Ok(Some(format!(
+            "--threads {threads} is more than the {cpus} CPUs available: threads will share CPUs and decoding slows \
+             down; give at most {cpus}"
+        )));
+    }
+    Ok(None)
+}
+
+/// The thread count to run with: the flag (checked, a warning logged) or
+/// every available CPU.
+pub fn resolve_threads(flag: Option<usize>) -> anyhow::Result<usize> {
+    let cpus = available_cpus();
+    match flag {
+        None => Ok(cpus),
+        Some(t) => match check_threads(t, cpus) {
+            Ok(None) => Ok(t),
+            Ok(Some(warning)) => {
+                tracing::warn!("{warning}");
+                Ok(t)
+            }
+            Err(e) => anyhow::bail!(e),
+        },
+    }
+}
+
+/// A number flag checked against `lo..=hi`, naming the flag when it is not.
+pub fn check_range(flag: &str, v: u64, lo: u64, hi: u64) -> Result<u64, String> {
+    if v < lo || v > hi {
+        return Err(format!("{flag} {v} is out of range: give {lo} to {hi}"));
+    }
+    Ok(v)
+}
+
+/// A duration flag in milliseconds, checked against `lo..=hi` ms.
+pub fn check_ms(flag: &str, ms: u64, lo: u64, hi: u64) -> Result<Duration, String> {
+    check_range(flag, ms, lo, hi).map(Duration::from_millis)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn threads_are_refused_at_zero_and_past_the_multiple_and_warned_past_the_cores() {
+        assert!(check_threads(0, 2).is_err());
+        assert_eq!(check_threads(2, 2), Ok(None));
+        assert!(check_threads(3, 2).unwrap().unwrap().contains("more than the 2 CPUs"));
+        assert!(check_threads(8, 2).unwrap().is_some());
+        let e = check_threads(9, 2).unwrap_err();
+        assert!(e.contains("at most 8") && e.contains("--threads 9"), "{e}");
+        // No overflow on the largest values.
+        assert!(check_threads(usize::MAX, usize::MAX).is_ok());
+        assert!(check_threads(usize::MAX, 2).is_err());
+    }
+
+    #[test]
+    fn an_error_chain_prints_each_message_once() {
+        let io = std::io::Error::new(std::io::ErrorKind::NotFound, "No such file or directory (os error 2)");
+        #[derive(Debug, thiserror::Error)]
+        #[error("{0}")]
+        struct Wraps(#[source] std::io::Error);
+        let e = anyhow::Error::new(Wraps(io)).context("reading x.json");
+        assert_eq!(error_chain(&e), "reading x.json: No such file or directory (os error 2)");
+        let e = anyhow::anyhow!("inner").context("outer");
+        assert_eq!(error_chain(&e), "outer: inner");
+    }
+
+    #[test]
+    fn a_capped_read_refuses_past_the_cap_naming_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("big.json");
+        std::fs::write(&p, vec![b'x'; 101]).unwrap();
+        assert_eq!(read_capped(&p, 101).unwrap().len(), 101);
+        let e = read_capped(&p, 100).unwrap_err().to_string();
+        assert!(e.contains("big.json") && e.contains("100 bytes"), "{e}");
+        // An endless file costs the cap, not the disk.
+        if std::path::Path::new("/dev/zero").exists() {
+            assert!(read_capped(std::path::Path::new("/dev/zero"), 1 << 20).is_err());
+        }
+    }
+
+    #[test]
+    fn ranges_name_the_flag() {
+        assert_eq!(check_range("--x", 5, 1, 10), Ok(5));
+        assert_eq!(check_range("--x", 0, 1, 10).unwrap_err(), "--x 0 is out of range: give 1 to 10");
+        assert_eq!(check_ms("--t-ms", 100, 1, 1000), Ok(Duration::from_millis(100)));
+    }
+}

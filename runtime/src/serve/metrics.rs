@@ -1,0 +1,197 @@
+//! `GET /metrics`: the server's counters in the Prometheus text exposition
+//! format (version 0.0.4): requests by outcome, prompt and completion
+//! tokens, time-to-first-token and per-token latency histograms, the queue,
+//! connections, and the speculative counters (drafted, accepted, the
+//! resolved width). Written by hand: a handful of counters and two
+//! histograms do not need a metrics crate.
+
+use super::worker::Stats;
+use std::fmt::Write;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Upper bounds of the time-to-first-token buckets, seconds.
+pub const TTFT_BUCKETS_S: &[f64] = &[0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0];
+/// Upper bounds of the per-output-token latency buckets, seconds.
+pub const TOKEN_BUCKETS_S: &[f64] = &[0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5];
+
+/// A cumulative histogram with fixed buckets.
+#[derive(Debug)]
+pub struct Histogram {
+    bounds: &'static [f64],
+    /// (count per bucket, the +Inf bucket last; sum; count).
+    state: Mutex<(Vec<u64>, f64, u64)>,
+}
+
+impl Histogram {
+    pub fn new(bounds: &'static [f64]) -> Self {
+        Histogram { bounds, state: Mutex::new((vec![0; bounds.len() + 1], 0.0, 0)) }
+    }
+
+    pub fn observe(&self, v: f64) {
+        if !v.is_finite() || v < 0.0 {
+            return;
+        }
+        let i = self.bounds.iter().position(|&b| v <= b).unwrap_or(self.bounds.len());
+        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        s.0[i] += 1;
+        s.1 += v;
+        s.2 += 1;
+    }
+
+    fn render(&self, out: &mut String, name: &str, help: &str) {
+        let s = self.state.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
+        let mut cumulative = 0;
+        for (b, n) in self.bounds.iter().zip(&s.0) {
+            cumulative += n;
+            let _ = writeln!(out, "{name}_bucket{{le=\"{b}\"}} {cumulative}");
+        }
+        let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {}", s.2);
+        let _ = writeln!(out, "{name}_sum {}\n{name}_count {}", s.1, s.2);
+    }
+}
+
+/// Token and latency counters, updated by the engine thread per finished request.
+#[derive(Debug)]
+pub struct Metrics {
+    pub prompt_tokens: AtomicU64,
+    pub completion_tokens: AtomicU64,
+    pub drafted_tokens: AtomicU64,
+    pub accepted_tokens: AtomicU64,
+    /// Requests refused 400/404/413 (bad input).
+    pub invalid: AtomicU64,
+    /// Queue wait plus prefill: until the first token is emitted.
+    pub ttft_s: Histogram,
+    /// Decode time over the tokens after the first, per request.
+    pub per_token_s: Histogram,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics {
+            prompt_tokens: AtomicU64::new(0),
+            completion_tokens: AtomicU64::new(0),
+            drafted_tokens: AtomicU64::new(0),
+            accepted_tokens: AtomicU64::new(0),
+            invalid: AtomicU64::new(0),
+            ttft_s: Histogram::new(TTFT_BUCKETS_S),
+            per_token_s: Histogram::new(TOKEN_BUCKETS_S),
+        }
+    }
+}
+
+/// What `/metrics` reports besides the counters in [`Stats`].
+pub struct Gauges<'a> {
+    pub waiting: usize,
+    pub running: bool,
+    pub drafter: &'a str,
+    /// The resolved draft width; 0 when the server decodes classically.
+    pub block_size: usize,
+}
+
+fn counter(out: &mut String, name: &str, help: &str, v: u64) {
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}");
+}
+
+fn gauge(out: &mut String, name: &str, help: &str, v: u64) {
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}");
+}
+
+/// The exposition text.
+pub fn render(stats: &Stats, g: &Gauges<'_>) -> String {
+    let m = &stats.metrics;
+    let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
+    let mut out = String::new();
+    let name = "draftwise_requests_total";
+    let _ = writeln!(out, "# HELP {name} Requests by outcome.\n# TYPE {name} counter");
+    for (outcome, v) in [
+        ("completed", load(&stats.completed)),
+        ("cancelled", load(&stats.cancelled)),
+        ("failed", load(&stats.failed)),
+        ("timed_out", load(&stats.timed_out)),
+        ("queue_full", load(&stats.rejected)),
+        ("too_many_preparing", load(&stats.too_many_preparing)),
+        ("unauthorized", load(&stats.unauthorized)),
+        ("invalid", load(&m.invalid)),
+    ] {
+        let _ = writeln!(out, "{name}{{outcome=\"{outcome}\"}} {v}");
+    }
+    counter(&mut out, "draftwise_prompt_tokens_total", "Prompt tokens of completed requests.", load(&m.prompt_tokens));
+    counter(
+        &mut out,
+        "draftwise_completion_tokens_total",
+        "Generated tokens of completed requests.",
+        load(&m.completion_tokens),
+    );
+    m.ttft_s.render(&mut out, "draftwise_time_to_first_token_seconds", "Queue wait plus prefill, per request.");
+    m.per_token_s.render(
+        &mut out,
+        "draftwise_time_per_output_token_seconds",
+        "Decode time per token after the first, per request.",
+    );
+    gauge(&mut out, "draftwise_queue_waiting", "Requests waiting for the engine.", g.waiting as u64);
+    gauge(&mut out, "draftwise_requests_running", "Requests decoding now (0 or 1).", u64::from(g.running));
+    gauge(&mut out, "draftwise_connections_open", "Open HTTP connections.", load(&stats.connections));
+    let name = "draftwise_connections_closed_total";
+    let _ = writeln!(out, "# HELP {name} Connections the server closed or refused, by reason.\n# TYPE {name} counter");
+    for (reason, v) in [
+        ("header_timeout", load(&stats.header_timeouts)),
+        ("idle_timeout", load(&stats.idle_closed)),
+        ("evicted", load(&stats.evicted)),
+        ("refused", load(&stats.connections_refused)),
+    ] {
+        let _ = writeln!(out, "{name}{{reason=\"{reason}\"}} {v}");
+    }
+    counter(&mut out, "draftwise_drafted_tokens_total", "Tokens the drafter proposed.", load(&m.drafted_tokens));
+    counter(
+        &mut out,
+        "draftwise_accepted_tokens_total",
+        "Drafted tokens the verifier accepted.",
+        load(&m.accepted_tokens),
+    );
+    let name = "draftwise_draft_block_size";
+    let _ = writeln!(
+        out,
+        "# HELP {name} The resolved draft width (0: classic decoding).\n# TYPE {name} gauge\n{name}{{drafter=\"{}\"}} {}",
+        g.drafter, g.block_size
+    );
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn histograms_are_cumulative_with_an_inf_bucket() {
+        let h = Histogram::new(&[0.1, 1.0]);
+        for v in [0.05, 0.5, 0.7, 3.0, f64::NAN] {
+            h.observe(v);
+        }
+        let mut out = String::new();
+        h.render(&mut out, "x", "h");
+        assert!(out.contains("x_bucket{le=\"0.1\"} 1\n"), "{out}");
+        assert!(out.contains("x_bucket{le=\"1\"} 3\n"), "{out}");
+        assert!(out.contains("x_bucket{le=\"+Inf\"} 4\n"), "{out}");
+        assert!(out.contains("x_count 4\n"), "{out}");
+    }
+
+    #[test]
+    fn every_line_is_a_comment_or_a_sample() {
+        let stats = Stats::default();
+        stats.completed.store(3, Ordering::Relaxed);
+        let text = render(&stats, &Gauges { waiting: 2, running: true, drafter: "ngram", block_size: 3 });
+        for line in text.lines() {
+            assert!(
+                line.starts_with("# HELP ")
+                    || line.starts_with("# TYPE ")
+                    || line.rsplit_once(' ').is_some_and(|(_, v)| v.parse::<f64>().is_ok()),
+                "{line}"
+            );
+        }
+        assert!(text.contains("draftwise_requests_total{outcome=\"completed\"} 3\n"));
+        assert!(text.contains("draftwise_queue_waiting 2\n"));
+        assert!(text.contains("draftwise_draft_block_size{drafter=\"ngram\"} 3\n"));
+    }
+}

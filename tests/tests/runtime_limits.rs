@@ -1,0 +1,93 @@
+//! Every number the CLI takes is bounded, and errors are printed once with
+//! the documented exit status: 1 when a command fails, 2 for a usage error.
+
+use draftwise_tests::{bin, model_path, run};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+fn generate() -> Command {
+    let mut c = Command::new(bin("runtime"));
+    c.arg("generate").arg("--model").arg(model_path()).env("DRAFTWISE_LOG", "warn");
+    c
+}
+
+fn cpus() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+fn stderr(o: &std::process::Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+#[test]
+fn huge_thread_counts_are_refused_without_a_panic_or_an_allocation() {
+    for threads in ["18446744073709551615", "10000000000", "1000"] {
+        let t0 = Instant::now();
+        let out = run(generate().args(["--prompt", "hi", "--max-tokens", "1", "--threads", threads]));
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(1), "--threads {threads}: {err}");
+        assert!(err.contains(&format!("--threads {threads} is more than 4 per available CPU")), "{err}");
+        assert!(!err.contains("panicked"), "{err}");
+        assert!(t0.elapsed() < Duration::from_secs(20), "--threads {threads} took {:?}", t0.elapsed());
+    }
+    let out = run(generate().args(["--prompt", "hi", "--threads", "0"]));
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("--threads must be at least 1"));
+}
+
+#[test]
+fn more_threads_than_cores_runs_with_a_warning_naming_the_core_count() {
+    let n = cpus() + 1;
+    let out = run(generate().args(["--prompt", "hi", "--max-tokens", "2", "--threads", &n.to_string()]));
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains(&format!("more than the {} CPUs available", cpus())), "{err}");
+}
+
+#[test]
+fn ngram_sizes_are_bounded() {
+    for (flag, v) in [("--ngram-max", "1000000000000"), ("--ngram-max", "65"), ("--ngram-min", "0")] {
+        let t0 = Instant::now();
+        let out = run(generate().args(["--prompt", "1, 2, 1, 2,", "--max-tokens", "4", "--drafter", "ngram", flag, v]));
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(1), "{flag} {v}: {err}");
+        assert!(err.contains(&format!("{flag} {v}: give 1..=")), "{err}");
+        assert!(t0.elapsed() < Duration::from_secs(20));
+    }
+}
+
+#[test]
+fn an_error_chain_is_printed_once_and_exits_1() {
+    let out = run(Command::new(bin("runtime")).args(["generate", "--prompt", "x", "--model", "/nonexistent/m.gguf"]));
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert_eq!(err.matches("No such file or directory").count(), 1, "the cause is printed once: {err}");
+}
+
+#[test]
+fn usage_errors_exit_2_and_help_documents_the_codes() {
+    let out = run(Command::new(bin("runtime")).args(["generate", "--prompt", "x", "--max-tokens", "many"]));
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let help = run(Command::new(bin("runtime")).arg("--help"));
+    assert!(String::from_utf8_lossy(&help.stdout).contains("1 when the command fails, 2 for a usage error"));
+}
+
+#[test]
+fn serve_refuses_out_of_range_limits_naming_the_flag() {
+    for (flag, v) in [
+        ("--max-connections", "0"),
+        ("--header-timeout-ms", "0"),
+        ("--request-timeout-secs", "100000000"),
+        ("--max-body-bytes", "10"),
+        ("--max-queue", "18446744073709551615"),
+    ] {
+        let out = run(Command::new(bin("runtime"))
+            .args(["serve", "--port", "0", "--model"])
+            .arg(model_path())
+            .args([flag, v])
+            .env("DRAFTWISE_LOG", "warn"));
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(1), "{flag} {v}: {err}");
+        assert!(err.contains(&format!("{flag} {v} is out of range")), "{err}");
+    }
+}
