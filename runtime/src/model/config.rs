@@ -43,6 +43,26 @@ fn bad(field: &'static str, value: impl ToString, problem: impl Into<String>) ->
     ConfigError { field, value: value.to_string(), problem: problem.into() }
 }
 
+/// The head size a config implies when it gives none: `dim / n_heads`,
+/// which must divide exactly (a truncated head size would be reported as
+/// some other problem later, or worse, not at all).
+pub fn implied_head_dim(dim: usize, n_heads: usize) -> Result<usize, ConfigError> {
+    if n_heads == 0 {
+        return Err(bad("n_heads", 0, format!("must be in 1..={MAX_WIDTH}")));
+    }
+    if !dim.is_multiple_of(n_heads) {
+        return Err(bad(
+            "dim",
+            dim,
+            format!(
+                "is not divisible by n_heads = {n_heads}, and no head size is given (GGUF \
+                 attention.key_length, config.json head_dim)"
+            ),
+        ));
+    }
+    Ok(dim / n_heads)
+}
+
 impl LlamaConfig {
     pub fn q_dim(&self) -> usize {
         self.n_heads * self.head_dim
@@ -88,6 +108,15 @@ impl LlamaConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_width_not_divisible_by_the_heads_is_named_as_such() {
+        let e = implied_head_dim(576, 7).unwrap_err();
+        assert_eq!(e.field, "dim");
+        assert!(e.to_string().contains("not divisible by n_heads = 7"), "{e}");
+        assert_eq!(implied_head_dim(576, 9), Ok(64));
+        assert!(implied_head_dim(576, 0).is_err());
+    }
 
     pub fn smollm2() -> LlamaConfig {
         LlamaConfig {

@@ -32,7 +32,7 @@ pub fn config_from_gguf(f: &GgufFile) -> Result<LlamaConfig, ModelError> {
     let n_kv_heads = opt(f.get_u32(&key("attention.head_count_kv")))?.map_or(n_heads, |v| v as usize);
     let head_dim = match opt(f.get_u32(&key("attention.key_length")))? {
         Some(v) => v as usize,
-        None => dim.checked_div(n_heads).unwrap_or(0),
+        None => super::config::implied_head_dim(dim, n_heads)?,
     };
     let embd = f.tensor("token_embd.weight").ok_or(ModelError::MissingTensor("token_embd.weight".into()))?;
     let vocab = embd.n_rows() as usize;

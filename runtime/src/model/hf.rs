@@ -70,7 +70,10 @@ pub fn config_from_json(path: &Path, bytes: &[u8]) -> Result<(LlamaConfig, bool)
         dim: hf.hidden_size,
         n_heads: hf.num_attention_heads,
         n_kv_heads: hf.num_key_value_heads.unwrap_or(hf.num_attention_heads),
-        head_dim: hf.head_dim.unwrap_or(hf.hidden_size.checked_div(hf.num_attention_heads).unwrap_or(0)),
+        head_dim: match hf.head_dim {
+            Some(h) => h,
+            None => super::config::implied_head_dim(hf.hidden_size, hf.num_attention_heads)?,
+        },
         ffn_dim: hf.intermediate_size,
         vocab: hf.vocab_size,
         rope_base: hf.rope_theta,
@@ -106,7 +109,8 @@ fn to_f32(path: &Path, st: &SafeTensors, name: &str, shape: &[usize]) -> Result<
 /// Loads a Hugging Face Llama checkpoint directory.
 pub fn load_dir(dir: &Path) -> Result<Loaded, ModelError> {
     let cfg_path = dir.join("config.json");
-    let cfg_bytes = std::fs::read(&cfg_path).map_err(|source| ModelError::Io { path: cfg_path.clone(), source })?;
+    let cfg_bytes = crate::limits::read_capped(&cfg_path, crate::limits::MAX_CONFIG_JSON_BYTES)
+        .map_err(|source| ModelError::Io { path: cfg_path.clone(), source })?;
     let (cfg, tied) = config_from_json(&cfg_path, &cfg_bytes)?;
     let st_path = dir.join("model.safetensors");
     let file = std::fs::File::open(&st_path).map_err(|source| ModelError::Io { path: st_path.clone(), source })?;
