@@ -130,6 +130,12 @@ fn permute_heads(w: &[f32], n_heads: usize, cols: usize) -> Vec<f32> {
 
 /// The GGUF form of the same model.
 pub(crate) fn gguf_bytes() -> Vec<u8> {
+    gguf_bytes_with(&vocab(), 64)
+}
+
+/// [`gguf_bytes`] with another token list (the embedding keeps its rows)
+/// and context length.
+fn gguf_bytes_with(tokens: &[String], context: u32) -> Vec<u8> {
     let mut b = Builder::new();
     let s = |x: &str| Value::String(x.to_string());
     b.kv("general.architecture", &s("llama"))
@@ -140,13 +146,13 @@ pub(crate) fn gguf_bytes() -> Vec<u8> {
         .kv("llama.attention.head_count_kv", &Value::U32(KV_HEADS as u32))
         .kv("llama.rope.freq_base", &Value::F32(10000.0))
         .kv("llama.attention.layer_norm_rms_epsilon", &Value::F32(1e-5))
-        .kv("llama.context_length", &Value::U32(64))
+        .kv("llama.context_length", &Value::U32(context))
         .kv("tokenizer.ggml.model", &s("gpt2"))
         .kv("tokenizer.ggml.pre", &s("default"))
-        .kv("tokenizer.ggml.tokens", &Value::Array(vocab().into_iter().map(Value::String).collect()))
+        .kv("tokenizer.ggml.tokens", &Value::Array(tokens.iter().cloned().map(Value::String).collect()))
         .kv(
             "tokenizer.ggml.token_type",
-            &Value::Array((0..vocab().len()).map(|i| Value::I32(if i < SPECIALS.len() { 3 } else { 1 })).collect()),
+            &Value::Array((0..tokens.len()).map(|i| Value::I32(if i < SPECIALS.len() { 3 } else { 1 })).collect()),
         )
         .kv("tokenizer.ggml.merges", &Value::Array(vec![]))
         .kv("tokenizer.ggml.eos_token_id", &Value::U32(2));
@@ -333,4 +339,45 @@ fn random_accept_and_reject_patterns_leave_the_cache_as_a_classic_run_leaves_it(
         }
         assert_eq!(s, classic, "trial {trial}");
     }
+}
+
+#[test]
+fn a_tokenizer_with_fewer_tokens_than_the_embedding_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("short-vocab.gguf");
+    let tokens = vocab();
+    std::fs::write(&p, gguf_bytes_with(&tokens[..tokens.len() - 2], 64)).unwrap();
+    let loaded = load(&p).expect("the file itself is readable");
+    let e = crate::generate::Engine::new(loaded, KernelFamily::Scalar, 1).err().expect("refused");
+    let m = e.to_string();
+    assert!(m.contains(&format!("{} tokens but the embedding has {} rows", tokens.len() - 2, tokens.len())), "{m}");
+    // The same model with every token is accepted.
+    std::fs::write(&p, gguf_bytes_with(&tokens, 64)).unwrap();
+    assert!(crate::generate::Engine::new(load(&p).unwrap(), KernelFamily::Scalar, 1).is_ok());
+}
+
+#[test]
+fn a_context_too_short_for_the_probe_declines_instead_of_failing() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("short-context.gguf");
+    std::fs::write(&p, gguf_bytes_with(&vocab(), 6)).unwrap();
+    let l = load(&p).unwrap();
+    let fam = KernelFamily::best();
+    // Width 8 needs 10 positions: nothing can be compared.
+    let r = crate::spec::probe::block_vs_chain(&l.model, fam, 1, &[5, 6, 7], 8).expect("no error");
+    assert!(!r.passed && r.compared_bytes == 0, "{r:?}");
+    // Width 3 fits (a shorter prefix) and passes.
+    let r = crate::spec::probe::block_vs_chain(&l.model, fam, 1, &[5, 6, 7], 3).expect("no error");
+    assert!(r.passed && r.compared_bytes > 0, "{r:?}");
+    // Through the setup, the drafter is declined with the reason.
+    let engine = crate::generate::Engine::new(l, fam, 1).unwrap();
+    let args = crate::cli::SpecArgs {
+        drafter: Some("ngram".into()),
+        draft_block_size: Some("8".into()),
+        ..Default::default()
+    };
+    let d = crate::spec::setup::Speculation::from_args(&args, &engine).unwrap();
+    let s = d.speculation.expect("a drafter");
+    assert!(s.declined_reason().is_some(), "{:?}", s.probe);
+    assert_eq!(s.active_width(), None);
 }
