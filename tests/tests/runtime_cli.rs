@@ -32,6 +32,10 @@ fn json_events_describe_startup_and_every_completion_with_true_hashes() {
         "--json",
         "--threads",
         "2",
+        // Classic decoding, whatever the policy says for this host (its
+        // speculative events are tested in policy_default.rs).
+        "--drafter",
+        "none",
     ]));
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let lines = json_lines(&out);
