@@ -669,49 +669,33 @@ impl Resolver<'_> {
     /// marked (none is, when classic decoding stays).
     pub fn auto(&self, host: &Host<'_>) -> Resolution {
         let mut steps = Vec::new();
-        let mut best: Option<&Entry> = None;
+        // The step (index) and entry of the fastest kind that qualifies.
+        let mut best: Option<(usize, &Entry)> = None;
         let mut fallbacks: Vec<(DrafterKind, Fallback)> = Vec::new();
         for kind in DrafterKind::ALL.into_iter().filter(|k| k.declaration_source() == DeclarationSource::None) {
             let any = DrafterSettings::default();
-            match self.lookup(kind, host, &any) {
+            let detail = match self.lookup(kind, host, &any) {
                 Lookup::Fresh(e) if e.beats_classic() => {
-                    steps.push(Step {
-                        step: StepKind::Table,
-                        decided: false,
-                        detail: format!("{kind}: {}", measured_phrase(e)),
-                    });
-                    if best.is_none_or(|b| e.ratio > b.ratio) {
-                        best = Some(e);
+                    if best.is_none_or(|(_, b)| e.ratio > b.ratio) {
+                        best = Some((steps.len(), e));
                     }
+                    measured_phrase(e)
                 }
-                Lookup::Fresh(e) => {
-                    let f = if e.block_size == Width::Off {
-                        Fallback::Off { entry: e.clone() }
-                    } else {
-                        Fallback::NotAboveClassic { entry: e.clone() }
+                found => {
+                    let f = match found {
+                        Lookup::Fresh(e) if e.block_size == Width::Off => Fallback::Off { entry: e.clone() },
+                        Lookup::Fresh(e) => Fallback::NotAboveClassic { entry: e.clone() },
+                        Lookup::Fallback(f) => f,
                     };
-                    steps.push(Step {
-                        step: StepKind::Table,
-                        decided: false,
-                        detail: format!("{kind}: {}", f.describe(kind.as_str())),
-                    });
+                    let d = f.describe(kind.as_str());
                     fallbacks.push((kind, f));
+                    d
                 }
-                Lookup::Fallback(f) => {
-                    steps.push(Step {
-                        step: StepKind::Table,
-                        decided: false,
-                        detail: format!("{kind}: {}", f.describe(kind.as_str())),
-                    });
-                    fallbacks.push((kind, f));
-                }
-            }
+            };
+            steps.push(Step { step: StepKind::Table, decided: false, detail: format!("{kind}: {detail}") });
         }
-        if let Some(e) = best {
-            let prefix = format!("{}: ", e.drafter);
-            for s in &mut steps {
-                s.decided = s.detail.starts_with(&prefix);
-            }
+        if let Some((i, e)) = best {
+            steps[i].decided = true;
             return Resolution::new(
                 Some(e.drafter),
                 e.block_size.block_size(),
