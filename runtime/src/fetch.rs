@@ -622,9 +622,9 @@ mod tests {
         assert!(st.success());
         let log = dir.join("pip-calls.log");
         let script = dir.join("python");
-        fs::write(
+        write_executable(
             &script,
-            format!(
+            &format!(
                 "#!/bin/sh\n\
                  if [ \"$1\" = -m ] && [ \"$2\" = pip ]; then\n\
                    echo \"$*\" >> '{log}'\n\
@@ -638,21 +638,28 @@ mod tests {
                 log = log.display(),
                 wheel = wheel.display()
             ),
-        )
-        .unwrap();
-        make_executable(&script);
+        );
         script.into_os_string()
     }
 
     fn script_python(dir: &Path, body: &str) -> OsString {
         let script = dir.join("python");
-        fs::write(&script, format!("#!/bin/sh\n{body}\n")).unwrap();
-        make_executable(&script);
+        write_executable(&script, &format!("#!/bin/sh\n{body}\n"));
         script.into_os_string()
     }
 
-    fn make_executable(p: &Path) {
+    /// Writes an executable script without this process ever holding it
+    /// open for writing. A file written here directly stays open in any
+    /// child another test thread forks in that moment (until the child
+    /// execs), and executing it then fails with ETXTBSY ("Text file busy");
+    /// that failed CI once. The bytes go to a side file, and `cp` (its own
+    /// single-threaded process) writes the script itself.
+    fn write_executable(p: &Path, contents: &str) {
         use std::os::unix::fs::PermissionsExt;
+        let source = path_with_suffix(p, ".source");
+        fs::write(&source, contents).unwrap();
+        let st = Command::new("cp").arg(&source).arg(p).status().unwrap();
+        assert!(st.success(), "cp {} {}", source.display(), p.display());
         fs::set_permissions(p, fs::Permissions::from_mode(0o755)).unwrap();
     }
 

@@ -59,6 +59,22 @@ pub fn json_lines(out: &Output) -> Vec<serde_json::Value> {
         .collect()
 }
 
+/// Writes an executable script (a fake `runtime`, a fake interpreter)
+/// without this process ever holding it open for writing. A script written
+/// here directly stays open in any child another test thread forks in that
+/// moment (until that child execs), and executing the script then fails
+/// with ETXTBSY ("Text file busy"). The bytes go to a side file and `cp`,
+/// a single-threaded process of its own, writes the script.
+pub fn write_executable(path: &std::path::Path, contents: &str) {
+    use std::os::unix::fs::PermissionsExt;
+    let mut source = path.as_os_str().to_owned();
+    source.push(".source");
+    std::fs::write(&source, contents).unwrap();
+    let st = Command::new("cp").arg(&source).arg(path).status().unwrap();
+    assert!(st.success(), "cp to {}", path.display());
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
 /// `--exclude-pid PID` for every other `runtime` process on the host: on a
 /// shared development host other sessions may run their own, and a real
 /// sweep's gate would (rightly) wait for them. The gate's foreign-process

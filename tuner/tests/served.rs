@@ -219,11 +219,7 @@ impl Fixture {
         std::fs::write(root.join("policy/draft-block-width.toml"), table).unwrap();
         let fake = root.join("fake");
         std::fs::create_dir_all(&fake).unwrap();
-        std::fs::write(fake.join("runtime"), SCRIPT).unwrap();
-        {
-            use std::os::unix::fs::PermissionsExt;
-            std::fs::set_permissions(fake.join("runtime"), std::fs::Permissions::from_mode(0o755)).unwrap();
-        }
+        draftwise_tests::write_executable(&fake.join("runtime"), SCRIPT);
         std::fs::write(
             fake.join("build-info.json"),
             json!({"version": "0.1.0", "git_commit": "abc", "git_dirty": "false", "features": [], "rustc": "rustc 1.95.0",

@@ -194,11 +194,7 @@ impl Fixture {
         let fake = root.join("fake");
         std::fs::create_dir_all(&fake).unwrap();
         let script = fake.join("runtime");
-        std::fs::write(&script, SCRIPT).unwrap();
-        {
-            use std::os::unix::fs::PermissionsExt;
-            std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
-        }
+        draftwise_tests::write_executable(&script, SCRIPT);
         std::fs::write(
             fake.join("build-info.json"),
             json!({"version": "0.1.0", "git_commit": "abc", "git_dirty": "false", "features": [], "rustc": "rustc 1.95.0",
