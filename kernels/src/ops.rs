@@ -228,6 +228,18 @@ pub fn swiglu(gate: &mut [f32], up: &[f32]) {
     }
 }
 
+/// GeGLU (Shazeer 2020) with GELU in its tanh form (Hendrycks & Gimpel
+/// 2016), Gemma's feed-forward gate: `gate[i] = gelu(gate[i]) * up[i]`,
+/// `gelu(x) = x/2 · (1 + tanh(√(2/π) · (x + 0.044715 x³)))`.
+pub fn geglu_tanh(gate: &mut [f32], up: &[f32]) {
+    const SQRT_2_OVER_PI: f32 = 0.797_884_6;
+    for (g, &u) in gate.iter_mut().zip(up) {
+        let x = *g;
+        let y = 0.5 * x * (1.0 + (SQRT_2_OVER_PI * (x + 0.044_715 * x * x * x)).tanh());
+        *g = y * u;
+    }
+}
+
 /// An element of the KV cache: `f32`, or an IEEE half stored as its bits
 /// ([`F16`]). Attention reads every element through [`KvElem::widen`], an
 /// exact conversion to f32, and then does the same f32 arithmetic in the
@@ -440,8 +452,11 @@ pub fn attend_head<T: KvElem>(
 pub const ATTEND_TILE: usize = 64;
 
 /// [`attend_head`] for several query rows of one head over the same cache:
-/// row `r` (query `qs[r * hd..][..hd]`) attends to the first `n_ctx[r]`
-/// positions and writes `outs[r * hd..][..hd]`. Each tile of
+/// row `r` (query `qs[r * hd..][..hd]`) attends to positions
+/// `first[r]..n_ctx[r]` and writes `outs[r * hd..][..hd]` (`first` is all
+/// zeros for causal attention over the whole cache, the window's start on
+/// sliding-window layers; a row over `lo..n` is [`attend_head`] over the
+/// cache from `lo` on, bit for bit). Each tile of
 /// [`ATTEND_TILE`] keys and values is read and widened once for all rows
 /// (a verify block's rows, a prefill block's), and each row's result is
 /// bit-identical to [`attend_head`]'s for that row alone: its dot products
@@ -454,6 +469,7 @@ pub fn attend_rows<T: KvElem>(
     family: KernelFamily,
     hd: usize,
     qs: &[f32],
+    first: &[usize],
     n_ctx: &[usize],
     keys: &[T],
     values: &[T],
@@ -464,7 +480,9 @@ pub fn attend_rows<T: KvElem>(
 ) {
     let rows = n_ctx.len();
     assert!(qs.len() == rows * hd && outs.len() == rows * hd, "one query and one output of {hd} per row");
+    assert!(first.len() == rows && first.iter().zip(n_ctx).all(|(f, n)| f <= n), "a window start per row, <= n_ctx");
     let max_ctx = n_ctx.iter().copied().max().unwrap_or(0);
+    let min_first = first.iter().copied().min().unwrap_or(0);
     assert!(
         max_ctx == 0 || (max_ctx - 1) * row_stride + offset + hd <= keys.len().min(values.len()),
         "cache too short"
@@ -474,9 +492,9 @@ pub fn attend_rows<T: KvElem>(
     let simd = cfg!(target_arch = "x86_64") && family != KernelFamily::Scalar && family.is_supported();
     let mut tile = vec![0.0f32; ATTEND_TILE * hd];
     // Scores, tile by tile: each row takes the tile's keys it sees, four at
-    // a time with the four-key dot where `attend_head` does (its positions
-    // 0, 4, 8, ... up to its last full four), else one at a time.
-    let mut t0 = 0;
+    // a time with the four-key dot (each of its dots is the one-key dot's
+    // bits), else one at a time.
+    let mut t0 = min_first;
     while t0 < max_ctx {
         let len = ATTEND_TILE.min(max_ctx - t0);
         for k in 0..len {
@@ -487,8 +505,8 @@ pub fn attend_rows<T: KvElem>(
             let q = &qs[r * hd..(r + 1) * hd];
             let n = n_ctx[r];
             let sr = &mut scores[r * max_ctx..(r + 1) * max_ctx];
-            let quad_end = if simd { n / 4 * 4 } else { 0 };
-            let mut t = t0;
+            let quad_end = if simd { n } else { 0 };
+            let mut t = t0.max(first[r]);
             let end = n.min(t0 + len);
             while t < end {
                 let k = t - t0;
@@ -511,12 +529,12 @@ pub fn attend_rows<T: KvElem>(
         t0 += len;
     }
     for r in 0..rows {
-        softmax_in(family, &mut scores[r * max_ctx..r * max_ctx + n_ctx[r]]);
+        softmax_in(family, &mut scores[r * max_ctx + first[r]..r * max_ctx + n_ctx[r]]);
     }
     outs.fill(0.0);
     // The weighted sums, tile by tile: each row adds its tile positions in
     // order onto its running output.
-    let mut t0 = 0;
+    let mut t0 = min_first;
     while t0 < max_ctx {
         let len = ATTEND_TILE.min(max_ctx - t0);
         for k in 0..len {
@@ -524,12 +542,13 @@ pub fn attend_rows<T: KvElem>(
             T::widen(family, &values[t * row_stride + offset..][..hd], &mut tile[k * hd..(k + 1) * hd]);
         }
         for r in 0..rows {
+            let lo = t0.max(first[r]);
             let end = n_ctx[r].min(t0 + len);
-            if end <= t0 {
+            if end <= lo {
                 continue;
             }
-            let p = &scores[r * max_ctx + t0..r * max_ctx + end];
-            f32::weighted_sum(family, p, &tile, hd, 0, &mut outs[r * hd..(r + 1) * hd]);
+            let p = &scores[r * max_ctx + lo..r * max_ctx + end];
+            f32::weighted_sum(family, p, &tile[(lo - t0) * hd..], hd, 0, &mut outs[r * hd..(r + 1) * hd]);
         }
         t0 += len;
     }
@@ -794,7 +813,7 @@ mod tests {
             for fam in KernelFamily::all_supported() {
                 let mut got = vec![0.0; rows * hd];
                 let mut scratch = vec![0.0; rows * max];
-                attend_rows(fam, hd, &qs, &n_ctx, &k, &v, hd * 3, hd, &mut scratch, &mut got);
+                attend_rows(fam, hd, &qs, &vec![0; rows], &n_ctx, &k, &v, hd * 3, hd, &mut scratch, &mut got);
                 for r in 0..rows {
                     let mut want = vec![0.0; hd];
                     let mut sc = vec![0.0; max];
@@ -803,6 +822,38 @@ mod tests {
                         got[r * hd..(r + 1) * hd].iter().map(|f| f.to_bits()).collect::<Vec<_>>(),
                         want.iter().map(|f| f.to_bits()).collect::<Vec<_>>(),
                         "{fam:?} hd {hd} base {base} row {r}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_windowed_row_equals_attending_the_cache_from_its_window_start() {
+        // Sliding-window rows of a block: each sees its own last `w`
+        // positions; rows of one call start at different places, inside
+        // and across tiles.
+        for (hd, base, rows, w) in [(64, 0, 5, 3), (64, 200, 9, 70), (256, 511, 4, 512), (20, 3, 17, 1), (7, 90, 3, 64)] {
+            let n_ctx: Vec<usize> = (0..rows).map(|r| base + r + 1).collect();
+            let first: Vec<usize> = n_ctx.iter().map(|&n| n.saturating_sub(w)).collect();
+            let max = base + rows;
+            let qs: Vec<f32> = (0..rows * hd).map(|i| (i as f32 * 0.29).sin()).collect();
+            let k: Vec<F16> = (0..max * hd * 2).map(|i| F16::from_f32((i as f32 * 0.11).cos())).collect();
+            let v: Vec<F16> = (0..max * hd * 2).map(|i| F16::from_f32((i as f32 * 0.07).sin())).collect();
+            for fam in KernelFamily::all_supported() {
+                let mut got = vec![0.0; rows * hd];
+                let mut scratch = vec![0.0; rows * max];
+                attend_rows(fam, hd, &qs, &first, &n_ctx, &k, &v, hd * 2, 0, &mut scratch, &mut got);
+                for r in 0..rows {
+                    let lo = first[r];
+                    let (kr, vr) = (&k[lo * hd * 2..], &v[lo * hd * 2..]);
+                    let mut want = vec![0.0; hd];
+                    let mut sc = vec![0.0; max];
+                    attend_head(fam, &qs[r * hd..(r + 1) * hd], kr, vr, hd * 2, 0, n_ctx[r] - lo, &mut sc, &mut want);
+                    assert_eq!(
+                        got[r * hd..(r + 1) * hd].iter().map(|f| f.to_bits()).collect::<Vec<_>>(),
+                        want.iter().map(|f| f.to_bits()).collect::<Vec<_>>(),
+                        "{fam:?} hd {hd} base {base} window {w} row {r}"
                     );
                 }
             }

@@ -29,6 +29,11 @@ pub enum DeviceError {
         #[source]
         source: kernels::cuda::CudaError,
     },
+    #[error(
+        "--device cuda:{ordinal}: the {architecture} block runs on the CPU only (its norms, GeGLU and \
+         sliding-window attention have no CUDA kernels yet); use --device cpu"
+    )]
+    CpuOnlyArchitecture { ordinal: usize, architecture: String },
 }
 
 impl DeviceRequest {
@@ -68,8 +73,18 @@ pub struct CudaReport {
 /// Puts `loaded`'s forward passes on the requested device. Returns the CUDA
 /// report when they run on a GPU, `None` on the CPU.
 pub fn place(loaded: &mut Loaded, req: DeviceRequest) -> Result<Option<CudaReport>, DeviceError> {
+    let cpu_only = loaded.model.config.block.arch != crate::model::config::Arch::Llama;
     match req {
         DeviceRequest::Cpu => Ok(None),
+        DeviceRequest::Cuda(ordinal) if cpu_only => {
+            Err(DeviceError::CpuOnlyArchitecture { ordinal, architecture: loaded.info.architecture.clone() })
+        }
+        DeviceRequest::Auto if cpu_only => {
+            if kernels::cuda::built() {
+                tracing::info!("the {} block runs on the CPU only; running on the CPU", loaded.info.architecture);
+            }
+            Ok(None)
+        }
         DeviceRequest::Cuda(ordinal) => {
             attach(loaded, ordinal).map(Some).map_err(|source| DeviceError::Cuda { ordinal, source })
         }

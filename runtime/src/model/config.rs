@@ -1,5 +1,10 @@
-//! Llama-family hyper-parameters, read from GGUF metadata or a Hugging Face
+//! Decoder hyper-parameters, read from GGUF metadata or a Hugging Face
 //! `config.json`, and checked for consistency before any allocation.
+//!
+//! One forward pass runs every architecture; [`Block`] holds what sets an
+//! architecture's transformer block apart from Llama's (Gemma 3: a scaled
+//! embedding, q/k norms, norms after attention and the FFN, GeGLU, local
+//! sliding-window layers with their own RoPE base).
 
 use kernels::ops::RopePairing;
 
@@ -11,9 +16,83 @@ pub const MAX_WIDTH: usize = 65_536;
 pub const MAX_VOCAB: usize = 1 << 20;
 pub const MAX_CONTEXT: usize = 1 << 20;
 
-/// Shape and numerics of a Llama-architecture decoder.
+/// The architectures the forward pass runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Arch {
+    Llama,
+    Gemma3,
+}
+
+/// The gated activation of the feed-forward block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ffn {
+    /// `silu(gate) * up` (Llama).
+    SwiGlu,
+    /// `gelu(gate) * up`, GELU in its tanh form (Gemma).
+    GeGluTanh,
+}
+
+/// Sliding-window attention on some layers.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Sliding {
+    /// Positions a query of a local layer sees, its own included: the
+    /// query at `p` attends to `p + 1 - window ..= p`.
+    pub window: usize,
+    /// Every `period`-th layer (the last of each period) is global; the
+    /// others are local (Gemma 3: five local, one global).
+    pub period: usize,
+    /// RoPE base of the local layers (the global ones use the config's).
+    pub rope_base: f32,
+}
+
+impl Sliding {
+    pub fn is_local(&self, layer: usize) -> bool {
+        layer % self.period < self.period - 1
+    }
+}
+
+/// What sets an architecture's block apart from Llama's.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Block {
+    pub arch: Arch,
+    /// Embedding rows are multiplied by this (Gemma: `sqrt(dim)`).
+    pub embed_scale: Option<f32>,
+    /// RMSNorm over each head of q and of k, before RoPE.
+    pub qk_norm: bool,
+    /// RMSNorm of the attention output and of the FFN output before each
+    /// is added to the residual stream.
+    pub post_norms: bool,
+    pub ffn: Ffn,
+    pub sliding: Option<Sliding>,
+}
+
+impl Block {
+    pub const LLAMA: Block =
+        Block { arch: Arch::Llama, embed_scale: None, qk_norm: false, post_norms: false, ffn: Ffn::SwiGlu, sliding: None };
+
+    /// Gemma 3's block (llama.cpp's `gemma3` graph; Hugging Face's
+    /// `Gemma3TextModel`), with the window its file gives.
+    pub fn gemma3(dim: usize, window: usize) -> Block {
+        Block {
+            arch: Arch::Gemma3,
+            embed_scale: Some((dim as f32).sqrt()),
+            qk_norm: true,
+            post_norms: true,
+            ffn: Ffn::GeGluTanh,
+            sliding: Some(Sliding { window, period: 6, rope_base: 10_000.0 }),
+        }
+    }
+
+    /// Whether `layer` attends through a sliding window.
+    pub fn is_local(&self, layer: usize) -> bool {
+        self.sliding.is_some_and(|s| s.is_local(layer))
+    }
+}
+
+/// Shape and numerics of a decoder.
 #[derive(Clone, Debug, PartialEq)]
 pub struct LlamaConfig {
+    pub block: Block,
     pub n_layers: usize,
     /// Residual width (`hidden_size`, GGUF `embedding_length`).
     pub dim: usize,
@@ -101,6 +180,15 @@ impl LlamaConfig {
         if !(self.rms_eps.is_finite() && self.rms_eps >= 0.0 && self.rms_eps < 1.0) {
             return Err(bad("rms_eps", self.rms_eps, "must be in [0, 1)"));
         }
+        if let Some(sl) = self.block.sliding {
+            in_range("sliding_window", sl.window, MAX_CONTEXT)?;
+            if sl.period < 2 {
+                return Err(bad("sliding period", sl.period, "must be at least 2"));
+            }
+            if !(sl.rope_base.is_finite() && sl.rope_base > 1.0) {
+                return Err(bad("local rope_base", sl.rope_base, "must be a finite number > 1"));
+            }
+        }
         Ok(())
     }
 }
@@ -120,6 +208,7 @@ mod tests {
 
     pub fn smollm2() -> LlamaConfig {
         LlamaConfig {
+            block: Block::LLAMA,
             n_layers: 30,
             dim: 576,
             n_heads: 9,
@@ -132,6 +221,17 @@ mod tests {
             rms_eps: 1e-5,
             context_length: 8192,
         }
+    }
+
+    #[test]
+    fn gemma3_layers_are_five_local_then_one_global() {
+        let b = Block::gemma3(640, 512);
+        let local: Vec<bool> = (0..18).map(|l| b.is_local(l)).collect();
+        let globals: Vec<usize> = (0..18).filter(|&l| !local[l]).collect();
+        assert_eq!(globals, [5, 11, 17]);
+        assert!(!Block::LLAMA.is_local(0));
+        let c = LlamaConfig { block: Block::gemma3(576, 0), ..smollm2() };
+        assert_eq!(c.validate().unwrap_err().field, "sliding_window");
     }
 
     #[test]

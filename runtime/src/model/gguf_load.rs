@@ -1,16 +1,17 @@
-//! Building a Llama model from a GGUF file: metadata → [`LlamaConfig`],
-//! tensors → [`LlamaWeights`] viewed in place in the map.
+//! Building a model from a GGUF file: metadata → [`LlamaConfig`], tensors
+//! → [`LlamaWeights`] viewed in place in the map. Tensor names follow
+//! llama.cpp's (`blk.N.attn_q.weight`, ...).
 
 use super::ModelError;
-use super::config::LlamaConfig;
-use super::weights::{LayerWeights, LlamaWeights, WeightMatrix};
+use super::config::{Arch, Block, LlamaConfig};
+use super::weights::{ExtraNorms, LayerWeights, LlamaWeights, WeightMatrix};
 use crate::gguf::{GgufError, GgufFile};
 use kernels::ops::RopePairing;
 use kernels::quant::dequantize_row;
 use std::sync::Arc;
 
-/// Architectures whose GGUF tensors follow llama.cpp's Llama layout.
-const LLAMA_ARCHS: &[&str] = &["llama"];
+/// The `general.architecture` values this runtime loads.
+pub const ARCHITECTURES: &[&str] = &["llama", "gemma3"];
 
 fn opt<T>(r: Result<T, GgufError>) -> Result<Option<T>, GgufError> {
     match r {
@@ -20,12 +21,14 @@ fn opt<T>(r: Result<T, GgufError>) -> Result<Option<T>, GgufError> {
     }
 }
 
-/// Reads the hyper-parameters of a Llama GGUF.
+/// Reads the hyper-parameters of a GGUF model.
 pub fn config_from_gguf(f: &GgufFile) -> Result<LlamaConfig, ModelError> {
     let arch = f.get_str("general.architecture")?;
-    if !LLAMA_ARCHS.contains(&arch) {
-        return Err(ModelError::UnsupportedArchitecture(arch.to_string()));
-    }
+    let kind = match arch {
+        "llama" => Arch::Llama,
+        "gemma3" => Arch::Gemma3,
+        _ => return Err(ModelError::UnsupportedArchitecture(arch.to_string())),
+    };
     let key = |k: &str| format!("{arch}.{k}");
     let dim = f.get_u32(&key("embedding_length"))? as usize;
     let n_heads = f.get_u32(&key("attention.head_count"))? as usize;
@@ -34,10 +37,41 @@ pub fn config_from_gguf(f: &GgufFile) -> Result<LlamaConfig, ModelError> {
         Some(v) => v as usize,
         None => super::config::implied_head_dim(dim, n_heads)?,
     };
+    if let Some(v) = opt(f.get_u32(&key("attention.value_length")))?
+        && v as usize != head_dim
+    {
+        return Err(ModelError::Unsupported(format!(
+            "value heads of another size than key heads ({arch}.attention.value_length = {v}, key_length = {head_dim})"
+        )));
+    }
+    if let Some(t) = opt(f.get_str(&key("rope.scaling.type")))?
+        && t != "none"
+    {
+        return Err(ModelError::Unsupported(format!("RoPE scaling ({arch}.rope.scaling.type = {t})")));
+    }
+    let n_layers = f.get_u32(&key("block_count"))? as usize;
+    let (block, rope_pairing) = match kind {
+        Arch::Llama => (Block::LLAMA, RopePairing::Adjacent),
+        Arch::Gemma3 => {
+            // llama.cpp scales Gemma 3 27B's queries by 1/sqrt(dim / heads),
+            // every other size by 1/sqrt(head_dim), which is what the
+            // attention here does.
+            if n_layers == 62 {
+                return Err(ModelError::Unsupported(
+                    "Gemma 3 27B (its query scale is 1/sqrt(dim / n_heads), not 1/sqrt(head_dim))".into(),
+                ));
+            }
+            let window = f.get_u32(&key("attention.sliding_window"))? as usize;
+            // Gemma's tensors are not permuted at conversion: its heads
+            // rotate in halves (llama.cpp's NeoX RoPE).
+            (Block::gemma3(dim, window), RopePairing::Halves)
+        }
+    };
     let embd = f.tensor("token_embd.weight").ok_or(ModelError::MissingTensor("token_embd.weight".into()))?;
     let vocab = embd.n_rows() as usize;
     let cfg = LlamaConfig {
-        n_layers: f.get_u32(&key("block_count"))? as usize,
+        block,
+        n_layers,
         dim,
         n_heads,
         n_kv_heads,
@@ -45,7 +79,7 @@ pub fn config_from_gguf(f: &GgufFile) -> Result<LlamaConfig, ModelError> {
         ffn_dim: f.get_u32(&key("feed_forward_length"))? as usize,
         vocab,
         rope_base: opt(f.get_f32(&key("rope.freq_base")))?.unwrap_or(10000.0),
-        rope_pairing: RopePairing::Adjacent,
+        rope_pairing,
         rms_eps: f.get_f32(&key("attention.layer_norm_rms_epsilon"))?,
         context_length: opt(f.get_u32(&key("context_length")))?.map_or(2048, |v| v as usize),
     };
@@ -86,12 +120,19 @@ fn vector(f: &GgufFile, name: &str, len: usize) -> Result<Vec<f32>, ModelError> 
     Ok(out)
 }
 
-/// Loads every weight of a Llama GGUF; tensors are checked against `cfg`'s shapes.
+/// Loads every weight of a GGUF model; tensors are checked against `cfg`'s shapes.
 pub fn weights_from_gguf(f: &Arc<GgufFile>, cfg: &LlamaConfig) -> Result<LlamaWeights, ModelError> {
     let (d, q, kv, ff) = (cfg.dim, cfg.q_dim(), cfg.kv_dim(), cfg.ffn_dim);
     let mut layers = Vec::with_capacity(cfg.n_layers);
     for i in 0..cfg.n_layers {
         let n = |s: &str| format!("blk.{i}.{s}.weight");
+        let b = &cfg.block;
+        let extra = ExtraNorms {
+            q_norm: if b.qk_norm { Some(vector(f, &n("attn_q_norm"), cfg.head_dim)?) } else { None },
+            k_norm: if b.qk_norm { Some(vector(f, &n("attn_k_norm"), cfg.head_dim)?) } else { None },
+            post_attn: if b.post_norms { Some(vector(f, &n("post_attention_norm"), d)?) } else { None },
+            post_ffn: if b.post_norms { Some(vector(f, &n("post_ffw_norm"), d)?) } else { None },
+        };
         layers.push(LayerWeights {
             attn_norm: vector(f, &n("attn_norm"), d)?,
             wq: matrix(f, &n("attn_q"), q, d)?,
@@ -102,6 +143,7 @@ pub fn weights_from_gguf(f: &Arc<GgufFile>, cfg: &LlamaConfig) -> Result<LlamaWe
             w_gate: matrix(f, &n("ffn_gate"), ff, d)?,
             w_up: matrix(f, &n("ffn_up"), ff, d)?,
             w_down: matrix(f, &n("ffn_down"), d, ff)?,
+            extra,
         });
     }
     let head = match f.tensor("output.weight") {

@@ -66,6 +66,7 @@ pub fn config_from_json(path: &Path, bytes: &[u8]) -> Result<(LlamaConfig, bool)
         return Err(ModelError::Unsupported("rope_scaling in config.json".into()));
     }
     let cfg = LlamaConfig {
+        block: super::config::Block::LLAMA,
         n_layers: hf.num_hidden_layers,
         dim: hf.hidden_size,
         n_heads: hf.num_attention_heads,
@@ -143,6 +144,7 @@ pub fn load_dir(dir: &Path) -> Result<Loaded, ModelError> {
             w_gate: mat(format!("{p}.mlp.gate_proj.weight"), ff, d)?,
             w_up: mat(format!("{p}.mlp.up_proj.weight"), ff, d)?,
             w_down: mat(format!("{p}.mlp.down_proj.weight"), d, ff)?,
+            extra: Default::default(),
         });
     }
     let embed = mat("model.embed_tokens.weight".into(), vocab, d)?;

@@ -1,4 +1,6 @@
-//! The Llama forward pass on CPU.
+//! The forward pass on CPU: Llama's block, and the per-architecture
+//! variations [`super::config::Block`] names (Gemma 3's scaled embedding,
+//! q/k norms, post-norms, GeGLU, sliding-window layers) in the same pass.
 //!
 //! [`Model::forward`] runs a block of `n` consecutive tokens through the
 //! decoder in one pass, layer by layer, and returns logits for the rows
@@ -10,7 +12,7 @@
 //! logits equal the chain's bit for bit, at any thread count — work is
 //! split over output rows and heads, never over a reduction.
 
-use super::config::LlamaConfig;
+use super::config::{Ffn, LlamaConfig};
 use super::weights::{LlamaWeights, WeightMatrix};
 use crate::pool::{self, Pool};
 use kernels::act::{ActRow, QRow};
@@ -190,6 +192,17 @@ fn par_matmul(pool: &Pool, family: KernelFamily, jobs: &mut [(&WeightMatrix, &mu
     });
 }
 
+/// RMSNorm of each row of `x` (rows × `w.len()`) in place, when the block
+/// has this norm (`tmp`: scratch of at least one row).
+fn post_norm(family: KernelFamily, w: Option<&[f32]>, eps: f32, x: &mut [f32], tmp: &mut [f32]) {
+    let Some(w) = w else { return };
+    let d = w.len();
+    for row in x.chunks_exact_mut(d) {
+        ops::rmsnorm(family, row, w, eps, &mut tmp[..d]);
+        row.copy_from_slice(&tmp[..d]);
+    }
+}
+
 /// Quantizes each of the `n` rows of `x` (n × width) for the integer kernels.
 fn quantize_rows(x: &[f32], width: usize, q: &mut Vec<ActRow>) {
     let n = x.len() / width;
@@ -289,14 +302,23 @@ impl Model {
         let mut x = vec![0.0f32; n * d];
         for (row, &t) in x.chunks_exact_mut(d).zip(tokens) {
             w.embed.row_f32(t as usize, row);
+            if let Some(scale) = c.block.embed_scale {
+                row.iter_mut().for_each(|v| *v *= scale);
+            }
         }
-        // Rotation of each row's position, shared by every layer and head.
+        // Rotation of each row's position, shared by every layer and head
+        // of one kind (global layers, and local ones with their own base).
         let half = hd / 2;
-        let mut cos = vec![0.0f32; n * half];
-        let mut sin = vec![0.0f32; n * half];
-        for i in 0..n {
-            ops::rope_angles(start + i, hd, c.rope_base, &mut cos[i * half..][..half], &mut sin[i * half..][..half]);
-        }
+        let angles = |base: f32| {
+            let mut cos = vec![0.0f32; n * half];
+            let mut sin = vec![0.0f32; n * half];
+            for i in 0..n {
+                ops::rope_angles(start + i, hd, base, &mut cos[i * half..][..half], &mut sin[i * half..][..half]);
+            }
+            (cos, sin)
+        };
+        let global_angles = angles(c.rope_base);
+        let local_angles = c.block.sliding.map(|sl| angles(sl.rope_base));
 
         let mut xn = vec![0.0f32; n * d];
         let mut xq: Vec<ActRow> = Vec::new();
@@ -308,13 +330,22 @@ impl Model {
         let mut gate = vec![0.0f32; n * c.ffn_dim];
         let mut up = vec![0.0f32; n * c.ffn_dim];
         let group = c.n_heads / c.n_kv_heads;
+        let mut head_tmp = vec![0.0f32; hd];
 
         for (li, lw) in w.layers.iter().enumerate() {
+            let local = c.block.is_local(li);
+            let (cos, sin) = match (&local_angles, local) {
+                (Some(a), true) => a,
+                _ => &global_angles,
+            };
+            let window = if local { c.block.sliding.map(|sl| sl.window) } else { None };
             // Attention.
             for (xr, or) in x.chunks_exact(d).zip(xn.chunks_exact_mut(d)) {
                 ops::rmsnorm(family, xr, &lw.attn_norm, c.rms_eps, or);
             }
-            let quantized = lw.wq.matrix().wants_quantized_input();
+            // A group of matrices reading one input may mix formats (Gemma
+            // files: Q5_0 queries, Q8_0 values); f32 ones ignore the quants.
+            let quantized = [&lw.wq, &lw.wk, &lw.wv].iter().any(|m| m.matrix().wants_quantized_input());
             if quantized {
                 quantize_rows(&xn, d, &mut xq);
             }
@@ -325,6 +356,14 @@ impl Model {
                 &mut [(&lw.wq, q.as_mut_slice()), (&lw.wk, k.as_mut_slice()), (&lw.wv, v.as_mut_slice())],
                 &ins,
             );
+            for (norm, t) in [(&lw.extra.q_norm, &mut q), (&lw.extra.k_norm, &mut k)] {
+                if let Some(nw) = norm {
+                    for head in t.chunks_exact_mut(hd) {
+                        ops::rmsnorm(family, head, nw, c.rms_eps, &mut head_tmp);
+                        head.copy_from_slice(&head_tmp);
+                    }
+                }
+            }
             for i in 0..n {
                 let (cs, sn) = (&cos[i * half..][..half], &sin[i * half..][..half]);
                 ops::rope(&mut q[i * qd..(i + 1) * qd], hd, c.rope_pairing, cs, sn);
@@ -334,9 +373,10 @@ impl Model {
             session.v[li].extend(v.iter().map(|&x| F16::from_f32(x)));
             let (keys, values) = (&session.k[li], &session.v[li]);
             // One chunk per (head, block of up to ATTEND_ROWS rows): row i
-            // sees positions 0..=start+i, and the rows of a block share each
-            // tile of the cache they read (`ops::attend_rows`; every row's
-            // result is the one-row attention's, bit for bit).
+            // sees positions 0..=start+i (on a local layer, the last
+            // `window` of them), and the rows of a block share each tile of
+            // the cache they read (`ops::attend_rows`; every row's result is
+            // the one-row attention's, bit for bit).
             let blocks = n.div_ceil(ATTEND_ROWS);
             let att_out = Out(att.as_mut_ptr());
             pool.for_each(blocks * c.n_heads, &|j| {
@@ -349,10 +389,11 @@ impl Model {
                     qs.extend_from_slice(&q[i * qd + h * hd..][..hd]);
                 }
                 let n_ctx: Vec<usize> = rows.clone().map(|i| start + i + 1).collect();
+                let first: Vec<usize> = n_ctx.iter().map(|&e| window.map_or(0, |w| e.saturating_sub(w))).collect();
                 let mut outs = vec![0.0f32; m * hd];
                 SCRATCH.with_borrow_mut(|scores| {
                     scores.resize(m * (start + rows.end), 0.0);
-                    ops::attend_rows(family, hd, &qs, &n_ctx, keys, values, kvd, off, scores, &mut outs);
+                    ops::attend_rows(family, hd, &qs, &first, &n_ctx, keys, values, kvd, off, scores, &mut outs);
                 });
                 for (r, i) in rows.enumerate() {
                     // SAFETY: head h of row i owns att[i * qd + h * hd ..][..hd],
@@ -366,15 +407,16 @@ impl Model {
                 quantize_rows(&att, qd, &mut xq);
             }
             par_matmul(pool, family, &mut [(&lw.wo, proj.as_mut_slice())], &inputs(&att, qd, &xq, quantized));
+            post_norm(family, lw.extra.post_attn.as_deref(), c.rms_eps, &mut proj, &mut xn);
             for (a, b) in x.iter_mut().zip(&proj) {
                 *a += b;
             }
 
-            // Feed-forward (SwiGLU).
+            // Feed-forward (SwiGLU, or GeGLU).
             for (xr, or) in x.chunks_exact(d).zip(xn.chunks_exact_mut(d)) {
                 ops::rmsnorm(family, xr, &lw.ffn_norm, c.rms_eps, or);
             }
-            let quantized = lw.w_gate.matrix().wants_quantized_input();
+            let quantized = [&lw.w_gate, &lw.w_up].iter().any(|m| m.matrix().wants_quantized_input());
             if quantized {
                 quantize_rows(&xn, d, &mut xq);
             }
@@ -390,7 +432,11 @@ impl Model {
                 // SAFETY: band j covers gate[i * ffn_dim + lo ..][..len],
                 // inside row i (lo + len <= ffn_dim) and owned by this chunk.
                 let g = unsafe { std::slice::from_raw_parts_mut(gate_out.ptr().add(i * c.ffn_dim + lo), len) };
-                ops::swiglu(g, &up[i * c.ffn_dim + lo..][..len]);
+                let u = &up[i * c.ffn_dim + lo..][..len];
+                match c.block.ffn {
+                    Ffn::SwiGlu => ops::swiglu(g, u),
+                    Ffn::GeGluTanh => ops::geglu_tanh(g, u),
+                }
             });
             let quantized = lw.w_down.matrix().wants_quantized_input();
             if quantized {
@@ -402,6 +448,7 @@ impl Model {
                 &mut [(&lw.w_down, proj.as_mut_slice())],
                 &inputs(&gate, c.ffn_dim, &xq, quantized),
             );
+            post_norm(family, lw.extra.post_ffn.as_deref(), c.rms_eps, &mut proj, &mut xn);
             for (a, b) in x.iter_mut().zip(&proj) {
                 *a += b;
             }

@@ -1,6 +1,6 @@
 //! Models: loading (GGUF, or Hugging Face safetensors + config.json), the
-//! Llama forward pass over a KV cache, and what the runtime reports about
-//! the target.
+//! forward pass over a KV cache (Llama and Gemma 3 blocks), and what the
+//! runtime reports about the target.
 
 pub mod config;
 #[cfg(feature = "cuda")]
@@ -29,7 +29,7 @@ pub enum ModelError {
     Gguf(#[from] GgufError),
     #[error(transparent)]
     Config(#[from] config::ConfigError),
-    #[error("architecture {0:?} is not supported (this engine runs Llama-family models: \"llama\")")]
+    #[error("architecture {0:?} is not supported (this engine runs: llama, gemma3)")]
     UnsupportedArchitecture(String),
     #[error("unsupported model feature: {0}")]
     Unsupported(String),
@@ -89,7 +89,9 @@ pub fn load(path: &Path) -> Result<Loaded, ModelError> {
     let mut weights = gguf_load::weights_from_gguf(&file, &config)?;
     weights.repack();
     let quant = crate::policy::quant::classify_gguf(path, &file);
-    let tokenizer = Tokenizer::from_gguf(&file)?;
+    let architecture = file.get_str("general.architecture")?.to_string();
+    let mut tokenizer = Tokenizer::from_gguf(&file)?;
+    tokenizer.use_builtin_template(&architecture);
     if tokenizer.vocab_size() > config.vocab {
         return Err(ModelError::Invalid {
             path: path.to_path_buf(),
@@ -99,7 +101,7 @@ pub fn load(path: &Path) -> Result<Loaded, ModelError> {
     let info = ModelInfo {
         path: path.to_path_buf(),
         format: "gguf".into(),
-        architecture: file.get_str("general.architecture")?.to_string(),
+        architecture,
         quant,
         n_layers: config.n_layers,
         dim: config.dim,

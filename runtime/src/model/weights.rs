@@ -141,6 +141,20 @@ pub struct LayerWeights {
     pub w_gate: WeightMatrix,
     pub w_up: WeightMatrix,
     pub w_down: WeightMatrix,
+    pub extra: ExtraNorms,
+}
+
+/// The norms some architectures add to the block ([`super::config::Block`]:
+/// Gemma 3); all `None` for Llama.
+#[derive(Debug, Clone, Default)]
+pub struct ExtraNorms {
+    /// (head_dim) each, applied to every query / key head before RoPE.
+    pub q_norm: Option<Vec<f32>>,
+    pub k_norm: Option<Vec<f32>>,
+    /// (dim): the attention output's norm before the residual add.
+    pub post_attn: Option<Vec<f32>>,
+    /// (dim): the FFN output's norm before the residual add.
+    pub post_ffn: Option<Vec<f32>>,
 }
 
 /// All weights of a Llama decoder.

@@ -1,7 +1,8 @@
 //! Chat prompts rendered from the model's own Jinja template (GGUF
 //! `tokenizer.chat_template` or tokenizer_config.json's `chat_template`)
-//! with minijinja: the prompt text is whatever the model's authors wrote,
-//! never a hand-written imitation.
+//! with minijinja: the prompt text is whatever the model's authors wrote.
+//! Only a file that carries no template gets its architecture's built-in
+//! turn format ([`builtin`]), and the startup event says so.
 
 use super::{Tokenizer, TokenizerError};
 use serde::{Deserialize, Serialize};
@@ -12,6 +13,66 @@ use serde::{Deserialize, Serialize};
 /// template treats specially (not whitespace, not part of any token text).
 const MASK: u8 = 0x1a;
 
+/// Where a tokenizer's chat template came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TemplateSource {
+    /// The model file's own template.
+    File,
+    /// The built-in turn format of the named architecture ([`builtin`]).
+    Builtin(&'static str),
+    /// No template: chat requests are refused.
+    None,
+}
+
+impl TemplateSource {
+    pub fn of_file(has_template: bool) -> Self {
+        if has_template { TemplateSource::File } else { TemplateSource::None }
+    }
+}
+
+impl std::fmt::Display for TemplateSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            TemplateSource::File => f.write_str("the model file"),
+            TemplateSource::Builtin(arch) => write!(f, "built in ({arch} turn format; the model file has none)"),
+            TemplateSource::None => f.write_str("none (the model file has no chat template)"),
+        }
+    }
+}
+
+/// Gemma's turn format, as llama.cpp applies it to a Gemma GGUF without a
+/// template: `<start_of_turn>{role}\n{content}<end_of_turn>\n`, the
+/// assistant's role written `model`, system messages (which Gemma has no
+/// turn for) joined and written at the top of the next user turn followed
+/// by a blank line, contents trimmed of spaces, tabs and line ends; BOS
+/// comes from the tokenizer, not the template.
+const GEMMA_TURNS: &str = r#"{%- set ns = namespace(system='') -%}
+{%- for m in messages -%}
+{%- if m['role'] == 'system' -%}
+{%- set ns.system = ns.system + (m['content'] | trim(' \t\n\r')) -%}
+{%- else -%}
+{%- set role = 'model' if m['role'] == 'assistant' else m['role'] -%}
+{{- '<start_of_turn>' + role + '\n' -}}
+{%- if ns.system and role != 'model' -%}
+{{- ns.system + '\n\n' -}}
+{%- set ns.system = '' -%}
+{%- endif -%}
+{{- (m['content'] | trim(' \t\n\r')) + '<end_of_turn>\n' -}}
+{%- endif -%}
+{%- endfor -%}
+{%- if add_generation_prompt -%}
+{{- '<start_of_turn>model\n' -}}
+{%- endif -%}"#;
+
+/// The built-in chat template of a GGUF `general.architecture`, for files
+/// that carry none.
+pub fn builtin(architecture: &str) -> Option<(&'static str, &'static str)> {
+    match architecture {
+        "gemma" | "gemma2" | "gemma3" => Some(("gemma", GEMMA_TURNS)),
+        _ => None,
+    }
+}
+
 /// One chat message.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Message {
@@ -20,6 +81,17 @@ pub struct Message {
 }
 
 impl Tokenizer {
+    /// Gives a tokenizer without a chat template its architecture's
+    /// built-in one, if there is one.
+    pub fn use_builtin_template(&mut self, architecture: &str) {
+        if self.chat_template.is_none()
+            && let Some((name, src)) = builtin(architecture)
+        {
+            self.chat_template = Some(src.to_string());
+            self.chat_template_from = TemplateSource::Builtin(name);
+        }
+    }
+
     /// Renders `messages` with the model's chat template, ending with the
     /// assistant's turn opener when `add_generation_prompt` is set.
     pub fn render_chat(&self, messages: &[Message], add_generation_prompt: bool) -> Result<String, TokenizerError> {
@@ -103,12 +175,12 @@ impl Tokenizer {
                 return Ok(ids);
             }
             let between = text.get(at..start).ok_or_else(|| TokenizerError::Template("marker offsets".into()))?;
-            self.encode_pieces(&self.text_only, between, limit, super::ENCODE_PIECE_BYTES, &mut ids)?;
+            self.encode_pieces(super::spm::Specials::AsText, between, limit, super::ENCODE_PIECE_BYTES, &mut ids)?;
             ids.push(id);
             at = end;
         }
         let rest = text.get(at..).ok_or_else(|| TokenizerError::Template("marker offsets".into()))?;
-        self.encode_pieces(&self.text_only, rest, limit, super::ENCODE_PIECE_BYTES, &mut ids)?;
+        self.encode_pieces(super::spm::Specials::AsText, rest, limit, super::ENCODE_PIECE_BYTES, &mut ids)?;
         Ok(ids)
     }
 

@@ -1,8 +1,11 @@
 //! Tokenizer: byte-level BPE through the `tokenizers` crate, built from a
-//! GGUF file's metadata or loaded from a Hugging Face `tokenizer.json`, plus
-//! the model's own chat template ([`chat`]).
+//! GGUF file's metadata or loaded from a Hugging Face `tokenizer.json`, or
+//! SentencePiece from a GGUF file's pieces and scores ([`spm`]); plus the
+//! model's chat template ([`chat`]): its own, or the architecture's
+//! built-in one when the file carries none.
 
 pub mod chat;
+pub mod spm;
 
 use crate::gguf::{GgufError, GgufFile};
 use std::path::Path;
@@ -45,7 +48,7 @@ const END_OF_GENERATION_TEXTS: &[&str] = &["<|im_end|>", "<|endoftext|>", "<|eot
 pub enum TokenizerError {
     #[error(transparent)]
     Gguf(#[from] GgufError),
-    #[error("tokenizer model {0:?} is not supported (byte-level BPE, \"gpt2\", is)")]
+    #[error("tokenizer model {0:?} is not supported (byte-level BPE \"gpt2\" and SentencePiece \"llama\" are)")]
     UnsupportedModel(String),
     #[error("pre-tokenizer {0:?} is not supported (known: smollm, gpt2, default)")]
     UnsupportedPre(String),
@@ -57,23 +60,38 @@ pub enum TokenizerError {
     File { path: String, problem: String },
     #[error("chat template: {0}")]
     Template(String),
+    #[error("SentencePiece vocabulary: {0}")]
+    Spm(#[from] spm::SpmError),
 }
 
 fn lib(e: impl std::fmt::Display) -> TokenizerError {
     TokenizerError::Library(e.to_string())
 }
 
+/// The tokenizer proper.
+enum Inner {
+    /// Byte-level BPE (`tokenizers`), and the same with special tokens
+    /// read as plain text: chat message content is encoded with that one,
+    /// so a message cannot write the template's control tokens
+    /// (`chat::Tokenizer::encode_chat`).
+    Hf { tok: Box<tokenizers::Tokenizer>, text_only: Box<tokenizers::Tokenizer> },
+    Spm(spm::Spm),
+}
+
 /// A tokenizer with the special tokens and chat template of its model.
 pub struct Tokenizer {
-    inner: tokenizers::Tokenizer,
+    inner: Inner,
     pub bos: Option<u32>,
     pub eos: Option<u32>,
     /// Tokens that end generation (EOS and the turn-end control tokens).
     pub end_of_generation: Vec<u32>,
     /// Whether prompts start with BOS (`tokenizer.ggml.add_bos_token`).
     pub add_bos: bool,
-    /// Jinja source of the model's chat template, if it has one.
+    /// Jinja source of the chat template, if there is one: the model's
+    /// own, or its architecture's built-in one ([`chat::builtin`]).
     pub chat_template: Option<String>,
+    /// Where the chat template came from, for the startup event.
+    pub chat_template_from: chat::TemplateSource,
     /// Where the tokenizer came from, for the startup event.
     pub source: String,
     /// The longest text any token stands for, in bytes; `None` when a
@@ -81,10 +99,6 @@ pub struct Tokenizer {
     /// text of `b` bytes is shorter than `b / longest` tokens, which bounds
     /// a prompt's length before it is tokenized.
     pub longest_token_bytes: Option<usize>,
-    /// The same tokenizer with special tokens read as plain text: chat
-    /// message content is encoded with it, so a message cannot write the
-    /// template's control tokens (`chat::Tokenizer::encode_chat`).
-    text_only: tokenizers::Tokenizer,
     /// Every special (control) token: its text and id.
     specials: Vec<(String, u32)>,
     /// Whether a text may be encoded piece by piece, split where the
@@ -102,7 +116,7 @@ pub const ENCODE_PIECE_BYTES: usize = 16 * 1024;
 /// The parts of a [`Tokenizer`] derived from its inner tokenizer.
 struct Derived {
     longest_token_bytes: Option<usize>,
-    text_only: tokenizers::Tokenizer,
+    text_only: Box<tokenizers::Tokenizer>,
     specials: Vec<(String, u32)>,
     chunkable: bool,
 }
@@ -119,7 +133,7 @@ fn derive(inner: &tokenizers::Tokenizer, own_pre_tokenizer: bool) -> Derived {
     text_only.set_encode_special_tokens(true);
     Derived {
         longest_token_bytes: longest_token_bytes(inner, own_pre_tokenizer),
-        text_only,
+        text_only: Box::new(text_only),
         specials,
         chunkable: own_pre_tokenizer && added.values().all(|t| !t.content.chars().any(char::is_whitespace)),
     }
@@ -203,6 +217,9 @@ impl Tokenizer {
     /// Builds the tokenizer a GGUF file describes (`tokenizer.ggml.*`).
     pub fn from_gguf(f: &GgufFile) -> Result<Self, TokenizerError> {
         let model = f.get_str("tokenizer.ggml.model")?;
+        if model == "llama" {
+            return Self::spm_from_gguf(f);
+        }
         if model != "gpt2" {
             return Err(TokenizerError::UnsupportedModel(model.to_string()));
         }
@@ -286,16 +303,88 @@ impl Tokenizer {
         let d = derive(&inner, true);
         Ok(Tokenizer {
             longest_token_bytes: d.longest_token_bytes,
-            text_only: d.text_only,
             specials: d.specials,
             chunkable: d.chunkable,
-            inner,
+            inner: Inner::Hf { tok: Box::new(inner), text_only: d.text_only },
             bos,
             eos,
             end_of_generation,
             add_bos,
+            chat_template_from: chat::TemplateSource::of_file(chat_template.is_some()),
             chat_template,
             source: format!("gguf ({model}, pre {pre})"),
+        })
+    }
+
+    /// Builds a SentencePiece tokenizer (`tokenizer.ggml.model = llama`)
+    /// from the file's pieces, scores and token types.
+    fn spm_from_gguf(f: &GgufFile) -> Result<Self, TokenizerError> {
+        let tokens = f.get_str_array("tokenizer.ggml.tokens")?;
+        if tokens.is_empty() || tokens.len() > MAX_TOKENS {
+            return Err(TokenizerError::Invalid(format!("{} tokens (allowed 1..={MAX_TOKENS})", tokens.len())));
+        }
+        let scores = f.get_f32_array("tokenizer.ggml.scores")?;
+        let types = match f.get_i32_array("tokenizer.ggml.token_type") {
+            Ok(t) => t,
+            Err(GgufError::MissingKey { .. }) => vec![spm::TYPE_NORMAL; tokens.len()],
+            Err(e) => return Err(e.into()),
+        };
+        let id = |key: &str| -> Result<Option<u32>, TokenizerError> {
+            match f.get_u32(key) {
+                Ok(v) if (v as usize) < tokens.len() => Ok(Some(v)),
+                Ok(v) => Err(TokenizerError::Invalid(format!("{key} = {v} is outside the vocabulary"))),
+                Err(GgufError::MissingKey { .. }) => Ok(None),
+                Err(e) => Err(e.into()),
+            }
+        };
+        let flag = |key: &str, default: bool| -> Result<bool, TokenizerError> {
+            match f.get_bool(key) {
+                Ok(b) => Ok(b),
+                Err(GgufError::MissingKey { .. }) => Ok(default),
+                Err(e) => Err(e.into()),
+            }
+        };
+        let (bos, eos, eot, unk) = (
+            id("tokenizer.ggml.bos_token_id")?,
+            id("tokenizer.ggml.eos_token_id")?,
+            id("tokenizer.ggml.eot_token_id")?,
+            id("tokenizer.ggml.unknown_token_id")?,
+        );
+        // SentencePiece's own default is a space before the text (Llama 2,
+        // Mistral); Gemma's files say `false`.
+        let add_space_prefix = flag("tokenizer.ggml.add_space_prefix", true)?;
+        let add_bos = flag("tokenizer.ggml.add_bos_token", true)?;
+        let pieces: Vec<String> = tokens.iter().map(|t| t.to_string()).collect();
+        drop(tokens);
+        let s = spm::Spm::new(pieces, scores, types, unk, add_space_prefix)?;
+        let mut end_of_generation: Vec<u32> = eos.into_iter().chain(eot).collect();
+        let mut specials = Vec::new();
+        for (text, id, ty) in s.special_tokens() {
+            if ty == spm::TYPE_CONTROL {
+                specials.push((text.to_string(), id));
+                if END_OF_GENERATION_TEXTS.contains(&text) && !end_of_generation.contains(&id) {
+                    end_of_generation.push(id);
+                }
+            }
+        }
+        specials.sort_by_key(|s| s.1);
+        let chat_template = match f.get_str("tokenizer.chat_template") {
+            Ok(t) => Some(t.to_string()),
+            Err(GgufError::MissingKey { .. }) => None,
+            Err(e) => return Err(e.into()),
+        };
+        Ok(Tokenizer {
+            longest_token_bytes: Some(s.longest_token_bytes()),
+            specials,
+            chunkable: false,
+            inner: Inner::Spm(s),
+            bos,
+            eos,
+            end_of_generation,
+            add_bos,
+            chat_template_from: chat::TemplateSource::of_file(chat_template.is_some()),
+            chat_template,
+            source: format!("gguf (llama: SentencePiece, space prefix {add_space_prefix})"),
         })
     }
 
@@ -335,30 +424,46 @@ impl Tokenizer {
             }
         }
         let d = derive(&inner, false);
+        let chat_template = cfg.get("chat_template").and_then(|v| v.as_str()).map(str::to_string);
         Ok(Tokenizer {
             longest_token_bytes: d.longest_token_bytes,
-            text_only: d.text_only,
             specials: d.specials,
             chunkable: d.chunkable,
-            inner,
+            inner: Inner::Hf { tok: Box::new(inner), text_only: d.text_only },
             bos,
             eos,
             end_of_generation,
             add_bos: cfg.get("add_bos_token").and_then(|v| v.as_bool()).unwrap_or(false),
-            chat_template: cfg.get("chat_template").and_then(|v| v.as_str()).map(str::to_string),
+            chat_template_from: chat::TemplateSource::of_file(chat_template.is_some()),
+            chat_template,
             source: format!("{}", path.display()),
         })
     }
 
     /// Number of token ids, added tokens included.
     pub fn vocab_size(&self) -> usize {
-        self.inner.get_vocab_size(true)
+        match &self.inner {
+            Inner::Hf { tok, .. } => tok.get_vocab_size(true),
+            Inner::Spm(s) => s.len(),
+        }
     }
 
     /// Token ids of `text`. Special tokens written in the text (e.g.
     /// `<|im_start|>`) become their single ids. No BOS is added here.
     pub fn encode(&self, text: &str) -> Result<Vec<u32>, TokenizerError> {
-        Ok(self.inner.encode(text, false).map_err(lib)?.get_ids().to_vec())
+        self.encode_with(text, spm::Specials::Parse)
+    }
+
+    /// Token ids of `text`, special tokens' texts read as their tokens or
+    /// as plain text.
+    fn encode_with(&self, text: &str, specials: spm::Specials) -> Result<Vec<u32>, TokenizerError> {
+        match (&self.inner, specials) {
+            (Inner::Hf { tok, .. }, spm::Specials::Parse) => Ok(tok.encode(text, false).map_err(lib)?.get_ids().to_vec()),
+            (Inner::Hf { text_only, .. }, spm::Specials::AsText) => {
+                Ok(text_only.encode(text, false).map_err(lib)?.get_ids().to_vec())
+            }
+            (Inner::Spm(s), _) => Ok(s.encode(text, specials)),
+        }
     }
 
     /// `encode`, with BOS first when the model asks for it.
@@ -385,15 +490,16 @@ impl Tokenizer {
         {
             ids.push(b);
         }
-        self.encode_pieces(&self.inner, text, limit, ENCODE_PIECE_BYTES, &mut ids)?;
+        self.encode_pieces(spm::Specials::Parse, text, limit, ENCODE_PIECE_BYTES, &mut ids)?;
         Ok(ids)
     }
 
-    /// Appends the ids of `text` under `tok` to `out`, piece by piece when
-    /// this tokenizer allows it, until `out` holds more than `limit`.
+    /// Appends the ids of `text` (special tokens' texts read as `specials`
+    /// says) to `out`, piece by piece when this tokenizer allows it, until
+    /// `out` holds more than `limit`.
     fn encode_pieces(
         &self,
-        tok: &tokenizers::Tokenizer,
+        specials: spm::Specials,
         text: &str,
         limit: usize,
         piece_bytes: usize,
@@ -403,7 +509,7 @@ impl Tokenizer {
         let mut from = 0;
         while from < text.len() && out.len() <= limit {
             let to = piece_end(text, from, piece_bytes);
-            out.extend_from_slice(tok.encode(&text[from..to], false).map_err(lib)?.get_ids());
+            out.extend(self.encode_with(&text[from..to], specials)?);
             from = to;
         }
         Ok(())
@@ -413,21 +519,30 @@ impl Tokenizer {
     /// equality with the one-piece encoding at small sizes).
     pub fn encode_in_pieces(&self, text: &str, piece_bytes: usize) -> Result<Vec<u32>, TokenizerError> {
         let mut ids = Vec::new();
-        self.encode_pieces(&self.inner, text, usize::MAX, piece_bytes, &mut ids)?;
+        self.encode_pieces(spm::Specials::Parse, text, usize::MAX, piece_bytes, &mut ids)?;
         Ok(ids)
     }
 
     /// The text of `ids`, special tokens included verbatim.
     pub fn decode(&self, ids: &[u32]) -> Result<String, TokenizerError> {
-        self.inner.decode(ids, false).map_err(lib)
+        match &self.inner {
+            Inner::Hf { tok, .. } => tok.decode(ids, false).map_err(lib),
+            Inner::Spm(s) => Ok(s.decode(ids)),
+        }
     }
 
     pub fn token_to_id(&self, token: &str) -> Option<u32> {
-        self.inner.token_to_id(token)
+        match &self.inner {
+            Inner::Hf { tok, .. } => tok.token_to_id(token),
+            Inner::Spm(s) => s.id(token),
+        }
     }
 
     pub fn id_to_token(&self, id: u32) -> Option<String> {
-        self.inner.id_to_token(id)
+        match &self.inner {
+            Inner::Hf { tok, .. } => tok.id_to_token(id),
+            Inner::Spm(s) => s.piece(id).map(str::to_string),
+        }
     }
 
     /// Every special (control) token: its text and id.
