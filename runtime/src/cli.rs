@@ -36,7 +36,7 @@ pub enum Command {
     /// Serve the model over HTTP with an OpenAI-compatible API (docs/serve.md).
     Serve(crate::serve::ServeArgs),
     /// Download the default model (SmolLM2-135M-Instruct Q4_1) into the cache and verify it.
-    FetchModel(CacheArgs),
+    FetchModel(FetchModelArgs),
     /// Print this build's identity.
     BuildInfo {
         /// One JSON object instead of text.
@@ -53,7 +53,7 @@ pub enum Command {
 
 #[derive(Args, Debug, Clone)]
 pub struct BenchArgs {
-    /// A GGUF file or a Hugging Face checkpoint directory; default: the embedded default model, fetched on first use.
+    /// A GGUF file, a Hugging Face checkpoint directory, or a known model by name (smollm2-135m, gemma3-270m: fetched on first use); default: smollm2-135m.
     #[arg(long)]
     pub model: Option<PathBuf>,
     /// Worker threads (default: the CPUs available to this process).
@@ -111,8 +111,17 @@ pub struct CacheArgs {
 }
 
 #[derive(Args, Debug, Clone)]
+pub struct FetchModelArgs {
+    /// Which known model: smollm2-135m (the default) or gemma3-270m.
+    #[arg(long, default_value = "smollm2-135m")]
+    pub model: String,
+    #[command(flatten)]
+    pub cache: CacheArgs,
+}
+
+#[derive(Args, Debug, Clone)]
 pub struct GenerateArgs {
-    /// A GGUF file or a Hugging Face checkpoint directory; default: the embedded default model, fetched on first use.
+    /// A GGUF file, a Hugging Face checkpoint directory, or a known model by name (smollm2-135m, gemma3-270m: fetched on first use); default: smollm2-135m.
     #[arg(long)]
     pub model: Option<PathBuf>,
     /// The prompt text.
@@ -249,10 +258,11 @@ pub fn parse_prompts(text: &str, origin: &Path) -> Result<Vec<PromptItem>> {
     Ok(out)
 }
 
-/// The model path: the flag, or the default model (fetched if needed).
+/// The model path: the flag (a path, or a known model's name: its cached
+/// file, fetched if needed), or the default model (fetched if needed).
 pub fn resolve_model(model: Option<&Path>, cache: &CacheArgs) -> Result<PathBuf> {
     match model {
-        Some(p) => Ok(p.to_path_buf()),
+        Some(p) => Ok(fetch::resolve_model_arg(p, cache.cache_dir.as_deref())?),
         None => Ok(fetch::ensure_default_model(cache.cache_dir.as_deref())?),
     }
 }
@@ -262,7 +272,10 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Command::Generate(args) => generate(args),
         Command::Serve(args) => crate::serve::run(args),
         Command::FetchModel(c) => {
-            let p = fetch::ensure_default_model(c.cache_dir.as_deref())?;
+            let Some(spec) = fetch::find_model(&c.model) else {
+                bail!("fetch-model --model {}: not a known model (known: {})", c.model, fetch::model_names());
+            };
+            let p = fetch::ensure_model(spec, c.cache.cache_dir.as_deref())?;
             println!("{}", p.display());
             Ok(ExitCode::SUCCESS)
         }
@@ -311,6 +324,7 @@ pub fn startup_event(
         multirow: dispatch::multirow_enabled(),
         target: engine.loaded.info.clone(),
         tokenizer: engine.loaded.tokenizer.source.clone(),
+        chat_template: engine.loaded.tokenizer.chat_template_from.to_string(),
         drafter: spec.map_or("none".into(), |s| s.kind.to_string()),
         drafter_from: decoding.drafter_from().into(),
         drafter_settings: spec.map(|s| s.settings.clone()),

@@ -46,6 +46,11 @@ pub struct Startup {
     pub multirow: bool,
     pub target: ModelInfo,
     pub tokenizer: String,
+    /// Where the chat template came from: the model file, the
+    /// architecture's built-in turn format (when the file has none), or
+    /// none.
+    #[serde(default)]
+    pub chat_template: String,
     /// Drafter kind (`ngram`, `layerskip`, `draft-model`), or `none` for classic decoding.
     pub drafter: String,
     /// Who chose it: `flag` (`--drafter KIND`), `policy` (no `--drafter`:

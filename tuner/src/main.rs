@@ -475,7 +475,7 @@ fn run_sweep(a: SweepArgs) -> anyhow::Result<ExitCode> {
                 None => identity::default_runtime_path().map_err(anyhow::Error::msg)?,
             };
             let target = match a.target {
-                Some(p) => p,
+                Some(p) => runtime::fetch::resolve_model_arg(&p, None)?,
                 None => runtime::fetch::ensure_default_model(None)?,
             };
             let threads = a.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));

@@ -56,7 +56,7 @@ pub struct ServeArgs {
     /// with --json the `startup` event's `server.address`).
     #[arg(long, default_value_t = 8080)]
     pub port: u16,
-    /// A GGUF file or a Hugging Face checkpoint directory; default: the embedded default model, fetched on first use.
+    /// A GGUF file, a Hugging Face checkpoint directory, or a known model by name (smollm2-135m, gemma3-270m: fetched on first use); default: smollm2-135m.
     #[arg(long)]
     pub model: Option<PathBuf>,
     /// Where forward passes run: cpu, cuda or cuda:N (default: CUDA device 0 when this build has
