@@ -833,7 +833,8 @@ mod tests {
         // Sliding-window rows of a block: each sees its own last `w`
         // positions; rows of one call start at different places, inside
         // and across tiles.
-        for (hd, base, rows, w) in [(64, 0, 5, 3), (64, 200, 9, 70), (256, 511, 4, 512), (20, 3, 17, 1), (7, 90, 3, 64)] {
+        for (hd, base, rows, w) in [(64, 0, 5, 3), (64, 200, 9, 70), (256, 511, 4, 512), (20, 3, 17, 1), (7, 90, 3, 64)]
+        {
             let n_ctx: Vec<usize> = (0..rows).map(|r| base + r + 1).collect();
             let first: Vec<usize> = n_ctx.iter().map(|&n| n.saturating_sub(w)).collect();
             let max = base + rows;

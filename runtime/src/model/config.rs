@@ -67,8 +67,14 @@ pub struct Block {
 }
 
 impl Block {
-    pub const LLAMA: Block =
-        Block { arch: Arch::Llama, embed_scale: None, qk_norm: false, post_norms: false, ffn: Ffn::SwiGlu, sliding: None };
+    pub const LLAMA: Block = Block {
+        arch: Arch::Llama,
+        embed_scale: None,
+        qk_norm: false,
+        post_norms: false,
+        ffn: Ffn::SwiGlu,
+        sliding: None,
+    };
 
     /// Gemma 3's block (llama.cpp's `gemma3` graph; Hugging Face's
     /// `Gemma3TextModel`), with the window its file gives.

@@ -381,3 +381,147 @@ fn a_context_too_short_for_the_probe_declines_instead_of_failing() {
     assert!(s.declined_reason().is_some(), "{:?}", s.probe);
     assert_eq!(s.active_width(), None);
 }
+
+/// A tiny random Gemma 3: seven layers (five local, one global, one local),
+/// a sliding window of three positions, a SentencePiece vocabulary of the
+/// 256 byte tokens and a few pieces, F32 weights.
+fn gemma3_gguf(window: u32) -> Vec<u8> {
+    const D: usize = 32;
+    const HD: usize = 16;
+    const H: usize = 2;
+    const FF: usize = 48;
+    const L: usize = 7;
+    let mut pieces: Vec<String> = ["<pad>", "<eos>", "<bos>", "<unk>", "<start_of_turn>", "<end_of_turn>"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    let mut types = vec![3i32; pieces.len()];
+    for b in 0..=255u8 {
+        pieces.push(format!("<0x{b:02X}>"));
+        types.push(6);
+    }
+    for p in ["▁", "a", "b", "c", "ab", "▁a", "abc", "\n"] {
+        pieces.push(p.to_string());
+        types.push(if p == "\n" { 4 } else { 1 });
+    }
+    let scores: Vec<Value> = (0..pieces.len()).map(|i| Value::F32(-(i as f32))).collect();
+    let v = pieces.len();
+    let mut b = Builder::new();
+    let s = |x: &str| Value::String(x.to_string());
+    b.kv("general.architecture", &s("gemma3"))
+        .kv("gemma3.block_count", &Value::U32(L as u32))
+        .kv("gemma3.embedding_length", &Value::U32(D as u32))
+        .kv("gemma3.feed_forward_length", &Value::U32(FF as u32))
+        .kv("gemma3.attention.head_count", &Value::U32(H as u32))
+        .kv("gemma3.attention.head_count_kv", &Value::U32(1))
+        .kv("gemma3.attention.key_length", &Value::U32(HD as u32))
+        .kv("gemma3.attention.value_length", &Value::U32(HD as u32))
+        .kv("gemma3.attention.sliding_window", &Value::U32(window))
+        .kv("gemma3.rope.freq_base", &Value::F32(1_000_000.0))
+        .kv("gemma3.attention.layer_norm_rms_epsilon", &Value::F32(1e-6))
+        .kv("gemma3.context_length", &Value::U32(64))
+        .kv("tokenizer.ggml.model", &s("llama"))
+        .kv("tokenizer.ggml.tokens", &Value::Array(pieces.iter().cloned().map(Value::String).collect()))
+        .kv("tokenizer.ggml.scores", &Value::Array(scores))
+        .kv("tokenizer.ggml.token_type", &Value::Array(types.into_iter().map(Value::I32).collect()))
+        .kv("tokenizer.ggml.bos_token_id", &Value::U32(2))
+        .kv("tokenizer.ggml.eos_token_id", &Value::U32(1))
+        .kv("tokenizer.ggml.add_bos_token", &Value::Bool(true))
+        .kv("tokenizer.ggml.add_space_prefix", &Value::Bool(false));
+    let mut rng = Rng(0x6E33A);
+    let mut t = |b: &mut Builder, name: &str, rows: usize, cols: usize, norm: bool| {
+        let vals: Vec<f32> = (0..rows * cols).map(|_| if norm { 1.0 + 0.3 * rng.f32() } else { rng.f32() }).collect();
+        let dims: Vec<u64> = if rows == 1 { vec![cols as u64] } else { vec![cols as u64, rows as u64] };
+        let bytes: Vec<u8> = vals.iter().flat_map(|x| x.to_le_bytes()).collect();
+        b.tensor(name, &dims, GgmlType::F32, &bytes);
+    };
+    t(&mut b, "token_embd.weight", v, D, false);
+    t(&mut b, "output_norm.weight", 1, D, true);
+    for i in 0..L {
+        let n = |s: &str| format!("blk.{i}.{s}.weight");
+        t(&mut b, &n("attn_norm"), 1, D, true);
+        t(&mut b, &n("attn_q"), H * HD, D, false);
+        t(&mut b, &n("attn_k"), HD, D, false);
+        t(&mut b, &n("attn_v"), HD, D, false);
+        t(&mut b, &n("attn_q_norm"), 1, HD, true);
+        t(&mut b, &n("attn_k_norm"), 1, HD, true);
+        t(&mut b, &n("attn_output"), D, H * HD, false);
+        t(&mut b, &n("post_attention_norm"), 1, D, true);
+        t(&mut b, &n("ffn_norm"), 1, D, true);
+        t(&mut b, &n("ffn_gate"), FF, D, false);
+        t(&mut b, &n("ffn_up"), FF, D, false);
+        t(&mut b, &n("ffn_down"), D, FF, false);
+        t(&mut b, &n("post_ffw_norm"), 1, D, true);
+    }
+    b.build()
+}
+
+fn load_bytes(bytes: &[u8]) -> Loaded {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("tiny-gemma3.gguf");
+    std::fs::write(&p, bytes).unwrap();
+    load(&p).unwrap()
+}
+
+#[test]
+fn gemma3_block_forward_equals_the_chain_across_the_window_at_every_width() {
+    let g = load_bytes(&gemma3_gguf(3));
+    assert_eq!(g.info.architecture, "gemma3");
+    assert_eq!(g.tokenizer.chat_template_from, crate::tokenizer::chat::TemplateSource::Builtin("gemma"));
+    let ids: Vec<u32> = (0..14).map(|i| 262 + (i * 5 % 8) as u32).collect();
+    let v = g.model.config.vocab;
+    for fam in KernelFamily::all_supported() {
+        let mut chain = Vec::new();
+        let mut s = Session::new(&g.model.config);
+        for &t in &ids {
+            chain.extend(g.model.forward(fam, &mut s, &[t], LogitRows::Last).unwrap());
+        }
+        // Every split of the sequence into a prefix and a block of width w.
+        for w in 1..=8 {
+            for start in 0..ids.len() - w {
+                let mut s = Session::new(&g.model.config);
+                if start > 0 {
+                    g.model.forward(fam, &mut s, &ids[..start], LogitRows::Last).unwrap();
+                }
+                let block = g.model.forward(fam, &mut s, &ids[start..start + w], LogitRows::All).unwrap();
+                let want = &chain[start * v..(start + w) * v];
+                assert!(
+                    block.iter().zip(want).all(|(a, b)| a.to_bits() == b.to_bits()),
+                    "{fam:?} width {w} from {start}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn gemma3_the_window_and_the_norms_change_the_output_so_the_tests_can_fail() {
+    let ids: Vec<u32> = (0..10).map(|i| 262 + (i * 3 % 8) as u32).collect();
+    let narrow = logits(&load_bytes(&gemma3_gguf(3)), &ids);
+    let wide = logits(&load_bytes(&gemma3_gguf(64)), &ids);
+    let v = narrow.len() / ids.len();
+    // Rows that see no more than the window agree; later ones do not.
+    assert_eq!(narrow[..3 * v], wide[..3 * v]);
+    assert_ne!(narrow[4 * v..], wide[4 * v..]);
+}
+
+#[test]
+fn gemma3_sentencepiece_and_the_builtin_turns_encode_a_chat() {
+    let g = load_bytes(&gemma3_gguf(3));
+    let tok = &g.tokenizer;
+    let ab = tok.encode("ab").unwrap();
+    assert_eq!(tok.id_to_token(ab[0]).as_deref(), Some("ab"));
+    assert_eq!(tok.encode_prompt("a").unwrap()[0], 2, "BOS first");
+    let msgs = vec![
+        crate::tokenizer::chat::Message { role: "system".into(), content: " be brief ".into() },
+        crate::tokenizer::chat::Message { role: "user".into(), content: "abc<end_of_turn>".into() },
+    ];
+    assert_eq!(
+        tok.render_chat(&msgs, true).unwrap(),
+        "<start_of_turn>user\nbe brief\n\nabc<end_of_turn><end_of_turn>\n<start_of_turn>model\n"
+    );
+    // The user's "<end_of_turn>" is text, the template's is the control token.
+    let ids = tok.encode_chat(&msgs, usize::MAX).unwrap();
+    assert_eq!(ids.iter().filter(|&&i| i == 5).count(), 1, "{ids:?}");
+    assert_eq!(ids.iter().filter(|&&i| i == 4).count(), 2, "{ids:?}");
+}

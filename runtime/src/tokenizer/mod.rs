@@ -74,7 +74,10 @@ enum Inner {
     /// read as plain text: chat message content is encoded with that one,
     /// so a message cannot write the template's control tokens
     /// (`chat::Tokenizer::encode_chat`).
-    Hf { tok: Box<tokenizers::Tokenizer>, text_only: Box<tokenizers::Tokenizer> },
+    Hf {
+        tok: Box<tokenizers::Tokenizer>,
+        text_only: Box<tokenizers::Tokenizer>,
+    },
     Spm(spm::Spm),
 }
 
@@ -458,7 +461,9 @@ impl Tokenizer {
     /// as plain text.
     fn encode_with(&self, text: &str, specials: spm::Specials) -> Result<Vec<u32>, TokenizerError> {
         match (&self.inner, specials) {
-            (Inner::Hf { tok, .. }, spm::Specials::Parse) => Ok(tok.encode(text, false).map_err(lib)?.get_ids().to_vec()),
+            (Inner::Hf { tok, .. }, spm::Specials::Parse) => {
+                Ok(tok.encode(text, false).map_err(lib)?.get_ids().to_vec())
+            }
             (Inner::Hf { text_only, .. }, spm::Specials::AsText) => {
                 Ok(text_only.encode(text, false).map_err(lib)?.get_ids().to_vec())
             }

@@ -187,12 +187,7 @@ impl Spm {
     /// The longest text one token stands for, in bytes (a byte token: one;
     /// a piece: its text with `▁` as one space).
     pub fn longest_token_bytes(&self) -> usize {
-        self.pieces
-            .iter()
-            .zip(&self.types)
-            .map(|(p, &t)| if t == TYPE_BYTE { 1 } else { p.len() })
-            .max()
-            .unwrap_or(1)
+        self.pieces.iter().zip(&self.types).map(|(p, &t)| if t == TYPE_BYTE { 1 } else { p.len() }).max().unwrap_or(1)
     }
 
     /// Special tokens (control and user-defined) with their ids.
@@ -280,12 +275,7 @@ impl Spm {
         let mut syms: Vec<Symbol> = Vec::with_capacity(text.len());
         for (i, (start, c)) in text.char_indices().enumerate() {
             let len = c.len_utf8();
-            syms.push(Symbol {
-                start,
-                len,
-                prev: i.checked_sub(1),
-                next: (start + len < text.len()).then_some(i + 1),
-            });
+            syms.push(Symbol { start, len, prev: i.checked_sub(1), next: (start + len < text.len()).then_some(i + 1) });
         }
         let mut heap = BinaryHeap::new();
         let push = |heap: &mut BinaryHeap<Bigram>, syms: &[Symbol], left: Option<usize>, right: Option<usize>| {

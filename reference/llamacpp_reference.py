@@ -1,0 +1,180 @@
+#!/usr/bin/env python3
+"""llama.cpp's answers for a GGUF, written as the JSON fixture the runtime's
+reference tests compare against (reference/data/<model>.llamacpp.json).
+
+Run with the llama-cpp-python venv that scripts/bench/llamacpp-venv.sh
+builds:
+
+    VENV=$(scripts/bench/llamacpp-venv.sh)
+    "$VENV/bin/python" reference/llamacpp_reference.py \
+        --model ~/.cache/draftwise/gemma-3-270m-q4_k_m.gguf \
+        --out reference/data/gemma3-270m.llamacpp.json
+
+What it records:
+- tokenizer: for each hard string, llama.cpp's ids with special tokens
+  parsed and with them read as text (no BOS), and the text its ids decode to;
+- greedy: for each prompt (raw text, or a chat rendered by llama.cpp's own
+  built-in template for the architecture), the prompt ids (BOS included as
+  llama.cpp adds it), the greedy continuation ids (end-of-generation tokens
+  stop it), and per step the top-1/top-2 logit margin (where it is small,
+  a different engine may rightly pick the other token) and the top logits
+  of the first steps (id, value) for a tolerance check.
+
+One thread, a context of 1024, the whole prompt in one batch.
+"""
+
+import argparse
+import ctypes
+import json
+import sys
+
+import numpy as np
+import llama_cpp
+
+HARD_STRINGS = [
+    "The capital of France is",
+    "Hello, world!",
+    "  two leading spaces and   three inside",
+    "trailing spaces   ",
+    "tabs\tand\nnewlines\n\n\nthree",
+    "\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n",
+    "digits 0123456789 and 3.14159 and 1,000,000",
+    "fn main() { println!(\"{}\", x + 1); }  // code",
+    "    indented(code):\n        return [a for a in b if a]",
+    "Ünïcödé: naïve café, Straße, Ελληνικά, русский, 日本語のテキスト, 中文, 한국어",
+    "emoji 🦀🚀👩‍👩‍👧 and symbols ∑∫√ ≠ ≤ ™ ©",
+    "rare characters: \u0e47\u0e48 \U0001f9ec \u2603 \U00010348 \x07\x1b",
+    "<start_of_turn>user\nhi<end_of_turn>\n<start_of_turn>model\n",
+    "text<end_of_turn>more<eos><bos>",
+    "<unused0> and [multimodal] and <mask>",
+    "mixed ▁ marker and ▁▁ double",
+    "",
+    " ",
+]
+
+PROMPTS = [
+    {"id": "capital", "text": "The capital of France is", "max_tokens": 16},
+    {"id": "story", "text": "Once upon a time, in a small village,", "max_tokens": 24},
+    {"id": "code", "text": "def fibonacci(n):\n    ", "max_tokens": 24},
+    {
+        "id": "chat",
+        "messages": [{"role": "user", "content": "What is the capital of France?"}],
+        "max_tokens": 24,
+    },
+    {
+        "id": "chat-system",
+        "messages": [
+            {"role": "system", "content": "You answer in one word."},
+            {"role": "user", "content": "Name a color."},
+        ],
+        "max_tokens": 12,
+    },
+]
+
+TOP_STEPS = 4
+TOP_K = 8
+
+
+def tokenize(llm, text, special):
+    return llm.tokenize(text.encode("utf-8"), add_bos=False, special=special)
+
+
+def detok(llm, ids):
+    return llm.detokenize(ids, special=True).decode("utf-8", errors="replace")
+
+
+def chat_text(messages, tmpl):
+    """The prompt llama.cpp's built-in template `tmpl` renders (add_ass)."""
+    arr = (llama_cpp.llama_chat_message * len(messages))()
+    keep = []
+    for i, m in enumerate(messages):
+        role, content = m["role"].encode(), m["content"].encode()
+        keep += [role, content]
+        arr[i].role = role
+        arr[i].content = content
+    buf = ctypes.create_string_buffer(1 << 16)
+    n = llama_cpp.llama_chat_apply_template(tmpl.encode(), arr, len(messages), True, buf, len(buf))
+    if n < 0:
+        raise SystemExit(f"llama_chat_apply_template({tmpl!r}) failed: {n}")
+    return buf.raw[:n].decode("utf-8")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--chat-template", default="gemma", help="llama.cpp built-in template name")
+    a = ap.parse_args()
+
+    llm = llama_cpp.Llama(
+        model_path=a.model, n_ctx=1024, n_batch=1024, n_ubatch=1024, n_threads=1, n_threads_batch=1,
+        logits_all=False, verbose=False,
+    )
+    n_vocab = llm.n_vocab()
+    vocab = llm._model.vocab if hasattr(llm._model, "vocab") else None
+
+    def last_logits():
+        return np.ctypeslib.as_array(llm._ctx.get_logits_ith(-1), shape=(n_vocab,)).copy()
+
+    def is_eog(t):
+        fn = getattr(llama_cpp, "llama_vocab_is_eog", None)
+        if fn is not None and vocab is not None:
+            return bool(fn(vocab, t))
+        return bool(llama_cpp.llama_token_is_eog(llm._model.model, t))
+
+    tok = []
+    for s in HARD_STRINGS:
+        parsed = tokenize(llm, s, True)
+        as_text = tokenize(llm, s, False)
+        tok.append({"text": s, "ids": parsed, "ids_text_only": as_text, "decoded": detok(llm, parsed)})
+
+    greedy = []
+    for p in PROMPTS:
+        if "messages" in p:
+            text = chat_text(p["messages"], a.chat_template)
+        else:
+            text = p["text"]
+        # BOS as llama.cpp adds it (add_bos_token), special tokens parsed
+        # (the chat template's markers).
+        ids = llm.tokenize(text.encode("utf-8"), add_bos=True, special=True)
+        llm.reset()
+        llm.eval(ids)
+        out, margins, tops = [], [], []
+        for step in range(p["max_tokens"]):
+            lg = last_logits()
+            order = np.argsort(-lg, kind="stable")
+            t = int(order[0])
+            margins.append(float(lg[order[0]] - lg[order[1]]))
+            if step < TOP_STEPS:
+                tops.append([[int(i), float(lg[i])] for i in order[:TOP_K]])
+            if is_eog(t):
+                out.append(t)
+                break
+            out.append(t)
+            llm.eval([t])
+        entry = {k: v for k, v in p.items() if k != "max_tokens"}
+        entry.update(
+            max_tokens=p["max_tokens"], rendered=text, prompt_ids=ids, greedy_ids=out,
+            greedy_text=detok(llm, out), margins=margins, top_logits=tops,
+        )
+        greedy.append(entry)
+
+    doc = {
+        "generated_by": "reference/llamacpp_reference.py --model "
+        + a.model.split("/")[-1] + f" --chat-template {a.chat_template}",
+        "llama_cpp_python": llama_cpp.__version__,
+        "system_info": llama_cpp.llama_print_system_info().decode(errors="replace").strip(),
+        "model": a.model.split("/")[-1],
+        "n_vocab": n_vocab,
+        "tokenizer": tok,
+        "greedy": greedy,
+    }
+    with open(a.out, "w") as f:
+        json.dump(doc, f, ensure_ascii=False, indent=1)
+        f.write("\n")
+    print(f"wrote {a.out}: {len(tok)} strings, {len(greedy)} prompts", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
