@@ -56,6 +56,19 @@ PROMPTS = [
     {"id": "capital", "text": "The capital of France is", "max_tokens": 16},
     {"id": "story", "text": "Once upon a time, in a small village,", "max_tokens": 24},
     {"id": "code", "text": "def fibonacci(n):\n    ", "max_tokens": 24},
+    # Longer than the 512-position sliding window of Gemma 3's local
+    # layers, so the window decides these logits.
+    {
+        "id": "long",
+        "text": "".join(
+            f"Entry {i}: the {c} box on shelf {i % 7} holds {i * 3 % 11} {t}.\n"
+            for i, (c, t) in enumerate(
+                [("red", "apples"), ("blue", "pens"), ("green", "cups"), ("white", "books"), ("black", "keys")] * 10
+            )
+        )
+        + "Entry 50: the",
+        "max_tokens": 12,
+    },
     {
         "id": "chat",
         "messages": [{"role": "user", "content": "What is the capital of France?"}],

@@ -457,6 +457,12 @@ impl Tokenizer {
         self.encode_with(text, spm::Specials::Parse)
     }
 
+    /// Token ids of `text` with special tokens' texts read as plain text
+    /// (how chat message content is encoded). No BOS.
+    pub fn encode_as_text(&self, text: &str) -> Result<Vec<u32>, TokenizerError> {
+        self.encode_with(text, spm::Specials::AsText)
+    }
+
     /// Token ids of `text`, special tokens' texts read as their tokens or
     /// as plain text.
     fn encode_with(&self, text: &str, specials: spm::Specials) -> Result<Vec<u32>, TokenizerError> {
