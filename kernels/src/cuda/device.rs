@@ -234,6 +234,8 @@ impl CudaDevice {
             Weights::Q6K(w) => DevData::Blocks(self.upload(block_bytes(w))?),
             Weights::F32(w) => DevData::F32(self.upload(w)?),
             Weights::Q5K(_) => return Err(CudaError::Unsupported("Q5_K")),
+            Weights::Q5_0(_) => return Err(CudaError::Unsupported("Q5_0")),
+            Weights::Q5_1(_) => return Err(CudaError::Unsupported("Q5_1")),
         };
         let ty = match m.w {
             Weights::Q4_0(_) => GgmlType::Q4_0,
@@ -243,6 +245,8 @@ impl CudaDevice {
             Weights::Q6K(_) => GgmlType::Q6K,
             Weights::F32(_) => GgmlType::F32,
             Weights::Q5K(_) => GgmlType::Q5K,
+            Weights::Q5_0(_) => GgmlType::Q5_0,
+            Weights::Q5_1(_) => GgmlType::Q5_1,
             Weights::R16(v) => v.fmt.ggml_type(),
         };
         Ok(DevMatrix { ty, rows: m.rows, cols: m.cols, data })

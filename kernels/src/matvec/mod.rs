@@ -59,7 +59,7 @@ mod x86_r16;
 
 use crate::act::QRow;
 use crate::dispatch::{self, KernelFamily};
-use crate::quant::{BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8_0, GgmlType, QK};
+use crate::quant::{BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ5_0, BlockQ5_1, BlockQ5K, BlockQ6K, BlockQ8_0, GgmlType, QK};
 
 /// Weight storage of a matrix, row-major: row `r` occupies blocks
 /// `r * blocks_per_row .. (r + 1) * blocks_per_row`.
@@ -67,6 +67,8 @@ use crate::quant::{BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8_0
 pub enum Weights<'a> {
     Q4_0(&'a [BlockQ4_0]),
     Q4_1(&'a [BlockQ4_1]),
+    Q5_0(&'a [BlockQ5_0]),
+    Q5_1(&'a [BlockQ5_1]),
     Q8_0(&'a [BlockQ8_0]),
     Q4K(&'a [BlockQ4K]),
     Q5K(&'a [BlockQ5K]),
@@ -136,6 +138,8 @@ impl<'a> Matrix<'a> {
         let w = match ty {
             GgmlType::Q4_0 => Weights::Q4_0(cast(ty, bytes)?),
             GgmlType::Q4_1 => Weights::Q4_1(cast(ty, bytes)?),
+            GgmlType::Q5_0 => Weights::Q5_0(cast(ty, bytes)?),
+            GgmlType::Q5_1 => Weights::Q5_1(cast(ty, bytes)?),
             GgmlType::Q8_0 => Weights::Q8_0(cast(ty, bytes)?),
             GgmlType::Q4K => Weights::Q4K(cast(ty, bytes)?),
             GgmlType::Q5K => Weights::Q5K(cast(ty, bytes)?),

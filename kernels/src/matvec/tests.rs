@@ -37,8 +37,8 @@ fn random_weights(ty: GgmlType, rows: usize, cols: usize, rng: &mut Rng) -> Vec<
     let mut bytes: Vec<u8> = (0..nbytes).map(|_| rng.next() as u8).collect();
     let bb = ty.block_bytes();
     let scale_offsets: &[usize] = match ty {
-        GgmlType::Q4_0 | GgmlType::Q8_0 => &[0],
-        GgmlType::Q4_1 => &[0, 2],
+        GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 => &[0],
+        GgmlType::Q4_1 | GgmlType::Q5_1 => &[0, 2],
         GgmlType::Q4K | GgmlType::Q5K => &[0, 2],
         GgmlType::Q6K => &[208],
         _ => &[],
@@ -153,6 +153,16 @@ fn every_family_equals_scalar_on_q4_1() {
 #[test]
 fn every_family_equals_scalar_on_q8_0() {
     check_type(GgmlType::Q8_0, &legacy_cols());
+}
+
+#[test]
+fn every_family_equals_scalar_on_q5_0() {
+    check_type(GgmlType::Q5_0, &legacy_cols());
+}
+
+#[test]
+fn every_family_equals_scalar_on_q5_1() {
+    check_type(GgmlType::Q5_1, &legacy_cols());
 }
 
 /// Super-block counts per row: one, a few odd ones, and the default

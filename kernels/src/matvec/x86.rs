@@ -76,6 +76,8 @@ pub(super) fn matmul_rows(family: KernelFamily, m: &Matrix, inputs: &[Input], ro
         Weights::Q4_0(w) => return native(R16Format::Q4_0, w.as_ptr().cast::<u8>(), outs),
         Weights::Q4_1(w) => return native(R16Format::Q4_1, w.as_ptr().cast::<u8>(), outs),
         Weights::Q8_0(w) => return native(R16Format::Q8_0, w.as_ptr().cast::<u8>(), outs),
+        // No SIMD kernel yet: the scalar specification.
+        Weights::Q5_0(_) | Weights::Q5_1(_) => return false,
         Weights::R16(v) => {
             // SAFETY: as above.
             unsafe { x86_r16::matmul_r16(family, &v, inputs, row0, outs) };
