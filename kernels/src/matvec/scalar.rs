@@ -73,7 +73,7 @@
 //! f32 weights use [`dot_f32`]: eight interleaved partial sums, reduced by a
 //! fixed tree, then the tail.
 
-use super::r16::{GROUP, R16, R16Format};
+use super::r16::{GROUP, R16};
 use super::{Input, Matrix, Weights};
 use crate::act::QRow;
 use crate::quant::dequant::get_scale_min_k4;
@@ -163,7 +163,7 @@ pub fn dot_r16(m: &R16, r: usize, x: QRow) -> f32 {
     let (g, j) = (r / GROUP, r % GROUP);
     dot_legacy(m.nb, &x, |b| {
         let (d, mw, q) = R16::unpack(m.fmt, m.tile(g, b), j);
-        (h(d), (m.fmt == R16Format::Q4_1).then(|| h(mw)), q)
+        (h(d), m.fmt.has_min().then(|| h(mw)), q)
     })
 }
 

@@ -985,6 +985,13 @@ fn a_changed_part_stales_only_the_keys_it_applies_to() {
     let h = changed("kernels/src/matvec/x86_k.rs");
     assert_eq!(key(&h, cpu, &q4_1), key(&base, cpu, &q4_1));
     assert_ne!(key(&h, cpu, &k_quants), key(&base, cpu, &k_quants));
+    // The Q5 kernels: Q4_1 and K-quant targets stay fresh, a Q5_0 one goes
+    // stale.
+    let q5_0 = ["q5_0", "q8_0"];
+    let h = changed("kernels/src/matvec/x86_r16_q5.rs");
+    assert_eq!(key(&h, cpu, &q4_1), key(&base, cpu, &q4_1));
+    assert_eq!(key(&h, cpu, &k_quants), key(&base, cpu, &k_quants));
+    assert_ne!(key(&h, cpu, &q5_0), key(&base, cpu, &q5_0));
     // The CUDA launcher: CPU keys stay fresh, CUDA keys go stale.
     let h = changed("kernels/src/cuda/");
     assert_eq!(key(&h, cpu, &q4_1), key(&base, cpu, &q4_1));
