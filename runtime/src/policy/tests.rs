@@ -617,6 +617,8 @@ fn each_gguf_class_from_its_layer_matrices() {
     let cases = [
         (GgmlType::Q4_0, 2, "q4_0"),
         (GgmlType::Q4_1, 3, "q4_1"),
+        (GgmlType::Q5_0, 8, "q5_0"),
+        (GgmlType::Q5_1, 9, "q5_1"),
         (GgmlType::Q8_0, 7, "q8_0"),
         (GgmlType::Q4K, 15, "q4_k"),
         (GgmlType::Q5K, 17, "q5_k"),
