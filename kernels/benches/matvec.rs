@@ -2,7 +2,8 @@
 //! CPU has, the default model's formats and shapes, `W` = 1..=8 activation
 //! rows per call (one pass over the weights), and the `W` single-row calls
 //! the multi-row pass replaces (the `DRAFTWISE_MULTIROW=0` control). Q4_0,
-//! Q4_1 and Q8_0 run in the row-interleaved layout the runtime repacks to.
+//! Q4_1, Q5_0, Q5_1 and Q8_0 run in the row-interleaved layout the runtime
+//! repacks to.
 //!
 //! `cargo bench -p kernels --bench matvec [-- FILTER]`; throughput is weight
 //! bytes streamed per second (one pass per call, whatever `W`). Matrices are
@@ -34,7 +35,7 @@ fn weights(ty: GgmlType, rows: usize, cols: usize, seed: u64) -> Vec<u32> {
     let n = ty.row_bytes(cols).unwrap() * rows;
     let mut bytes: Vec<u8> = (0..n).map(|_| next() as u8).collect();
     let scales: &[usize] = match ty {
-        GgmlType::Q4_1 | GgmlType::Q4K | GgmlType::Q5K => &[0, 2],
+        GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q4K | GgmlType::Q5K => &[0, 2],
         GgmlType::Q6K => &[208],
         _ => &[0],
     };
@@ -55,7 +56,9 @@ fn weights(ty: GgmlType, rows: usize, cols: usize, seed: u64) -> Vec<u32> {
 
 /// The default model's formats and shapes, then the K-quants at the shapes
 /// a 576-wide model would have if its width were a whole number of
-/// 256-element super-blocks (512).
+/// 256-element super-blocks (512), then Gemma 3 270M's ffn_gate / ffn_up
+/// shape (2048 × 640, Q5_0 in its GGUF) in Q5_0, Q5_1 and the formats to
+/// compare them with.
 const SHAPES: &[(GgmlType, usize, usize)] = &[
     (GgmlType::Q4_1, 1536, 576),
     (GgmlType::Q4_1, 576, 1536),
@@ -66,13 +69,17 @@ const SHAPES: &[(GgmlType, usize, usize)] = &[
     (GgmlType::Q5K, 1536, 512),
     (GgmlType::Q6K, 1536, 512),
     (GgmlType::Q6K, 512, 1536),
+    (GgmlType::Q5_0, 2048, 640),
+    (GgmlType::Q5_1, 2048, 640),
+    (GgmlType::Q4_1, 2048, 640),
+    (GgmlType::Q8_0, 2048, 640),
 ];
 
 /// A matrix's storage and eight quantized activation rows.
 struct Case {
     store: Vec<u32>,
     nbytes: usize,
-    /// Q4_0/Q4_1/Q8_0 in the row-interleaved layout the runtime uses.
+    /// Q4_0/Q4_1/Q5_0/Q5_1/Q8_0 in the row-interleaved layout the runtime uses.
     packed: Option<Repacked>,
     xs: Vec<Vec<f32>>,
     qs: Vec<ActRow>,

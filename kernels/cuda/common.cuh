@@ -8,7 +8,7 @@
 // exactly what the source spells, whatever the compiler version or the
 // number of rows a kernel serves at once.
 
-#define QK 32          // elements per legacy block (Q4_0, Q4_1, Q8_0) and per activation block
+#define QK 32          // elements per legacy block (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) and per activation block
 #define QK_K 256       // elements per K-quant super-block
 #define ACT_QMAX 32767 // largest 16-bit activation quant magnitude (kernels/src/act.rs)
 #define MV_WARPS 4     // warps per thread block in the mat-vec kernels: one output row per warp
@@ -63,3 +63,25 @@ __device__ __forceinline__ void scale_min_k4(int j, const unsigned char* q, int*
 #define FMT_Q8_0 2
 #define FMT_Q4_K 3
 #define FMT_Q6_K 4
+#define FMT_Q5_0 5
+#define FMT_Q5_1 6
+
+// Formats whose blocks carry a min (w = d * q + m), summed in an accumulator of its own.
+#define FMT_HAS_MIN(FMT) ((FMT) == FMT_Q4_1 || (FMT) == FMT_Q5_1)
+
+// Bytes of one Q5_0 / Q5_1 block (block_q5_0, block_q5_1 of ggml-common.h:
+// d, [m,] qh (4), qs (16)) and the offset of its qh.
+#define Q5_BLOCK_BYTES(FMT) ((FMT) == FMT_Q5_1 ? 24 : 22)
+#define Q5_QH_OFFSET(FMT) ((FMT) == FMT_Q5_1 ? 4 : 2)
+
+// The 5-bit quant (0..32) of element j (0..32) of a Q5_0 / Q5_1 block at b:
+// the low nibble of qs[j] (j < 16) or the high nibble of qs[j - 16], plus
+// 16 times bit j of qh read as a little-endian u32
+// (kernels/src/quant/dequant.rs, q5_quants).
+template <int FMT>
+__device__ __forceinline__ int q5_quant(const unsigned char* b, int j) {
+    const unsigned char* qh = b + Q5_QH_OFFSET(FMT);
+    const unsigned char byte = qh[4 + (j & 15)];
+    const int lo = j < 16 ? (byte & 0x0F) : (byte >> 4);
+    return lo | (((qh[j >> 3] >> (j & 7)) & 1) << 4);
+}

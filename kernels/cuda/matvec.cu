@@ -3,7 +3,7 @@
 // out[j * rows + r] = W[r] . x_j for activation rows j < NR (the template's
 // row count) and weight rows r < rows. One warp computes one weight row for
 // all NR activation rows: it reads each weight unit (32 elements: one legacy
-// block, one Q4_K sub-block, one pair of Q6_K sub-blocks) once and applies
+// or Q5 block, one Q4_K sub-block, one pair of Q6_K sub-blocks) once and applies
 // it to every activation row.
 //
 // The reduction tree is fixed and does not depend on NR, which is what makes
@@ -19,8 +19,8 @@
 //
 // Update rules (d, m, dmin: weight scales; dx, sx: the activation block's
 // scale and dx * sum(q)):
-//   Q4_0, Q8_0: acc = fma(d * dx, isum, acc)
-//   Q4_1:       acc = fma(d * dx, isum, acc); mt = fma(m, sx, mt); out = sum(acc) + sum(mt)
+//   Q4_0, Q5_0, Q8_0: acc = fma(d * dx, isum, acc)
+//   Q4_1, Q5_1: acc = fma(d * dx, isum, acc); mt = fma(m, sx, mt); out = sum(acc) + sum(mt)
 //   Q4_K:       acc = (acc + ((d * sc) * dx) * isum) - (dmin * m) * sx
 //   Q6_K:       acc = acc + (d * dx) * (sc_a * isum_a + sc_b * isum_b)
 //   F32:        acc = acc + w * x per element (lane l takes elements l, l + 32, ...)
@@ -35,7 +35,7 @@ template <int FMT>
 struct Unit {
     int q[32];
     float d;   // block scale (K-quants: see below)
-    float m;   // Q4_1: block min; Q4_K: dmin * m
+    float m;   // Q4_1, Q5_1: block min; Q4_K: dmin * m
     int sc_a, sc_b;  // Q6_K: the two sub-block scales
 };
 
@@ -63,6 +63,15 @@ __device__ __forceinline__ void load_unit(const unsigned char* row, int u, Unit<
         w.d = load_half(b);
 #pragma unroll
         for (int e = 0; e < 32; e++) w.q[e] = (int)(signed char)b[2 + e];
+    } else if (FMT == FMT_Q5_0 || FMT == FMT_Q5_1) {
+        // Block: d (2), [m (2),] qh (4), qs (16); 22 or 24 bytes. Q5_0's
+        // weights are the quant - 16, Q5_1's the quant (its min is w.m).
+        const unsigned char* b = row + (long long)u * Q5_BLOCK_BYTES(FMT);
+        w.d = load_half(b);
+        if (FMT == FMT_Q5_1) w.m = load_half(b + 2);
+        const int bias = FMT == FMT_Q5_0 ? 16 : 0;
+#pragma unroll
+        for (int e = 0; e < 32; e++) w.q[e] = q5_quant<FMT>(b, e) - bias;
     } else if (FMT == FMT_Q4_K) {
         // Super-block: d (2), dmin (2), scales (12), qs (128); 144 bytes.
         const int sub = u & 7;
@@ -101,6 +110,7 @@ __device__ __forceinline__ long long row_bytes(int cols) {
     if (FMT == FMT_Q4_0) return (long long)(cols / QK) * 18;
     if (FMT == FMT_Q4_1) return (long long)(cols / QK) * 20;
     if (FMT == FMT_Q8_0) return (long long)(cols / QK) * 34;
+    if (FMT == FMT_Q5_0 || FMT == FMT_Q5_1) return (long long)(cols / QK) * Q5_BLOCK_BYTES(FMT);
     if (FMT == FMT_Q4_K) return (long long)(cols / QK_K) * 144;
     return (long long)(cols / QK_K) * 210;
 }
@@ -143,7 +153,7 @@ __device__ __forceinline__ void matvec_body(const unsigned char* __restrict__ wt
                     acc[j] = (acc[j] + (w.d * xd) * (float)is) - w.m * xs;
                 } else {
                     acc[j] = __fmaf_rn(w.d * xd, (float)is, acc[j]);
-                    if (FMT == FMT_Q4_1) mt[j] = __fmaf_rn(w.m, sx[(long long)j * nu + u], mt[j]);
+                    if (FMT_HAS_MIN(FMT)) mt[j] = __fmaf_rn(w.m, sx[(long long)j * nu + u], mt[j]);
                 }
             }
         }
@@ -151,7 +161,7 @@ __device__ __forceinline__ void matvec_body(const unsigned char* __restrict__ wt
 #pragma unroll
     for (int j = 0; j < NR; j++) {
         float v = warp_sum(acc[j]);
-        if (FMT == FMT_Q4_1) v = v + warp_sum(mt[j]);
+        if (FMT_HAS_MIN(FMT)) v = v + warp_sum(mt[j]);
         if (lane == 0) out[(long long)j * rows + r] = v;
     }
 }
@@ -207,6 +217,8 @@ __device__ __forceinline__ void matvec_f32_body(const float* __restrict__ wt, co
 MV_WIDTHS(q4_0, FMT_Q4_0)
 MV_WIDTHS(q4_1, FMT_Q4_1)
 MV_WIDTHS(q8_0, FMT_Q8_0)
+MV_WIDTHS(q5_0, FMT_Q5_0)
+MV_WIDTHS(q5_1, FMT_Q5_1)
 MV_WIDTHS(q4_k, FMT_Q4_K)
 MV_WIDTHS(q6_k, FMT_Q6_K)
 MV_F32_ENTRY(1)

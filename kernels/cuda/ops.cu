@@ -95,6 +95,12 @@ __device__ __forceinline__ float dequant_elem(const unsigned char* row, int e) {
     } else if (FMT == FMT_Q8_0) {
         const unsigned char* b = row + (long long)(e / QK) * 34;
         return (float)(signed char)b[2 + e % QK] * load_half(b);
+    } else if (FMT == FMT_Q5_0) {
+        const unsigned char* b = row + (long long)(e / QK) * Q5_BLOCK_BYTES(FMT);
+        return (float)(q5_quant<FMT>(b, e % QK) - 16) * load_half(b);
+    } else if (FMT == FMT_Q5_1) {
+        const unsigned char* b = row + (long long)(e / QK) * Q5_BLOCK_BYTES(FMT);
+        return (float)q5_quant<FMT>(b, e % QK) * load_half(b) + load_half(b + 2);
     } else if (FMT == FMT_Q4_K) {
         const unsigned char* b = row + (long long)(e / QK_K) * 144;
         const int k = e % QK_K, sub = k / 32, l = k % 32;
@@ -127,6 +133,8 @@ __device__ __forceinline__ float dequant_elem(const unsigned char* row, int e) {
 EMBED_ENTRY(q4_0, FMT_Q4_0, (long long)(cols / QK) * 18)
 EMBED_ENTRY(q4_1, FMT_Q4_1, (long long)(cols / QK) * 20)
 EMBED_ENTRY(q8_0, FMT_Q8_0, (long long)(cols / QK) * 34)
+EMBED_ENTRY(q5_0, FMT_Q5_0, (long long)(cols / QK) * 22)
+EMBED_ENTRY(q5_1, FMT_Q5_1, (long long)(cols / QK) * 24)
 EMBED_ENTRY(q4_k, FMT_Q4_K, (long long)(cols / QK_K) * 144)
 EMBED_ENTRY(q6_k, FMT_Q6_K, (long long)(cols / QK_K) * 210)
 

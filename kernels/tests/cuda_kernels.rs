@@ -73,6 +73,15 @@ fn random_matrix(ty: GgmlType, rows: usize, cols: usize, rng: &mut Rng) -> Vec<u
                 bytes.extend(half(rng.f() * 0.01));
                 bytes.extend((0..32).map(|_| rng.byte()));
             }
+            GgmlType::Q5_0 => {
+                bytes.extend(half(rng.f() * 0.03));
+                bytes.extend((0..4 + 16).map(|_| rng.byte()));
+            }
+            GgmlType::Q5_1 => {
+                bytes.extend(half(rng.f().abs() * 0.01));
+                bytes.extend(half(rng.f() * 0.1));
+                bytes.extend((0..4 + 16).map(|_| rng.byte()));
+            }
             GgmlType::Q4K => {
                 bytes.extend(half(rng.f().abs() * 0.003));
                 bytes.extend(half(rng.f().abs() * 0.003));
@@ -106,14 +115,23 @@ fn bits(v: &[f32]) -> Vec<u32> {
     v.iter().map(|f| f.to_bits()).collect()
 }
 
-const FORMATS: [GgmlType; 6] =
-    [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::Q4K, GgmlType::Q6K, GgmlType::F32];
+const FORMATS: [GgmlType; 8] = [
+    GgmlType::Q4_0,
+    GgmlType::Q4_1,
+    GgmlType::Q5_0,
+    GgmlType::Q5_1,
+    GgmlType::Q8_0,
+    GgmlType::Q4K,
+    GgmlType::Q6K,
+    GgmlType::F32,
+];
 
 fn shapes(ty: GgmlType) -> Vec<(usize, usize)> {
     if ty.block_elems() == 256 {
         vec![(1, 256), (5, 512), (37, 2304), (130, 256 * 33)]
     } else {
-        vec![(1, 32), (3, 96), (37, 576), (130, 1536), (7, 32 * 65)]
+        // (37, 640): Gemma 3 270M's width, 20 blocks.
+        vec![(1, 32), (3, 96), (37, 576), (130, 1536), (7, 32 * 65), (37, 640)]
     }
 }
 
@@ -193,7 +211,7 @@ fn gpu_matvec_matches_the_cpu_scalar_reference_within_tolerance() {
                 let row = &raw[r * rb..(r + 1) * rb];
                 dequantize_row(ty, row, &mut w).unwrap();
                 // The magnitude the summation errors scale with: Σ (|wᵢ| + |minᵢ|)·|xᵢ|,
-                // the min terms counted apart because Q4_1 and Q4_K sum them
+                // the min terms counted apart because Q4_1, Q5_1 and Q4_K sum them
                 // in their own accumulator (they may cancel the scaled quants).
                 let mins = min_terms(ty, row, cols);
                 let mag: f64 = w
@@ -215,12 +233,13 @@ fn gpu_matvec_matches_the_cpu_scalar_reference_within_tolerance() {
     }
 }
 
-/// Per element, the block's min term (`m` for Q4_1, `dmin·m` for Q4_K; 0 otherwise).
+/// Per element, the block's min term (`m` for Q4_1 and Q5_1, `dmin·m` for Q4_K; 0 otherwise).
 fn min_terms(ty: GgmlType, row: &[u8], cols: usize) -> Vec<f32> {
     let h = |b: &[u8]| f16::from_bits(u16::from_le_bytes([b[0], b[1]])).to_f32();
     (0..cols)
         .map(|e| match ty {
             GgmlType::Q4_1 => h(&row[(e / 32) * 20 + 2..]),
+            GgmlType::Q5_1 => h(&row[(e / 32) * 24 + 2..]),
             GgmlType::Q4K => {
                 let b = &row[(e / 256) * 144..];
                 let (j, q) = ((e % 256) / 32, &b[4..16]);

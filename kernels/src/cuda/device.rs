@@ -48,12 +48,14 @@ pub fn kernel_names() -> Vec<String> {
 }
 
 /// The formats with CUDA mat-vec and embedding kernels, by kernel name.
-pub const MATVEC_FORMATS: [&str; 6] = ["q4_0", "q4_1", "q8_0", "q4_k", "q6_k", "f32"];
+pub const MATVEC_FORMATS: [&str; 8] = ["q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q4_k", "q6_k", "f32"];
 
 fn format_name(ty: GgmlType) -> Result<&'static str, CudaError> {
     Ok(match ty {
         GgmlType::Q4_0 => "q4_0",
         GgmlType::Q4_1 => "q4_1",
+        GgmlType::Q5_0 => "q5_0",
+        GgmlType::Q5_1 => "q5_1",
         GgmlType::Q8_0 => "q8_0",
         GgmlType::Q4K => "q4_k",
         GgmlType::Q6K => "q6_k",
@@ -229,6 +231,8 @@ impl CudaDevice {
             }
             Weights::Q4_0(w) => DevData::Blocks(self.upload(block_bytes(w))?),
             Weights::Q4_1(w) => DevData::Blocks(self.upload(block_bytes(w))?),
+            Weights::Q5_0(w) => DevData::Blocks(self.upload(block_bytes(w))?),
+            Weights::Q5_1(w) => DevData::Blocks(self.upload(block_bytes(w))?),
             Weights::Q8_0(w) => DevData::Blocks(self.upload(block_bytes(w))?),
             Weights::Q4K(w) => DevData::Blocks(self.upload(block_bytes(w))?),
             Weights::Q6K(w) => DevData::Blocks(self.upload(block_bytes(w))?),
@@ -238,6 +242,8 @@ impl CudaDevice {
         let ty = match m.w {
             Weights::Q4_0(_) => GgmlType::Q4_0,
             Weights::Q4_1(_) => GgmlType::Q4_1,
+            Weights::Q5_0(_) => GgmlType::Q5_0,
+            Weights::Q5_1(_) => GgmlType::Q5_1,
             Weights::Q8_0(_) => GgmlType::Q8_0,
             Weights::Q4K(_) => GgmlType::Q4K,
             Weights::Q6K(_) => GgmlType::Q6K,

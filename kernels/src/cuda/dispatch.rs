@@ -21,7 +21,8 @@ pub fn passes(w: usize) -> impl Iterator<Item = (usize, usize)> {
     (0..w).step_by(CUDA_ROWS_PER_PASS).map(move |j0| (j0, CUDA_ROWS_PER_PASS.min(w - j0)))
 }
 
-/// The kernel name for `fmt` (`q4_0`, `q4_1`, `q8_0`, `q4_k`, `q6_k`, `f32`)
+/// The kernel name for `fmt` (`q4_0`, `q4_1`, `q5_0`, `q5_1`, `q8_0`, `q4_k`,
+/// `q6_k`, `f32`)
 /// at `nr` rows per pass.
 pub fn matvec_kernel_name(fmt: &str, nr: usize) -> String {
     debug_assert!((1..=CUDA_ROWS_PER_PASS).contains(&nr));
@@ -47,5 +48,7 @@ mod tests {
         let src = super::super::SOURCES[2].1;
         assert!(src.contains("MV_ENTRY(NAME, FMT, 8)") && !src.contains("MV_ENTRY(NAME, FMT, 9)"));
         assert_eq!(matvec_kernel_name("q4_1", 3), "matvec_q4_1_r3");
+        assert!(src.contains("MV_WIDTHS(q5_0, FMT_Q5_0)") && src.contains("MV_WIDTHS(q5_1, FMT_Q5_1)"));
+        assert_eq!(matvec_kernel_name("q5_0", 3), "matvec_q5_0_r3");
     }
 }

@@ -18,7 +18,7 @@
 //! of (weight row, activation row), so a row of a `W`-row call is bit for
 //! bit the single-row call on that row.
 //!
-//! ## SIMD data flow (Q4_0, Q4_1, Q8_0)
+//! ## SIMD data flow (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0)
 //!
 //! These formats are multiplied in the row-interleaved layout of [`r16`]
 //! (the runtime repacks its weights once at load; a GGUF-layout [`Matrix`]
@@ -27,12 +27,15 @@
 //! weight row `j`; `vpdpwssd` against the matching pair of activation
 //! quants, broadcast to all lanes, adds both products to each of the
 //! sixteen rows' integer sums at once. After a block's sixteen (Q8_0) or
-//! eight (Q4) chunks, every lane holds its row's exact block sum, and one
+//! eight (Q4, Q5) chunks, every lane holds its row's exact block sum, and one
 //! conversion and one FMA per activation row apply the block's scales to
 //! sixteen outputs: the serial chain of [`scalar`]. The per-activation-row
 //! work is the integer products plus about three instructions per
 //! sixteen rows and block, which is what lets a verify block of several
-//! rows cost little more than one row.
+//! rows cost little more than one row. Q5_0 / Q5_1 (`x86_r16_q5`) add each
+//! row's fifth bits to the widened nibbles with one shift of the tile's
+//! permuted bit words per chunk ([`r16`] docs), shared by all activation
+//! rows.
 //!
 //! ## SIMD data flow (Q4_K, Q5_K, Q6_K)
 //!
@@ -56,10 +59,12 @@ mod x86;
 mod x86_k;
 #[cfg(target_arch = "x86_64")]
 mod x86_r16;
+#[cfg(target_arch = "x86_64")]
+mod x86_r16_q5;
 
 use crate::act::QRow;
 use crate::dispatch::{self, KernelFamily};
-use crate::quant::{BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8_0, GgmlType, QK};
+use crate::quant::{BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ5_0, BlockQ5_1, BlockQ5K, BlockQ6K, BlockQ8_0, GgmlType, QK};
 
 /// Weight storage of a matrix, row-major: row `r` occupies blocks
 /// `r * blocks_per_row .. (r + 1) * blocks_per_row`.
@@ -67,11 +72,13 @@ use crate::quant::{BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8_0
 pub enum Weights<'a> {
     Q4_0(&'a [BlockQ4_0]),
     Q4_1(&'a [BlockQ4_1]),
+    Q5_0(&'a [BlockQ5_0]),
+    Q5_1(&'a [BlockQ5_1]),
     Q8_0(&'a [BlockQ8_0]),
     Q4K(&'a [BlockQ4K]),
     Q5K(&'a [BlockQ5K]),
     Q6K(&'a [BlockQ6K]),
-    /// Q4_0 / Q4_1 / Q8_0 in the row-interleaved layout ([`r16`]).
+    /// Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 in the row-interleaved layout ([`r16`]).
     R16(r16::R16<'a>),
     F32(&'a [f32]),
 }
@@ -136,6 +143,8 @@ impl<'a> Matrix<'a> {
         let w = match ty {
             GgmlType::Q4_0 => Weights::Q4_0(cast(ty, bytes)?),
             GgmlType::Q4_1 => Weights::Q4_1(cast(ty, bytes)?),
+            GgmlType::Q5_0 => Weights::Q5_0(cast(ty, bytes)?),
+            GgmlType::Q5_1 => Weights::Q5_1(cast(ty, bytes)?),
             GgmlType::Q8_0 => Weights::Q8_0(cast(ty, bytes)?),
             GgmlType::Q4K => Weights::Q4K(cast(ty, bytes)?),
             GgmlType::Q5K => Weights::Q5K(cast(ty, bytes)?),

@@ -1,7 +1,7 @@
-//! The row-interleaved layout of Q4_0, Q4_1 and Q8_0 weights ("R16"): sixteen
-//! weight rows side by side, so that a 512-bit register holds the same two
-//! elements of sixteen rows and one `vpdpwssd` against a broadcast pair of
-//! activation quants advances sixteen outputs at once.
+//! The row-interleaved layout of Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 weights
+//! ("R16"): sixteen weight rows side by side, so that a 512-bit register
+//! holds the same two elements of sixteen rows and one `vpdpwssd` against a
+//! broadcast pair of activation quants advances sixteen outputs at once.
 //!
 //! # Why
 //!
@@ -26,17 +26,37 @@
 //!
 //! ```text
 //! d:  16 × f16      the sixteen rows' block scales, row 0 first
-//! m:  16 × f16      (Q4_1 only) the sixteen rows' block mins
+//! m:  16 × f16      (Q4_1, Q5_1 only) the sixteen rows' block mins
+//! qh: 16 × u32      (Q5_0, Q5_1 only) each row's 32 fifth bits, one
+//!                   little-endian word per row, in the order of the next
+//!                   section
 //! qs: chunks of 32 bytes; in chunk s, bytes 2j and 2j+1 are row j's
-//!     quant bytes 2s and 2s+1 (Q4: s = 0..8, each byte holding elements
-//!     e and e+16 in its low and high nibble; Q8_0: s = 0..16)
+//!     quant bytes 2s and 2s+1 (Q4 and Q5: s = 0..8, each byte holding
+//!     the low four bits of elements e and e+16 in its low and high
+//!     nibble; Q8_0: s = 0..16)
 //! ```
 //!
 //! Widened to sixteen bits, a chunk is one register of 32 values whose
-//! 32-bit lane `j` holds row `j`'s elements `2s, 2s+1` (for Q4 the low
-//! nibbles; the high nibbles give elements `2s+16, 2s+17`). Repacking is a
-//! transposition of 16-bit words and needs no arithmetic, so the repacked
-//! matrix holds exactly the weights of the original.
+//! 32-bit lane `j` holds row `j`'s elements `2s, 2s+1` (for the nibble
+//! formats the low nibbles; the high nibbles give elements `2s+16, 2s+17`).
+//! Repacking moves bits and needs no arithmetic, so the repacked matrix
+//! holds exactly the weights of the original.
+//!
+//! # The fifth bits (Q5_0, Q5_1)
+//!
+//! GGUF keeps a block's fifth bits as one 32-bit word, bit `e` for element
+//! `e`. In a widened chunk `s`, lane `j` needs four of them at fixed
+//! places: those of elements `2s` and `2s+1` at bits 4 and 20 (the top of
+//! the low nibbles in the lane's two 16-bit halves), those of elements
+//! `2s+16` and `2s+17` at bits 8 and 24 (the top of the high nibbles, which
+//! the kernels keep as `byte & 0xF0`, sixteen times the nibble). The tile
+//! stores each row's word permuted so that *one* shift of the whole word
+//! by `k_s` ([`q5_shift`]: `s − 4` for `s < 4`, a left shift, and `s` for
+//! `s ≥ 4`, a right shift) puts all four in place: element `e` of chunk `s`
+//! sits at its target plus `k_s` ([`q5_bit`]). The 32 positions are
+//! distinct: chunks 0..4 use bits 0..8 and 16..24, chunks 4..8 bits 8..16
+//! and 24..32. A kernel then pays one shift per chunk and one masked OR
+//! per nibble register, and AVX2 loads eight rows' words with one load.
 
 use super::{Matrix, MatrixError, Weights};
 use crate::quant::{GgmlType, QK};
@@ -50,6 +70,29 @@ pub enum R16Format {
     Q4_0,
     Q4_1,
     Q8_0,
+    Q5_0,
+    Q5_1,
+}
+
+/// The shift `k_s` that brings the fifth bits of chunk `s` (0..8) of a
+/// permuted row word to their places: positive is a right shift, negative a
+/// left one (module docs).
+pub const fn q5_shift(s: usize) -> i32 {
+    if s < 4 { s as i32 - 4 } else { s as i32 }
+}
+
+/// Where the fifth bit of element `e` (0..32) lies in a tile's row word:
+/// its target in the widened chunk (bit 4 or 20 for a low nibble, 8 or 24
+/// for a high one, by the element's parity) plus its chunk's [`q5_shift`].
+pub const fn q5_bit(e: usize) -> u32 {
+    let (s, odd, high) = ((e % 16) / 2, e % 2, e / 16);
+    (4 + 16 * odd as i32 + 4 * high as i32 + q5_shift(s)) as u32
+}
+
+/// The permuted row word of a GGUF block's fifth bits (`qh` as a
+/// little-endian `u32`, bit `e` for element `e`).
+pub fn q5_permute(qh: u32) -> u32 {
+    (0..QK).filter(|&e| (qh >> e) & 1 == 1).fold(0, |w, e| w | 1 << q5_bit(e))
 }
 
 impl R16Format {
@@ -59,6 +102,8 @@ impl R16Format {
             GgmlType::Q4_0 => Some(Self::Q4_0),
             GgmlType::Q4_1 => Some(Self::Q4_1),
             GgmlType::Q8_0 => Some(Self::Q8_0),
+            GgmlType::Q5_0 => Some(Self::Q5_0),
+            GgmlType::Q5_1 => Some(Self::Q5_1),
             _ => None,
         }
     }
@@ -68,24 +113,42 @@ impl R16Format {
             Self::Q4_0 => GgmlType::Q4_0,
             Self::Q4_1 => GgmlType::Q4_1,
             Self::Q8_0 => GgmlType::Q8_0,
+            Self::Q5_0 => GgmlType::Q5_0,
+            Self::Q5_1 => GgmlType::Q5_1,
         }
     }
 
-    /// Bytes of one GGUF block: scale (and min), then quants.
+    /// Whether blocks carry a min (`w = d·q + m`): Q4_1 and Q5_1.
+    pub const fn has_min(self) -> bool {
+        matches!(self, Self::Q4_1 | Self::Q5_1)
+    }
+
+    /// Whether blocks carry fifth bits: Q5_0 and Q5_1.
+    pub const fn has_high_bits(self) -> bool {
+        matches!(self, Self::Q5_0 | Self::Q5_1)
+    }
+
+    /// Bytes of one GGUF block: scale (and min), (fifth bits,) then quants
+    /// (`block_q4_0`, `block_q4_1`, `block_q8_0`, `block_q5_0`, `block_q5_1`).
     pub const fn native_block_bytes(self) -> usize {
         match self {
             Self::Q4_0 => 18,
             Self::Q4_1 => 20,
             Self::Q8_0 => 34,
+            Self::Q5_0 => 22,
+            Self::Q5_1 => 24,
         }
+    }
+
+    /// Offset of the fifth bits `qh` in a GGUF block (Q5 formats: right
+    /// after the scale and min).
+    const fn native_qh_offset(self) -> usize {
+        if self.has_min() { 4 } else { 2 }
     }
 
     /// Offset of the quants in a GGUF block.
     pub const fn native_qs_offset(self) -> usize {
-        match self {
-            Self::Q4_1 => 4,
-            _ => 2,
-        }
+        self.native_qh_offset() + if self.has_high_bits() { 4 } else { 0 }
     }
 
     /// Quant bytes per row and block (16 for the nibble formats, 32 for Q8_0).
@@ -96,15 +159,25 @@ impl R16Format {
         }
     }
 
-    /// Offset of the quant chunks in a tile.
-    pub const fn qs_offset(self) -> usize {
-        match self {
-            Self::Q4_1 => 4 * GROUP,
-            _ => 2 * GROUP,
-        }
+    /// Offset of the sixteen mins in a tile (formats with a min).
+    pub const fn min_offset(self) -> usize {
+        2 * GROUP
     }
 
-    /// Bytes of one tile (sixteen rows × one block): 288, 320 or 544.
+    /// Offset of the sixteen permuted fifth-bit words in a tile (Q5
+    /// formats): right after the scales and mins.
+    pub const fn qh_offset(self) -> usize {
+        if self.has_min() { 4 * GROUP } else { 2 * GROUP }
+    }
+
+    /// Offset of the quant chunks in a tile.
+    pub const fn qs_offset(self) -> usize {
+        self.qh_offset() + if self.has_high_bits() { 4 * GROUP } else { 0 }
+    }
+
+    /// Bytes of one tile (sixteen rows × one block): 288 (Q4_0), 320
+    /// (Q4_1), 544 (Q8_0), 352 (Q5_0) or 384 (Q5_1); the same bytes per
+    /// weight as the GGUF blocks.
     pub const fn tile_bytes(self) -> usize {
         self.qs_offset() + GROUP * self.qs_bytes()
     }
@@ -128,20 +201,33 @@ impl R16<'_> {
         &self.data[(g * self.nb + b) * tb..(g * self.nb + b + 1) * tb]
     }
 
-    /// Row `j` (0..16) of a tile: (scale, min (Q4_1; else 0), the block's 32
-    /// integer weights in element order: Q8_0 the signed byte, Q4_1 the
-    /// nibble, Q4_0 the nibble − 8).
+    /// Row `j` (0..16) of a tile: (scale, min (Q4_1, Q5_1; else 0), the
+    /// block's 32 integer weights in element order: Q8_0 the signed byte,
+    /// Q4_1 the nibble, Q4_0 the nibble − 8, Q5_1 the 5-bit quant, Q5_0 the
+    /// 5-bit quant − 16).
     pub fn unpack(fmt: R16Format, tile: &[u8], j: usize) -> (u16, u16, [i32; QK]) {
         let word = |o: usize| u16::from_le_bytes([tile[o], tile[o + 1]]);
         let d = word(2 * j);
-        let m = if fmt == R16Format::Q4_1 { word(2 * GROUP + 2 * j) } else { 0 };
+        let m = if fmt.has_min() { word(fmt.min_offset() + 2 * j) } else { 0 };
+        let high = if fmt.has_high_bits() {
+            let o = fmt.qh_offset() + 4 * j;
+            u32::from_le_bytes([tile[o], tile[o + 1], tile[o + 2], tile[o + 3]])
+        } else {
+            0
+        };
         let qs = &tile[fmt.qs_offset()..];
-        let q = std::array::from_fn(|e| match fmt {
-            R16Format::Q8_0 => qs[(e / 2) * 32 + 2 * j + e % 2] as i8 as i32,
-            _ => {
-                let byte = qs[((e % 16) / 2) * 32 + 2 * j + e % 2];
-                let nib = if e < 16 { byte & 0x0F } else { byte >> 4 } as i32;
-                if fmt == R16Format::Q4_0 { nib - 8 } else { nib }
+        let q = std::array::from_fn(|e| {
+            if fmt == R16Format::Q8_0 {
+                return qs[(e / 2) * 32 + 2 * j + e % 2] as i8 as i32;
+            }
+            let byte = qs[((e % 16) / 2) * 32 + 2 * j + e % 2];
+            let nib = if e < 16 { byte & 0x0F } else { byte >> 4 } as i32;
+            let fifth = ((high >> q5_bit(e)) & 1) as i32;
+            match fmt {
+                R16Format::Q4_0 => nib - 8,
+                R16Format::Q5_0 => (nib | fifth << 4) - 16,
+                R16Format::Q5_1 => nib | fifth << 4,
+                _ => nib,
             }
         });
         (d, m, q)
@@ -153,8 +239,8 @@ impl R16<'_> {
 #[repr(C, align(64))]
 struct Line([u8; 64]);
 
-/// An owned row-interleaved copy of a Q4_0 / Q4_1 / Q8_0 matrix, 64-byte
-/// aligned.
+/// An owned row-interleaved copy of a Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0
+/// matrix, 64-byte aligned.
 #[derive(Clone)]
 pub struct Repacked {
     fmt: R16Format,
@@ -234,13 +320,19 @@ impl Repacked {
 /// (the callers size both).
 pub fn repack_group(fmt: R16Format, native: &[u8], live: usize, nb: usize, out: &mut [u8]) {
     let (bb, tb, qo, nq) = (fmt.native_block_bytes(), fmt.tile_bytes(), fmt.qs_offset(), fmt.qs_bytes());
+    let (mo, ho) = (fmt.min_offset(), fmt.qh_offset());
     for b in 0..nb {
         let tile = &mut out[b * tb..(b + 1) * tb];
         for j in 0..live {
             let blk = &native[(j * nb + b) * bb..(j * nb + b + 1) * bb];
             tile[2 * j..2 * j + 2].copy_from_slice(&blk[0..2]);
-            if fmt == R16Format::Q4_1 {
-                tile[2 * GROUP + 2 * j..2 * GROUP + 2 * j + 2].copy_from_slice(&blk[2..4]);
+            if fmt.has_min() {
+                tile[mo + 2 * j..mo + 2 * j + 2].copy_from_slice(&blk[2..4]);
+            }
+            if fmt.has_high_bits() {
+                let at = fmt.native_qh_offset();
+                let qh = u32::from_le_bytes([blk[at], blk[at + 1], blk[at + 2], blk[at + 3]]);
+                tile[ho + 4 * j..ho + 4 * j + 4].copy_from_slice(&q5_permute(qh).to_le_bytes());
             }
             let qs = &blk[fmt.native_qs_offset()..fmt.native_qs_offset() + nq];
             for s in 0..nq / 2 {
@@ -250,12 +342,88 @@ pub fn repack_group(fmt: R16Format, native: &[u8], live: usize, nb: usize, out: 
         }
         for j in live..GROUP {
             tile[2 * j..2 * j + 2].fill(0);
-            if fmt == R16Format::Q4_1 {
-                tile[2 * GROUP + 2 * j..2 * GROUP + 2 * j + 2].fill(0);
+            if fmt.has_min() {
+                tile[mo + 2 * j..mo + 2 * j + 2].fill(0);
+            }
+            if fmt.has_high_bits() {
+                tile[ho + 4 * j..ho + 4 * j + 4].fill(0);
             }
             for s in 0..nq / 2 {
                 let at = qo + s * 32 + 2 * j;
                 tile[at..at + 2].fill(0);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn q5_bit_positions_are_a_permutation_of_the_word() {
+        let mut seen = 0u64;
+        for e in 0..QK {
+            let p = q5_bit(e);
+            assert!(p < 32 && seen & (1 << p) == 0, "element {e} at bit {p}");
+            seen |= 1 << p;
+        }
+        assert_eq!(seen, 0xFFFF_FFFF);
+        for e in 0..QK {
+            assert_eq!(q5_permute(1 << e), 1 << q5_bit(e));
+        }
+    }
+
+    #[test]
+    fn one_shift_per_chunk_puts_its_four_fifth_bits_at_the_nibble_tops() {
+        for s in 0..8 {
+            let k = q5_shift(s);
+            let shifted = |w: u32| if k < 0 { w << -k } else { w >> k };
+            // (element, target): low nibbles at bits 4 and 20, high at 8 and 24.
+            for (e, target) in [(2 * s, 4), (2 * s + 1, 20), (2 * s + 16, 8), (2 * s + 17, 24)] {
+                assert_eq!(shifted(q5_permute(1 << e)), 1 << target, "chunk {s} element {e}");
+            }
+        }
+    }
+
+    #[test]
+    fn unpacking_a_q5_tile_gives_every_rows_gguf_quants() {
+        for fmt in [R16Format::Q5_0, R16Format::Q5_1] {
+            let (live, nb, bb) = (13, 2, fmt.native_block_bytes());
+            let mut state = 0x1234_5678_9ABC_DEF1u64;
+            let native: Vec<u8> = (0..live * nb * bb)
+                .map(|_| {
+                    state ^= state << 13;
+                    state ^= state >> 7;
+                    state ^= state << 17;
+                    state as u8
+                })
+                .collect();
+            let mut out = vec![0xEEu8; nb * fmt.tile_bytes()];
+            repack_group(fmt, &native, live, nb, &mut out);
+            for b in 0..nb {
+                let tile = &out[b * fmt.tile_bytes()..(b + 1) * fmt.tile_bytes()];
+                for j in 0..GROUP {
+                    let (d, m, q) = R16::unpack(fmt, tile, j);
+                    if j >= live {
+                        assert_eq!((d, m), (0, 0));
+                        let zero = if fmt == R16Format::Q5_0 { -16 } else { 0 };
+                        assert!(q.iter().all(|&v| v == zero), "{fmt:?} padding row {j}");
+                        continue;
+                    }
+                    let blk = &native[(j * nb + b) * bb..(j * nb + b + 1) * bb];
+                    let o = fmt.native_qh_offset();
+                    let want = crate::quant::dequant::q5_quants(
+                        &blk[o..o + 4].try_into().unwrap(),
+                        &blk[o + 4..o + 20].try_into().unwrap(),
+                    );
+                    let offset = if fmt == R16Format::Q5_0 { 16 } else { 0 };
+                    assert_eq!(q, want.map(|v| v as i32 - offset), "{fmt:?} block {b} row {j}");
+                    assert_eq!(d, u16::from_le_bytes([blk[0], blk[1]]));
+                    if fmt.has_min() {
+                        assert_eq!(m, u16::from_le_bytes([blk[2], blk[3]]));
+                    }
+                }
             }
         }
     }

@@ -1,7 +1,7 @@
 //! The scalar mat-vec kernels: the specification every SIMD family matches
 //! bit for bit.
 //!
-//! # Legacy formats (Q8_0, Q4_0, Q4_1)
+//! # Legacy formats (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1)
 //!
 //! One output is the dot product of a weight row of `nb` blocks with an
 //! activation row ([`QRow`], 16-bit quants `qx` with per-block scale `dx` and
@@ -12,14 +12,16 @@
 //! for b in 0..nb:
 //!     isum = Σ_e qw[e] · qx[e]                  exact, in i32
 //!     y = fma(f32(isum), f32(dw_b) * dx_b, y)   the product rounded once
-//!     y = fma(f32(mw_b), sx_b, y)               Q4_1 only
+//!     y = fma(f32(mw_b), sx_b, y)               Q4_1, Q5_1 only
 //! ```
 //!
-//! The weight quant `qw` is the signed byte (Q8_0), the nibble (Q4_1) or the
-//! nibble − 8 (Q4_0); with |qw| ≤ 128 and |qx| ≤ 32767 a block's sum stays
-//! below 2^31, so it is exact in any order. `f32(isum)` rounds to nearest
-//! even (exact below 2^24, i.e. always for the Q4 formats). `fma` is a fused
-//! multiply-add (one rounding).
+//! The weight quant `qw` is the signed byte (Q8_0), the nibble (Q4_1), the
+//! nibble − 8 (Q4_0), the 5-bit quant (Q5_1) or the 5-bit quant − 16
+//! (Q5_0); with |qw| ≤ 128 and |qx| ≤ 32767 a block's sum stays below 2^31,
+//! so it is exact in any order (a kernel may, for instance, take Q5_0's sum
+//! as `Σ q·qx − 16·Σ qx`: the same integer). `f32(isum)` rounds to nearest
+//! even (exact below 2^24, i.e. always for the Q4 formats; Q5 and Q8_0 sums
+//! can round). `fma` is a fused multiply-add (one rounding).
 //!
 //! This is what the row-interleaved kernels ([`super::r16`]) compute: each
 //! 32-bit lane is one output, a block's integer sum arrives whole in it, and
@@ -71,11 +73,12 @@
 //! f32 weights use [`dot_f32`]: eight interleaved partial sums, reduced by a
 //! fixed tree, then the tail.
 
-use super::r16::{GROUP, R16, R16Format};
+use super::r16::{GROUP, R16};
 use super::{Input, Matrix, Weights};
 use crate::act::QRow;
 use crate::quant::dequant::get_scale_min_k4;
-use crate::quant::{BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8_0, QK, QK_K};
+use crate::quant::dequant::q5_quants;
+use crate::quant::{BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ5_0, BlockQ5_1, BlockQ5K, BlockQ6K, BlockQ8_0, QK, QK_K};
 use half::f16;
 
 #[inline]
@@ -145,12 +148,22 @@ pub fn dot_q4_1(w: &[BlockQ4_1], x: QRow) -> f32 {
     dot_legacy(w.len(), &x, |b| (h(w[b].d), Some(h(w[b].m)), nibbles(&w[b].qs)))
 }
 
+/// Q5_0 weights: `w = d·(q − 16)`, `q` the 5-bit quant.
+pub fn dot_q5_0(w: &[BlockQ5_0], x: QRow) -> f32 {
+    dot_legacy(w.len(), &x, |b| (h(w[b].d), None, q5_quants(&w[b].qh, &w[b].qs).map(|q| q as i32 - 16)))
+}
+
+/// Q5_1 weights: `w = d·q + m`, `q` the 5-bit quant.
+pub fn dot_q5_1(w: &[BlockQ5_1], x: QRow) -> f32 {
+    dot_legacy(w.len(), &x, |b| (h(w[b].d), Some(h(w[b].m)), q5_quants(&w[b].qh, &w[b].qs).map(i32::from)))
+}
+
 /// Row `r` of a row-interleaved matrix: the same chain over its tiles.
 pub fn dot_r16(m: &R16, r: usize, x: QRow) -> f32 {
     let (g, j) = (r / GROUP, r % GROUP);
     dot_legacy(m.nb, &x, |b| {
         let (d, mw, q) = R16::unpack(m.fmt, m.tile(g, b), j);
-        (h(d), (m.fmt == R16Format::Q4_1).then(|| h(mw)), q)
+        (h(d), m.fmt.has_min().then(|| h(mw)), q)
     })
 }
 
@@ -281,6 +294,8 @@ pub fn matvec_rows(m: &Matrix, input: Input, row0: usize, out: &mut [f32]) {
     match m.w {
         Weights::Q4_0(w) => rows(w, m.cols / QK, row0, out, q, dot_q4_0),
         Weights::Q4_1(w) => rows(w, m.cols / QK, row0, out, q, dot_q4_1),
+        Weights::Q5_0(w) => rows(w, m.cols / QK, row0, out, q, dot_q5_0),
+        Weights::Q5_1(w) => rows(w, m.cols / QK, row0, out, q, dot_q5_1),
         Weights::Q8_0(w) => rows(w, m.cols / QK, row0, out, q, dot_q8_0),
         Weights::Q4K(w) => rows(w, m.cols / QK_K, row0, out, q, dot_q4k),
         Weights::Q5K(w) => rows(w, m.cols / QK_K, row0, out, q, dot_q5k),

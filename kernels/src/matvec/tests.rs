@@ -37,8 +37,8 @@ fn random_weights(ty: GgmlType, rows: usize, cols: usize, rng: &mut Rng) -> Vec<
     let mut bytes: Vec<u8> = (0..nbytes).map(|_| rng.next() as u8).collect();
     let bb = ty.block_bytes();
     let scale_offsets: &[usize] = match ty {
-        GgmlType::Q4_0 | GgmlType::Q8_0 => &[0],
-        GgmlType::Q4_1 => &[0, 2],
+        GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 => &[0],
+        GgmlType::Q4_1 | GgmlType::Q5_1 => &[0, 2],
         GgmlType::Q4K | GgmlType::Q5K => &[0, 2],
         GgmlType::Q6K => &[208],
         _ => &[],
@@ -155,6 +155,81 @@ fn every_family_equals_scalar_on_q8_0() {
     check_type(GgmlType::Q8_0, &legacy_cols());
 }
 
+#[test]
+fn every_family_equals_scalar_on_q5_0() {
+    check_type(GgmlType::Q5_0, &legacy_cols());
+}
+
+#[test]
+fn every_family_equals_scalar_on_q5_1() {
+    check_type(GgmlType::Q5_1, &legacy_cols());
+}
+
+/// Q5_0 / Q5_1 blocks at the extremes: every quant 31 (all nibble and
+/// fifth bits set), every quant 0, alternating bits and random ones, under
+/// f16 scales and mins from the largest finite to subnormal and negative,
+/// against activations whose every quant is ±32767 (the integer sums'
+/// worst case, where a block sum exceeds 2^24 and its conversion rounds)
+/// and a mixed random row; both layouts, every family, one row and the
+/// multi-row passes.
+#[test]
+fn every_family_equals_scalar_on_q5_at_extreme_values() {
+    let f16s: Vec<[u8; 2]> =
+        [65504.0f32, 1.0, -3.5, 6.0e-8, 0.0].iter().map(|&v| f16::from_f32(v).to_bits().to_le_bytes()).collect();
+    let rows = f16s.len() * 4;
+    let cols = 33 * QK;
+    let mut rng = Rng(0x55);
+    let signs: Vec<f32> = (0..cols).map(|i| if (i / 3) % 2 == 0 { 1.0 } else { -1.0 }).collect();
+    let xs: Vec<Vec<f32>> =
+        vec![vec![1.0; cols], vec![-2.0; cols], signs, (0..cols).map(|_| rng.f32() * 1e3).collect()];
+    for ty in [GgmlType::Q5_0, GgmlType::Q5_1] {
+        let bb = ty.block_bytes();
+        let mut raw = vec![0u8; rows * ty.row_bytes(cols).unwrap()];
+        for (i, blk) in raw.chunks_exact_mut(bb).enumerate() {
+            let r = i / (cols / QK);
+            let (dv, pattern) = (f16s[r % f16s.len()], r / f16s.len());
+            for v in blk.iter_mut() {
+                *v = match pattern {
+                    0 => 0xFF,
+                    1 => 0x00,
+                    2 => 0xAA,
+                    _ => rng.next() as u8,
+                };
+            }
+            blk[0..2].copy_from_slice(&dv);
+            if ty == GgmlType::Q5_1 {
+                blk[2..4].copy_from_slice(&f16s[(r + 1) % f16s.len()]);
+            }
+        }
+        for x in &xs {
+            check_matrix(ty, &raw, rows, cols, x);
+        }
+        let store = aligned(&raw);
+        let m = Matrix::from_bytes(ty, as_bytes(&store, raw.len()), rows, cols).unwrap();
+        let qs: Vec<ActRow> = xs
+            .iter()
+            .map(|x| {
+                let mut q = ActRow::default();
+                q.quantize(x);
+                q
+            })
+            .collect();
+        let inputs: Vec<Input> = xs.iter().zip(&qs).map(|(x, q)| Input { x, q: q.view() }).collect();
+        let packed = r16::Repacked::from_native(ty, &raw, rows, cols).unwrap().unwrap();
+        for m in [m, packed.matrix()] {
+            let mut want = vec![0.0f32; inputs.len() * rows];
+            for (inp, out) in inputs.iter().zip(want.chunks_exact_mut(rows)) {
+                scalar::matvec_rows(&m, *inp, 0, out);
+            }
+            for fam in KernelFamily::all_supported() {
+                let mut got = vec![f32::NAN; inputs.len() * rows];
+                matmul_rows_with(fam, true, &m, &inputs, 0, &mut got);
+                assert_eq!(bits(&got), bits(&want), "{ty:?} {fam:?} multi-row at extremes");
+            }
+        }
+    }
+}
+
 /// Super-block counts per row: one, a few odd ones, and the default
 /// model's 576 and 1536 columns' neighbours (K-quant rows are whole
 /// super-blocks).
@@ -261,15 +336,16 @@ fn every_family_equals_scalar_on_f32_at_awkward_lengths_and_alignments() {
 }
 
 /// Every multi-row pass of every family equals `W` single-row calls bit for
-/// bit, for `W` = 1..=16 (chunks of a family's widest pass included), on
-/// every format, over awkward row and block counts and a sub-range of rows.
+/// bit, for `W` = 1..=17 (chunks of a family's widest pass and a remainder
+/// included: 17 = 2·8 + 1 = 4·4 + 1), on every format, over awkward row and
+/// block counts and a sub-range of rows.
 fn check_multirow(ty: GgmlType, shapes: &[(usize, usize)]) {
     let mut rng = Rng(0x5EED ^ ty.id() as u64);
     for &(rows, cols) in shapes {
         let raw = random_weights(ty, rows, cols, &mut rng);
         let store = aligned(&raw);
         let m = Matrix::from_bytes(ty, as_bytes(&store, raw.len()), rows, cols).unwrap();
-        let xs: Vec<Vec<f32>> = (0..16).map(|_| (0..cols).map(|_| rng.f32()).collect()).collect();
+        let xs: Vec<Vec<f32>> = (0..17).map(|_| (0..cols).map(|_| rng.f32()).collect()).collect();
         let qs: Vec<ActRow> = xs
             .iter()
             .map(|x| {
@@ -292,7 +368,7 @@ fn check_multirow(ty: GgmlType, shapes: &[(usize, usize)]) {
                     one
                 })
                 .collect();
-            for w in 1..=16 {
+            for w in 1..=17 {
                 for multirow in [true, false] {
                     let mut outs = vec![f32::NAN; w * n];
                     matmul_rows_with(fam, multirow, m, &all[..w], row0, &mut outs);
@@ -310,10 +386,15 @@ fn check_multirow(ty: GgmlType, shapes: &[(usize, usize)]) {
 }
 
 #[test]
-fn multi_row_passes_equal_single_row_calls_bit_for_bit_for_w_1_to_16() {
+fn multi_row_passes_equal_single_row_calls_bit_for_bit_for_w_1_to_17() {
     let shapes = [(1, 32), (17, 96), (33, 544), (5, 576), (48, 64)];
     for ty in [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::F32] {
         check_multirow(ty, &shapes);
+    }
+    // Q5: also Gemma 3 270M's 640 columns (20 blocks) at a row count that
+    // is not a multiple of 16, and 33 blocks.
+    for ty in [GgmlType::Q5_0, GgmlType::Q5_1] {
+        check_multirow(ty, &[(1, 32), (17, 96), (33, 544), (5, 576), (48, 64), (37, 640), (19, 33 * QK)]);
     }
     for ty in [GgmlType::Q4K, GgmlType::Q5K, GgmlType::Q6K] {
         check_multirow(ty, &[(1, QK_K), (3, QK_K), (9, 2 * QK_K), (17, 3 * QK_K), (40, 5 * QK_K)]);

@@ -1,6 +1,7 @@
 //! x86_64 SIMD mat-vec kernels: the dispatch for every format, and the
 //! K-quants' shared tiles and helpers ([`super::x86_k`]). Q4_0, Q4_1 and Q8_0
-//! run in the row-interleaved kernels of [`super::x86_r16`] (GGUF-layout
+//! run in the row-interleaved kernels of [`super::x86_r16`], Q5_0 and Q5_1
+//! in those of [`super::x86_r16_q5`] (GGUF-layout
 //! matrices are repacked a group at a time on the way); the K-quants keep
 //! GGUF's layout and follow [`super::scalar`]'s lane specification:
 //!
@@ -75,6 +76,8 @@ pub(super) fn matmul_rows(family: KernelFamily, m: &Matrix, inputs: &[Input], ro
     let (f, base, nb) = match m.w {
         Weights::Q4_0(w) => return native(R16Format::Q4_0, w.as_ptr().cast::<u8>(), outs),
         Weights::Q4_1(w) => return native(R16Format::Q4_1, w.as_ptr().cast::<u8>(), outs),
+        Weights::Q5_0(w) => return native(R16Format::Q5_0, w.as_ptr().cast::<u8>(), outs),
+        Weights::Q5_1(w) => return native(R16Format::Q5_1, w.as_ptr().cast::<u8>(), outs),
         Weights::Q8_0(w) => return native(R16Format::Q8_0, w.as_ptr().cast::<u8>(), outs),
         Weights::R16(v) => {
             // SAFETY: as above.

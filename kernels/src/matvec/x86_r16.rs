@@ -1,5 +1,6 @@
 //! x86_64 kernels for the row-interleaved layout ([`super::r16`]) of Q4_0,
-//! Q4_1 and Q8_0: AVX-512 VNNI (one `zmm` = sixteen rows, `vpdpwssd` against
+//! Q4_1 and Q8_0, and the group driver that Q5_0 and Q5_1
+//! ([`super::x86_r16_q5`]) share: AVX-512 VNNI (one `zmm` = sixteen rows, `vpdpwssd` against
 //! a broadcast pair of activation quants) and AVX2 (one `ymm` = eight rows,
 //! `vpmaddwd` + `vpaddd`, a group in two halves).
 //!
@@ -19,9 +20,9 @@
 //! `vpdpwssd`s, at the cost of twice the accumulators; passes of more than
 //! four rows, short of registers, shift the weights instead.
 //!
-//! GGUF-layout Q4_0/Q4_1/Q8_0 matrices (the runtime repacks its weights at
-//! load; tests and benchmarks may not) are repacked one group at a time
-//! into per-thread scratch and run through the same kernels.
+//! GGUF-layout Q4_0/Q4_1/Q5_0/Q5_1/Q8_0 matrices (the runtime repacks its
+//! weights at load; tests and benchmarks may not) are repacked one group at
+//! a time into per-thread scratch and run through the same kernels.
 
 // Register-blocked loops index parallel arrays (activation rows ×
 // accumulators) with the same counter.
@@ -36,14 +37,6 @@ use std::arch::x86_64::*;
 const Q4_0: u8 = 0;
 const Q4_1: u8 = 1;
 const Q8_0: u8 = 2;
-
-const fn tag(f: R16Format) -> u8 {
-    match f {
-        R16Format::Q4_0 => Q4_0,
-        R16Format::Q4_1 => Q4_1,
-        R16Format::Q8_0 => Q8_0,
-    }
-}
 
 const fn fmt_of(f: u8) -> R16Format {
     match f {
@@ -64,11 +57,11 @@ const fn fmt_of(f: u8) -> R16Format {
 const PREFETCH_AHEAD: usize = 6144;
 
 /// Where the outputs of one pass go: `W` pointers to sixteen floats each.
-type Outs<const W: usize> = [*mut f32; W];
+pub(super) type Outs<const W: usize> = [*mut f32; W];
 
 /// `i16` offset, in a [`crate::act::QPair`] array, of element `e` of block `b`.
 #[inline(always)]
-const fn x_offset(b: usize, e: usize) -> usize {
+pub(super) const fn x_offset(b: usize, e: usize) -> usize {
     (b / 2) * 64 + (e / 16) * 32 + (b % 2) * 16 + e % 16
 }
 
@@ -170,7 +163,7 @@ unsafe fn run_group(
             };
         }
         // SAFETY: forwarded; every pointer has sixteen writable floats.
-        unsafe { run_pass(family, tag(fmt), w, tiles, nb, end, xs, &ptrs) };
+        unsafe { run_pass(family, fmt, w, tiles, nb, end, xs, &ptrs) };
         if !whole {
             for i in 0..w {
                 let dst = (i0 + i) * n + lo - row0;
@@ -181,14 +174,15 @@ unsafe fn run_group(
     }
 }
 
-/// Picks the const-generic instance for (family, format, width).
+/// Picks the const-generic instance for (family, format, width); the Q5
+/// formats' are in [`super::x86_r16_q5`].
 ///
 /// # Safety
 /// As [`group_avx2`] / [`group_avx512`].
 #[allow(clippy::too_many_arguments)]
 unsafe fn run_pass(
     family: KernelFamily,
-    f: u8,
+    fmt: R16Format,
     w: usize,
     tiles: *const u8,
     nb: usize,
@@ -207,12 +201,17 @@ unsafe fn run_pass(
     }
     macro_rules! formats {
         ($kern:ident, $ws:tt) => {
-            match f {
-                Q4_0 => widths!($kern, Q4_0, $ws),
-                Q4_1 => widths!($kern, Q4_1, $ws),
-                _ => widths!($kern, Q8_0, $ws),
+            match fmt {
+                R16Format::Q4_0 => widths!($kern, Q4_0, $ws),
+                R16Format::Q4_1 => widths!($kern, Q4_1, $ws),
+                R16Format::Q8_0 => widths!($kern, Q8_0, $ws),
+                R16Format::Q5_0 | R16Format::Q5_1 => unreachable!("handled above"),
             }
         };
+    }
+    if fmt.has_high_bits() {
+        // SAFETY: forwarded from the caller.
+        return unsafe { super::x86_r16_q5::run_pass(family, fmt, w, tiles, nb, end, xs, o) };
     }
     const _: () = assert!(
         crate::dispatch::AVX2_MAX_ROWS == 4 && crate::dispatch::AVX512_MAX_ROWS == 8,
@@ -228,7 +227,7 @@ unsafe fn run_pass(
 /// Prefetches the lines of the tile `PREFETCH_AHEAD` bytes past `t`, if it
 /// lies before `end`.
 #[inline(always)]
-fn prefetch_ahead(t: *const u8, tb: usize, end: *const u8) {
+pub(super) fn prefetch_ahead(t: *const u8, tb: usize, end: *const u8) {
     let ahead = t.wrapping_add(PREFETCH_AHEAD);
     let mut off = 0;
     while off < tb {
@@ -250,7 +249,7 @@ fn prefetch_ahead(t: *const u8, tb: usize, end: *const u8) {
 /// AVX-512 VNNI; `x` points at two readable `i16`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
 #[inline]
-unsafe fn dpwssd_bcast(mut acc: __m512i, w: __m512i, x: *const i16) -> __m512i {
+pub(super) unsafe fn dpwssd_bcast(mut acc: __m512i, w: __m512i, x: *const i16) -> __m512i {
     // SAFETY: the caller guarantees the four bytes at x.
     unsafe {
         std::arch::asm!(

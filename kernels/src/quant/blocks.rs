@@ -6,7 +6,7 @@
 //! Scales are IEEE half floats stored as raw `u16` bits (little endian, as
 //! GGUF is), so every struct has alignment 1 or 2 and no padding.
 
-/// Elements per block of the "legacy" formats (Q4_0, Q4_1, Q8_0).
+/// Elements per block of the "legacy" formats (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0).
 pub const QK: usize = 32;
 /// Elements per super-block of the K-quant formats (Q4_K, Q5_K, Q6_K, Q8_K).
 pub const QK_K: usize = 256;
@@ -33,6 +33,34 @@ pub struct BlockQ4_1 {
     pub qs: [u8; QK / 2],
 }
 const _: () = assert!(std::mem::size_of::<BlockQ4_1>() == 20);
+
+/// Q5_0: 32 weights `w = d * (q - 16)`, `q` in 0..32. The low four bits of
+/// element `j` are the low nibble of `qs[j]`, those of element `j + 16` its
+/// high nibble (as Q4_0); the fifth bit of element `j` is bit `j` of `qh`
+/// read as a little-endian `u32` (`block_q5_0` in `ggml-common.h`, and
+/// `dequantize_row_q5_0` in `ggml-quants.c` for the bit order).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct BlockQ5_0 {
+    pub d: u16,
+    pub qh: [u8; 4],
+    pub qs: [u8; QK / 2],
+}
+// 2 + 4 + 16: `d` gives the struct alignment 2, and 22 is a multiple of it,
+// so blocks lie back to back with no padding, exactly as in the file.
+const _: () = assert!(std::mem::size_of::<BlockQ5_0>() == 22 && std::mem::align_of::<BlockQ5_0>() == 2);
+
+/// Q5_1: 32 weights `w = d * q + m`, `q` in 0..32 with Q5_0's bit layout
+/// (`block_q5_1`: `d` and `m` are ggml's `dm` pair).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct BlockQ5_1 {
+    pub d: u16,
+    pub m: u16,
+    pub qh: [u8; 4],
+    pub qs: [u8; QK / 2],
+}
+const _: () = assert!(std::mem::size_of::<BlockQ5_1>() == 24 && std::mem::align_of::<BlockQ5_1>() == 2);
 
 /// Q8_0: 32 weights `w = d * q`, `q` a signed byte (`block_q8_0`).
 #[repr(C)]
@@ -91,6 +119,8 @@ pub enum GgmlType {
     BF16,
     Q4_0,
     Q4_1,
+    Q5_0,
+    Q5_1,
     Q8_0,
     Q4K,
     Q5K,
@@ -105,6 +135,8 @@ impl GgmlType {
             1 => Self::F16,
             2 => Self::Q4_0,
             3 => Self::Q4_1,
+            6 => Self::Q5_0,
+            7 => Self::Q5_1,
             8 => Self::Q8_0,
             12 => Self::Q4K,
             13 => Self::Q5K,
@@ -120,6 +152,8 @@ impl GgmlType {
             Self::F16 => 1,
             Self::Q4_0 => 2,
             Self::Q4_1 => 3,
+            Self::Q5_0 => 6,
+            Self::Q5_1 => 7,
             Self::Q8_0 => 8,
             Self::Q4K => 12,
             Self::Q5K => 13,
@@ -136,6 +170,8 @@ impl GgmlType {
             Self::BF16 => "BF16",
             Self::Q4_0 => "Q4_0",
             Self::Q4_1 => "Q4_1",
+            Self::Q5_0 => "Q5_0",
+            Self::Q5_1 => "Q5_1",
             Self::Q8_0 => "Q8_0",
             Self::Q4K => "Q4_K",
             Self::Q5K => "Q5_K",
@@ -147,7 +183,7 @@ impl GgmlType {
     pub fn block_elems(self) -> usize {
         match self {
             Self::F32 | Self::F16 | Self::BF16 => 1,
-            Self::Q4_0 | Self::Q4_1 | Self::Q8_0 => QK,
+            Self::Q4_0 | Self::Q4_1 | Self::Q5_0 | Self::Q5_1 | Self::Q8_0 => QK,
             Self::Q4K | Self::Q5K | Self::Q6K => QK_K,
         }
     }
@@ -159,6 +195,8 @@ impl GgmlType {
             Self::F16 | Self::BF16 => 2,
             Self::Q4_0 => std::mem::size_of::<BlockQ4_0>(),
             Self::Q4_1 => std::mem::size_of::<BlockQ4_1>(),
+            Self::Q5_0 => std::mem::size_of::<BlockQ5_0>(),
+            Self::Q5_1 => std::mem::size_of::<BlockQ5_1>(),
             Self::Q8_0 => std::mem::size_of::<BlockQ8_0>(),
             Self::Q4K => std::mem::size_of::<BlockQ4K>(),
             Self::Q5K => std::mem::size_of::<BlockQ5K>(),

@@ -13,7 +13,10 @@
 
 use half::{bf16, f16};
 
-use super::blocks::{BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8_0, GgmlType, K_SCALE_SIZE, QK, QK_K};
+use super::blocks::{
+    BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ5_0, BlockQ5_1, BlockQ5K, BlockQ6K, BlockQ8_0, GgmlType, K_SCALE_SIZE, QK,
+    QK_K,
+};
 
 #[derive(Debug, thiserror::Error)]
 pub enum DequantError {
@@ -63,6 +66,12 @@ pub fn dequantize_row(ty: GgmlType, data: &[u8], out: &mut [f32]) -> Result<(), 
         }
         GgmlType::Q4_1 => {
             for_each_block::<Q4_1_BYTES, QK>(data, out, |b, y| dequantize_block_q4_1(&BlockQ4_1::from_le_bytes(b), y))
+        }
+        GgmlType::Q5_0 => {
+            for_each_block::<Q5_0_BYTES, QK>(data, out, |b, y| dequantize_block_q5_0(&BlockQ5_0::from_le_bytes(b), y))
+        }
+        GgmlType::Q5_1 => {
+            for_each_block::<Q5_1_BYTES, QK>(data, out, |b, y| dequantize_block_q5_1(&BlockQ5_1::from_le_bytes(b), y))
         }
         GgmlType::Q8_0 => {
             for_each_block::<Q8_0_BYTES, QK>(data, out, |b, y| dequantize_block_q8_0(&BlockQ8_0::from_le_bytes(b), y))
@@ -137,6 +146,36 @@ pub fn dequantize_block_q4_1(x: &BlockQ4_1, y: &mut [f32; QK]) {
     for (j, &q) in x.qs.iter().enumerate() {
         lo[j] = (q & 0x0F) as f32 * d + m;
         hi[j] = (q >> 4) as f32 * d + m;
+    }
+}
+
+/// The 32 five-bit quants (0..32) of a Q5_0 / Q5_1 block in element order:
+/// element `j` takes its low four bits from the low nibble of `qs[j]` (`j <
+/// 16`) or the high nibble of `qs[j - 16]`, and its fifth bit from bit `j`
+/// of `qh` read as a little-endian `u32` (ggml's `xh_0`, `xh_1`).
+#[inline]
+pub fn q5_quants(qh: &[u8; 4], qs: &[u8; QK / 2]) -> [u8; QK] {
+    let high = u32::from_le_bytes(*qh);
+    std::array::from_fn(|j| {
+        let nibble = if j < QK / 2 { qs[j] & 0x0F } else { qs[j - QK / 2] >> 4 };
+        nibble | ((((high >> j) & 1) as u8) << 4)
+    })
+}
+
+/// Q5_0: `y[j] = d * (q[j] - 16)` with `q` from [`q5_quants`].
+pub fn dequantize_block_q5_0(x: &BlockQ5_0, y: &mut [f32; QK]) {
+    let d = f16_bits_to_f32(x.d);
+    for (y, q) in y.iter_mut().zip(q5_quants(&x.qh, &x.qs)) {
+        *y = (q as i32 - 16) as f32 * d;
+    }
+}
+
+/// Q5_1: `y[j] = d * q[j] + m` with `q` from [`q5_quants`].
+pub fn dequantize_block_q5_1(x: &BlockQ5_1, y: &mut [f32; QK]) {
+    let d = f16_bits_to_f32(x.d);
+    let m = f16_bits_to_f32(x.m);
+    for (y, q) in y.iter_mut().zip(q5_quants(&x.qh, &x.qs)) {
+        *y = q as f32 * d + m;
     }
 }
 
@@ -218,6 +257,8 @@ pub fn dequantize_block_q6_k(x: &BlockQ6K, y: &mut [f32; QK_K]) {
 
 const Q4_0_BYTES: usize = size_of::<BlockQ4_0>();
 const Q4_1_BYTES: usize = size_of::<BlockQ4_1>();
+const Q5_0_BYTES: usize = size_of::<BlockQ5_0>();
+const Q5_1_BYTES: usize = size_of::<BlockQ5_1>();
 const Q8_0_BYTES: usize = size_of::<BlockQ8_0>();
 const Q4K_BYTES: usize = size_of::<BlockQ4K>();
 const Q5K_BYTES: usize = size_of::<BlockQ5K>();
@@ -293,6 +334,28 @@ impl BlockQ4_1 {
 
     pub fn to_le_bytes(&self) -> [u8; Q4_1_BYTES] {
         FieldWriter::new().put(&self.d.to_le_bytes()).put(&self.m.to_le_bytes()).put(&self.qs).finish()
+    }
+}
+
+impl BlockQ5_0 {
+    pub fn from_le_bytes(b: &[u8; Q5_0_BYTES]) -> Self {
+        let mut r = FieldReader { bytes: b, at: 0 };
+        Self { d: r.u16(), qh: r.array(), qs: r.array() }
+    }
+
+    pub fn to_le_bytes(&self) -> [u8; Q5_0_BYTES] {
+        FieldWriter::new().put(&self.d.to_le_bytes()).put(&self.qh).put(&self.qs).finish()
+    }
+}
+
+impl BlockQ5_1 {
+    pub fn from_le_bytes(b: &[u8; Q5_1_BYTES]) -> Self {
+        let mut r = FieldReader { bytes: b, at: 0 };
+        Self { d: r.u16(), m: r.u16(), qh: r.array(), qs: r.array() }
+    }
+
+    pub fn to_le_bytes(&self) -> [u8; Q5_1_BYTES] {
+        FieldWriter::new().put(&self.d.to_le_bytes()).put(&self.m.to_le_bytes()).put(&self.qh).put(&self.qs).finish()
     }
 }
 
@@ -417,6 +480,43 @@ mod tests {
         let y = dequant(GgmlType::Q4_1, &buf[1..], 32);
         assert_eq!(y[0], 3.0); // 1 * 2 + 1
         assert_eq!(y[16], 5.0); // 2 * 2 + 1
+    }
+
+    #[test]
+    fn q5_0_fifth_bit_of_element_j_is_bit_j_of_little_endian_qh() {
+        let mut qs = [0u8; 16];
+        qs[0] = 0x3F; // elem 0: 15, elem 16: 3
+        qs[7] = 0x90; // elem 7: 0, elem 23: 9
+        qs[15] = 0xFF; // elem 15: 15, elem 31: 15
+        // Bits 0, 16, 23 and 31 set: qh bytes 0, 2, 2 and 3.
+        let qh = (1u32 | 1 << 16 | 1 << 23 | 1 << 31).to_le_bytes();
+        assert_eq!(qh, [0x01, 0x00, 0x81, 0x80]);
+        let block = BlockQ5_0 { d: h(0.5), qh, qs };
+        let y = dequant(GgmlType::Q5_0, &block.to_le_bytes(), 32);
+        assert_eq!(y[0], (31 - 16) as f32 * 0.5);
+        assert_eq!(y[16], (19 - 16) as f32 * 0.5);
+        assert_eq!(y[7], -8.0); // 0 - 16
+        assert_eq!(y[23], (25 - 16) as f32 * 0.5);
+        assert_eq!(y[15], -0.5); // 15 - 16, no fifth bit
+        assert_eq!(y[31], 7.5); // 31 - 16
+        assert_eq!(y[1], -8.0);
+        assert_eq!(q5_quants(&qh, &qs)[16], 19);
+    }
+
+    #[test]
+    fn q5_1_block_is_d_times_q_plus_m_over_all_32_quant_values() {
+        // Element j holds quant j: nibble j & 15, fifth bit j >> 4.
+        let qs: [u8; 16] = std::array::from_fn(|j| j as u8 | ((j as u8) << 4));
+        let qh = 0xFFFF_0000u32.to_le_bytes();
+        let block = BlockQ5_1 { d: h(0.25), m: h(-2.0), qh, qs };
+        let bytes = block.to_le_bytes();
+        assert_eq!(&bytes[..8], &[0x00, 0x34, 0x00, 0xC0, 0x00, 0x00, 0xFF, 0xFF]);
+        let y = dequant(GgmlType::Q5_1, &bytes, 32);
+        for (j, &v) in y.iter().enumerate() {
+            assert_eq!(v, j as f32 * 0.25 - 2.0, "elem {j}");
+        }
+        let back = BlockQ5_1::from_le_bytes(&bytes);
+        assert_eq!((back.d, back.m, back.qh, back.qs), (block.d, block.m, block.qh, block.qs));
     }
 
     #[test]
@@ -601,6 +701,8 @@ mod tests {
             GgmlType::BF16,
             GgmlType::Q4_0,
             GgmlType::Q4_1,
+            GgmlType::Q5_0,
+            GgmlType::Q5_1,
             GgmlType::Q8_0,
             GgmlType::Q4K,
             GgmlType::Q5K,

@@ -84,15 +84,21 @@ pub const VERIFY_PATH: &[Part] = &[
     Part {
         path: "kernels/src/matvec/r16.rs",
         devices: Devices::Cpu,
-        formats: &["q4_0", "q4_1", "q8_0"],
-        why: "the row-interleaved layout of Q4_0, Q4_1 and Q8_0 and its portable kernels",
+        formats: &["q4_0", "q4_1", "q8_0", "q5_0", "q5_1"],
+        why: "the row-interleaved layout of Q4_0, Q4_1, Q8_0, Q5_0 and Q5_1 and its portable kernels",
     },
     part("kernels/src/matvec/x86.rs", Devices::CpuX86, "x86_64 SIMD kernels and the tiles the other x86 files share"),
     Part {
         path: "kernels/src/matvec/x86_r16.rs",
         devices: Devices::CpuX86,
-        formats: &["q4_0", "q4_1", "q8_0"],
-        why: "x86_64 kernels of the row-interleaved Q4_0, Q4_1 and Q8_0 layout",
+        formats: &["q4_0", "q4_1", "q8_0", "q5_0", "q5_1"],
+        why: "x86_64 kernels of the row-interleaved Q4_0, Q4_1 and Q8_0 layout, and the group driver Q5 shares",
+    },
+    Part {
+        path: "kernels/src/matvec/x86_r16_q5.rs",
+        devices: Devices::CpuX86,
+        formats: &["q5_0", "q5_1"],
+        why: "x86_64 kernels of the row-interleaved Q5_0 and Q5_1 layout",
     },
     Part {
         path: "kernels/src/matvec/x86_k.rs",

@@ -16,7 +16,9 @@
 //! - GGUF: the dominant storage type of the layer matrices (`blk.*` tensors
 //!   with two dimensions, weighted by elements), cross-checked against
 //!   `general.file_type`; the file type alone when there are no layer
-//!   matrices. Classes: q4_0, q4_1, q8_0, q4_k, q5_k, q6_k, f16, bf16, f32.
+//!   matrices. Classes are the ggml type names, lowercase: q4_0, q4_1,
+//!   q5_0, q5_1, q8_0, q4_k, q5_k, q6_k, f16, bf16, f32 (the types the
+//!   kernels read), or the file type's for a file without layer matrices.
 //! - Hugging Face `config.json`, at the root and then under `text_config`:
 //!   an MLX `quantization` block (`affine` without a `mode`, else the mode:
 //!   nvfp4, mxfp4, ...); `quantization_config` by `quant_method`: ModelOpt

@@ -617,6 +617,8 @@ fn each_gguf_class_from_its_layer_matrices() {
     let cases = [
         (GgmlType::Q4_0, 2, "q4_0"),
         (GgmlType::Q4_1, 3, "q4_1"),
+        (GgmlType::Q5_0, 8, "q5_0"),
+        (GgmlType::Q5_1, 9, "q5_1"),
         (GgmlType::Q8_0, 7, "q8_0"),
         (GgmlType::Q4K, 15, "q4_k"),
         (GgmlType::Q5K, 17, "q5_k"),
@@ -985,6 +987,13 @@ fn a_changed_part_stales_only_the_keys_it_applies_to() {
     let h = changed("kernels/src/matvec/x86_k.rs");
     assert_eq!(key(&h, cpu, &q4_1), key(&base, cpu, &q4_1));
     assert_ne!(key(&h, cpu, &k_quants), key(&base, cpu, &k_quants));
+    // The Q5 kernels: Q4_1 and K-quant targets stay fresh, a Q5_0 one goes
+    // stale.
+    let q5_0 = ["q5_0", "q8_0"];
+    let h = changed("kernels/src/matvec/x86_r16_q5.rs");
+    assert_eq!(key(&h, cpu, &q4_1), key(&base, cpu, &q4_1));
+    assert_eq!(key(&h, cpu, &k_quants), key(&base, cpu, &k_quants));
+    assert_ne!(key(&h, cpu, &q5_0), key(&base, cpu, &q5_0));
     // The CUDA launcher: CPU keys stay fresh, CUDA keys go stale.
     let h = changed("kernels/src/cuda/");
     assert_eq!(key(&h, cpu, &q4_1), key(&base, cpu, &q4_1));
