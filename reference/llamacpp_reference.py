@@ -16,8 +16,9 @@ What it records:
 - greedy: for each prompt (raw text, or a chat rendered by llama.cpp's own
   built-in template for the architecture), the prompt ids (BOS included as
   llama.cpp adds it), the greedy continuation ids (end-of-generation tokens
-  stop it), and per step the top-1/top-2 logit margin (where it is small,
-  a different engine may rightly pick the other token) and the top logits
+  stop it), and per step the top-1/top-2 logit margin and the runner-up
+  (where the margin is small, a different engine may rightly pick the
+  runner-up) and the top logits
   of the first steps (id, value) for a tolerance check.
 
 One thread, a context of 1024, the whole prompt in one batch.
@@ -152,12 +153,13 @@ def main() -> int:
         ids = llm.tokenize(text.encode("utf-8"), add_bos=True, special=True)
         llm.reset()
         llm.eval(ids)
-        out, margins, tops = [], [], []
+        out, margins, tops, runner_up = [], [], [], []
         for step in range(p["max_tokens"]):
             lg = last_logits()
             order = np.argsort(-lg, kind="stable")
             t = int(order[0])
             margins.append(float(lg[order[0]] - lg[order[1]]))
+            runner_up.append(int(order[1]))
             if step < TOP_STEPS:
                 tops.append([[int(i), float(lg[i])] for i in order[:TOP_K]])
             if is_eog(t):
@@ -168,7 +170,7 @@ def main() -> int:
         entry = {k: v for k, v in p.items() if k != "max_tokens"}
         entry.update(
             max_tokens=p["max_tokens"], rendered=text, prompt_ids=ids, greedy_ids=out,
-            greedy_text=detok(llm, out), margins=margins, top_logits=tops,
+            greedy_text=detok(llm, out), margins=margins, runner_up=runner_up, top_logits=tops,
         )
         greedy.append(entry)
 

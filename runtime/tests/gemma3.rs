@@ -24,16 +24,18 @@ use std::sync::OnceLock;
 
 /// llama.cpp multiplies Q5_0 / Q4_K / Q6_K / Q8_0 weights against
 /// activations quantized to 8 bits (Q8_0 / Q8_K), this runtime against
-/// 16-bit ones, and llama.cpp's GELU reads a 16-bit table: over the top-8
-/// logits of the first four steps of the five reference prompts the two
-/// differ by at most MEASURED (see the test's message); the bound leaves a
-/// margin over that.
-const LOGIT_TOLERANCE: f32 = 5.0;
+/// 16-bit ones, and llama.cpp's GELU reads a 16-bit table. Over the top-8
+/// logits of the first four steps of the six reference prompts the two
+/// differ by at most 1.315 (one low-ranked token at the first step of the
+/// chat prompt; the other 191 are within 0.6; logits are 15 to 30). The
+/// bound leaves a margin over that.
+const LOGIT_TOLERANCE: f32 = 1.5;
 
 /// Greedy tokens must equal llama.cpp's up to the first step where
-/// llama.cpp's own top-1/top-2 margin is below this: there a difference of
-/// the size above can rightly pick the other token.
-const NEAR_TIE: f32 = 2.0 * LOGIT_TOLERANCE;
+/// llama.cpp's own top-1/top-2 margin is below this: the top-ranked
+/// logits of the two engines differ by up to about 0.45 (above), so a
+/// smaller margin can rightly go the other way.
+const NEAR_TIE: f32 = 0.5;
 
 fn model_path() -> PathBuf {
     match std::env::var_os("DRAFTWISE_TEST_GEMMA") {
@@ -123,6 +125,7 @@ fn teacher_forced(prompt: &[u32], forced: &[u32]) -> Vec<Vec<f32>> {
 #[test]
 fn greedy_continuations_and_first_logits_agree_with_llamacpp() {
     let mut worst = (0.0f32, String::new());
+    let mut compared = 0;
     for p in reference()["greedy"].as_array().unwrap() {
         let id = p["id"].as_str().unwrap();
         let want = ids(&p["greedy_ids"]);
@@ -133,6 +136,7 @@ fn greedy_continuations_and_first_logits_agree_with_llamacpp() {
         let g = engine(1).generate(&prompt, want.len(), &SamplingParams::default()).unwrap();
         let agree = g.token_ids.iter().zip(&want).take_while(|(a, b)| a == b).count();
         let first_tie = margins.iter().position(|&m| m < NEAR_TIE).unwrap_or(want.len());
+        compared += first_tie;
         assert!(
             agree >= first_tie.min(want.len()),
             "{id}: our greedy tokens leave llama.cpp's at step {agree} (margin there {}), before its first near-tie \
@@ -143,9 +147,9 @@ fn greedy_continuations_and_first_logits_agree_with_llamacpp() {
             for pair in top.as_array().unwrap() {
                 let (t, theirs) = (pair[0].as_u64().unwrap() as usize, pair[1].as_f64().unwrap() as f32);
                 let ours = logits[step][t];
-                if std::env::var_os("GEMMA_DIFFS").is_some() { eprintln!("{id} {step} {t} {ours} {theirs} {}", ours - theirs); }
                 if (ours - theirs).abs() > worst.0 {
-                    worst = ((ours - theirs).abs(), format!("{id} step {step} token {t}: {ours} vs llama.cpp {theirs}"));
+                    worst =
+                        ((ours - theirs).abs(), format!("{id} step {step} token {t}: {ours} vs llama.cpp {theirs}"));
                 }
             }
             if margins[step] >= NEAR_TIE {
@@ -153,19 +157,33 @@ fn greedy_continuations_and_first_logits_agree_with_llamacpp() {
             }
         }
     }
-    eprintln!("largest top-8 logit difference from llama.cpp: {} ({})", worst.0, worst.1);
+    eprintln!(
+        "largest top-8 logit difference from llama.cpp: {} ({}); {compared} greedy steps compared",
+        worst.0, worst.1
+    );
+    assert!(compared >= 20, "only {compared} greedy steps before near-ties: the check would prove little");
     assert!(worst.0 <= LOGIT_TOLERANCE, "largest difference {} over the tolerance: {}", worst.0, worst.1);
 }
 
 #[test]
-fn the_capital_of_france_is_llamacpps_continuation() {
+fn the_capital_of_france_is_llamacpps_continuation_up_to_its_last_near_tie() {
+    // llama.cpp: " the capital of the country of France. It is the largest
+    // city in France." Its 16th token, ".", leads " and" by 0.114 only:
+    // this runtime's first 15 tokens are llama.cpp's, and its 16th is that
+    // runner-up.
     let tok = &model().tokenizer;
+    let p = &reference()["greedy"][0];
+    assert_eq!(p["id"], "capital");
     let prompt = tok.encode_prompt("The capital of France is").unwrap();
     let g = engine(2).generate(&prompt, 16, &SamplingParams::default()).unwrap();
+    let want = ids(&p["greedy_ids"]);
     assert_eq!(
-        tok.decode(&g.token_ids).unwrap(),
-        " the capital of the country of France. It is the largest city in France."
+        tok.decode(&g.token_ids[..15]).unwrap(),
+        " the capital of the country of France. It is the largest city in France"
     );
+    assert_eq!(g.token_ids[..15], want[..15]);
+    assert!(p["margins"][15].as_f64().unwrap() < 0.2);
+    assert_eq!(g.token_ids[15] as u64, p["runner_up"][15].as_u64().unwrap());
 }
 
 #[test]
