@@ -226,6 +226,12 @@ def run_prompt(m: Gemma3Ref, g: dict) -> dict:
             float64_logit_of_llamacpp_greedy=float(lg[lc_id]),
             argmax_agrees=t8[0][0] == lc_id,
         )
+        if "runner_up" in g and s < len(g["runner_up"]):
+            ru = int(g["runner_up"][s])
+            rec["llamacpp_runner_up_id"] = ru
+            rec["float64_logit_of_llamacpp_runner_up"] = float(lg[ru])
+            # > 0: float64 ranks llama.cpp's pick above llama.cpp's runner-up, as llama.cpp does
+            rec["float64_greedy_minus_runner_up"] = float(lg[lc_id] - lg[ru])
         if s < len(g.get("top_logits", [])):
             lc = g["top_logits"][s]
             rec["llamacpp_top8"] = [[int(i), float(v), float(lg[int(i)])] for i, v in lc]  # [id, llama.cpp, float64]
@@ -240,6 +246,8 @@ def run_prompt(m: Gemma3Ref, g: dict) -> dict:
         steps=steps,
         max_abs_diff_top8_first4=max(diffs) if diffs else None,
         argmax_disagreements=[st["step"] for st in steps if not st["argmax_agrees"]],
+        # steps where float64 puts llama.cpp's runner-up above llama.cpp's pick
+        runner_up_order_flips=[st["step"] for st in steps if st.get("float64_greedy_minus_runner_up", 1.0) < 0],
     )
 
 
@@ -273,7 +281,12 @@ def main():
         for st in res["steps"]:
             if not st["argmax_agrees"] or st["float64_margin"] < 0.2 or st["llamacpp_margin"] < 0.2:
                 lc = st["llamacpp_greedy_id"]
-                print(f"  step {st['step']}: llama.cpp {lc} {m.tok(lc)!r} (margin {st['llamacpp_margin']:.4f}); "
+                ru = ""
+                if "llamacpp_runner_up_id" in st:
+                    r = st["llamacpp_runner_up_id"]
+                    ru = (f" over {r} {m.tok(r)!r}; float64 {st['float64_logit_of_llamacpp_greedy']:.4f} vs "
+                          f"{st['float64_logit_of_llamacpp_runner_up']:.4f}")
+                print(f"  step {st['step']}: llama.cpp {lc} {m.tok(lc)!r} (margin {st['llamacpp_margin']:.4f}{ru}); "
                       f"float64 top2 " + ", ".join(f"{i} {m.tok(i)!r} {v:.4f}" for i, v in st["float64_top8"][:2])
                       + f" (margin {st['float64_margin']:.4f})")
     out = dict(

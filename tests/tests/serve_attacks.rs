@@ -11,7 +11,7 @@ use draftwise_tests::serve::{Server, request_bytes, stream_until, try_request, w
 use serde_json::{Value, json};
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
 const MODEL: &str = "SmolLM2-135M-Instruct.Q4_1";
@@ -31,21 +31,27 @@ const FREED_WITHIN: Duration = Duration::from_secs(3);
 /// The server may grow by at most this much under the oversized-prompt flood.
 const FLOOD_RSS_GROWTH_KIB: u64 = 200 * 1024;
 
+/// The server these tests attack, one test at a time. It is held weakly
+/// (a server in a `static` is never dropped, so it would outlive the test
+/// process): a test that finds none running starts one.
 fn server() -> (MutexGuard<'static, ()>, Arc<Server>) {
     static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
-    static SERVER: OnceLock<Arc<Server>> = OnceLock::new();
+    static SERVER: Mutex<Weak<Server>> = Mutex::new(Weak::new());
     let guard = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let s = SERVER.get_or_init(|| {
-        Arc::new(Server::start(&[
-            "--header-timeout-ms",
-            &HEADER_TIMEOUT_MS.to_string(),
-            "--idle-timeout-ms",
-            &IDLE_TIMEOUT_MS.to_string(),
-            "--max-connections",
-            &MAX_CONNECTIONS.to_string(),
-        ]))
-    });
-    (guard, s.clone())
+    let mut slot = SERVER.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(s) = slot.upgrade() {
+        return (guard, s);
+    }
+    let s = Arc::new(Server::start(&[
+        "--header-timeout-ms",
+        &HEADER_TIMEOUT_MS.to_string(),
+        "--idle-timeout-ms",
+        &IDLE_TIMEOUT_MS.to_string(),
+        "--max-connections",
+        &MAX_CONNECTIONS.to_string(),
+    ]));
+    *slot = Arc::downgrade(&s);
+    (guard, s)
 }
 
 /// One `/health` request, timed; asserts 200 within [`HEALTH_WITHIN`].
