@@ -37,6 +37,16 @@ const LOGIT_TOLERANCE: f32 = 1.5;
 /// smaller margin can rightly go the other way.
 const NEAR_TIE: f32 = 0.5;
 
+/// This runtime against exact (float64) math on the same dequantized
+/// weights: f32 arithmetic, 16-bit activation quantization and the 16-bit
+/// KV cache move the top-8 logits of every teacher-forced step of the six
+/// prompts by at most 0.0101 (measured; llama.cpp's move by up to 1.32).
+const FLOAT64_TOLERANCE: f32 = 0.02;
+
+/// Float64's own top-1/top-2 margin below which the argmax is not checked:
+/// twice the measured difference above.
+const FLOAT64_NEAR_TIE: f32 = 0.02;
+
 fn model_path() -> PathBuf {
     match std::env::var_os("DRAFTWISE_TEST_GEMMA") {
         Some(p) => p.into(),
@@ -166,24 +176,27 @@ fn greedy_continuations_and_first_logits_agree_with_llamacpp() {
 }
 
 #[test]
-fn the_capital_of_france_is_llamacpps_continuation_up_to_its_last_near_tie() {
+fn the_capital_of_france_is_exact_maths_continuation() {
     // llama.cpp: " the capital of the country of France. It is the largest
-    // city in France." Its 16th token, ".", leads " and" by 0.114 only:
-    // this runtime's first 15 tokens are llama.cpp's, and its 16th is that
-    // runner-up.
+    // city in France." Its 16th token, ".", leads " and" by 0.114 only, and
+    // in float64 " and" leads "." by 0.012 (reference/gemma3_numpy.py; the
+    // flip is llama.cpp's 8-bit activation quantization,
+    // reference/gemma3_llamacpp_opcheck.py). This runtime's 16 tokens are
+    // llama.cpp's first 15 and float64's 16th.
     let tok = &model().tokenizer;
     let p = &reference()["greedy"][0];
     assert_eq!(p["id"], "capital");
     let prompt = tok.encode_prompt("The capital of France is").unwrap();
     let g = engine(2).generate(&prompt, 16, &SamplingParams::default()).unwrap();
     let want = ids(&p["greedy_ids"]);
-    assert_eq!(
-        tok.decode(&g.token_ids[..15]).unwrap(),
-        " the capital of the country of France. It is the largest city in France"
-    );
     assert_eq!(g.token_ids[..15], want[..15]);
-    assert!(p["margins"][15].as_f64().unwrap() < 0.2);
-    assert_eq!(g.token_ids[15] as u64, p["runner_up"][15].as_u64().unwrap());
+    let exact = &float64()["prompts"][0];
+    assert_eq!(exact["id"], "capital");
+    assert_eq!(g.token_ids[15] as u64, exact["steps"][15]["float64_argmax"].as_u64().unwrap());
+    assert_eq!(
+        tok.decode(&g.token_ids).unwrap(),
+        " the capital of the country of France. It is the largest city in France and"
+    );
 }
 
 #[test]
@@ -238,4 +251,50 @@ fn speculative_output_equals_classic_at_one_and_two_threads() {
         }
         assert!(rounds > 0, "no speculative round ran");
     }
+}
+
+fn float64() -> &'static Value {
+    static R: OnceLock<Value> = OnceLock::new();
+    R.get_or_init(|| {
+        let p = concat!(env!("CARGO_MANIFEST_DIR"), "/../reference/data/gemma3-270m.float64.json");
+        serde_json::from_slice(&std::fs::read(p).expect("gemma3-270m.float64.json")).expect("it parses")
+    })
+}
+
+/// Our logits against the float64 forward pass of `reference/gemma3_numpy.py`
+/// (teacher-forced on llama.cpp's tokens, every step): the top-8 of every
+/// step within FLOAT64_TOLERANCE, and the same argmax wherever float64's
+/// own margin is at least FLOAT64_NEAR_TIE.
+#[test]
+fn logits_agree_with_the_float64_reference_at_every_step() {
+    let mut worst = (0.0f32, String::new());
+    let (mut argmax_checked, mut flips_at_ties) = (0, 0);
+    for p in float64()["prompts"].as_array().unwrap() {
+        let id = p["id"].as_str().unwrap();
+        let logits = teacher_forced(&ids(&p["prompt_ids"]), &ids(&p["llamacpp_greedy_ids"]));
+        for s in p["steps"].as_array().unwrap() {
+            let step = s["step"].as_u64().unwrap() as usize;
+            for pair in s["float64_top8"].as_array().unwrap() {
+                let (t, exact) = (pair[0].as_u64().unwrap() as usize, pair[1].as_f64().unwrap() as f32);
+                let d = (logits[step][t] - exact).abs();
+                if d > worst.0 {
+                    worst = (d, format!("{id} step {step} token {t}: {} vs float64 {exact}", logits[step][t]));
+                }
+            }
+            let ours = argmax(&logits[step]) as u64;
+            if s["float64_margin"].as_f64().unwrap() as f32 >= FLOAT64_NEAR_TIE {
+                assert_eq!(ours, s["float64_argmax"].as_u64().unwrap(), "{id} step {step}: argmax");
+                argmax_checked += 1;
+            } else if ours != s["float64_argmax"].as_u64().unwrap() {
+                flips_at_ties += 1;
+            }
+        }
+    }
+    eprintln!(
+        "largest top-8 difference from float64: {} ({}); {argmax_checked} argmaxes checked, {flips_at_ties} near-ties \
+         went the other way",
+        worst.0, worst.1
+    );
+    assert!(worst.0 <= FLOAT64_TOLERANCE, "largest difference {} over the tolerance: {}", worst.0, worst.1);
+    assert!(argmax_checked >= 50, "only {argmax_checked} steps checked");
 }
