@@ -132,10 +132,11 @@ pub const AVX2_MAX_ROWS: usize = 4;
 
 /// Activation rows whose accumulators one AVX-512 pass keeps in registers.
 ///
-/// Row-interleaved formats (Q4_0/Q4_1/Q8_0): per activation row one float
-/// accumulator for sixteen outputs and one or two integer ones (three
-/// registers for up to four rows, two beyond), so eight rows use 16–24 of
-/// the 32 `zmm` registers beside the widened weights and scales. K-quants:
+/// Row-interleaved formats (Q4_0/Q4_1/Q5_0/Q5_1/Q8_0): per activation row
+/// one float accumulator for sixteen outputs and one or two integer ones
+/// (three registers for up to four rows, two beyond), so eight rows use
+/// 16–24 of the 32 `zmm` registers beside the widened weights and scales
+/// (and Q5's fifth-bit words and masks). K-quants:
 /// one accumulator per row plus the min term and a scale vector. Wider
 /// blocks run in chunks of this many, re-reading weights that are still in
 /// L1 (see [`ROW_TILE`]).

@@ -34,7 +34,7 @@ pub struct WeightMatrix {
     pub cols: usize,
     data: Data,
     /// The row-interleaved copy the CPU kernels multiply with, once
-    /// [`Self::repack`] made it (Q4_0 / Q4_1 / Q8_0); `data` stays for the
+    /// [`Self::repack`] made it (Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0); `data` stays for the
     /// embedding gather and device uploads.
     packed: Option<Arc<Repacked>>,
 }
