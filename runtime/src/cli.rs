@@ -2,9 +2,9 @@
 
 use crate::build_info::BuildInfo;
 use crate::device::DeviceRequest;
-use crate::events::{Completion, Event, SCHEMA_VERSION, Startup, Usage, sha256_hex, token_ids_sha256};
+use crate::events::{Completion, Event, SCHEMA_VERSION, SpeculationReport, Startup};
 use crate::fetch;
-use crate::generate::{Engine, FinishReason, Generation, NoSink};
+use crate::generate::{Engine, NoSink};
 use crate::model;
 use crate::sampling::SamplingParams;
 use crate::tokenizer::Tokenizer;
@@ -327,39 +327,6 @@ pub fn startup_event(
     }
 }
 
-/// The `completion` event of a finished request.
-pub fn completion_event(id: &str, warmup: bool, repeat: usize, g: Generation, tok: &Tokenizer) -> Result<Completion> {
-    let text = tok.decode(&g.token_ids)?;
-    let decode_tokens = g.token_ids.len().saturating_sub(1);
-    Ok(Completion {
-        schema_version: SCHEMA_VERSION,
-        prompt_id: id.to_string(),
-        warmup,
-        repeat,
-        usage: Usage {
-            prompt_tokens: g.prompt_tokens,
-            completion_tokens: g.token_ids.len(),
-            total_tokens: g.prompt_tokens + g.token_ids.len(),
-        },
-        finish_reason: match g.finish_reason {
-            FinishReason::Stop => "stop",
-            FinishReason::Length => "length",
-        }
-        .into(),
-        text_sha256: sha256_hex(text.as_bytes()),
-        token_ids_sha256: token_ids_sha256(&g.token_ids),
-        text,
-        token_ids: g.token_ids,
-        prefill_ms: g.prefill_s * 1e3,
-        decode_ms: g.decode_s * 1e3,
-        total_ms: (g.prefill_s + g.decode_s) * 1e3,
-        decode_steps: g.decode_steps,
-        decode_tokens,
-        decode_tok_per_s: (decode_tokens > 0 && g.decode_s > 0.0).then(|| decode_tokens as f64 / g.decode_s),
-        prefill_tok_per_s: g.prompt_tokens as f64 / g.prefill_s,
-    })
-}
-
 fn bench(args: BenchArgs) -> Result<ExitCode> {
     let threads = crate::limits::resolve_threads(args.threads)?;
     if args.reps == 0 {
@@ -527,24 +494,26 @@ fn generate(args: GenerateArgs) -> Result<ExitCode> {
             let (g, extra) =
                 crate::request::decode(&engine, spec.as_mut(), ids, args.max_tokens, &sampling, &mut NoSink, tag)
                     .with_context(|| format!("prompt {id}"))?;
-            let c = completion_event(id, warmup, repeat, g, tok)?;
+            let text = tok.decode(&g.token_ids)?;
+            let c = Completion::new(id, warmup, repeat, g, text);
+            let extra = extra.and_then(SpeculationReport::from_event);
             if args.json {
                 writeln!(out, "{}", Event::Completion(c).to_line())?;
-                if let Some(e) = extra {
-                    writeln!(out, "{}", e.to_line())?;
+                if let Some(s) = extra {
+                    writeln!(out, "{}", s.into_event().to_line())?;
                 }
             } else if !warmup {
                 writeln!(out, "{}", c.text)?;
                 eprintln!(
                     "[{}] prompt {} tok, completion {} tok ({}), prefill {:.1} tok/s, decode {} tok/s",
                     c.prompt_id,
-                    c.usage.prompt_tokens,
-                    c.usage.completion_tokens,
-                    c.finish_reason,
-                    c.prefill_tok_per_s,
-                    c.decode_tok_per_s.map_or("-".into(), |v| format!("{v:.1}")),
+                    c.outcome.usage.prompt_tokens,
+                    c.outcome.usage.completion_tokens,
+                    c.outcome.finish_reason.as_str(),
+                    c.outcome.prefill_tok_per_s,
+                    c.outcome.decode_tok_per_s.map_or("-".into(), |v| format!("{v:.1}")),
                 );
-                if let Some(Event::SpeculativeDiagnostics(d)) = &extra {
+                if let Some(d) = extra.as_ref().and_then(SpeculationReport::diagnostics) {
                     eprintln!(
                         "[{}] {} rounds, accepted {}/{} drafted, {} tokens per verify",
                         c.prompt_id,
