@@ -6,13 +6,12 @@ use crate::events::{Completion, Event, SCHEMA_VERSION, SpeculationReport, Startu
 use crate::fetch;
 use crate::generate::{Engine, NoSink};
 use crate::model;
+use crate::prompts::{PromptItem, PromptKind, parse_prompts};
 use crate::sampling::SamplingParams;
-use crate::tokenizer::Tokenizer;
 use crate::tokenizer::chat::Message;
 use anyhow::{Context, Result, bail};
 use clap::{Args, Parser, Subcommand};
 use kernels::dispatch;
-use serde::Deserialize;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -188,67 +187,6 @@ pub struct SpecArgs {
     pub allow_inexact: bool,
 }
 
-/// One prompt of a set.
-#[derive(Debug, Clone)]
-pub struct PromptItem {
-    pub id: String,
-    pub kind: PromptKind,
-    /// The line's `type` tag (task type), when it has one.
-    pub tag: Option<String>,
-}
-
-#[derive(Debug, Clone)]
-pub enum PromptKind {
-    Text(String),
-    Chat(Vec<Message>),
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct PromptLine {
-    id: serde_json::Value,
-    #[serde(default)]
-    prompt: Option<String>,
-    #[serde(default)]
-    messages: Option<Vec<Message>>,
-    /// Free-form tag (task type): carried by the tuner, groups `bench --drafter`'s tasks.
-    #[serde(default, rename = "type")]
-    tag: Option<String>,
-}
-
-/// Parses a JSONL prompt set; errors name the line.
-pub fn parse_prompts(text: &str, origin: &Path) -> Result<Vec<PromptItem>> {
-    let mut out = Vec::new();
-    let mut seen = std::collections::HashSet::new();
-    for (i, line) in text.lines().enumerate() {
-        let n = i + 1;
-        if line.trim().is_empty() {
-            continue;
-        }
-        let p: PromptLine =
-            serde_json::from_str(line).with_context(|| format!("{}:{n}: not a prompt object", origin.display()))?;
-        let id = match p.id {
-            serde_json::Value::String(s) => s,
-            serde_json::Value::Number(x) => x.to_string(),
-            other => bail!("{}:{n}: id must be a string or number, got {other}", origin.display()),
-        };
-        if !seen.insert(id.clone()) {
-            bail!("{}:{n}: duplicate id {id:?}", origin.display());
-        }
-        let kind = match (p.prompt, p.messages) {
-            (Some(t), None) => PromptKind::Text(t),
-            (None, Some(m)) if !m.is_empty() => PromptKind::Chat(m),
-            (None, Some(_)) => bail!("{}:{n}: messages is empty", origin.display()),
-            _ => bail!("{}:{n}: give exactly one of \"prompt\" or \"messages\"", origin.display()),
-        };
-        out.push(PromptItem { id, kind, tag: p.tag });
-    }
-    if out.is_empty() {
-        bail!("{}: no prompts", origin.display());
-    }
-    Ok(out)
-}
-
 /// The model path: the flag, or the default model (fetched if needed).
 pub fn resolve_model(model: Option<&Path>, cache: &CacheArgs) -> Result<PathBuf> {
     match model {
@@ -384,7 +322,7 @@ fn width_curve(args: &BenchArgs, kind: &str, engine: &Engine) -> Result<ExitCode
     let tok = &engine.loaded.tokenizer;
     let mut tasks: Vec<Task> = Vec::new();
     for it in &items {
-        let ids = encode_item(tok, it)?;
+        let ids = it.encode(tok)?;
         let name = it.tag.clone().unwrap_or_else(|| "untagged".into());
         match tasks.iter_mut().find(|t| t.name == name) {
             Some(t) => t.prompts.push((it.id.clone(), ids)),
@@ -428,20 +366,6 @@ fn width_curve(args: &BenchArgs, kind: &str, engine: &Engine) -> Result<ExitCode
     Ok(ExitCode::SUCCESS)
 }
 
-/// A prompt item's token ids (chat items through the chat template).
-fn encode_item(tok: &Tokenizer, it: &PromptItem) -> Result<Vec<u32>> {
-    let ids = match &it.kind {
-        PromptKind::Text(t) => tok.encode_prompt(t),
-        // Message content as text: the same ids `runtime serve` gives a chat.
-        PromptKind::Chat(m) => tok.encode_chat(m, usize::MAX),
-    }
-    .with_context(|| format!("prompt {}", it.id))?;
-    if ids.is_empty() {
-        bail!("prompt {}: encodes to no tokens", it.id);
-    }
-    Ok(ids)
-}
-
 fn generate(args: GenerateArgs) -> Result<ExitCode> {
     let sampling =
         SamplingParams { temperature: args.temperature, top_k: args.top_k, top_p: args.top_p, seed: args.seed };
@@ -474,7 +398,7 @@ fn generate(args: GenerateArgs) -> Result<ExitCode> {
     // Tokenize everything up front: a bad prompt fails before any work.
     let mut prompts = Vec::with_capacity(items.len());
     for it in &items {
-        prompts.push((it.id.clone(), encode_item(tok, it)?));
+        prompts.push((it.id.clone(), it.encode(tok)?));
     }
 
     let decoding = crate::spec::setup::Speculation::from_args(&args.spec, &engine)?;

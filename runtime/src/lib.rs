@@ -19,6 +19,7 @@ pub mod gguf;
 pub mod model;
 pub mod policy;
 pub mod pool;
+pub mod prompts;
 pub mod request;
 pub mod sampling;
 pub mod serve;

@@ -7,7 +7,7 @@ mod common;
 
 use common::model;
 use kernels::dispatch::KernelFamily;
-use runtime::cli::{PromptKind, parse_prompts};
+use runtime::prompts::{PromptKind, parse_prompts};
 use runtime::generate::Engine;
 use runtime::sampling::SamplingParams;
 use runtime::spec::drafter::{Drafter, ModelDrafter, NgramDrafter};

@@ -20,7 +20,7 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use runtime::cli::PromptItem;
+use runtime::prompts::PromptItem;
 use runtime::events::{Completion, Event, ServedTimings, SpeculationReport, Startup};
 
 use crate::raw::{
@@ -407,7 +407,7 @@ pub fn run_arm(a: &ServedArm<'_>, w: &mut RawWriter) -> Result<ArmEnd> {
                 if ids.is_some_and(|ids| *ids != c.outcome.token_ids) {
                     problems.push(format!("{what}: the response's draftwise.token_ids differ from its event's"));
                 }
-                let prompt_type = a.types.get(p.id.as_str()).map_or("untyped", |t| *t).to_string();
+                let prompt_type = a.types.get(p.id.as_str()).map_or(runtime::prompts::UNTYPED, |t| *t).to_string();
                 let mut row = a.rows.row(c, prompt_type, pass - s.warmup);
                 row.prompt_id = p.id.clone();
                 row.outcome.usage = got.usage.clone();

@@ -10,7 +10,7 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use runtime::cli::PromptKind;
+use runtime::prompts::PromptKind;
 use runtime::events::{FinishReason, ServedTimings, Usage};
 use serde::Deserialize;
 

@@ -161,41 +161,11 @@ pub fn plan(widths: &[usize], rounds: usize, bracket_arms: usize) -> Vec<Planned
     arms
 }
 
-/// Parses a prompt set for its ids and task types (`type`; "untyped" when absent).
+/// A prompt set's ids and task types, read with the runtime's parser (the
+/// one every arm reads the set with).
 pub fn prompt_tags(text: &str, origin: &Path) -> Result<Vec<PromptTag>> {
-    // The runtime validates the rest of the line; this only needs id and type.
-    #[derive(serde::Deserialize)]
-    struct Line {
-        id: serde_json::Value,
-        #[serde(rename = "type", default)]
-        kind: Option<String>,
-    }
-    let mut out = Vec::new();
-    for (i, l) in text.lines().enumerate() {
-        if l.trim().is_empty() {
-            continue;
-        }
-        let v: serde_json::Value =
-            serde_json::from_str(l).with_context(|| format!("{}:{}: not JSON", origin.display(), i + 1))?;
-        if !v.is_object() {
-            bail!("{}:{}: not a prompt object", origin.display(), i + 1);
-        }
-        let p: Line = serde_json::from_value(v)
-            .with_context(|| format!("{}:{}: not a prompt object", origin.display(), i + 1))?;
-        let id = match p.id {
-            serde_json::Value::String(s) => s,
-            serde_json::Value::Number(n) => n.to_string(),
-            other => bail!("{}:{}: id must be a string or number, got {other}", origin.display(), i + 1),
-        };
-        if out.iter().any(|t: &PromptTag| t.id == id) {
-            bail!("{}:{}: duplicate id {id:?}", origin.display(), i + 1);
-        }
-        out.push(PromptTag { id, kind: p.kind.unwrap_or_else(|| "untyped".into()) });
-    }
-    if out.is_empty() {
-        bail!("{}: no prompts", origin.display());
-    }
-    Ok(out)
+    let items = runtime::prompts::parse_prompts(text, origin)?;
+    Ok(items.iter().map(|p| PromptTag { id: p.id.clone(), kind: p.task_type().to_string() }).collect())
 }
 
 fn now_ms() -> u64 {
@@ -612,7 +582,7 @@ fn drive(
         Some(_) => {
             let bytes = read_capped(&s.prompts, MAX_PROMPTS_BYTES)?;
             let text = String::from_utf8(bytes).with_context(|| format!("{}: not UTF-8", s.prompts.display()))?;
-            runtime::cli::parse_prompts(&text, &s.prompts)?
+            runtime::prompts::parse_prompts(&text, &s.prompts)?
         }
         None => Vec::new(),
     };
@@ -967,7 +937,7 @@ fn run_arm(
                     end.warmup_requests += 1;
                     continue;
                 }
-                let prompt_type = types.get(c.prompt_id.as_str()).map_or("untyped", |t| *t).to_string();
+                let prompt_type = types.get(c.prompt_id.as_str()).map_or(runtime::prompts::UNTYPED, |t| *t).to_string();
                 let burst = c.repeat;
                 pending = Some(Pending { row: rows.row(c, prompt_type, burst) });
             }

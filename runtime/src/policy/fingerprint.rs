@@ -132,6 +132,7 @@ pub const OFF_PATH: &[(&str, &str)] = &[
     ("runtime/src/main.rs", "process entry: argument parsing and the exit code"),
     ("runtime/src/cli.rs", "argument parsing and the once-per-process setup"),
     ("runtime/src/events/", "event shapes, written once per request"),
+    ("runtime/src/prompts.rs", "the prompt-set format, read once per process"),
     ("runtime/src/build_info.rs", "build identity strings"),
     ("runtime/src/fetch.rs", "downloads the default model"),
     ("runtime/src/bench/", "the benchmark command, around the engine"),
