@@ -323,7 +323,7 @@ fn width_curve(args: &BenchArgs, kind: &str, engine: &Engine) -> Result<ExitCode
     let mut tasks: Vec<Task> = Vec::new();
     for it in &items {
         let ids = it.encode(tok)?;
-        let name = it.tag.clone().unwrap_or_else(|| "untagged".into());
+        let name = it.task_type().to_string();
         match tasks.iter_mut().find(|t| t.name == name) {
             Some(t) => t.prompts.push((it.id.clone(), ids)),
             None => tasks.push(Task { name, prompts: vec![(it.id.clone(), ids)] }),
