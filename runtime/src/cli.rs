@@ -1,54 +1,21 @@
-//! The `runtime` command line: `generate`, `serve`, `fetch-model`, `build-info`, `policy`, `bench`.
+//! The `runtime` commands that run in this module: `generate`, `bench`,
+//! `fetch-model`, `build-info`, with their flags. The command tree itself is
+//! the binary's (`main.rs`); `serve` and `policy` live in their own modules.
 
 use crate::build_info::BuildInfo;
-use crate::device::DeviceRequest;
-use crate::events::{Completion, Event, SCHEMA_VERSION, SpeculationReport, Startup};
+use crate::events::{Completion, Event, SpeculationReport, startup_event};
 use crate::fetch;
 use crate::generate::{Engine, NoSink};
-use crate::model;
+use crate::open::{OpenSettings, Opened, open};
 use crate::prompts::{PromptItem, PromptKind, parse_prompts};
 use crate::sampling::SamplingParams;
 use crate::tokenizer::chat::Message;
 use anyhow::{Context, Result, bail};
-use clap::{Args, Parser, Subcommand};
+use clap::Args;
 use kernels::dispatch;
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
-
-/// draftwise runtime: an LLM inference engine with measured speculative defaults.
-#[derive(Parser, Debug)]
-#[command(
-    name = "runtime",
-    version,
-    after_help = "Exit status: 0 on success, 1 when the command fails, 2 for a usage error (a bad flag or value)."
-)]
-pub struct Cli {
-    #[command(subcommand)]
-    pub command: Command,
-}
-
-#[derive(Subcommand, Debug)]
-pub enum Command {
-    /// Generate completions for a prompt or a prompt set.
-    Generate(GenerateArgs),
-    /// Serve the model over HTTP with an OpenAI-compatible API (docs/serve.md).
-    Serve(crate::serve::ServeArgs),
-    /// Download the default model (SmolLM2-135M-Instruct Q4_1) into the cache and verify it.
-    FetchModel(CacheArgs),
-    /// Print this build's identity.
-    BuildInfo {
-        /// One JSON object instead of text.
-        #[arg(long)]
-        json: bool,
-    },
-    /// The draft-width policy: `show` the compiled table, `explain` a resolution.
-    #[command(subcommand)]
-    Policy(crate::policy::command::PolicyCommand),
-    /// Measure prefill and decode tokens per second, the verify-cost curve, or (with
-    /// --drafter) the speculative width curve against classic decoding.
-    Bench(BenchArgs),
-}
 
 #[derive(Args, Debug, Clone)]
 pub struct BenchArgs {
@@ -187,85 +154,33 @@ pub struct SpecArgs {
     pub allow_inexact: bool,
 }
 
-/// The model path: the flag, or the default model (fetched if needed).
-pub fn resolve_model(model: Option<&Path>, cache: &CacheArgs) -> Result<PathBuf> {
-    match model {
-        Some(p) => Ok(p.to_path_buf()),
-        None => Ok(fetch::ensure_default_model(cache.cache_dir.as_deref())?),
-    }
+/// `runtime fetch-model`: the default model's path in the cache, fetched if needed.
+pub fn fetch_model(c: CacheArgs) -> Result<ExitCode> {
+    let p = fetch::ensure_default_model(c.cache_dir.as_deref())?;
+    println!("{}", p.display());
+    Ok(ExitCode::SUCCESS)
 }
 
-pub fn run(cli: Cli) -> Result<ExitCode> {
-    match cli.command {
-        Command::Generate(args) => generate(args),
-        Command::Serve(args) => crate::serve::run(args),
-        Command::FetchModel(c) => {
-            let p = fetch::ensure_default_model(c.cache_dir.as_deref())?;
-            println!("{}", p.display());
-            Ok(ExitCode::SUCCESS)
-        }
-        Command::Policy(p) => crate::policy::command::run(p),
-        Command::Bench(args) => bench(args),
-        Command::BuildInfo { json } => {
-            let b = BuildInfo::current();
-            if json {
-                println!("{}", serde_json::to_string(&b)?);
-            } else {
-                println!(
-                    "runtime {} ({}{}), {}, profile {}, features [{}]",
-                    b.version,
-                    b.git_commit,
-                    if b.git_dirty == "true" { ", dirty" } else { "" },
-                    b.rustc,
-                    b.profile,
-                    b.features.join(", ")
-                );
-            }
-            Ok(ExitCode::SUCCESS)
-        }
+/// `runtime build-info`: this build's identity, as text or one JSON object.
+pub fn build_info(json: bool) -> Result<ExitCode> {
+    let b = BuildInfo::current();
+    if json {
+        println!("{}", serde_json::to_string(&b)?);
+    } else {
+        println!(
+            "runtime {} ({}{}), {}, profile {}, features [{}]",
+            b.version,
+            b.git_commit,
+            if b.git_dirty == "true" { ", dirty" } else { "" },
+            b.rustc,
+            b.profile,
+            b.features.join(", ")
+        );
     }
+    Ok(ExitCode::SUCCESS)
 }
 
-/// The `startup` event: this build, the device, the target and the
-/// speculative configuration (`generate` and `serve` both write it).
-pub fn startup_event(
-    engine: &Engine,
-    selection: &dispatch::Selection,
-    decoding: &crate::spec::setup::Decoding,
-    sampling: SamplingParams,
-    max_tokens: usize,
-    cuda: Option<crate::device::CudaReport>,
-) -> Startup {
-    let spec = decoding.speculation.as_ref();
-    let device_class = engine.loaded.model.device_class(selection.family);
-    let verify_fingerprint = crate::policy::verify_fingerprint(&device_class, Some(&engine.loaded.info.weight_formats));
-    Startup {
-        schema_version: SCHEMA_VERSION,
-        build: BuildInfo::current(),
-        device_class,
-        kernel_family: engine.loaded.model.kernel_family_name(selection.family).into(),
-        kernel_family_forced: selection.forced,
-        threads: engine.threads,
-        multirow: dispatch::multirow_enabled(),
-        target: engine.loaded.info.clone(),
-        tokenizer: engine.loaded.tokenizer.source.clone(),
-        drafter: spec.map_or("none".into(), |s| s.kind.to_string()),
-        drafter_from: decoding.drafter_from().into(),
-        drafter_settings: spec.map(|s| s.settings.clone()),
-        block_size: spec.and_then(|s| s.block_size),
-        block_size_from: decoding.resolution.block_size_from.clone(),
-        kernel_fingerprint: crate::policy::KERNEL_FINGERPRINT.into(),
-        verify_fingerprint,
-        exactness_probe: spec.and_then(|s| s.probe.clone()),
-        allow_inexact: spec.is_some_and(|s| s.allow_inexact),
-        sampling,
-        max_tokens,
-        cuda,
-        server: None,
-    }
-}
-
-fn bench(args: BenchArgs) -> Result<ExitCode> {
+pub fn bench(args: BenchArgs) -> Result<ExitCode> {
     let threads = crate::limits::resolve_threads(args.threads)?;
     if args.reps == 0 {
         bail!("--reps must be at least 1");
@@ -273,12 +188,12 @@ fn bench(args: BenchArgs) -> Result<ExitCode> {
     if args.verify_cost && args.max_width == 0 {
         bail!("--max-width must be at least 1");
     }
-    let selection = dispatch::selected()?;
-    let device = DeviceRequest::parse(args.device.as_deref())?;
-    let path = resolve_model(args.model.as_deref(), &args.cache)?;
-    let mut loaded = model::load(&path).with_context(|| format!("loading {}", path.display()))?;
-    crate::device::place(&mut loaded, device)?;
-    let engine = Engine::new(loaded, selection.family, threads)?;
+    let Opened { engine, path, .. } = open(OpenSettings {
+        model: args.model.as_deref(),
+        cache_dir: args.cache.cache_dir.as_deref(),
+        device: args.device.as_deref(),
+        threads,
+    })?;
     let spec = crate::bench::BenchSpec {
         prompt_tokens: args.prompt_tokens.max(1),
         gen_tokens: args.gen_tokens,
@@ -366,7 +281,7 @@ fn width_curve(args: &BenchArgs, kind: &str, engine: &Engine) -> Result<ExitCode
     Ok(ExitCode::SUCCESS)
 }
 
-fn generate(args: GenerateArgs) -> Result<ExitCode> {
+pub fn generate(args: GenerateArgs) -> Result<ExitCode> {
     let sampling =
         SamplingParams { temperature: args.temperature, top_k: args.top_k, top_p: args.top_p, seed: args.seed };
     sampling.validate().map_err(anyhow::Error::msg)?;
@@ -386,13 +301,12 @@ fn generate(args: GenerateArgs) -> Result<ExitCode> {
         }
         (None, None) => bail!("give --prompt or --prompts"),
     };
-    let selection = dispatch::selected()?;
-    let device = DeviceRequest::parse(args.device.as_deref())?;
-    let path = resolve_model(args.model.as_deref(), &args.cache)?;
-    tracing::info!(model = %path.display(), "loading");
-    let mut loaded = model::load(&path).with_context(|| format!("loading {}", path.display()))?;
-    let cuda = crate::device::place(&mut loaded, device)?;
-    let engine = Engine::new(loaded, selection.family, threads)?;
+    let Opened { engine, selection, cuda, .. } = open(OpenSettings {
+        model: args.model.as_deref(),
+        cache_dir: args.cache.cache_dir.as_deref(),
+        device: args.device.as_deref(),
+        threads,
+    })?;
     let tok = &engine.loaded.tokenizer;
 
     // Tokenize everything up front: a bad prompt fails before any work.

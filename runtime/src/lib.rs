@@ -17,6 +17,7 @@ pub mod fetch;
 pub mod generate;
 pub mod gguf;
 pub mod model;
+pub mod open;
 pub mod policy;
 pub mod pool;
 pub mod prompts;

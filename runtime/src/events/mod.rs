@@ -15,7 +15,8 @@ pub use crate::generate::FinishReason;
 pub use served::{ServedSpeculative, ServedTimings};
 
 use crate::build_info::BuildInfo;
-use crate::generate::Generation;
+use crate::generate::{Engine, Generation};
+use kernels::dispatch;
 use crate::model::ModelInfo;
 use crate::sampling::SamplingParams;
 use crate::spec::decode::SpecStats;
@@ -100,6 +101,45 @@ pub struct Startup {
     /// is usable by a program) and the served model id; absent elsewhere.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub server: Option<ServerInfo>,
+}
+
+/// The `startup` event: this build, the device, the target and the
+/// speculative configuration (`generate` and `serve` both write it).
+pub fn startup_event(
+    engine: &Engine,
+    selection: &dispatch::Selection,
+    decoding: &crate::spec::setup::Decoding,
+    sampling: SamplingParams,
+    max_tokens: usize,
+    cuda: Option<crate::device::CudaReport>,
+) -> Startup {
+    let spec = decoding.speculation.as_ref();
+    let device_class = engine.loaded.model.device_class(selection.family);
+    let verify_fingerprint = crate::policy::verify_fingerprint(&device_class, Some(&engine.loaded.info.weight_formats));
+    Startup {
+        schema_version: SCHEMA_VERSION,
+        build: BuildInfo::current(),
+        device_class,
+        kernel_family: engine.loaded.model.kernel_family_name(selection.family).into(),
+        kernel_family_forced: selection.forced,
+        threads: engine.threads,
+        multirow: dispatch::multirow_enabled(),
+        target: engine.loaded.info.clone(),
+        tokenizer: engine.loaded.tokenizer.source.clone(),
+        drafter: spec.map_or("none".into(), |s| s.kind.to_string()),
+        drafter_from: decoding.drafter_from().into(),
+        drafter_settings: spec.map(|s| s.settings.clone()),
+        block_size: spec.and_then(|s| s.block_size),
+        block_size_from: decoding.resolution.block_size_from.clone(),
+        kernel_fingerprint: crate::policy::KERNEL_FINGERPRINT.into(),
+        verify_fingerprint,
+        exactness_probe: spec.and_then(|s| s.probe.clone()),
+        allow_inexact: spec.is_some_and(|s| s.allow_inexact),
+        sampling,
+        max_tokens,
+        cuda,
+        server: None,
+    }
 }
 
 /// The listening side of `runtime serve`, in its `startup` event.
