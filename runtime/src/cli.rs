@@ -154,6 +154,20 @@ pub struct SpecArgs {
     pub allow_inexact: bool,
 }
 
+impl From<&SpecArgs> for crate::spec::setup::SpecSettings {
+    fn from(a: &SpecArgs) -> Self {
+        crate::spec::setup::SpecSettings {
+            drafter: a.drafter.clone(),
+            draft_block_size: a.draft_block_size.clone(),
+            drafter_model: a.drafter_model.clone(),
+            layerskip_layers: a.layerskip_layers.clone(),
+            ngram_max: a.ngram_max,
+            ngram_min: a.ngram_min,
+            allow_inexact: a.allow_inexact,
+        }
+    }
+}
+
 /// `runtime fetch-model`: the default model's path in the cache, fetched if needed.
 pub fn fetch_model(c: CacheArgs) -> Result<ExitCode> {
     let p = fetch::ensure_default_model(c.cache_dir.as_deref())?;
@@ -244,7 +258,7 @@ fn width_curve(args: &BenchArgs, kind: &str, engine: &Engine) -> Result<ExitCode
             None => tasks.push(Task { name, prompts: vec![(it.id.clone(), ids)] }),
         }
     }
-    let (drafter_kind, mut drafter) = crate::spec::setup::build_drafter(kind, &args.spec, engine)?;
+    let (drafter_kind, mut drafter) = crate::spec::setup::build_drafter(kind, &(&args.spec).into(), engine)?;
     let spec = CurveSpec {
         drafter: drafter_kind.to_string(),
         widths: args.widths.clone(),
