@@ -89,7 +89,7 @@ mod tests {
 
     #[test]
     fn speculative_counters_and_declines_read_back_as_their_own_shape() {
-        let ran = r#"{"accepted":3,"acceptance_rate":null,"block_size":2,"drafted":4,"drafter":"ngram","emitted_per_verify":1.5,"rounds":2}"#;
+        let ran = r#"{"acceptance_rate":null,"accepted":3,"block_size":2,"drafted":4,"drafter":"ngram","emitted_per_verify":1.5,"rounds":2}"#;
         let declined = r#"{"block_size":2,"declined":"probe failed","drafter":"ngram"}"#;
         let r: ServedSpeculative = serde_json::from_str(ran).unwrap();
         assert!(matches!(r, ServedSpeculative::Ran { rounds: 2, acceptance_rate: None, .. }), "{r:?}");
