@@ -185,7 +185,7 @@ pub fn build_info(json: bool) -> Result<ExitCode> {
             "runtime {} ({}{}), {}, profile {}, features [{}]",
             b.version,
             b.git_commit,
-            if b.git_dirty == "true" { ", dirty" } else { "" },
+            if b.git_dirty == crate::build_info::GitDirty::Dirty { ", dirty" } else { "" },
             b.rustc,
             b.profile,
             b.features.join(", ")

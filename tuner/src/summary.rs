@@ -221,7 +221,14 @@ pub struct ContentionRerun {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct AcceptedUnknown {
     pub arm: usize,
-    pub sources: Vec<String>,
+    pub sources: Vec<crate::gate::Source>,
+}
+
+impl AcceptedUnknown {
+    /// The sources as `--accept-unknown` names them, comma-separated.
+    pub fn source_names(&self) -> String {
+        self.sources.iter().map(|s| s.name()).collect::<Vec<_>>().join(", ")
+    }
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -764,7 +771,7 @@ pub fn summarize(raw: &RawFile) -> Result<Summary> {
         {
             accepted_unknown.push(AcceptedUnknown {
                 arm: s.arm,
-                sources: s.gate.report.verdict.accepted_unknown.iter().map(|a| a.source.name().to_string()).collect(),
+                sources: s.gate.report.verdict.accepted_unknown.iter().map(|a| a.source).collect(),
             });
         }
     }
