@@ -181,8 +181,7 @@ pub fn check(s: &Summary) -> Result<(), Refusal> {
         return Err(Refusal::Inexact(why));
     }
     if !s.accepted_unknown.is_empty() {
-        let a: Vec<String> =
-            s.accepted_unknown.iter().map(|a| format!("{} ({})", a.arm, a.source_names())).collect();
+        let a: Vec<String> = s.accepted_unknown.iter().map(|a| format!("{} ({})", a.arm, a.source_names())).collect();
         return Err(Refusal::AcceptedUnknown(a.join(", ")));
     }
     if let Some(w) = s.decision.width

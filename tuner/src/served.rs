@@ -20,12 +20,11 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use runtime::prompts::PromptItem;
 use runtime::events::{Completion, Event, ServedTimings, SpeculationReport, Startup};
+use runtime::prompts::PromptItem;
 
 use crate::raw::{
-    ArmEnd, ArmStartup, PlannedArm, RawLine, RawWriter, ServedSample, ServedSettings, ServerEnd, ServerStop,
-    Settings,
+    ArmEnd, ArmStartup, PlannedArm, RawLine, RawWriter, ServedSample, ServedSettings, ServerEnd, ServerStop, Settings,
 };
 use crate::stream::{self, Endpoint};
 use crate::sweep::{MAX_EVENT_LINE_BYTES, RowContext};

@@ -10,8 +10,8 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use runtime::prompts::PromptKind;
 use runtime::events::{FinishReason, ServedTimings, Usage};
+use runtime::prompts::PromptKind;
 use serde::Deserialize;
 
 use crate::http::{self, HttpError, SseEvent};

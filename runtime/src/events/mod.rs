@@ -16,11 +16,11 @@ pub use served::{ServedSpeculative, ServedTimings};
 
 use crate::build_info::BuildInfo;
 use crate::generate::{Engine, Generation};
-use kernels::dispatch;
 use crate::model::ModelInfo;
 use crate::sampling::SamplingParams;
 use crate::spec::decode::SpecStats;
 use crate::spec::probe::ProbeReport;
+use kernels::dispatch;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
