@@ -1,55 +1,21 @@
-//! The `runtime` command line: `generate`, `serve`, `fetch-model`, `build-info`, `policy`, `bench`.
+//! The `runtime` commands that run in this module: `generate`, `bench`,
+//! `fetch-model`, `build-info`, with their flags. The command tree itself is
+//! the binary's (`main.rs`); `serve` and `policy` live in their own modules.
 
 use crate::build_info::BuildInfo;
-use crate::device::DeviceRequest;
-use crate::events::{Completion, Event, SCHEMA_VERSION, Startup, Usage, sha256_hex, token_ids_sha256};
+use crate::events::{Completion, Event, SpeculationReport, startup_event};
 use crate::fetch;
-use crate::generate::{Engine, FinishReason, Generation, NoSink};
-use crate::model;
+use crate::generate::{Engine, NoSink};
+use crate::open::{OpenSettings, Opened, open};
+use crate::prompts::{PromptItem, PromptKind, parse_prompts};
 use crate::sampling::SamplingParams;
-use crate::tokenizer::Tokenizer;
 use crate::tokenizer::chat::Message;
 use anyhow::{Context, Result, bail};
-use clap::{Args, Parser, Subcommand};
+use clap::Args;
 use kernels::dispatch;
-use serde::Deserialize;
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
-
-/// draftwise runtime: an LLM inference engine with measured speculative defaults.
-#[derive(Parser, Debug)]
-#[command(
-    name = "runtime",
-    version,
-    after_help = "Exit status: 0 on success, 1 when the command fails, 2 for a usage error (a bad flag or value)."
-)]
-pub struct Cli {
-    #[command(subcommand)]
-    pub command: Command,
-}
-
-#[derive(Subcommand, Debug)]
-pub enum Command {
-    /// Generate completions for a prompt or a prompt set.
-    Generate(GenerateArgs),
-    /// Serve the model over HTTP with an OpenAI-compatible API (docs/serve.md).
-    Serve(crate::serve::ServeArgs),
-    /// Download the default model (SmolLM2-135M-Instruct Q4_1) into the cache and verify it.
-    FetchModel(FetchModelArgs),
-    /// Print this build's identity.
-    BuildInfo {
-        /// One JSON object instead of text.
-        #[arg(long)]
-        json: bool,
-    },
-    /// The draft-width policy: `show` the compiled table, `explain` a resolution.
-    #[command(subcommand)]
-    Policy(crate::policy::command::PolicyCommand),
-    /// Measure prefill and decode tokens per second, the verify-cost curve, or (with
-    /// --drafter) the speculative width curve against classic decoding.
-    Bench(BenchArgs),
-}
 
 #[derive(Args, Debug, Clone)]
 pub struct BenchArgs {
@@ -197,184 +163,50 @@ pub struct SpecArgs {
     pub allow_inexact: bool,
 }
 
-/// One prompt of a set.
-#[derive(Debug, Clone)]
-pub struct PromptItem {
-    pub id: String,
-    pub kind: PromptKind,
-    /// The line's `type` tag (task type), when it has one.
-    pub tag: Option<String>,
-}
-
-#[derive(Debug, Clone)]
-pub enum PromptKind {
-    Text(String),
-    Chat(Vec<Message>),
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct PromptLine {
-    id: serde_json::Value,
-    #[serde(default)]
-    prompt: Option<String>,
-    #[serde(default)]
-    messages: Option<Vec<Message>>,
-    /// Free-form tag (task type): carried by the tuner, groups `bench --drafter`'s tasks.
-    #[serde(default, rename = "type")]
-    tag: Option<String>,
-}
-
-/// Parses a JSONL prompt set; errors name the line.
-pub fn parse_prompts(text: &str, origin: &Path) -> Result<Vec<PromptItem>> {
-    let mut out = Vec::new();
-    let mut seen = std::collections::HashSet::new();
-    for (i, line) in text.lines().enumerate() {
-        let n = i + 1;
-        if line.trim().is_empty() {
-            continue;
-        }
-        let p: PromptLine =
-            serde_json::from_str(line).with_context(|| format!("{}:{n}: not a prompt object", origin.display()))?;
-        let id = match p.id {
-            serde_json::Value::String(s) => s,
-            serde_json::Value::Number(x) => x.to_string(),
-            other => bail!("{}:{n}: id must be a string or number, got {other}", origin.display()),
-        };
-        if !seen.insert(id.clone()) {
-            bail!("{}:{n}: duplicate id {id:?}", origin.display());
-        }
-        let kind = match (p.prompt, p.messages) {
-            (Some(t), None) => PromptKind::Text(t),
-            (None, Some(m)) if !m.is_empty() => PromptKind::Chat(m),
-            (None, Some(_)) => bail!("{}:{n}: messages is empty", origin.display()),
-            _ => bail!("{}:{n}: give exactly one of \"prompt\" or \"messages\"", origin.display()),
-        };
-        out.push(PromptItem { id, kind, tag: p.tag });
-    }
-    if out.is_empty() {
-        bail!("{}: no prompts", origin.display());
-    }
-    Ok(out)
-}
-
-/// The model path: the flag (a path, or a known model's name: its cached
-/// file, fetched if needed), or the default model (fetched if needed).
-pub fn resolve_model(model: Option<&Path>, cache: &CacheArgs) -> Result<PathBuf> {
-    match model {
-        Some(p) => Ok(fetch::resolve_model_arg(p, cache.cache_dir.as_deref())?),
-        None => Ok(fetch::ensure_default_model(cache.cache_dir.as_deref())?),
-    }
-}
-
-pub fn run(cli: Cli) -> Result<ExitCode> {
-    match cli.command {
-        Command::Generate(args) => generate(args),
-        Command::Serve(args) => crate::serve::run(args),
-        Command::FetchModel(c) => {
-            let Some(spec) = fetch::find_model(&c.model) else {
-                bail!("fetch-model --model {}: not a known model (known: {})", c.model, fetch::model_names());
-            };
-            let p = fetch::ensure_model(spec, c.cache.cache_dir.as_deref())?;
-            println!("{}", p.display());
-            Ok(ExitCode::SUCCESS)
-        }
-        Command::Policy(p) => crate::policy::command::run(p),
-        Command::Bench(args) => bench(args),
-        Command::BuildInfo { json } => {
-            let b = BuildInfo::current();
-            if json {
-                println!("{}", serde_json::to_string(&b)?);
-            } else {
-                println!(
-                    "runtime {} ({}{}), {}, profile {}, features [{}]",
-                    b.version,
-                    b.git_commit,
-                    if b.git_dirty == "true" { ", dirty" } else { "" },
-                    b.rustc,
-                    b.profile,
-                    b.features.join(", ")
-                );
-            }
-            Ok(ExitCode::SUCCESS)
+impl From<&SpecArgs> for crate::spec::setup::SpecSettings {
+    fn from(a: &SpecArgs) -> Self {
+        crate::spec::setup::SpecSettings {
+            drafter: a.drafter.clone(),
+            draft_block_size: a.draft_block_size.clone(),
+            drafter_model: a.drafter_model.clone(),
+            layerskip_layers: a.layerskip_layers.clone(),
+            ngram_max: a.ngram_max,
+            ngram_min: a.ngram_min,
+            allow_inexact: a.allow_inexact,
         }
     }
 }
 
-/// The `startup` event: this build, the device, the target and the
-/// speculative configuration (`generate` and `serve` both write it).
-pub fn startup_event(
-    engine: &Engine,
-    selection: &dispatch::Selection,
-    decoding: &crate::spec::setup::Decoding,
-    sampling: SamplingParams,
-    max_tokens: usize,
-    cuda: Option<crate::device::CudaReport>,
-) -> Startup {
-    let spec = decoding.speculation.as_ref();
-    let device_class = engine.loaded.model.device_class(selection.family);
-    let verify_fingerprint = crate::policy::verify_fingerprint(&device_class, Some(&engine.loaded.info.weight_formats));
-    Startup {
-        schema_version: SCHEMA_VERSION,
-        build: BuildInfo::current(),
-        device_class,
-        kernel_family: engine.loaded.model.kernel_family_name(selection.family).into(),
-        kernel_family_forced: selection.forced,
-        threads: engine.threads,
-        multirow: dispatch::multirow_enabled(),
-        target: engine.loaded.info.clone(),
-        tokenizer: engine.loaded.tokenizer.source.clone(),
-        chat_template: engine.loaded.tokenizer.chat_template_from.to_string(),
-        drafter: spec.map_or("none".into(), |s| s.kind.to_string()),
-        drafter_from: decoding.drafter_from().into(),
-        drafter_settings: spec.map(|s| s.settings.clone()),
-        block_size: spec.and_then(|s| s.block_size),
-        block_size_from: decoding.resolution.block_size_from.clone(),
-        kernel_fingerprint: crate::policy::KERNEL_FINGERPRINT.into(),
-        verify_fingerprint,
-        exactness_probe: spec.and_then(|s| s.probe.clone()),
-        allow_inexact: spec.is_some_and(|s| s.allow_inexact),
-        sampling,
-        max_tokens,
-        cuda,
-        server: None,
+/// `runtime fetch-model`: a known model's path in the cache, fetched if needed.
+pub fn fetch_model(c: FetchModelArgs) -> Result<ExitCode> {
+    let Some(spec) = fetch::find_model(&c.model) else {
+        bail!("fetch-model --model {}: not a known model (known: {})", c.model, fetch::model_names());
+    };
+    let p = fetch::ensure_model(spec, c.cache.cache_dir.as_deref())?;
+    println!("{}", p.display());
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `runtime build-info`: this build's identity, as text or one JSON object.
+pub fn build_info(json: bool) -> Result<ExitCode> {
+    let b = BuildInfo::current();
+    if json {
+        println!("{}", serde_json::to_string(&b)?);
+    } else {
+        println!(
+            "runtime {} ({}{}), {}, profile {}, features [{}]",
+            b.version,
+            b.git_commit,
+            if b.git_dirty == crate::build_info::GitDirty::Dirty { ", dirty" } else { "" },
+            b.rustc,
+            b.profile,
+            b.features.join(", ")
+        );
     }
+    Ok(ExitCode::SUCCESS)
 }
 
-/// The `completion` event of a finished request.
-pub fn completion_event(id: &str, warmup: bool, repeat: usize, g: Generation, tok: &Tokenizer) -> Result<Completion> {
-    let text = tok.decode(&g.token_ids)?;
-    let decode_tokens = g.token_ids.len().saturating_sub(1);
-    Ok(Completion {
-        schema_version: SCHEMA_VERSION,
-        prompt_id: id.to_string(),
-        warmup,
-        repeat,
-        usage: Usage {
-            prompt_tokens: g.prompt_tokens,
-            completion_tokens: g.token_ids.len(),
-            total_tokens: g.prompt_tokens + g.token_ids.len(),
-        },
-        finish_reason: match g.finish_reason {
-            FinishReason::Stop => "stop",
-            FinishReason::Length => "length",
-        }
-        .into(),
-        text_sha256: sha256_hex(text.as_bytes()),
-        token_ids_sha256: token_ids_sha256(&g.token_ids),
-        text,
-        token_ids: g.token_ids,
-        prefill_ms: g.prefill_s * 1e3,
-        decode_ms: g.decode_s * 1e3,
-        total_ms: (g.prefill_s + g.decode_s) * 1e3,
-        decode_steps: g.decode_steps,
-        decode_tokens,
-        decode_tok_per_s: (decode_tokens > 0 && g.decode_s > 0.0).then(|| decode_tokens as f64 / g.decode_s),
-        prefill_tok_per_s: g.prompt_tokens as f64 / g.prefill_s,
-    })
-}
-
-fn bench(args: BenchArgs) -> Result<ExitCode> {
+pub fn bench(args: BenchArgs) -> Result<ExitCode> {
     let threads = crate::limits::resolve_threads(args.threads)?;
     if args.reps == 0 {
         bail!("--reps must be at least 1");
@@ -382,12 +214,12 @@ fn bench(args: BenchArgs) -> Result<ExitCode> {
     if args.verify_cost && args.max_width == 0 {
         bail!("--max-width must be at least 1");
     }
-    let selection = dispatch::selected()?;
-    let device = DeviceRequest::parse(args.device.as_deref())?;
-    let path = resolve_model(args.model.as_deref(), &args.cache)?;
-    let mut loaded = model::load(&path).with_context(|| format!("loading {}", path.display()))?;
-    crate::device::place(&mut loaded, device)?;
-    let engine = Engine::new(loaded, selection.family, threads)?;
+    let Opened { engine, path, .. } = open(OpenSettings {
+        model: args.model.as_deref(),
+        cache_dir: args.cache.cache_dir.as_deref(),
+        device: args.device.as_deref(),
+        threads,
+    })?;
     let spec = crate::bench::BenchSpec {
         prompt_tokens: args.prompt_tokens.max(1),
         gen_tokens: args.gen_tokens,
@@ -431,14 +263,14 @@ fn width_curve(args: &BenchArgs, kind: &str, engine: &Engine) -> Result<ExitCode
     let tok = &engine.loaded.tokenizer;
     let mut tasks: Vec<Task> = Vec::new();
     for it in &items {
-        let ids = encode_item(tok, it)?;
-        let name = it.tag.clone().unwrap_or_else(|| "untagged".into());
+        let ids = it.encode(tok)?;
+        let name = it.task_type().to_string();
         match tasks.iter_mut().find(|t| t.name == name) {
             Some(t) => t.prompts.push((it.id.clone(), ids)),
             None => tasks.push(Task { name, prompts: vec![(it.id.clone(), ids)] }),
         }
     }
-    let (drafter_kind, mut drafter) = crate::spec::setup::build_drafter(kind, &args.spec, engine)?;
+    let (drafter_kind, mut drafter) = crate::spec::setup::build_drafter(kind, &(&args.spec).into(), engine)?;
     let spec = CurveSpec {
         drafter: drafter_kind.to_string(),
         widths: args.widths.clone(),
@@ -475,21 +307,7 @@ fn width_curve(args: &BenchArgs, kind: &str, engine: &Engine) -> Result<ExitCode
     Ok(ExitCode::SUCCESS)
 }
 
-/// A prompt item's token ids (chat items through the chat template).
-fn encode_item(tok: &Tokenizer, it: &PromptItem) -> Result<Vec<u32>> {
-    let ids = match &it.kind {
-        PromptKind::Text(t) => tok.encode_prompt(t),
-        // Message content as text: the same ids `runtime serve` gives a chat.
-        PromptKind::Chat(m) => tok.encode_chat(m, usize::MAX),
-    }
-    .with_context(|| format!("prompt {}", it.id))?;
-    if ids.is_empty() {
-        bail!("prompt {}: encodes to no tokens", it.id);
-    }
-    Ok(ids)
-}
-
-fn generate(args: GenerateArgs) -> Result<ExitCode> {
+pub fn generate(args: GenerateArgs) -> Result<ExitCode> {
     let sampling =
         SamplingParams { temperature: args.temperature, top_k: args.top_k, top_p: args.top_p, seed: args.seed };
     sampling.validate().map_err(anyhow::Error::msg)?;
@@ -509,19 +327,18 @@ fn generate(args: GenerateArgs) -> Result<ExitCode> {
         }
         (None, None) => bail!("give --prompt or --prompts"),
     };
-    let selection = dispatch::selected()?;
-    let device = DeviceRequest::parse(args.device.as_deref())?;
-    let path = resolve_model(args.model.as_deref(), &args.cache)?;
-    tracing::info!(model = %path.display(), "loading");
-    let mut loaded = model::load(&path).with_context(|| format!("loading {}", path.display()))?;
-    let cuda = crate::device::place(&mut loaded, device)?;
-    let engine = Engine::new(loaded, selection.family, threads)?;
+    let Opened { engine, selection, cuda, .. } = open(OpenSettings {
+        model: args.model.as_deref(),
+        cache_dir: args.cache.cache_dir.as_deref(),
+        device: args.device.as_deref(),
+        threads,
+    })?;
     let tok = &engine.loaded.tokenizer;
 
     // Tokenize everything up front: a bad prompt fails before any work.
     let mut prompts = Vec::with_capacity(items.len());
     for it in &items {
-        prompts.push((it.id.clone(), encode_item(tok, it)?));
+        prompts.push((it.id.clone(), it.encode(tok)?));
     }
 
     let decoding = crate::spec::setup::Speculation::from_args(&args.spec, &engine)?;
@@ -541,24 +358,26 @@ fn generate(args: GenerateArgs) -> Result<ExitCode> {
             let (g, extra) =
                 crate::request::decode(&engine, spec.as_mut(), ids, args.max_tokens, &sampling, &mut NoSink, tag)
                     .with_context(|| format!("prompt {id}"))?;
-            let c = completion_event(id, warmup, repeat, g, tok)?;
+            let text = tok.decode(&g.token_ids)?;
+            let c = Completion::new(id, warmup, repeat, g, text);
+            let extra = extra.and_then(SpeculationReport::from_event);
             if args.json {
                 writeln!(out, "{}", Event::Completion(c).to_line())?;
-                if let Some(e) = extra {
-                    writeln!(out, "{}", e.to_line())?;
+                if let Some(s) = extra {
+                    writeln!(out, "{}", s.into_event().to_line())?;
                 }
             } else if !warmup {
                 writeln!(out, "{}", c.text)?;
                 eprintln!(
                     "[{}] prompt {} tok, completion {} tok ({}), prefill {:.1} tok/s, decode {} tok/s",
                     c.prompt_id,
-                    c.usage.prompt_tokens,
-                    c.usage.completion_tokens,
-                    c.finish_reason,
-                    c.prefill_tok_per_s,
-                    c.decode_tok_per_s.map_or("-".into(), |v| format!("{v:.1}")),
+                    c.outcome.usage.prompt_tokens,
+                    c.outcome.usage.completion_tokens,
+                    c.outcome.finish_reason.as_str(),
+                    c.outcome.prefill_tok_per_s,
+                    c.outcome.decode_tok_per_s.map_or("-".into(), |v| format!("{v:.1}")),
                 );
-                if let Some(Event::SpeculativeDiagnostics(d)) = &extra {
+                if let Some(d) = extra.as_ref().and_then(SpeculationReport::diagnostics) {
                     eprintln!(
                         "[{}] {} rounds, accepted {}/{} drafted, {} tokens per verify",
                         c.prompt_id,

@@ -1,7 +1,54 @@
-//! `runtime`: a thin binary over the `runtime` library.
-use clap::Parser;
+//! `runtime`: a thin binary over the `runtime` library: the command tree,
+//! and a dispatch to the library function that runs each command.
+use clap::{Parser, Subcommand};
+use runtime::cli::{BenchArgs, GenerateArgs};
 use std::io::IsTerminal;
 use std::process::ExitCode;
+
+/// draftwise runtime: an LLM inference engine with measured speculative defaults.
+#[derive(Parser, Debug)]
+#[command(
+    name = "runtime",
+    version,
+    after_help = "Exit status: 0 on success, 1 when the command fails, 2 for a usage error (a bad flag or value)."
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Generate completions for a prompt or a prompt set.
+    Generate(GenerateArgs),
+    /// Serve the model over HTTP with an OpenAI-compatible API (docs/serve.md).
+    Serve(runtime::serve::ServeArgs),
+    /// Download a known model into the cache and verify it (default smollm2-135m: SmolLM2-135M-Instruct Q4_1; --model gemma3-270m).
+    FetchModel(runtime::cli::FetchModelArgs),
+    /// Print this build's identity.
+    BuildInfo {
+        /// One JSON object instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// The draft-width policy: `show` the compiled table, `explain` a resolution.
+    #[command(subcommand)]
+    Policy(runtime::policy::command::PolicyCommand),
+    /// Measure prefill and decode tokens per second, the verify-cost curve, or (with
+    /// --drafter) the speculative width curve against classic decoding.
+    Bench(BenchArgs),
+}
+
+fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    match cli.command {
+        Command::Generate(args) => runtime::cli::generate(args),
+        Command::Serve(args) => runtime::serve::run(args),
+        Command::FetchModel(c) => runtime::cli::fetch_model(c),
+        Command::Policy(p) => runtime::policy::command::run(p),
+        Command::Bench(args) => runtime::cli::bench(args),
+        Command::BuildInfo { json } => runtime::cli::build_info(json),
+    }
+}
 
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
@@ -10,7 +57,7 @@ fn main() -> ExitCode {
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("DRAFTWISE_LOG").unwrap_or_else(|_| "info".into()))
         .init();
     // Usage errors exit 2 (clap exits before `run`); runtime errors exit 1.
-    match runtime::cli::run(runtime::cli::Cli::parse()) {
+    match run(Cli::parse()) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("error: {}", runtime::limits::error_chain(&e));

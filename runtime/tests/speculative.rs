@@ -7,8 +7,8 @@ mod common;
 
 use common::model;
 use kernels::dispatch::KernelFamily;
-use runtime::cli::{PromptKind, parse_prompts};
 use runtime::generate::Engine;
+use runtime::prompts::{PromptKind, parse_prompts};
 use runtime::sampling::SamplingParams;
 use runtime::spec::drafter::{Drafter, ModelDrafter, NgramDrafter};
 use std::path::Path;

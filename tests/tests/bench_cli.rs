@@ -100,7 +100,7 @@ fn bench_width_curve_measures_classic_and_every_width_per_task_and_checks_identi
     assert_eq!(r["event"], "bench_width_curve");
     let tasks = r["tasks"].as_array().unwrap();
     let names: Vec<&str> = tasks.iter().map(|t| t["task"].as_str().unwrap()).collect();
-    assert_eq!(names, ["edit", "free", "untagged"], "tasks in first-seen order");
+    assert_eq!(names, ["edit", "free", "untyped"], "tasks in first-seen order");
     for t in tasks {
         let arms = t["arms"].as_array().unwrap();
         let widths: Vec<serde_json::Value> = arms.iter().map(|a| a["width"].clone()).collect();

@@ -56,16 +56,16 @@ fn json_events_describe_startup_and_every_completion_with_true_hashes() {
     assert_eq!(completions.len(), 6);
     assert_eq!(completions.iter().filter(|c| c.warmup).count(), 2);
     for c in &completions {
-        assert_eq!(c.text_sha256, sha256_hex(c.text.as_bytes()));
-        assert_eq!(c.token_ids_sha256, token_ids_sha256(&c.token_ids));
-        assert_eq!(c.usage.completion_tokens, c.token_ids.len());
-        assert_eq!(c.usage.total_tokens, c.usage.prompt_tokens + c.usage.completion_tokens);
-        assert!(c.usage.completion_tokens <= 12);
+        assert_eq!(c.outcome.text_sha256, sha256_hex(c.text.as_bytes()));
+        assert_eq!(c.outcome.token_ids_sha256, token_ids_sha256(&c.outcome.token_ids));
+        assert_eq!(c.outcome.usage.completion_tokens, c.outcome.token_ids.len());
+        assert_eq!(c.outcome.usage.total_tokens, c.outcome.usage.prompt_tokens + c.outcome.usage.completion_tokens);
+        assert!(c.outcome.usage.completion_tokens <= 12);
     }
     let capital: Vec<_> = completions.iter().filter(|c| c.prompt_id == "capital").collect();
     assert!(capital.iter().all(|c| c.text.contains("Paris")), "{:?}", capital[0].text);
     // Greedy decoding is a function of the prompt: every pass agrees.
-    assert!(capital.windows(2).all(|w| w[0].token_ids == w[1].token_ids));
+    assert!(capital.windows(2).all(|w| w[0].outcome.token_ids == w[1].outcome.token_ids));
     assert!(completions.iter().any(|c| c.prompt_id == "7"));
 }
 

@@ -38,9 +38,9 @@ fn expected() -> &'static [Completion] {
 
 fn usage_of(c: &Completion) -> Value {
     json!({
-        "prompt_tokens": c.usage.prompt_tokens,
-        "completion_tokens": c.usage.completion_tokens,
-        "total_tokens": c.usage.total_tokens,
+        "prompt_tokens": c.outcome.usage.prompt_tokens,
+        "completion_tokens": c.outcome.usage.completion_tokens,
+        "total_tokens": c.outcome.usage.total_tokens,
     })
 }
 
@@ -131,7 +131,7 @@ fn greedy_responses_equal_runtime_generate_with_its_usage() {
         let v = r.json();
         assert_eq!(response_text(&v, chat), want.text, "{p:?}");
         assert_eq!(v["usage"], usage_of(want), "{p:?}");
-        assert_eq!(v["choices"][0]["finish_reason"], want.finish_reason);
+        assert_eq!(v["choices"][0]["finish_reason"], want.outcome.finish_reason.as_str());
         assert_eq!(v["object"], if chat { "chat.completion" } else { "text_completion" });
         assert_eq!(v["model"], model());
 
@@ -141,7 +141,7 @@ fn greedy_responses_equal_runtime_generate_with_its_usage() {
         let (text, usage, finish) = streamed_text(&s.post(p.path(), &body), chat);
         assert_eq!(text, want.text, "streamed {p:?}");
         assert_eq!(usage, usage_of(want), "streamed {p:?}");
-        assert_eq!(finish.as_deref(), Some(want.finish_reason.as_str()));
+        assert_eq!(finish.as_deref(), Some(want.outcome.finish_reason.as_str()));
 
         // Without include_usage there is no usage chunk.
         body["stream_options"] = json!({"include_usage": false});
@@ -221,7 +221,7 @@ fn stop_strings_cut_the_text_streamed_or_not() {
     assert_eq!(response_text(&v, true), want.text[..cut]);
     assert_eq!(v["choices"][0]["finish_reason"], "stop");
     let n = v["usage"]["completion_tokens"].as_u64().unwrap() as usize;
-    assert!(n < want.usage.completion_tokens, "generation stopped at the stop string");
+    assert!(n < want.outcome.usage.completion_tokens, "generation stopped at the stop string");
     body["stream"] = json!(true);
     body["stream_options"] = json!({"include_usage": true});
     let (text, usage, finish) = streamed_text(&s.post(p.path(), &body), true);

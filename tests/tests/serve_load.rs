@@ -82,7 +82,7 @@ fn eight_clients_times_twenty_requests_lose_and_mix_up_nothing_in_bounded_memory
     for (i, want) in expected.iter().enumerate() {
         let (_, text, n) = run_one(server.addr, &model, i, i % 2 == 0).unwrap();
         assert_eq!(text, want.text);
-        assert_eq!(n as usize, want.usage.completion_tokens);
+        assert_eq!(n as usize, want.outcome.usage.completion_tokens);
     }
     let rss_before = server.rss_kib();
     let t0 = Instant::now();
@@ -114,10 +114,10 @@ fn eight_clients_times_twenty_requests_lose_and_mix_up_nothing_in_bounded_memory
                 if *text != expected[*i].text {
                     errors.push(format!("prompt {i}: got {text:?}, want {:?}", expected[*i].text));
                 }
-                if *n as usize != expected[*i].usage.completion_tokens {
+                if *n as usize != expected[*i].outcome.usage.completion_tokens {
                     errors.push(format!(
                         "prompt {i}: {n} completion tokens, want {}",
-                        expected[*i].usage.completion_tokens
+                        expected[*i].outcome.usage.completion_tokens
                     ));
                 }
                 if !ids.insert(id.clone()) {

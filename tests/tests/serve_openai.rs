@@ -81,13 +81,13 @@ fn the_official_openai_client_gets_runtime_generates_text_and_usage() {
         let want = &expected[i];
         let what = format!("{:?} (stream: {})", PROMPTS[i], r["stream"]);
         assert_eq!(r["text"].as_str(), Some(want.text.as_str()), "{what}");
-        assert_eq!(r["finish_reason"], json!([want.finish_reason]), "{what}");
+        assert_eq!(r["finish_reason"], json!([want.outcome.finish_reason]), "{what}");
         assert_eq!(
             r["usage"],
             json!({
-                "prompt_tokens": want.usage.prompt_tokens,
-                "completion_tokens": want.usage.completion_tokens,
-                "total_tokens": want.usage.total_tokens,
+                "prompt_tokens": want.outcome.usage.prompt_tokens,
+                "completion_tokens": want.outcome.usage.completion_tokens,
+                "total_tokens": want.outcome.usage.total_tokens,
             }),
             "{what}"
         );

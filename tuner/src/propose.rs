@@ -17,6 +17,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 
+use runtime::build_info::GitDirty;
 use runtime::policy::table::{self, RecordCheck};
 use runtime::policy::{DrafterKind, Entry, TABLE_FILE};
 
@@ -180,8 +181,7 @@ pub fn check(s: &Summary) -> Result<(), Refusal> {
         return Err(Refusal::Inexact(why));
     }
     if !s.accepted_unknown.is_empty() {
-        let a: Vec<String> =
-            s.accepted_unknown.iter().map(|a| format!("{} ({})", a.arm, a.sources.join(", "))).collect();
+        let a: Vec<String> = s.accepted_unknown.iter().map(|a| format!("{} ({})", a.arm, a.source_names())).collect();
         return Err(Refusal::AcceptedUnknown(a.join(", ")));
     }
     if let Some(w) = s.decision.width
@@ -225,8 +225,7 @@ fn list<T: ToString + Ord>(xs: impl IntoIterator<Item = T>) -> String {
 }
 
 /// Refuses a record any of whose arms ran a dirty build, or a build whose
-/// dirty state is unknown (`BuildInfo::git_dirty` is "true", "false" or
-/// "unknown"; anything but "false" is refused).
+/// dirty state is unknown (anything but [`GitDirty::Clean`] is refused).
 ///
 /// Every `startup` in raw.jsonl counts, failed attempts included: a resumed
 /// sweep whose attempts ran different builds is not one build's measurement.
@@ -238,13 +237,13 @@ pub fn check_build(raw: &RawFile) -> Result<(), Refusal> {
         if let RawLine::Startup(a) = l {
             any = true;
             let b = &a.startup.build;
-            match b.git_dirty.as_str() {
-                "false" => {}
-                "true" => {
+            match b.git_dirty {
+                GitDirty::Clean => {}
+                GitDirty::Dirty => {
                     dirty.insert(a.arm, &b.git_commit);
                 }
-                other => {
-                    unknown.insert(a.arm, other);
+                GitDirty::Unknown => {
+                    unknown.insert(a.arm, GitDirty::Unknown.as_str());
                 }
             }
         }

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::io::{BufRead, Read, Write};
 use std::path::{Path, PathBuf};
 
-use runtime::events::{SpeculativeDiagnostics, Startup, Usage};
+use runtime::events::{Outcome, ServedTimings, SpeculationReport, SpeculativeDiagnostics, Startup};
 use serde::{Deserialize, Serialize};
 
 use crate::gate::{GateConfig, GateRun, Source};
@@ -220,7 +220,8 @@ pub struct ArmStartup {
     pub startup: Startup,
 }
 
-/// One recorded (non-warm-up) request.
+/// One recorded (non-warm-up) request: where it ran (arm, round, prompt,
+/// burst, gate), then the runtime's own record of it, flattened in.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct RequestRow {
     pub arm: usize,
@@ -228,30 +229,20 @@ pub struct RequestRow {
     pub round: usize,
     pub width: Option<usize>,
     pub bracket: Option<Bracket>,
-    /// The drafter the process ran (`none` for classic arms).
+    /// The drafter the process ran, from the event that followed the
+    /// completion (empty for a request no such event followed).
     pub drafter: String,
     pub prompt_id: String,
     pub prompt_type: String,
     /// Which burst (recorded pass over the prompt set) of the arm.
     pub burst: usize,
-    pub usage: Usage,
-    pub finish_reason: String,
-    pub prefill_ms: f64,
-    pub decode_ms: f64,
-    pub total_ms: f64,
-    pub decode_steps: usize,
-    pub decode_tokens: usize,
-    pub decode_tok_per_s: Option<f64>,
-    pub prefill_tok_per_s: f64,
-    pub text_sha256: String,
-    pub token_ids_sha256: String,
-    /// Kept so identity failures can name the first differing token.
-    pub token_ids: Vec<u32>,
-    /// The `speculative_diagnostics` event for this request, verbatim.
-    pub diagnostics: Option<SpeculativeDiagnostics>,
-    pub diagnostics_present: bool,
-    pub declined: bool,
-    pub declined_reason: Option<String>,
+    /// The `completion` event's measured part (its token ids are kept so
+    /// identity failures can name the first differing token).
+    #[serde(flatten)]
+    pub outcome: Outcome,
+    /// The `speculative_diagnostics` or `declined` event that followed it.
+    #[serde(flatten)]
+    pub speculation: RowSpeculation,
     /// The arm's NV_ERR_NO_MEMORY count before it started (`arm_end` has the count after).
     pub nvrm_before: Option<u64>,
     /// The arm's gate decision and the sources it accepted as unknown.
@@ -260,6 +251,80 @@ pub struct RequestRow {
     /// Served sweeps only: what the client measured (absent for generate arms).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub served: Option<ServedSample>,
+}
+
+impl RequestRow {
+    /// Attaches the event that followed this request's completion.
+    pub fn join(&mut self, s: SpeculationReport) {
+        self.drafter = s.drafter().to_string();
+        self.speculation = match s {
+            SpeculationReport::Diagnostics(d) => RowSpeculation::Diagnostics(d),
+            SpeculationReport::Declined(d) => RowSpeculation::Declined(d.reason),
+        };
+    }
+}
+
+/// What a raw row keeps of the event that followed a request's completion.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(from = "SpeculationFields", into = "SpeculationFields")]
+#[allow(clippy::large_enum_variant)] // one per request line: size is irrelevant
+pub enum RowSpeculation {
+    /// No event followed: a classic arm (or a speculative arm that wrote
+    /// none, which is not a measurement of speculation).
+    #[default]
+    None,
+    /// `speculative_diagnostics`, verbatim.
+    Diagnostics(SpeculativeDiagnostics),
+    /// `declined`: the request ran classic decoding, for this reason.
+    Declined(String),
+}
+
+impl RowSpeculation {
+    pub fn diagnostics(&self) -> Option<&SpeculativeDiagnostics> {
+        match self {
+            RowSpeculation::Diagnostics(d) => Some(d),
+            _ => None,
+        }
+    }
+
+    pub fn declined_reason(&self) -> Option<&str> {
+        match self {
+            RowSpeculation::Declined(r) => Some(r),
+            _ => None,
+        }
+    }
+}
+
+/// [`RowSpeculation`] as raw.jsonl writes it (docs/records.md): the two
+/// flags repeat what the options say, for readers of the JSON.
+#[derive(Clone, Serialize, Deserialize)]
+struct SpeculationFields {
+    diagnostics: Option<SpeculativeDiagnostics>,
+    diagnostics_present: bool,
+    declined: bool,
+    declined_reason: Option<String>,
+}
+
+impl From<RowSpeculation> for SpeculationFields {
+    fn from(s: RowSpeculation) -> Self {
+        let declined = s.declined_reason().is_some();
+        let (diagnostics, declined_reason) = match s {
+            RowSpeculation::None => (None, None),
+            RowSpeculation::Diagnostics(d) => (Some(d), None),
+            RowSpeculation::Declined(r) => (None, Some(r)),
+        };
+        SpeculationFields { diagnostics_present: diagnostics.is_some(), diagnostics, declined, declined_reason }
+    }
+}
+
+impl From<SpeculationFields> for RowSpeculation {
+    fn from(f: SpeculationFields) -> Self {
+        match (f.diagnostics, f.declined) {
+            (Some(d), _) => RowSpeculation::Diagnostics(d),
+            (None, true) => RowSpeculation::Declined(f.declined_reason.unwrap_or_default()),
+            (None, false) => RowSpeculation::None,
+        }
+    }
 }
 
 /// A served request as the client saw it (docs/records.md, "Served sweeps").
@@ -279,19 +344,9 @@ pub struct ServedSample {
     pub e2e_tok_per_s: Option<f64>,
     /// `data:` events received, `[DONE]` included.
     pub chunks: usize,
-    /// The response's `draftwise` object (its token ids are the row's `token_ids`).
-    pub server: Option<ServerTimings>,
-}
-
-/// The server-side timings a served response carries (`draftwise`, docs/serve.md).
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct ServerTimings {
-    pub queue_ms: f64,
-    pub prefill_ms: f64,
-    pub decode_ms: f64,
-    pub decode_steps: usize,
-    pub decode_tok_per_s: Option<f64>,
-    pub speculative: Option<crate::stream::ServedSpeculative>,
+    /// The response's `draftwise` object, without its token ids (they are
+    /// the row's `token_ids`).
+    pub server: Option<ServedTimings>,
 }
 
 /// How an arm's process ended.
@@ -593,6 +648,27 @@ mod tests {
         let e = read_raw(&p).unwrap_err();
         assert!(matches!(e, RawError::Malformed { line: 1, .. }), "{e}");
         assert!(e.to_string().contains("raw.jsonl:1"), "{e}");
+    }
+
+    #[test]
+    fn committed_request_lines_write_back_byte_for_byte() {
+        // The row is the tuner's context around the runtime's flattened
+        // record: its wire form must stay the one the committed records have.
+        let records = Path::new(env!("CARGO_MANIFEST_DIR")).join("../records");
+        let mut checked = 0;
+        for dir in std::fs::read_dir(&records).unwrap() {
+            let raw = dir.unwrap().path().join("raw.jsonl");
+            let Ok(text) = std::fs::read_to_string(&raw) else { continue };
+            // Older diagnostics lack fields that read back as their defaults
+            // (and so write back longer); every other line must be exact.
+            let current = |l: &&str| l.contains("\"diagnostics\":null") || l.contains("\"sample_ms\"");
+            for line in text.lines().filter(|l| l.starts_with("{\"kind\":\"request\"")).filter(current) {
+                let parsed: RawLine = serde_json::from_str(line).unwrap();
+                assert_eq!(serde_json::to_string(&parsed).unwrap(), line, "{}", raw.display());
+                checked += 1;
+            }
+        }
+        assert!(checked > 0, "no committed request lines under {}", records.display());
     }
 
     #[test]

@@ -550,7 +550,7 @@ pub fn markdown(raw: &RawFile, s: &Summary, dir_name: &str) -> String {
                 m,
                 "- **Gate**: before arm {}, source(s) {} were unknown and accepted (not checked).",
                 a.arm,
-                a.sources.join(", ")
+                a.source_names()
             );
         }
     }

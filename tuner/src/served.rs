@@ -20,12 +20,11 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use runtime::cli::PromptItem;
-use runtime::events::{Completion, Event, Startup};
+use runtime::events::{Completion, Event, ServedTimings, SpeculationReport, Startup};
+use runtime::prompts::PromptItem;
 
 use crate::raw::{
-    ArmEnd, ArmStartup, PlannedArm, RawLine, RawWriter, ServedSample, ServedSettings, ServerEnd, ServerStop,
-    ServerTimings, Settings,
+    ArmEnd, ArmStartup, PlannedArm, RawLine, RawWriter, ServedSample, ServedSettings, ServerEnd, ServerStop, Settings,
 };
 use crate::stream::{self, Endpoint};
 use crate::sweep::{MAX_EVENT_LINE_BYTES, RowContext};
@@ -134,7 +133,7 @@ struct Events {
     startup: Option<Startup>,
     completions: HashMap<String, Completion>,
     /// `speculative_diagnostics` or `declined`, by `prompt_id`.
-    extras: HashMap<String, Event>,
+    extras: HashMap<String, SpeculationReport>,
     bad: Vec<String>,
     closed: bool,
 }
@@ -174,11 +173,10 @@ impl Events {
                         self.bad.push(format!("two completion events for response {}", old.prompt_id));
                     }
                 }
-                Event::SpeculativeDiagnostics(d) => {
-                    self.extras.insert(d.prompt_id.clone(), Event::SpeculativeDiagnostics(d));
-                }
-                Event::Declined(d) => {
-                    self.extras.insert(d.prompt_id.clone(), Event::Declined(d));
+                ev => {
+                    if let Some(sp) = SpeculationReport::from_event(ev) {
+                        self.extras.insert(sp.request().0.to_string(), sp);
+                    }
                 }
             },
         }
@@ -187,7 +185,7 @@ impl Events {
 
     /// The completion event of response `id` (waiting up to [`EVENT_WAIT`])
     /// and, when `extra`, the diagnostics or decline that follow it.
-    fn take(&mut self, id: &str, extra: bool) -> (Option<Completion>, Option<Event>) {
+    fn take(&mut self, id: &str, extra: bool) -> (Option<Completion>, Option<SpeculationReport>) {
         let deadline = Instant::now() + EVENT_WAIT;
         while !self.completions.contains_key(id) && wait_left(deadline).is_some_and(|w| self.pump(w) || !self.closed) {}
         let Some(c) = self.completions.remove(id) else { return (None, None) };
@@ -395,37 +393,27 @@ pub fn run_arm(a: &ServedArm<'_>, w: &mut RawWriter) -> Result<ArmEnd> {
                 }
                 let text_sha256 = runtime::events::sha256_hex(got.text.as_bytes());
                 // The client's view must be the server's: same usage, text and tokens.
-                if got.usage != c.usage {
+                if got.usage != c.outcome.usage {
                     problems.push(format!(
                         "{what}: the response's usage {:?} differs from its event's {:?}",
-                        got.usage, c.usage
+                        got.usage, c.outcome.usage
                     ));
                 }
-                if text_sha256 != c.text_sha256 {
+                if text_sha256 != c.outcome.text_sha256 {
                     problems.push(format!("{what}: the streamed text differs from the text of its completion event"));
                 }
                 let ids = got.draftwise.as_ref().and_then(|d| d.token_ids.as_ref());
-                if ids.is_some_and(|ids| *ids != c.token_ids) {
+                if ids.is_some_and(|ids| *ids != c.outcome.token_ids) {
                     problems.push(format!("{what}: the response's draftwise.token_ids differ from its event's"));
                 }
-                let prompt_type = a.types.get(p.id.as_str()).map_or("untyped", |t| *t).to_string();
+                let prompt_type = a.types.get(p.id.as_str()).map_or(runtime::prompts::UNTYPED, |t| *t).to_string();
                 let mut row = a.rows.row(c, prompt_type, pass - s.warmup);
                 row.prompt_id = p.id.clone();
-                row.usage = got.usage.clone();
-                row.finish_reason = got.finish_reason.clone();
-                row.text_sha256 = text_sha256;
-                match extra {
-                    Some(Event::SpeculativeDiagnostics(d)) => {
-                        row.drafter = d.drafter.clone();
-                        row.diagnostics = Some(d);
-                        row.diagnostics_present = true;
-                    }
-                    Some(Event::Declined(d)) => {
-                        row.drafter = d.drafter.clone();
-                        row.declined = true;
-                        row.declined_reason = Some(d.reason);
-                    }
-                    _ => {}
+                row.outcome.usage = got.usage.clone();
+                row.outcome.finish_reason = got.finish_reason;
+                row.outcome.text_sha256 = text_sha256;
+                if let Some(sp) = extra {
+                    row.join(sp);
                 }
                 let e2e_s = got.e2e_ms / 1e3;
                 row.served = Some(ServedSample {
@@ -436,14 +424,7 @@ pub fn run_arm(a: &ServedArm<'_>, w: &mut RawWriter) -> Result<ArmEnd> {
                     e2e_tok_per_s: (got.usage.completion_tokens > 0 && e2e_s > 0.0)
                         .then(|| got.usage.completion_tokens as f64 / e2e_s),
                     chunks: got.chunks,
-                    server: got.draftwise.map(|d| ServerTimings {
-                        queue_ms: d.queue_ms,
-                        prefill_ms: d.prefill_ms,
-                        decode_ms: d.decode_ms,
-                        decode_steps: d.decode_steps,
-                        decode_tok_per_s: d.decode_tok_per_s,
-                        speculative: d.speculative,
-                    }),
+                    server: got.draftwise.map(|d| ServedTimings { token_ids: None, ..d }),
                 });
                 w.write(&RawLine::Request(row))?;
                 end.requests += 1;

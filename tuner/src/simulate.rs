@@ -13,11 +13,12 @@
 //! bracket side (the drift under test).
 use std::collections::BTreeMap;
 
-use runtime::events::{SpeculativeDiagnostics, Startup, Usage};
+use runtime::events::{FinishReason, Outcome, SpeculativeDiagnostics, Startup, Usage};
 
 use crate::gate::GateRun;
 use crate::raw::{
-    ArmEnd, ArmStart, ArmStartup, Bracket, Done, PromptTag, RawFile, RawLine, RequestRow, Settings, SweepHeader,
+    ArmEnd, ArmStart, ArmStartup, Bracket, Done, PromptTag, RawFile, RawLine, RequestRow, RowSpeculation, Settings,
+    SweepHeader,
 };
 
 /// The truth and the noise of a synthetic sweep, and its plan.
@@ -276,22 +277,24 @@ pub fn sweep(t: &Template, c: &SimConfig) -> RawFile {
                     prompt_id: tag.id.clone(),
                     prompt_type: tag.kind.clone(),
                     burst,
-                    usage: Usage { prompt_tokens: 5, completion_tokens: 8, total_tokens: 13 },
-                    finish_reason: "length".into(),
-                    prefill_ms: 5.0,
-                    decode_ms,
-                    total_ms: 5.0 + decode_ms,
-                    decode_steps: 7,
-                    decode_tokens: 7,
-                    decode_tok_per_s: Some(tok_s),
-                    prefill_tok_per_s: 1000.0,
-                    text_sha256: hashes[p].0.clone(),
-                    token_ids_sha256: hashes[p].1.clone(),
-                    token_ids: ids[p].clone(),
-                    diagnostics: a.width.map(|w| diagnostics(&tag.id, burst, w)),
-                    diagnostics_present: a.width.is_some(),
-                    declined: false,
-                    declined_reason: None,
+                    outcome: Outcome {
+                        usage: Usage { prompt_tokens: 5, completion_tokens: 8, total_tokens: 13 },
+                        finish_reason: FinishReason::Length,
+                        prefill_ms: 5.0,
+                        decode_ms,
+                        total_ms: 5.0 + decode_ms,
+                        decode_steps: 7,
+                        decode_tokens: 7,
+                        decode_tok_per_s: Some(tok_s),
+                        prefill_tok_per_s: 1000.0,
+                        text_sha256: hashes[p].0.clone(),
+                        token_ids_sha256: hashes[p].1.clone(),
+                        token_ids: ids[p].clone(),
+                    },
+                    speculation: match a.width {
+                        Some(w) => RowSpeculation::Diagnostics(diagnostics(&tag.id, burst, w)),
+                        None => RowSpeculation::None,
+                    },
                     nvrm_before: None,
                     gate_decision: crate::gate::Decision::Pass,
                     gate_accepted_unknown: vec![],

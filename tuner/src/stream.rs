@@ -3,16 +3,16 @@
 //!
 //! Principal items: [`complete`] (send one greedy streamed request, read
 //! every chunk), [`Streamed`] (its text, usage, time to first token and
-//! end-to-end time), [`Draftwise`] (the server's own timings and token ids,
-//! docs/serve.md), [`StreamError`]. Chunks are typed structs; a chunk that
+//! end-to-end time, with the server's own [`ServedTimings`], docs/serve.md),
+//! [`StreamError`]. Chunks are typed structs; a chunk that
 //! does not parse, a mid-stream error, a missing usage chunk or a stream
 //! that ends before `data: [DONE]` is an error naming what was wrong.
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use runtime::cli::PromptKind;
-use runtime::events::Usage;
-use serde::{Deserialize, Serialize};
+use runtime::events::{FinishReason, ServedTimings, Usage};
+use runtime::prompts::PromptKind;
+use serde::Deserialize;
 
 use crate::http::{self, HttpError, SseEvent};
 
@@ -59,40 +59,6 @@ pub fn request_body(model: &str, prompt: &PromptKind, max_tokens: usize) -> serd
     b
 }
 
-/// The server's `draftwise` object on the usage chunk (docs/serve.md).
-#[derive(Clone, Debug, Deserialize)]
-pub struct Draftwise {
-    pub queue_ms: f64,
-    pub prefill_ms: f64,
-    pub decode_ms: f64,
-    pub decode_steps: usize,
-    pub decode_tok_per_s: Option<f64>,
-    #[serde(default)]
-    pub token_ids: Option<Vec<u32>>,
-    #[serde(default)]
-    pub speculative: Option<ServedSpeculative>,
-}
-
-/// `draftwise.speculative`: the counters of a speculative request, or the
-/// reason it declined to classic decoding.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct ServedSpeculative {
-    pub drafter: String,
-    pub block_size: usize,
-    #[serde(default)]
-    pub rounds: Option<usize>,
-    #[serde(default)]
-    pub drafted: Option<usize>,
-    #[serde(default)]
-    pub accepted: Option<usize>,
-    #[serde(default)]
-    pub acceptance_rate: Option<f64>,
-    #[serde(default)]
-    pub emitted_per_verify: Option<f64>,
-    #[serde(default)]
-    pub declined: Option<String>,
-}
-
 #[derive(Deserialize)]
 struct Chunk {
     #[serde(default)]
@@ -102,7 +68,7 @@ struct Chunk {
     #[serde(default)]
     usage: Option<Usage>,
     #[serde(default)]
-    draftwise: Option<Draftwise>,
+    draftwise: Option<ServedTimings>,
     #[serde(default)]
     error: Option<ErrorBody>,
 }
@@ -114,7 +80,7 @@ struct Choice {
     #[serde(default)]
     delta: Option<Delta>,
     #[serde(default)]
-    finish_reason: Option<String>,
+    finish_reason: Option<FinishReason>,
 }
 
 #[derive(Deserialize)]
@@ -139,7 +105,7 @@ pub struct Streamed {
     /// The chunks' text concatenated.
     pub text: String,
     pub usage: Usage,
-    pub finish_reason: String,
+    pub finish_reason: FinishReason,
     /// From writing the request to the first chunk carrying a choice (the
     /// server sends it when the first token is emitted).
     pub ttft_ms: f64,
@@ -147,7 +113,7 @@ pub struct Streamed {
     pub e2e_ms: f64,
     /// `data:` events received, `[DONE]` included.
     pub chunks: usize,
-    pub draftwise: Option<Draftwise>,
+    pub draftwise: Option<ServedTimings>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -281,7 +247,7 @@ mod tests {
             "[DONE]",
         ])
         .unwrap();
-        assert_eq!((s.id.as_str(), s.text.as_str(), s.finish_reason.as_str()), ("c", "Hi there", "length"));
+        assert_eq!((s.id.as_str(), s.text.as_str(), s.finish_reason), ("c", "Hi there", FinishReason::Length));
         assert_eq!(s.usage.completion_tokens, 2);
         assert_eq!(s.draftwise.unwrap().token_ids, Some(vec![7, 8]));
         assert!(s.ttft_ms <= s.e2e_ms && s.chunks == 5);

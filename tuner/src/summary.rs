@@ -95,7 +95,7 @@ pub fn settled(s: &Summary) -> Option<String> {
 pub fn rate(r: &RequestRow) -> Option<f64> {
     match &r.served {
         Some(s) => s.e2e_tok_per_s,
-        None => r.decode_tok_per_s,
+        None => r.outcome.decode_tok_per_s,
     }
     .filter(|x| x.is_finite() && *x > 0.0)
 }
@@ -221,7 +221,14 @@ pub struct ContentionRerun {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct AcceptedUnknown {
     pub arm: usize,
-    pub sources: Vec<String>,
+    pub sources: Vec<crate::gate::Source>,
+}
+
+impl AcceptedUnknown {
+    /// The sources as `--accept-unknown` names them, comma-separated.
+    pub fn source_names(&self) -> String {
+        self.sources.iter().map(|s| s.name()).collect::<Vec<_>>().join(", ")
+    }
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -648,8 +655,8 @@ pub fn summarize(raw: &RawFile) -> Result<Summary> {
     }
     let diff_of = |r: &RequestRow| -> Option<Difference> {
         let c = reference.get(r.prompt_id.as_str())?;
-        let pos = first_difference(&c.token_ids, &r.token_ids);
-        let text_identical = c.text_sha256 == r.text_sha256;
+        let pos = first_difference(&c.outcome.token_ids, &r.outcome.token_ids);
+        let text_identical = c.outcome.text_sha256 == r.outcome.text_sha256;
         (pos.is_some() || !text_identical).then(|| Difference {
             arm: r.arm,
             width: r.width,
@@ -670,19 +677,19 @@ pub fn summarize(raw: &RawFile) -> Result<Summary> {
             h.plan.iter().filter(|a| a.width == Some(w) && ok_arms.contains_key(&a.index)).map(|a| a.index).collect();
         let rates: Vec<f64> = mine.iter().filter_map(|r| rate(r)).collect();
         let diags: Vec<&runtime::events::SpeculativeDiagnostics> =
-            mine.iter().filter_map(|r| r.diagnostics.as_ref()).collect();
+            mine.iter().filter_map(|r| r.speculation.diagnostics()).collect();
         let drafted: usize = diags.iter().map(|d| d.drafted).sum();
         let accepted: usize = diags.iter().map(|d| d.accepted).sum();
         let epv: Vec<f64> = diags.iter().filter_map(|d| d.emitted_per_verify).collect();
         let vpr: Vec<f64> = diags.iter().filter_map(|d| d.verify_ms_per_round).collect();
-        let declined = mine.iter().filter(|r| r.declined).count();
-        let without_diagnostics = mine.iter().filter(|r| r.diagnostics.is_none()).count();
+        let declined = mine.iter().filter(|r| r.speculation.declined_reason().is_some()).count();
+        let without_diagnostics = mine.iter().filter(|r| r.speculation.diagnostics().is_none()).count();
         let zero_round_requests = diags.iter().filter(|d| d.rounds == 0).count();
         let invalid_rate_requests = mine.len() - rates.len();
         let not_a_measurement = if mine.is_empty() {
             Some("no complete arm".to_string())
         } else if declined > 0 {
-            let reason = mine.iter().find_map(|r| r.declined_reason.clone()).unwrap_or_default();
+            let reason = mine.iter().find_map(|r| r.speculation.declined_reason()).unwrap_or_default().to_string();
             Some(format!("{declined} of {} requests declined to classic decoding ({reason})", mine.len()))
         } else if without_diagnostics > 0 {
             Some(format!("{without_diagnostics} of {} requests have no speculative diagnostics", mine.len()))
@@ -764,7 +771,7 @@ pub fn summarize(raw: &RawFile) -> Result<Summary> {
         {
             accepted_unknown.push(AcceptedUnknown {
                 arm: s.arm,
-                sources: s.gate.report.verdict.accepted_unknown.iter().map(|a| a.source.name().to_string()).collect(),
+                sources: s.gate.report.verdict.accepted_unknown.iter().map(|a| a.source).collect(),
             });
         }
     }
@@ -913,8 +920,8 @@ fn data_problems(raw: &RawFile, ok_arms: &OkArms<'_>) -> Vec<DataProblem> {
                         remedy: rerun.into(),
                     });
                 }
-                let bytes: Vec<u8> = r.token_ids.iter().flat_map(|t| t.to_le_bytes()).collect();
-                if runtime::events::sha256_hex(&bytes) != r.token_ids_sha256 {
+                let bytes: Vec<u8> = r.outcome.token_ids.iter().flat_map(|t| t.to_le_bytes()).collect();
+                if runtime::events::sha256_hex(&bytes) != r.outcome.token_ids_sha256 {
                     out.push(DataProblem {
                         line: Some(*line),
                         arm: Some(r.arm),
@@ -936,14 +943,14 @@ fn data_problems(raw: &RawFile, ok_arms: &OkArms<'_>) -> Vec<DataProblem> {
                             .into(),
                     });
                 }
-                if r.usage.completion_tokens != r.token_ids.len() {
+                if r.outcome.usage.completion_tokens != r.outcome.token_ids.len() {
                     out.push(DataProblem {
                         line: Some(*line),
                         arm: Some(r.arm),
                         what: format!(
                             "usage.completion_tokens {} is not the {} token ids of the row",
-                            r.usage.completion_tokens,
-                            r.token_ids.len()
+                            r.outcome.usage.completion_tokens,
+                            r.outcome.token_ids.len()
                         ),
                         remedy: rerun.into(),
                     });

@@ -15,13 +15,13 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result, bail};
-use runtime::events::Event;
+use runtime::events::{Event, SpeculationReport};
 
 use crate::gate::{Decision, Gate, GateConfig};
 use crate::identity::{self, IdentityOptions};
 use crate::raw::{
     ArmEnd, ArmStart, ArmStartup, Bracket, Done, Halt, HaltKind, PlannedArm, PromptTag, RawLine, RawWriter, RequestRow,
-    ResumeMark, SweepHeader, read_raw,
+    ResumeMark, RowSpeculation, SweepHeader, read_raw,
 };
 
 /// Longest stdout line accepted from the runtime (a completion with its
@@ -161,41 +161,11 @@ pub fn plan(widths: &[usize], rounds: usize, bracket_arms: usize) -> Vec<Planned
     arms
 }
 
-/// Parses a prompt set for its ids and task types (`type`; "untyped" when absent).
+/// A prompt set's ids and task types, read with the runtime's parser (the
+/// one every arm reads the set with).
 pub fn prompt_tags(text: &str, origin: &Path) -> Result<Vec<PromptTag>> {
-    // The runtime validates the rest of the line; this only needs id and type.
-    #[derive(serde::Deserialize)]
-    struct Line {
-        id: serde_json::Value,
-        #[serde(rename = "type", default)]
-        kind: Option<String>,
-    }
-    let mut out = Vec::new();
-    for (i, l) in text.lines().enumerate() {
-        if l.trim().is_empty() {
-            continue;
-        }
-        let v: serde_json::Value =
-            serde_json::from_str(l).with_context(|| format!("{}:{}: not JSON", origin.display(), i + 1))?;
-        if !v.is_object() {
-            bail!("{}:{}: not a prompt object", origin.display(), i + 1);
-        }
-        let p: Line = serde_json::from_value(v)
-            .with_context(|| format!("{}:{}: not a prompt object", origin.display(), i + 1))?;
-        let id = match p.id {
-            serde_json::Value::String(s) => s,
-            serde_json::Value::Number(n) => n.to_string(),
-            other => bail!("{}:{}: id must be a string or number, got {other}", origin.display(), i + 1),
-        };
-        if out.iter().any(|t: &PromptTag| t.id == id) {
-            bail!("{}:{}: duplicate id {id:?}", origin.display(), i + 1);
-        }
-        out.push(PromptTag { id, kind: p.kind.unwrap_or_else(|| "untyped".into()) });
-    }
-    if out.is_empty() {
-        bail!("{}: no prompts", origin.display());
-    }
-    Ok(out)
+    let items = runtime::prompts::parse_prompts(text, origin)?;
+    Ok(items.iter().map(|p| PromptTag { id: p.id.clone(), kind: p.task_type().to_string() }).collect())
 }
 
 fn now_ms() -> u64 {
@@ -300,8 +270,8 @@ pub struct RowContext {
 }
 
 impl RowContext {
-    /// A request line from a `completion` event; diagnostics, a decline and
-    /// served measurements are filled in by the caller.
+    /// A request line from a `completion` event; diagnostics or a decline
+    /// ([`RequestRow::join`]) and served measurements are the caller's.
     pub fn row(&self, c: runtime::events::Completion, prompt_type: String, burst: usize) -> RequestRow {
         RequestRow {
             arm: self.arm,
@@ -313,22 +283,8 @@ impl RowContext {
             prompt_id: c.prompt_id,
             prompt_type,
             burst,
-            usage: c.usage,
-            finish_reason: c.finish_reason,
-            prefill_ms: c.prefill_ms,
-            decode_ms: c.decode_ms,
-            total_ms: c.total_ms,
-            decode_steps: c.decode_steps,
-            decode_tokens: c.decode_tokens,
-            decode_tok_per_s: c.decode_tok_per_s,
-            prefill_tok_per_s: c.prefill_tok_per_s,
-            text_sha256: c.text_sha256,
-            token_ids_sha256: c.token_ids_sha256,
-            token_ids: c.token_ids,
-            diagnostics: None,
-            diagnostics_present: false,
-            declined: false,
-            declined_reason: None,
+            outcome: c.outcome,
+            speculation: RowSpeculation::None,
             nvrm_before: self.nvrm_before,
             gate_decision: self.gate_decision,
             gate_accepted_unknown: self.gate_accepted_unknown.clone(),
@@ -626,7 +582,7 @@ fn drive(
         Some(_) => {
             let bytes = read_capped(&s.prompts, MAX_PROMPTS_BYTES)?;
             let text = String::from_utf8(bytes).with_context(|| format!("{}: not UTF-8", s.prompts.display()))?;
-            runtime::cli::parse_prompts(&text, &s.prompts)?
+            runtime::prompts::parse_prompts(&text, &s.prompts)?
         }
         None => Vec::new(),
     };
@@ -981,41 +937,28 @@ fn run_arm(
                     end.warmup_requests += 1;
                     continue;
                 }
-                let prompt_type = types.get(c.prompt_id.as_str()).map_or("untyped", |t| *t).to_string();
+                let prompt_type = types.get(c.prompt_id.as_str()).map_or(runtime::prompts::UNTYPED, |t| *t).to_string();
                 let burst = c.repeat;
                 pending = Some(Pending { row: rows.row(c, prompt_type, burst) });
             }
-            Event::SpeculativeDiagnostics(d) => {
-                if d.warmup {
+            ev => {
+                let Some(sp) = SpeculationReport::from_event(ev) else { continue };
+                let (prompt_id, warmup, repeat) = sp.request();
+                if warmup {
                     continue;
                 }
                 match pending.as_mut() {
-                    Some(p) if p.row.prompt_id == d.prompt_id && p.row.burst == d.repeat => {
-                        p.row.drafter = d.drafter.clone();
-                        p.row.diagnostics = Some(d);
-                        p.row.diagnostics_present = true;
+                    Some(p) if p.row.prompt_id == prompt_id && p.row.burst == repeat => {
+                        p.row.join(sp);
                         flush(pending.take(), w, &mut end.requests)?;
                     }
                     _ => {
                         end.bad_lines += 1;
-                        problems.push(format!("diagnostics for {} with no completion before them", d.prompt_id));
-                    }
-                }
-            }
-            Event::Declined(d) => {
-                if d.warmup {
-                    continue;
-                }
-                match pending.as_mut() {
-                    Some(p) if p.row.prompt_id == d.prompt_id && p.row.burst == d.repeat => {
-                        p.row.drafter = d.drafter.clone();
-                        p.row.declined = true;
-                        p.row.declined_reason = Some(d.reason);
-                        flush(pending.take(), w, &mut end.requests)?;
-                    }
-                    _ => {
-                        end.bad_lines += 1;
-                        problems.push(format!("a decline for {} with no completion before it", d.prompt_id));
+                        let (what, before) = match sp {
+                            SpeculationReport::Diagnostics(_) => ("diagnostics", "them"),
+                            SpeculationReport::Declined(_) => ("a decline", "it"),
+                        };
+                        problems.push(format!("{what} for {prompt_id} with no completion before {before}"));
                     }
                 }
             }

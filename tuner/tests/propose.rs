@@ -312,7 +312,7 @@ fn with_git_dirty(raw: &RawFile, arms: &[usize], state: &str) -> RawFile {
         if let RawLine::Startup(a) = l
             && arms.contains(&a.arm)
         {
-            a.startup.build.git_dirty = state.to_string();
+            a.startup.build.git_dirty = runtime::build_info::GitDirty::from_name(state);
             n += 1;
         }
     }

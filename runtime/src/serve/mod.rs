@@ -1,4 +1,4 @@
-//! `runtime serve`: an OpenAI-compatible HTTP server over one [`Engine`].
+//! `runtime serve`: an OpenAI-compatible HTTP server over one [`Engine`](crate::generate::Engine).
 //!
 //! - [`api`]: request bodies checked into an [`api::Request`], and the
 //!   OpenAI-shaped [`api::ApiError`] every refusal is sent as;
@@ -21,15 +21,13 @@ pub mod routes;
 pub mod text;
 pub mod worker;
 
-use crate::cli::{CacheArgs, SpecArgs, resolve_model, startup_event};
-use crate::events::Event;
-use crate::generate::Engine;
-use crate::model;
+use crate::cli::{CacheArgs, SpecArgs};
+use crate::events::{Event, startup_event};
+use crate::open::{OpenSettings, Opened, open};
 use crate::sampling::SamplingParams;
 use crate::spec::setup::Speculation;
 use anyhow::{Context, Result, bail};
 use clap::Args;
-use kernels::dispatch;
 use queue::Queue;
 use routes::App;
 use serde_json::json;
@@ -162,13 +160,12 @@ pub fn run(args: ServeArgs) -> Result<ExitCode> {
         .with_context(|| format!("listening on {ip} port {} (pick another with --port, or 0 for any)", args.port))?;
     listener.set_nonblocking(true)?;
     let addr = listener.local_addr()?;
-    let selection = dispatch::selected()?;
-    let device = crate::device::DeviceRequest::parse(args.device.as_deref())?;
-    let path = resolve_model(args.model.as_deref(), &args.cache)?;
-    tracing::info!(model = %path.display(), "loading");
-    let mut loaded = model::load(&path).with_context(|| format!("loading {}", path.display()))?;
-    let cuda = crate::device::place(&mut loaded, device)?;
-    let engine = Engine::new(loaded, selection.family, threads)?;
+    let Opened { engine, selection, cuda, path } = open(OpenSettings {
+        model: args.model.as_deref(),
+        cache_dir: args.cache.cache_dir.as_deref(),
+        device: args.device.as_deref(),
+        threads,
+    })?;
     let decoding = Speculation::from_args(&args.spec, &engine)?;
     let model_id = args.served_model_name.clone().unwrap_or_else(|| default_model_id(&path));
     if model_id.is_empty() {

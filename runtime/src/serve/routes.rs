@@ -4,7 +4,7 @@
 use super::api::{self, ApiError, Endpoint};
 use super::queue::{PushError, Queue};
 use super::worker::{Finished, Job, Msg, Stats};
-use crate::events::{Event, Usage};
+use crate::events::ServedTimings;
 use crate::generate::{Engine, FinishReason};
 use axum::Router;
 use axum::body::{Body, Bytes};
@@ -301,51 +301,22 @@ struct Shape {
     fingerprint: String,
 }
 
-fn finish_reason(f: FinishReason) -> &'static str {
-    match f {
-        FinishReason::Stop => "stop",
-        FinishReason::Length => "length",
-    }
-}
-
-/// Server-side timings and speculation counters: not OpenAI's, but clients
-/// ignore fields they do not know, and measurements need them.
-fn timings(f: &Finished) -> Value {
-    let decode_tokens = f.usage.completion_tokens.saturating_sub(1);
-    let speculative = match &f.speculation {
-        Some(Event::SpeculativeDiagnostics(d)) => json!({
-            "drafter": d.drafter, "block_size": d.block_size, "rounds": d.rounds, "drafted": d.drafted,
-            "accepted": d.accepted, "acceptance_rate": d.acceptance_rate, "emitted_per_verify": d.emitted_per_verify,
-        }),
-        Some(Event::Declined(d)) => json!({"drafter": d.drafter, "block_size": d.block_size, "declined": d.reason}),
-        _ => Value::Null,
-    };
-    json!({
-        "queue_ms": f.queue_ms,
-        "prefill_ms": f.prefill_ms,
-        "decode_ms": f.decode_ms,
-        "decode_steps": f.decode_steps,
-        "decode_tok_per_s": (decode_tokens > 0 && f.decode_ms > 0.0).then(|| decode_tokens as f64 * 1e3 / f.decode_ms),
-        "token_ids": f.token_ids,
-        "speculative": speculative,
-    })
-}
-
-fn usage_json(u: &Usage) -> Value {
-    json!({"prompt_tokens": u.prompt_tokens, "completion_tokens": u.completion_tokens, "total_tokens": u.total_tokens})
+/// Server-side timings and speculation counters beside OpenAI's fields.
+fn timings(f: &Finished) -> ServedTimings {
+    ServedTimings::new(f.queue_ms, &f.completion, f.speculation.as_ref())
 }
 
 impl Shape {
     fn response(&self, f: &Finished) -> Value {
         let choice = match self.endpoint {
             Endpoint::Completions => json!({
-                "index": 0, "text": f.text, "logprobs": null, "finish_reason": finish_reason(f.finish_reason),
+                "index": 0, "text": f.text, "logprobs": null, "finish_reason": f.finish_reason,
             }),
             Endpoint::Chat => json!({
                 "index": 0,
                 "message": {"role": "assistant", "content": f.text},
                 "logprobs": null,
-                "finish_reason": finish_reason(f.finish_reason),
+                "finish_reason": f.finish_reason,
             }),
         };
         json!({
@@ -355,7 +326,7 @@ impl Shape {
             "model": self.model,
             "system_fingerprint": self.fingerprint,
             "choices": [choice],
-            "usage": usage_json(&f.usage),
+            "usage": f.completion.outcome.usage,
             "draftwise": timings(f),
         })
     }
@@ -378,7 +349,6 @@ impl Shape {
     }
 
     fn text_choice(&self, text: Option<&str>, role: bool, finish: Option<FinishReason>) -> Value {
-        let finish = finish.map(finish_reason);
         match self.endpoint {
             Endpoint::Completions => {
                 json!([{"index": 0, "text": text.unwrap_or(""), "logprobs": null, "finish_reason": finish}])
@@ -438,8 +408,8 @@ impl EventStream {
                 self.text(content, Some(f.finish_reason));
                 if self.include_usage {
                     let mut c = self.shape.chunk(json!([]), false);
-                    c["usage"] = usage_json(&f.usage);
-                    c["draftwise"] = timings(&f);
+                    c["usage"] = serde_json::to_value(&f.completion.outcome.usage).unwrap_or_default();
+                    c["draftwise"] = serde_json::to_value(timings(&f)).unwrap_or_default();
                     self.out.push_back(sse(&c));
                 }
                 self.out.push_back(Bytes::from_static(b"data: [DONE]\n\n"));

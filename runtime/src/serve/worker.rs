@@ -8,7 +8,7 @@
 use super::api::{ApiError, Prepared};
 use super::queue::Queue;
 use super::text::{Detokenizer, StopText};
-use crate::events::{Event, Usage};
+use crate::events::{Completion, Event, SpeculationReport};
 use crate::generate::{Engine, FinishReason, GenerateError, Halt, TokenSink};
 use crate::sampling::SamplingParams;
 use crate::spec::setup::Speculation;
@@ -31,21 +31,21 @@ pub enum Msg {
     Done(Result<Box<Finished>, ApiError>),
 }
 
-/// A finished request, as the response reports it.
+/// A finished request: its record as `runtime generate --json` writes it,
+/// and what the response says beside it.
 #[derive(Clone, Debug)]
 pub struct Finished {
+    /// The `completion` event: usage, timings and every generated token id
+    /// (a stop string's tokens included), with the text they decode to.
+    pub completion: Completion,
+    /// `speculative_diagnostics` or `declined`.
+    pub speculation: Option<SpeculationReport>,
+    /// The response text: the completion's text cut before a stop string.
     pub text: String,
+    /// `stop` also when a stop string ended a generation the decoder saw
+    /// run to its budget.
     pub finish_reason: FinishReason,
-    pub usage: Usage,
     pub queue_ms: f64,
-    pub prefill_ms: f64,
-    pub decode_ms: f64,
-    pub decode_steps: usize,
-    /// The generated token ids (a stop string's tokens included), for exact
-    /// comparisons across runs (`draftwise.token_ids` in the response).
-    pub token_ids: Vec<u32>,
-    /// `speculative_diagnostics` or `declined`, as `runtime generate --json` writes them.
-    pub speculation: Option<Event>,
 }
 
 /// One request in the queue.
@@ -163,27 +163,28 @@ impl Worker {
     /// The per-request log line and the `/metrics` counters of a finished request.
     fn account(&self, job: &Job, f: &Finished) {
         let m = &self.stats.metrics;
-        m.prompt_tokens.fetch_add(f.usage.prompt_tokens as u64, Ordering::Relaxed);
-        m.completion_tokens.fetch_add(f.usage.completion_tokens as u64, Ordering::Relaxed);
-        if f.usage.completion_tokens > 0 {
-            m.ttft_s.observe((f.queue_ms + f.prefill_ms) / 1e3);
+        let o = &f.completion.outcome;
+        m.prompt_tokens.fetch_add(o.usage.prompt_tokens as u64, Ordering::Relaxed);
+        m.completion_tokens.fetch_add(o.usage.completion_tokens as u64, Ordering::Relaxed);
+        if o.usage.completion_tokens > 0 {
+            m.ttft_s.observe((f.queue_ms + o.prefill_ms) / 1e3);
         }
-        if f.usage.completion_tokens > 1 {
-            m.per_token_s.observe(f.decode_ms / 1e3 / (f.usage.completion_tokens - 1) as f64);
+        if o.usage.completion_tokens > 1 {
+            m.per_token_s.observe(o.decode_ms / 1e3 / (o.usage.completion_tokens - 1) as f64);
         }
-        if let Some(Event::SpeculativeDiagnostics(d)) = &f.speculation {
+        if let Some(d) = f.speculation.as_ref().and_then(SpeculationReport::diagnostics) {
             m.drafted_tokens.fetch_add(d.drafted as u64, Ordering::Relaxed);
             m.accepted_tokens.fetch_add(d.accepted as u64, Ordering::Relaxed);
         }
         tracing::info!(
             id = %job.id,
             outcome = "completed",
-            prompt_tokens = f.usage.prompt_tokens,
-            completion_tokens = f.usage.completion_tokens,
+            prompt_tokens = o.usage.prompt_tokens,
+            completion_tokens = o.usage.completion_tokens,
             finish_reason = ?f.finish_reason,
             queue_ms = format!("{:.1}", f.queue_ms),
-            prefill_ms = format!("{:.1}", f.prefill_ms),
-            decode_ms = format!("{:.1}", f.decode_ms),
+            prefill_ms = format!("{:.1}", o.prefill_ms),
+            decode_ms = format!("{:.1}", o.decode_ms),
             "request done"
         );
     }
@@ -225,44 +226,24 @@ impl Worker {
             let _ = job.tx.send(Msg::Text(rest));
         }
         let finish_reason = if sink.text.stopped() { FinishReason::Stop } else { g.finish_reason };
-        let usage = Usage {
-            prompt_tokens: g.prompt_tokens,
-            completion_tokens: g.token_ids.len(),
-            total_tokens: g.prompt_tokens + g.token_ids.len(),
-        };
-        let finished = Finished {
-            text,
-            finish_reason,
-            usage,
-            queue_ms,
-            prefill_ms: g.prefill_s * 1e3,
-            decode_ms: g.decode_s * 1e3,
-            decode_steps: g.decode_steps,
-            token_ids: g.token_ids.clone(),
-            speculation: speculation.clone(),
-        };
+        let completion = Completion::new(&job.id, false, 0, g, full);
+        let speculation = speculation.and_then(SpeculationReport::from_event);
         if self.json {
-            self.write_events(job, g, speculation);
+            self.write_events(&completion, speculation.as_ref());
         }
-        Ok(finished)
+        Ok(Finished { completion, speculation, text, finish_reason, queue_ms })
     }
 
     /// The same events `runtime generate --json` writes per request.
-    fn write_events(&self, job: &Job, g: crate::generate::Generation, extra: Option<Event>) {
-        let tok = &self.engine.loaded.tokenizer;
-        match crate::cli::completion_event(&job.id, false, 0, g, tok) {
-            Ok(c) => {
-                let mut out = std::io::stdout().lock();
-                let mut line = Event::Completion(c).to_line();
-                if let Some(e) = extra {
-                    line.push('\n');
-                    line.push_str(&e.to_line());
-                }
-                if writeln!(out, "{line}").and_then(|()| out.flush()).is_err() {
-                    tracing::warn!("could not write events to stdout");
-                }
-            }
-            Err(e) => tracing::warn!(id = %job.id, "no completion event: {e}"),
+    fn write_events(&self, c: &Completion, speculation: Option<&SpeculationReport>) {
+        let mut out = std::io::stdout().lock();
+        let mut line = Event::Completion(c.clone()).to_line();
+        if let Some(s) = speculation {
+            line.push('\n');
+            line.push_str(&s.clone().into_event().to_line());
+        }
+        if writeln!(out, "{line}").and_then(|()| out.flush()).is_err() {
+            tracing::warn!("could not write events to stdout");
         }
     }
 }

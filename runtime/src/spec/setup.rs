@@ -1,18 +1,37 @@
-//! From command-line settings to a ready speculative configuration: the
-//! drafter, its width, and the exactness probe's verdict.
+//! From the operator's speculative settings ([`SpecSettings`]) to a ready
+//! configuration: the drafter, its width, and the exactness probe's verdict.
 
 use super::DrafterKind;
 use super::drafter::{DEFAULT_NGRAM_MAX, DEFAULT_NGRAM_MIN, Drafter, ModelDrafter, NgramDrafter, check_compatible};
 use super::probe::{PROBE_TEXT, ProbeReport, block_vs_chain};
-use crate::cli::SpecArgs;
 use crate::generate::Engine;
 use crate::policy;
 use crate::policy::DrafterSettings;
 use crate::policy::kind::MAX_NGRAM;
 use anyhow::{Context, Result, bail};
+use std::path::PathBuf;
 
 /// Environment variable that forfeits exactness like `--allow-inexact`.
 pub const ALLOW_INEXACT_ENV: &str = "DRAFTWISE_ALLOW_INEXACT";
+
+/// What the operator asked of speculation, as given (`runtime generate`
+/// and `runtime serve` take them from the `--drafter` family of flags);
+/// every field unset is the policy's to decide.
+#[derive(Clone, Debug, Default)]
+pub struct SpecSettings {
+    /// A drafter kind, or `none` for classic decoding.
+    pub drafter: Option<String>,
+    /// Tokens drafted per verify step, as given (parsed by the resolution).
+    pub draft_block_size: Option<String>,
+    /// The draft checkpoint for the `draft-model` kind.
+    pub drafter_model: Option<PathBuf>,
+    /// `layerskip` layers: a count K or a list like `0,1,2,7`.
+    pub layerskip_layers: Option<String>,
+    pub ngram_max: Option<usize>,
+    pub ngram_min: Option<usize>,
+    /// Speculate even if the block-vs-chain probe fails.
+    pub allow_inexact: bool,
+}
 
 /// A drafter, its width, and whether it may run.
 pub struct Speculation {
@@ -88,7 +107,7 @@ pub fn parse_layers(s: &str, n_layers: usize) -> Result<Vec<usize>> {
 
 /// The drafter settings `args` give for `kind` (fields not given stay
 /// unset), each bounded.
-pub fn requested_settings(kind: DrafterKind, args: &SpecArgs, n_layers: usize) -> Result<DrafterSettings> {
+pub fn requested_settings(kind: DrafterKind, args: &SpecSettings, n_layers: usize) -> Result<DrafterSettings> {
     let mut s = DrafterSettings::default();
     match kind {
         DrafterKind::Ngram => {
@@ -133,7 +152,7 @@ pub fn default_settings(kind: DrafterKind, n_layers: usize) -> DrafterSettings {
 pub fn build_drafter_with(
     kind: DrafterKind,
     settings: &DrafterSettings,
-    args: &SpecArgs,
+    args: &SpecSettings,
     engine: &Engine,
 ) -> Result<Box<dyn Drafter>> {
     settings.check(kind).map_err(|e| anyhow::anyhow!("{kind} drafter settings: {e}"))?;
@@ -171,7 +190,7 @@ pub fn build_drafter_with(
 /// The drafter `args` ask for (`kind_s` is `--drafter`'s value), with the
 /// settings given or the kind's defaults, checked against the target; no
 /// width, policy or probe (`runtime bench --drafter`).
-pub fn build_drafter(kind_s: &str, args: &SpecArgs, engine: &Engine) -> Result<(DrafterKind, Box<dyn Drafter>)> {
+pub fn build_drafter(kind_s: &str, args: &SpecSettings, engine: &Engine) -> Result<(DrafterKind, Box<dyn Drafter>)> {
     let kind: DrafterKind = kind_s.parse().map_err(anyhow::Error::msg)?;
     let n_layers = engine.loaded.model.config.n_layers;
     let settings = default_settings(kind, n_layers).overlaid_with(&requested_settings(kind, args, n_layers)?);
@@ -191,14 +210,19 @@ pub fn host_of<'a>(engine: &'a Engine, device_class: &'a str) -> policy::resolve
 
 impl Speculation {
     /// How this process decodes, resolved with the compiled policy.
-    pub fn from_args(args: &SpecArgs, engine: &Engine) -> Result<Decoding> {
+    pub fn from_args(args: impl Into<SpecSettings>, engine: &Engine) -> Result<Decoding> {
         Speculation::resolve(args, engine, &policy::Resolver::compiled())
     }
 
     /// [`Speculation::from_args`] against a given policy (tests pass their
     /// own table).
-    pub fn resolve(args: &SpecArgs, engine: &Engine, resolver: &policy::Resolver<'_>) -> Result<Decoding> {
-        let given = |a: &SpecArgs| {
+    pub fn resolve(
+        args: impl Into<SpecSettings>,
+        engine: &Engine,
+        resolver: &policy::Resolver<'_>,
+    ) -> Result<Decoding> {
+        let args = &args.into();
+        let given = |a: &SpecSettings| {
             a.draft_block_size.is_some()
                 || a.drafter_model.is_some()
                 || a.layerskip_layers.is_some()

@@ -2,12 +2,25 @@
 //! thing the tuner reads from it (never free-form log text). One object per
 //! line; the `event` field names the kind; every event carries
 //! `schema_version`. Field names carry their units.
+//!
+//! A finished request is one record: its [`Completion`] (whose measured
+//! part, [`Outcome`], is what the tuner's raw rows flatten in) and, for a
+//! speculative request, the [`SpeculationReport`] that follows it. `runtime serve`
+//! answers with [`ServedTimings`] (the `draftwise` object of a response),
+//! which the tuner reads back with the same type.
+
+mod served;
+
+pub use crate::generate::FinishReason;
+pub use served::{ServedSpeculative, ServedTimings};
 
 use crate::build_info::BuildInfo;
+use crate::generate::{Engine, Generation};
 use crate::model::ModelInfo;
 use crate::sampling::SamplingParams;
 use crate::spec::decode::SpecStats;
 use crate::spec::probe::ProbeReport;
+use kernels::dispatch;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
@@ -95,6 +108,46 @@ pub struct Startup {
     pub server: Option<ServerInfo>,
 }
 
+/// The `startup` event: this build, the device, the target and the
+/// speculative configuration (`generate` and `serve` both write it).
+pub fn startup_event(
+    engine: &Engine,
+    selection: &dispatch::Selection,
+    decoding: &crate::spec::setup::Decoding,
+    sampling: SamplingParams,
+    max_tokens: usize,
+    cuda: Option<crate::device::CudaReport>,
+) -> Startup {
+    let spec = decoding.speculation.as_ref();
+    let device_class = engine.loaded.model.device_class(selection.family);
+    let verify_fingerprint = crate::policy::verify_fingerprint(&device_class, Some(&engine.loaded.info.weight_formats));
+    Startup {
+        schema_version: SCHEMA_VERSION,
+        build: BuildInfo::current(),
+        device_class,
+        kernel_family: engine.loaded.model.kernel_family_name(selection.family).into(),
+        kernel_family_forced: selection.forced,
+        threads: engine.threads,
+        multirow: dispatch::multirow_enabled(),
+        target: engine.loaded.info.clone(),
+        tokenizer: engine.loaded.tokenizer.source.clone(),
+        chat_template: engine.loaded.tokenizer.chat_template_from.to_string(),
+        drafter: spec.map_or("none".into(), |s| s.kind.to_string()),
+        drafter_from: decoding.drafter_from().into(),
+        drafter_settings: spec.map(|s| s.settings.clone()),
+        block_size: spec.and_then(|s| s.block_size),
+        block_size_from: decoding.resolution.block_size_from.clone(),
+        kernel_fingerprint: crate::policy::KERNEL_FINGERPRINT.into(),
+        verify_fingerprint,
+        exactness_probe: spec.and_then(|s| s.probe.clone()),
+        allow_inexact: spec.is_some_and(|s| s.allow_inexact),
+        sampling,
+        max_tokens,
+        cuda,
+        server: None,
+    }
+}
+
 /// The listening side of `runtime serve`, in its `startup` event.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
 pub struct ServerInfo {
@@ -113,7 +166,7 @@ pub struct Usage {
     pub total_tokens: usize,
 }
 
-/// One finished request.
+/// One finished request, as the `completion` event carries it.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Completion {
     pub schema_version: u32,
@@ -122,15 +175,19 @@ pub struct Completion {
     pub warmup: bool,
     /// Index of this pass among `--repeat` passes of the prompt (0-based).
     pub repeat: usize,
+    pub text: String,
+    #[serde(flatten)]
+    pub outcome: Outcome,
+}
+
+/// What a finished request produced and how long it took: the part of a
+/// [`Completion`] that a measurement keeps (the tuner's raw rows flatten it
+/// in, in this field order).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Outcome {
     pub usage: Usage,
     /// `stop` (end-of-generation token, not included) or `length`.
-    pub finish_reason: String,
-    pub text: String,
-    pub token_ids: Vec<u32>,
-    /// sha256 of `text` as UTF-8, lowercase hex.
-    pub text_sha256: String,
-    /// sha256 of the token ids as consecutive little-endian u32, lowercase hex.
-    pub token_ids_sha256: String,
+    pub finish_reason: FinishReason,
     pub prefill_ms: f64,
     pub decode_ms: f64,
     pub total_ms: f64,
@@ -143,6 +200,102 @@ pub struct Completion {
     pub decode_tok_per_s: Option<f64>,
     /// `prompt_tokens / prefill time`.
     pub prefill_tok_per_s: f64,
+    /// sha256 of the completion's text as UTF-8, lowercase hex.
+    pub text_sha256: String,
+    /// sha256 of the token ids as consecutive little-endian u32, lowercase hex.
+    pub token_ids_sha256: String,
+    pub token_ids: Vec<u32>,
+}
+
+impl Completion {
+    /// The `completion` event of a decoded request whose token ids decode to `text`.
+    pub fn new(prompt_id: &str, warmup: bool, repeat: usize, g: Generation, text: String) -> Self {
+        let decode_tokens = g.token_ids.len().saturating_sub(1);
+        Completion {
+            schema_version: SCHEMA_VERSION,
+            prompt_id: prompt_id.to_string(),
+            warmup,
+            repeat,
+            outcome: Outcome {
+                usage: Usage {
+                    prompt_tokens: g.prompt_tokens,
+                    completion_tokens: g.token_ids.len(),
+                    total_tokens: g.prompt_tokens + g.token_ids.len(),
+                },
+                finish_reason: g.finish_reason,
+                prefill_ms: g.prefill_s * 1e3,
+                decode_ms: g.decode_s * 1e3,
+                total_ms: (g.prefill_s + g.decode_s) * 1e3,
+                decode_steps: g.decode_steps,
+                decode_tokens,
+                decode_tok_per_s: (decode_tokens > 0 && g.decode_s > 0.0).then(|| decode_tokens as f64 / g.decode_s),
+                prefill_tok_per_s: g.prompt_tokens as f64 / g.prefill_s,
+                text_sha256: sha256_hex(text.as_bytes()),
+                token_ids_sha256: token_ids_sha256(&g.token_ids),
+                token_ids: g.token_ids,
+            },
+            text,
+        }
+    }
+}
+
+// Defined beside the decoders that produce it; named here, where it is written.
+impl FinishReason {
+    /// The name in events and responses (OpenAI's `finish_reason`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FinishReason::Stop => "stop",
+            FinishReason::Length => "length",
+        }
+    }
+}
+
+/// What follows a speculative request's `completion`: the drafter's
+/// diagnostics, or the reason it decoded classically instead.
+#[derive(Clone, Debug)]
+pub enum SpeculationReport {
+    Diagnostics(SpeculativeDiagnostics),
+    Declined(Declined),
+}
+
+impl SpeculationReport {
+    /// The per-request event that is one, `None` for the others.
+    pub fn from_event(e: Event) -> Option<Self> {
+        match e {
+            Event::SpeculativeDiagnostics(d) => Some(SpeculationReport::Diagnostics(d)),
+            Event::Declined(d) => Some(SpeculationReport::Declined(d)),
+            Event::Startup(_) | Event::Completion(_) => None,
+        }
+    }
+
+    pub fn into_event(self) -> Event {
+        match self {
+            SpeculationReport::Diagnostics(d) => Event::SpeculativeDiagnostics(d),
+            SpeculationReport::Declined(d) => Event::Declined(d),
+        }
+    }
+
+    /// The request it follows: (`prompt_id`, `warmup`, `repeat`).
+    pub fn request(&self) -> (&str, bool, usize) {
+        match self {
+            SpeculationReport::Diagnostics(d) => (&d.prompt_id, d.warmup, d.repeat),
+            SpeculationReport::Declined(d) => (&d.prompt_id, d.warmup, d.repeat),
+        }
+    }
+
+    pub fn drafter(&self) -> &str {
+        match self {
+            SpeculationReport::Diagnostics(d) => &d.drafter,
+            SpeculationReport::Declined(d) => &d.drafter,
+        }
+    }
+
+    pub fn diagnostics(&self) -> Option<&SpeculativeDiagnostics> {
+        match self {
+            SpeculationReport::Diagnostics(d) => Some(d),
+            SpeculationReport::Declined(_) => None,
+        }
+    }
 }
 
 /// Per speculative request: what the drafter proposed and the target kept.
@@ -272,23 +425,26 @@ mod tests {
             prompt_id: "p".into(),
             warmup: false,
             repeat: 0,
-            usage: Usage { prompt_tokens: 3, completion_tokens: 2, total_tokens: 5 },
-            finish_reason: "length".into(),
             text: "hi".into(),
-            token_ids: vec![1, 2],
-            text_sha256: sha256_hex(b"hi"),
-            token_ids_sha256: token_ids_sha256(&[1, 2]),
-            prefill_ms: 1.0,
-            decode_ms: 2.0,
-            total_ms: 3.0,
-            decode_steps: 1,
-            decode_tokens: 1,
-            decode_tok_per_s: Some(500.0),
-            prefill_tok_per_s: 3000.0,
+            outcome: Outcome {
+                usage: Usage { prompt_tokens: 3, completion_tokens: 2, total_tokens: 5 },
+                finish_reason: FinishReason::Length,
+                prefill_ms: 1.0,
+                decode_ms: 2.0,
+                total_ms: 3.0,
+                decode_steps: 1,
+                decode_tokens: 1,
+                decode_tok_per_s: Some(500.0),
+                prefill_tok_per_s: 3000.0,
+                text_sha256: sha256_hex(b"hi"),
+                token_ids_sha256: token_ids_sha256(&[1, 2]),
+                token_ids: vec![1, 2],
+            },
         };
         let line = Event::Completion(c).to_line();
         assert!(line.starts_with("{\"event\":\"completion\""), "{line}");
+        assert!(line.contains("\"finish_reason\":\"length\""), "{line}");
         let back: Event = serde_json::from_str(&line).unwrap();
-        assert!(matches!(back, Event::Completion(c) if c.token_ids == vec![1, 2]));
+        assert!(matches!(back, Event::Completion(c) if c.outcome.token_ids == vec![1, 2]));
     }
 }

@@ -1,0 +1,60 @@
+//! What every command that runs the model does first: find the model
+//! (the flag, or the default model fetched into the cache), load it, place
+//! it on its device and build the [`Engine`] over it.
+//!
+//! Principal items: [`open`], [`Opened`], [`resolve_model`].
+
+use crate::device::{CudaReport, DeviceRequest};
+use crate::fetch;
+use crate::generate::Engine;
+use crate::model;
+use anyhow::{Context, Result};
+use kernels::dispatch;
+use std::path::{Path, PathBuf};
+
+/// Where the model comes from and where it runs.
+#[derive(Clone, Copy, Debug)]
+pub struct OpenSettings<'a> {
+    /// A GGUF file or a Hugging Face checkpoint directory; `None` is the
+    /// default model.
+    pub model: Option<&'a Path>,
+    /// The model cache (`None`: the default one).
+    pub cache_dir: Option<&'a Path>,
+    /// `cpu`, `cuda` or `cuda:N`; `None` chooses.
+    pub device: Option<&'a str>,
+    /// Worker threads, already resolved.
+    pub threads: usize,
+}
+
+/// A model ready to decode, and what the `startup` event reports about it.
+pub struct Opened {
+    pub engine: Engine,
+    /// The kernel family, and whether `DRAFTWISE_KERNELS` forced it.
+    pub selection: dispatch::Selection,
+    /// The CUDA device the forward passes run on; `None` on the CPU.
+    pub cuda: Option<CudaReport>,
+    /// The model's path (the default model's place in the cache when none was given).
+    pub path: PathBuf,
+}
+
+/// The model path: the flag (a path, or a known model's name: its cached
+/// file, fetched if needed), or the default model (fetched if needed).
+pub fn resolve_model(model: Option<&Path>, cache_dir: Option<&Path>) -> Result<PathBuf> {
+    match model {
+        Some(p) => Ok(fetch::resolve_model_arg(p, cache_dir)?),
+        None => Ok(fetch::ensure_default_model(cache_dir)?),
+    }
+}
+
+/// Loads, places and builds the engine. The kernel family and the device
+/// are checked before the model is read, so a bad override fails at once.
+pub fn open(s: OpenSettings<'_>) -> Result<Opened> {
+    let selection = dispatch::selected()?;
+    let device = DeviceRequest::parse(s.device)?;
+    let path = resolve_model(s.model, s.cache_dir)?;
+    tracing::info!(model = %path.display(), "loading");
+    let mut loaded = model::load(&path).with_context(|| format!("loading {}", path.display()))?;
+    let cuda = crate::device::place(&mut loaded, device)?;
+    let engine = Engine::new(loaded, selection.family, s.threads)?;
+    Ok(Opened { engine, selection, cuda, path })
+}
