@@ -1,6 +1,6 @@
 //! `runtime` driven as a user would: the real binary, the default model.
 
-use draftwise_tests::{bin, json_lines, model_path, run};
+use draftwise_tests::{bin, json_lines, model_path, output_text, run};
 use runtime::events::{Event, sha256_hex, token_ids_sha256};
 use std::process::Command;
 
@@ -185,4 +185,12 @@ fn unknown_or_unloadable_drafters_and_bad_widths_are_refused_clearly() {
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(err.contains(needle), "{args:?}: {err}");
     }
+}
+
+#[test]
+fn fetch_model_refuses_an_unknown_name_listing_the_known_ones() {
+    let out = run(Command::new(bin("runtime")).args(["fetch-model", "--model", "gemma3"]));
+    assert_eq!(out.status.code(), Some(1), "{}", output_text(&out));
+    let text = output_text(&out);
+    assert!(text.contains("not a known model") && text.contains("smollm2-135m, gemma3-270m"), "{text}");
 }

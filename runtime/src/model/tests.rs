@@ -486,6 +486,12 @@ fn a_context_too_short_for_the_probe_declines_instead_of_failing() {
 /// a sliding window of three positions, a SentencePiece vocabulary of the
 /// 256 byte tokens and a few pieces, F32 weights.
 fn gemma3_gguf(window: u32) -> Vec<u8> {
+    gemma3_gguf_with(window, 7, &[], None)
+}
+
+/// [`gemma3_gguf`] declaring `block_count` layers (seven are written), with
+/// `extra` metadata, and without the key `skip`.
+fn gemma3_gguf_with(window: u32, block_count: u32, extra: &[(&str, Value)], skip: Option<&str>) -> Vec<u8> {
     const D: usize = 32;
     const HD: usize = 16;
     const H: usize = 2;
@@ -508,15 +514,22 @@ fn gemma3_gguf(window: u32) -> Vec<u8> {
     let v = pieces.len();
     let mut b = Builder::new();
     let s = |x: &str| Value::String(x.to_string());
+    // Defaults, replaced by `extra` where it names the same key.
+    let mut kvs: Vec<(&str, Value)> =
+        vec![("gemma3.block_count", Value::U32(block_count)), ("gemma3.attention.value_length", Value::U32(HD as u32))];
+    for (k, v) in extra {
+        kvs.retain(|(d, _)| d != k);
+        kvs.push((k, v.clone()));
+    }
+    for (k, v) in &kvs {
+        b.kv(k, v);
+    }
     b.kv("general.architecture", &s("gemma3"))
-        .kv("gemma3.block_count", &Value::U32(L as u32))
         .kv("gemma3.embedding_length", &Value::U32(D as u32))
         .kv("gemma3.feed_forward_length", &Value::U32(FF as u32))
         .kv("gemma3.attention.head_count", &Value::U32(H as u32))
         .kv("gemma3.attention.head_count_kv", &Value::U32(1))
         .kv("gemma3.attention.key_length", &Value::U32(HD as u32))
-        .kv("gemma3.attention.value_length", &Value::U32(HD as u32))
-        .kv("gemma3.attention.sliding_window", &Value::U32(window))
         .kv("gemma3.rope.freq_base", &Value::F32(1_000_000.0))
         .kv("gemma3.attention.layer_norm_rms_epsilon", &Value::F32(1e-6))
         .kv("gemma3.context_length", &Value::U32(64))
@@ -528,6 +541,9 @@ fn gemma3_gguf(window: u32) -> Vec<u8> {
         .kv("tokenizer.ggml.eos_token_id", &Value::U32(1))
         .kv("tokenizer.ggml.add_bos_token", &Value::Bool(true))
         .kv("tokenizer.ggml.add_space_prefix", &Value::Bool(false));
+    if skip != Some("gemma3.attention.sliding_window") {
+        b.kv("gemma3.attention.sliding_window", &Value::U32(window));
+    }
     let mut rng = Rng(0x6E33A);
     let mut t = |b: &mut Builder, name: &str, rows: usize, cols: usize, norm: bool| {
         let vals: Vec<f32> = (0..rows * cols).map(|_| if norm { 1.0 + 0.3 * rng.f32() } else { rng.f32() }).collect();
@@ -624,4 +640,40 @@ fn gemma3_sentencepiece_and_the_builtin_turns_encode_a_chat() {
     let ids = tok.encode_chat(&msgs, usize::MAX).unwrap();
     assert_eq!(ids.iter().filter(|&&i| i == 5).count(), 1, "{ids:?}");
     assert_eq!(ids.iter().filter(|&&i| i == 4).count(), 2, "{ids:?}");
+}
+
+fn load_error(bytes: &[u8]) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("bad-gemma3.gguf");
+    std::fs::write(&p, bytes).unwrap();
+    match load(&p) {
+        Ok(_) => panic!("loaded"),
+        Err(e) => e.to_string(),
+    }
+}
+
+#[test]
+fn gemma3_features_this_runtime_does_not_run_are_refused_by_name() {
+    let e = load_error(&gemma3_gguf_with(3, 7, &[("gemma3.rope.scaling.type", Value::String("linear".into()))], None));
+    assert!(e.contains("RoPE scaling") && e.contains("linear"), "{e}");
+    let e = load_error(&gemma3_gguf_with(3, 7, &[("gemma3.attention.value_length", Value::U32(8))], None));
+    assert!(e.contains("value_length = 8"), "{e}");
+    let e = load_error(&gemma3_gguf_with(3, 62, &[], None));
+    assert!(e.contains("27B"), "{e}");
+    let e = load_error(&gemma3_gguf_with(3, 7, &[], Some("gemma3.attention.sliding_window")));
+    assert!(e.contains("gemma3.attention.sliding_window"), "{e}");
+    // `rope.scaling.type = none` is no scaling.
+    let ok = gemma3_gguf_with(3, 7, &[("gemma3.rope.scaling.type", Value::String("none".into()))], None);
+    load_bytes(&ok);
+}
+
+#[test]
+fn gemma3_on_a_cuda_device_is_refused_and_auto_placement_keeps_the_cpu() {
+    use crate::device::{DeviceError, DeviceRequest, place};
+    let mut g = load_bytes(&gemma3_gguf(3));
+    match place(&mut g, DeviceRequest::Cuda(0)) {
+        Err(e @ DeviceError::CpuOnlyArchitecture { .. }) => assert!(e.to_string().contains("gemma3"), "{e}"),
+        other => panic!("expected the CPU-only refusal, got {:?}", other.map(|r| r.is_some())),
+    }
+    assert!(place(&mut g, DeviceRequest::Auto).unwrap().is_none());
 }
