@@ -299,11 +299,22 @@ unsafe fn group_avx512<const F: u8, const W: usize>(
             prefetch_ahead(t, tb, end);
             let mut acc = [[_mm512_setzero_si512(); 4]; W];
             if F == Q8_0 {
-                for s in 0..16 {
-                    let w16 = _mm512_cvtepi8_epi16(_mm256_loadu_si256(t.add(qo + 32 * s).cast()));
-                    let c = s % (2 * sets);
-                    for i in 0..W {
-                        acc[i][c] = dpwssd_bcast(acc[i][c], w16, xq[i].add(x_offset(b, 2 * s)));
+                // Four chunks per step, so that every accumulator index is
+                // a constant once the inner loops unroll: with `s % chains`
+                // over the sixteen chunks the loop stayed rolled at W >= 2
+                // and kept its accumulators on the stack (a W = 2 pass cost
+                // 3-4x a W = 1 pass). Integer sums are exact, so the chain
+                // a product lands in does not change the result.
+                let chains = 2 * sets;
+                for s4 in 0..4 {
+                    let w16: [__m512i; 4] = std::array::from_fn(|k| {
+                        _mm512_cvtepi8_epi16(_mm256_loadu_si256(t.add(qo + 32 * (4 * s4 + k)).cast()))
+                    });
+                    for k in 0..4 {
+                        let c = k % chains;
+                        for i in 0..W {
+                            acc[i][c] = dpwssd_bcast(acc[i][c], w16[k], xq[i].add(x_offset(b, 2 * (4 * s4 + k))));
+                        }
                     }
                 }
             } else {
@@ -381,11 +392,16 @@ unsafe fn group_avx2<const F: u8, const W: usize>(
                 }
                 let mut acc = [[_mm256_setzero_si256(); 2]; W];
                 if F == Q8_0 {
-                    for s in 0..16 {
-                        let w16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(t.add(qo + 32 * s + 16 * h).cast()));
-                        for i in 0..W {
-                            let v = _mm256_madd_epi16(w16, pair(xq[i].add(x_offset(b, 2 * s))));
-                            acc[i][s % 2] = _mm256_add_epi32(acc[i][s % 2], v);
+                    // Two chunks per step: constant accumulator indices (see
+                    // `group_avx512`).
+                    for s2 in 0..8 {
+                        for k in 0..2 {
+                            let s = 2 * s2 + k;
+                            let w16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(t.add(qo + 32 * s + 16 * h).cast()));
+                            for i in 0..W {
+                                let v = _mm256_madd_epi16(w16, pair(xq[i].add(x_offset(b, 2 * s))));
+                                acc[i][k] = _mm256_add_epi32(acc[i][k], v);
+                            }
                         }
                     }
                 } else {
