@@ -7,13 +7,16 @@
 //! - [`matvec`]: quantized mat-vec ([`matvec::Matrix`], [`matvec::matvec_rows`],
 //!   [`matvec::matmul_rows`]), single- and multi-row, scalar specification
 //!   plus SIMD families.
-//! - [`ops`]: RMSNorm, RoPE, softmax, SwiGLU, attention.
+//! - [`ops`]: RMSNorm, RoPE, softmax, SwiGLU, the reference attention.
+//! - [`attn`]: attention over the CPU KV cache (tiled f16 keys, f16
+//!   values), every query of a KV head in one call.
 //! - [`cuda`]: the CUDA kernels (`kernels/cuda/*.cu`, NVRTC-compiled at run
 //!   time) and their launcher; the launcher needs feature `cuda`.
 //! - [`dispatch`]: run-time choice of the CPU kernel family ([`dispatch::KernelFamily`])
 //!   and the thresholds that steer the multi-row pass.
 
 pub mod act;
+pub mod attn;
 pub mod cuda;
 pub mod dispatch;
 pub mod matvec;

@@ -18,6 +18,7 @@ use crate::pool::{self, Pool};
 use kernels::act::{ActRow, QRow};
 use kernels::dispatch::KernelFamily;
 use kernels::matvec::{Input, matmul_rows};
+use kernels::attn::{self, KvLayer};
 use kernels::ops::{self, F16};
 
 /// A model ready to run: shape plus weights, and optionally a copy of the
@@ -40,7 +41,9 @@ pub struct Model {
 /// chain still agree bit for bit.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Session {
-    /// Per layer: (n_pos, n_kv_heads · head_dim) keys, rotated.
+    /// Per layer: the rotated keys of n_pos positions, (n_kv_heads ·
+    /// head_dim) columns each, in tiles of 16 positions
+    /// (`kernels::attn::key_index`).
     k: Vec<Vec<F16>>,
     /// Per layer: (n_pos, n_kv_heads · head_dim) values.
     v: Vec<Vec<F16>>,
@@ -78,7 +81,18 @@ impl Session {
     /// dropping later ones cannot change earlier ones).
     pub fn truncate(&mut self, n: usize) {
         if n < self.n_pos {
-            for layer in self.k.iter_mut().chain(self.v.iter_mut()) {
+            // The last kept tile's lanes past `n` are cleared, so that the
+            // cache holds what a run of `n` positions writes, byte for byte.
+            let tile_end = attn::key_cache_len(self.kv_dim, n) / self.kv_dim.max(1);
+            for layer in &mut self.k {
+                layer.truncate(attn::key_cache_len(self.kv_dim, n));
+                for pos in n..tile_end {
+                    for col in 0..self.kv_dim {
+                        layer[attn::key_index(self.kv_dim, pos, col)] = F16::default();
+                    }
+                }
+            }
+            for layer in &mut self.v {
                 layer.truncate(n * self.kv_dim);
             }
             self.n_pos = n;
@@ -117,10 +131,21 @@ pub enum ForwardError {
 /// a thread slowed by other load on the host leaves work for the others.
 const CHUNKS_PER_THREAD: usize = 4;
 
-/// Rows of a block attended together per head (`ops::attend_rows`): a
+/// Rows of a block attended together (`kernels::attn::attend`): a
 /// verify block of up to 15 drafts is one block, and a prefill reads each
 /// cache tile once per this many rows instead of once per row.
 const ATTEND_ROWS: usize = 16;
+
+/// Into how many sets the query heads of a KV head are split for
+/// attention, given `chunks` (row block, KV head) chunks, `group` query
+/// heads per KV head and `threads` workers: one set (each key tile and
+/// value row read once for the whole group) unless that leaves fewer
+/// chunks than threads, then as many as it takes to give every thread a
+/// chunk (Gemma 3 270M decodes with one KV head). The grouping changes
+/// no result (`kernels::attn`).
+fn head_sets(chunks: usize, group: usize, threads: usize) -> usize {
+    if chunks >= threads { 1 } else { threads.div_ceil(chunks.max(1)).min(group).max(1) }
+}
 
 /// Elements of a row per SwiGLU chunk on the pool.
 const SWIGLU_BAND: usize = 512;
@@ -369,35 +394,47 @@ impl Model {
                 ops::rope(&mut q[i * qd..(i + 1) * qd], hd, c.rope_pairing, cs, sn);
                 ops::rope(&mut k[i * kvd..(i + 1) * kvd], hd, c.rope_pairing, cs, sn);
             }
-            session.k[li].extend(k.iter().map(|&x| F16::from_f32(x)));
-            session.v[li].extend(v.iter().map(|&x| F16::from_f32(x)));
-            let (keys, values) = (&session.k[li], &session.v[li]);
-            // One chunk per (head, block of up to ATTEND_ROWS rows): row i
-            // sees positions 0..=start+i (on a local layer, the last
-            // `window` of them), and the rows of a block share each tile of
-            // the cache they read (`ops::attend_rows`; every row's result is
-            // the one-row attention's, bit for bit).
-            let blocks = n.div_ceil(ATTEND_ROWS);
-            let att_out = Out(att.as_mut_ptr());
-            pool.for_each(blocks * c.n_heads, &|j| {
-                let (b, h) = (j / c.n_heads, j % c.n_heads);
-                let rows = b * ATTEND_ROWS..(b * ATTEND_ROWS + ATTEND_ROWS).min(n);
-                let m = rows.len();
-                let off = (h / group) * hd;
-                let mut qs = Vec::with_capacity(m * hd);
-                for i in rows.clone() {
-                    qs.extend_from_slice(&q[i * qd + h * hd..][..hd]);
+            let keys = &mut session.k[li];
+            keys.resize(attn::key_cache_len(kvd, start + n), F16::default());
+            for (i, row) in k.chunks_exact(kvd).enumerate() {
+                for (col, &x) in row.iter().enumerate() {
+                    keys[attn::key_index(kvd, start + i, col)] = F16::from_f32(x);
                 }
-                let n_ctx: Vec<usize> = rows.clone().map(|i| start + i + 1).collect();
-                let first: Vec<usize> = n_ctx.iter().map(|&e| window.map_or(0, |w| e.saturating_sub(w))).collect();
-                let mut outs = vec![0.0f32; m * hd];
-                SCRATCH.with_borrow_mut(|scores| {
-                    scores.resize(m * (start + rows.end), 0.0);
-                    ops::attend_rows(family, hd, &qs, &first, &n_ctx, keys, values, kvd, off, scores, &mut outs);
-                });
-                for (r, i) in rows.enumerate() {
+            }
+            session.v[li].extend(v.iter().map(|&x| F16::from_f32(x)));
+            let layer = KvLayer { keys: &session.k[li], values: &session.v[li], kvd, n_pos: start + n };
+            // One chunk per (block of up to ATTEND_ROWS rows, KV head, set
+            // of the query heads that share it): row i sees positions
+            // 0..=start+i (on a local layer, the last `window` of them). A
+            // chunk's pairs (row, head) read each key tile and value row
+            // once; every pair's result is a function of its query, its
+            // range and the cache alone (`kernels::attn`), so how pairs are
+            // grouped, which depends on the thread count, cannot change it.
+            let blocks = n.div_ceil(ATTEND_ROWS);
+            let sets = head_sets(blocks * c.n_kv_heads, group, pool.threads());
+            let per_set = group.div_ceil(sets);
+            let att_out = Out(att.as_mut_ptr());
+            pool.for_each(blocks * c.n_kv_heads * sets, &|j| {
+                let (b, kvh, set) = (j / (c.n_kv_heads * sets), j / sets % c.n_kv_heads, j % sets);
+                let heads = kvh * group + set * per_set..(kvh * group + (set + 1) * per_set).min((kvh + 1) * group);
+                if heads.is_empty() {
+                    return;
+                }
+                let rows = b * ATTEND_ROWS..(b * ATTEND_ROWS + ATTEND_ROWS).min(n);
+                let pairs: Vec<(usize, usize)> =
+                    rows.clone().flat_map(|i| heads.clone().map(move |h| (i, h))).collect();
+                let mut qs = Vec::with_capacity(pairs.len() * hd);
+                let mut ranges = Vec::with_capacity(pairs.len());
+                for &(i, h) in &pairs {
+                    qs.extend_from_slice(&q[i * qd + h * hd..][..hd]);
+                    let end = start + i + 1;
+                    ranges.push((window.map_or(0, |w| end.saturating_sub(w)), end));
+                }
+                let mut outs = vec![0.0f32; pairs.len() * hd];
+                SCRATCH.with_borrow_mut(|scores| attn::attend(family, layer, kvh, hd, &qs, &ranges, scores, &mut outs));
+                for (r, &(i, h)) in pairs.iter().enumerate() {
                     // SAFETY: head h of row i owns att[i * qd + h * hd ..][..hd],
-                    // and row i belongs to block b alone.
+                    // and the pair (i, h) belongs to this chunk alone.
                     let out = unsafe { std::slice::from_raw_parts_mut(att_out.ptr().add(i * qd + h * hd), hd) };
                     out.copy_from_slice(&outs[r * hd..(r + 1) * hd]);
                 }

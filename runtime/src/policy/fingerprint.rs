@@ -77,6 +77,7 @@ pub const VERIFY_PATH: &[Part] = &[
     part("kernels/src/dispatch.rs", Devices::All, "chooses the kernel family and the multi-row switch"),
     part("kernels/src/act.rs", Devices::All, "activation quantization, paid once per verify row"),
     part("kernels/src/ops.rs", Devices::All, "norms, RoPE, softmax and attention of every row"),
+    part("kernels/src/attn.rs", Devices::Cpu, "attention over the CPU KV cache, every row of a block"),
     part("kernels/src/quant/", Devices::All, "block formats and dequantization (embedding rows, references)"),
     part("kernels/src/matvec/mod.rs", Devices::All, "the mat-vec entry points and the multi-row dispatch"),
     // kernels, CPU
