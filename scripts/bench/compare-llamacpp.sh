@@ -6,6 +6,13 @@
 # Usage:
 #   scripts/bench/compare-llamacpp.sh [--model PATH] [--threads N]
 #       [--prompt-tokens N] [--gen-tokens N] [--reps N] [--out DIR]
+#       [--llamacpp-batch default|prompt] [--llamacpp-flash-attn on|off]
+#
+# llama.cpp runs as its users get it: its own context defaults (n_batch
+# 2048, n_ubatch 512) and flash attention on (llama.cpp's default is
+# "auto", which its CPU backend resolves to on). --llamacpp-batch prompt
+# gives it the whole prompt as one batch instead; --llamacpp-flash-attn off
+# turns flash attention off. Report llama.cpp's best setting when they differ.
 #
 # Each repetition is one fresh process per engine (model load not timed;
 # one warm-up pass inside the process is run and discarded), and the two
@@ -35,6 +42,8 @@ PROMPT_TOKENS=64
 GEN_TOKENS=64
 REPS=5
 OUT=""
+LLAMACPP_BATCH=default
+LLAMACPP_FA=on
 
 die() {
     echo "compare-llamacpp: $*" >&2
@@ -49,7 +58,9 @@ while [ $# -gt 0 ]; do
     --gen-tokens) GEN_TOKENS=$2; shift 2 ;;
     --reps) REPS=$2; shift 2 ;;
     --out) OUT=$2; shift 2 ;;
-    -h | --help) sed -n '2,26p' "$0"; exit 0 ;;
+    --llamacpp-batch) LLAMACPP_BATCH=$2; shift 2 ;;
+    --llamacpp-flash-attn) LLAMACPP_FA=$2; shift 2 ;;
+    -h | --help) sed -n '2,34p' "$0"; exit 0 ;;
     *) die "unknown argument $1 (see --help)" ;;
     esac
 done
@@ -57,6 +68,8 @@ done
 [ "$THREADS" -ge 1 ] 2>/dev/null || die "--threads must be a positive integer"
 [ "$PROMPT_TOKENS" -ge 1 ] 2>/dev/null || die "--prompt-tokens must be a positive integer"
 [ "$GEN_TOKENS" -ge 1 ] 2>/dev/null || die "--gen-tokens must be a positive integer"
+case "$LLAMACPP_BATCH" in default | prompt) ;; *) die "--llamacpp-batch $LLAMACPP_BATCH: default or prompt" ;; esac
+case "$LLAMACPP_FA" in on | off) ;; *) die "--llamacpp-flash-attn $LLAMACPP_FA: on or off" ;; esac
 
 # --- the runtime binary -----------------------------------------------------
 if [ -n "${DRAFTWISE_RUNTIME:-}" ]; then
@@ -92,11 +105,13 @@ run_runtime() {
 }
 run_llamacpp() {
     "$VENV/bin/python" "$HELPER" --model "$MODEL" --threads "$THREADS" --prompt-ids "$IDS" \
-        --gen-tokens "$GEN_TOKENS" --reps 1 --warmup 1 >>"$OUT/llamacpp.jsonl"
+        --gen-tokens "$GEN_TOKENS" --reps 1 --warmup 1 --batch "$LLAMACPP_BATCH" \
+        --flash-attn "$LLAMACPP_FA" >>"$OUT/llamacpp.jsonl"
 }
 
 {
     echo "host: $(grep -m1 '^model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'), $(nproc) CPUs available"
+    echo "llama.cpp: batch $LLAMACPP_BATCH, flash attention $LLAMACPP_FA"
     echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 } | tee "$OUT/host.txt"
 for i in $(seq 1 "$REPS"); do

@@ -26,15 +26,35 @@ def main() -> int:
     ap.add_argument("--gen-tokens", type=int, required=True)
     ap.add_argument("--reps", type=int, default=1)
     ap.add_argument("--warmup", type=int, default=1)
+    ap.add_argument(
+        "--batch",
+        choices=["default", "prompt"],
+        default="default",
+        help="default: llama.cpp's own context defaults (n_batch 2048, n_ubatch 512, as "
+        "llama_context_default_params() reports them); prompt: the whole prompt as one batch",
+    )
+    ap.add_argument(
+        "--flash-attn",
+        choices=["on", "off"],
+        default="on",
+        help="llama.cpp's default is 'auto', which the CPU backend resolves to on; "
+        "llama-cpp-python can only say on or off",
+    )
     a = ap.parse_args()
 
     prompt = json.loads(a.prompt_ids)
     n_ctx = len(prompt) + a.gen_tokens + 16
+    if a.batch == "default":
+        d = llama_cpp.llama_context_default_params()
+        n_batch, n_ubatch = int(d.n_batch), int(d.n_ubatch)
+    else:
+        n_batch = n_ubatch = max(len(prompt), 32)
     llm = llama_cpp.Llama(
         model_path=a.model,
         n_ctx=n_ctx,
-        n_batch=max(len(prompt), 32),
-        n_ubatch=max(len(prompt), 32),
+        n_batch=n_batch,
+        n_ubatch=n_ubatch,
+        flash_attn=a.flash_attn == "on",
         n_threads=a.threads,
         n_threads_batch=a.threads,
         logits_all=False,
@@ -72,6 +92,9 @@ def main() -> int:
                 "llama_cpp_python": llama_cpp.__version__,
                 "system_info": llama_cpp.llama_print_system_info().decode(errors="replace").strip(),
                 "threads": a.threads,
+                "n_batch": n_batch,
+                "n_ubatch": n_ubatch,
+                "flash_attn": a.flash_attn,
                 "prompt_tokens": len(prompt),
                 "gen_tokens": a.gen_tokens,
                 "reps": reps,

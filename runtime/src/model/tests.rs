@@ -324,6 +324,48 @@ fn block_forward_equals_the_one_token_chain_bit_for_bit() {
     }
 }
 
+/// A verify block equals the one-token chain at every width 1..=16 after a
+/// short and after a long cache (positions across many key tiles, a tile
+/// boundary inside the block and at its edges), for every kernel family, on
+/// one, two and three threads (three split each KV head's two query heads
+/// into two attention calls, `head_sets`).
+#[test]
+fn block_equals_chain_at_widths_1_to_16_over_short_and_long_caches_and_thread_counts() {
+    let gg = {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("tiny-long.gguf");
+        std::fs::write(&p, gguf_bytes_with(&vocab(), 512)).unwrap();
+        load(&p).unwrap()
+    };
+    let v = gg.model.config.vocab;
+    let ids: Vec<u32> = (0..300u32).map(|i| 3 + (i * 7 + i * i / 5) % (v as u32 - 3)).collect();
+    for threads in [1, 2, 3] {
+        let pool = crate::pool::Pool::new(threads).unwrap();
+        pool.install(|| {
+            for fam in KernelFamily::all_supported() {
+                let mut chain = Vec::new();
+                let mut s = Session::new(&gg.model.config);
+                for &t in &ids {
+                    chain.extend(gg.model.forward(fam, &mut s, &[t], LogitRows::Last).unwrap());
+                }
+                for start in [3usize, 15, 16, 241, 270] {
+                    let mut s = Session::new(&gg.model.config);
+                    gg.model.forward(fam, &mut s, &ids[..start], LogitRows::Last).unwrap();
+                    for w in 1..=16 {
+                        let block = gg.model.forward(fam, &mut s, &ids[start..start + w], LogitRows::All).unwrap();
+                        let want = &chain[start * v..(start + w) * v];
+                        assert!(
+                            block.iter().zip(want).all(|(a, b)| a.to_bits() == b.to_bits()),
+                            "{fam:?}, {threads} threads, width {w} after {start}"
+                        );
+                        s.truncate(start);
+                    }
+                }
+            }
+        });
+    }
+}
+
 /// The tiny model with Q5_0 or Q5_1 layer matrices (repacked at load into
 /// the row-interleaved layout): classified by its tensors, every kernel
 /// family gives the scalar family's logits bit for bit, a block forward
