@@ -83,9 +83,12 @@ impl Session {
         if n < self.n_pos {
             // The last kept tile's lanes past `n` are cleared, so that the
             // cache holds what a run of `n` positions writes, byte for byte.
-            let tile_end = attn::key_cache_len(self.kv_dim, n) / self.kv_dim.max(1);
-            for layer in &mut self.k {
-                layer.truncate(attn::key_cache_len(self.kv_dim, n));
+            // (A session whose cache lives on a CUDA device has no host
+            // keys to clear.)
+            let kept = attn::key_cache_len(self.kv_dim, n);
+            let tile_end = kept / self.kv_dim.max(1);
+            for layer in self.k.iter_mut().filter(|l| l.len() >= kept) {
+                layer.truncate(kept);
                 for pos in n..tile_end {
                     for col in 0..self.kv_dim {
                         layer[attn::key_index(self.kv_dim, pos, col)] = F16::default();
