@@ -6,8 +6,8 @@
 //! A half super-block (128 elements) decodes at byte level into four
 //! 32-byte sub-blocks of signed quants: the 32-byte `qs` group shifted
 //! right by `2·jj` and masked to two bits (16-bit shifts move bits across
-//! a byte boundary only into bits the mask drops); Q3_K adds bit `4·half
-//! + jj` of each `hmask` byte at bit 2 and subtracts 4. Each 16-element
+//! a byte boundary only into bits the mask drops); Q3_K adds bit
+//! `4·half + jj` of each `hmask` byte at bit 2 and subtracts 4. Each 16-element
 //! half is widened to 16 bits and multiplied by its scale (`vpmullw`,
 //! exact: |sc·q| ≤ 128), so the integer lanes carry the scales and the
 //! float factor per activation block is `d·dx`, as for Q6_K. Those lanes

@@ -259,9 +259,9 @@ pub fn dequantize_block_q6_k(x: &BlockQ6K, y: &mut [f32; QK_K]) {
 }
 
 /// The low two bits of element `e` (0..256) of a Q2_K / Q3_K super-block
-/// from its 64 bytes of `qs`: 16-element sub-block `k = e / 16`, element `l
-/// = e % 16` is bits `2 ((k / 2) % 4) ..+2` of byte `32 (k / 8) + 16 (k % 2)
-/// + l` (ggml's `dequantize_row_q2_K` walks each 32-byte group four times,
+/// from its 64 bytes of `qs`: 16-element sub-block `k = e / 16`, element
+/// `l = e % 16` is bits `2 ((k / 2) % 4) ..+2` of byte
+/// `32 (k / 8) + 16 (k % 2) + l` (ggml's `dequantize_row_q2_K` walks each 32-byte group four times,
 /// two bits further each time, two sub-blocks per walk).
 #[inline]
 pub fn k_low2(qs: &[u8; QK_K / 4], e: usize) -> u8 {
