@@ -26,7 +26,6 @@
 
 use super::Input;
 use super::x86::{Acts, Q2K, Q4_1, Q8_0, Tile, dot_pair, prefetch_rows, reduce8_ymm, reduce16_zmm};
-use crate::quant::dequant::q3k_scales;
 use crate::quant::{QK, QK_K};
 use std::arch::x86_64::*;
 
@@ -55,9 +54,29 @@ unsafe fn scales_mins<const F: u8>(blk: *const u8) -> ([i8; 16], [i8; 16]) {
             let s: [u8; 16] = blk.cast::<[u8; 16]>().read_unaligned();
             (s.map(|b| (b & 0x0F) as i8), s.map(|b| (b >> 4) as i8))
         } else {
-            (q3k_scales(&blk.add(Q3K_SCALES).cast::<[u8; 12]>().read_unaligned()), [0; 16])
+            (q3k_scales_words(&blk.add(Q3K_SCALES).cast::<[u8; 12]>().read_unaligned()), [0; 16])
         }
     }
+}
+
+/// [`crate::quant::dequant::q3k_scales`] four scales at a time on 32-bit
+/// words (ggml's `kmask1` / `kmask2` form): word `i` of the result holds
+/// scales `4i .. 4i + 4`, low nibbles from `q[0..4]` or `q[4..8]` (shifted
+/// down by 4 for scales 8..16), top two bits from `q[8..12]` shifted by
+/// `2i`; shifts across byte boundaries only move bits the masks drop.
+#[inline(always)]
+fn q3k_scales_words(q: &[u8; 12]) -> [i8; 16] {
+    let w = |i: usize| u32::from_le_bytes([q[4 * i], q[4 * i + 1], q[4 * i + 2], q[4 * i + 3]]);
+    let (a0, a1, t) = (w(0), w(1), w(2));
+    let (m4, m2) = (0x0F0F_0F0Fu32, 0x0303_0303u32);
+    let words = [
+        (a0 & m4) | ((t & m2) << 4),
+        (a1 & m4) | (((t >> 2) & m2) << 4),
+        ((a0 >> 4) & m4) | (((t >> 4) & m2) << 4),
+        ((a1 >> 4) & m4) | (((t >> 6) & m2) << 4),
+    ];
+    // Each byte is 0..64, so it is a non-negative i8 before the offset.
+    std::array::from_fn(|k| (words[k / 4].to_le_bytes()[k % 4] as i8) - 32)
 }
 
 /// `(d, dmin)` of a super-block as f32 (`dmin` 0 for Q3_K).
@@ -322,6 +341,28 @@ pub(super) unsafe fn rows_k23_avx512<const F: u8, const W: usize, const R: usize
         while r < t.rows.end {
             block_avx512::<F, 1, W>(t, &a, r, o);
             r += 1;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn word_unpacking_of_q3_k_scales_equals_the_specification() {
+        let mut s = 0x1234_5678_9ABC_DEF0u64;
+        for i in 0..4096 {
+            let q: [u8; 12] = std::array::from_fn(|_| {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                s as u8
+            });
+            let q = match i {
+                0 => [0xFF; 12],
+                1 => [0; 12],
+                _ => q,
+            };
+            assert_eq!(super::q3k_scales_words(&q), crate::quant::dequant::q3k_scales(&q), "{q:?}");
         }
     }
 }
