@@ -865,3 +865,45 @@ fn q2_k_and_q3_k_models_load_generate_and_keep_block_equal_to_chain() {
         assert!(diff <= 2e-3 * max_abs, "{ty:?}: max |quantized - f32 twin| {diff} of max |logit| {max_abs}");
     }
 }
+
+/// Greedy speculative decoding (the n-gram drafter at widths 1..16) emits
+/// exactly the classic tokens on the F16, BF16, Q2_K and Q3_K tiny models,
+/// at one and two threads.
+#[test]
+fn speculative_output_equals_classic_on_the_new_weight_types_at_one_and_two_threads() {
+    use crate::generate::Engine;
+    use crate::sampling::SamplingParams;
+    use crate::spec::drafter::NgramDrafter;
+    let dir = tempfile::tempdir().unwrap();
+    let files = [
+        ("f16.gguf", gguf_bytes_typed(&vocab(), 64, GgmlType::F16)),
+        ("bf16.gguf", gguf_bytes_typed(&vocab(), 64, GgmlType::BF16)),
+        ("q2_k.gguf", k16_gguf(GgmlType::Q2K, false)),
+        ("q3_k.gguf", k16_gguf(GgmlType::Q3K, false)),
+    ];
+    let greedy = SamplingParams::default();
+    for (name, bytes) in files {
+        let p = dir.path().join(name);
+        std::fs::write(&p, bytes).unwrap();
+        for threads in [1, 2] {
+            let e = Engine::new(load(&p).unwrap(), KernelFamily::best(), threads).unwrap();
+            let mut rounds = 0;
+            // Random weights stop at the end token after a prompt-dependent
+            // number of tokens: several prompts, so that some run long.
+            for text in
+                ["abcabcabcabc, abcabc", "hello hello hello", "the cat. the cat. the", "zzz, yyy, zzz, yyy", "a"]
+            {
+                let ids = e.loaded.tokenizer.encode(text).unwrap();
+                let pre = e.prefill(&ids).unwrap();
+                let classic = e.decode(pre.clone(), 24, &greedy).unwrap();
+                for w in [1, 2, 3, 4, 8, 16] {
+                    let mut d = NgramDrafter { max_n: 4, min_n: 1 };
+                    let (spec, stats) = e.decode_speculative(pre.clone(), 24, &greedy, &mut d, w).unwrap();
+                    assert_eq!(spec.token_ids, classic.token_ids, "{name} {text:?} width {w} at {threads} threads");
+                    rounds += stats.rounds;
+                }
+            }
+            assert!(rounds > 0, "{name}: no speculative round ran");
+        }
+    }
+}
