@@ -134,8 +134,6 @@ pub enum MatrixError {
     Length { ty: &'static str, rows: usize, cols: usize, expected: usize, got: usize },
     #[error("{ty} weights are not {align}-byte aligned in memory")]
     Alignment { ty: &'static str, align: usize },
-    #[error("{0} weights have no mat-vec kernel; convert them to F32 at load")]
-    Unsupported(&'static str),
 }
 
 fn cast<T>(ty: GgmlType, bytes: &[u8]) -> Result<&[T], MatrixError> {
