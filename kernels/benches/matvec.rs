@@ -37,12 +37,18 @@ fn weights(ty: GgmlType, rows: usize, cols: usize, seed: u64) -> Vec<u32> {
     let scales: &[usize] = match ty {
         GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q4K | GgmlType::Q5K => &[0, 2],
         GgmlType::Q6K => &[208],
+        GgmlType::Q2K => &[80, 82],
+        GgmlType::Q3K => &[108],
+        // 16-bit floats: every element is a "scale" (random bits could be NaN).
+        GgmlType::F16 | GgmlType::BF16 => &[0],
         _ => &[0],
     };
     for blk in bytes.chunks_exact_mut(ty.block_bytes()) {
         for &o in scales {
-            blk[o..o + 2]
-                .copy_from_slice(&half::f16::from_f32(0.01 + (next() % 100) as f32 * 1e-4).to_bits().to_le_bytes());
+            let v = 0.01 + (next() % 100) as f32 * 1e-4;
+            let b =
+                if ty == GgmlType::BF16 { half::bf16::from_f32(v).to_bits() } else { half::f16::from_f32(v).to_bits() };
+            blk[o..o + 2].copy_from_slice(&b.to_le_bytes());
         }
     }
     let mut words = vec![0u32; n.div_ceil(4)];
@@ -58,7 +64,8 @@ fn weights(ty: GgmlType, rows: usize, cols: usize, seed: u64) -> Vec<u32> {
 /// a 576-wide model would have if its width were a whole number of
 /// 256-element super-blocks (512), then Gemma 3 270M's ffn_gate / ffn_up
 /// shape (2048 × 640, Q5_0 in its GGUF) in Q5_0, Q5_1 and the formats to
-/// compare them with.
+/// compare them with; F16 / BF16 at that shape, and Q2_K / Q3_K (with Q4_K
+/// to compare) at 2048 × 512, the nearest whole number of super-blocks.
 const SHAPES: &[(GgmlType, usize, usize)] = &[
     (GgmlType::Q4_1, 1536, 576),
     (GgmlType::Q4_1, 576, 1536),
@@ -73,6 +80,11 @@ const SHAPES: &[(GgmlType, usize, usize)] = &[
     (GgmlType::Q5_1, 2048, 640),
     (GgmlType::Q4_1, 2048, 640),
     (GgmlType::Q8_0, 2048, 640),
+    (GgmlType::F16, 2048, 640),
+    (GgmlType::BF16, 2048, 640),
+    (GgmlType::Q2K, 2048, 512),
+    (GgmlType::Q3K, 2048, 512),
+    (GgmlType::Q4K, 2048, 512),
 ];
 
 /// A matrix's storage and eight quantized activation rows.

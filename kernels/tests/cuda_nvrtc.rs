@@ -113,3 +113,17 @@ fn the_cache_is_keyed_by_target_and_hit_on_the_second_compile() {
     assert!(key80 != key90 && key80 != key_src);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// The formats without CUDA kernels are refused by name before any upload
+/// (no device needed); the runtime then keeps such a model on the CPU.
+#[test]
+fn the_cuda_backend_refuses_q2_k_q3_k_f16_and_bf16_by_name() {
+    use kernels::quant::GgmlType;
+    for ty in [GgmlType::Q2K, GgmlType::Q3K, GgmlType::F16, GgmlType::BF16, GgmlType::Q5K] {
+        let e = kernels::cuda::device::supports_format(ty).unwrap_err().to_string();
+        assert!(e.contains(ty.name()) && e.contains("no CUDA kernel"), "{ty:?}: {e}");
+    }
+    for ty in [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0, GgmlType::Q4K] {
+        assert!(kernels::cuda::device::supports_format(ty).is_ok(), "{ty:?}");
+    }
+}

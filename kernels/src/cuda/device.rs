@@ -64,6 +64,33 @@ fn format_name(ty: GgmlType) -> Result<&'static str, CudaError> {
     })
 }
 
+/// The storage type of a CPU weight view.
+fn weights_type(w: &Weights) -> GgmlType {
+    match w {
+        Weights::Q4_0(_) => GgmlType::Q4_0,
+        Weights::Q4_1(_) => GgmlType::Q4_1,
+        Weights::Q5_0(_) => GgmlType::Q5_0,
+        Weights::Q5_1(_) => GgmlType::Q5_1,
+        Weights::Q8_0(_) => GgmlType::Q8_0,
+        Weights::Q2K(_) => GgmlType::Q2K,
+        Weights::Q3K(_) => GgmlType::Q3K,
+        Weights::Q4K(_) => GgmlType::Q4K,
+        Weights::Q6K(_) => GgmlType::Q6K,
+        Weights::F32(_) => GgmlType::F32,
+        Weights::F16(_) => GgmlType::F16,
+        Weights::BF16(_) => GgmlType::BF16,
+        Weights::Q5K(_) => GgmlType::Q5K,
+        Weights::R16(v) => v.fmt.ggml_type(),
+    }
+}
+
+/// Whether the CUDA backend multiplies matrices of type `ty` (it has their
+/// mat-vec and embedding kernels); the others (Q5_K, Q2_K, Q3_K, F16, BF16)
+/// are refused by name at upload. Needs no device.
+pub fn supports_format(ty: GgmlType) -> Result<(), CudaError> {
+    format_name(ty).map(|_| ())
+}
+
 /// Checks for the driver and NVRTC (never panics), then opens device
 /// `ordinal` and reads what `startup` reports.
 pub fn probe(ordinal: usize) -> Result<DeviceInfo, CudaError> {
@@ -238,20 +265,11 @@ impl CudaDevice {
             Weights::Q6K(w) => DevData::Blocks(self.upload(block_bytes(w))?),
             Weights::F32(w) => DevData::F32(self.upload(w)?),
             Weights::Q5K(_) => return Err(CudaError::Unsupported("Q5_K")),
+            Weights::Q2K(_) | Weights::Q3K(_) | Weights::F16(_) | Weights::BF16(_) => {
+                return Err(CudaError::Unsupported(weights_type(&m.w).name()));
+            }
         };
-        let ty = match m.w {
-            Weights::Q4_0(_) => GgmlType::Q4_0,
-            Weights::Q4_1(_) => GgmlType::Q4_1,
-            Weights::Q5_0(_) => GgmlType::Q5_0,
-            Weights::Q5_1(_) => GgmlType::Q5_1,
-            Weights::Q8_0(_) => GgmlType::Q8_0,
-            Weights::Q4K(_) => GgmlType::Q4K,
-            Weights::Q6K(_) => GgmlType::Q6K,
-            Weights::F32(_) => GgmlType::F32,
-            Weights::Q5K(_) => GgmlType::Q5K,
-            Weights::R16(v) => v.fmt.ggml_type(),
-        };
-        Ok(DevMatrix { ty, rows: m.rows, cols: m.cols, data })
+        Ok(DevMatrix { ty: weights_type(&m.w), rows: m.rows, cols: m.cols, data })
     }
 
     /// Quantizes `rows` rows of `cols` f32 (`x`) into `q`, `d`, `s` (the

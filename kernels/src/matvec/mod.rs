@@ -50,13 +50,37 @@
 //! 16-element sub-block scales in 16-bit integers. Per super-block, the
 //! eight sub-block scales (and Q4_K / Q5_K mins) become one 8-lane f32
 //! vector.
+//!
+//! ## SIMD data flow (Q2_K, Q3_K)
+//!
+//! Their sixteen 16-element sub-blocks carry small integer scales that the
+//! kernels (`x86_k23`) fold into the integer weights as Q6_K's are: a half
+//! super-block decodes at byte level into four 32-byte sub-blocks of
+//! signed quants (Q2_K's 2-bit ones, Q3_K's 2 low bits and the `hmask` bit),
+//! each 16-element half is widened and multiplied by its scale, and the
+//! lanes meet the activation pair as for Q6_K. Q2_K's mins are a second set
+//! of integer lanes (the min of each 16 elements against the activation
+//! quants) scaled by `dmin`.
+//!
+//! ## F16 and BF16
+//!
+//! Half-precision matrices multiply the f32 activation ([`scalar::dot_f16`]:
+//! [`scalar::dot_f32`]'s eight lanes over the widened weights, which are
+//! exact). The x86 kernels (`x86_f16`) widen eight weights per step
+//! (`vcvtph2ps`, or a 16-bit shift for BF16) once for up to eight
+//! activation rows, each row its own accumulator chain, so a `W`-row call
+//! streams a weight row once.
 
 pub mod r16;
 pub mod scalar;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 #[cfg(target_arch = "x86_64")]
+mod x86_f16;
+#[cfg(target_arch = "x86_64")]
 mod x86_k;
+#[cfg(target_arch = "x86_64")]
+mod x86_k23;
 #[cfg(target_arch = "x86_64")]
 mod x86_r16;
 #[cfg(target_arch = "x86_64")]
@@ -64,7 +88,10 @@ mod x86_r16_q5;
 
 use crate::act::QRow;
 use crate::dispatch::{self, KernelFamily};
-use crate::quant::{BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ5_0, BlockQ5_1, BlockQ5K, BlockQ6K, BlockQ8_0, GgmlType, QK};
+use crate::quant::{
+    BlockQ2K, BlockQ3K, BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ5_0, BlockQ5_1, BlockQ5K, BlockQ6K, BlockQ8_0, GgmlType,
+    QK,
+};
 
 /// Weight storage of a matrix, row-major: row `r` occupies blocks
 /// `r * blocks_per_row .. (r + 1) * blocks_per_row`.
@@ -75,12 +102,18 @@ pub enum Weights<'a> {
     Q5_0(&'a [BlockQ5_0]),
     Q5_1(&'a [BlockQ5_1]),
     Q8_0(&'a [BlockQ8_0]),
+    Q2K(&'a [BlockQ2K]),
+    Q3K(&'a [BlockQ3K]),
     Q4K(&'a [BlockQ4K]),
     Q5K(&'a [BlockQ5K]),
     Q6K(&'a [BlockQ6K]),
     /// Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 in the row-interleaved layout ([`r16`]).
     R16(r16::R16<'a>),
     F32(&'a [f32]),
+    /// IEEE half floats as raw bits (little-endian in the file, native here).
+    F16(&'a [u16]),
+    /// bfloat16 (the top half of an f32) as raw bits.
+    BF16(&'a [u16]),
 }
 
 /// A weight matrix of shape (rows, cols): `y = W x` maps `cols` inputs to
@@ -101,8 +134,6 @@ pub enum MatrixError {
     Length { ty: &'static str, rows: usize, cols: usize, expected: usize, got: usize },
     #[error("{ty} weights are not {align}-byte aligned in memory")]
     Alignment { ty: &'static str, align: usize },
-    #[error("{0} weights have no mat-vec kernel; convert them to F32 at load")]
-    Unsupported(&'static str),
 }
 
 fn cast<T>(ty: GgmlType, bytes: &[u8]) -> Result<&[T], MatrixError> {
@@ -123,11 +154,8 @@ impl<'a> Matrix<'a> {
     /// Views `bytes` as a (rows, cols) matrix of type `ty`, checking the
     /// block structure, the length and the alignment.
     pub fn from_bytes(ty: GgmlType, bytes: &'a [u8], rows: usize, cols: usize) -> Result<Self, MatrixError> {
-        if matches!(ty, GgmlType::F16 | GgmlType::BF16) {
-            return Err(MatrixError::Unsupported(ty.name()));
-        }
         let block = ty.block_elems();
-        if !cols.is_multiple_of(block) || (ty != GgmlType::F32 && !cols.is_multiple_of(QK)) {
+        if !cols.is_multiple_of(block) || (block > 1 && !cols.is_multiple_of(QK)) {
             return Err(MatrixError::Columns { ty: ty.name(), rows, cols, block: block.max(QK) });
         }
         let expected = ty.row_bytes(cols).and_then(|rb| rb.checked_mul(rows)).ok_or(MatrixError::Length {
@@ -146,11 +174,16 @@ impl<'a> Matrix<'a> {
             GgmlType::Q5_0 => Weights::Q5_0(cast(ty, bytes)?),
             GgmlType::Q5_1 => Weights::Q5_1(cast(ty, bytes)?),
             GgmlType::Q8_0 => Weights::Q8_0(cast(ty, bytes)?),
+            GgmlType::Q2K => Weights::Q2K(cast(ty, bytes)?),
+            GgmlType::Q3K => Weights::Q3K(cast(ty, bytes)?),
             GgmlType::Q4K => Weights::Q4K(cast(ty, bytes)?),
             GgmlType::Q5K => Weights::Q5K(cast(ty, bytes)?),
             GgmlType::Q6K => Weights::Q6K(cast(ty, bytes)?),
             GgmlType::F32 => Weights::F32(cast(ty, bytes)?),
-            GgmlType::F16 | GgmlType::BF16 => unreachable!("refused above"),
+            // The file is little endian; so is every target this crate's
+            // kernels build for (x86_64, and aarch64 in its usual mode).
+            GgmlType::F16 => Weights::F16(cast(ty, bytes)?),
+            GgmlType::BF16 => Weights::BF16(cast(ty, bytes)?),
         };
         Ok(Matrix { rows, cols, w })
     }
@@ -164,9 +197,19 @@ impl<'a> Matrix<'a> {
         Matrix { rows, cols, w: Weights::F32(w) }
     }
 
+    /// A matrix over 16-bit float weights already in memory (`bf16`:
+    /// bfloat16 bits, else IEEE half bits).
+    ///
+    /// # Panics
+    /// If `w.len() != rows * cols` (a programming error).
+    pub fn from_f16_bits(w: &'a [u16], bf16: bool, rows: usize, cols: usize) -> Self {
+        assert_eq!(w.len(), rows * cols, "16-bit matrix length");
+        Matrix { rows, cols, w: if bf16 { Weights::BF16(w) } else { Weights::F16(w) } }
+    }
+
     /// Whether products read the quantized activation (true) or the f32 one.
     pub fn wants_quantized_input(&self) -> bool {
-        !matches!(self.w, Weights::F32(_))
+        !matches!(self.w, Weights::F32(_) | Weights::F16(_) | Weights::BF16(_))
     }
 }
 

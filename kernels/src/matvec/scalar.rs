@@ -70,6 +70,27 @@
 //! apply `fma(0, 0, a)` to a lane it has nothing for: that leaves the lane
 //! unchanged.
 //!
+//! # K-quants with 16-element sub-blocks (Q2_K, Q3_K)
+//!
+//! Their scales are small integers per 16 elements and are folded into the
+//! integer weights, as Q6_K's are. For activation block `b = 8·sb + j`
+//! (elements `32j .. 32j + 32` of super-block `sb`):
+//!
+//! 1. `qw[e] = sc[2j + e/16] · q[32j + e]`: Q3_K's signed scale (−32..32)
+//!    times its quant (−4..4), Q2_K's 4-bit scale times its 2-bit quant;
+//!    [`lane_isums`] as above (|qw| ≤ 128: a lane stays below 2^24).
+//! 2. `acc` as step 2 with `p_b = d · dx_b` (one rounding).
+//! 3. Q2_K only: the mins are integer lanes too, `mw[e] = m[2j + e/16]`
+//!    (4-bit), [`lane_isums`]`(mw)` added to a second sixteen-lane array
+//!    `mt` with `fma(dmin · dx_b, f32(isum), mt[..])` in the same even/odd
+//!    halves.
+//! 4. `reduce16(acc)`, minus `reduce16(mt)` for Q2_K.
+//!
+//! Both integer sums are exact, so this is `Σ_e (d·sc·q − dmin·m)·dx·qx`
+//! up to the float combination's rounding.
+//!
+//! # Float weights
+//!
 //! f32 weights use [`dot_f32`]: eight interleaved partial sums, reduced by a
 //! fixed tree, then the tail.
 
@@ -78,8 +99,11 @@ use super::{Input, Matrix, Weights};
 use crate::act::QRow;
 use crate::quant::dequant::get_scale_min_k4;
 use crate::quant::dequant::q5_quants;
-use crate::quant::{BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ5_0, BlockQ5_1, BlockQ5K, BlockQ6K, BlockQ8_0, QK, QK_K};
-use half::f16;
+use crate::quant::dequant::{k_low2, q3k_quant, q3k_scales};
+use crate::quant::{
+    BlockQ2K, BlockQ3K, BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ5_0, BlockQ5_1, BlockQ5K, BlockQ6K, BlockQ8_0, QK, QK_K,
+};
+use half::{bf16, f16};
 
 #[inline]
 fn h(bits: u16) -> f32 {
@@ -254,6 +278,93 @@ pub fn dot_q6k(w: &[BlockQ6K], x: QRow) -> f32 {
     reduce16(acc)
 }
 
+/// One super-block of a 16-element-sub-block K-quant: `d`, the signed quants
+/// in element order, the sixteen scales, and (Q2_K) `dmin` with the sixteen
+/// mins.
+pub struct K16 {
+    pub d: f32,
+    pub q: [i8; QK_K],
+    pub sc: [i8; 16],
+    pub min: Option<(f32, [u8; 16])>,
+}
+
+/// A Q2_K super-block in [`K16`] form.
+pub fn unpack_q2k(wb: &BlockQ2K) -> K16 {
+    K16 {
+        d: h(wb.d),
+        q: std::array::from_fn(|e| k_low2(&wb.qs, e) as i8),
+        sc: wb.scales.map(|s| (s & 0x0F) as i8),
+        min: Some((h(wb.dmin), wb.scales.map(|s| s >> 4))),
+    }
+}
+
+/// A Q3_K super-block in [`K16`] form.
+pub fn unpack_q3k(wb: &BlockQ3K) -> K16 {
+    K16 { d: h(wb.d), q: std::array::from_fn(|e| q3k_quant(wb, e)), sc: q3k_scales(&wb.scales), min: None }
+}
+
+/// The Q2_K / Q3_K specification over super-blocks `k16(sb)`.
+fn dot_k16(nsb: usize, x: &QRow, k16: impl Fn(usize) -> K16) -> f32 {
+    let mut acc = [0.0f32; 16];
+    let mut mt = [0.0f32; 16];
+    for sb in 0..nsb {
+        let k = k16(sb);
+        for j in 0..QK_K / QK {
+            let b = sb * (QK_K / QK) + j;
+            let qw: [i32; QK] = std::array::from_fn(|e| k.sc[2 * j + e / 16] as i32 * k.q[j * QK + e] as i32);
+            add_block(&mut acc, b, k.d * x.d[b], lane_isums(&qw, x, b));
+            if let Some((dmin, m)) = &k.min {
+                let mw: [i32; QK] = std::array::from_fn(|e| m[2 * j + e / 16] as i32);
+                add_block(&mut mt, b, dmin * x.d[b], lane_isums(&mw, x, b));
+            }
+        }
+    }
+    reduce16(acc) - reduce16(mt)
+}
+
+/// Q2_K weights: `w = (d·sc)·q − dmin·m` per 16 elements.
+pub fn dot_q2k(w: &[BlockQ2K], x: QRow) -> f32 {
+    dot_k16(w.len(), &x, |sb| unpack_q2k(&w[sb]))
+}
+
+/// Q3_K weights: `w = (d·sc)·q` per 16 elements, `q` in −4..4.
+pub fn dot_q3k(w: &[BlockQ3K], x: QRow) -> f32 {
+    dot_k16(w.len(), &x, |sb| unpack_q3k(&w[sb]))
+}
+
+/// IEEE half bits widened to f32 (exact).
+#[inline]
+pub fn f16_to_f32(bits: u16) -> f32 {
+    f16::from_bits(bits).to_f32()
+}
+
+/// bfloat16 bits widened to f32 (exact: the bits are the f32's top half).
+#[inline]
+pub fn bf16_to_f32(bits: u16) -> f32 {
+    bf16::from_bits(bits).to_f32()
+}
+
+/// `Σ w[i]·b[i]` for half-precision weights `w` (IEEE half bits, or
+/// bfloat16 bits when `bf`): [`dot_f32`] over the widened weights, the same
+/// lanes, tree and tail. Widening is exact, so this is the f32 product of
+/// the weights' exact values.
+pub fn dot_f16(w: &[u16], bf: bool, b: &[f32]) -> f32 {
+    debug_assert_eq!(w.len(), b.len());
+    let widen = |v: u16| if bf { bf16_to_f32(v) } else { f16_to_f32(v) };
+    let n8 = w.len() / 8 * 8;
+    let mut lanes = [0.0f32; 8];
+    for (cw, cb) in w[..n8].chunks_exact(8).zip(b[..n8].chunks_exact(8)) {
+        for j in 0..8 {
+            lanes[j] += widen(cw[j]) * cb[j];
+        }
+    }
+    let mut acc = reduce8(lanes);
+    for i in n8..w.len() {
+        acc += widen(w[i]) * b[i];
+    }
+    acc
+}
+
 /// `Σ a[i]·b[i]` in f32: lane `j` of eight accumulates the elements
 /// `i ≡ j (mod 8)` of the whole 8-element chunks; the lanes reduce as
 /// `((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7))`; remaining elements are then
@@ -297,6 +408,8 @@ pub fn matvec_rows(m: &Matrix, input: Input, row0: usize, out: &mut [f32]) {
         Weights::Q5_0(w) => rows(w, m.cols / QK, row0, out, q, dot_q5_0),
         Weights::Q5_1(w) => rows(w, m.cols / QK, row0, out, q, dot_q5_1),
         Weights::Q8_0(w) => rows(w, m.cols / QK, row0, out, q, dot_q8_0),
+        Weights::Q2K(w) => rows(w, m.cols / QK_K, row0, out, q, dot_q2k),
+        Weights::Q3K(w) => rows(w, m.cols / QK_K, row0, out, q, dot_q3k),
         Weights::Q4K(w) => rows(w, m.cols / QK_K, row0, out, q, dot_q4k),
         Weights::Q5K(w) => rows(w, m.cols / QK_K, row0, out, q, dot_q5k),
         Weights::Q6K(w) => rows(w, m.cols / QK_K, row0, out, q, dot_q6k),
@@ -309,6 +422,13 @@ pub fn matvec_rows(m: &Matrix, input: Input, row0: usize, out: &mut [f32]) {
             for (i, o) in out.iter_mut().enumerate() {
                 let r = row0 + i;
                 *o = dot_f32(&w[r * m.cols..(r + 1) * m.cols], input.x);
+            }
+        }
+        Weights::F16(w) | Weights::BF16(w) => {
+            let bf = matches!(m.w, Weights::BF16(_));
+            for (i, o) in out.iter_mut().enumerate() {
+                let r = row0 + i;
+                *o = dot_f16(&w[r * m.cols..(r + 1) * m.cols], bf, input.x);
             }
         }
     }

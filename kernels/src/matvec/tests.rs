@@ -31,8 +31,13 @@ impl Rng {
 /// field overwritten by a sane value (random bits would be NaN/inf).
 fn random_weights(ty: GgmlType, rows: usize, cols: usize, rng: &mut Rng) -> Vec<u8> {
     let nbytes = ty.row_bytes(cols).unwrap() * rows;
-    if ty == GgmlType::F32 {
-        return (0..rows * cols).flat_map(|_| rng.f32().to_le_bytes()).collect();
+    match ty {
+        GgmlType::F32 => return (0..rows * cols).flat_map(|_| rng.f32().to_le_bytes()).collect(),
+        GgmlType::F16 => return (0..rows * cols).flat_map(|_| f16::from_f32(rng.f32()).to_le_bytes()).collect(),
+        GgmlType::BF16 => {
+            return (0..rows * cols).flat_map(|_| half::bf16::from_f32(rng.f32()).to_le_bytes()).collect();
+        }
+        _ => {}
     }
     let mut bytes: Vec<u8> = (0..nbytes).map(|_| rng.next() as u8).collect();
     let bb = ty.block_bytes();
@@ -41,6 +46,8 @@ fn random_weights(ty: GgmlType, rows: usize, cols: usize, rng: &mut Rng) -> Vec<
         GgmlType::Q4_1 | GgmlType::Q5_1 => &[0, 2],
         GgmlType::Q4K | GgmlType::Q5K => &[0, 2],
         GgmlType::Q6K => &[208],
+        GgmlType::Q2K => &[80, 82],
+        GgmlType::Q3K => &[108],
         _ => &[],
     };
     for blk in bytes.chunks_exact_mut(bb) {
@@ -92,8 +99,13 @@ fn check_matrix(ty: GgmlType, raw: &[u8], rows: usize, cols: usize, x: &[f32]) {
     // Scalar against f64 over the dequantized weights and the
     // dequantized activation: the integer path must be exact up to
     // f32 rounding of the block combination.
+    // (Float weights multiply the f32 activation itself.)
     let qv = q.view();
-    let xq: Vec<f64> = (0..qv.nb).flat_map(|b| qv.block_quants(b).map(move |v| qv.d[b] as f64 * v as f64)).collect();
+    let xq: Vec<f64> = if m.wants_quantized_input() {
+        (0..qv.nb).flat_map(|b| qv.block_quants(b).map(move |v| qv.d[b] as f64 * v as f64)).collect()
+    } else {
+        x.iter().map(|&v| v as f64).collect()
+    };
     let row_bytes = ty.row_bytes(cols).unwrap();
     for r in 0..rows {
         let mut wr = vec![0.0f32; cols];
@@ -315,6 +327,127 @@ fn every_family_equals_scalar_on_k_quants_at_extreme_values() {
 }
 
 #[test]
+fn every_family_equals_scalar_on_q2_k() {
+    check_type(GgmlType::Q2K, &k_cols());
+}
+
+#[test]
+fn every_family_equals_scalar_on_q3_k() {
+    check_type(GgmlType::Q3K, &k_cols());
+}
+
+#[test]
+fn every_family_equals_scalar_on_f16_and_bf16() {
+    for ty in [GgmlType::F16, GgmlType::BF16] {
+        check_type(ty, &legacy_cols());
+    }
+}
+
+/// Q2_K / Q3_K super-blocks at the extremes: all quant and scale bits set
+/// (Q2_K: quants 3 under scales and mins 15; Q3_K: quants 3 under scale
+/// 31), all clear (Q3_K: quants −4 under scale −32, the largest |sc·q|),
+/// alternating and random bits, under f16 `d` / `dmin` from the largest
+/// finite to subnormal and negative, against activations whose every quant
+/// is ±32767 and a mixed random row; then every multi-row pass on them.
+#[test]
+fn every_family_equals_scalar_on_q2_k_and_q3_k_at_extreme_values() {
+    let f16s: Vec<[u8; 2]> =
+        [65504.0f32, 1.0, -3.5, 6.0e-8, 0.0].iter().map(|&v| f16::from_f32(v).to_bits().to_le_bytes()).collect();
+    let rows = f16s.len() * 4;
+    let cols = 3 * QK_K;
+    let mut rng = Rng(0x23);
+    let signs: Vec<f32> = (0..cols).map(|i| if (i / 5) % 2 == 0 { 1.0 } else { -1.0 }).collect();
+    let xs: Vec<Vec<f32>> =
+        vec![vec![1.0; cols], vec![-2.0; cols], signs, (0..cols).map(|_| rng.f32() * 1e3).collect()];
+    for ty in [GgmlType::Q2K, GgmlType::Q3K] {
+        let bb = ty.block_bytes();
+        let mut raw = vec![0u8; rows * ty.row_bytes(cols).unwrap()];
+        for (i, blk) in raw.chunks_exact_mut(bb).enumerate() {
+            let r = i / (cols / QK_K);
+            let (dv, pattern) = (f16s[r % f16s.len()], r / f16s.len());
+            for v in blk.iter_mut() {
+                *v = match pattern {
+                    0 => 0xFF,
+                    1 => 0x00,
+                    2 => 0xAA,
+                    _ => rng.next() as u8,
+                };
+            }
+            if ty == GgmlType::Q2K {
+                blk[80..82].copy_from_slice(&dv);
+                blk[82..84].copy_from_slice(&f16s[(r + 1) % f16s.len()]);
+                if pattern == 1 {
+                    // Zero quants under the largest mins: the min term alone.
+                    blk[..16].fill(0xF0);
+                }
+            } else {
+                blk[108..110].copy_from_slice(&dv);
+            }
+        }
+        for x in &xs {
+            check_matrix(ty, &raw, rows, cols, x);
+        }
+        let store = aligned(&raw);
+        let m = Matrix::from_bytes(ty, as_bytes(&store, raw.len()), rows, cols).unwrap();
+        let qs: Vec<ActRow> = xs
+            .iter()
+            .map(|x| {
+                let mut q = ActRow::default();
+                q.quantize(x);
+                q
+            })
+            .collect();
+        let inputs: Vec<Input> = xs.iter().zip(&qs).map(|(x, q)| Input { x, q: q.view() }).collect();
+        let mut want = vec![0.0f32; inputs.len() * rows];
+        for (inp, out) in inputs.iter().zip(want.chunks_exact_mut(rows)) {
+            scalar::matvec_rows(&m, *inp, 0, out);
+        }
+        for fam in KernelFamily::all_supported() {
+            let mut got = vec![f32::NAN; inputs.len() * rows];
+            matmul_rows_with(fam, true, &m, &inputs, 0, &mut got);
+            assert_eq!(bits(&got), bits(&want), "{ty:?} {fam:?} multi-row at extremes");
+        }
+    }
+}
+
+/// F16 / BF16 rows of every awkward length (not only whole 32-element
+/// blocks: float rows have no block structure), at offsets that misalign
+/// both operands, against the scalar specification and f64, including
+/// f16 subnormals and the largest finite values.
+#[test]
+fn every_family_equals_scalar_on_f16_and_bf16_at_awkward_lengths_and_alignments() {
+    let mut rng = Rng(1616);
+    for bf in [false, true] {
+        for len in [1usize, 2, 3, 5, 7, 8, 9, 15, 16, 17, 31, 33, 64, 100] {
+            for skew in 0..3 {
+                let w: Vec<u16> = (0..len + skew)
+                    .map(|i| match (bf, i % 7) {
+                        (false, 3) => f16::from_f32(6.0e-8).to_bits(),
+                        (false, 5) => f16::MAX.to_bits(),
+                        (false, _) => f16::from_f32(rng.f32()).to_bits(),
+                        (true, 5) => half::bf16::from_f32(1.0e30).to_bits(),
+                        (true, _) => half::bf16::from_f32(rng.f32()).to_bits(),
+                    })
+                    .collect();
+                let x: Vec<f32> = (0..len + skew).map(|_| rng.f32()).collect();
+                let (w, x) = (&w[skew..], &x[..len]);
+                let want = scalar::dot_f16(w, bf, x);
+                let widen = |v: u16| if bf { scalar::bf16_to_f32(v) } else { scalar::f16_to_f32(v) };
+                let exact: f64 = w.iter().zip(x).map(|(&a, &b)| widen(a) as f64 * b as f64).sum();
+                let mag: f64 = w.iter().zip(x).map(|(&a, &b)| (widen(a) as f64 * b as f64).abs()).sum();
+                assert!((want as f64 - exact).abs() <= 1e-6 * mag, "bf16={bf} len {len}: {want} vs {exact}");
+                for fam in KernelFamily::all_supported() {
+                    let m = Matrix::from_f16_bits(w, bf, 1, len);
+                    let mut got = [0.0f32];
+                    matvec_rows(fam, &m, Input { x, q: QRow::EMPTY }, 0, &mut got);
+                    assert_eq!(got[0].to_bits(), want.to_bits(), "{fam:?} bf16={bf} len {len} skew {skew}");
+                }
+            }
+        }
+    }
+}
+
+#[test]
 fn every_family_equals_scalar_on_f32_at_awkward_lengths_and_alignments() {
     let mut rng = Rng(42);
     for len in [1usize, 2, 3, 5, 7, 15, 16, 17, 31, 33, 64, 100] {
@@ -396,8 +529,11 @@ fn multi_row_passes_equal_single_row_calls_bit_for_bit_for_w_1_to_17() {
     for ty in [GgmlType::Q5_0, GgmlType::Q5_1] {
         check_multirow(ty, &[(1, 32), (17, 96), (33, 544), (5, 576), (48, 64), (37, 640), (19, 33 * QK)]);
     }
-    for ty in [GgmlType::Q4K, GgmlType::Q5K, GgmlType::Q6K] {
+    for ty in [GgmlType::Q4K, GgmlType::Q5K, GgmlType::Q6K, GgmlType::Q2K, GgmlType::Q3K] {
         check_multirow(ty, &[(1, QK_K), (3, QK_K), (9, 2 * QK_K), (17, 3 * QK_K), (40, 5 * QK_K)]);
+    }
+    for ty in [GgmlType::F16, GgmlType::BF16] {
+        check_multirow(ty, &[(1, 32), (17, 96), (33, 544), (5, 576), (48, 64), (37, 640)]);
     }
 }
 
@@ -406,5 +542,9 @@ fn from_bytes_refuses_wrong_lengths_and_columns() {
     let bytes = vec![0u8; 40];
     assert!(matches!(Matrix::from_bytes(GgmlType::Q4_1, &bytes[..39], 1, 64), Err(MatrixError::Length { .. })));
     assert!(matches!(Matrix::from_bytes(GgmlType::Q4_1, &bytes, 1, 40), Err(MatrixError::Columns { .. })));
-    assert!(matches!(Matrix::from_bytes(GgmlType::F16, &bytes, 1, 20), Err(MatrixError::Unsupported(_))));
+    assert!(matches!(Matrix::from_bytes(GgmlType::F16, &bytes[..38], 1, 20), Err(MatrixError::Length { .. })));
+    assert!(matches!(Matrix::from_bytes(GgmlType::Q2K, &bytes, 1, 128), Err(MatrixError::Columns { .. })));
+    // Odd float rows are fine: no block structure.
+    let w = aligned(&bytes);
+    assert!(matches!(Matrix::from_bytes(GgmlType::BF16, as_bytes(&w, 38), 1, 19).unwrap().w, Weights::BF16(_)));
 }

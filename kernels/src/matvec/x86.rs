@@ -1,7 +1,8 @@
 //! x86_64 SIMD mat-vec kernels: the dispatch for every format, and the
 //! K-quants' shared tiles and helpers ([`super::x86_k`]). Q4_0, Q4_1 and Q8_0
 //! run in the row-interleaved kernels of [`super::x86_r16`], Q5_0 and Q5_1
-//! in those of [`super::x86_r16_q5`] (GGUF-layout
+//! in those of [`super::x86_r16_q5`], Q2_K and Q3_K in [`super::x86_k23`],
+//! F16 and BF16 in [`super::x86_f16`] (GGUF-layout
 //! matrices are repacked a group at a time on the way); the K-quants keep
 //! GGUF's layout and follow [`super::scalar`]'s lane specification:
 //!
@@ -21,6 +22,7 @@
 
 use super::r16::R16Format;
 use super::x86_k::{rows_k_avx2, rows_k_avx512};
+use super::x86_k23::{rows_k23_avx2, rows_k23_avx512};
 use super::x86_r16;
 use super::{Input, Matrix, Weights};
 use crate::act::QRow;
@@ -36,6 +38,9 @@ pub(super) const Q8_0: u8 = 2;
 pub(super) const Q4K: u8 = 3;
 pub(super) const Q5K: u8 = 4;
 pub(super) const Q6K: u8 = 5;
+/// Q2_K / Q3_K, in [`super::x86_k23`].
+pub(super) const Q2K: u8 = 6;
+pub(super) const Q3K: u8 = 7;
 
 /// Bytes per block of format `f` (ggml's `block_q4_0`, `block_q4_1`,
 /// `block_q8_0`; for the K-quants a super-block: `block_q4_K`, `block_q5_K`,
@@ -47,6 +52,8 @@ pub(super) const fn block_bytes(f: u8) -> usize {
         Q8_0 => 34,
         Q4K => 144,
         Q5K => 176,
+        Q2K => 84,
+        Q3K => 110,
         _ => 210,
     }
 }
@@ -84,6 +91,8 @@ pub(super) fn matmul_rows(family: KernelFamily, m: &Matrix, inputs: &[Input], ro
             unsafe { x86_r16::matmul_r16(family, &v, inputs, row0, outs) };
             return true;
         }
+        Weights::Q2K(w) => (Q2K, w.as_ptr().cast::<u8>(), nsb),
+        Weights::Q3K(w) => (Q3K, w.as_ptr().cast::<u8>(), nsb),
         Weights::Q4K(w) => (Q4K, w.as_ptr().cast::<u8>(), nsb),
         Weights::Q5K(w) => (Q5K, w.as_ptr().cast::<u8>(), nsb),
         Weights::Q6K(w) => (Q6K, w.as_ptr().cast::<u8>(), nsb),
@@ -95,6 +104,13 @@ pub(super) fn matmul_rows(family: KernelFamily, m: &Matrix, inputs: &[Input], ro
                     *o = unsafe { dot_f32_avx2(&w[r * m.cols..(r + 1) * m.cols], inp.x) };
                 }
             }
+            return true;
+        }
+        Weights::F16(w) | Weights::BF16(w) => {
+            let bf = matches!(m.w, Weights::BF16(_));
+            // SAFETY: the CPU supports the family (checked above); the
+            // caller checked the shapes (`row0 + n <= rows`, inputs of `cols`).
+            unsafe { super::x86_f16::matmul(family, bf, w, m.cols, inputs, row0, outs) };
             return true;
         }
     };
@@ -163,8 +179,10 @@ unsafe fn run_pass(family: KernelFamily, f: u8, w: usize, t: &Tile, xs: &[Input]
         };
     }
     macro_rules! formats {
-        ($kkern:ident, $fam:expr, $ws:tt) => {
+        ($kkern:ident, $k23kern:ident, $fam:expr, $ws:tt) => {
             match f {
+                Q2K => widths!($k23kern, $fam, Q2K, $ws),
+                Q3K => widths!($k23kern, $fam, Q3K, $ws),
                 Q4K => widths!($kkern, $fam, Q4K, $ws),
                 Q5K => widths!($kkern, $fam, Q5K, $ws),
                 _ => widths!($kkern, $fam, Q6K, $ws),
@@ -173,9 +191,9 @@ unsafe fn run_pass(family: KernelFamily, f: u8, w: usize, t: &Tile, xs: &[Input]
     }
     const _: () = assert!(AVX2_MAX_ROWS == 4 && AVX512_MAX_ROWS == 8, "update the width lists below");
     match family {
-        KernelFamily::Avx2 => formats!(rows_k_avx2, KernelFamily::Avx2, [1, 2, 3, 4]),
+        KernelFamily::Avx2 => formats!(rows_k_avx2, rows_k23_avx2, KernelFamily::Avx2, [1, 2, 3, 4]),
         KernelFamily::Avx512Vnni => {
-            formats!(rows_k_avx512, KernelFamily::Avx512Vnni, [1, 2, 3, 4, 5, 6, 7, 8])
+            formats!(rows_k_avx512, rows_k23_avx512, KernelFamily::Avx512Vnni, [1, 2, 3, 4, 5, 6, 7, 8])
         }
         KernelFamily::Scalar => unreachable!("scalar has no SIMD pass"),
     }

@@ -8,7 +8,7 @@
 
 /// Elements per block of the "legacy" formats (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0).
 pub const QK: usize = 32;
-/// Elements per super-block of the K-quant formats (Q4_K, Q5_K, Q6_K, Q8_K).
+/// Elements per super-block of the K-quant formats (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_K).
 pub const QK_K: usize = 256;
 /// Bytes of packed 6-bit scales and mins in a Q4_K / Q5_K super-block.
 pub const K_SCALE_SIZE: usize = 12;
@@ -111,6 +111,42 @@ pub struct BlockQ6K {
 }
 const _: () = assert!(std::mem::size_of::<BlockQ6K>() == 210);
 
+/// Q2_K: sixteen 16-element sub-blocks of 2-bit quants. Byte `k` of
+/// `scales` is sub-block `k`'s 4-bit scale (low nibble) and 4-bit min (high
+/// nibble), and `w = (d * sc) * q - dmin * m`. Sub-block `k` lies in the
+/// 32-byte group `qs[32 (k / 8) ..]`: its elements `l` (0..16) are bits
+/// `2 ((k / 2) % 4) ..+2` of byte `16 (k % 2) + l` of that group
+/// (`block_q2_K` in `ggml-common.h`; the element order is
+/// `dequantize_row_q2_K` in `ggml-quants.c`). 16 + 64 + 2 + 2 = 84 bytes.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct BlockQ2K {
+    pub scales: [u8; QK_K / 16],
+    pub qs: [u8; QK_K / 4],
+    pub d: u16,
+    pub dmin: u16,
+}
+const _: () = assert!(std::mem::size_of::<BlockQ2K>() == 84 && std::mem::align_of::<BlockQ2K>() == 2);
+
+/// Q3_K: sixteen 16-element sub-blocks of 3-bit quants, `w = (d * (sc -
+/// 32)) * q` with `q` in −4..4. The low two bits of a quant sit in `qs` as
+/// Q2_K's; the third is bit `k / 2` of `hmask[16 (k % 2) + l]` for element
+/// `l` of sub-block `k`, and a *clear* bit subtracts 4 (`q = lo − 4` when
+/// clear, `lo` when set). The sixteen 6-bit scales are packed in 12 bytes:
+/// scale `k` has its low nibble in `scales[k % 8]` (low nibble for `k < 8`,
+/// high otherwise) and its top two bits at bits `2 (k / 4)` of `scales[8 +
+/// k % 4]` (`block_q3_K` in `ggml-common.h`, `dequantize_row_q3_K` in
+/// `ggml-quants.c`). 32 + 64 + 12 + 2 = 110 bytes.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct BlockQ3K {
+    pub hmask: [u8; QK_K / 8],
+    pub qs: [u8; QK_K / 4],
+    pub scales: [u8; 12],
+    pub d: u16,
+}
+const _: () = assert!(std::mem::size_of::<BlockQ3K>() == 110 && std::mem::align_of::<BlockQ3K>() == 2);
+
 /// Storage types of a tensor, with ggml's numeric type ids (`enum ggml_type`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum GgmlType {
@@ -122,6 +158,8 @@ pub enum GgmlType {
     Q5_0,
     Q5_1,
     Q8_0,
+    Q2K,
+    Q3K,
     Q4K,
     Q5K,
     Q6K,
@@ -138,6 +176,8 @@ impl GgmlType {
             6 => Self::Q5_0,
             7 => Self::Q5_1,
             8 => Self::Q8_0,
+            10 => Self::Q2K,
+            11 => Self::Q3K,
             12 => Self::Q4K,
             13 => Self::Q5K,
             14 => Self::Q6K,
@@ -155,6 +195,8 @@ impl GgmlType {
             Self::Q5_0 => 6,
             Self::Q5_1 => 7,
             Self::Q8_0 => 8,
+            Self::Q2K => 10,
+            Self::Q3K => 11,
             Self::Q4K => 12,
             Self::Q5K => 13,
             Self::Q6K => 14,
@@ -173,6 +215,8 @@ impl GgmlType {
             Self::Q5_0 => "Q5_0",
             Self::Q5_1 => "Q5_1",
             Self::Q8_0 => "Q8_0",
+            Self::Q2K => "Q2_K",
+            Self::Q3K => "Q3_K",
             Self::Q4K => "Q4_K",
             Self::Q5K => "Q5_K",
             Self::Q6K => "Q6_K",
@@ -184,7 +228,7 @@ impl GgmlType {
         match self {
             Self::F32 | Self::F16 | Self::BF16 => 1,
             Self::Q4_0 | Self::Q4_1 | Self::Q5_0 | Self::Q5_1 | Self::Q8_0 => QK,
-            Self::Q4K | Self::Q5K | Self::Q6K => QK_K,
+            Self::Q2K | Self::Q3K | Self::Q4K | Self::Q5K | Self::Q6K => QK_K,
         }
     }
 
@@ -198,6 +242,8 @@ impl GgmlType {
             Self::Q5_0 => std::mem::size_of::<BlockQ5_0>(),
             Self::Q5_1 => std::mem::size_of::<BlockQ5_1>(),
             Self::Q8_0 => std::mem::size_of::<BlockQ8_0>(),
+            Self::Q2K => std::mem::size_of::<BlockQ2K>(),
+            Self::Q3K => std::mem::size_of::<BlockQ3K>(),
             Self::Q4K => std::mem::size_of::<BlockQ4K>(),
             Self::Q5K => std::mem::size_of::<BlockQ5K>(),
             Self::Q6K => std::mem::size_of::<BlockQ6K>(),

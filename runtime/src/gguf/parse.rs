@@ -261,8 +261,6 @@ impl<'a> Cursor<'a> {
 fn ggml_type_name(id: u32) -> Option<&'static str> {
     Some(match id {
         9 => "Q8_1",
-        10 => "Q2_K",
-        11 => "Q3_K",
         15 => "Q8_K",
         16 => "IQ2_XXS",
         17 => "IQ2_XS",
@@ -286,7 +284,7 @@ fn ggml_type_name(id: u32) -> Option<&'static str> {
 }
 
 fn unsupported_type_problem(type_id: u32) -> String {
-    const SUPPORTED: &str = "F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K";
+    const SUPPORTED: &str = "F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K";
     match ggml_type_name(type_id) {
         Some(name) => format!(
             "ggml type {type_id} ({name}) is not supported; use a model quantized to one of \
@@ -613,10 +611,10 @@ mod tests {
         assert!(matches!(e, GgufError::UnknownValueType { type_id: 200, offset: 37, .. }), "{e}");
 
         let mut r = header(1, 0);
-        r.str("w").u32(1).u64(256).u32(10).u64(0);
+        r.str("w").u32(1).u64(256).u32(23).u64(0);
         let e = parse_err(r.0).to_string();
-        assert!(e.contains("tensor \"w\"") && e.contains("(Q2_K) is not supported"), "{e}");
-        assert!(e.contains("Q5_0, Q5_1"), "{e}");
+        assert!(e.contains("tensor \"w\"") && e.contains("(IQ4_XS) is not supported"), "{e}");
+        assert!(e.contains("Q5_0, Q5_1") && e.contains("Q2_K, Q3_K"), "{e}");
         let mut r = header(1, 0);
         r.str("w").u32(1).u64(32).u32(99).u64(0);
         let e = parse_err(r.0).to_string();

@@ -22,7 +22,7 @@ use super::weights::{LlamaWeights, WeightMatrix};
 use kernels::cuda::CudaError;
 use kernels::cuda::device::{CudaDevice, DevMatrix, QuantView};
 use kernels::ops::{self, RopePairing};
-use kernels::quant::QK;
+use kernels::quant::{GgmlType, QK};
 use std::sync::{Arc, Mutex};
 
 /// The quantized activation scratch of `rows` rows of `cols`, borrowing
@@ -224,7 +224,18 @@ fn upload_norm(dev: &CudaDevice, w: &[f32]) -> Result<cudarc::driver::CudaSlice<
 }
 
 fn upload(dev: &CudaDevice, w: &WeightMatrix) -> Result<DevMatrix, CudaError> {
-    dev.upload_matrix(&w.gguf_matrix())
+    match w.ty {
+        // The device has no 16-bit float kernels: F16 / BF16 matrices (a
+        // Hugging Face 16-bit checkpoint's) go up widened to f32, exactly.
+        GgmlType::F16 | GgmlType::BF16 => {
+            let mut f = vec![0.0f32; w.rows * w.cols];
+            for (r, row) in f.chunks_exact_mut(w.cols.max(1)).enumerate() {
+                w.row_f32(r, row);
+            }
+            dev.upload_matrix(&kernels::matvec::Matrix::from_f32(&f, w.rows, w.cols))
+        }
+        _ => dev.upload_matrix(&w.gguf_matrix()),
+    }
 }
 
 impl CudaModel {

@@ -107,6 +107,39 @@ fn to_f32(path: &Path, st: &SafeTensors, name: &str, shape: &[usize]) -> Result<
     Ok((v, t.dtype()))
 }
 
+/// A matrix tensor in the form the forward pass multiplies: F16 and BF16
+/// stay in 16 bits (their own kernels read them; no f32 copy), F32 is
+/// copied; anything else is refused by [`to_f32`] naming the dtype.
+fn matrix_tensor(
+    path: &Path,
+    st: &SafeTensors,
+    name: &str,
+    rows: usize,
+    cols: usize,
+) -> Result<(WeightMatrix, Dtype), ModelError> {
+    let t = st.tensor(name).map_err(|_| ModelError::MissingTensor(name.to_string()))?;
+    let ty = match t.dtype() {
+        Dtype::F16 => kernels::quant::GgmlType::F16,
+        Dtype::BF16 => kernels::quant::GgmlType::BF16,
+        _ => {
+            let (v, dt) = to_f32(path, st, name, &[rows, cols])?;
+            return Ok((WeightMatrix::from_f32(name, v, rows, cols), dt));
+        }
+    };
+    if t.shape() != [rows, cols] {
+        return Err(ModelError::Shape {
+            tensor: name.to_string(),
+            expected: vec![rows as u64, cols as u64],
+            got: t.shape().iter().map(|&d| d as u64).collect(),
+        });
+    }
+    let bits: Vec<u16> = t.data().chunks_exact(2).map(|b| u16::from_le_bytes([b[0], b[1]])).collect();
+    if bits.len() != rows * cols {
+        return Err(invalid(path, format!("tensor {name}: {} bytes for {rows}x{cols} {ty:?}", t.data().len())));
+    }
+    Ok((WeightMatrix::from_half(name, ty, bits, rows, cols), t.dtype()))
+}
+
 /// Loads a Hugging Face Llama checkpoint directory.
 pub fn load_dir(dir: &Path) -> Result<Loaded, ModelError> {
     let cfg_path = dir.join("config.json");
@@ -116,7 +149,7 @@ pub fn load_dir(dir: &Path) -> Result<Loaded, ModelError> {
     let st_path = dir.join("model.safetensors");
     let file = std::fs::File::open(&st_path).map_err(|source| ModelError::Io { path: st_path.clone(), source })?;
     // SAFETY: read-only map, dropped before this function returns (weights
-    // are copied out as f32); see GgufFile::open on files changing underneath.
+    // are copied out); see GgufFile::open on files changing underneath.
     let map =
         unsafe { memmap2::Mmap::map(&file) }.map_err(|source| ModelError::Io { path: st_path.clone(), source })?;
     let st = SafeTensors::deserialize(&map).map_err(|e| invalid(&st_path, e.to_string()))?;
@@ -125,11 +158,11 @@ pub fn load_dir(dir: &Path) -> Result<Loaded, ModelError> {
     let mut dtypes = std::collections::BTreeSet::new();
     // Layer matrices record their dtype: the quantization class is theirs.
     let mut mat = |name: String, rows: usize, cols: usize| -> Result<WeightMatrix, ModelError> {
-        let (v, dt) = to_f32(&st_path, &st, &name, &[rows, cols])?;
+        let (m, dt) = matrix_tensor(&st_path, &st, &name, rows, cols)?;
         if name.starts_with("model.layers.") {
             dtypes.insert(format!("{dt:?}"));
         }
-        Ok(WeightMatrix::from_f32(&name, v, rows, cols))
+        Ok(m)
     };
     let mut layers = Vec::with_capacity(cfg.n_layers);
     for i in 0..cfg.n_layers {

@@ -169,7 +169,7 @@ fn quantize_q5(ty: GgmlType, x: &[f32]) -> Vec<u8> {
 }
 
 /// [`gguf_bytes_with`] with the layers' matrices stored as `layer_ty` (F32,
-/// Q5_0 or Q5_1); the embedding and the norms stay F32.
+/// Q5_0, Q5_1, F16 or BF16); the embedding and the norms stay F32.
 fn gguf_bytes_typed(tokens: &[String], context: u32, layer_ty: GgmlType) -> Vec<u8> {
     gguf_bytes_stored(tokens, context, layer_ty, false)
 }
@@ -233,7 +233,11 @@ fn gguf_bytes_stored(tokens: &[String], context: u32, layer_ty: GgmlType, dequan
         let dims: Vec<u64> = shape.iter().rev().map(|&d| d as u64).collect();
         let layer_matrix = name.starts_with("model.layers.") && shape.len() == 2;
         if layer_matrix && layer_ty != GgmlType::F32 {
-            let q = quantize_q5(layer_ty, &vals);
+            let q = match layer_ty {
+                GgmlType::F16 => vals.iter().flat_map(|x| half::f16::from_f32(*x).to_le_bytes()).collect(),
+                GgmlType::BF16 => vals.iter().flat_map(|x| half::bf16::from_f32(*x).to_le_bytes()).collect(),
+                _ => quantize_q5(layer_ty, &vals),
+            };
             if dequantized {
                 let mut w = vec![0.0f32; vals.len()];
                 kernels::quant::dequantize_row(layer_ty, &q, &mut w).unwrap();
@@ -718,4 +722,230 @@ fn gemma3_on_a_cuda_device_is_refused_and_auto_placement_keeps_the_cpu() {
         other => panic!("expected the CPU-only refusal, got {:?}", other.map(|r| r.is_some())),
     }
     assert!(place(&mut g, DeviceRequest::Auto).unwrap().is_none());
+}
+
+/// The tiny model with F16 or BF16 layer matrices: they stay 16-bit
+/// (their formats are reported), every family gives the scalar logits bit
+/// for bit, a block forward equals the one-token chain, and the logits
+/// equal those of the F32 file of the same (16-bit representable) weights
+/// bit for bit: the 16-bit kernels are the f32 kernel over exactly widened
+/// weights.
+#[test]
+fn f16_and_bf16_layer_matrices_give_their_f32_twins_logits_bit_for_bit_in_every_family() {
+    let dir = tempfile::tempdir().unwrap();
+    let load_bytes = |name: &str, bytes: Vec<u8>| {
+        let p = dir.path().join(name);
+        std::fs::write(&p, bytes).unwrap();
+        load(&p).unwrap()
+    };
+    let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+    for ty in [GgmlType::F16, GgmlType::BF16] {
+        let class = ty.name().to_ascii_lowercase();
+        let m = load_bytes(&format!("{class}.gguf"), gguf_bytes_typed(&vocab(), 64, ty));
+        let twin = load_bytes(&format!("{class}-f32.gguf"), gguf_bytes_stored(&vocab(), 64, ty, true));
+        assert_eq!(m.info.quant.class, class);
+        assert_eq!(m.info.weight_formats, vec![class.clone(), "f32".to_string()]);
+        let ids = m.tokenizer.encode("the quick brown fox").unwrap();
+        let v = m.model.config.vocab;
+        for fam in KernelFamily::all_supported() {
+            let mut s = Session::new(&m.model.config);
+            let block = m.model.forward(fam, &mut s, &ids, LogitRows::All).unwrap();
+            let mut s = Session::new(&twin.model.config);
+            let want = twin.model.forward(fam, &mut s, &ids, LogitRows::All).unwrap();
+            assert_eq!(bits(&block), bits(&want), "{ty:?} {fam:?} against the f32 twin");
+            let mut s = Session::new(&m.model.config);
+            for (i, &t) in ids.iter().enumerate() {
+                let one = m.model.forward(fam, &mut s, &[t], LogitRows::Last).unwrap();
+                assert_eq!(bits(&one), bits(&block[i * v..(i + 1) * v]), "{ty:?} {fam:?} row {i}");
+            }
+        }
+    }
+}
+
+/// A Hugging Face bf16 checkpoint's matrices stay bf16 in memory (the
+/// embedding, tied head and layers), not f32.
+#[test]
+fn hf_bf16_matrices_are_kept_in_16_bits() {
+    let dir = tempfile::tempdir().unwrap();
+    write_hf(dir.path());
+    let hf = load(dir.path()).unwrap();
+    assert_eq!(hf.info.weight_formats, vec!["bf16".to_string()]);
+}
+
+/// A tiny Llama whose every matrix (the embedding too, so its rows are
+/// gathered through dequantization) is Q2_K or Q3_K: dimensions of one
+/// 256-element super-block, random quant and scale bytes under small f16
+/// scales; with `dequantized` the same weights stored as F32.
+fn k16_gguf(ty: GgmlType, dequantized: bool) -> Vec<u8> {
+    const D: usize = 256;
+    const H: usize = 4;
+    const KV: usize = 2;
+    const HDK: usize = D / H;
+    const FF: usize = 256;
+    let tokens = vocab();
+    let mut b = Builder::new();
+    let s = |x: &str| Value::String(x.to_string());
+    b.kv("general.architecture", &s("llama"))
+        .kv("llama.block_count", &Value::U32(LAYERS as u32))
+        .kv("llama.embedding_length", &Value::U32(D as u32))
+        .kv("llama.feed_forward_length", &Value::U32(FF as u32))
+        .kv("llama.attention.head_count", &Value::U32(H as u32))
+        .kv("llama.attention.head_count_kv", &Value::U32(KV as u32))
+        .kv("llama.rope.freq_base", &Value::F32(10000.0))
+        .kv("llama.attention.layer_norm_rms_epsilon", &Value::F32(1e-5))
+        .kv("llama.context_length", &Value::U32(64))
+        .kv("tokenizer.ggml.model", &s("gpt2"))
+        .kv("tokenizer.ggml.pre", &s("default"))
+        .kv("tokenizer.ggml.tokens", &Value::Array(tokens.iter().cloned().map(Value::String).collect()))
+        .kv(
+            "tokenizer.ggml.token_type",
+            &Value::Array((0..tokens.len()).map(|i| Value::I32(if i < SPECIALS.len() { 3 } else { 1 })).collect()),
+        )
+        .kv("tokenizer.ggml.merges", &Value::Array(vec![]))
+        .kv("tokenizer.ggml.eos_token_id", &Value::U32(2));
+    let mut rng = Rng(0x0023_0023);
+    let mut byte = move || (rng.f32().to_bits() >> 3) as u8;
+    let mut matrix = |b: &mut Builder, name: &str, rows: usize, cols: usize| {
+        let bb = ty.block_bytes();
+        let mut raw: Vec<u8> = (0..rows * ty.row_bytes(cols).unwrap()).map(|_| byte()).collect();
+        for blk in raw.chunks_exact_mut(bb) {
+            // d (and Q2_K's dmin) around 2e-3: weights of a few tenths.
+            let d = half::f16::from_f32(0.0015 + 0.001 * (blk[1] as f32 / 255.0)).to_le_bytes();
+            if ty == GgmlType::Q2K {
+                blk[80..82].copy_from_slice(&d);
+                blk[82..84].copy_from_slice(&half::f16::from_f32(0.003).to_le_bytes());
+            } else {
+                blk[108..110].copy_from_slice(&d);
+            }
+        }
+        let dims = [cols as u64, rows as u64];
+        if dequantized {
+            let mut w = vec![0.0f32; rows * cols];
+            kernels::quant::dequantize_row(ty, &raw, &mut w).unwrap();
+            b.tensor(name, &dims, GgmlType::F32, &w.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>());
+        } else {
+            b.tensor(name, &dims, ty, &raw);
+        }
+    };
+    let norm = |b: &mut Builder, name: &str| {
+        let ones: Vec<u8> = (0..D).flat_map(|i| (1.0f32 + 0.01 * (i % 7) as f32).to_le_bytes()).collect();
+        b.tensor(name, &[D as u64], GgmlType::F32, &ones);
+    };
+    matrix(&mut b, "token_embd.weight", tokens.len(), D);
+    norm(&mut b, "output_norm.weight");
+    for i in 0..LAYERS {
+        let n = |s: &str| format!("blk.{i}.{s}.weight");
+        norm(&mut b, &n("attn_norm"));
+        matrix(&mut b, &n("attn_q"), H * HDK, D);
+        matrix(&mut b, &n("attn_k"), KV * HDK, D);
+        matrix(&mut b, &n("attn_v"), KV * HDK, D);
+        matrix(&mut b, &n("attn_output"), D, H * HDK);
+        norm(&mut b, &n("ffn_norm"));
+        matrix(&mut b, &n("ffn_gate"), FF, D);
+        matrix(&mut b, &n("ffn_up"), FF, D);
+        matrix(&mut b, &n("ffn_down"), D, FF);
+    }
+    b.build()
+}
+
+/// The Q2_K / Q3_K tiny Llama loads with its class and formats, generates
+/// greedily, every family gives the scalar logits bit for bit, a block
+/// forward equals the one-token chain at every width 1..=16, and its logits
+/// are its F32 twin's up to the 16-bit activations' error.
+#[test]
+fn q2_k_and_q3_k_models_load_generate_and_keep_block_equal_to_chain() {
+    let dir = tempfile::tempdir().unwrap();
+    let load_bytes = |name: &str, bytes: Vec<u8>| {
+        let p = dir.path().join(name);
+        std::fs::write(&p, bytes).unwrap();
+        load(&p).unwrap()
+    };
+    let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+    for ty in [GgmlType::Q2K, GgmlType::Q3K] {
+        let class = ty.name().to_ascii_lowercase();
+        let m = load_bytes(&format!("{class}.gguf"), k16_gguf(ty, false));
+        let twin = load_bytes(&format!("{class}-f32.gguf"), k16_gguf(ty, true));
+        assert_eq!(m.info.quant.class, class);
+        assert_eq!(m.info.weight_formats, vec![class.clone()]);
+        let v = m.model.config.vocab;
+        // Greedy generation: sixteen tokens after a prompt.
+        let mut ids = m.tokenizer.encode("hello").unwrap();
+        let mut s = Session::new(&m.model.config);
+        let mut logits = m.model.forward(KernelFamily::best(), &mut s, &ids, LogitRows::Last).unwrap();
+        for _ in 0..16 {
+            assert!(logits.iter().all(|x| x.is_finite()), "{ty:?}");
+            let next = (0..v).max_by(|&a, &b| logits[a].total_cmp(&logits[b])).unwrap() as u32;
+            ids.push(next);
+            logits = m.model.forward(KernelFamily::best(), &mut s, &[next], LogitRows::Last).unwrap();
+        }
+        let n = ids.len();
+        let want = {
+            let mut s = Session::new(&m.model.config);
+            m.model.forward(KernelFamily::Scalar, &mut s, &ids, LogitRows::All).unwrap()
+        };
+        for fam in KernelFamily::all_supported() {
+            // Blocks of every width 1..=16 after a one-token prefix.
+            for w in 1..=16.min(n - 1) {
+                let mut s = Session::new(&m.model.config);
+                let mut got = m.model.forward(fam, &mut s, &ids[..1], LogitRows::All).unwrap();
+                let mut at = 1;
+                while at < n {
+                    let end = (at + w).min(n);
+                    got.extend(m.model.forward(fam, &mut s, &ids[at..end], LogitRows::All).unwrap());
+                    at = end;
+                }
+                assert_eq!(bits(&got), bits(&want), "{ty:?} {fam:?} width {w}");
+            }
+        }
+        let exact = {
+            let mut s = Session::new(&twin.model.config);
+            twin.model.forward(KernelFamily::best(), &mut s, &ids, LogitRows::All).unwrap()
+        };
+        let max_abs = exact.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+        let diff = want.iter().zip(&exact).fold(0.0f32, |m, (a, b)| m.max((a - b).abs()));
+        // Measured: 1.1e-4 (Q2_K) and 5.8e-4 (Q3_K) of the largest logit.
+        assert!(diff <= 2e-3 * max_abs, "{ty:?}: max |quantized - f32 twin| {diff} of max |logit| {max_abs}");
+    }
+}
+
+/// Greedy speculative decoding (the n-gram drafter at widths 1..16) emits
+/// exactly the classic tokens on the F16, BF16, Q2_K and Q3_K tiny models,
+/// at one and two threads.
+#[test]
+fn speculative_output_equals_classic_on_the_new_weight_types_at_one_and_two_threads() {
+    use crate::generate::Engine;
+    use crate::sampling::SamplingParams;
+    use crate::spec::drafter::NgramDrafter;
+    let dir = tempfile::tempdir().unwrap();
+    let files = [
+        ("f16.gguf", gguf_bytes_typed(&vocab(), 64, GgmlType::F16)),
+        ("bf16.gguf", gguf_bytes_typed(&vocab(), 64, GgmlType::BF16)),
+        ("q2_k.gguf", k16_gguf(GgmlType::Q2K, false)),
+        ("q3_k.gguf", k16_gguf(GgmlType::Q3K, false)),
+    ];
+    let greedy = SamplingParams::default();
+    for (name, bytes) in files {
+        let p = dir.path().join(name);
+        std::fs::write(&p, bytes).unwrap();
+        for threads in [1, 2] {
+            let e = Engine::new(load(&p).unwrap(), KernelFamily::best(), threads).unwrap();
+            let mut rounds = 0;
+            // Random weights stop at the end token after a prompt-dependent
+            // number of tokens: several prompts, so that some run long.
+            for text in
+                ["abcabcabcabc, abcabc", "hello hello hello", "the cat. the cat. the", "zzz, yyy, zzz, yyy", "a"]
+            {
+                let ids = e.loaded.tokenizer.encode(text).unwrap();
+                let pre = e.prefill(&ids).unwrap();
+                let classic = e.decode(pre.clone(), 24, &greedy).unwrap();
+                for w in [1, 2, 3, 4, 8, 16] {
+                    let mut d = NgramDrafter { max_n: 4, min_n: 1 };
+                    let (spec, stats) = e.decode_speculative(pre.clone(), 24, &greedy, &mut d, w).unwrap();
+                    assert_eq!(spec.token_ids, classic.token_ids, "{name} {text:?} width {w} at {threads} threads");
+                    rounds += stats.rounds;
+                }
+            }
+            assert!(rounds > 0, "{name}: no speculative round ran");
+        }
+    }
 }

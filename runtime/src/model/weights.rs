@@ -1,6 +1,6 @@
 //! Weight storage: matrices viewed in place in a mapped GGUF file, or owned
-//! (f32 from safetensors, or a realigned copy), and the per-layer set of a
-//! Llama decoder.
+//! (f32, f16 or bf16 from safetensors, or a realigned copy), and the
+//! per-layer set of a Llama decoder.
 
 use crate::gguf::GgufFile;
 use kernels::matvec::r16::Repacked;
@@ -22,6 +22,8 @@ enum Data {
         len: usize,
     },
     F32(Vec<f32>),
+    /// F16 or BF16 bits (`WeightMatrix::ty` says which), kept in 16 bits.
+    Half(Vec<u16>),
 }
 
 /// A (rows, cols) weight matrix: row `r` holds the weights producing output `r`.
@@ -70,6 +72,18 @@ impl WeightMatrix {
         WeightMatrix { name: name.to_string(), ty: GgmlType::F32, rows, cols, data: Data::F32(w), packed: None }
     }
 
+    /// An owned 16-bit float matrix: `bits` are IEEE half bits (`ty` F16)
+    /// or bfloat16 bits (`ty` BF16), multiplied as they are (no f32 copy).
+    ///
+    /// # Panics
+    /// If `bits.len() != rows * cols` or `ty` is not F16 / BF16 (a loader
+    /// bug, not input).
+    pub fn from_half(name: &str, ty: GgmlType, bits: Vec<u16>, rows: usize, cols: usize) -> Self {
+        assert_eq!(bits.len(), rows * cols);
+        assert!(matches!(ty, GgmlType::F16 | GgmlType::BF16), "{ty:?} is not a 16-bit float type");
+        WeightMatrix { name: name.to_string(), ty, rows, cols, data: Data::Half(bits), packed: None }
+    }
+
     fn bytes(&self) -> &[u8] {
         match &self.data {
             Data::Gguf { file, index } => file.tensor_data(&file.tensors[*index]),
@@ -78,6 +92,11 @@ impl WeightMatrix {
             Data::F32(v) => {
                 // SAFETY: f32 storage viewed as its bytes, same lifetime.
                 unsafe { std::slice::from_raw_parts(v.as_ptr().cast::<u8>(), v.len() * 4) }
+            }
+            Data::Half(v) => {
+                // SAFETY: u16 storage viewed as its bytes, same lifetime
+                // (little endian, the GGUF byte order `row_f32` reads).
+                unsafe { std::slice::from_raw_parts(v.as_ptr().cast::<u8>(), v.len() * 2) }
             }
         }
     }
@@ -115,6 +134,7 @@ impl WeightMatrix {
     pub fn gguf_matrix(&self) -> Matrix<'_> {
         match &self.data {
             Data::F32(v) => Matrix::from_f32(v, self.rows, self.cols),
+            Data::Half(v) => Matrix::from_f16_bits(v, self.ty == GgmlType::BF16, self.rows, self.cols),
             _ => Matrix::from_bytes(self.ty, self.bytes(), self.rows, self.cols)
                 .expect("shape, length and alignment validated at construction"),
         }

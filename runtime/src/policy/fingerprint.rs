@@ -107,6 +107,18 @@ pub const VERIFY_PATH: &[Part] = &[
         formats: &["q4_k", "q5_k", "q6_k"],
         why: "x86_64 kernels of the K-quants",
     },
+    Part {
+        path: "kernels/src/matvec/x86_k23.rs",
+        devices: Devices::CpuX86,
+        formats: &["q2_k", "q3_k"],
+        why: "x86_64 kernels of Q2_K and Q3_K",
+    },
+    Part {
+        path: "kernels/src/matvec/x86_f16.rs",
+        devices: Devices::CpuX86,
+        formats: &["f16", "bf16"],
+        why: "x86_64 kernels of F16 and BF16 matrices",
+    },
     // kernels, CUDA
     part("kernels/src/cuda/", Devices::Cuda, "the CUDA launcher: device buffers, streams, NVRTC, dispatch"),
     part("kernels/cuda/", Devices::Cuda, "the CUDA kernels"),

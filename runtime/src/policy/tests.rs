@@ -623,6 +623,8 @@ fn each_gguf_class_from_its_layer_matrices() {
         (GgmlType::Q4K, 15, "q4_k"),
         (GgmlType::Q5K, 17, "q5_k"),
         (GgmlType::Q6K, 18, "q6_k"),
+        (GgmlType::Q2K, 10, "q2_k"),
+        (GgmlType::Q3K, 12, "q3_k"),
         (GgmlType::F16, 1, "f16"),
         (GgmlType::BF16, 32, "bf16"),
         (GgmlType::F32, 0, "f32"),
@@ -994,6 +996,17 @@ fn a_changed_part_stales_only_the_keys_it_applies_to() {
     assert_eq!(key(&h, cpu, &q4_1), key(&base, cpu, &q4_1));
     assert_eq!(key(&h, cpu, &k_quants), key(&base, cpu, &k_quants));
     assert_ne!(key(&h, cpu, &q5_0), key(&base, cpu, &q5_0));
+    // The Q2_K / Q3_K kernels and the 16-bit float ones: only targets with
+    // those formats go stale.
+    let (q3_k, f16) = (["q3_k", "q6_k"], ["f16"]);
+    let h = changed("kernels/src/matvec/x86_k23.rs");
+    assert_eq!(key(&h, cpu, &q4_1), key(&base, cpu, &q4_1));
+    assert_eq!(key(&h, cpu, &f16), key(&base, cpu, &f16));
+    assert_ne!(key(&h, cpu, &q3_k), key(&base, cpu, &q3_k));
+    let h = changed("kernels/src/matvec/x86_f16.rs");
+    assert_eq!(key(&h, cpu, &q4_1), key(&base, cpu, &q4_1));
+    assert_eq!(key(&h, cpu, &q3_k), key(&base, cpu, &q3_k));
+    assert_ne!(key(&h, cpu, &f16), key(&base, cpu, &f16));
     // The CUDA launcher: CPU keys stay fresh, CUDA keys go stale.
     let h = changed("kernels/src/cuda/");
     assert_eq!(key(&h, cpu, &q4_1), key(&base, cpu, &q4_1));
