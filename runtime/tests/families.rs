@@ -94,9 +94,12 @@ fn reference() -> &'static Value {
     })
 }
 
+/// Loaded engines by (family, Hugging Face form, threads).
+type Engines = Mutex<HashMap<(String, bool, usize), &'static Engine>>;
+
 /// The engine over `family`'s GGUF (or, `hf`, its twin) at `threads`.
 fn engine(family: &str, hf: bool, threads: usize) -> &'static Engine {
-    static E: OnceLock<Mutex<HashMap<(String, bool, usize), &'static Engine>>> = OnceLock::new();
+    static E: OnceLock<Engines> = OnceLock::new();
     let mut m = E.get_or_init(Default::default).lock().unwrap();
     m.entry((family.to_string(), hf, threads)).or_insert_with(|| {
         let p = if hf { hf_path(family) } else { gguf_path(family) };
