@@ -12,6 +12,8 @@ bytes), and for each prompt (token ids drawn with a fixed seed, so the
 vocabulary's tokenizer plays no part) the top-8 logits of every 4th
 prompt position and of the last (one batch, logits_all), then a greedy
 continuation: per step the token, the top-1/top-2 margin and the top-8.
+Also the ids llama.cpp gives a few strings with the (shared) vocabulary,
+special tokens parsed.
 
 One thread, a context of 256, the whole prompt in one batch.
 """
@@ -29,6 +31,16 @@ FAMILIES = ["llama3", "linear", "mistral", "qwen2", "qwen3"]
 PROMPT_LENGTHS = [5, 23, 70, 150]
 N_VOCAB_TEXT = 317  # the byte tokens and merges; the control tokens are left out
 GREEDY = 24
+# The vocabulary's merges come from tiny_models.CORPUS; these strings use
+# them and the GPT-2 split (spaces, digits, punctuation, newlines).
+TOKENIZER_STRINGS = [
+    "The capital of France is Paris.",
+    "one two three four, one two",
+    "def add(a, b):\n    return a + b\n",
+    "  leading and   inner spaces  ",
+    "digits 0123456789 and 3.14",
+    "Hello, world!<|endoftext|>",
+]
 TOP_K = 8
 
 
@@ -77,10 +89,16 @@ def main() -> int:
         fams[name] = {"gguf_sha256": sha, "n_vocab": n_vocab, "prompts": out}
         print(f"{name}: done", file=sys.stderr)
         del llm
+    llm = llama_cpp.Llama(model_path=os.path.join(a.dir, "llama3.gguf"), n_ctx=64, verbose=False)
+    tokenizer = [
+        {"text": t, "ids": llm.tokenize(t.encode(), add_bos=False, special=True)} for t in TOKENIZER_STRINGS
+    ]
+    del llm
     doc = {
         "generated_by": "reference/tiny_llamacpp.py --dir reference/data/tiny",
         "llama_cpp_python": llama_cpp.__version__,
         "system_info": llama_cpp.llama_print_system_info().decode(errors="replace").strip(),
+        "tokenizer": tokenizer,
         "families": fams,
     }
     with open(a.out, "w") as f:

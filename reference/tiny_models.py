@@ -361,7 +361,12 @@ def write_hf(d, name, c, t, tokens, merges, vocab):
             for s in SPECIALS
         ],
         "normalizer": None,
-        "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True},
+        # SmolLM's: single digits, then GPT-2's byte-level split (what the
+        # GGUF's `smollm` pre-tokenizer names).
+        "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
+            {"type": "Digits", "individual_digits": True},
+            {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True},
+        ]},
         "post_processor": None,
         "decoder": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True},
         "model": {

@@ -619,3 +619,16 @@ fn a_sharded_checkpoint_loads_and_a_bad_index_is_refused_by_name() {
     });
     assert!(e.contains("tensor model.norm.weight is missing"), "{e}");
 }
+
+#[test]
+fn both_forms_tokenize_like_llamacpp() {
+    let cases = reference()["tokenizer"].as_array().unwrap();
+    assert!(cases.len() >= 5);
+    for hf in [false, true] {
+        let tok = &engine("llama3", hf, 1).loaded.tokenizer;
+        for c in cases {
+            let text = c["text"].as_str().unwrap();
+            assert_eq!(tok.encode(text).unwrap(), ids(&c["ids"]), "encode({text:?}), hf: {hf}");
+        }
+    }
+}
