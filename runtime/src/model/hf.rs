@@ -23,10 +23,6 @@ use std::path::{Path, PathBuf};
 /// a few hundred).
 pub const MAX_SHARDS: usize = 4096;
 
-/// The most tensors an index may map (a 400B-parameter checkpoint has
-/// under 10,000).
-pub const MAX_INDEX_TENSORS: usize = 1 << 20;
-
 /// The fields of `config.json` this loader reads.
 #[derive(Debug, Deserialize)]
 struct HfConfig {
@@ -186,16 +182,11 @@ struct ShardIndex {
 
 /// The shard file names of an index, checked: plain `*.safetensors` names
 /// in the checkpoint's directory (no separators, no `..`), at most
-/// [`MAX_SHARDS`] of them. Returns the distinct names and each tensor's
-/// shard number.
+/// [`MAX_SHARDS`] of them. (The index file itself is read capped at
+/// `limits::MAX_CONFIG_JSON_BYTES`, which bounds the number of tensors.)
+/// Returns the distinct names and each tensor's shard number.
 pub fn parse_index(path: &Path, bytes: &[u8]) -> Result<(Vec<String>, HashMap<String, usize>), ModelError> {
     let idx: ShardIndex = serde_json::from_slice(bytes).map_err(|e| invalid(path, e.to_string()))?;
-    if idx.weight_map.len() > MAX_INDEX_TENSORS {
-        return Err(invalid(
-            path,
-            format!("weight_map names {} tensors (at most {MAX_INDEX_TENSORS})", idx.weight_map.len()),
-        ));
-    }
     let mut shards: Vec<String> = Vec::new();
     let mut which = HashMap::with_capacity(idx.weight_map.len());
     for (tensor, file) in idx.weight_map {
@@ -438,4 +429,40 @@ pub fn load_dir(dir: &Path) -> Result<Loaded, ModelError> {
         weight_formats: weights.formats(),
     };
     Ok(Loaded { model: Model::new(cfg, weights), tokenizer, info })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn index(entries: impl Iterator<Item = (String, String)>) -> Vec<u8> {
+        let map: serde_json::Map<String, serde_json::Value> = entries.map(|(k, v)| (k, v.into())).collect();
+        serde_json::json!({ "weight_map": map }).to_string().into_bytes()
+    }
+
+    #[test]
+    fn an_index_names_each_shard_once_in_order_of_first_use() {
+        let bytes = index(
+            [("a", "model-2.safetensors"), ("b", "model-1.safetensors"), ("c", "model-2.safetensors")]
+                .into_iter()
+                .map(|(a, b)| (a.to_string(), b.to_string())),
+        );
+        let (shards, which) = parse_index(Path::new("i.json"), &bytes).unwrap();
+        assert_eq!(shards, ["model-2.safetensors", "model-1.safetensors"]);
+        assert_eq!((which["a"], which["b"], which["c"]), (0, 1, 0));
+    }
+
+    #[test]
+    fn an_index_with_too_many_shards_no_tensors_or_a_hidden_file_is_refused() {
+        let p = Path::new("i.json");
+        let many = index((0..=MAX_SHARDS).map(|i| (format!("t{i}"), format!("s{i}.safetensors"))));
+        let e = parse_index(p, &many).unwrap_err().to_string();
+        assert!(e.contains(&format!("more than {MAX_SHARDS} shards")), "{e}");
+        let e = parse_index(p, &index(std::iter::empty())).unwrap_err().to_string();
+        assert!(e.contains("weight_map is empty"), "{e}");
+        let e = parse_index(p, &index(std::iter::once(("t".into(), ".safetensors".into())))).unwrap_err().to_string();
+        assert!(e.contains("beside the index"), "{e}");
+        let e = parse_index(p, &index(std::iter::once(("t".into(), "x.bin".into())))).unwrap_err().to_string();
+        assert!(e.contains("beside the index"), "{e}");
+    }
 }
