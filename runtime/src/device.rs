@@ -30,7 +30,7 @@ pub enum DeviceError {
         source: kernels::cuda::CudaError,
     },
     #[error(
-        "--device cuda:{ordinal}: the {architecture} block runs on the CPU only ({what} have no CUDA kernels \
+        "--device cuda:{ordinal}: the {architecture} block runs on the CPU only ({what}: no CUDA kernels \
          yet); use --device cpu"
     )]
     CpuOnlyArchitecture { ordinal: usize, architecture: String, what: &'static str },
