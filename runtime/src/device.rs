@@ -30,10 +30,10 @@ pub enum DeviceError {
         source: kernels::cuda::CudaError,
     },
     #[error(
-        "--device cuda:{ordinal}: the {architecture} block runs on the CPU only (its norms, GeGLU and \
-         sliding-window attention have no CUDA kernels yet); use --device cpu"
+        "--device cuda:{ordinal}: the {architecture} block runs on the CPU only ({what}: no CUDA kernels \
+         yet); use --device cpu"
     )]
-    CpuOnlyArchitecture { ordinal: usize, architecture: String },
+    CpuOnlyArchitecture { ordinal: usize, architecture: String, what: &'static str },
 }
 
 impl DeviceRequest {
@@ -73,13 +73,15 @@ pub struct CudaReport {
 /// Puts `loaded`'s forward passes on the requested device. Returns the CUDA
 /// report when they run on a GPU, `None` on the CPU.
 pub fn place(loaded: &mut Loaded, req: DeviceRequest) -> Result<Option<CudaReport>, DeviceError> {
-    let cpu_only = loaded.model.config.block.arch != crate::model::config::Arch::Llama;
+    let cpu_only = loaded.model.config.cuda_unsupported();
     match req {
         DeviceRequest::Cpu => Ok(None),
-        DeviceRequest::Cuda(ordinal) if cpu_only => {
-            Err(DeviceError::CpuOnlyArchitecture { ordinal, architecture: loaded.info.architecture.clone() })
-        }
-        DeviceRequest::Auto if cpu_only => {
+        DeviceRequest::Cuda(ordinal) if cpu_only.is_some() => Err(DeviceError::CpuOnlyArchitecture {
+            ordinal,
+            architecture: loaded.info.architecture.clone(),
+            what: cpu_only.unwrap_or_default(),
+        }),
+        DeviceRequest::Auto if cpu_only.is_some() => {
             if kernels::cuda::built() {
                 tracing::info!("the {} block runs on the CPU only; running on the CPU", loaded.info.architecture);
             }

@@ -4,7 +4,10 @@
 //! One forward pass runs every architecture; [`Block`] holds what sets an
 //! architecture's transformer block apart from Llama's (Gemma 3: a scaled
 //! embedding, q/k norms, norms after attention and the FFN, GeGLU, local
-//! sliding-window layers with their own RoPE base).
+//! sliding-window layers with their own RoPE base; Qwen 2: q/k/v biases;
+//! Qwen 3: q/k norms; Mistral: a sliding window on every layer), and
+//! [`RopeScaling`] how positions are stretched (Llama 3.1's per-frequency
+//! divisors, linear interpolation).
 
 use kernels::ops::RopePairing;
 
@@ -19,8 +22,11 @@ pub const MAX_CONTEXT: usize = 1 << 20;
 /// The architectures the forward pass runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Arch {
+    /// Llama, and Mistral (the same block; its window is [`Block::sliding`]).
     Llama,
     Gemma3,
+    Qwen2,
+    Qwen3,
 }
 
 /// The gated activation of the feed-forward block.
@@ -38,16 +44,21 @@ pub struct Sliding {
     /// Positions a query of a local layer sees, its own included: the
     /// query at `p` attends to `p + 1 - window ..= p`.
     pub window: usize,
-    /// Every `period`-th layer (the last of each period) is global; the
-    /// others are local (Gemma 3: five local, one global).
-    pub period: usize,
-    /// RoPE base of the local layers (the global ones use the config's).
-    pub rope_base: f32,
+    /// `Some(p)`: every `p`-th layer (the last of each period) is global,
+    /// the others local (Gemma 3: five local, one global). `None`: every
+    /// layer is local (Mistral).
+    pub period: Option<usize>,
+    /// RoPE base of the local layers (the global ones use the config's);
+    /// `None`: the config's.
+    pub rope_base: Option<f32>,
 }
 
 impl Sliding {
     pub fn is_local(&self, layer: usize) -> bool {
-        layer % self.period < self.period - 1
+        match self.period {
+            Some(p) => layer % p < p - 1,
+            None => true,
+        }
     }
 }
 
@@ -64,6 +75,8 @@ pub struct Block {
     pub post_norms: bool,
     pub ffn: Ffn,
     pub sliding: Option<Sliding>,
+    /// Biases added to the q, k and v projections (Qwen 2).
+    pub qkv_bias: bool,
 }
 
 impl Block {
@@ -74,7 +87,21 @@ impl Block {
         post_norms: false,
         ffn: Ffn::SwiGlu,
         sliding: None,
+        qkv_bias: false,
     };
+
+    /// Qwen 2's block (llama.cpp's `qwen2` graph): Llama's with q/k/v biases.
+    pub const QWEN2: Block = Block { arch: Arch::Qwen2, qkv_bias: true, ..Block::LLAMA };
+
+    /// Qwen 3's block (llama.cpp's `qwen3` graph): Llama's with an RMSNorm
+    /// over each query and key head before RoPE, no biases.
+    pub const QWEN3: Block = Block { arch: Arch::Qwen3, qk_norm: true, ..Block::LLAMA };
+
+    /// Mistral's block: Llama's, every layer attending through `window`
+    /// positions (Hugging Face `sliding_window`).
+    pub fn mistral(window: usize) -> Block {
+        Block { sliding: Some(Sliding { window, period: None, rope_base: None }), ..Block::LLAMA }
+    }
 
     /// Gemma 3's block (llama.cpp's `gemma3` graph; Hugging Face's
     /// `Gemma3TextModel`), with the window its file gives.
@@ -85,7 +112,8 @@ impl Block {
             qk_norm: true,
             post_norms: true,
             ffn: Ffn::GeGluTanh,
-            sliding: Some(Sliding { window, period: 6, rope_base: 10_000.0 }),
+            sliding: Some(Sliding { window, period: Some(6), rope_base: Some(10_000.0) }),
+            qkv_bias: false,
         }
     }
 
@@ -110,9 +138,77 @@ pub struct LlamaConfig {
     pub vocab: usize,
     pub rope_base: f32,
     pub rope_pairing: RopePairing,
+    /// How positions are stretched before rotation (all layers).
+    pub rope_scaling: RopeScaling,
     pub rms_eps: f32,
     /// Longest sequence the model was trained for; generation refuses to go past it.
     pub context_length: usize,
+}
+
+/// RoPE scaling: how a model trained on short contexts is stretched to
+/// longer ones.
+#[derive(Clone, Debug, PartialEq, Default)]
+pub enum RopeScaling {
+    #[default]
+    None,
+    /// Positions divided by `factor` (Hugging Face type `linear`; GGUF
+    /// `rope.scaling.type = linear`, llama.cpp's `freq_scale = 1/factor`).
+    Linear { factor: f32 },
+    /// Frequency `i` (of `head_dim / 2`) divided by `factors[i]`: Llama
+    /// 3.1's scheme (Hugging Face type `llama3`), which GGUF files carry as
+    /// the tensor `rope_freqs.weight` (llama.cpp's `freq_factors`).
+    FreqFactors(Vec<f32>),
+}
+
+/// The `rope_scaling` parameters of type `llama3`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Llama3Scaling {
+    pub factor: f32,
+    pub low_freq_factor: f32,
+    pub high_freq_factor: f32,
+    pub original_max_position_embeddings: f32,
+}
+
+impl Llama3Scaling {
+    /// The divisor of each of the `head_dim / 2` RoPE frequencies
+    /// (Hugging Face's `_compute_llama3_parameters`, the formula llama.cpp's
+    /// converter writes into `rope_freqs.weight`): frequencies whose
+    /// wavelength is shorter than `original / high_freq_factor` keep their
+    /// value, those longer than `original / low_freq_factor` are divided by
+    /// `factor`, and those between move smoothly from one to the other.
+    pub fn freq_factors(&self, head_dim: usize, base: f32) -> Result<Vec<f32>, ConfigError> {
+        let s = *self;
+        let positive = |field, v: f32| {
+            if v.is_finite() && v > 0.0 { Ok(()) } else { Err(bad(field, v, "must be a finite number > 0")) }
+        };
+        positive("rope_scaling.factor", s.factor)?;
+        positive("rope_scaling.low_freq_factor", s.low_freq_factor)?;
+        positive("rope_scaling.high_freq_factor", s.high_freq_factor)?;
+        positive("rope_scaling.original_max_position_embeddings", s.original_max_position_embeddings)?;
+        if s.high_freq_factor <= s.low_freq_factor {
+            return Err(bad(
+                "rope_scaling.high_freq_factor",
+                s.high_freq_factor,
+                format!("must be above low_freq_factor = {}", s.low_freq_factor),
+            ));
+        }
+        let old = s.original_max_position_embeddings;
+        let (low_wavelen, high_wavelen) = (old / s.low_freq_factor, old / s.high_freq_factor);
+        Ok((0..head_dim / 2)
+            .map(|i| {
+                let freq = 1.0 / base.powf((2 * i) as f32 / head_dim as f32);
+                let wavelen = 2.0 * std::f32::consts::PI / freq;
+                if wavelen < high_wavelen {
+                    1.0
+                } else if wavelen > low_wavelen {
+                    s.factor
+                } else {
+                    let smooth = (old / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
+                    1.0 / ((1.0 - smooth) / s.factor + smooth)
+                }
+            })
+            .collect())
+    }
 }
 
 /// A config value that makes no sense.
@@ -188,14 +284,59 @@ impl LlamaConfig {
         }
         if let Some(sl) = self.block.sliding {
             in_range("sliding_window", sl.window, MAX_CONTEXT)?;
-            if sl.period < 2 {
-                return Err(bad("sliding period", sl.period, "must be at least 2"));
+            if let Some(p) = sl.period
+                && p < 2
+            {
+                return Err(bad("sliding period", p, "must be at least 2"));
             }
-            if !(sl.rope_base.is_finite() && sl.rope_base > 1.0) {
-                return Err(bad("local rope_base", sl.rope_base, "must be a finite number > 1"));
+            if let Some(b) = sl.rope_base
+                && !(b.is_finite() && b > 1.0)
+            {
+                return Err(bad("local rope_base", b, "must be a finite number > 1"));
+            }
+        }
+        match &self.rope_scaling {
+            RopeScaling::None => {}
+            RopeScaling::Linear { factor } => {
+                if !(factor.is_finite() && *factor > 0.0) {
+                    return Err(bad("rope_scaling.factor", factor, "must be a finite number > 0"));
+                }
+            }
+            RopeScaling::FreqFactors(f) => {
+                if f.len() != self.head_dim / 2 {
+                    return Err(bad(
+                        "rope_freqs",
+                        format!("{} factors", f.len()),
+                        format!("must hold head_dim / 2 = {}", self.head_dim / 2),
+                    ));
+                }
+                if let Some(v) = f.iter().find(|v| !(v.is_finite() && **v > 0.0)) {
+                    return Err(bad("rope_freqs", v, "every factor must be a finite number > 0"));
+                }
             }
         }
         Ok(())
+    }
+
+    /// What this model uses that the CUDA forward pass does not implement,
+    /// if anything (such models run on the CPU only).
+    pub fn cuda_unsupported(&self) -> Option<&'static str> {
+        let b = &self.block;
+        if b.arch == Arch::Gemma3 || b.post_norms || b.ffn != Ffn::SwiGlu {
+            Some("its norms, GeGLU and sliding-window attention")
+        } else if b.qkv_bias {
+            Some("its q/k/v biases")
+        } else if b.qk_norm {
+            Some("its q/k norms")
+        } else if b.sliding.is_some() {
+            Some("its sliding-window attention")
+        } else if self.rope_scaling != RopeScaling::None {
+            Some("its RoPE scaling")
+        } else if b.embed_scale.is_some() {
+            Some("its scaled embedding")
+        } else {
+            None
+        }
     }
 }
 
@@ -224,6 +365,7 @@ mod tests {
             vocab: 49152,
             rope_base: 100000.0,
             rope_pairing: RopePairing::Adjacent,
+            rope_scaling: RopeScaling::None,
             rms_eps: 1e-5,
             context_length: 8192,
         }
@@ -257,5 +399,38 @@ mod tests {
         assert_eq!(c.validate().unwrap_err().field, "n_layers");
         let c = LlamaConfig { rope_base: f32::NAN, ..smollm2() };
         assert_eq!(c.validate().unwrap_err().field, "rope_base");
+    }
+
+    #[test]
+    fn mistral_windows_every_layer() {
+        let b = Block::mistral(8);
+        assert!((0..40).all(|l| b.is_local(l)));
+        assert_eq!(LlamaConfig { block: b, ..smollm2() }.cuda_unsupported(), Some("its sliding-window attention"));
+        assert_eq!(smollm2().cuda_unsupported(), None);
+    }
+
+    /// Llama 3.1 8B's parameters (factor 8, 1, 4, 8192; base 500000, head
+    /// 128): the first frequencies keep their value, the last are divided
+    /// by 8, and the ones between fall strictly between.
+    #[test]
+    fn llama3_scaling_keeps_high_frequencies_and_divides_low_ones() {
+        let s = Llama3Scaling {
+            factor: 8.0,
+            low_freq_factor: 1.0,
+            high_freq_factor: 4.0,
+            original_max_position_embeddings: 8192.0,
+        };
+        let f = s.freq_factors(128, 500_000.0).unwrap();
+        assert_eq!(f.len(), 64);
+        assert_eq!(f[0], 1.0);
+        assert_eq!(f[63], 8.0);
+        let mid: Vec<f32> = f.iter().copied().filter(|&v| v > 1.0 && v < 8.0).collect();
+        assert!(!mid.is_empty() && mid.windows(2).all(|w| w[0] < w[1]), "{f:?}");
+        let bad = Llama3Scaling { high_freq_factor: 1.0, ..s };
+        assert_eq!(bad.freq_factors(128, 500_000.0).unwrap_err().field, "rope_scaling.high_freq_factor");
+        let c = LlamaConfig { rope_scaling: RopeScaling::FreqFactors(vec![1.0; 3]), ..smollm2() };
+        assert_eq!(c.validate().unwrap_err().field, "rope_freqs");
+        let c = LlamaConfig { rope_scaling: RopeScaling::Linear { factor: 0.0 }, ..smollm2() };
+        assert_eq!(c.validate().unwrap_err().field, "rope_scaling.factor");
     }
 }

@@ -3,7 +3,7 @@
 //! llama.cpp's (`blk.N.attn_q.weight`, ...).
 
 use super::ModelError;
-use super::config::{Arch, Block, LlamaConfig};
+use super::config::{Arch, Block, LlamaConfig, RopeScaling};
 use super::weights::{ExtraNorms, LayerWeights, LlamaWeights, WeightMatrix};
 use crate::gguf::{GgufError, GgufFile};
 use kernels::ops::RopePairing;
@@ -11,7 +11,7 @@ use kernels::quant::dequantize_row;
 use std::sync::Arc;
 
 /// The `general.architecture` values this runtime loads.
-pub const ARCHITECTURES: &[&str] = &["llama", "gemma3"];
+pub const ARCHITECTURES: &[&str] = &["llama", "gemma3", "qwen2", "qwen3"];
 
 fn opt<T>(r: Result<T, GgufError>) -> Result<Option<T>, GgufError> {
     match r {
@@ -27,6 +27,8 @@ pub fn config_from_gguf(f: &GgufFile) -> Result<LlamaConfig, ModelError> {
     let kind = match arch {
         "llama" => Arch::Llama,
         "gemma3" => Arch::Gemma3,
+        "qwen2" => Arch::Qwen2,
+        "qwen3" => Arch::Qwen3,
         _ => return Err(ModelError::UnsupportedArchitecture(arch.to_string())),
     };
     let key = |k: &str| format!("{arch}.{k}");
@@ -44,14 +46,38 @@ pub fn config_from_gguf(f: &GgufFile) -> Result<LlamaConfig, ModelError> {
             "value heads of another size than key heads ({arch}.attention.value_length = {v}, key_length = {head_dim})"
         )));
     }
-    if let Some(t) = opt(f.get_str(&key("rope.scaling.type")))?
-        && t != "none"
+    // Mixture-of-experts files (Mixtral's GGUFs say `llama`) carry an
+    // expert count; their FFN is not this block's.
+    if let Some(n) = opt(f.get_u32(&key("expert_count")))?
+        && n > 0
     {
-        return Err(ModelError::Unsupported(format!("RoPE scaling ({arch}.rope.scaling.type = {t})")));
+        return Err(ModelError::Unsupported(format!("mixture of experts ({arch}.expert_count = {n})")));
     }
+    let scaling_type = opt(f.get_str(&key("rope.scaling.type")))?;
+    let mut rope_scaling = match scaling_type {
+        None | Some("none") => RopeScaling::None,
+        // Linear interpolation, which llama.cpp runs for every architecture
+        // as `freq_scale = 1 / factor` (Gemma 3's local layers would need
+        // it left out, so Gemma keeps refusing it).
+        Some("linear") if kind != Arch::Gemma3 => {
+            let factor = f.get_f32(&key("rope.scaling.factor"))?;
+            RopeScaling::Linear { factor }
+        }
+        Some(t) => {
+            return Err(ModelError::Unsupported(format!(
+                "RoPE scaling ({arch}.rope.scaling.type = {t}; this engine runs none and linear, and Llama 3's \
+                 rope_freqs)"
+            )));
+        }
+    };
     let n_layers = f.get_u32(&key("block_count"))? as usize;
+    // llama.cpp's `llama` and `qwen` graphs rotate in adjacent pairs for
+    // `llama` (its converter permutes q/k rows to that order) and in halves
+    // for Qwen (not permuted; llama.cpp's NeoX RoPE).
     let (block, rope_pairing) = match kind {
         Arch::Llama => (Block::LLAMA, RopePairing::Adjacent),
+        Arch::Qwen2 => (Block::QWEN2, RopePairing::Halves),
+        Arch::Qwen3 => (Block::QWEN3, RopePairing::Halves),
         Arch::Gemma3 => {
             // llama.cpp scales Gemma 3 27B's queries by 1/sqrt(dim / heads),
             // every other size by 1/sqrt(head_dim), which is what the
@@ -67,6 +93,21 @@ pub fn config_from_gguf(f: &GgufFile) -> Result<LlamaConfig, ModelError> {
             (Block::gemma3(dim, window), RopePairing::Halves)
         }
     };
+    // Llama 3.1's scaling: llama.cpp's converter writes the divisor of each
+    // frequency as this tensor and no scaling type; llama.cpp divides every
+    // layer's frequencies by it.
+    if f.tensor("rope_freqs.weight").is_some() {
+        if kind == Arch::Gemma3 {
+            return Err(ModelError::Unsupported("RoPE frequency factors (rope_freqs.weight) on gemma3".into()));
+        }
+        if rope_scaling != RopeScaling::None {
+            return Err(ModelError::Unsupported(format!(
+                "rope_freqs.weight together with {arch}.rope.scaling.type = {}",
+                scaling_type.unwrap_or_default()
+            )));
+        }
+        rope_scaling = RopeScaling::FreqFactors(vector(f, "rope_freqs.weight", head_dim / 2)?);
+    }
     let embd = f.tensor("token_embd.weight").ok_or(ModelError::MissingTensor("token_embd.weight".into()))?;
     let vocab = embd.n_rows() as usize;
     let cfg = LlamaConfig {
@@ -80,6 +121,7 @@ pub fn config_from_gguf(f: &GgufFile) -> Result<LlamaConfig, ModelError> {
         vocab,
         rope_base: opt(f.get_f32(&key("rope.freq_base")))?.unwrap_or(10000.0),
         rope_pairing,
+        rope_scaling,
         rms_eps: f.get_f32(&key("attention.layer_norm_rms_epsilon"))?,
         context_length: opt(f.get_u32(&key("context_length")))?.map_or(2048, |v| v as usize),
     };
@@ -132,7 +174,19 @@ pub fn weights_from_gguf(f: &Arc<GgufFile>, cfg: &LlamaConfig) -> Result<LlamaWe
             k_norm: if b.qk_norm { Some(vector(f, &n("attn_k_norm"), cfg.head_dim)?) } else { None },
             post_attn: if b.post_norms { Some(vector(f, &n("post_attention_norm"), d)?) } else { None },
             post_ffn: if b.post_norms { Some(vector(f, &n("post_ffw_norm"), d)?) } else { None },
+            q_bias: if b.qkv_bias { Some(vector(f, &format!("blk.{i}.attn_q.bias"), q)?) } else { None },
+            k_bias: if b.qkv_bias { Some(vector(f, &format!("blk.{i}.attn_k.bias"), kv)?) } else { None },
+            v_bias: if b.qkv_bias { Some(vector(f, &format!("blk.{i}.attn_v.bias"), kv)?) } else { None },
         };
+        // A block without biases must not silently drop a file's.
+        if !b.qkv_bias
+            && let Some(t) = ["attn_q", "attn_k", "attn_v", "attn_output"]
+                .iter()
+                .map(|s| format!("blk.{i}.{s}.bias"))
+                .find(|name| f.tensor(name).is_some())
+        {
+            return Err(ModelError::Unsupported(format!("tensor {t}: attention biases on a {:?} block", b.arch)));
+        }
         layers.push(LayerWeights {
             attn_norm: vector(f, &n("attn_norm"), d)?,
             wq: matrix(f, &n("attn_q"), q, d)?,

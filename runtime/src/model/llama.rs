@@ -1,6 +1,8 @@
 //! The forward pass on CPU: Llama's block, and the per-architecture
 //! variations [`super::config::Block`] names (Gemma 3's scaled embedding,
-//! q/k norms, post-norms, GeGLU, sliding-window layers) in the same pass.
+//! q/k norms, post-norms, GeGLU, sliding-window layers; Qwen 2's q/k/v
+//! biases; Qwen 3's q/k norms; Mistral's window) and the RoPE scaling
+//! [`super::config::RopeScaling`] names, in the same pass.
 //!
 //! [`Model::forward`] runs a block of `n` consecutive tokens through the
 //! decoder in one pass, layer by layer, and returns logits for the rows
@@ -12,7 +14,7 @@
 //! logits equal the chain's bit for bit, at any thread count — work is
 //! split over output rows and heads, never over a reduction.
 
-use super::config::{Ffn, LlamaConfig};
+use super::config::{Ffn, LlamaConfig, RopeScaling};
 use super::weights::{LlamaWeights, WeightMatrix};
 use crate::pool::{self, Pool};
 use kernels::act::{ActRow, QRow};
@@ -231,6 +233,39 @@ fn post_norm(family: KernelFamily, w: Option<&[f32]>, eps: f32, x: &mut [f32], t
     }
 }
 
+/// cos/sin of the rotation at `pos` for each of a head's `head_dim / 2`
+/// frequencies, under the config's RoPE scaling. Unscaled, this is
+/// [`ops::rope_angles`]; scaled, the same float64 formula with the
+/// position divided by the linear factor (Hugging Face divides the
+/// frequencies, llama.cpp multiplies the position by `1/factor`: the same
+/// angle) or each frequency divided by its factor (llama3).
+fn rope_angles(c: &LlamaConfig, pos: usize, base: f32, cos: &mut [f32], sin: &mut [f32]) {
+    let hd = c.head_dim;
+    let scaled = |p: f64, divisor: &dyn Fn(usize) -> f64, cos: &mut [f32], sin: &mut [f32]| {
+        for i in 0..hd / 2 {
+            let inv_freq = (base as f64).powf(-2.0 * i as f64 / hd as f64) / divisor(i);
+            let theta = p * inv_freq;
+            cos[i] = theta.cos() as f32;
+            sin[i] = theta.sin() as f32;
+        }
+    };
+    match &c.rope_scaling {
+        RopeScaling::None => ops::rope_angles(pos, hd, base, cos, sin),
+        RopeScaling::Linear { factor } => scaled(pos as f64 / *factor as f64, &|_| 1.0, cos, sin),
+        RopeScaling::FreqFactors(f) => scaled(pos as f64, &|i| f[i] as f64, cos, sin),
+    }
+}
+
+/// Adds `bias` (one row's width) to every row of `x`, when the block has it.
+fn add_bias(bias: Option<&[f32]>, x: &mut [f32]) {
+    let Some(b) = bias else { return };
+    for row in x.chunks_exact_mut(b.len()) {
+        for (v, b) in row.iter_mut().zip(b) {
+            *v += b;
+        }
+    }
+}
+
 /// Quantizes each of the `n` rows of `x` (n × width) for the integer kernels.
 fn quantize_rows(x: &[f32], width: usize, q: &mut Vec<ActRow>) {
     let n = x.len() / width;
@@ -341,12 +376,12 @@ impl Model {
             let mut cos = vec![0.0f32; n * half];
             let mut sin = vec![0.0f32; n * half];
             for i in 0..n {
-                ops::rope_angles(start + i, hd, base, &mut cos[i * half..][..half], &mut sin[i * half..][..half]);
+                rope_angles(c, start + i, base, &mut cos[i * half..][..half], &mut sin[i * half..][..half]);
             }
             (cos, sin)
         };
         let global_angles = angles(c.rope_base);
-        let local_angles = c.block.sliding.map(|sl| angles(sl.rope_base));
+        let local_angles = c.block.sliding.and_then(|sl| sl.rope_base).map(angles);
 
         let mut xn = vec![0.0f32; n * d];
         let mut xq: Vec<ActRow> = Vec::new();
@@ -384,6 +419,9 @@ impl Model {
                 &mut [(&lw.wq, q.as_mut_slice()), (&lw.wk, k.as_mut_slice()), (&lw.wv, v.as_mut_slice())],
                 &ins,
             );
+            add_bias(lw.extra.q_bias.as_deref(), &mut q);
+            add_bias(lw.extra.k_bias.as_deref(), &mut k);
+            add_bias(lw.extra.v_bias.as_deref(), &mut v);
             for (norm, t) in [(&lw.extra.q_norm, &mut q), (&lw.extra.k_norm, &mut k)] {
                 if let Some(nw) = norm {
                     for head in t.chunks_exact_mut(hd) {

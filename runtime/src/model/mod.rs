@@ -29,7 +29,7 @@ pub enum ModelError {
     Gguf(#[from] GgufError),
     #[error(transparent)]
     Config(#[from] config::ConfigError),
-    #[error("architecture {0:?} is not supported (this engine runs: llama, gemma3)")]
+    #[error("architecture {0:?} is not supported (this engine runs: llama, mistral, qwen2, qwen3, gemma3)")]
     UnsupportedArchitecture(String),
     #[error("unsupported model feature: {0}")]
     Unsupported(String),

@@ -171,14 +171,30 @@ fn quantize_q5(ty: GgmlType, x: &[f32]) -> Vec<u8> {
 /// [`gguf_bytes_with`] with the layers' matrices stored as `layer_ty` (F32,
 /// Q5_0, Q5_1, F16 or BF16); the embedding and the norms stay F32.
 fn gguf_bytes_typed(tokens: &[String], context: u32, layer_ty: GgmlType) -> Vec<u8> {
-    gguf_bytes_stored(tokens, context, layer_ty, false)
+    gguf_bytes_stored(tokens, context, layer_ty, false, &[], &[])
 }
 
 /// [`gguf_bytes_typed`], or with `dequantized` its F32 twin: the layers'
 /// matrices quantized to `layer_ty` and stored dequantized, the weights the
 /// quantized file means.
-fn gguf_bytes_stored(tokens: &[String], context: u32, layer_ty: GgmlType, dequantized: bool) -> Vec<u8> {
+/// The tiny model's GGUF, with `extra` metadata and `extra_tensors` (f32)
+/// added.
+fn gguf_bytes_stored(
+    tokens: &[String],
+    context: u32,
+    layer_ty: GgmlType,
+    dequantized: bool,
+    extra: &[(&str, Value)],
+    extra_tensors: &[(&str, Vec<f32>)],
+) -> Vec<u8> {
     let mut b = Builder::new();
+    for (k, v) in extra {
+        b.kv(k, v);
+    }
+    for (name, vals) in extra_tensors {
+        let bytes: Vec<u8> = vals.iter().flat_map(|x| x.to_le_bytes()).collect();
+        b.tensor(name, &[vals.len() as u64], GgmlType::F32, &bytes);
+    }
     let s = |x: &str| Value::String(x.to_string());
     b.kv("general.architecture", &s("llama"))
         .kv("llama.block_count", &Value::U32(LAYERS as u32))
@@ -385,7 +401,7 @@ fn q5_layer_matrices_give_the_same_logits_in_every_family_and_their_f32_twins() 
     };
     for ty in [GgmlType::Q5_0, GgmlType::Q5_1] {
         let class = ty.name().to_ascii_lowercase();
-        let twin = load_bytes(&format!("{class}-f32.gguf"), gguf_bytes_stored(&vocab(), 64, ty, true));
+        let twin = load_bytes(&format!("{class}-f32.gguf"), gguf_bytes_stored(&vocab(), 64, ty, true, &[], &[]));
         let ids = twin.tokenizer.encode("the quick brown fox").unwrap();
         let exact = logits(&twin, &ids);
         let max_abs = exact.iter().fold(0.0f32, |m, v| m.max(v.abs()));
@@ -742,7 +758,7 @@ fn f16_and_bf16_layer_matrices_give_their_f32_twins_logits_bit_for_bit_in_every_
     for ty in [GgmlType::F16, GgmlType::BF16] {
         let class = ty.name().to_ascii_lowercase();
         let m = load_bytes(&format!("{class}.gguf"), gguf_bytes_typed(&vocab(), 64, ty));
-        let twin = load_bytes(&format!("{class}-f32.gguf"), gguf_bytes_stored(&vocab(), 64, ty, true));
+        let twin = load_bytes(&format!("{class}-f32.gguf"), gguf_bytes_stored(&vocab(), 64, ty, true, &[], &[]));
         assert_eq!(m.info.quant.class, class);
         assert_eq!(m.info.weight_formats, vec![class.clone(), "f32".to_string()]);
         let ids = m.tokenizer.encode("the quick brown fox").unwrap();
@@ -947,5 +963,46 @@ fn speculative_output_equals_classic_on_the_new_weight_types_at_one_and_two_thre
             }
             assert!(rounds > 0, "{name}: no speculative round ran");
         }
+    }
+}
+
+fn llama_error(extra: &[(&str, Value)], tensors: &[(&str, Vec<f32>)]) -> String {
+    load_error(&gguf_bytes_stored(&vocab(), 64, GgmlType::F32, false, extra, tensors))
+}
+
+#[test]
+fn llama_gguf_variants_this_runtime_does_not_run_are_refused_by_name() {
+    let s = |x: &str| Value::String(x.into());
+    for t in ["yarn", "longrope"] {
+        let e = llama_error(&[("llama.rope.scaling.type", s(t))], &[]);
+        assert!(e.contains(&format!("llama.rope.scaling.type = {t}")), "{e}");
+    }
+    let e = llama_error(&[("llama.expert_count", Value::U32(8))], &[]);
+    assert!(e.contains("mixture of experts") && e.contains("llama.expert_count = 8"), "{e}");
+    let e = llama_error(&[], &[("blk.0.attn_q.bias", vec![0.0; DIM])]);
+    assert!(e.contains("blk.0.attn_q.bias") && e.contains("attention biases"), "{e}");
+    let e = llama_error(&[], &[("rope_freqs.weight", vec![1.0; 3])]);
+    assert!(e.contains("rope_freqs.weight"), "{e}");
+    let linear = [("llama.rope.scaling.type", s("linear")), ("llama.rope.scaling.factor", Value::F32(4.0))];
+    let e = llama_error(&linear, &[("rope_freqs.weight", vec![1.0; HD / 2])]);
+    assert!(e.contains("rope_freqs.weight together with llama.rope.scaling.type = linear"), "{e}");
+    // A linear factor and the frequency factors each load.
+    let l = load_bytes(&gguf_bytes_stored(&vocab(), 64, GgmlType::F32, false, &linear, &[]));
+    assert_eq!(l.model.config.rope_scaling, super::config::RopeScaling::Linear { factor: 4.0 });
+    let f: Vec<f32> = (0..HD / 2).map(|i| 1.0 + i as f32).collect();
+    let l =
+        load_bytes(&gguf_bytes_stored(&vocab(), 64, GgmlType::F32, false, &[], &[("rope_freqs.weight", f.clone())]));
+    assert_eq!(l.model.config.rope_scaling, super::config::RopeScaling::FreqFactors(f));
+}
+
+#[test]
+fn a_scaled_llama_on_a_cuda_device_is_refused_by_name() {
+    use crate::device::{DeviceError, DeviceRequest, place};
+    let s = |x: &str| Value::String(x.into());
+    let linear = [("llama.rope.scaling.type", s("linear")), ("llama.rope.scaling.factor", Value::F32(4.0))];
+    let mut l = load_bytes(&gguf_bytes_stored(&vocab(), 64, GgmlType::F32, false, &linear, &[]));
+    match place(&mut l, DeviceRequest::Cuda(0)) {
+        Err(e @ DeviceError::CpuOnlyArchitecture { .. }) => assert!(e.to_string().contains("RoPE scaling"), "{e}"),
+        other => panic!("expected the CPU-only refusal, got {:?}", other.map(|r| r.is_some())),
     }
 }

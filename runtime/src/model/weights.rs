@@ -164,8 +164,9 @@ pub struct LayerWeights {
     pub extra: ExtraNorms,
 }
 
-/// The norms some architectures add to the block ([`super::config::Block`]:
-/// Gemma 3); all `None` for Llama.
+/// The norms and biases some architectures add to the block
+/// ([`super::config::Block`]: Gemma 3's norms, Qwen 3's q/k norms, Qwen 2's
+/// biases); all `None` for Llama.
 #[derive(Debug, Clone, Default)]
 pub struct ExtraNorms {
     /// (head_dim) each, applied to every query / key head before RoPE.
@@ -175,6 +176,11 @@ pub struct ExtraNorms {
     pub post_attn: Option<Vec<f32>>,
     /// (dim): the FFN output's norm before the residual add.
     pub post_ffn: Option<Vec<f32>>,
+    /// (n_heads·head_dim), (n_kv_heads·head_dim) twice: added to the q, k
+    /// and v projections.
+    pub q_bias: Option<Vec<f32>>,
+    pub k_bias: Option<Vec<f32>>,
+    pub v_bias: Option<Vec<f32>>,
 }
 
 /// All weights of a Llama decoder.
