@@ -64,6 +64,9 @@ def corpus():
         out.append(a + " " + LINES[(i + 3) % len(LINES)])
         out.append(LINES[(i + 7) % len(LINES)] + "\n" + a)
     for h in HARD:
+        # Without the special tokens' texts: no learned token may equal one.
+        for t in BPE_CONTROL + BPE_USER + ["<s>", "</s>", "<unk>", "[INST]", "[/INST]"]:
+            h = h.replace(t, " ")
         out += [h, h]
     return out
 
