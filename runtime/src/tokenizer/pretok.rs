@@ -14,18 +14,18 @@
 //! The patterns (`\s+(?!\S)` takes a whitespace run but its last character
 //! when a non-space follows, so that character starts the next word):
 //!
-//! - [`Pre::Gpt2`]: `'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+|
+//! - [`Pre::Gpt2`] is `'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+|
 //!   ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+`
-//! - [`Pre::Default`] (a file without `tokenizer.ggml.pre`, or `default`):
+//! - [`Pre::Default`] (a file without `tokenizer.ggml.pre`, or `default`) makes
 //!   four cuts in turn, each on the words of the one before: runs of
 //!   punctuation (category P) and `$+<=>^~|`; GPT-2's pattern; runs of
 //!   numbers; groups of three ASCII digits, from the left.
-//! - [`Pre::SmolLm`]: every number character is cut out alone first, then
+//! - [`Pre::SmolLm`] cuts every number character out alone first, then
 //!   GPT-2's pattern runs on the text between them.
-//! - [`Pre::Llama3`]: `(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|
+//! - [`Pre::Llama3`] is `(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|
 //!   \p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`
-//! - [`Pre::Qwen2`]: Llama 3's with `\p{N}` (one digit per word).
-//! - [`Pre::Tekken`] (Mistral Nemo and later): `[^\r\n\p{L}\p{N}]?U*W+|
+//! - [`Pre::Qwen2`] is Llama 3's with `\p{N}` (one digit per word).
+//! - [`Pre::Tekken`] (Mistral Nemo and later) is `[^\r\n\p{L}\p{N}]?U*W+|
 //!   [^\r\n\p{L}\p{N}]?U+W*|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|
 //!   \s+(?!\S)|\s+`, where U is a letter other than `a`-`z` and W a letter
 //!   other than `A`-`Z`. (The model's own pattern writes U and W with the
