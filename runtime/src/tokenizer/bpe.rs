@@ -202,17 +202,18 @@ impl Bpe {
         self.specials.iter().map(|(t, id, ty)| (&**t, *id, *ty))
     }
 
-    /// The most bytes of text one token stands for (a normal token: one
-    /// byte per byte character; a special one: its text).
+    /// The most bytes of text one token stands for, as [`Bpe::token_bytes`]
+    /// writes it (a normal token: one byte per byte character, any other
+    /// character as its UTF-8; a special one: its text).
     pub fn longest_token_bytes(&self) -> usize {
-        self.tokens
-            .iter()
-            .zip(&self.types)
-            .map(|(t, &ty)| {
-                if matches!(ty, TYPE_CONTROL | TYPE_USER_DEFINED | TYPE_UNKNOWN) { t.len() } else { t.chars().count() }
-            })
-            .max()
-            .unwrap_or(1)
+        let bytes = |t: &str, ty: i32| {
+            if matches!(ty, TYPE_CONTROL | TYPE_USER_DEFINED | TYPE_UNKNOWN) {
+                t.len()
+            } else {
+                t.chars().map(|c| if self.char_bytes.contains_key(&c) { 1 } else { c.len_utf8() }).sum()
+            }
+        };
+        self.tokens.iter().zip(&self.types).map(|(t, &ty)| bytes(t, ty)).max().unwrap_or(1)
     }
 
     /// The ids of `text`, without BOS.
@@ -383,6 +384,17 @@ mod tests {
         for t in ["hello world", " \n\t x", "naïve 日本 🙂", ""] {
             assert_eq!(v.decode(&v.encode(t, Specials::Parse)), t);
         }
+    }
+
+    #[test]
+    fn the_longest_token_counts_the_bytes_it_decodes_to() {
+        let v = vocab(Pre::Gpt2);
+        // "Ġworld" is six bytes of text; "<|end|>" seven.
+        assert_eq!(v.longest_token_bytes(), 7);
+        // A character outside the byte table decodes as its UTF-8.
+        let v = Bpe::new(vec!["日本".into()], vec![1], &[], Pre::Gpt2).unwrap();
+        assert_eq!(v.longest_token_bytes(), 6);
+        assert_eq!(v.decode(&[0]).len(), 6);
     }
 
     #[test]
