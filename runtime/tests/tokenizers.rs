@@ -35,9 +35,13 @@ fn ids(v: &Value) -> Vec<u32> {
 
 /// Checks every case of `file` against llama.cpp; returns how many.
 fn check_file(file: &str) -> usize {
+    check(file, &load(file))
+}
+
+/// Checks `tok` against llama.cpp's ids for `file`; returns how many cases.
+fn check(file: &str, tok: &Tokenizer) -> usize {
     let r = reference();
     let cases = r["files"][file]["cases"].as_array().unwrap_or_else(|| panic!("{file} has no reference cases"));
-    let tok = load(file);
     let mut bad = Vec::new();
     for c in cases {
         let text = c["text"].as_str().unwrap();
@@ -102,6 +106,19 @@ fn tekken_pre_tokenizer_matches_llama_cpp() {
 #[test]
 fn default_pre_tokenizer_matches_llama_cpp() {
     assert_eq!(check_file("bpe-default.gguf"), CASES);
+}
+
+/// llama.cpp reads a BPE file without `tokenizer.ggml.pre` as `default`.
+#[test]
+fn a_file_without_a_pre_tokenizer_key_splits_as_default() {
+    let mut bytes = std::fs::read(fixtures().join("bpe-default.gguf")).unwrap();
+    let key = b"tokenizer.ggml.pre";
+    let at = bytes.windows(key.len()).position(|w| w == key).unwrap();
+    bytes[at + key.len() - 1] = b'X';
+    let f = GgufFile::from_bytes(bytes).unwrap();
+    assert!(f.get_str("tokenizer.ggml.pre").is_err());
+    let tok = Tokenizer::from_gguf(&f).unwrap();
+    assert_eq!(check("bpe-default.gguf", &tok), CASES);
 }
 
 #[test]
