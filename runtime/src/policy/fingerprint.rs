@@ -162,6 +162,8 @@ pub const OFF_PATH: &[(&str, &str)] = &[
     ("runtime/src/spec/setup.rs", "drafter and width resolution, once at startup"),
     ("runtime/src/tokenizer/chat.rs", "the chat template, once per request"),
     ("runtime/src/tokenizer/spm.rs", "SentencePiece encoding of prompts, once per request"),
+    ("runtime/src/tokenizer/bpe.rs", "byte-level BPE encoding of prompts, once per request"),
+    ("runtime/src/tokenizer/pretok.rs", "the BPE pre-tokenizers' word splits, once per request"),
     ("runtime/src/model/tests.rs", "tests"),
     ("runtime/src/gguf/test_writer.rs", "writes GGUF files for tests"),
 ];

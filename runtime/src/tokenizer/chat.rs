@@ -1,6 +1,9 @@
 //! Chat prompts rendered from the model's own Jinja template (GGUF
-//! `tokenizer.chat_template` or tokenizer_config.json's `chat_template`)
-//! with minijinja: the prompt text is whatever the model's authors wrote.
+//! `tokenizer.chat_template`; beside a Hugging Face checkpoint,
+//! `chat_template.jinja`, else tokenizer_config.json's `chat_template`, a
+//! string or a list of named templates of which "default" is used) with
+//! minijinja and its Python-compatible methods: the prompt text is
+//! whatever the model's authors wrote.
 //! Only a file that carries no template gets its architecture's built-in
 //! turn format ([`builtin`]), and the startup event says so.
 
@@ -115,6 +118,10 @@ impl Tokenizer {
         env.set_trim_blocks(true);
         env.set_lstrip_blocks(true);
         env.set_keep_trailing_newline(true);
+        // Python's string and dict methods (`.strip()`, `.startswith()`,
+        // `.split()`, `.items()`, ...), which Hugging Face templates call as
+        // Jinja2 under Python allows.
+        env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
         env.add_function("raise_exception", |msg: String| -> Result<String, minijinja::Error> {
             Err(minijinja::Error::new(minijinja::ErrorKind::InvalidOperation, msg))
         });

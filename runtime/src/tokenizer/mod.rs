@@ -1,20 +1,16 @@
-//! Tokenizer: byte-level BPE through the `tokenizers` crate, built from a
-//! GGUF file's metadata or loaded from a Hugging Face `tokenizer.json`, or
-//! SentencePiece from a GGUF file's pieces and scores ([`spm`]); plus the
-//! model's chat template ([`chat`]): its own, or the architecture's
-//! built-in one when the file carries none.
+//! Tokenizer: from a GGUF file's metadata, byte-level BPE ([`bpe`], with
+//! the pre-tokenizer the file names, [`pretok`]) or SentencePiece
+//! ([`spm`]); from a Hugging Face `tokenizer.json`, through the
+//! `tokenizers` crate; plus the model's chat template ([`chat`]): its own,
+//! or the architecture's built-in one when the file carries none.
 
+pub mod bpe;
 pub mod chat;
+pub mod pretok;
 pub mod spm;
 
 use crate::gguf::{GgufError, GgufFile};
 use std::path::Path;
-use tokenizers::models::bpe::{BPE, Vocab};
-use tokenizers::pre_tokenizers::PreTokenizerWrapper;
-use tokenizers::pre_tokenizers::byte_level::ByteLevel;
-use tokenizers::pre_tokenizers::digits::Digits;
-use tokenizers::pre_tokenizers::sequence::Sequence;
-use tokenizers::{AddedToken, decoders::byte_level::ByteLevel as ByteLevelDecoder};
 
 /// Most tokens a vocabulary may declare (bounds allocations from a file).
 pub const MAX_TOKENS: usize = 1 << 20;
@@ -36,10 +32,6 @@ pub const MAX_CHAT_TEMPLATE_BYTES: usize = 1 << 20;
 /// well under a second.
 pub const CHAT_TEMPLATE_FUEL: u64 = 5_000_000;
 
-/// GGUF token types (llama.cpp's `llama_token_type`).
-const TOKEN_TYPE_CONTROL: i32 = 3;
-const TOKEN_TYPE_USER_DEFINED: i32 = 4;
-
 /// Texts of control tokens that end a turn in common chat formats; like
 /// llama.cpp, generation stops at any of them besides the declared EOS.
 const END_OF_GENERATION_TEXTS: &[&str] = &["<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end|>", "<end_of_turn>"];
@@ -50,7 +42,7 @@ pub enum TokenizerError {
     Gguf(#[from] GgufError),
     #[error("tokenizer model {0:?} is not supported (byte-level BPE \"gpt2\" and SentencePiece \"llama\" are)")]
     UnsupportedModel(String),
-    #[error("pre-tokenizer {0:?} is not supported (known: smollm, gpt2, default)")]
+    #[error("pre-tokenizer {0:?} (tokenizer.ggml.pre) is not supported (known: {known})", known = pretok::Pre::KNOWN)]
     UnsupportedPre(String),
     #[error("tokenizer metadata: {0}")]
     Invalid(String),
@@ -62,6 +54,8 @@ pub enum TokenizerError {
     Template(String),
     #[error("SentencePiece vocabulary: {0}")]
     Spm(#[from] spm::SpmError),
+    #[error("BPE vocabulary: {0}")]
+    Bpe(#[from] bpe::BpeError),
 }
 
 fn lib(e: impl std::fmt::Display) -> TokenizerError {
@@ -79,6 +73,7 @@ enum Inner {
         text_only: Box<tokenizers::Tokenizer>,
     },
     Spm(spm::Spm),
+    Bpe(bpe::Bpe),
 }
 
 /// A tokenizer with the special tokens and chat template of its model.
@@ -106,8 +101,7 @@ pub struct Tokenizer {
     specials: Vec<(String, u32)>,
     /// Whether a text may be encoded piece by piece, split where the
     /// pre-tokenizer always splits ([`safe_split`]); true for the GGUF
-    /// byte-level BPE whose pre-tokenizer this module builds, when no added
-    /// token contains whitespace.
+    /// byte-level BPE ([`bpe`]), when no special token contains whitespace.
     chunkable: bool,
 }
 
@@ -124,7 +118,7 @@ struct Derived {
     chunkable: bool,
 }
 
-fn derive(inner: &tokenizers::Tokenizer, own_pre_tokenizer: bool) -> Derived {
+fn derive(inner: &tokenizers::Tokenizer) -> Derived {
     let added = inner.get_added_tokens_decoder();
     let mut specials: Vec<(String, u32)> = added
         .iter()
@@ -135,20 +129,21 @@ fn derive(inner: &tokenizers::Tokenizer, own_pre_tokenizer: bool) -> Derived {
     let mut text_only = inner.clone();
     text_only.set_encode_special_tokens(true);
     Derived {
-        longest_token_bytes: longest_token_bytes(inner, own_pre_tokenizer),
+        longest_token_bytes: longest_token_bytes(inner),
         text_only: Box::new(text_only),
         specials,
-        chunkable: own_pre_tokenizer && added.values().all(|t| !t.content.chars().any(char::is_whitespace)),
+        chunkable: false,
     }
 }
 
-/// Whether byte `p` of `text` is a place where the GPT-2 pre-tokenizer
-/// (and the digit splitter before it) always splits: a single space between
-/// two non-whitespace characters. No pattern of the GPT-2 regex (`'s|'t|...|
-/// ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+`) runs from a
-/// non-whitespace character across a space, and at the space the next
-/// pre-token (` word`, ` 1`, ` .`) starts whatever preceded it; so encoding
-/// the two sides apart gives the tokens of the whole.
+/// Whether byte `p` of `text` is a place where every pre-tokenizer of
+/// [`pretok`] always splits: a single space between two non-whitespace
+/// characters. No pattern of theirs runs from a non-whitespace character
+/// across a space (the only optional leading character, Llama 3's and
+/// Tekken's `[^\r\n\p{L}\p{N}]?` before letters, is followed by a letter),
+/// none looks behind, and at the space the next word (` word`, ` 1`, ` .`)
+/// starts whatever preceded it; so encoding the two sides apart gives the
+/// tokens of the whole.
 pub fn safe_split(text: &str, p: usize) -> bool {
     if p == 0 || p + 1 >= text.len() || text.as_bytes()[p] != b' ' {
         return false;
@@ -171,22 +166,15 @@ fn piece_end(text: &str, from: usize, target: usize) -> usize {
     text.len()
 }
 /// The most bytes of text one token of `inner` stands for; `None` with a
-/// normalizer (it could shrink the text before tokenizing). Byte-level BPE
-/// (`byte_level`) spells each byte of a token as one character, so a
-/// vocabulary token stands for as many bytes as it has characters; an added
-/// token for its own text. Otherwise the token text's UTF-8 length, which
-/// is at least the bytes it stands for in the formats this runtime loads.
-fn longest_token_bytes(inner: &tokenizers::Tokenizer, byte_level: bool) -> Option<usize> {
+/// normalizer (it could shrink the text before tokenizing). The token
+/// text's UTF-8 length, which is at least the bytes it stands for in the
+/// formats this runtime loads (a byte-level token spells each byte as one
+/// character of one or two bytes).
+fn longest_token_bytes(inner: &tokenizers::Tokenizer) -> Option<usize> {
     if inner.get_normalizer().is_some() {
         return None;
     }
-    let added = inner.get_added_tokens_decoder();
-    inner
-        .get_vocab(true)
-        .iter()
-        .map(|(t, id)| if byte_level && !added.contains_key(id) { t.chars().count() } else { t.len() })
-        .max()
-        .filter(|&n| n > 0)
+    inner.get_vocab(true).keys().map(String::len).max().filter(|&n| n > 0)
 }
 
 impl std::fmt::Debug for Tokenizer {
@@ -195,25 +183,50 @@ impl std::fmt::Debug for Tokenizer {
     }
 }
 
-fn byte_level_bpe(
-    vocab: Vocab,
-    merges: Vec<(String, String)>,
-    pre: &str,
-) -> Result<tokenizers::Tokenizer, TokenizerError> {
-    let bpe = BPE::builder().vocab_and_merges(vocab, merges).build().map_err(lib)?;
-    let mut tok = tokenizers::Tokenizer::new(bpe);
-    let byte_level = ByteLevel::new(false, true, true);
-    let pre_tok: PreTokenizerWrapper = match pre {
-        // SmolLM: every digit is its own pre-token, then GPT-2's regex
-        // (the `smollm` pre-tokenizer of llama.cpp; `Digits` + `ByteLevel`
-        // in the model's tokenizer.json).
-        "smollm" => Sequence::new(vec![Digits::new(true).into(), byte_level.into()]).into(),
-        "gpt2" | "default" => byte_level.into(),
-        other => return Err(TokenizerError::UnsupportedPre(other.to_string())),
-    };
-    tok.with_pre_tokenizer(Some(pre_tok));
-    tok.with_decoder(Some(ByteLevelDecoder::default()));
-    Ok(tok)
+/// The chat template of a Hugging Face checkpoint in `dir`: the file
+/// `chat_template.jinja` when there is one (transformers writes the template
+/// there since 4.43, and reads it first), else tokenizer_config.json's
+/// `chat_template`, either a string or a list of `{name, template}` of
+/// which the one named "default" is used (as transformers does when no
+/// name is asked for).
+fn hf_chat_template(dir: &Path, cfg: &serde_json::Value, cfg_path: &Path) -> Result<Option<String>, TokenizerError> {
+    let jinja = dir.join("chat_template.jinja");
+    match crate::limits::read_capped(&jinja, MAX_CHAT_TEMPLATE_BYTES as u64) {
+        Ok(bytes) => {
+            return String::from_utf8(bytes).map(Some).map_err(|e| TokenizerError::File {
+                path: jinja.display().to_string(),
+                problem: format!("not UTF-8: {e}"),
+            });
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(TokenizerError::File { path: jinja.display().to_string(), problem: e.to_string() }),
+    }
+    let bad = |problem: String| TokenizerError::File { path: cfg_path.display().to_string(), problem };
+    match cfg.get("chat_template") {
+        None | Some(serde_json::Value::Null) => Ok(None),
+        Some(serde_json::Value::String(s)) => Ok(Some(s.clone())),
+        Some(serde_json::Value::Array(list)) => {
+            let mut names = Vec::new();
+            for (i, entry) in list.iter().enumerate() {
+                let name = entry.get("name").and_then(|v| v.as_str());
+                let template = entry.get("template").and_then(|v| v.as_str());
+                let (Some(name), Some(template)) = (name, template) else {
+                    return Err(bad(format!(
+                        "chat_template[{i}] is not an object with string \"name\" and \"template\""
+                    )));
+                };
+                if name == "default" {
+                    return Ok(Some(template.to_string()));
+                }
+                names.push(name);
+            }
+            Err(bad(format!(
+                "chat_template is a list of named templates without one named \"default\" (it has {names:?}); \
+                 add a chat_template.jinja beside it to choose one"
+            )))
+        }
+        Some(other) => Err(bad(format!("chat_template is neither a string nor a list of named templates: {other}"))),
+    }
 }
 
 impl Tokenizer {
@@ -226,7 +239,13 @@ impl Tokenizer {
         if model != "gpt2" {
             return Err(TokenizerError::UnsupportedModel(model.to_string()));
         }
-        let pre = f.get_str("tokenizer.ggml.pre").unwrap_or("default");
+        let pre_name = match f.get_str("tokenizer.ggml.pre") {
+            Ok(p) => p,
+            Err(GgufError::MissingKey { .. }) => "default",
+            Err(e) => return Err(e.into()),
+        };
+        let pre = pretok::Pre::from_gguf_name(pre_name)
+            .ok_or_else(|| TokenizerError::UnsupportedPre(pre_name.to_string()))?;
         let tokens = f.get_str_array("tokenizer.ggml.tokens")?;
         if tokens.is_empty() || tokens.len() > MAX_TOKENS {
             return Err(TokenizerError::Invalid(format!("{} tokens (allowed 1..={MAX_TOKENS})", tokens.len())));
@@ -243,36 +262,7 @@ impl Tokenizer {
             Err(GgufError::MissingKey { .. }) => vec![1; tokens.len()],
             Err(e) => return Err(e.into()),
         };
-        let mut merges = Vec::new();
-        for (i, m) in f.get_str_array("tokenizer.ggml.merges")?.into_iter().enumerate() {
-            let (a, b) =
-                m.split_once(' ').filter(|(a, b)| !a.is_empty() && !b.is_empty() && !b.contains(' ')).ok_or_else(
-                    || TokenizerError::Invalid(format!("merge {i} ({m:?}) is not two tokens separated by one space")),
-                )?;
-            merges.push((a.to_string(), b.to_string()));
-        }
-        let mut vocab = Vocab::default();
-        for (i, t) in tokens.iter().enumerate() {
-            if vocab.insert(t.to_string(), i as u32).is_some() {
-                return Err(TokenizerError::Invalid(format!("token {i} ({t:?}) appears twice")));
-            }
-        }
-        let mut inner = byte_level_bpe(vocab, merges, pre)?;
-        let special: Vec<AddedToken> = tokens
-            .iter()
-            .zip(&types)
-            .filter(|(_, ty)| **ty == TOKEN_TYPE_CONTROL)
-            .map(|(t, _)| AddedToken::from(t.to_string(), true))
-            .collect();
-        inner.add_special_tokens(special).map_err(lib)?;
-        let user: Vec<AddedToken> = tokens
-            .iter()
-            .zip(&types)
-            .filter(|(_, ty)| **ty == TOKEN_TYPE_USER_DEFINED)
-            .map(|(t, _)| AddedToken::from(t.to_string(), false).normalized(false))
-            .collect();
-        inner.add_tokens(user).map_err(lib)?;
-
+        let merges = f.get_str_array("tokenizer.ggml.merges")?;
         let id = |key: &str| -> Result<Option<u32>, TokenizerError> {
             match f.get_u32(key) {
                 Ok(v) if (v as usize) < tokens.len() => Ok(Some(v)),
@@ -284,18 +274,9 @@ impl Tokenizer {
         let bos = id("tokenizer.ggml.bos_token_id")?;
         let eos = id("tokenizer.ggml.eos_token_id")?;
         let eot = id("tokenizer.ggml.eot_token_id")?;
-        let mut end_of_generation: Vec<u32> = eos.into_iter().chain(eot).collect();
-        for (i, (t, ty)) in tokens.iter().zip(&types).enumerate() {
-            if *ty == TOKEN_TYPE_CONTROL
-                && END_OF_GENERATION_TEXTS.contains(t)
-                && !end_of_generation.contains(&(i as u32))
-            {
-                end_of_generation.push(i as u32);
-            }
-        }
         let add_bos = match f.get_bool("tokenizer.ggml.add_bos_token") {
             Ok(b) => b,
-            Err(GgufError::MissingKey { .. }) => false,
+            Err(GgufError::MissingKey { .. }) => pre.default_add_bos(),
             Err(e) => return Err(e.into()),
         };
         let chat_template = match f.get_str("tokenizer.chat_template") {
@@ -303,19 +284,38 @@ impl Tokenizer {
             Err(GgufError::MissingKey { .. }) => None,
             Err(e) => return Err(e.into()),
         };
-        let d = derive(&inner, true);
+        let texts: Vec<String> = tokens.iter().map(|t| t.to_string()).collect();
+        drop(tokens);
+        let b = bpe::Bpe::new(texts, types, &merges, pre)?;
+        drop(merges);
+        if b.skipped_merges > 0 {
+            tracing::debug!(skipped = b.skipped_merges, "BPE merges whose sides or result are no tokens were skipped");
+        }
+        let mut end_of_generation: Vec<u32> = eos.into_iter().chain(eot).collect();
+        let mut specials = Vec::new();
+        let mut chunkable = true;
+        for (text, id, ty) in b.special_tokens() {
+            chunkable &= !text.chars().any(char::is_whitespace);
+            if ty == spm::TYPE_CONTROL {
+                specials.push((text.to_string(), id));
+                if END_OF_GENERATION_TEXTS.contains(&text) && !end_of_generation.contains(&id) {
+                    end_of_generation.push(id);
+                }
+            }
+        }
+        specials.sort_by_key(|s| s.1);
         Ok(Tokenizer {
-            longest_token_bytes: d.longest_token_bytes,
-            specials: d.specials,
-            chunkable: d.chunkable,
-            inner: Inner::Hf { tok: Box::new(inner), text_only: d.text_only },
+            longest_token_bytes: Some(b.longest_token_bytes()),
+            specials,
+            chunkable,
+            inner: Inner::Bpe(b),
             bos,
             eos,
             end_of_generation,
             add_bos,
             chat_template_from: chat::TemplateSource::of_file(chat_template.is_some()),
             chat_template,
-            source: format!("gguf ({model}, pre {pre})"),
+            source: format!("gguf ({model}, pre {pre_name})"),
         })
     }
 
@@ -426,8 +426,8 @@ impl Tokenizer {
                 end_of_generation.push(id);
             }
         }
-        let d = derive(&inner, false);
-        let chat_template = cfg.get("chat_template").and_then(|v| v.as_str()).map(str::to_string);
+        let d = derive(&inner);
+        let chat_template = hf_chat_template(dir, &cfg, &cfg_path)?;
         Ok(Tokenizer {
             longest_token_bytes: d.longest_token_bytes,
             specials: d.specials,
@@ -448,6 +448,7 @@ impl Tokenizer {
         match &self.inner {
             Inner::Hf { tok, .. } => tok.get_vocab_size(true),
             Inner::Spm(s) => s.len(),
+            Inner::Bpe(b) => b.len(),
         }
     }
 
@@ -474,6 +475,7 @@ impl Tokenizer {
                 Ok(text_only.encode(text, false).map_err(lib)?.get_ids().to_vec())
             }
             (Inner::Spm(s), _) => Ok(s.encode(text, specials)),
+            (Inner::Bpe(b), _) => Ok(b.encode(text, specials)),
         }
     }
 
@@ -539,6 +541,7 @@ impl Tokenizer {
         match &self.inner {
             Inner::Hf { tok, .. } => tok.decode(ids, false).map_err(lib),
             Inner::Spm(s) => Ok(s.decode(ids)),
+            Inner::Bpe(b) => Ok(b.decode(ids)),
         }
     }
 
@@ -546,6 +549,7 @@ impl Tokenizer {
         match &self.inner {
             Inner::Hf { tok, .. } => tok.token_to_id(token),
             Inner::Spm(s) => s.id(token),
+            Inner::Bpe(b) => b.id(token),
         }
     }
 
@@ -553,6 +557,7 @@ impl Tokenizer {
         match &self.inner {
             Inner::Hf { tok, .. } => tok.id_to_token(id),
             Inner::Spm(s) => s.piece(id).map(str::to_string),
+            Inner::Bpe(b) => b.token(id).map(str::to_string),
         }
     }
 
@@ -574,6 +579,11 @@ mod tests {
 
     /// A minimal Hugging Face tokenizer directory with `template` as its chat template.
     fn hf_dir(template: &str) -> tempfile::TempDir {
+        hf_dir_with(serde_json::json!(template))
+    }
+
+    /// The same, with `chat_template` in tokenizer_config.json set to `template`.
+    fn hf_dir_with(template: serde_json::Value) -> tempfile::TempDir {
         let dir = tempfile::tempdir().unwrap();
         let tokenizer = serde_json::json!({
             "version": "1.0", "truncation": null, "padding": null,
@@ -591,6 +601,112 @@ mod tests {
         let cfg = serde_json::json!({"eos_token": "<|im_end|>", "chat_template": template});
         std::fs::write(dir.path().join("tokenizer_config.json"), cfg.to_string()).unwrap();
         dir
+    }
+
+    fn msg(role: &str, content: &str) -> Message {
+        Message { role: role.into(), content: content.into() }
+    }
+
+    /// A Qwen-style template calling Python string and dict methods.
+    const QWEN_STYLE: &str = r#"{%- if messages[0]['role'] == 'system' -%}
+{{- '<|im_start|>system\n' + messages[0]['content'].strip() + '<|im_end|>\n' -}}
+{%- else -%}
+{{- '<|im_start|>system\nYou are helpful.<|im_end|>\n' -}}
+{%- endif -%}
+{%- for m in messages -%}
+{%- if m.role == 'user' and m.content.startswith('<tool_response>') -%}
+{{- '<|im_start|>tool\n' + m.content.replace('<tool_response>', '').rstrip() + '<|im_end|>\n' -}}
+{%- elif m.role != 'system' -%}
+{{- '<|im_start|>' + m.role + '\n' + m.content.split('</think>')[-1].lstrip('\n') + '<|im_end|>\n' -}}
+{%- endif -%}
+{%- endfor -%}
+{%- for k, v in {'lang': 'EN'}.items() -%}{{- k.upper() + '=' + v.lower() -}}{%- endfor -%}
+{%- if messages[-1].content.endswith('  ') -%}{{- '[trailing]' -}}{%- endif -%}
+{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\n' -}}{%- endif -%}"#;
+
+    /// A DeepSeek-style template: systems joined first, reasoning cut from
+    /// assistant turns with `.split('</think>')`.
+    const DEEPSEEK_STYLE: &str = r#"{{- bos_token -}}
+{%- set ns = namespace(system='') -%}
+{%- for m in messages if m['role'] == 'system' -%}{%- set ns.system = ns.system + m['content'] -%}{%- endfor -%}
+{{- ns.system -}}
+{%- for m in messages -%}
+{%- if m['role'] == 'user' -%}{{- '<｜User｜>' + m['content'] -}}
+{%- elif m['role'] == 'assistant' -%}
+{%- set c = m['content'] -%}
+{%- if '</think>' in c -%}{%- set c = c.split('</think>')[-1].strip() -%}{%- endif -%}
+{{- '<｜Assistant｜>' + c + '<｜end▁of▁sentence｜>' -}}
+{%- endif -%}
+{%- endfor -%}
+{%- if add_generation_prompt -%}{{- '<｜Assistant｜><think>\n' -}}{%- endif -%}"#;
+
+    #[test]
+    fn a_qwen_style_template_with_python_string_methods_renders() {
+        let tok = Tokenizer::from_hf_dir(hf_dir(QWEN_STYLE).path()).unwrap();
+        let msgs = [
+            msg("system", "  Be brief. \n"),
+            msg("user", "hi"),
+            msg("assistant", "<think>hmm</think>\n\nHello!"),
+            msg("user", "<tool_response>42  "),
+        ];
+        assert_eq!(
+            tok.render_chat(&msgs, true).unwrap(),
+            "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n\
+             <|im_start|>assistant\nHello!<|im_end|>\n<|im_start|>tool\n42<|im_end|>\n\
+             LANG=en[trailing]<|im_start|>assistant\n"
+        );
+        let msgs = [msg("user", "hi")];
+        assert_eq!(
+            tok.render_chat(&msgs, false).unwrap(),
+            "<|im_start|>system\nYou are helpful.<|im_end|>\n<|im_start|>user\nhi<|im_end|>\nLANG=en"
+        );
+    }
+
+    #[test]
+    fn a_deepseek_style_template_cuts_reasoning_with_split() {
+        let tok = Tokenizer::from_hf_dir(hf_dir(DEEPSEEK_STYLE).path()).unwrap();
+        let msgs = [
+            msg("system", "S."),
+            msg("user", "2+2?"),
+            msg("assistant", "<think>add</think> 4 "),
+            msg("user", "and 3+3?"),
+        ];
+        assert_eq!(
+            tok.render_chat(&msgs, true).unwrap(),
+            "S.<｜User｜>2+2?<｜Assistant｜>4<｜end▁of▁sentence｜><｜User｜>and 3+3?<｜Assistant｜><think>\n"
+        );
+    }
+
+    #[test]
+    fn chat_template_jinja_beside_the_checkpoint_is_used_first() {
+        let dir = hf_dir("from the config");
+        std::fs::write(dir.path().join("chat_template.jinja"), "from the file: {{ messages[0].content.upper() }}")
+            .unwrap();
+        let tok = Tokenizer::from_hf_dir(dir.path()).unwrap();
+        assert_eq!(tok.render_chat(&hi(), true).unwrap(), "from the file: AB");
+        std::fs::remove_file(dir.path().join("chat_template.jinja")).unwrap();
+        let tok = Tokenizer::from_hf_dir(dir.path()).unwrap();
+        assert_eq!(tok.render_chat(&hi(), true).unwrap(), "from the config");
+    }
+
+    #[test]
+    fn a_list_of_named_templates_uses_the_default_one() {
+        let list = serde_json::json!([
+            {"name": "tool_use", "template": "tools"},
+            {"name": "default", "template": "default: {{ messages[0]['content'] }}"}
+        ]);
+        let tok = Tokenizer::from_hf_dir(hf_dir_with(list).path()).unwrap();
+        assert_eq!(tok.render_chat(&hi(), true).unwrap(), "default: ab");
+        // Without a default, or malformed, it is refused naming the field.
+        let list = serde_json::json!([{"name": "tool_use", "template": "tools"}]);
+        let e = Tokenizer::from_hf_dir(hf_dir_with(list).path()).unwrap_err().to_string();
+        assert!(e.contains("tokenizer_config.json") && e.contains("\"default\"") && e.contains("tool_use"), "{e}");
+        let e = Tokenizer::from_hf_dir(hf_dir_with(serde_json::json!([{"name": "default"}])).path())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("chat_template[0]"), "{e}");
+        let e = Tokenizer::from_hf_dir(hf_dir_with(serde_json::json!(7)).path()).unwrap_err().to_string();
+        assert!(e.contains("chat_template is neither"), "{e}");
     }
 
     fn hi() -> Vec<Message> {

@@ -3,7 +3,7 @@
 //! SentencePiece vocabularies (Llama 2, Mistral, Gemma), so that a prompt
 //! gets the ids the model was trained on.
 //!
-//! The text is first split at special tokens ([`Spm::partition`]); each
+//! The text is first split at special tokens ([`partition`]); each
 //! run of plain text has its spaces written as `▁` (U+2581), is split into
 //! UTF-8 characters, and adjacent symbols are merged, highest-scoring
 //! resulting vocabulary piece first (ties: leftmost), until no adjacent
@@ -45,7 +45,7 @@ pub struct Spm {
     /// (boxed: the tokenizer holds an `Spm` beside two pointers).
     bytes: Box<[Option<u32>; 256]>,
     /// Control, unknown and user-defined tokens, longest text first: the
-    /// order in which they split a text ([`Spm::partition`]).
+    /// order in which they split a text ([`partition`]).
     specials: Vec<(Box<str>, u32, i32)>,
     unk: Option<u32>,
     /// Whether a space is written before the text (and after each special
@@ -208,8 +208,13 @@ impl Spm {
     /// The ids of `text`, without BOS.
     pub fn encode(&self, text: &str, specials: Specials) -> Vec<u32> {
         let mut out = Vec::new();
+        // An empty text has no fragment to write the space prefix before
+        // (llama.cpp gives no tokens).
+        if text.is_empty() {
+            return out;
+        }
         let mut prev_special = true;
-        for frag in self.partition(text, specials) {
+        for frag in partition(text, &self.specials, specials) {
             match frag {
                 Fragment::Text(t) => {
                     let mut s = String::with_capacity(t.len() + 3);
@@ -227,44 +232,6 @@ impl Spm {
             }
         }
         out
-    }
-
-    /// Splits `text` at special tokens' texts: each special token, longest
-    /// first, splits every plain-text fragment left at each of its
-    /// occurrences, left to right. Control and unknown tokens are matched
-    /// only under [`Specials::Parse`]; user-defined tokens always (they
-    /// are plain text the vocabulary keeps whole, such as runs of
-    /// newlines).
-    fn partition<'t>(&self, text: &'t str, specials: Specials) -> Vec<Fragment<'t>> {
-        let mut frags = vec![Fragment::Text(text)];
-        for (s, id, ty) in &self.specials {
-            if specials == Specials::AsText && *ty != TYPE_USER_DEFINED {
-                continue;
-            }
-            if !frags.iter().any(|f| matches!(f, Fragment::Text(t) if t.contains(&**s))) {
-                continue;
-            }
-            let mut next = Vec::with_capacity(frags.len() + 2);
-            for f in frags {
-                let Fragment::Text(t) = f else {
-                    next.push(f);
-                    continue;
-                };
-                let mut at = 0;
-                for (i, m) in t.match_indices(&**s) {
-                    if i > at {
-                        next.push(Fragment::Text(&t[at..i]));
-                    }
-                    next.push(Fragment::Token(*id));
-                    at = i + m.len();
-                }
-                if at < t.len() {
-                    next.push(Fragment::Text(&t[at..]));
-                }
-            }
-            frags = next;
-        }
-        frags
     }
 
     /// Merges the characters of `text` (spaces already written as `▁`)
@@ -350,8 +317,46 @@ impl Spm {
     }
 }
 
+/// Splits `text` at special tokens' texts (`specials`: text, id, token
+/// type; longest first): each special token splits every plain-text
+/// fragment left at each of its occurrences, left to right (llama.cpp's
+/// `tokenizer_st_partition`). Control and unknown tokens are matched only
+/// under [`Specials::Parse`]; user-defined tokens always (they are plain
+/// text the vocabulary keeps whole, such as runs of newlines).
+pub(crate) fn partition<'t>(text: &'t str, specials: &[(Box<str>, u32, i32)], mode: Specials) -> Vec<Fragment<'t>> {
+    let mut frags = vec![Fragment::Text(text)];
+    for (s, id, ty) in specials {
+        if mode == Specials::AsText && *ty != TYPE_USER_DEFINED {
+            continue;
+        }
+        if !frags.iter().any(|f| matches!(f, Fragment::Text(t) if t.contains(&**s))) {
+            continue;
+        }
+        let mut next = Vec::with_capacity(frags.len() + 2);
+        for f in frags {
+            let Fragment::Text(t) = f else {
+                next.push(f);
+                continue;
+            };
+            let mut at = 0;
+            for (i, m) in t.match_indices(&**s) {
+                if i > at {
+                    next.push(Fragment::Text(&t[at..i]));
+                }
+                next.push(Fragment::Token(*id));
+                at = i + m.len();
+            }
+            if at < t.len() {
+                next.push(Fragment::Text(&t[at..]));
+            }
+        }
+        frags = next;
+    }
+    frags
+}
+
 #[derive(Clone, Copy, Debug)]
-enum Fragment<'t> {
+pub(crate) enum Fragment<'t> {
     Text(&'t str),
     Token(u32),
 }
