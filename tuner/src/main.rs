@@ -203,13 +203,13 @@ struct SweepArgs {
     #[arg(long)]
     served: bool,
     /// --served: how long a server may take from start to answering GET /health.
-    #[arg(long, value_name = "SECONDS", default_value_t = tuner::served::DEFAULT_HEALTH_TIMEOUT_S, requires = "served")]
+    #[arg(long, value_name = "SECONDS", default_value_t = tuner::arm::served::DEFAULT_HEALTH_TIMEOUT_S, requires = "served")]
     health_timeout: f64,
     /// --served: how long a server may take to exit after SIGTERM before SIGKILL.
-    #[arg(long, value_name = "SECONDS", default_value_t = tuner::served::DEFAULT_STOP_TIMEOUT_S, requires = "served")]
+    #[arg(long, value_name = "SECONDS", default_value_t = tuner::arm::served::DEFAULT_STOP_TIMEOUT_S, requires = "served")]
     stop_timeout: f64,
     /// --served: the limit of one streamed request, from connecting to `data: [DONE]`.
-    #[arg(long, value_name = "SECONDS", default_value_t = tuner::served::DEFAULT_REQUEST_TIMEOUT_S, requires = "served")]
+    #[arg(long, value_name = "SECONDS", default_value_t = tuner::arm::served::DEFAULT_REQUEST_TIMEOUT_S, requires = "served")]
     request_timeout: f64,
     #[command(flatten)]
     gate: GateOpts,
@@ -577,7 +577,8 @@ fn run_summarize(a: SummarizeArgs) -> anyhow::Result<ExitCode> {
 }
 
 fn run_propose(a: ProposeArgs) -> anyhow::Result<ExitCode> {
-    use tuner::propose::{Allow, ProposeError};
+    use tuner::propose::ProposeError;
+    use tuner::rules::Allow;
     let allow = Allow { dirty: a.allow_dirty, stale_fingerprint: a.allow_stale_fingerprint, older: a.allow_older };
     match tuner::propose::propose(&a.dir, a.table.as_deref(), a.dry_run, allow) {
         Ok(p) => {
