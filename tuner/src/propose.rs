@@ -123,8 +123,11 @@ pub fn entry_fields(raw: &RawFile, s: &Summary, record: &str) -> Result<Fields, 
         raw.header.prompts.len(),
         raw.header.settings.widths
     );
-    let mut fields: Fields =
-        vec![("drafter", toml_str(&s.drafter)), ("device_class", toml_str(device)), ("target_quant", toml_str(quant))];
+    let mut fields: Fields = vec![
+        ("drafter", toml_str(s.drafter.as_str())),
+        ("device_class", toml_str(device)),
+        ("target_quant", toml_str(quant)),
+    ];
     if let Some(f) = &s.target_quant_format {
         fields.push(("target_quant_format", toml_str(f)));
     }
@@ -507,8 +510,7 @@ pub fn propose(dir: &Path, table_path: Option<&Path>, dry_run: bool, allow: Allo
     };
     let old = std::fs::read_to_string(&table_abs).map_err(io(&table_abs))?;
     let tbl = table::compile(TABLE_FILE, &old, RecordCheck::Skip).map_err(|e| Refusal::Table(e.to_string()))?;
-    let drafter: DrafterKind =
-        s.drafter.parse().map_err(|_| Refusal::Key(format!("drafter {:?} is not a drafter kind", s.drafter)))?;
+    let drafter = s.drafter;
     let (Some(device), Some(quant)) = (s.device_class.as_deref(), s.target_quant.as_deref()) else {
         return Err(Refusal::Key(s.key_problem.clone().unwrap_or_default()).into());
     };

@@ -225,7 +225,7 @@ impl AcceptedUnknown {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Summary {
     pub date: String,
-    pub drafter: String,
+    pub drafter: runtime::policy::DrafterKind,
     /// A served sweep (`tuner sweep --served`): the rates are end-to-end tok/s.
     pub served: bool,
     /// From the arms' `startup` events (must agree across arms).
@@ -784,7 +784,7 @@ pub fn summarize(raw: &RawFile) -> Result<Summary> {
     let decision = decide(&widths);
     Ok(Summary {
         date: h.date.clone(),
-        drafter: h.settings.drafter.clone(),
+        drafter: h.settings.drafter,
         served,
         device_class,
         target_quant,

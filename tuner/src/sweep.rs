@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result, bail};
+use runtime::policy::DrafterKind;
 
 use crate::gate::{Decision, Gate, GateConfig};
 use crate::identity::{self, IdentityOptions};
@@ -73,7 +74,7 @@ pub const MAX_CONTENTION_ATTEMPTS: usize = 3;
 
 /// `records/<date>-<device class>-<drafter>` (`:` becomes `-`), with `-2`,
 /// `-3`, ... when that folder exists.
-pub fn default_out_dir(drafter: &str) -> PathBuf {
+pub fn default_out_dir(drafter: DrafterKind) -> PathBuf {
     let device = kernels::dispatch::selected().map_or_else(|_| "unknown".to_string(), |s| s.family.device_class());
     let base = format!("records/{}-{}-{drafter}", utc_date(now_ms()), device.replace(':', "-"));
     let mut p = PathBuf::from(&base);
@@ -89,7 +90,7 @@ pub fn default_out_dir(drafter: &str) -> PathBuf {
 #[derive(Clone, Debug)]
 pub struct SweepOptions {
     pub target: PathBuf,
-    pub drafter: String,
+    pub drafter: DrafterKind,
     pub drafter_model: Option<PathBuf>,
     /// Complete settings for the drafter, passed to every speculative arm.
     pub drafter_settings: runtime::policy::DrafterSettings,
@@ -237,10 +238,10 @@ pub fn start(opts: &SweepOptions) -> Result<Outcome> {
     if let Some(w) = opts.widths.iter().find(|w| **w == 0 || **w > runtime::policy::MAX_BLOCK_SIZE) {
         bail!("--widths: {w} is out of range 1..={}", runtime::policy::MAX_BLOCK_SIZE);
     }
-    if opts.drafter == "draft-model" && opts.drafter_model.is_none() {
+    if opts.drafter == DrafterKind::DraftModel && opts.drafter_model.is_none() {
         bail!("--drafter draft-model needs --drafter-model PATH (the draft checkpoint)");
     }
-    let kind: runtime::policy::DrafterKind = opts.drafter.parse().map_err(|e| anyhow::anyhow!("--drafter: {e}"))?;
+    let kind = opts.drafter;
     opts.drafter_settings.check(kind).map_err(|e| anyhow::anyhow!("{kind} drafter settings: {e}"))?;
     for (flag, x, lo, hi) in [
         ("--rounds", opts.rounds, 1, MAX_ROUNDS),
@@ -317,7 +318,7 @@ pub fn start(opts: &SweepOptions) -> Result<Outcome> {
     let abs = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
     let settings = crate::raw::Settings {
         target: abs(&opts.target),
-        drafter: opts.drafter.clone(),
+        drafter: opts.drafter,
         drafter_model: opts.drafter_model.as_deref().map(abs),
         drafter_settings: Some(opts.drafter_settings.clone()),
         widths: opts.widths.clone(),

@@ -56,7 +56,8 @@ pub fn drafter_args(s: &crate::raw::Settings, width: Option<usize>) -> Vec<Strin
     let Some(w) = width else {
         return vec!["--drafter".into(), "none".into()];
     };
-    let mut a: Vec<String> = vec!["--drafter".into(), s.drafter.clone(), "--draft-block-size".into(), w.to_string()];
+    let mut a: Vec<String> =
+        vec!["--drafter".into(), s.drafter.to_string(), "--draft-block-size".into(), w.to_string()];
     if let Some(d) = &s.drafter_settings {
         if let Some(n) = d.ngram_min {
             a.extend(["--ngram-min".into(), n.to_string()]);
@@ -274,7 +275,7 @@ mod tests {
     fn arms_get_explicit_settings_and_no_inexact_escape() {
         let s = crate::raw::Settings {
             target: "m.gguf".into(),
-            drafter: "ngram".into(),
+            drafter: runtime::policy::DrafterKind::Ngram,
             drafter_model: None,
             drafter_settings: Some(runtime::policy::DrafterSettings::ngram(3, 4)),
             widths: vec![3],
@@ -318,7 +319,7 @@ mod tests {
     fn layerskip_arms_get_their_layers_as_a_list() {
         let mut s = crate::raw::Settings {
             target: "m.gguf".into(),
-            drafter: "layerskip".into(),
+            drafter: runtime::policy::DrafterKind::Layerskip,
             drafter_model: None,
             drafter_settings: Some(runtime::policy::DrafterSettings::layerskip(vec![0, 1, 2])),
             widths: vec![2],
