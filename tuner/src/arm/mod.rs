@@ -270,23 +270,24 @@ pub fn finish(end: &mut ArmEnd, status: ExitStatus, t0: Instant, problems: Vec<S
 mod tests {
     use super::*;
     use crate::gate::GateConfig;
+    use runtime::policy::{DrafterKind, DrafterSettings};
 
-    #[test]
-    fn arms_get_explicit_settings_and_no_inexact_escape() {
-        let s = crate::raw::Settings {
+    /// One-round settings for `drafter`, width 2, one burst, no warm-up.
+    fn settings(drafter: DrafterKind, d: DrafterSettings) -> crate::raw::Settings {
+        crate::raw::Settings {
             target: "m.gguf".into(),
-            drafter: runtime::policy::DrafterKind::Ngram,
+            drafter,
             drafter_model: None,
-            drafter_settings: Some(runtime::policy::DrafterSettings::ngram(3, 4)),
-            widths: vec![3],
+            drafter_settings: Some(d),
+            widths: vec![2],
             rounds: 1,
-            bursts: 3,
+            bursts: 1,
             bracket_arms: 1,
             bracket_bursts: None,
             auto_rounds: None,
-            warmup: 1,
-            max_tokens: 64,
-            threads: 2,
+            warmup: 0,
+            max_tokens: 8,
+            threads: 1,
             prompts: "p.jsonl".into(),
             prompts_source: "p.jsonl".into(),
             prompts_sha256: String::new(),
@@ -295,6 +296,18 @@ mod tests {
             gate_wait_s: 0.0,
             gate_interval_s: 1.0,
             served: None,
+        }
+    }
+
+    #[test]
+    fn arms_get_explicit_settings_and_no_inexact_escape() {
+        let s = crate::raw::Settings {
+            widths: vec![3],
+            bursts: 3,
+            warmup: 1,
+            max_tokens: 64,
+            threads: 2,
+            ..settings(DrafterKind::Ngram, DrafterSettings::ngram(3, 4))
         };
         let a = generate::arm_args(&s, Some(3)).join(" ");
         assert!(a.contains("--json") && a.contains("--draft-block-size 3") && a.contains("--threads 2"), "{a}");
@@ -317,33 +330,11 @@ mod tests {
 
     #[test]
     fn layerskip_arms_get_their_layers_as_a_list() {
-        let mut s = crate::raw::Settings {
-            target: "m.gguf".into(),
-            drafter: runtime::policy::DrafterKind::Layerskip,
-            drafter_model: None,
-            drafter_settings: Some(runtime::policy::DrafterSettings::layerskip(vec![0, 1, 2])),
-            widths: vec![2],
-            rounds: 1,
-            bursts: 1,
-            bracket_arms: 1,
-            bracket_bursts: None,
-            auto_rounds: None,
-            warmup: 0,
-            max_tokens: 8,
-            threads: 1,
-            prompts: "p.jsonl".into(),
-            prompts_source: "p.jsonl".into(),
-            prompts_sha256: String::new(),
-            runtime: "runtime".into(),
-            gate: GateConfig::default(),
-            gate_wait_s: 0.0,
-            gate_interval_s: 1.0,
-            served: None,
-        };
+        let mut s = settings(DrafterKind::Layerskip, DrafterSettings::layerskip(vec![0, 1, 2]));
         let a = drafter_args(&s, Some(2)).join(" ");
         assert_eq!(a, "--drafter layerskip --draft-block-size 2 --layerskip-layers 0,1,2");
         // One layer gets a trailing comma: the runtime reads a bare `5` as a count.
-        s.drafter_settings = Some(runtime::policy::DrafterSettings::layerskip(vec![5]));
+        s.drafter_settings = Some(DrafterSettings::layerskip(vec![5]));
         assert_eq!(
             drafter_args(&s, Some(2)).join(" "),
             "--drafter layerskip --draft-block-size 2 --layerskip-layers 5,"

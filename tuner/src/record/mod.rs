@@ -127,18 +127,11 @@ pub fn conclusions(s: &Summary) -> Vec<String> {
         (None, Some(_), _) => out.push(format!("By the decision rule the entry is `off`: {}.", d.why)),
         _ => out.push(format!("No decision: {}.", d.why)),
     }
-    let faster: Vec<String> = s
-        .widths
-        .iter()
-        .filter(|w| w.ratio.as_ref().is_some_and(|r| r.above_one()))
-        .map(|w| w.width.to_string())
-        .collect();
-    let slower: Vec<String> = s
-        .widths
-        .iter()
-        .filter(|w| w.ratio.as_ref().is_some_and(|r| r.below_one()))
-        .map(|w| w.width.to_string())
-        .collect();
+    let widths_where = |f: fn(&RatioEstimate) -> bool| -> Vec<String> {
+        s.widths.iter().filter(|w| w.ratio.as_ref().is_some_and(f)).map(|w| w.width.to_string()).collect()
+    };
+    let faster = widths_where(RatioEstimate::above_one);
+    let slower = widths_where(RatioEstimate::below_one);
     if !faster.is_empty() {
         out.push(format!("Faster than classic (interval wholly above 1.0): width(s) {}.", faster.join(", ")));
     }
