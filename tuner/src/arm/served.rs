@@ -407,11 +407,8 @@ pub fn run(a: &ServedArm<'_>, w: &mut RawWriter) -> Result<ArmEnd> {
     errors.extend(rules::server_stop_problem(stop, &status, &stderr_log, a.served.stop_timeout_s));
     errors.extend(events.bad.iter().take(5).cloned());
     errors.extend(problems);
-    if !events.completions.is_empty() && errors.is_empty() {
-        errors.push(format!("{} completion event(s) for responses the tuner never received", events.completions.len()));
-    }
-    if end.requests == 0 && errors.is_empty() {
-        errors.push("no recorded requests".into());
+    if errors.is_empty() {
+        errors.extend(rules::served_leftovers(events.completions.len(), end.requests));
     }
     end.server = Some(info);
     super::finish(&mut end, status, t0, errors);

@@ -64,6 +64,19 @@ pub fn served_disagreements(what: &str, got: &Streamed, c: &Completion, text_sha
     out
 }
 
+/// What is wrong with a served arm that otherwise ran clean: completion
+/// events for responses the tuner never received (`unclaimed`: the server
+/// decoded requests it was not sent), or no recorded request at all.
+pub fn served_leftovers(unclaimed: usize, requests: usize) -> Option<String> {
+    if unclaimed > 0 {
+        Some(format!("{unclaimed} completion event(s) for responses the tuner never received"))
+    } else if requests == 0 {
+        Some("no recorded requests".into())
+    } else {
+        None
+    }
+}
+
 /// What is wrong with how a server ended, if anything: only an exit with
 /// success after SIGTERM is clean.
 pub fn server_stop_problem(
