@@ -1,7 +1,7 @@
 //! `tuner`: measures draft widths on this host and refuses measurements it
 //! cannot trust.
 //!
-//! Modules so far:
+//! Modules:
 //! - [`gate`]: is the host fit to measure on now? ([`gate::GateConfig`],
 //!   [`gate::GateReport`], [`gate::Gate`]; `gate::check(&cfg)` for library use).
 //! - [`identity`]: what this host, toolchain and runtime build are
@@ -10,7 +10,11 @@
 //!   reason, used by both.
 //! - [`procfs`]: capped readers and parsers for the `/proc` files used.
 //! - [`sweep`]: `tuner sweep`, the bracketed arm plan and its driver.
-//! - [`served`]: `tuner sweep --served`, an arm as a `runtime serve` process.
+//! - [`arm`]: one arm's process, logs and events ([`arm::generate`]: a
+//!   `runtime generate` arm; [`arm::served`]: `tuner sweep --served`, an arm
+//!   as a `runtime serve` process).
+//! - [`rules`]: every reason an arm, width or record is not a measurement,
+//!   and [`rules::Refusal`].
 //! - [`stream`]: one OpenAI streamed completion, timed from the client.
 //! - [`http`]: the loopback HTTP/1.1 client and server-sent-events reader.
 //! - [`raw`]: `raw.jsonl`, the sweep's raw data ([`raw::RawLine`]).
@@ -22,6 +26,7 @@
 //! - [`record`]: `record.md`, `summary.csv`, `plot.svg`.
 //! - [`propose`]: the policy entry, or a refusal with its remedy.
 //! - [`exit`]: the process exit codes, one place.
+pub mod arm;
 pub mod estimate;
 pub mod gate;
 pub mod http;
@@ -31,7 +36,7 @@ pub mod propose;
 pub mod raw;
 pub mod reading;
 pub mod record;
-pub mod served;
+pub mod rules;
 pub mod simulate;
 pub mod stats;
 pub mod stream;

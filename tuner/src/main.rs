@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
+use runtime::policy::DrafterKind;
 use tuner::gate::{self, Decision, GateConfig, GateRun, Source, Status};
 use tuner::identity::{self, IdentityOptions};
 use tuner::raw::HaltKind;
@@ -203,13 +204,13 @@ struct SweepArgs {
     #[arg(long)]
     served: bool,
     /// --served: how long a server may take from start to answering GET /health.
-    #[arg(long, value_name = "SECONDS", default_value_t = tuner::served::DEFAULT_HEALTH_TIMEOUT_S, requires = "served")]
+    #[arg(long, value_name = "SECONDS", default_value_t = tuner::arm::served::DEFAULT_HEALTH_TIMEOUT_S, requires = "served")]
     health_timeout: f64,
     /// --served: how long a server may take to exit after SIGTERM before SIGKILL.
-    #[arg(long, value_name = "SECONDS", default_value_t = tuner::served::DEFAULT_STOP_TIMEOUT_S, requires = "served")]
+    #[arg(long, value_name = "SECONDS", default_value_t = tuner::arm::served::DEFAULT_STOP_TIMEOUT_S, requires = "served")]
     stop_timeout: f64,
     /// --served: the limit of one streamed request, from connecting to `data: [DONE]`.
-    #[arg(long, value_name = "SECONDS", default_value_t = tuner::served::DEFAULT_REQUEST_TIMEOUT_S, requires = "served")]
+    #[arg(long, value_name = "SECONDS", default_value_t = tuner::arm::served::DEFAULT_REQUEST_TIMEOUT_S, requires = "served")]
     request_timeout: f64,
     #[command(flatten)]
     gate: GateOpts,
@@ -479,9 +480,10 @@ fn run_sweep(a: SweepArgs) -> anyhow::Result<ExitCode> {
                 None => runtime::fetch::ensure_default_model(None)?,
             };
             let threads = a.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+            let drafter = drafter_kind(&a.drafter)?;
             let out = match a.out {
                 Some(o) => o,
-                None => tuner::sweep::default_out_dir(&a.drafter),
+                None => tuner::sweep::default_out_dir(drafter),
             };
             let (rounds, auto_rounds) = match a.rounds.trim() {
                 "auto" => (
@@ -500,13 +502,8 @@ fn run_sweep(a: SweepArgs) -> anyhow::Result<ExitCode> {
             };
             let opts = SweepOptions {
                 target,
-                drafter: a.drafter.clone(),
-                drafter_settings: drafter_settings(
-                    &a.drafter,
-                    a.ngram_min,
-                    a.ngram_max,
-                    a.layerskip_layers.as_deref(),
-                )?,
+                drafter,
+                drafter_settings: drafter_settings(drafter, a.ngram_min, a.ngram_max, a.layerskip_layers.as_deref())?,
                 drafter_model: a.drafter_model,
                 widths: parse_widths(&a.widths)?,
                 rounds,
@@ -577,7 +574,8 @@ fn run_summarize(a: SummarizeArgs) -> anyhow::Result<ExitCode> {
 }
 
 fn run_propose(a: ProposeArgs) -> anyhow::Result<ExitCode> {
-    use tuner::propose::{Allow, ProposeError};
+    use tuner::propose::ProposeError;
+    use tuner::rules::Allow;
     let allow = Allow { dirty: a.allow_dirty, stale_fingerprint: a.allow_stale_fingerprint, older: a.allow_older };
     match tuner::propose::propose(&a.dir, a.table.as_deref(), a.dry_run, allow) {
         Ok(p) => {
@@ -600,15 +598,20 @@ fn run_propose(a: ProposeArgs) -> anyhow::Result<ExitCode> {
     }
 }
 
+/// The `--drafter` value as the runtime's kind; an unknown name is an error
+/// naming the flag and the kinds there are.
+fn drafter_kind(flag: &str) -> anyhow::Result<DrafterKind> {
+    flag.parse().map_err(|e| anyhow::anyhow!("--drafter: {e}"))
+}
+
 /// The complete drafter settings of a sweep, from its flags.
 fn drafter_settings(
-    drafter: &str,
+    kind: DrafterKind,
     ngram_min: usize,
     ngram_max: usize,
     layers: Option<&str>,
 ) -> anyhow::Result<runtime::policy::DrafterSettings> {
-    use runtime::policy::{DrafterKind, DrafterSettings};
-    let kind: DrafterKind = drafter.parse().map_err(|e| anyhow::anyhow!("--drafter: {e}"))?;
+    use runtime::policy::DrafterSettings;
     Ok(match kind {
         DrafterKind::Ngram => DrafterSettings::ngram(ngram_min, ngram_max),
         DrafterKind::Layerskip => {
@@ -641,8 +644,8 @@ fn drafter_settings(
 
 #[cfg(test)]
 mod tests {
-    use super::{drafter_settings, parse_widths};
-    use runtime::policy::DrafterSettings;
+    use super::{drafter_kind, drafter_settings, parse_widths};
+    use runtime::policy::{DrafterKind, DrafterSettings};
 
     #[test]
     fn widths_parse_as_ranges_and_lists() {
@@ -655,19 +658,26 @@ mod tests {
 
     #[test]
     fn drafter_flags_become_complete_settings() {
-        assert_eq!(drafter_settings("ngram", 2, 5, None).unwrap(), DrafterSettings::ngram(2, 5));
+        assert_eq!(drafter_settings(DrafterKind::Ngram, 2, 5, None).unwrap(), DrafterSettings::ngram(2, 5));
         assert_eq!(
-            drafter_settings("layerskip", 3, 4, Some("0, 1,2")).unwrap(),
+            drafter_settings(DrafterKind::Layerskip, 3, 4, Some("0, 1,2")).unwrap(),
             DrafterSettings::layerskip(vec![0, 1, 2])
         );
-        assert_eq!(drafter_settings("layerskip", 3, 4, Some("5,")).unwrap(), DrafterSettings::layerskip(vec![5]));
+        assert_eq!(
+            drafter_settings(DrafterKind::Layerskip, 3, 4, Some("5,")).unwrap(),
+            DrafterSettings::layerskip(vec![5])
+        );
         // A bare count is the first K layers, as the runtime reads it.
-        assert_eq!(drafter_settings("layerskip", 3, 4, Some("3")).unwrap(), DrafterSettings::layerskip(vec![0, 1, 2]));
-        assert!(drafter_settings("layerskip", 3, 4, Some("0")).is_err());
-        let e = drafter_settings("layerskip", 3, 4, None).unwrap_err().to_string();
+        assert_eq!(
+            drafter_settings(DrafterKind::Layerskip, 3, 4, Some("3")).unwrap(),
+            DrafterSettings::layerskip(vec![0, 1, 2])
+        );
+        assert!(drafter_settings(DrafterKind::Layerskip, 3, 4, Some("0")).is_err());
+        let e = drafter_settings(DrafterKind::Layerskip, 3, 4, None).unwrap_err().to_string();
         assert!(e.contains("--layerskip-layers"), "{e}");
-        assert!(drafter_settings("layerskip", 3, 4, Some("0,x")).unwrap_err().to_string().contains("\"x\""));
-        assert_eq!(drafter_settings("draft-model", 3, 4, None).unwrap(), DrafterSettings::default());
-        assert!(drafter_settings("nope", 3, 4, None).is_err());
+        assert!(drafter_settings(DrafterKind::Layerskip, 3, 4, Some("0,x")).unwrap_err().to_string().contains("\"x\""));
+        assert_eq!(drafter_settings(DrafterKind::DraftModel, 3, 4, None).unwrap(), DrafterSettings::default());
+        assert!(drafter_kind("nope").unwrap_err().to_string().starts_with("--drafter: "));
+        assert_eq!(drafter_kind("draft-model").unwrap(), DrafterKind::DraftModel);
     }
 }

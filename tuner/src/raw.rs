@@ -76,7 +76,7 @@ pub struct PlannedArm {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Settings {
     pub target: PathBuf,
-    pub drafter: String,
+    pub drafter: runtime::policy::DrafterKind,
     pub drafter_model: Option<PathBuf>,
     /// The drafter settings every speculative arm was given explicitly;
     /// null in records written before settings were passed.

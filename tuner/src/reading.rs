@@ -1,7 +1,7 @@
 //! `Reading<T>`: a value read from the host, or an explicit null with the
 //! reason it could not be read. Every optional source in the gate and the
 //! identity is one of these, so "absent" never reads as zero, empty or
-//! infinite (the failure modes issue 6 was written against).
+//! infinite (a missing reading taken as 0 would pass a gate it should fail).
 use serde::{Deserialize, Serialize};
 
 /// A value from one source, or `null` with why. Exactly one of the two

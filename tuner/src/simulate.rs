@@ -122,7 +122,7 @@ impl Template {
         };
         let settings = Settings {
             target: "/sim/model.gguf".into(),
-            drafter: "ngram".into(),
+            drafter: runtime::policy::DrafterKind::Ngram,
             drafter_model: None,
             drafter_settings: Some(runtime::policy::DrafterSettings::ngram(3, 4)),
             widths: vec![],

@@ -1,13 +1,12 @@
 //! Descriptive sample statistics for records: n, median, range and MAD
-//! outlier flags. No interval here: requests inside one process are not
-//! independent replicates, so an interval over requests would be several
-//! times too narrow. Intervals come from [`crate::estimate`], with the
-//! process (the arm) as the unit.
+//! outlier flags, by the rules of [`runtime::bench::stats`] (the ones
+//! `runtime bench` uses). No interval here: requests inside one process are
+//! not independent replicates, so an interval over requests would be
+//! several times too narrow. Intervals come from [`crate::estimate`], with
+//! the process (the arm) as the unit.
 use serde::{Deserialize, Serialize};
-use statrs::statistics::{Data, OrderStatistics};
 
-/// A sample above this many scaled MADs from the median is flagged.
-pub const OUTLIER_MADS: f64 = 3.5;
+pub use runtime::bench::stats::{OUTLIER_MADS, median};
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Stats {
@@ -19,27 +18,18 @@ pub struct Stats {
     pub outliers: usize,
 }
 
-pub fn median(xs: &[f64]) -> f64 {
-    Data::new(xs.to_vec()).median()
-}
-
 /// Stats of a sample; `None` when it is empty. Non-finite values must be
 /// filtered out by the caller.
 pub fn stats(xs: &[f64]) -> Option<Stats> {
     if xs.is_empty() {
         return None;
     }
-    let med = median(xs);
-    let devs: Vec<f64> = xs.iter().map(|x| (x - med).abs()).collect();
-    // 1.4826 scales the MAD to the standard deviation of a normal sample.
-    let mad = 1.4826 * median(&devs);
-    let outliers = if mad > 0.0 { devs.iter().filter(|d| **d > OUTLIER_MADS * mad).count() } else { 0 };
     Some(Stats {
         n: xs.len(),
         min: xs.iter().copied().fold(f64::INFINITY, f64::min),
-        median: med,
+        median: median(xs),
         max: xs.iter().copied().fold(f64::NEG_INFINITY, f64::max),
-        outliers,
+        outliers: runtime::bench::stats::outliers(xs).len(),
     })
 }
 

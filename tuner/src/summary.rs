@@ -19,6 +19,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::estimate::{self, ArmLevels, DriftTest, RatioEstimate, TieTest};
 use crate::raw::{ArmEnd, Bracket, Halt, RawFile, RawLine, RequestRow};
+use crate::rules::{self, DataProblem};
 use crate::stats::{Stats, median, stats};
 
 /// The part of the decision rule after its statistic, shared by the
@@ -132,16 +133,6 @@ pub struct RoundBrackets {
     pub incomplete: bool,
 }
 
-/// Raw data that is not what the plan says: never dropped silently.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct DataProblem {
-    /// raw.jsonl line, when one line is at fault.
-    pub line: Option<usize>,
-    pub arm: Option<usize>,
-    pub what: String,
-    pub remedy: String,
-}
-
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct WidthSummary {
     pub width: usize,
@@ -234,7 +225,7 @@ impl AcceptedUnknown {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Summary {
     pub date: String,
-    pub drafter: String,
+    pub drafter: runtime::policy::DrafterKind,
     /// A served sweep (`tuner sweep --served`): the rates are end-to-end tok/s.
     pub served: bool,
     /// From the arms' `startup` events (must agree across arms).
@@ -317,7 +308,7 @@ pub struct Summary {
 }
 
 /// Arms whose latest attempt ended ok: arm → (attempt, its `arm_end`).
-type OkArms<'a> = BTreeMap<usize, (usize, &'a ArmEnd)>;
+pub(crate) type OkArms<'a> = BTreeMap<usize, (usize, &'a ArmEnd)>;
 
 /// The requests of the latest attempt of each arm whose attempt ended ok.
 fn complete_requests(raw: &RawFile) -> (Vec<&RequestRow>, OkArms<'_>, Vec<ArmEnd>) {
@@ -469,7 +460,7 @@ pub fn summarize(raw: &RawFile) -> Result<Summary> {
             _ => bail!("raw.jsonl: a request of arm {} does not match the plan in the header", r.arm),
         }
     }
-    let data_problems = data_problems(raw, &ok_arms);
+    let data_problems = rules::data_problems(raw, &ok_arms);
 
     // The record's key and validity, from the startup events of complete arms.
     let mut device = BTreeSet::new();
@@ -497,13 +488,10 @@ pub fn summarize(raw: &RawFile) -> Result<Summary> {
             if speculative_arm.contains(&s.arm) {
                 let d = s.startup.drafter_settings.as_ref().map(|d| serde_json::to_string(d).unwrap_or_default());
                 settings.insert(d.unwrap_or_default());
-            } else if s.startup.drafter != "none" {
-                // A classic arm must decode classically: a runtime whose
-                // policy turned speculation on would not be the baseline.
-                not_classic.push(format!("{} ({}: {})", s.arm, s.startup.drafter, s.startup.block_size_from));
+            } else if let Some(how) = rules::classic_arm_speculated(&s.startup) {
+                not_classic.push(format!("{} ({how})", s.arm));
             }
-            let probe_failed = s.startup.exactness_probe.as_ref().is_some_and(|p| !p.passed);
-            if s.startup.allow_inexact || probe_failed {
+            if rules::ran_inexact(&s.startup) {
                 inexact_arms.push(s.arm);
             }
         }
@@ -632,14 +620,14 @@ pub fn summarize(raw: &RawFile) -> Result<Summary> {
             continue;
         }
         let test = est.drift.iter().find(|d| d.round == round).cloned();
-        let judgeable = test.as_ref().is_some_and(|t| t.se_log.is_some() && t.se_process_log.is_some());
+        let v = rules::round_verdict(test.as_ref());
         rounds.push(RoundBrackets {
             round,
             open: stats(&open_all),
             close: stats(&close_all),
-            drifted: test.as_ref().is_some_and(|t| t.drifted),
-            judgeable,
-            incomplete: test.is_none(),
+            drifted: v.drifted,
+            judgeable: v.judgeable,
+            incomplete: v.incomplete,
             test,
         });
     }
@@ -686,24 +674,17 @@ pub fn summarize(raw: &RawFile) -> Result<Summary> {
         let without_diagnostics = mine.iter().filter(|r| r.speculation.diagnostics().is_none()).count();
         let zero_round_requests = diags.iter().filter(|d| d.rounds == 0).count();
         let invalid_rate_requests = mine.len() - rates.len();
-        let not_a_measurement = if mine.is_empty() {
-            Some("no complete arm".to_string())
-        } else if declined > 0 {
-            let reason = mine.iter().find_map(|r| r.speculation.declined_reason()).unwrap_or_default().to_string();
-            Some(format!("{declined} of {} requests declined to classic decoding ({reason})", mine.len()))
-        } else if without_diagnostics > 0 {
-            Some(format!("{without_diagnostics} of {} requests have no speculative diagnostics", mine.len()))
-        } else if zero_round_requests == mine.len() {
-            Some(format!("every one of its {} requests ran zero speculative rounds", mine.len()))
-        } else if invalid_rate_requests > 0 {
-            Some(format!(
-                "{invalid_rate_requests} of {} requests have a missing, non-finite or non-positive {}",
-                mine.len(),
-                if served { "end-to-end rate" } else { "decode rate (no token after the first, or a bad time)" }
-            ))
-        } else {
-            None
-        };
+        let not_a_measurement = rules::not_a_measurement(
+            &rules::WidthRequests {
+                requests: mine.len(),
+                declined,
+                first_decline: mine.iter().find_map(|r| r.speculation.declined_reason()),
+                without_diagnostics,
+                zero_round_requests,
+                invalid_rate_requests,
+            },
+            served,
+        );
         widths.push(WidthSummary {
             width: w,
             arms,
@@ -803,7 +784,7 @@ pub fn summarize(raw: &RawFile) -> Result<Summary> {
     let decision = decide(&widths);
     Ok(Summary {
         date: h.date.clone(),
-        drafter: h.settings.drafter.clone(),
+        drafter: h.settings.drafter,
         served,
         device_class,
         target_quant,
@@ -852,142 +833,6 @@ pub fn summarize(raw: &RawFile) -> Result<Summary> {
         decision,
         requests_without_rate,
     })
-}
-
-/// Every way the raw data of the complete arms can disagree with the plan
-/// or with itself, each with its line and remedy.
-fn data_problems(raw: &RawFile, ok_arms: &OkArms<'_>) -> Vec<DataProblem> {
-    let h = &raw.header;
-    let st = &h.settings;
-    let mut out = Vec::new();
-    let rerun = "re-run the sweep (or `tuner sweep --resume` after removing the arm's lines); raw data is evidence \
-                 and is never edited by hand";
-    let expected_plan = crate::sweep::plan(&st.widths, st.rounds, st.bracket_arms);
-    if h.plan != expected_plan {
-        out.push(DataProblem {
-            line: Some(1),
-            arm: None,
-            what: format!(
-                "the header's plan ({} arms) is not the plan its settings give ({} arms: {} widths, {} rounds, {} \
-                 bracket arms a side)",
-                h.plan.len(),
-                expected_plan.len(),
-                st.widths.len(),
-                st.rounds,
-                st.bracket_arms
-            ),
-            remedy: rerun.into(),
-        });
-    }
-    let planned: BTreeSet<usize> = h.plan.iter().map(|a| a.index).collect();
-    let prompts: BTreeSet<&str> = h.prompts.iter().map(|p| p.id.as_str()).collect();
-    let mut seen: BTreeMap<(usize, usize, &str, usize), usize> = BTreeMap::new();
-    let mut counted: BTreeMap<usize, usize> = BTreeMap::new();
-    for (l, line) in raw.lines.iter().zip(&raw.line_numbers) {
-        match l {
-            RawLine::ArmStart(s) if !planned.contains(&s.arm) => out.push(DataProblem {
-                line: Some(*line),
-                arm: Some(s.arm),
-                what: format!("arm {} is not in the plan ({} arms)", s.arm, h.plan.len()),
-                remedy: rerun.into(),
-            }),
-            RawLine::Request(r) if ok_arms.get(&r.arm).is_some_and(|(a, _)| *a == r.attempt) => {
-                *counted.entry(r.arm).or_default() += 1;
-                if let Some(first) = seen.insert((r.arm, r.attempt, r.prompt_id.as_str(), r.burst), *line) {
-                    out.push(DataProblem {
-                        line: Some(*line),
-                        arm: Some(r.arm),
-                        what: format!(
-                            "duplicated request: arm {} prompt {} burst {} also on line {first}",
-                            r.arm, r.prompt_id, r.burst
-                        ),
-                        remedy: rerun.into(),
-                    });
-                }
-                if !prompts.contains(r.prompt_id.as_str()) {
-                    out.push(DataProblem {
-                        line: Some(*line),
-                        arm: Some(r.arm),
-                        what: format!("prompt {:?} is not in the sweep's prompt set", r.prompt_id),
-                        remedy: rerun.into(),
-                    });
-                }
-                if r.burst >= st.bursts_of(r.width) {
-                    out.push(DataProblem {
-                        line: Some(*line),
-                        arm: Some(r.arm),
-                        what: format!("burst {} is beyond the plan's {} bursts", r.burst, st.bursts_of(r.width)),
-                        remedy: rerun.into(),
-                    });
-                }
-                let bytes: Vec<u8> = r.outcome.token_ids.iter().flat_map(|t| t.to_le_bytes()).collect();
-                if runtime::events::sha256_hex(&bytes) != r.outcome.token_ids_sha256 {
-                    out.push(DataProblem {
-                        line: Some(*line),
-                        arm: Some(r.arm),
-                        what: format!(
-                            "token_ids_sha256 does not match the row's token_ids (prompt {}, burst {})",
-                            r.prompt_id, r.burst
-                        ),
-                        remedy: format!("the row was altered or written by another build; {rerun}"),
-                    });
-                }
-                // A classic request without a rate weakens the baseline of every width.
-                if r.width.is_none() && rate(r).is_none() {
-                    out.push(DataProblem {
-                        line: Some(*line),
-                        arm: Some(r.arm),
-                        what: format!("classic request (prompt {}, burst {}) has no valid rate", r.prompt_id, r.burst),
-                        remedy: "use prompts that decode at least two tokens (raise --max-tokens), then re-run the \
-                                 sweep"
-                            .into(),
-                    });
-                }
-                if r.outcome.usage.completion_tokens != r.outcome.token_ids.len() {
-                    out.push(DataProblem {
-                        line: Some(*line),
-                        arm: Some(r.arm),
-                        what: format!(
-                            "usage.completion_tokens {} is not the {} token ids of the row",
-                            r.outcome.usage.completion_tokens,
-                            r.outcome.token_ids.len()
-                        ),
-                        remedy: rerun.into(),
-                    });
-                }
-            }
-            _ => {}
-        }
-    }
-    for (arm, (_, end)) in ok_arms {
-        let Some(p) = h.plan.iter().find(|a| a.index == *arm) else { continue };
-        let n = counted.get(arm).copied().unwrap_or(0);
-        let want = h.prompts.len() * st.bursts_of(p.width);
-        if n == 0 {
-            out.push(DataProblem {
-                line: None,
-                arm: Some(*arm),
-                what: format!("arm {arm} ended ok but has no request lines"),
-                remedy: rerun.into(),
-            });
-        } else if n != want {
-            out.push(DataProblem {
-                line: None,
-                arm: Some(*arm),
-                what: format!("arm {arm} has {n} request lines; the plan gives {want} (prompts x bursts)"),
-                remedy: rerun.into(),
-            });
-        }
-        if end.requests != n {
-            out.push(DataProblem {
-                line: None,
-                arm: Some(*arm),
-                what: format!("arm {arm}'s arm_end counts {} requests, raw.jsonl holds {n}", end.requests),
-                remedy: rerun.into(),
-            });
-        }
-    }
-    out
 }
 
 #[cfg(test)]

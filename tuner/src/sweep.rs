@@ -2,31 +2,26 @@
 //! `logs/` as it goes (docs/records.md).
 //!
 //! Principal items: [`SweepOptions`] (what the operator asked for),
-//! [`plan`] (the arm order), [`run`] (gate, NVRM projection, one fresh
-//! `runtime generate --json` process per arm, raw lines), [`Outcome`].
+//! [`plan`] (the arm order), [`start`] and [`resume`] (gate, NVRM
+//! projection, one fresh runtime process per arm, raw lines), [`Outcome`].
 //!
-//! Each arm is its own process because the variance between processes is
-//! larger than the variance within one (the design's lesson from a harness
-//! that measured n = 3 inside one server process).
+//! One arm's run is [`crate::arm`]; the rules that halt the sweep or re-run
+//! an arm are [`crate::rules::arm`].
 use std::collections::BTreeMap;
-use std::io::{BufRead, IsTerminal, Write};
+use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result, bail};
-use runtime::events::{Event, SpeculationReport};
+use runtime::policy::DrafterKind;
 
 use crate::gate::{Decision, Gate, GateConfig};
 use crate::identity::{self, IdentityOptions};
 use crate::raw::{
-    ArmEnd, ArmStart, ArmStartup, Bracket, Done, Halt, HaltKind, PlannedArm, PromptTag, RawLine, RawWriter, RequestRow,
-    ResumeMark, RowSpeculation, SweepHeader, read_raw,
+    ArmEnd, ArmStart, Bracket, Done, Halt, HaltKind, PlannedArm, PromptTag, RawLine, RawWriter, ResumeMark,
+    SweepHeader, read_raw,
 };
-
-/// Longest stdout line accepted from the runtime (a completion with its
-/// token ids and text is a few KiB).
-pub const MAX_EVENT_LINE_BYTES: usize = 4 << 20;
+use crate::{arm, rules};
 
 /// Largest prompt set read.
 pub const MAX_PROMPTS_BYTES: u64 = 16 << 20;
@@ -79,7 +74,7 @@ pub const MAX_CONTENTION_ATTEMPTS: usize = 3;
 
 /// `records/<date>-<device class>-<drafter>` (`:` becomes `-`), with `-2`,
 /// `-3`, ... when that folder exists.
-pub fn default_out_dir(drafter: &str) -> PathBuf {
+pub fn default_out_dir(drafter: DrafterKind) -> PathBuf {
     let device = kernels::dispatch::selected().map_or_else(|_| "unknown".to_string(), |s| s.family.device_class());
     let base = format!("records/{}-{}-{drafter}", utc_date(now_ms()), device.replace(':', "-"));
     let mut p = PathBuf::from(&base);
@@ -91,18 +86,11 @@ pub fn default_out_dir(drafter: &str) -> PathBuf {
     p
 }
 
-/// Environment variables passed to each arm besides these prefixes. Nothing
-/// else is inherited, so the recorded environment is the complete one.
-const ENV_KEEP: &[&str] = &["PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "TZ", "LD_LIBRARY_PATH"];
-const ENV_KEEP_PREFIXES: &[&str] = &["DRAFTWISE_", "CUDA_", "NVIDIA_", "RUST_"];
-/// Never passed: the sweep sets the width by flag and never forfeits exactness.
-const ENV_DROP: &[&str] = &["DRAFTWISE_DRAFT_BLOCK_SIZE", "DRAFTWISE_ALLOW_INEXACT"];
-
 /// What `tuner sweep` was asked to do (after defaults).
 #[derive(Clone, Debug)]
 pub struct SweepOptions {
     pub target: PathBuf,
-    pub drafter: String,
+    pub drafter: DrafterKind,
     pub drafter_model: Option<PathBuf>,
     /// Complete settings for the drafter, passed to every speculative arm.
     pub drafter_settings: runtime::policy::DrafterSettings,
@@ -187,112 +175,6 @@ pub fn utc_date(unix_ms: u64) -> String {
     format!("{y:04}-{m:02}-{d:02}")
 }
 
-/// The complete environment an arm is given.
-pub fn arm_env() -> BTreeMap<String, String> {
-    std::env::vars()
-        .filter(|(k, _)| {
-            (ENV_KEEP.contains(&k.as_str()) || ENV_KEEP_PREFIXES.iter().any(|p| k.starts_with(p)))
-                && !ENV_DROP.contains(&k.as_str())
-        })
-        .collect()
-}
-
-/// The runtime command line of one arm: every setting explicit.
-pub fn arm_args(s: &crate::raw::Settings, width: Option<usize>) -> Vec<String> {
-    let mut a: Vec<String> = vec![
-        "generate".into(),
-        "--json".into(),
-        "--model".into(),
-        s.target.display().to_string(),
-        "--prompts".into(),
-        s.prompts.display().to_string(),
-        "--max-tokens".into(),
-        s.max_tokens.to_string(),
-        "--threads".into(),
-        s.threads.to_string(),
-        "--repeat".into(),
-        s.bursts_of(width).to_string(),
-        "--warmup".into(),
-        s.warmup.to_string(),
-        "--temperature".into(),
-        "0".into(),
-        "--seed".into(),
-        "0".into(),
-    ];
-    a.extend(drafter_args(s, width));
-    a
-}
-
-/// The speculative flags of an arm, shared by the generate and served
-/// command lines so both run the same settings: `--drafter none` for a
-/// classic arm (without it the runtime's policy could speculate), and for a
-/// speculative one the drafter, the width and every drafter setting.
-pub fn drafter_args(s: &crate::raw::Settings, width: Option<usize>) -> Vec<String> {
-    let Some(w) = width else {
-        return vec!["--drafter".into(), "none".into()];
-    };
-    let mut a: Vec<String> = vec!["--drafter".into(), s.drafter.clone(), "--draft-block-size".into(), w.to_string()];
-    if let Some(d) = &s.drafter_settings {
-        if let Some(n) = d.ngram_min {
-            a.extend(["--ngram-min".into(), n.to_string()]);
-        }
-        if let Some(n) = d.ngram_max {
-            a.extend(["--ngram-max".into(), n.to_string()]);
-        }
-        if let Some(l) = &d.layers {
-            let list: Vec<String> = l.iter().map(usize::to_string).collect();
-            // A one-layer list is written with a trailing comma so the
-            // runtime reads it as a list, not as a count.
-            let mut v = list.join(",");
-            if list.len() == 1 {
-                v.push(',');
-            }
-            a.extend(["--layerskip-layers".into(), v]);
-        }
-    }
-    if let Some(m) = &s.drafter_model {
-        a.extend(["--drafter-model".into(), m.display().to_string()]);
-    }
-    a
-}
-
-/// What every request line of one arm shares.
-#[derive(Clone, Debug)]
-pub struct RowContext {
-    pub arm: usize,
-    pub attempt: usize,
-    pub round: usize,
-    pub width: Option<usize>,
-    pub bracket: Option<Bracket>,
-    pub nvrm_before: Option<u64>,
-    pub gate_decision: crate::gate::Decision,
-    pub gate_accepted_unknown: Vec<crate::gate::Source>,
-}
-
-impl RowContext {
-    /// A request line from a `completion` event; diagnostics or a decline
-    /// ([`RequestRow::join`]) and served measurements are the caller's.
-    pub fn row(&self, c: runtime::events::Completion, prompt_type: String, burst: usize) -> RequestRow {
-        RequestRow {
-            arm: self.arm,
-            attempt: self.attempt,
-            round: self.round,
-            width: self.width,
-            bracket: self.bracket,
-            drafter: String::new(),
-            prompt_id: c.prompt_id,
-            prompt_type,
-            burst,
-            outcome: c.outcome,
-            speculation: RowSpeculation::None,
-            nvrm_before: self.nvrm_before,
-            gate_decision: self.gate_decision,
-            gate_accepted_unknown: self.gate_accepted_unknown.clone(),
-            served: None,
-        }
-    }
-}
-
 /// Progress: a bar with ETA on a terminal, plain lines otherwise.
 enum Progress {
     Bar(indicatif::ProgressBar),
@@ -356,10 +238,10 @@ pub fn start(opts: &SweepOptions) -> Result<Outcome> {
     if let Some(w) = opts.widths.iter().find(|w| **w == 0 || **w > runtime::policy::MAX_BLOCK_SIZE) {
         bail!("--widths: {w} is out of range 1..={}", runtime::policy::MAX_BLOCK_SIZE);
     }
-    if opts.drafter == "draft-model" && opts.drafter_model.is_none() {
+    if opts.drafter == DrafterKind::DraftModel && opts.drafter_model.is_none() {
         bail!("--drafter draft-model needs --drafter-model PATH (the draft checkpoint)");
     }
-    let kind: runtime::policy::DrafterKind = opts.drafter.parse().map_err(|e| anyhow::anyhow!("--drafter: {e}"))?;
+    let kind = opts.drafter;
     opts.drafter_settings.check(kind).map_err(|e| anyhow::anyhow!("{kind} drafter settings: {e}"))?;
     for (flag, x, lo, hi) in [
         ("--rounds", opts.rounds, 1, MAX_ROUNDS),
@@ -436,7 +318,7 @@ pub fn start(opts: &SweepOptions) -> Result<Outcome> {
     let abs = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
     let settings = crate::raw::Settings {
         target: abs(&opts.target),
-        drafter: opts.drafter.clone(),
+        drafter: opts.drafter,
         drafter_model: opts.drafter_model.as_deref().map(abs),
         drafter_settings: Some(opts.drafter_settings.clone()),
         widths: opts.widths.clone(),
@@ -576,7 +458,7 @@ fn drive(
     let mut gate = Gate::new(s.gate.clone());
     let mut worst_delta: Option<u64> = prior_deltas.iter().copied().max();
     let types: BTreeMap<&str, &str> = header.prompts.iter().map(|p| (p.id.as_str(), p.kind.as_str())).collect();
-    let env = arm_env();
+    let env = arm::arm_env();
     // A served arm sends the prompts itself: the record's copy, read as `runtime generate` reads it.
     let served_prompts = match &s.served {
         Some(_) => {
@@ -644,24 +526,12 @@ fn drive(
                 }
                 Decision::Pass => {}
             }
-            // The projected count: current + the worst delta any arm has caused,
-            // for every arm still to run (this one included).
-            let projected = nvrm_now.map(|n| n + worst_delta.unwrap_or(0) * arms_left as u64);
-            if let Some(p) = projected
-                && p >= s.gate.nvrm_budget
+            let projected = rules::arm::nvrm_projected(nvrm_now, worst_delta, arms_left);
+            if let Some(msg) =
+                rules::arm::nvrm_over_budget(projected, nvrm_now, worst_delta, arms_left, s.gate.nvrm_budget)
             {
-                let mut h = base(
-                    HaltKind::NvrmBudget,
-                    format!(
-                        "projected NV_ERR_NO_MEMORY count {p} (now {}, worst arm delta {}, {arms_left} arm(s) left) \
-                     reaches the budget of {}: not started. Read the kernel log; rerun with fewer arms or raise \
-                     `--nvrm-budget` only if the errors are understood",
-                        nvrm_now.unwrap_or(0),
-                        worst_delta.unwrap_or(0),
-                        s.gate.nvrm_budget
-                    ),
-                );
-                h.nvrm_projected = Some(p);
+                let mut h = base(HaltKind::NvrmBudget, msg);
+                h.nvrm_projected = projected;
                 return halt_line(&mut w, h, &mut progress);
             }
             let attempt = prior_attempts.iter().filter(|&&a| a == arm.index).count()
@@ -669,8 +539,8 @@ fn drive(
             *attempts_here.entry(arm.index).or_default() += 1;
             let mut argv = vec![s.runtime.display().to_string()];
             match &s.served {
-                Some(_) => argv.extend(crate::served::serve_args(s, arm.width)),
-                None => argv.extend(arm_args(s, arm.width)),
+                Some(_) => argv.extend(arm::served::serve_args(s, arm.width)),
+                None => argv.extend(arm::generate::arm_args(s, arm.width)),
             }
             w.write(&RawLine::ArmStart(ArmStart {
                 arm: arm.index,
@@ -687,23 +557,21 @@ fn drive(
             }))?;
             progress.message(&format!("{what}: running"));
             let monitor = crate::gate::during::Monitor::start(&s.gate);
+            let run = arm::ArmRun {
+                dir,
+                arm,
+                attempt,
+                argv: &argv,
+                env: &env,
+                types: &types,
+                rows: arm::RowContext::new(arm, attempt, &gate_run, nvrm_now),
+            };
             let end = match &s.served {
                 Some(served) => {
-                    let a = crate::served::ServedArm {
-                        dir,
-                        arm,
-                        attempt,
-                        argv: &argv,
-                        env: &env,
-                        settings: s,
-                        served,
-                        prompts: &served_prompts,
-                        types: &types,
-                        rows: row_context(arm, attempt, &gate_run, nvrm_now),
-                    };
-                    crate::served::run_arm(&a, &mut w)?
+                    let a = arm::served::ServedArm { run, settings: s, served, prompts: &served_prompts };
+                    arm::served::run(&a, &mut w)?
                 }
-                None => run_arm(dir, arm, attempt, &argv, &env, &gate_run, nvrm_now, &types, &mut w)?,
+                None => arm::generate::run(&run, &mut w)?,
             };
             let nvrm_after = gate.nvrm_count();
             let nvrm_delta = match (nvrm_now, nvrm_after) {
@@ -716,14 +584,11 @@ fn drive(
             let during = monitor.finish();
             let contended = during.contended();
             let mut end = ArmEnd { nvrm_after, nvrm_delta, contention: Some(during.clone()), ..end };
-            if end.ok && contended {
+            if end.ok
+                && let Some(why) = rules::arm::contention(&during)
+            {
                 end.ok = false;
-                end.error = Some(format!(
-                    "contention during the arm ({} of {} host readings): {}",
-                    during.contended_samples,
-                    during.samples,
-                    during.reasons.join("; ")
-                ));
+                end.error = Some(why);
             }
             let ok = end.ok;
             let error = end.error.clone();
@@ -816,178 +681,6 @@ fn auto_stop(
     Ok(None)
 }
 
-fn row_context(
-    arm: &PlannedArm,
-    attempt: usize,
-    gate_run: &crate::gate::GateRun,
-    nvrm_before: Option<u64>,
-) -> RowContext {
-    RowContext {
-        arm: arm.index,
-        attempt,
-        round: arm.round,
-        width: arm.width,
-        bracket: arm.bracket,
-        nvrm_before,
-        gate_decision: gate_run.decision,
-        gate_accepted_unknown: gate_run.report.verdict.accepted_unknown.iter().map(|a| a.source).collect(),
-    }
-}
-
-/// A completion waiting to see whether diagnostics or a decline follow it.
-struct Pending {
-    row: RequestRow,
-}
-
-#[allow(clippy::too_many_arguments)]
-fn run_arm(
-    dir: &Path,
-    arm: &PlannedArm,
-    attempt: usize,
-    argv: &[String],
-    env: &BTreeMap<String, String>,
-    gate_run: &crate::gate::GateRun,
-    nvrm_before: Option<u64>,
-    types: &BTreeMap<&str, &str>,
-    w: &mut RawWriter,
-) -> Result<ArmEnd> {
-    let stem = format!("arm-{:03}-attempt-{attempt}", arm.index);
-    let stdout_log = format!("logs/{stem}.stdout.jsonl");
-    let stderr_log = format!("logs/{stem}.stderr.log");
-    std::fs::create_dir_all(dir.join("logs"))?;
-    let err_file = std::fs::File::create(dir.join(&stderr_log)).with_context(|| format!("creating {stderr_log}"))?;
-    let mut out_file =
-        std::fs::File::create(dir.join(&stdout_log)).with_context(|| format!("creating {stdout_log}"))?;
-    let t0 = Instant::now();
-    let mut end = ArmEnd::pending(arm.index, attempt, stdout_log.clone(), stderr_log.clone());
-    let child = Command::new(&argv[0])
-        .args(&argv[1..])
-        .env_clear()
-        .envs(env)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::from(err_file))
-        .spawn();
-    let mut child = match child {
-        Ok(c) => c,
-        Err(e) => {
-            end.error = Some(format!("cannot start {}: {e}; pass the runtime with --runtime PATH", argv[0]));
-            return Ok(end);
-        }
-    };
-    let Some(stdout) = child.stdout.take() else {
-        bail!("the runtime's stdout was not captured");
-    };
-    let mut r = std::io::BufReader::new(stdout);
-    let mut buf = Vec::new();
-    let mut pending: Option<Pending> = None;
-    let mut startup_seen = false;
-    let mut problems: Vec<String> = Vec::new();
-    let rows = row_context(arm, attempt, gate_run, nvrm_before);
-    let flush = |p: Option<Pending>, w: &mut RawWriter, n: &mut usize| -> Result<()> {
-        if let Some(p) = p {
-            w.write(&RawLine::Request(p.row))?;
-            *n += 1;
-        }
-        Ok(())
-    };
-    loop {
-        buf.clear();
-        use std::io::Read;
-        let n = r.by_ref().take(MAX_EVENT_LINE_BYTES as u64 + 1).read_until(b'\n', &mut buf)?;
-        if n == 0 {
-            break;
-        }
-        out_file.write_all(&buf)?;
-        if buf.len() > MAX_EVENT_LINE_BYTES {
-            end.bad_lines += 1;
-            problems.push(format!("a stdout line over {MAX_EVENT_LINE_BYTES} bytes"));
-            // Drain the rest of this line into the log.
-            loop {
-                buf.clear();
-                let m = r.by_ref().take(1 << 16).read_until(b'\n', &mut buf)?;
-                out_file.write_all(&buf)?;
-                if m == 0 || buf.last() == Some(&b'\n') {
-                    break;
-                }
-            }
-            continue;
-        }
-        if buf.iter().all(u8::is_ascii_whitespace) {
-            continue;
-        }
-        let ev: Event = match serde_json::from_slice(&buf) {
-            Ok(e) => e,
-            Err(e) => {
-                end.bad_lines += 1;
-                if problems.len() < 5 {
-                    problems.push(format!("a stdout line is not an event ({e})"));
-                }
-                continue;
-            }
-        };
-        match ev {
-            Event::Startup(st) => {
-                startup_seen = true;
-                w.write(&RawLine::Startup(ArmStartup { arm: arm.index, attempt, startup: st }))?;
-            }
-            Event::Completion(c) => {
-                flush(pending.take(), w, &mut end.requests)?;
-                if c.warmup {
-                    end.warmup_requests += 1;
-                    continue;
-                }
-                let prompt_type = types.get(c.prompt_id.as_str()).map_or(runtime::prompts::UNTYPED, |t| *t).to_string();
-                let burst = c.repeat;
-                pending = Some(Pending { row: rows.row(c, prompt_type, burst) });
-            }
-            ev => {
-                let Some(sp) = SpeculationReport::from_event(ev) else { continue };
-                let (prompt_id, warmup, repeat) = sp.request();
-                if warmup {
-                    continue;
-                }
-                match pending.as_mut() {
-                    Some(p) if p.row.prompt_id == prompt_id && p.row.burst == repeat => {
-                        p.row.join(sp);
-                        flush(pending.take(), w, &mut end.requests)?;
-                    }
-                    _ => {
-                        end.bad_lines += 1;
-                        let (what, before) = match sp {
-                            SpeculationReport::Diagnostics(_) => ("diagnostics", "them"),
-                            SpeculationReport::Declined(_) => ("a decline", "it"),
-                        };
-                        problems.push(format!("{what} for {prompt_id} with no completion before {before}"));
-                    }
-                }
-            }
-        }
-    }
-    flush(pending.take(), w, &mut end.requests)?;
-    let status = child.wait()?;
-    end.duration_ms = t0.elapsed().as_millis() as u64;
-    end.exit_code = status.code();
-    {
-        use std::os::unix::process::ExitStatusExt;
-        end.signal = status.signal();
-    }
-    if !status.success() {
-        problems.insert(0, format!("the runtime exited with {status} (stderr: {stderr_log})"));
-    }
-    if !startup_seen {
-        problems.push("no startup event".into());
-    }
-    if end.requests == 0 && status.success() {
-        problems.push("no recorded requests".into());
-    }
-    end.ok = problems.is_empty();
-    if !end.ok {
-        end.error = Some(problems.join("; "));
-    }
-    Ok(end)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1028,85 +721,5 @@ mod tests {
         assert!(prompt_tags("{\"id\":\"a\"}\n{\"id\":\"a\"}\n", Path::new("p")).is_err());
         assert!(prompt_tags("\n", Path::new("p")).is_err());
         assert!(prompt_tags("[1]\n", Path::new("p")).unwrap_err().to_string().contains("p:1"));
-    }
-
-    #[test]
-    fn arms_get_explicit_settings_and_no_inexact_escape() {
-        let s = crate::raw::Settings {
-            target: "m.gguf".into(),
-            drafter: "ngram".into(),
-            drafter_model: None,
-            drafter_settings: Some(runtime::policy::DrafterSettings::ngram(3, 4)),
-            widths: vec![3],
-            rounds: 1,
-            bursts: 3,
-            bracket_arms: 1,
-            bracket_bursts: None,
-            auto_rounds: None,
-            warmup: 1,
-            max_tokens: 64,
-            threads: 2,
-            prompts: "p.jsonl".into(),
-            prompts_source: "p.jsonl".into(),
-            prompts_sha256: String::new(),
-            runtime: "runtime".into(),
-            gate: GateConfig::default(),
-            gate_wait_s: 0.0,
-            gate_interval_s: 1.0,
-            served: None,
-        };
-        let a = arm_args(&s, Some(3)).join(" ");
-        assert!(a.contains("--json") && a.contains("--draft-block-size 3") && a.contains("--threads 2"), "{a}");
-        assert!(a.contains("--warmup 1") && a.contains("--repeat 3") && !a.contains("allow-inexact"), "{a}");
-        assert!(a.ends_with("--drafter ngram --draft-block-size 3 --ngram-min 3 --ngram-max 4"), "{a}");
-        // A classic arm says `--drafter none` (else the policy could turn
-        // speculation on) and passes no speculative setting.
-        let c = arm_args(&s, None).join(" ");
-        assert!(c.ends_with("--drafter none"), "{c}");
-        assert_eq!(c.matches("--drafter").count(), 1, "{c}");
-        assert!(!c.contains("--draft-block-size") && !c.contains("--ngram-"), "{c}");
-        // A served arm runs the same model, threads and speculative settings.
-        let v = crate::served::serve_args(&s, Some(3)).join(" ");
-        assert!(v.starts_with("serve --json --host 127.0.0.1 --port 0 --model m.gguf --threads 2"), "{v}");
-        assert!(v.ends_with("--drafter ngram --draft-block-size 3 --ngram-min 3 --ngram-max 4"), "{v}");
-        let c = crate::served::serve_args(&s, None).join(" ");
-        assert!(c.ends_with("--threads 2 --drafter none"), "{c}");
-        assert!(!c.contains("--draft-block-size") && !c.contains("--ngram-"), "{c}");
-    }
-
-    #[test]
-    fn layerskip_arms_get_their_layers_as_a_list() {
-        let mut s = crate::raw::Settings {
-            target: "m.gguf".into(),
-            drafter: "layerskip".into(),
-            drafter_model: None,
-            drafter_settings: Some(runtime::policy::DrafterSettings::layerskip(vec![0, 1, 2])),
-            widths: vec![2],
-            rounds: 1,
-            bursts: 1,
-            bracket_arms: 1,
-            bracket_bursts: None,
-            auto_rounds: None,
-            warmup: 0,
-            max_tokens: 8,
-            threads: 1,
-            prompts: "p.jsonl".into(),
-            prompts_source: "p.jsonl".into(),
-            prompts_sha256: String::new(),
-            runtime: "runtime".into(),
-            gate: GateConfig::default(),
-            gate_wait_s: 0.0,
-            gate_interval_s: 1.0,
-            served: None,
-        };
-        let a = drafter_args(&s, Some(2)).join(" ");
-        assert_eq!(a, "--drafter layerskip --draft-block-size 2 --layerskip-layers 0,1,2");
-        // One layer gets a trailing comma: the runtime reads a bare `5` as a count.
-        s.drafter_settings = Some(runtime::policy::DrafterSettings::layerskip(vec![5]));
-        assert_eq!(
-            drafter_args(&s, Some(2)).join(" "),
-            "--drafter layerskip --draft-block-size 2 --layerskip-layers 5,"
-        );
-        assert_eq!(drafter_args(&s, None), vec!["--drafter", "none"]);
     }
 }

@@ -18,8 +18,9 @@ use std::sync::OnceLock;
 use runtime::policy::table::{self, RecordCheck};
 use runtime::policy::{DrafterKind, DrafterSettings, Entry, KERNEL_FINGERPRINT, TABLE_FILE, Width};
 use serde_json::Value;
-use tuner::propose::{self, Allow, Fields, Key, Refusal};
+use tuner::propose::{self, Fields, Key};
 use tuner::raw::{RawFile, RawLine};
+use tuner::rules::{self, Allow, Refusal};
 use tuner::summary::Summary;
 
 const RECORD: &str = "records/2026-11-29-cpu-x86_64-avx512vnni-ngram-r16";
@@ -330,12 +331,12 @@ fn the_upgraded_record_has_a_key_with_threads_settings_and_formats() {
     let (raw, s) = record();
     assert_eq!(s.key_problem, None);
     assert_eq!(fp(s), current());
-    assert_eq!(propose::current_fingerprint(s).as_deref(), Some(current().as_str()));
+    assert_eq!(rules::current_fingerprint(s).as_deref(), Some(current().as_str()));
     assert_eq!(s.threads, RECORD_KEY.3);
     assert_eq!(s.drafter_settings, Some(DrafterSettings::ngram(3, 4)));
     assert_eq!(s.weight_formats.as_deref(), Some(&["q4_1".to_string(), "q8_0".to_string()][..]));
     assert_eq!(s.target_quant_format.as_deref(), Some("gguf"));
-    propose::check(s).unwrap();
+    rules::check(s).unwrap();
     // Its entry has the fields of the committed table, in its order.
     let f = propose::entry_fields(raw, s, "records/r").unwrap();
     let names: Vec<&str> = f.iter().map(|(k, _)| *k).collect();
@@ -362,11 +363,11 @@ fn a_record_without_the_new_startup_fields_is_refused_as_a_key_problem_to_re_mea
         (s.verify_fingerprint.as_ref(), s.weight_formats.as_ref(), s.drafter_settings.as_ref()),
         (None, None, None)
     );
-    let r = propose::check(s).unwrap_err();
+    let r = rules::check(s).unwrap_err();
     assert!(matches!(&r, Refusal::Key(m) if m.contains("re-measure")), "{r:?}");
     // No flag overrides it, and no entry can be written from it.
     let all = Allow { dirty: true, stale_fingerprint: true, older: true };
-    let r = propose::check_provenance(raw, s, None, &current(), all).unwrap_err();
+    let r = rules::check_provenance(raw, s, None, &current(), all).unwrap_err();
     assert!(matches!(&r, Refusal::Key(m) if m.contains("re-measure")), "{r:?}");
     let r = propose::entry_fields(raw, s, "records/r").unwrap_err();
     assert!(matches!(r, Refusal::Key(_)), "{r:?}");
@@ -397,29 +398,29 @@ fn a_missing_field_alone_is_a_key_problem() {
     let s = tuner::summary::summarize(&r).unwrap();
     assert!(s.key_problem.as_deref().is_some_and(|k| k.contains("thread count")), "{:?}", s.key_problem);
     assert_eq!(s.threads, None);
-    assert!(matches!(propose::check(&s), Err(Refusal::Key(_))));
+    assert!(matches!(rules::check(&s), Err(Refusal::Key(_))));
 }
 
 #[test]
 fn a_clean_record_of_this_build_passes_every_provenance_check() {
     let (raw, s) = record();
     assert_eq!(s.date, RECORD_DATE);
-    assert_eq!(propose::check_provenance(raw, s, None, fp(s), Allow::default()).unwrap(), Vec::<String>::new());
+    assert_eq!(rules::check_provenance(raw, s, None, fp(s), Allow::default()).unwrap(), Vec::<String>::new());
 }
 
 #[test]
 fn a_dirty_build_is_refused_and_allowed_with_allow_dirty() {
     let (raw, s) = record();
     let dirty = with_git_dirty(raw, &[3], "true");
-    let r = propose::check_build(&dirty).unwrap_err();
+    let r = rules::check_build(&dirty).unwrap_err();
     assert!(matches!(r, Refusal::DirtyBuild { .. }), "{r:?}");
     let m = r.to_string();
     assert!(m.contains("arm(s) 3 ran a dirty build") && m.contains("--allow-dirty"), "{m}");
-    let r = propose::check_provenance(&dirty, s, None, fp(s), Allow::default()).unwrap_err();
+    let r = rules::check_provenance(&dirty, s, None, fp(s), Allow::default()).unwrap_err();
     assert!(matches!(r, Refusal::DirtyBuild { .. }), "{r:?}");
 
     let allow = Allow { dirty: true, ..Allow::default() };
-    let overridden = propose::check_provenance(&dirty, s, None, fp(s), allow).unwrap();
+    let overridden = rules::check_provenance(&dirty, s, None, fp(s), allow).unwrap();
     assert_eq!(overridden.len(), 1);
     assert!(overridden[0].starts_with("--allow-dirty: arm(s) 3 ran a dirty build"), "{overridden:?}");
 }
@@ -428,12 +429,12 @@ fn a_dirty_build_is_refused_and_allowed_with_allow_dirty() {
 fn an_unknown_dirty_state_is_refused_like_a_dirty_one_unless_allow_dirty() {
     let (raw, s) = record();
     let unknown = with_git_dirty(raw, &[0, 5], "unknown");
-    let r = propose::check_build(&unknown).unwrap_err();
+    let r = rules::check_build(&unknown).unwrap_err();
     assert!(matches!(r, Refusal::DirtyUnknown { .. }), "{r:?}");
     let m = r.to_string();
     assert!(m.contains("arm(s) 0, 5") && m.contains("\"unknown\"") && m.contains("--allow-dirty"), "{m}");
     let allow = Allow { dirty: true, ..Allow::default() };
-    assert_eq!(propose::check_provenance(&unknown, s, None, fp(s), allow).unwrap().len(), 1);
+    assert_eq!(rules::check_provenance(&unknown, s, None, fp(s), allow).unwrap().len(), 1);
 }
 
 #[test]
@@ -441,17 +442,17 @@ fn a_stale_fingerprint_is_refused_and_allowed_with_allow_stale_fingerprint() {
     let (raw, s) = record();
     let current = "ffffffffffffffff";
     assert_ne!(fp(s), current);
-    let r = propose::check_fingerprint(s, current).unwrap_err();
+    let r = rules::check_fingerprint(s, current).unwrap_err();
     let m = r.to_string();
     assert!(matches!(r, Refusal::StaleFingerprint { .. }), "{r:?}");
     assert!(m.contains(fp(s)) && m.contains(current) && m.contains("--allow-stale-fingerprint"), "{m}");
-    assert!(propose::check_provenance(raw, s, None, current, Allow::default()).is_err());
+    assert!(rules::check_provenance(raw, s, None, current, Allow::default()).is_err());
     // The other flags do not cover it.
     let wrong = Allow { dirty: true, older: true, ..Allow::default() };
-    assert!(propose::check_provenance(raw, s, None, current, wrong).is_err());
+    assert!(rules::check_provenance(raw, s, None, current, wrong).is_err());
 
     let allow = Allow { stale_fingerprint: true, ..Allow::default() };
-    let overridden = propose::check_provenance(raw, s, None, current, allow).unwrap();
+    let overridden = rules::check_provenance(raw, s, None, current, allow).unwrap();
     assert!(overridden.len() == 1 && overridden[0].starts_with("--allow-stale-fingerprint: "), "{overridden:?}");
 }
 
@@ -470,20 +471,20 @@ fn entry_dated(date: &str) -> Entry {
 fn an_older_record_is_refused_and_allowed_with_allow_older() {
     let (raw, s) = record();
     let newer = entry_dated("2026-12-01");
-    let r = propose::check_not_older(s, Some(&newer)).unwrap_err();
+    let r = rules::check_not_older(s, Some(&newer)).unwrap_err();
     let m = r.to_string();
     assert!(matches!(r, Refusal::Older { .. }), "{r:?}");
     assert!(m.contains(RECORD_DATE) && m.contains("2026-12-01") && m.contains("records/later"), "{m}");
     assert!(m.contains("--allow-older"), "{m}");
-    assert!(propose::check_provenance(raw, s, Some(&newer), fp(s), Allow::default()).is_err());
+    assert!(rules::check_provenance(raw, s, Some(&newer), fp(s), Allow::default()).is_err());
 
     let allow = Allow { older: true, ..Allow::default() };
-    let overridden = propose::check_provenance(raw, s, Some(&newer), fp(s), allow).unwrap();
+    let overridden = rules::check_provenance(raw, s, Some(&newer), fp(s), allow).unwrap();
     assert!(overridden.len() == 1 && overridden[0].starts_with("--allow-older: "), "{overridden:?}");
 
     // Same day: allowed (the table keeps only the day). Older entry: allowed.
-    assert!(propose::check_not_older(s, Some(&entry_dated(RECORD_DATE))).is_ok());
-    assert!(propose::check_not_older(s, Some(&entry_dated("2026-11-28"))).is_ok());
+    assert!(rules::check_not_older(s, Some(&entry_dated(RECORD_DATE))).is_ok());
+    assert!(rules::check_not_older(s, Some(&entry_dated("2026-11-28"))).is_ok());
 }
 
 #[test]
@@ -492,7 +493,7 @@ fn a_record_date_that_is_not_a_date_is_refused_whatever_the_flags() {
     let mut s = s.clone();
     s.date = "29/11/2026".into();
     let all = Allow { dirty: true, stale_fingerprint: true, older: true };
-    let r = propose::check_provenance(raw, &s, Some(&entry_dated("2026-12-01")), "ffffffffffffffff", all).unwrap_err();
+    let r = rules::check_provenance(raw, &s, Some(&entry_dated("2026-12-01")), "ffffffffffffffff", all).unwrap_err();
     assert!(matches!(r, Refusal::BadDate(_)), "{r:?}");
 }
 

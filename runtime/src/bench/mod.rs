@@ -18,10 +18,12 @@
 //!
 //! Every raw sample is kept (and printed with `--json`); summaries give n,
 //! median, min, max, a 95% interval for the median from order statistics,
-//! and the samples further than [`OUTLIER_MADS`] median absolute deviations
-//! from the median (flagged, never dropped).
+//! and the samples further than [`stats::OUTLIER_MADS`] scaled median
+//! absolute deviations from the median (flagged, never dropped). The rules
+//! are [`stats`], the ones the tuner uses.
 
 pub mod curve;
+pub mod stats;
 
 use crate::generate::Engine;
 use crate::model::Session;
@@ -31,10 +33,6 @@ use std::time::Instant;
 
 /// Schema version of the JSON object `runtime bench --json` prints.
 pub const BENCH_SCHEMA_VERSION: u32 = 1;
-
-/// Samples further than this many median absolute deviations from the
-/// median are flagged as outliers (Leys et al. 2013 suggest 2.5–3).
-pub const OUTLIER_MADS: f64 = 3.0;
 
 /// What to run.
 #[derive(Clone, Debug, Serialize)]
@@ -57,8 +55,8 @@ pub struct Summary {
     /// 95% distribution-free interval for the median (order statistics);
     /// with fewer than six samples it is the full range.
     pub median_ci95: (f64, f64),
-    /// Indices (into `samples`) of samples more than [`OUTLIER_MADS`] median
-    /// absolute deviations from the median.
+    /// Indices (into `samples`) of samples more than [`stats::OUTLIER_MADS`]
+    /// scaled median absolute deviations from the median.
     pub outliers: Vec<usize>,
     pub samples: Vec<f64>,
 }
@@ -70,25 +68,18 @@ impl Summary {
     /// On no samples, or a NaN among them.
     pub fn of(samples: Vec<f64>) -> Self {
         assert!(!samples.is_empty(), "no samples");
-        let mut s = samples.clone();
-        s.sort_by(|a, b| a.partial_cmp(b).expect("no NaN samples"));
-        let n = s.len();
-        let median = if n % 2 == 1 { s[n / 2] } else { (s[n / 2 - 1] + s[n / 2]) / 2.0 };
-        let mut dev: Vec<f64> = s.iter().map(|v| (v - median).abs()).collect();
-        dev.sort_by(|a, b| a.partial_cmp(b).expect("no NaN samples"));
-        let mad = if n % 2 == 1 { dev[n / 2] } else { (dev[n / 2 - 1] + dev[n / 2]) / 2.0 };
-        let outliers = samples
-            .iter()
-            .enumerate()
-            .filter(|&(_, v)| mad > 0.0 && (v - median).abs() > OUTLIER_MADS * mad)
-            .map(|(i, _)| i)
-            .collect();
-        // Ranks n/2 ∓ 1.96·√n/2 (normal approximation to the binomial).
-        let half = 1.96 * (n as f64).sqrt() / 2.0;
-        let lo = ((n as f64 / 2.0 - half).floor().max(1.0) as usize).min(n) - 1;
-        let hi = ((n as f64 / 2.0 + half).ceil() as usize).clamp(1, n) - 1;
-        let median_ci95 = if n < 6 { (s[0], s[n - 1]) } else { (s[lo], s[hi]) };
-        Summary { n, median, min: s[0], max: s[n - 1], median_ci95, outliers, samples }
+        let n = samples.len();
+        let min = samples.iter().copied().fold(f64::INFINITY, f64::min);
+        let max = samples.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        Summary {
+            n,
+            median: stats::median(&samples),
+            min,
+            max,
+            median_ci95: stats::median_ci95(&samples),
+            outliers: stats::outliers(&samples),
+            samples,
+        }
     }
 }
 

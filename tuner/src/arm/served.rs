@@ -3,7 +3,7 @@
 //! "Served sweeps").
 //!
 //! Principal items: [`serve_args`] (the server's command line: the arm's
-//! settings, exactly as a generate arm gets them), [`run_arm`] (start, learn
+//! settings, exactly as a generate arm gets them), [`run`] (start, learn
 //! the port from the typed `startup` event, wait for `/health`, send every
 //! pass over the prompt set as streamed requests, join each response to its
 //! `completion` event, stop with SIGTERM then SIGKILL), [`stop_server`].
@@ -11,11 +11,10 @@
 //! The server's stdout is read on a thread: every line goes to the arm's
 //! stdout log as emitted, and each parsed [`Event`] to the driver. Nothing
 //! is read from its stderr (the human log), which goes to a file.
-use std::collections::{BTreeMap, HashMap};
-use std::io::{BufRead, Write};
+use std::collections::HashMap;
+use std::io::Write;
 use std::net::SocketAddr;
-use std::path::Path;
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Child, ExitStatus};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
 use std::time::{Duration, Instant};
 
@@ -24,10 +23,10 @@ use runtime::events::{Completion, Event, ServedTimings, SpeculationReport, Start
 use runtime::prompts::PromptItem;
 
 use crate::raw::{
-    ArmEnd, ArmStartup, PlannedArm, RawLine, RawWriter, ServedSample, ServedSettings, ServerEnd, ServerStop, Settings,
+    ArmEnd, ArmStartup, RawLine, RawWriter, ServedSample, ServedSettings, ServerEnd, ServerStop, Settings,
 };
+use crate::rules::arm as rules;
 use crate::stream::{self, Endpoint};
-use crate::sweep::{MAX_EVENT_LINE_BYTES, RowContext};
 
 /// Default `--health-timeout`: model load, the exactness probe and binding
 /// take seconds on a small model; a large one on a slow disk, a minute.
@@ -52,7 +51,7 @@ const HEALTH_REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
 const DRAIN_WAIT: Duration = Duration::from_secs(2);
 
 /// The server's command line for one arm: the model, threads and
-/// speculative flags of [`crate::sweep::arm_args`], on an any-port loopback
+/// speculative flags of [`super::generate::arm_args`], on an any-port loopback
 /// listener with typed events on stdout.
 pub fn serve_args(s: &Settings, width: Option<usize>) -> Vec<String> {
     let mut a: Vec<String> = vec![
@@ -67,56 +66,50 @@ pub fn serve_args(s: &Settings, width: Option<usize>) -> Vec<String> {
         "--threads".into(),
         s.threads.to_string(),
     ];
-    a.extend(crate::sweep::drafter_args(s, width));
+    a.extend(super::drafter_args(s, width));
     a
 }
 
-/// A line of the server's stdout.
+/// A line of the server's stdout, or why it could not be read or logged.
 enum Line {
     Event(Box<Event>),
-    /// Not an event (or the log could not be written): why.
     Bad(String),
+}
+
+/// A log that never fails a read: the first write error is kept for the
+/// reader to report, and reading (which the server's writes wait on) goes on.
+struct LossyLog {
+    file: std::fs::File,
+    failed: Option<std::io::Error>,
+}
+
+impl Write for LossyLog {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if let Err(e) = self.file.write_all(buf) {
+            self.failed.get_or_insert(e);
+        }
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 /// Reads the server's stdout on a thread: each line into `log` as emitted,
 /// each parsed event to the returned channel, which closes at end of file.
-fn spawn_reader(stdout: std::process::ChildStdout, mut log: std::fs::File) -> Receiver<Line> {
+fn spawn_reader(stdout: std::process::ChildStdout, log: std::fs::File) -> Receiver<Line> {
     let (tx, rx) = channel();
     std::thread::spawn(move || {
-        use std::io::Read;
         let mut r = std::io::BufReader::new(stdout);
-        let mut buf = Vec::new();
-        loop {
-            buf.clear();
-            match r.by_ref().take(MAX_EVENT_LINE_BYTES as u64 + 1).read_until(b'\n', &mut buf) {
-                Ok(0) | Err(_) => return,
-                Ok(_) => {}
-            }
-            if let Err(e) = log.write_all(&buf) {
+        let mut log = LossyLog { file: log, failed: None };
+        while let Ok(Some(line)) = super::next_line(&mut r, &mut log) {
+            if let Some(e) = log.failed.take() {
                 let _ = tx.send(Line::Bad(format!("writing the stdout log: {e}")));
             }
-            let msg = if buf.len() > MAX_EVENT_LINE_BYTES {
-                // Drain the rest of the line into the log.
-                loop {
-                    buf.clear();
-                    match r.by_ref().take(1 << 16).read_until(b'\n', &mut buf) {
-                        Ok(0) | Err(_) => break,
-                        Ok(_) => {
-                            let _ = log.write_all(&buf);
-                            if buf.last() == Some(&b'\n') {
-                                break;
-                            }
-                        }
-                    }
-                }
-                Line::Bad(format!("a stdout line over {MAX_EVENT_LINE_BYTES} bytes"))
-            } else if buf.iter().all(u8::is_ascii_whitespace) {
-                continue;
-            } else {
-                match serde_json::from_slice::<Event>(&buf) {
-                    Ok(e) => Line::Event(Box::new(e)),
-                    Err(e) => Line::Bad(format!("a stdout line is not an event ({e})")),
-                }
+            let msg = match line {
+                super::Line::Event(e) => Line::Event(e),
+                bad => Line::Bad(bad.problem().unwrap_or_default()),
             };
             if tx.send(msg).is_err() {
                 return;
@@ -254,17 +247,11 @@ pub fn stop_server(child: &mut Child, timeout: Duration) -> std::io::Result<(Ser
 
 /// What one served arm needs besides the raw writer.
 pub struct ServedArm<'a> {
-    pub dir: &'a Path,
-    pub arm: &'a PlannedArm,
-    pub attempt: usize,
-    pub argv: &'a [String],
-    pub env: &'a BTreeMap<String, String>,
+    pub run: super::ArmRun<'a>,
     pub settings: &'a Settings,
     pub served: &'a ServedSettings,
     /// The record's prompt set, parsed as `runtime generate` parses it.
     pub prompts: &'a [PromptItem],
-    pub types: &'a BTreeMap<&'a str, &'a str>,
-    pub rows: RowContext,
 }
 
 fn secs(s: f64) -> Duration {
@@ -273,31 +260,12 @@ fn secs(s: f64) -> Duration {
 
 /// Runs one served arm: request lines into `w` as they complete; the
 /// returned `arm_end` says whether the arm is a measurement and, if not, why.
-pub fn run_arm(a: &ServedArm<'_>, w: &mut RawWriter) -> Result<ArmEnd> {
-    let arm = a.arm;
-    let stem = format!("arm-{:03}-attempt-{}", arm.index, a.attempt);
-    let stdout_log = format!("logs/{stem}.stdout.jsonl");
-    let stderr_log = format!("logs/{stem}.stderr.log");
-    std::fs::create_dir_all(a.dir.join("logs"))?;
-    let err_file = std::fs::File::create(a.dir.join(&stderr_log)).with_context(|| format!("creating {stderr_log}"))?;
-    let out_file = std::fs::File::create(a.dir.join(&stdout_log)).with_context(|| format!("creating {stdout_log}"))?;
-    let mut end = ArmEnd::pending(arm.index, a.attempt, stdout_log.clone(), stderr_log.clone());
-    let t0 = Instant::now();
-    let spawned = Command::new(&a.argv[0])
-        .args(&a.argv[1..])
-        .env_clear()
-        .envs(a.env)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::from(err_file))
-        .spawn();
-    let mut child = match spawned {
-        Ok(c) => c,
-        Err(e) => {
-            end.error = Some(format!("cannot start {}: {e}; pass the runtime with --runtime PATH", a.argv[0]));
-            return Ok(end);
-        }
-    };
+pub fn run(a: &ServedArm<'_>, w: &mut RawWriter) -> Result<ArmEnd> {
+    let run = &a.run;
+    let arm = run.arm;
+    let (mut end, started) = super::start(run.dir, arm.index, run.attempt, run.argv, run.env)?;
+    let Some(super::Started { mut child, stdout_log: out_file, t0 }) = started else { return Ok(end) };
+    let stderr_log = end.stderr_log.clone();
     let pid = child.id();
     let stdout = child.stdout.take();
     let mut server = Server { child: Some(child) };
@@ -327,7 +295,7 @@ pub fn run_arm(a: &ServedArm<'_>, w: &mut RawWriter) -> Result<ArmEnd> {
         }
         let Some(startup) = events.startup.clone() else { break 'run Some("no startup event".into()) };
         let served_info = startup.server.clone();
-        w.write(&RawLine::Startup(ArmStartup { arm: arm.index, attempt: a.attempt, startup }))?;
+        w.write(&RawLine::Startup(ArmStartup { arm: arm.index, attempt: run.attempt, startup }))?;
         let Some(si) = served_info else {
             break 'run Some(
                 "the startup event has no `server` address: this runtime predates `tuner sweep --served`; \
@@ -367,7 +335,7 @@ pub fn run_arm(a: &ServedArm<'_>, w: &mut RawWriter) -> Result<ArmEnd> {
         // 3. Warm-up passes, then the bursts: every prompt in file order, one request at a time.
         let s = a.settings;
         let request_timeout = secs(a.served.request_timeout_s);
-        for pass in 0..s.warmup + s.bursts_of(a.arm.width) {
+        for pass in 0..s.warmup + s.bursts_of(arm.width) {
             let warmup = pass < s.warmup;
             for p in a.prompts {
                 let what = if warmup {
@@ -392,22 +360,9 @@ pub fn run_arm(a: &ServedArm<'_>, w: &mut RawWriter) -> Result<ArmEnd> {
                     continue;
                 }
                 let text_sha256 = runtime::events::sha256_hex(got.text.as_bytes());
-                // The client's view must be the server's: same usage, text and tokens.
-                if got.usage != c.outcome.usage {
-                    problems.push(format!(
-                        "{what}: the response's usage {:?} differs from its event's {:?}",
-                        got.usage, c.outcome.usage
-                    ));
-                }
-                if text_sha256 != c.outcome.text_sha256 {
-                    problems.push(format!("{what}: the streamed text differs from the text of its completion event"));
-                }
-                let ids = got.draftwise.as_ref().and_then(|d| d.token_ids.as_ref());
-                if ids.is_some_and(|ids| *ids != c.outcome.token_ids) {
-                    problems.push(format!("{what}: the response's draftwise.token_ids differ from its event's"));
-                }
-                let prompt_type = a.types.get(p.id.as_str()).map_or(runtime::prompts::UNTYPED, |t| *t).to_string();
-                let mut row = a.rows.row(c, prompt_type, pass - s.warmup);
+                problems.extend(rules::served_disagreements(&what, &got, &c, &text_sha256));
+                let prompt_type = super::prompt_type(run.types, &p.id);
+                let mut row = run.rows.row(c, prompt_type, pass - s.warmup);
                 row.prompt_id = p.id.clone();
                 row.outcome.usage = got.usage.clone();
                 row.outcome.finish_reason = got.finish_reason;
@@ -446,41 +401,17 @@ pub fn run_arm(a: &ServedArm<'_>, w: &mut RawWriter) -> Result<ArmEnd> {
     while !events.closed && Instant::now() < drain {
         events.pump(Duration::from_millis(50));
     }
-    end.duration_ms = t0.elapsed().as_millis() as u64;
-    end.exit_code = status.code();
-    {
-        use std::os::unix::process::ExitStatusExt;
-        end.signal = status.signal();
-    }
     end.bad_lines = events.bad.len();
     let mut errors: Vec<String> = Vec::new();
     errors.extend(failure);
-    match stop {
-        ServerStop::Sigterm if status.success() => {}
-        ServerStop::Sigterm => {
-            errors.push(format!("the server exited with {status} after SIGTERM (stderr: {stderr_log})"))
-        }
-        ServerStop::Sigkill => errors.push(format!(
-            "the server was still running {:.0} s after SIGTERM (--stop-timeout): killed with SIGKILL",
-            a.served.stop_timeout_s
-        )),
-        ServerStop::ExitedEarly => {
-            errors.push(format!("the server exited on its own ({status}; stderr: {stderr_log})"))
-        }
-    }
+    errors.extend(rules::server_stop_problem(stop, &status, &stderr_log, a.served.stop_timeout_s));
     errors.extend(events.bad.iter().take(5).cloned());
     errors.extend(problems);
-    if !events.completions.is_empty() && errors.is_empty() {
-        errors.push(format!("{} completion event(s) for responses the tuner never received", events.completions.len()));
-    }
-    if end.requests == 0 && errors.is_empty() {
-        errors.push("no recorded requests".into());
+    if errors.is_empty() {
+        errors.extend(rules::served_leftovers(events.completions.len(), end.requests));
     }
     end.server = Some(info);
-    end.ok = errors.is_empty();
-    if !end.ok {
-        end.error = Some(errors.join("; "));
-    }
+    super::finish(&mut end, status, t0, errors);
     drop(server);
     Ok(end)
 }

@@ -1,68 +1,35 @@
-//! Writes a sweep's `record.md`, `summary.csv` and `plot.svg` from a
-//! [`Summary`] and the raw header. Every number in the record comes from the
-//! summary; a value that is missing is written as what is missing and why,
-//! never as a placeholder.
+//! `record.md`: [`markdown`] joins the record's sections, each written by
+//! its own function from the [`Summary`] and the raw header.
 use std::fmt::Write as _;
-use std::path::Path;
 
-use anyhow::{Context, Result};
-
-use crate::estimate::RatioEstimate;
-use crate::raw::{Bracket, RawFile, RawLine};
-use crate::reading::Reading;
+use super::{conclusions, headline, opt, r, ratio, statistic, title, tps};
+use crate::raw::{RawFile, RawLine};
 use crate::stats::Stats;
-use crate::summary::{Summary, WidthSummary};
+use crate::summary::Summary;
 
-fn r<T: std::fmt::Display>(x: &Reading<T>) -> String {
-    match &x.value {
-        Some(v) => v.to_string(),
-        None => format!("unavailable ({})", x.reason()),
-    }
-}
-
-fn tps(s: &Option<Stats>) -> [String; 3] {
-    match s {
-        Some(s) => [s.n.to_string(), format!("{:.1}", s.median), format!("{:.1}..{:.1}", s.min, s.max)],
-        None => ["0".into(), "no samples".into(), "-".into()],
-    }
-}
-
-/// `ratio [low, high]`, or what is missing.
-pub fn ratio(s: &Option<RatioEstimate>) -> String {
-    match s {
-        Some(RatioEstimate { ratio, interval: Some((lo, hi)), .. }) => format!("{ratio:.3} [{lo:.3}, {hi:.3}]"),
-        Some(r) => format!("{:.3} (one round: no interval)", r.ratio),
-        None => "no paired samples".into(),
-    }
-}
-
-fn opt(x: Option<f64>, digits: usize) -> String {
-    x.map_or("none".into(), |v| format!("{v:.digits$}"))
-}
-
-/// The headline of a record: what was measured where (and, for a served
-/// sweep, that it was measured through the server).
-pub fn title(s: &Summary) -> String {
-    format!(
-        "{} drafter on {}, {} target ({}{})",
-        s.drafter,
-        s.device_class.as_deref().unwrap_or("an unknown device class"),
-        s.target_quant.as_deref().unwrap_or("unknown"),
-        s.date,
-        if s.served { ", served" } else { "" }
-    )
-}
-
-/// What the record's tok/s are.
-pub fn statistic(s: &Summary) -> &'static str {
-    if s.served { "end-to-end tok/s" } else { "decode tok/s" }
-}
-
-/// The record as Markdown.
+/// The record as Markdown: the decision and the results first, then the
+/// validity and conclusions, then how it was measured, each section written
+/// by its own function.
 pub fn markdown(raw: &RawFile, s: &Summary, dir_name: &str) -> String {
-    let h = &raw.header;
-    let st = &h.settings;
-    let id = &h.identity;
+    [
+        header(s),
+        decision_rule(raw, s),
+        brackets(s),
+        widths(s),
+        time_to_first_token(s),
+        by_prompt_type(raw, s),
+        output_identity(s),
+        validity(s),
+        conclusions_section(s),
+        host_identity(raw),
+        method(raw, s),
+        files(dir_name),
+    ]
+    .concat()
+}
+
+/// The title, status, headline and the plot with what it shows.
+fn header(s: &Summary) -> String {
     let mut m = String::new();
     let _ = writeln!(m, "# Sweep record: {}\n", title(s));
     let status = if s.complete {
@@ -84,8 +51,14 @@ pub fn markdown(raw: &RawFile, s: &Summary, dir_name: &str) -> String {
         "![ratio to classic by width, with 95% intervals; the chosen width marked](plot.svg)\n\nThe plot shows what the decision uses: each width's ratio to classic with its 95% interval (the process is the unit: one ratio per round, n = {} rounds), a line at 1.0, the chosen width marked, and the ratio per prompt type.\n",
         s.complete_rounds
     );
-    let mut ident = String::new();
-    std::mem::swap(&mut m, &mut ident);
+    m
+}
+
+/// `## Host identity`: the host, toolchain and build the sweep ran on.
+fn host_identity(raw: &RawFile) -> String {
+    let h = &raw.header;
+    let id = &h.identity;
+    let mut m = String::new();
     let _ = writeln!(m, "## Host identity (`tuner identity`)\n");
     let c = &id.cpu;
     let rows: Vec<(&str, String)> = vec![
@@ -166,7 +139,15 @@ pub fn markdown(raw: &RawFile, s: &Summary, dir_name: &str) -> String {
     for (k, v) in rows {
         let _ = writeln!(m, "| {k} | {} |", v.replace('|', "\\|"));
     }
+    m
+}
 
+/// `## Method`: how the arms ran, the plan, prompts, models, gate, environment and statistics.
+fn method(raw: &RawFile, s: &Summary) -> String {
+    let h = &raw.header;
+    let st = &h.settings;
+    let id = &h.identity;
+    let mut m = String::new();
     let _ = writeln!(m, "\n## Method\n");
     if let Some(sv) = &st.served {
         let _ = writeln!(
@@ -279,7 +260,14 @@ pub fn markdown(raw: &RawFile, s: &Summary, dir_name: &str) -> String {
         100.0 * s.drift_tolerance,
         100.0 * s.drift_false_alarm
     );
-    std::mem::swap(&mut m, &mut ident);
+    m
+}
+
+/// `## Decision rule`, fixed before the results, and the `--rounds auto` stopping rule.
+fn decision_rule(raw: &RawFile, s: &Summary) -> String {
+    let h = &raw.header;
+    let st = &h.settings;
+    let mut m = String::new();
     let _ = writeln!(m, "## Decision rule (fixed before the results)\n\n{}\n", s.decision_rule);
     if let Some(a) = &st.auto_rounds {
         let _ = writeln!(
@@ -295,7 +283,12 @@ pub fn markdown(raw: &RawFile, s: &Summary, dir_name: &str) -> String {
             }
         );
     }
+    m
+}
 
+/// `## Results` opening: the classic brackets of each round and the drift verdicts.
+fn brackets(s: &Summary) -> String {
+    let mut m = String::new();
     let _ = writeln!(m, "## Results\n");
     let _ = writeln!(m, "### Classic brackets and drift\n");
     let _ = writeln!(
@@ -355,7 +348,12 @@ pub fn markdown(raw: &RawFile, s: &Summary, dir_name: &str) -> String {
     }
     let [cn, cm, cr] = tps(&s.classic);
     let _ = writeln!(m, "\nClassic, all brackets: n {cn}, median {cm} tok/s, range {cr}.\n");
+    m
+}
 
+/// The widths table: ratios, ties, rates, diagnostics and whether each is a measurement.
+fn widths(s: &Summary) -> String {
+    let mut m = String::new();
     let heading =
         if s.drift { "### Widths — NOT CLEAN: the host drifted; ratios against both brackets" } else { "### Widths" };
     let _ = writeln!(m, "{heading}\n");
@@ -395,7 +393,12 @@ pub fn markdown(raw: &RawFile, s: &Summary, dir_name: &str) -> String {
             },
         );
     }
+    m
+}
 
+/// Served sweeps: the client's time to first token per arm kind.
+fn time_to_first_token(s: &Summary) -> String {
+    let mut m = String::new();
     if s.served {
         let _ = writeln!(m, "\n### Time to first token (served, client side)\n");
         let _ = writeln!(m, "| arms | n | median ms | min..max ms |\n|---|---|---|---|");
@@ -408,6 +411,14 @@ pub fn markdown(raw: &RawFile, s: &Summary, dir_name: &str) -> String {
             let _ = writeln!(m, "| width {} | {} |", w.width, ms(&w.ttft_ms));
         }
     }
+    m
+}
+
+/// The median rate per prompt type and arm kind.
+fn by_prompt_type(raw: &RawFile, s: &Summary) -> String {
+    let h = &raw.header;
+    let st = &h.settings;
+    let mut m = String::new();
     let _ = writeln!(m, "\n### Median {} by prompt type\n", statistic(s));
     let mut types: Vec<&str> = s.by_type.iter().map(|t| t.prompt_type.as_str()).collect();
     types.dedup();
@@ -429,7 +440,12 @@ pub fn markdown(raw: &RawFile, s: &Summary, dir_name: &str) -> String {
         }
         let _ = writeln!(m);
     }
+    m
+}
 
+/// `## Output identity`: every output against classic.
+fn output_identity(s: &Summary) -> String {
+    let mut m = String::new();
     let _ = writeln!(m, "\n## Output identity\n");
     let n_diff: usize = s.widths.iter().map(|w| w.differences.len()).sum();
     if s.identical {
@@ -467,7 +483,12 @@ pub fn markdown(raw: &RawFile, s: &Summary, dir_name: &str) -> String {
             s.inexact_arms
         );
     }
+    m
+}
 
+/// `## Validity`: everything that limits what the record shows, and its policy key.
+fn validity(s: &Summary) -> String {
+    let mut m = String::new();
     let _ = writeln!(m, "\n## Validity\n");
     if s.drift_unjudged {
         let _ = writeln!(
@@ -600,313 +621,27 @@ pub fn markdown(raw: &RawFile, s: &Summary, dir_name: &str) -> String {
             s.verify_fingerprint.as_deref().unwrap_or("unknown")
         );
     }
+    m
+}
 
+/// `## Conclusions`.
+fn conclusions_section(s: &Summary) -> String {
+    let mut m = String::new();
     let _ = writeln!(m, "\n## Conclusions\n");
     for line in conclusions(s) {
         let _ = writeln!(m, "- {line}");
     }
     let _ = writeln!(m);
-    m.push_str(&ident);
+    m
+}
+
+/// `## Files`: what the folder holds and how to regenerate this file.
+fn files(dir_name: &str) -> String {
+    let mut m = String::new();
     let _ = writeln!(m, "\n## Files\n");
     let _ = writeln!(m, "- `raw.jsonl`: every request, arm, gate report and halt as it happened (docs/records.md)");
     let _ = writeln!(m, "- `logs/`: each arm's runtime stdout (its events, warm-ups included) and stderr");
     let _ = writeln!(m, "- `summary.csv` (one row per width), `plot.svg` (the figure above), `prompts.jsonl`");
     let _ = writeln!(m, "- regenerate this file: `tuner summarize {dir_name}` (from the folder holding it)");
     m
-}
-
-/// The record's first line after the status: the decision and its interval.
-pub fn headline(s: &Summary) -> String {
-    let d = &s.decision;
-    let tied = d.tied.iter().map(usize::to_string).collect::<Vec<_>>().join(", ");
-    let validity = if s.drift {
-        " **The host drifted: the record proposes no entry.**"
-    } else if !s.data_problems.is_empty() {
-        " **The raw data has problems (Validity): the record proposes no entry.**"
-    } else {
-        ""
-    };
-    match (d.width, d.ratio, d.ratio_interval) {
-        (Some(w), Some(r), Some((lo, hi))) => format!(
-            "**Decision: width {w}**, {r:.3}x classic [{lo:.3}, {hi:.3}] (95%, {} rounds; the process is the unit). Tied with the best (width {}): {tied}.{validity}",
-            s.complete_rounds,
-            d.best_width.map_or("none".into(), |b| b.to_string())
-        ),
-        (None, Some(r), iv) => format!(
-            "**Decision: off** — no width tied with the best has an interval wholly above 1.0 (best: width {}, {r:.3}x classic{}; tied: {tied}).{validity}",
-            d.best_width.map_or("none".into(), |b| b.to_string()),
-            iv.map_or(", no interval".to_string(), |(lo, hi)| format!(" [{lo:.3}, {hi:.3}]"))
-        ),
-        _ => format!("**No decision**: {}.{validity}", d.why),
-    }
-}
-
-/// Conclusions, each drawn only from numbers stated above.
-pub fn conclusions(s: &Summary) -> Vec<String> {
-    let mut out = Vec::new();
-    let iv = |r: &RatioEstimate| ratio(&Some(r.clone()));
-    if s.drift {
-        for w in &s.widths {
-            let (Some(o), Some(c)) = (&w.ratio_vs_open, &w.ratio_vs_close) else { continue };
-            if o.above_one() && c.above_one() {
-                out.push(format!(
-                    "Survives the drift: width {} is faster than classic against both brackets ({} vs open, {} vs close).",
-                    w.width,
-                    iv(o),
-                    iv(c)
-                ));
-            } else if o.below_one() && c.below_one() {
-                out.push(format!(
-                    "Survives the drift: width {} is slower than classic against both brackets ({} vs open, {} vs close).",
-                    w.width,
-                    iv(o),
-                    iv(c)
-                ));
-            }
-        }
-        if out.is_empty() {
-            out.push(
-                "No width is faster or slower than classic against both brackets: no conclusion survives the drift."
-                    .into(),
-            );
-        }
-        out.push("The record drifted, so it proposes no policy entry; re-run the sweep on a quiet host.".into());
-        return out;
-    }
-    let d = &s.decision;
-    match (d.width, d.ratio, d.ratio_interval) {
-        (Some(w), Some(r), Some((lo, hi))) => out.push(format!(
-            "By the decision rule the width is {w}: ratio {r:.3}, interval [{lo:.3}, {hi:.3}] wholly above 1.0; the narrowest of the tied widths {:?} that qualifies.",
-            d.tied
-        )),
-        (None, Some(_), _) => out.push(format!("By the decision rule the entry is `off`: {}.", d.why)),
-        _ => out.push(format!("No decision: {}.", d.why)),
-    }
-    let faster: Vec<String> = s
-        .widths
-        .iter()
-        .filter(|w| w.ratio.as_ref().is_some_and(|r| r.above_one()))
-        .map(|w| w.width.to_string())
-        .collect();
-    let slower: Vec<String> = s
-        .widths
-        .iter()
-        .filter(|w| w.ratio.as_ref().is_some_and(|r| r.below_one()))
-        .map(|w| w.width.to_string())
-        .collect();
-    if !faster.is_empty() {
-        out.push(format!("Faster than classic (interval wholly above 1.0): width(s) {}.", faster.join(", ")));
-    }
-    if !slower.is_empty() {
-        out.push(format!("Slower than classic (interval wholly below 1.0): width(s) {}.", slower.join(", ")));
-    }
-    let bad: Vec<String> =
-        s.widths.iter().filter(|w| w.not_a_measurement.is_some()).map(|w| w.width.to_string()).collect();
-    if !bad.is_empty() {
-        out.push(format!(
-            "Width(s) {} are not measurements: under the tie rule any width can change the decision, so no entry can be proposed.",
-            bad.join(", ")
-        ));
-    }
-    if !s.identical {
-        out.push(
-            "Outputs differ from classic decoding: the speculative path is not exact here; no entry can be proposed."
-                .into(),
-        );
-    }
-    if !s.complete {
-        out.push("The sweep is incomplete; these numbers cover only the arms that finished.".into());
-    }
-    out
-}
-
-/// `summary.csv`: one row per arm kind (classic, then each width).
-pub fn write_csv(path: &Path, s: &Summary) -> Result<()> {
-    let mut w = csv::Writer::from_path(path).with_context(|| format!("creating {}", path.display()))?;
-    w.write_record([
-        "arm_kind",
-        "width",
-        "n",
-        "median_tok_per_s",
-        "min_tok_per_s",
-        "max_tok_per_s",
-        "rounds",
-        "ratio",
-        "ratio_ci_low",
-        "ratio_ci_high",
-        "ratio_vs_open",
-        "ratio_vs_close",
-        "vs_best",
-        "tied",
-        "acceptance",
-        "emitted_per_verify",
-        "verify_ms_per_round",
-        "outliers",
-        "not_a_measurement",
-        "differing_requests",
-        "median_ttft_ms",
-        "statistic",
-    ])?;
-    // Empty for generate sweeps (no client-side time to first token).
-    let ttft = |t: &Option<Stats>| t.as_ref().map_or(String::new(), |t| format!("{:.3}", t.median));
-    let statistic = if s.served { "e2e_tok_per_s" } else { "decode_tok_per_s" };
-    let f = |x: Option<f64>| x.map_or(String::new(), |v| format!("{v:.6}"));
-    let st = |s: &Option<Stats>| -> [String; 4] {
-        match s {
-            Some(s) => [s.n.to_string(), f(Some(s.median)), f(Some(s.min)), f(Some(s.max))],
-            None => ["0".into(), String::new(), String::new(), String::new()],
-        }
-    };
-    let mut row = vec!["classic".to_string(), String::new()];
-    row.extend(st(&s.classic));
-    row.extend(vec![String::new(); 11]);
-    row.push(s.classic.as_ref().map_or(0, |x| x.outliers).to_string());
-    row.push(String::new());
-    row.push(s.bracket_differences.len().to_string());
-    row.push(ttft(&s.classic_ttft_ms));
-    row.push(statistic.into());
-    w.write_record(&row)?;
-    for ws in &s.widths {
-        let WidthSummary { width, tok_per_s, ratio, ratio_vs_open, ratio_vs_close, tie, .. } = ws;
-        let mut row = vec!["speculative".to_string(), width.to_string()];
-        row.extend(st(tok_per_s));
-        row.push(ratio.as_ref().map_or(String::new(), |r| r.rounds.to_string()));
-        row.push(f(ratio.as_ref().map(|r| r.ratio)));
-        row.push(f(ratio.as_ref().and_then(|r| r.interval).map(|i| i.0)));
-        row.push(f(ratio.as_ref().and_then(|r| r.interval).map(|i| i.1)));
-        row.push(f(ratio_vs_open.as_ref().map(|r| r.ratio)));
-        row.push(f(ratio_vs_close.as_ref().map(|r| r.ratio)));
-        row.push(f(tie.as_ref().map(|t| t.vs_best)));
-        row.push(tie.as_ref().map_or(String::new(), |t| t.tied.to_string()));
-        row.push(f(ws.acceptance));
-        row.push(f(ws.emitted_per_verify));
-        row.push(f(ws.verify_ms_per_round));
-        row.push(tok_per_s.as_ref().map_or(0, |x| x.outliers).to_string());
-        row.push(ws.not_a_measurement.clone().unwrap_or_default());
-        row.push(ws.differences.len().to_string());
-        row.push(ttft(&ws.ttft_ms));
-        row.push(statistic.into());
-        w.write_record(&row)?;
-    }
-    w.flush()?;
-    Ok(())
-}
-
-/// `plot.svg`: what the decision uses. Each width's ratio to classic with
-/// its 95% interval (black), a line at 1.0, the chosen width marked, and
-/// the ratio over each prompt type's prompts (coloured, no interval).
-pub fn write_plot(path: &Path, s: &Summary, widths: &[usize]) -> Result<()> {
-    use plotters::prelude::*;
-    let root = SVGBackend::new(path, (900, 560)).into_drawing_area();
-    let err = |e: &dyn std::fmt::Display| anyhow::anyhow!("drawing {}: {e}", path.display());
-    root.fill(&WHITE).map_err(|e| err(&e))?;
-    let mut ys: Vec<f64> = vec![1.0];
-    for w in &s.widths {
-        if let Some(r) = &w.ratio {
-            ys.push(r.ratio);
-            if let Some((lo, hi)) = r.interval {
-                ys.extend([lo, hi]);
-            }
-        }
-    }
-    ys.extend(s.type_ratios.iter().map(|t| t.ratio));
-    ys.retain(|y| y.is_finite());
-    let (ylo, yhi) = ys.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), y| (a.min(*y), b.max(*y)));
-    let pad = ((yhi - ylo) * 0.08).max(0.02);
-    let (ylo, yhi) = ((ylo - pad).max(0.0), yhi + pad);
-    let xmax = widths.iter().copied().max().unwrap_or(1) as f64 + 0.5;
-    let chosen = s.decision.width;
-    let mut chart = ChartBuilder::on(&root)
-        .caption(format!("ratio to classic ({}) by width: {}", statistic(s), title(s)), ("sans-serif", 17))
-        .margin(12)
-        .x_label_area_size(40)
-        .y_label_area_size(56)
-        .build_cartesian_2d(0.5f64..xmax, ylo..yhi)
-        .map_err(|e| err(&e))?;
-    chart
-        .configure_mesh()
-        .x_desc(match chosen {
-            Some(w) => format!("draft width (tokens per verify); chosen: {w}"),
-            None => "draft width (tokens per verify); decision: off".to_string(),
-        })
-        .y_desc("speculative / classic")
-        .draw()
-        .map_err(|e| err(&e))?;
-    chart
-        .draw_series(LineSeries::new(vec![(0.5, 1.0), (xmax, 1.0)], BLACK.mix(0.6).stroke_width(1)))
-        .map_err(|e| err(&e))?
-        .label("1.0 = classic")
-        .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], BLACK.mix(0.6)));
-    let mut types: Vec<&str> = s.type_ratios.iter().map(|t| t.prompt_type.as_str()).collect();
-    types.sort_unstable();
-    types.dedup();
-    for (i, t) in types.iter().enumerate() {
-        let color = Palette99::pick(i).to_rgba().mix(0.7);
-        let pts: Vec<(f64, f64)> = widths
-            .iter()
-            .filter_map(|w| {
-                s.type_ratios.iter().find(|x| x.prompt_type == *t && x.width == *w).map(|x| (*w as f64, x.ratio))
-            })
-            .collect();
-        chart
-            .draw_series(LineSeries::new(pts.clone(), color.stroke_width(1)))
-            .map_err(|e| err(&e))?
-            .label(format!("{t} prompts"))
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], color.stroke_width(1)));
-        chart.draw_series(pts.iter().map(|p| Circle::new(*p, 2, color.filled()))).map_err(|e| err(&e))?;
-    }
-    /// (width, ratio, interval) of each width with a ratio.
-    type Point = (f64, f64, Option<(f64, f64)>);
-    let all: Vec<Point> =
-        s.widths.iter().filter_map(|w| w.ratio.as_ref().map(|r| (w.width as f64, r.ratio, r.interval))).collect();
-    chart
-        .draw_series(all.iter().filter_map(|(x, _, iv)| {
-            iv.map(|(lo, hi)| PathElement::new(vec![(*x, lo.max(ylo)), (*x, hi.min(yhi))], BLACK.stroke_width(2)))
-        }))
-        .map_err(|e| err(&e))?;
-    chart
-        .draw_series(LineSeries::new(all.iter().map(|(x, y, _)| (*x, *y)), BLACK.stroke_width(2)))
-        .map_err(|e| err(&e))?
-        .label("all prompts: ratio and 95% interval")
-        .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], BLACK.stroke_width(2)));
-    if let Some(w) = chosen
-        && let Some((x, y, _)) = all.iter().find(|(x, _, _)| *x == w as f64)
-    {
-        chart
-            .draw_series(std::iter::once(Circle::new((*x, *y), 8, RED.stroke_width(3))))
-            .map_err(|e| err(&e))?
-            .label(format!("chosen width {w}"))
-            .legend(|(x, y)| Circle::new((x + 8, y), 5, RED.stroke_width(2)));
-    }
-    chart
-        .configure_series_labels()
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .draw()
-        .map_err(|e| err(&e))?;
-    root.present().map_err(|e| err(&e))?;
-    Ok(())
-}
-
-/// Writes record.md, summary.csv and plot.svg into `dir`.
-pub fn write_all(dir: &Path, raw: &RawFile, s: &Summary) -> Result<()> {
-    let name = dir
-        .canonicalize()
-        .ok()
-        .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
-        .unwrap_or_else(|| dir.display().to_string());
-    let md = markdown(raw, s, &name);
-    std::fs::write(dir.join("record.md"), md).with_context(|| format!("writing {}/record.md", dir.display()))?;
-    write_csv(&dir.join("summary.csv"), s)?;
-    write_plot(&dir.join("plot.svg"), s, &raw.header.settings.widths)?;
-    Ok(())
-}
-
-/// Classic arms' bracket label for humans.
-pub fn bracket_name(b: Option<Bracket>) -> &'static str {
-    match b {
-        Some(Bracket::Open) => "open",
-        Some(Bracket::Close) => "close",
-        None => "-",
-    }
 }

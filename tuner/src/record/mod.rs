@@ -1,0 +1,350 @@
+//! Writes a sweep's `record.md`, `summary.csv` and `plot.svg` from a
+//! [`Summary`] and the raw header. Every number in the record comes from the
+//! summary; a value that is missing is written as what is missing and why,
+//! never as a placeholder.
+use std::path::Path;
+
+use anyhow::{Context, Result};
+
+mod markdown;
+pub use markdown::markdown;
+
+use crate::estimate::RatioEstimate;
+use crate::raw::{Bracket, RawFile};
+use crate::reading::Reading;
+use crate::stats::Stats;
+use crate::summary::{Summary, WidthSummary};
+
+fn r<T: std::fmt::Display>(x: &Reading<T>) -> String {
+    match &x.value {
+        Some(v) => v.to_string(),
+        None => format!("unavailable ({})", x.reason()),
+    }
+}
+
+fn tps(s: &Option<Stats>) -> [String; 3] {
+    match s {
+        Some(s) => [s.n.to_string(), format!("{:.1}", s.median), format!("{:.1}..{:.1}", s.min, s.max)],
+        None => ["0".into(), "no samples".into(), "-".into()],
+    }
+}
+
+/// `ratio [low, high]`, or what is missing.
+pub fn ratio(s: &Option<RatioEstimate>) -> String {
+    match s {
+        Some(RatioEstimate { ratio, interval: Some((lo, hi)), .. }) => format!("{ratio:.3} [{lo:.3}, {hi:.3}]"),
+        Some(r) => format!("{:.3} (one round: no interval)", r.ratio),
+        None => "no paired samples".into(),
+    }
+}
+
+fn opt(x: Option<f64>, digits: usize) -> String {
+    x.map_or("none".into(), |v| format!("{v:.digits$}"))
+}
+
+/// The headline of a record: what was measured where (and, for a served
+/// sweep, that it was measured through the server).
+pub fn title(s: &Summary) -> String {
+    format!(
+        "{} drafter on {}, {} target ({}{})",
+        s.drafter,
+        s.device_class.as_deref().unwrap_or("an unknown device class"),
+        s.target_quant.as_deref().unwrap_or("unknown"),
+        s.date,
+        if s.served { ", served" } else { "" }
+    )
+}
+
+/// What the record's tok/s are.
+pub fn statistic(s: &Summary) -> &'static str {
+    if s.served { "end-to-end tok/s" } else { "decode tok/s" }
+}
+
+/// The record's first line after the status: the decision and its interval.
+pub fn headline(s: &Summary) -> String {
+    let d = &s.decision;
+    let tied = d.tied.iter().map(usize::to_string).collect::<Vec<_>>().join(", ");
+    let validity = if s.drift {
+        " **The host drifted: the record proposes no entry.**"
+    } else if !s.data_problems.is_empty() {
+        " **The raw data has problems (Validity): the record proposes no entry.**"
+    } else {
+        ""
+    };
+    match (d.width, d.ratio, d.ratio_interval) {
+        (Some(w), Some(r), Some((lo, hi))) => format!(
+            "**Decision: width {w}**, {r:.3}x classic [{lo:.3}, {hi:.3}] (95%, {} rounds; the process is the unit). Tied with the best (width {}): {tied}.{validity}",
+            s.complete_rounds,
+            d.best_width.map_or("none".into(), |b| b.to_string())
+        ),
+        (None, Some(r), iv) => format!(
+            "**Decision: off** — no width tied with the best has an interval wholly above 1.0 (best: width {}, {r:.3}x classic{}; tied: {tied}).{validity}",
+            d.best_width.map_or("none".into(), |b| b.to_string()),
+            iv.map_or(", no interval".to_string(), |(lo, hi)| format!(" [{lo:.3}, {hi:.3}]"))
+        ),
+        _ => format!("**No decision**: {}.{validity}", d.why),
+    }
+}
+
+/// Conclusions, each drawn only from numbers stated above.
+pub fn conclusions(s: &Summary) -> Vec<String> {
+    let mut out = Vec::new();
+    let iv = |r: &RatioEstimate| ratio(&Some(r.clone()));
+    if s.drift {
+        for w in &s.widths {
+            let (Some(o), Some(c)) = (&w.ratio_vs_open, &w.ratio_vs_close) else { continue };
+            if o.above_one() && c.above_one() {
+                out.push(format!(
+                    "Survives the drift: width {} is faster than classic against both brackets ({} vs open, {} vs close).",
+                    w.width,
+                    iv(o),
+                    iv(c)
+                ));
+            } else if o.below_one() && c.below_one() {
+                out.push(format!(
+                    "Survives the drift: width {} is slower than classic against both brackets ({} vs open, {} vs close).",
+                    w.width,
+                    iv(o),
+                    iv(c)
+                ));
+            }
+        }
+        if out.is_empty() {
+            out.push(
+                "No width is faster or slower than classic against both brackets: no conclusion survives the drift."
+                    .into(),
+            );
+        }
+        out.push("The record drifted, so it proposes no policy entry; re-run the sweep on a quiet host.".into());
+        return out;
+    }
+    let d = &s.decision;
+    match (d.width, d.ratio, d.ratio_interval) {
+        (Some(w), Some(r), Some((lo, hi))) => out.push(format!(
+            "By the decision rule the width is {w}: ratio {r:.3}, interval [{lo:.3}, {hi:.3}] wholly above 1.0; the narrowest of the tied widths {:?} that qualifies.",
+            d.tied
+        )),
+        (None, Some(_), _) => out.push(format!("By the decision rule the entry is `off`: {}.", d.why)),
+        _ => out.push(format!("No decision: {}.", d.why)),
+    }
+    let widths_where = |f: fn(&RatioEstimate) -> bool| -> Vec<String> {
+        s.widths.iter().filter(|w| w.ratio.as_ref().is_some_and(f)).map(|w| w.width.to_string()).collect()
+    };
+    let faster = widths_where(RatioEstimate::above_one);
+    let slower = widths_where(RatioEstimate::below_one);
+    if !faster.is_empty() {
+        out.push(format!("Faster than classic (interval wholly above 1.0): width(s) {}.", faster.join(", ")));
+    }
+    if !slower.is_empty() {
+        out.push(format!("Slower than classic (interval wholly below 1.0): width(s) {}.", slower.join(", ")));
+    }
+    let bad: Vec<String> =
+        s.widths.iter().filter(|w| w.not_a_measurement.is_some()).map(|w| w.width.to_string()).collect();
+    if !bad.is_empty() {
+        out.push(format!(
+            "Width(s) {} are not measurements: under the tie rule any width can change the decision, so no entry can be proposed.",
+            bad.join(", ")
+        ));
+    }
+    if !s.identical {
+        out.push(
+            "Outputs differ from classic decoding: the speculative path is not exact here; no entry can be proposed."
+                .into(),
+        );
+    }
+    if !s.complete {
+        out.push("The sweep is incomplete; these numbers cover only the arms that finished.".into());
+    }
+    out
+}
+
+/// `summary.csv`: one row per arm kind (classic, then each width).
+pub fn write_csv(path: &Path, s: &Summary) -> Result<()> {
+    let mut w = csv::Writer::from_path(path).with_context(|| format!("creating {}", path.display()))?;
+    w.write_record([
+        "arm_kind",
+        "width",
+        "n",
+        "median_tok_per_s",
+        "min_tok_per_s",
+        "max_tok_per_s",
+        "rounds",
+        "ratio",
+        "ratio_ci_low",
+        "ratio_ci_high",
+        "ratio_vs_open",
+        "ratio_vs_close",
+        "vs_best",
+        "tied",
+        "acceptance",
+        "emitted_per_verify",
+        "verify_ms_per_round",
+        "outliers",
+        "not_a_measurement",
+        "differing_requests",
+        "median_ttft_ms",
+        "statistic",
+    ])?;
+    // Empty for generate sweeps (no client-side time to first token).
+    let ttft = |t: &Option<Stats>| t.as_ref().map_or(String::new(), |t| format!("{:.3}", t.median));
+    let statistic = if s.served { "e2e_tok_per_s" } else { "decode_tok_per_s" };
+    let f = |x: Option<f64>| x.map_or(String::new(), |v| format!("{v:.6}"));
+    let st = |s: &Option<Stats>| -> [String; 4] {
+        match s {
+            Some(s) => [s.n.to_string(), f(Some(s.median)), f(Some(s.min)), f(Some(s.max))],
+            None => ["0".into(), String::new(), String::new(), String::new()],
+        }
+    };
+    let mut row = vec!["classic".to_string(), String::new()];
+    row.extend(st(&s.classic));
+    row.extend(vec![String::new(); 11]);
+    row.push(s.classic.as_ref().map_or(0, |x| x.outliers).to_string());
+    row.push(String::new());
+    row.push(s.bracket_differences.len().to_string());
+    row.push(ttft(&s.classic_ttft_ms));
+    row.push(statistic.into());
+    w.write_record(&row)?;
+    for ws in &s.widths {
+        let WidthSummary { width, tok_per_s, ratio, ratio_vs_open, ratio_vs_close, tie, .. } = ws;
+        let mut row = vec!["speculative".to_string(), width.to_string()];
+        row.extend(st(tok_per_s));
+        row.push(ratio.as_ref().map_or(String::new(), |r| r.rounds.to_string()));
+        row.push(f(ratio.as_ref().map(|r| r.ratio)));
+        row.push(f(ratio.as_ref().and_then(|r| r.interval).map(|i| i.0)));
+        row.push(f(ratio.as_ref().and_then(|r| r.interval).map(|i| i.1)));
+        row.push(f(ratio_vs_open.as_ref().map(|r| r.ratio)));
+        row.push(f(ratio_vs_close.as_ref().map(|r| r.ratio)));
+        row.push(f(tie.as_ref().map(|t| t.vs_best)));
+        row.push(tie.as_ref().map_or(String::new(), |t| t.tied.to_string()));
+        row.push(f(ws.acceptance));
+        row.push(f(ws.emitted_per_verify));
+        row.push(f(ws.verify_ms_per_round));
+        row.push(tok_per_s.as_ref().map_or(0, |x| x.outliers).to_string());
+        row.push(ws.not_a_measurement.clone().unwrap_or_default());
+        row.push(ws.differences.len().to_string());
+        row.push(ttft(&ws.ttft_ms));
+        row.push(statistic.into());
+        w.write_record(&row)?;
+    }
+    w.flush()?;
+    Ok(())
+}
+
+/// `plot.svg`: what the decision uses. Each width's ratio to classic with
+/// its 95% interval (black), a line at 1.0, the chosen width marked, and
+/// the ratio over each prompt type's prompts (coloured, no interval).
+pub fn write_plot(path: &Path, s: &Summary, widths: &[usize]) -> Result<()> {
+    use plotters::prelude::*;
+    let root = SVGBackend::new(path, (900, 560)).into_drawing_area();
+    let err = |e: &dyn std::fmt::Display| anyhow::anyhow!("drawing {}: {e}", path.display());
+    root.fill(&WHITE).map_err(|e| err(&e))?;
+    let mut ys: Vec<f64> = vec![1.0];
+    for w in &s.widths {
+        if let Some(r) = &w.ratio {
+            ys.push(r.ratio);
+            if let Some((lo, hi)) = r.interval {
+                ys.extend([lo, hi]);
+            }
+        }
+    }
+    ys.extend(s.type_ratios.iter().map(|t| t.ratio));
+    ys.retain(|y| y.is_finite());
+    let (ylo, yhi) = ys.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), y| (a.min(*y), b.max(*y)));
+    let pad = ((yhi - ylo) * 0.08).max(0.02);
+    let (ylo, yhi) = ((ylo - pad).max(0.0), yhi + pad);
+    let xmax = widths.iter().copied().max().unwrap_or(1) as f64 + 0.5;
+    let chosen = s.decision.width;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(format!("ratio to classic ({}) by width: {}", statistic(s), title(s)), ("sans-serif", 17))
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(56)
+        .build_cartesian_2d(0.5f64..xmax, ylo..yhi)
+        .map_err(|e| err(&e))?;
+    chart
+        .configure_mesh()
+        .x_desc(match chosen {
+            Some(w) => format!("draft width (tokens per verify); chosen: {w}"),
+            None => "draft width (tokens per verify); decision: off".to_string(),
+        })
+        .y_desc("speculative / classic")
+        .draw()
+        .map_err(|e| err(&e))?;
+    chart
+        .draw_series(LineSeries::new(vec![(0.5, 1.0), (xmax, 1.0)], BLACK.mix(0.6).stroke_width(1)))
+        .map_err(|e| err(&e))?
+        .label("1.0 = classic")
+        .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], BLACK.mix(0.6)));
+    let mut types: Vec<&str> = s.type_ratios.iter().map(|t| t.prompt_type.as_str()).collect();
+    types.sort_unstable();
+    types.dedup();
+    for (i, t) in types.iter().enumerate() {
+        let color = Palette99::pick(i).to_rgba().mix(0.7);
+        let pts: Vec<(f64, f64)> = widths
+            .iter()
+            .filter_map(|w| {
+                s.type_ratios.iter().find(|x| x.prompt_type == *t && x.width == *w).map(|x| (*w as f64, x.ratio))
+            })
+            .collect();
+        chart
+            .draw_series(LineSeries::new(pts.clone(), color.stroke_width(1)))
+            .map_err(|e| err(&e))?
+            .label(format!("{t} prompts"))
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], color.stroke_width(1)));
+        chart.draw_series(pts.iter().map(|p| Circle::new(*p, 2, color.filled()))).map_err(|e| err(&e))?;
+    }
+    /// (width, ratio, interval) of each width with a ratio.
+    type Point = (f64, f64, Option<(f64, f64)>);
+    let all: Vec<Point> =
+        s.widths.iter().filter_map(|w| w.ratio.as_ref().map(|r| (w.width as f64, r.ratio, r.interval))).collect();
+    chart
+        .draw_series(all.iter().filter_map(|(x, _, iv)| {
+            iv.map(|(lo, hi)| PathElement::new(vec![(*x, lo.max(ylo)), (*x, hi.min(yhi))], BLACK.stroke_width(2)))
+        }))
+        .map_err(|e| err(&e))?;
+    chart
+        .draw_series(LineSeries::new(all.iter().map(|(x, y, _)| (*x, *y)), BLACK.stroke_width(2)))
+        .map_err(|e| err(&e))?
+        .label("all prompts: ratio and 95% interval")
+        .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], BLACK.stroke_width(2)));
+    if let Some(w) = chosen
+        && let Some((x, y, _)) = all.iter().find(|(x, _, _)| *x == w as f64)
+    {
+        chart
+            .draw_series(std::iter::once(Circle::new((*x, *y), 8, RED.stroke_width(3))))
+            .map_err(|e| err(&e))?
+            .label(format!("chosen width {w}"))
+            .legend(|(x, y)| Circle::new((x + 8, y), 5, RED.stroke_width(2)));
+    }
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()
+        .map_err(|e| err(&e))?;
+    root.present().map_err(|e| err(&e))?;
+    Ok(())
+}
+
+/// Writes record.md, summary.csv and plot.svg into `dir`.
+pub fn write_all(dir: &Path, raw: &RawFile, s: &Summary) -> Result<()> {
+    let name = dir
+        .canonicalize()
+        .ok()
+        .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+        .unwrap_or_else(|| dir.display().to_string());
+    let md = markdown(raw, s, &name);
+    std::fs::write(dir.join("record.md"), md).with_context(|| format!("writing {}/record.md", dir.display()))?;
+    write_csv(&dir.join("summary.csv"), s)?;
+    write_plot(&dir.join("plot.svg"), s, &raw.header.settings.widths)?;
+    Ok(())
+}
+
+/// Classic arms' bracket label for humans.
+pub fn bracket_name(b: Option<Bracket>) -> &'static str {
+    match b {
+        Some(Bracket::Open) => "open",
+        Some(Bracket::Close) => "close",
+        None => "-",
+    }
+}
