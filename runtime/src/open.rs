@@ -48,6 +48,24 @@ pub fn resolve_model(model: Option<&Path>, cache_dir: Option<&Path>) -> Result<P
 
 /// Loads, places and builds the engine. The kernel family and the device
 /// are checked before the model is read, so a bad override fails at once.
+/// Head dimensions the CPU attention kernels take: `kernels::attn::attend`
+/// works in whole groups of sixteen dimensions and asserts it.
+const CPU_ATTENTION_HEAD_DIM_MULTIPLE: usize = 16;
+
+/// Refuses, before any forward pass, a model whose head dimension the CPU
+/// attention kernels cannot take (they would panic on it).
+pub fn check_cpu_attention(cfg: &crate::model::config::LlamaConfig) -> Result<()> {
+    let hd = cfg.head_dim;
+    if hd == 0 || !hd.is_multiple_of(CPU_ATTENTION_HEAD_DIM_MULTIPLE) {
+        anyhow::bail!(
+            "head dimension {hd} is not a multiple of {CPU_ATTENTION_HEAD_DIM_MULTIPLE}: the CPU attention \
+             kernels run whole groups of {CPU_ATTENTION_HEAD_DIM_MULTIPLE} dimensions (every supported \
+             family's models have 64, 128 or 256)"
+        );
+    }
+    Ok(())
+}
+
 pub fn open(s: OpenSettings<'_>) -> Result<Opened> {
     let selection = dispatch::selected()?;
     let device = DeviceRequest::parse(s.device)?;
@@ -55,6 +73,38 @@ pub fn open(s: OpenSettings<'_>) -> Result<Opened> {
     tracing::info!(model = %path.display(), "loading");
     let mut loaded = model::load(&path).with_context(|| format!("loading {}", path.display()))?;
     let cuda = crate::device::place(&mut loaded, device)?;
+    if cuda.is_none() {
+        check_cpu_attention(&loaded.model.config).with_context(|| format!("loading {}", path.display()))?;
+    }
     let engine = Engine::new(loaded, selection.family, s.threads)?;
     Ok(Opened { engine, selection, cuda, path })
+}
+
+#[cfg(test)]
+mod attention_shape_tests {
+    #[test]
+    fn a_head_dimension_the_cpu_attention_cannot_take_is_refused_naming_it() {
+        use crate::model::config::{Block, LlamaConfig, RopeScaling};
+        let mut cfg = LlamaConfig {
+            block: Block::LLAMA,
+            n_layers: 1,
+            dim: 576,
+            n_heads: 9,
+            n_kv_heads: 3,
+            head_dim: 64,
+            ffn_dim: 1536,
+            vocab: 49152,
+            rope_base: 10000.0,
+            rope_pairing: kernels::ops::RopePairing::Adjacent,
+            rope_scaling: RopeScaling::default(),
+            rms_eps: 1e-5,
+            context_length: 2048,
+        };
+        assert!(super::check_cpu_attention(&cfg).is_ok(), "head dimension {}", cfg.head_dim);
+        for hd in [0, 8, 24, 40] {
+            cfg.head_dim = hd;
+            let e = super::check_cpu_attention(&cfg).unwrap_err().to_string();
+            assert!(e.contains(&format!("head dimension {hd} is not a multiple of 16")), "{e}");
+        }
+    }
 }
