@@ -207,8 +207,11 @@ mod x86 {
         let wide = family == KernelFamily::Avx512Vnni;
         // The register width in positions / columns.
         let lanes = if wide { 16 } else { 8 };
-        scores.clear();
-        scores.resize(pairs * stride, 0.0);
+        // Every score a pair reads is written first (positions lo..hi of
+        // every pair), so the scratch only grows.
+        if scores.len() < pairs * stride {
+            scores.resize(pairs * stride, 0.0);
+        }
         let scale = 1.0 / (hd as f32).sqrt();
         let lo = ranges.iter().map(|r| r.0).min().unwrap_or(0) / lanes * lanes;
         let hi = ranges.iter().map(|r| r.1).max().unwrap_or(0);
@@ -217,7 +220,13 @@ mod x86 {
         let mut i0 = 0;
         while i0 < pairs {
             let rem = pairs - i0;
-            let (p, t) = if rem >= 5 { (rem.min(8), 1) } else if rem >= 3 { (rem, 2) } else { (rem, 4) };
+            let (p, t) = if rem >= 5 {
+                (rem.min(8), 1)
+            } else if rem >= 3 {
+                (rem, 2)
+            } else {
+                (rem, 4)
+            };
             let mut g = lo;
             while g < hi {
                 let groups = t.min((hi - g).div_ceil(lanes));
@@ -455,7 +464,8 @@ mod x86 {
             let sp: [*const f32; P] = std::array::from_fn(|i| scores.as_ptr().add((i0 + i) * geo.stride));
             for t in t0..t1 {
                 let row = vp.add(t * kvd + geo.col + c0);
-                let v: [__m512; C] = std::array::from_fn(|c| _mm512_cvtph_ps(_mm256_loadu_si256(row.add(16 * c).cast())));
+                let v: [__m512; C] =
+                    std::array::from_fn(|c| _mm512_cvtph_ps(_mm256_loadu_si256(row.add(16 * c).cast())));
                 for i in 0..P {
                     let p = _mm512_set1_ps(*sp[i].add(t));
                     for c in 0..C {

@@ -220,24 +220,121 @@ unsafe fn exp_nonpositive_avx2(x: std::arch::x86_64::__m256) -> std::arch::x86_6
     _mm256_blendv_ps(e, x, nan)
 }
 
-/// SwiGLU (Shazeer 2020): `gate[i] = silu(gate[i]) * up[i]`.
-pub fn swiglu(gate: &mut [f32], up: &[f32]) {
-    for (g, &u) in gate.iter_mut().zip(up) {
-        let s = *g / (1.0 + (-*g).exp());
-        *g = s * u;
+/// SwiGLU (Shazeer 2020): `gate[i] = silu(gate[i]) * up[i]`, with
+/// `silu(x) = x / (1 + e^-x)` computed from `e = e^-|x|`
+/// ([`exp_nonpositive`], which never overflows): `x / (1 + e)` for
+/// `x >= 0`, `(x · e) / (1 + e)` below. Every family does these IEEE
+/// operations per element (the AVX2 twin eight lanes at a time), so the
+/// result does not depend on the family.
+pub fn swiglu(family: KernelFamily, gate: &mut [f32], up: &[f32]) {
+    assert_eq!(gate.len(), up.len(), "swiglu: gate and up differ in length");
+    let mut done = 0;
+    #[cfg(target_arch = "x86_64")]
+    if family != KernelFamily::Scalar && family.is_supported() {
+        // SAFETY: every non-scalar x86 family includes AVX2 and FMA.
+        done = unsafe { swiglu_avx2(gate, up) };
     }
+    let _ = family;
+    for (g, &u) in gate[done..].iter_mut().zip(&up[done..]) {
+        *g = silu(*g) * u;
+    }
+}
+
+#[inline]
+fn silu(x: f32) -> f32 {
+    let e = exp_nonpositive(-x.abs());
+    let d = 1.0 + e;
+    if x >= 0.0 { x / d } else { (x * e) / d }
+}
+
+/// [`swiglu`] eight lanes at a time; returns how many elements it did
+/// (whole groups of eight), the caller does the rest.
+///
+/// # Safety
+/// AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn swiglu_avx2(gate: &mut [f32], up: &[f32]) -> usize {
+    use std::arch::x86_64::*;
+    let n8 = gate.len().min(up.len()) / 8 * 8;
+    let sign = _mm256_set1_ps(-0.0);
+    let one = _mm256_set1_ps(1.0);
+    let mut i = 0;
+    while i < n8 {
+        // SAFETY: i + 8 <= n8 <= both lengths; AVX2 and FMA (caller).
+        unsafe {
+            let x = _mm256_loadu_ps(gate.as_ptr().add(i));
+            let e = exp_nonpositive_avx2(_mm256_or_ps(x, sign));
+            let d = _mm256_add_ps(one, e);
+            let ge = _mm256_cmp_ps::<_CMP_GE_OQ>(x, _mm256_setzero_ps());
+            let num = _mm256_blendv_ps(_mm256_mul_ps(x, e), x, ge);
+            let s = _mm256_div_ps(num, d);
+            _mm256_storeu_ps(gate.as_mut_ptr().add(i), _mm256_mul_ps(s, _mm256_loadu_ps(up.as_ptr().add(i))));
+        }
+        i += 8;
+    }
+    n8
 }
 
 /// GeGLU (Shazeer 2020) with GELU in its tanh form (Hendrycks & Gimpel
 /// 2016), Gemma's feed-forward gate: `gate[i] = gelu(gate[i]) * up[i]`,
-/// `gelu(x) = x/2 · (1 + tanh(√(2/π) · (x + 0.044715 x³)))`.
-pub fn geglu_tanh(gate: &mut [f32], up: &[f32]) {
-    const SQRT_2_OVER_PI: f32 = 0.797_884_6;
-    for (g, &u) in gate.iter_mut().zip(up) {
-        let x = *g;
-        let y = 0.5 * x * (1.0 + (SQRT_2_OVER_PI * (x + 0.044_715 * x * x * x)).tanh());
-        *g = y * u;
+/// `gelu(x) = x/2 · (1 + tanh(y))`, `y = √(2/π) · (x + 0.044715 x³)`, with
+/// `tanh(y) = ±(1 − e) / (1 + e)`, `e = e^-2|y|` ([`exp_nonpositive`]),
+/// signed as `y`. Every family does these IEEE operations per element.
+pub fn geglu_tanh(family: KernelFamily, gate: &mut [f32], up: &[f32]) {
+    assert_eq!(gate.len(), up.len(), "geglu: gate and up differ in length");
+    let mut done = 0;
+    #[cfg(target_arch = "x86_64")]
+    if family != KernelFamily::Scalar && family.is_supported() {
+        // SAFETY: every non-scalar x86 family includes AVX2 and FMA.
+        done = unsafe { geglu_avx2(gate, up) };
     }
+    let _ = family;
+    for (g, &u) in gate[done..].iter_mut().zip(&up[done..]) {
+        *g = gelu_tanh(*g) * u;
+    }
+}
+
+const SQRT_2_OVER_PI: f32 = 0.797_884_6;
+const GELU_CUBIC: f32 = 0.044_715;
+
+#[inline]
+fn gelu_tanh(x: f32) -> f32 {
+    let y = SQRT_2_OVER_PI * (x + GELU_CUBIC * x * x * x);
+    let e = exp_nonpositive(-2.0 * y.abs());
+    let t = ((1.0 - e) / (1.0 + e)).copysign(y);
+    0.5 * x * (1.0 + t)
+}
+
+/// [`geglu_tanh`] eight lanes at a time; returns how many elements it did.
+///
+/// # Safety
+/// AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn geglu_avx2(gate: &mut [f32], up: &[f32]) -> usize {
+    use std::arch::x86_64::*;
+    let n8 = gate.len().min(up.len()) / 8 * 8;
+    let sign = _mm256_set1_ps(-0.0);
+    let one = _mm256_set1_ps(1.0);
+    let (c, cubic, half, m2) =
+        (_mm256_set1_ps(SQRT_2_OVER_PI), _mm256_set1_ps(GELU_CUBIC), _mm256_set1_ps(0.5), _mm256_set1_ps(-2.0));
+    let mut i = 0;
+    while i < n8 {
+        // SAFETY: i + 8 <= n8 <= both lengths; AVX2 and FMA (caller).
+        unsafe {
+            let x = _mm256_loadu_ps(gate.as_ptr().add(i));
+            let x3 = _mm256_mul_ps(_mm256_mul_ps(_mm256_mul_ps(cubic, x), x), x);
+            let y = _mm256_mul_ps(c, _mm256_add_ps(x, x3));
+            let e = exp_nonpositive_avx2(_mm256_mul_ps(m2, _mm256_andnot_ps(sign, y)));
+            let mag = _mm256_div_ps(_mm256_sub_ps(one, e), _mm256_add_ps(one, e));
+            let t = _mm256_or_ps(_mm256_andnot_ps(sign, mag), _mm256_and_ps(sign, y));
+            let g = _mm256_mul_ps(_mm256_mul_ps(half, x), _mm256_add_ps(one, t));
+            _mm256_storeu_ps(gate.as_mut_ptr().add(i), _mm256_mul_ps(g, _mm256_loadu_ps(up.as_ptr().add(i))));
+        }
+        i += 8;
+    }
+    n8
 }
 
 /// An element of the KV cache: `f32`, or an IEEE half stored as its bits
@@ -587,6 +684,53 @@ mod tests {
         let mut y = [1.0f32, 0.0];
         rope(&mut y, 2, RopePairing::Adjacent, &cos, &sin);
         assert!((y[0] - 1f32.cos()).abs() < 1e-6 && (y[1] - 1f32.sin()).abs() < 1e-6);
+    }
+
+    #[test]
+    fn glu_gates_equal_across_families_and_stay_near_libm() {
+        let xs: Vec<f32> = (0..4099)
+            .map(|i| {
+                let t = i as f32 / 4099.0;
+                match i % 5 {
+                    0 => (t - 0.5) * 200.0,
+                    1 => (t - 0.5) * 1e-3,
+                    _ => (t - 0.5) * 24.0,
+                }
+            })
+            .chain([0.0, -0.0, 88.0, -88.0, 1e30, -1e30, f32::INFINITY])
+            .collect();
+        let up: Vec<f32> = (0..xs.len()).map(|i| 0.5 + (i % 7) as f32 * 0.25).collect();
+        let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+        for fam in KernelFamily::all_supported() {
+            for (glu, name) in [(swiglu as fn(KernelFamily, &mut [f32], &[f32]), "swiglu"), (geglu_tanh, "geglu")] {
+                let (mut a, mut b) = (xs.clone(), xs.clone());
+                glu(KernelFamily::Scalar, &mut a, &up);
+                glu(fam, &mut b, &up);
+                assert_eq!(bits(&a), bits(&b), "{name} {fam:?}");
+            }
+        }
+        let mut s = xs.clone();
+        swiglu(KernelFamily::Scalar, &mut s, &up);
+        let mut g = xs.clone();
+        geglu_tanh(KernelFamily::Scalar, &mut g, &up);
+        for (i, &x) in xs.iter().enumerate() {
+            let xd = x as f64;
+            let silu = xd / (1.0 + (-xd).exp());
+            let y = 0.797_884_560_802_865_4 * (xd + 0.044_715 * xd * xd * xd);
+            let gelu = 0.5 * xd * (1.0 + y.tanh());
+            let eps = f32::EPSILON as f64;
+            // A few ulp of the result; for GELU also of its term x/2, where
+            // 1 + tanh cancels (as it does with libm's tanh); and the
+            // underflow of e^x below -87.
+            for (got, want, name, cancel) in [
+                (s[i], silu * up[i] as f64, "swiglu", 0.0),
+                (g[i], gelu * up[i] as f64, "geglu", xd.abs() * up[i] as f64),
+            ] {
+                let err = (got as f64 - want).abs();
+                let tol = 8.0 * eps * want.abs() + 2.0 * eps * cancel + 1e-30;
+                assert!(err <= tol || (want.is_infinite() && got as f64 == want), "{name}({x}) = {got}, want {want}");
+            }
+        }
     }
 
     #[test]

@@ -18,9 +18,9 @@ use super::config::{Ffn, LlamaConfig, RopeScaling};
 use super::weights::{LlamaWeights, WeightMatrix};
 use crate::pool::{self, Pool};
 use kernels::act::{ActRow, QRow};
+use kernels::attn::{self, KvLayer};
 use kernels::dispatch::KernelFamily;
 use kernels::matvec::{Input, matmul_rows};
-use kernels::attn::{self, KvLayer};
 use kernels::ops::{self, F16};
 
 /// A model ready to run: shape plus weights, and optionally a copy of the
@@ -141,15 +141,103 @@ const CHUNKS_PER_THREAD: usize = 4;
 /// cache tile once per this many rows instead of once per row.
 const ATTEND_ROWS: usize = 16;
 
-/// Into how many sets the query heads of a KV head are split for
-/// attention, given `chunks` (row block, KV head) chunks, `group` query
-/// heads per KV head and `threads` workers: one set (each key tile and
-/// value row read once for the whole group) unless that leaves fewer
-/// chunks than threads, then as many as it takes to give every thread a
-/// chunk (Gemma 3 270M decodes with one KV head). The grouping changes
-/// no result (`kernels::attn`).
-fn head_sets(chunks: usize, group: usize, threads: usize) -> usize {
-    if chunks >= threads { 1 } else { threads.div_ceil(chunks.max(1)).min(group).max(1) }
+/// How the (row, query head) pairs of one layer's attention are split into
+/// pool chunks. The pairs are listed by (block of [`ATTEND_ROWS`] rows,
+/// KV head), within one by row, then head. With enough (block, KV head)
+/// groups for the pool to balance ([`GROUPS_PER_THREAD`] per thread), a
+/// chunk is one group; with fewer (a decode step or a verify block: one
+/// block, a handful of KV heads), the list is cut into one run of equal
+/// length per thread, so a thread never waits on another's extra group
+/// (three KV heads on two threads would otherwise take two rounds).
+/// The split changes no result (`kernels::attn`).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct AttendPlan {
+    n: usize,
+    n_kv: usize,
+    group: usize,
+    /// Pool chunks.
+    chunks: usize,
+    /// Whether a chunk is one whole group (else an equal run of pairs).
+    whole: bool,
+}
+
+/// (Block, KV head) groups per thread below which chunks are equal runs.
+const GROUPS_PER_THREAD: usize = 4;
+
+/// One call of [`kernels::attn::attend`]: pairs `lo..hi` of a group.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct AttendCall {
+    pub(crate) kv_head: usize,
+    /// First row of the group's block.
+    row0: usize,
+    group: usize,
+    lo: usize,
+    hi: usize,
+}
+
+impl AttendCall {
+    /// The (row, query head) of each pair, in order.
+    pub(crate) fn pairs(self) -> impl Iterator<Item = (usize, usize)> {
+        (self.lo..self.hi).map(move |l| (self.row0 + l / self.group, self.kv_head * self.group + l % self.group))
+    }
+}
+
+impl AttendPlan {
+    pub(crate) fn new(n: usize, n_kv: usize, group: usize, threads: usize) -> Self {
+        let groups = n.div_ceil(ATTEND_ROWS) * n_kv;
+        let whole = threads <= 1 || groups >= GROUPS_PER_THREAD * threads;
+        let chunks = if whole { groups } else { threads.min(n * n_kv * group) };
+        AttendPlan { n, n_kv, group, chunks, whole }
+    }
+
+    pub(crate) fn chunks(&self) -> usize {
+        self.chunks
+    }
+
+    /// Rows of block `b`.
+    fn rows(&self, b: usize) -> std::ops::Range<usize> {
+        b * ATTEND_ROWS..(b * ATTEND_ROWS + ATTEND_ROWS).min(self.n)
+    }
+
+    /// Pairs of group `g` (block `g / n_kv`, KV head `g % n_kv`).
+    fn call(&self, g: usize, lo: usize, hi: usize) -> AttendCall {
+        AttendCall { kv_head: g % self.n_kv, row0: self.rows(g / self.n_kv).start, group: self.group, lo, hi }
+    }
+
+    /// The calls of chunk `j`, in pair order.
+    pub(crate) fn calls(&self, j: usize) -> impl Iterator<Item = AttendCall> {
+        let plan = *self;
+        let size = move |g: usize| plan.rows(g / plan.n_kv).len() * plan.group;
+        let groups = self.n.div_ceil(ATTEND_ROWS) * self.n_kv;
+        // The run of the pair list this chunk owns (global pair indices).
+        let total = self.n * self.n_kv * self.group;
+        let (lo, hi) = if self.whole { (0, 0) } else { (j * total / self.chunks, (j + 1) * total / self.chunks) };
+        let range = if self.whole { j..j + 1 } else { 0..groups };
+        let mut first = 0usize;
+        range.filter_map(move |g| {
+            let len = size(g);
+            if plan.whole {
+                return Some(plan.call(g, 0, len));
+            }
+            let (g0, g1) = (first, first + len);
+            first = g1;
+            let (a, b) = (lo.max(g0), hi.min(g1));
+            (a < b).then(|| plan.call(g, a - g0, b - g0))
+        })
+    }
+}
+
+thread_local! {
+    /// Per-thread buffers of attention calls.
+    static ATTEND_SCRATCH: std::cell::RefCell<AttendScratch> = std::cell::RefCell::new(AttendScratch::default());
+}
+
+#[derive(Default)]
+struct AttendScratch {
+    qs: Vec<f32>,
+    ranges: Vec<(usize, usize)>,
+    outs: Vec<f32>,
+    scores: Vec<f32>,
 }
 
 /// Elements of a row per SwiGLU chunk on the pool.
@@ -444,41 +532,39 @@ impl Model {
             }
             session.v[li].extend(v.iter().map(|&x| F16::from_f32(x)));
             let layer = KvLayer { keys: &session.k[li], values: &session.v[li], kvd, n_pos: start + n };
-            // One chunk per (block of up to ATTEND_ROWS rows, KV head, set
-            // of the query heads that share it): row i sees positions
-            // 0..=start+i (on a local layer, the last `window` of them). A
-            // chunk's pairs (row, head) read each key tile and value row
-            // once; every pair's result is a function of its query, its
-            // range and the cache alone (`kernels::attn`), so how pairs are
-            // grouped, which depends on the thread count, cannot change it.
-            let blocks = n.div_ceil(ATTEND_ROWS);
-            let sets = head_sets(blocks * c.n_kv_heads, group, pool.threads());
-            let per_set = group.div_ceil(sets);
+            // The pairs (row, query head) of the pass, in order of (block of
+            // up to ATTEND_ROWS rows, KV head, row, head): row i sees
+            // positions 0..=start+i (on a local layer, the last `window` of
+            // them). A chunk is a contiguous run of that list, attended in
+            // one call per (block, KV head) it touches, so each call reads
+            // a key tile and value row once for all its pairs. Every pair's
+            // result is a function of its query, its range and the cache
+            // alone (`kernels::attn`), so how pairs are grouped, which
+            // depends on the thread count, cannot change it.
+            let plan = AttendPlan::new(n, c.n_kv_heads, group, pool.threads());
             let att_out = Out(att.as_mut_ptr());
-            pool.for_each(blocks * c.n_kv_heads * sets, &|j| {
-                let (b, kvh, set) = (j / (c.n_kv_heads * sets), j / sets % c.n_kv_heads, j % sets);
-                let heads = kvh * group + set * per_set..(kvh * group + (set + 1) * per_set).min((kvh + 1) * group);
-                if heads.is_empty() {
-                    return;
-                }
-                let rows = b * ATTEND_ROWS..(b * ATTEND_ROWS + ATTEND_ROWS).min(n);
-                let pairs: Vec<(usize, usize)> =
-                    rows.clone().flat_map(|i| heads.clone().map(move |h| (i, h))).collect();
-                let mut qs = Vec::with_capacity(pairs.len() * hd);
-                let mut ranges = Vec::with_capacity(pairs.len());
-                for &(i, h) in &pairs {
-                    qs.extend_from_slice(&q[i * qd + h * hd..][..hd]);
-                    let end = start + i + 1;
-                    ranges.push((window.map_or(0, |w| end.saturating_sub(w)), end));
-                }
-                let mut outs = vec![0.0f32; pairs.len() * hd];
-                SCRATCH.with_borrow_mut(|scores| attn::attend(family, layer, kvh, hd, &qs, &ranges, scores, &mut outs));
-                for (r, &(i, h)) in pairs.iter().enumerate() {
-                    // SAFETY: head h of row i owns att[i * qd + h * hd ..][..hd],
-                    // and the pair (i, h) belongs to this chunk alone.
-                    let out = unsafe { std::slice::from_raw_parts_mut(att_out.ptr().add(i * qd + h * hd), hd) };
-                    out.copy_from_slice(&outs[r * hd..(r + 1) * hd]);
-                }
+            pool.for_each(plan.chunks(), &|j| {
+                ATTEND_SCRATCH.with_borrow_mut(|sc| {
+                    for call in plan.calls(j) {
+                        sc.qs.clear();
+                        sc.ranges.clear();
+                        for (i, h) in call.pairs() {
+                            sc.qs.extend_from_slice(&q[i * qd + h * hd..][..hd]);
+                            let end = start + i + 1;
+                            sc.ranges.push((window.map_or(0, |w| end.saturating_sub(w)), end));
+                        }
+                        sc.outs.clear();
+                        sc.outs.resize(sc.ranges.len() * hd, 0.0);
+                        attn::attend(family, layer, call.kv_head, hd, &sc.qs, &sc.ranges, &mut sc.scores, &mut sc.outs);
+                        for (r, (i, h)) in call.pairs().enumerate() {
+                            // SAFETY: head h of row i owns att[i * qd + h * hd ..][..hd],
+                            // and the pair (i, h) belongs to this chunk alone
+                            // (chunks are disjoint runs of the pair list).
+                            let out = unsafe { std::slice::from_raw_parts_mut(att_out.ptr().add(i * qd + h * hd), hd) };
+                            out.copy_from_slice(&sc.outs[r * hd..(r + 1) * hd]);
+                        }
+                    }
+                })
             });
             let quantized = lw.wo.matrix().wants_quantized_input();
             if quantized {
@@ -512,8 +598,8 @@ impl Model {
                 let g = unsafe { std::slice::from_raw_parts_mut(gate_out.ptr().add(i * c.ffn_dim + lo), len) };
                 let u = &up[i * c.ffn_dim + lo..][..len];
                 match c.block.ffn {
-                    Ffn::SwiGlu => ops::swiglu(g, u),
-                    Ffn::GeGluTanh => ops::geglu_tanh(g, u),
+                    Ffn::SwiGlu => ops::swiglu(family, g, u),
+                    Ffn::GeGluTanh => ops::geglu_tanh(family, g, u),
                 }
             });
             let quantized = lw.w_down.matrix().wants_quantized_input();

@@ -344,11 +344,44 @@ fn block_forward_equals_the_one_token_chain_bit_for_bit() {
     }
 }
 
+/// Attention chunks cover every (row, query head) pair of a pass exactly
+/// once, each call within one (block, KV head) group, and the runs of a
+/// decode step are balanced to one pair.
+#[test]
+fn attention_chunks_cover_every_pair_once() {
+    use super::llama::AttendPlan;
+    for n in [1usize, 2, 4, 5, 15, 16, 17, 40, 300] {
+        for (n_kv, group) in [(1usize, 1usize), (1, 4), (3, 3), (5, 3), (2, 8)] {
+            for threads in 1..=5 {
+                let plan = AttendPlan::new(n, n_kv, group, threads);
+                let mut seen = vec![0u8; n * n_kv * group];
+                let mut sizes = Vec::new();
+                for j in 0..plan.chunks() {
+                    let mut size = 0;
+                    for call in plan.calls(j) {
+                        for (i, h) in call.pairs() {
+                            assert!(i < n && h / group == call.kv_head, "pair ({i}, {h}) outside its call");
+                            seen[i * n_kv * group + h] += 1;
+                            size += 1;
+                        }
+                    }
+                    sizes.push(size);
+                }
+                assert!(seen.iter().all(|&c| c == 1), "n {n}, {n_kv}x{group} heads, {threads} threads: {seen:?}");
+                if plan.chunks() <= threads {
+                    let (lo, hi) = (sizes.iter().min().unwrap(), sizes.iter().max().unwrap());
+                    assert!(hi - lo <= 1, "unbalanced runs {sizes:?}");
+                }
+            }
+        }
+    }
+}
+
 /// A verify block equals the one-token chain at every width 1..=16 after a
 /// short and after a long cache (positions across many key tiles, a tile
 /// boundary inside the block and at its edges), for every kernel family, on
-/// one, two and three threads (three split each KV head's two query heads
-/// into two attention calls, `head_sets`).
+/// one, two and three threads (two and three cut the pair list into runs
+/// that split KV heads between attention calls, `AttendPlan`).
 #[test]
 fn block_equals_chain_at_widths_1_to_16_over_short_and_long_caches_and_thread_counts() {
     let gg = {
