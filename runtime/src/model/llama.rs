@@ -240,9 +240,6 @@ struct AttendScratch {
     scores: Vec<f32>,
 }
 
-/// Elements of a row per SwiGLU chunk on the pool.
-const SWIGLU_BAND: usize = 512;
-
 /// Chunks are whole multiples of this many rows (the kernels' weight-row
 /// tile, so no chunk splits one).
 const CHUNK_ALIGN: usize = kernels::dispatch::ROW_TILE;
@@ -308,6 +305,63 @@ fn par_matmul(pool: &Pool, family: KernelFamily, jobs: &mut [(&WeightMatrix, &mu
             }
         });
     });
+}
+
+/// `out = glu(W_gate · x, W_up · x)` for every input row (`out`: rows ×
+/// `W_gate.rows`), in one parallel section whose chunks are bands of the
+/// hidden rows: a chunk computes its band of both products, then the gate
+/// (elementwise, `ops::swiglu` or `ops::geglu_tanh`), so the gate needs no
+/// section of its own. Each output element is the same product and the same
+/// gate, whatever the band.
+#[allow(clippy::too_many_arguments)]
+fn par_glu(
+    pool: &Pool,
+    family: KernelFamily,
+    ffn: Ffn,
+    w_gate: &WeightMatrix,
+    w_up: &WeightMatrix,
+    inputs: &[Input],
+    out: &mut [f32],
+) {
+    let (n, rows) = (inputs.len(), w_gate.rows);
+    debug_assert_eq!(w_up.rows, rows);
+    debug_assert_eq!(out.len(), n * rows);
+    let threads = pool.threads();
+    let chunk = if threads == 1 {
+        rows
+    } else {
+        rows.div_ceil(threads * CHUNKS_PER_THREAD).next_multiple_of(CHUNK_ALIGN).min(rows)
+    }
+    .max(1);
+    let (gm, um) = (w_gate.matrix(), w_up.matrix());
+    let dst = Out(out.as_mut_ptr());
+    pool.for_each(rows.div_ceil(chunk), &|c| {
+        let r0 = c * chunk;
+        let len = chunk.min(rows - r0);
+        GLU_SCRATCH.with_borrow_mut(|(g, u)| {
+            g.clear();
+            g.resize(n * len, 0.0);
+            u.clear();
+            u.resize(n * len, 0.0);
+            matmul_rows(family, &gm, inputs, r0, g);
+            matmul_rows(family, &um, inputs, r0, u);
+            for i in 0..n {
+                let (gi, ui) = (&mut g[i * len..(i + 1) * len], &u[i * len..(i + 1) * len]);
+                match ffn {
+                    Ffn::SwiGlu => ops::swiglu(family, gi, ui),
+                    Ffn::GeGluTanh => ops::geglu_tanh(family, gi, ui),
+                }
+                // SAFETY: positions i * rows + r0 .. + len (i < n, r0 + len
+                // <= rows) lie inside `out` and belong to this chunk alone.
+                unsafe { std::ptr::copy_nonoverlapping(gi.as_ptr(), dst.ptr().add(i * rows + r0), len) };
+            }
+        })
+    });
+}
+
+thread_local! {
+    /// Per-thread bands of the gate and up products.
+    static GLU_SCRATCH: std::cell::RefCell<(Vec<f32>, Vec<f32>)> = const { std::cell::RefCell::new((Vec::new(), Vec::new())) };
 }
 
 /// RMSNorm of each row of `x` (rows × `w.len()`) in place, when the block
@@ -479,7 +533,6 @@ impl Model {
         let mut att = vec![0.0f32; n * qd];
         let mut proj = vec![0.0f32; n * d];
         let mut gate = vec![0.0f32; n * c.ffn_dim];
-        let mut up = vec![0.0f32; n * c.ffn_dim];
         let group = c.n_heads / c.n_kv_heads;
         let mut head_tmp = vec![0.0f32; hd];
 
@@ -585,23 +638,7 @@ impl Model {
                 quantize_rows(&xn, d, &mut xq);
             }
             let ins = inputs(&xn, d, &xq, quantized);
-            par_matmul(pool, family, &mut [(&lw.w_gate, gate.as_mut_slice()), (&lw.w_up, up.as_mut_slice())], &ins);
-            // SwiGLU is elementwise (an `exp` per element: 46k per token on
-            // the default model), so bands of every row run on the pool.
-            let bands = c.ffn_dim.div_ceil(SWIGLU_BAND);
-            let gate_out = Out(gate.as_mut_ptr());
-            pool.for_each(n * bands, &|j| {
-                let (i, lo) = (j / bands, (j % bands) * SWIGLU_BAND);
-                let len = SWIGLU_BAND.min(c.ffn_dim - lo);
-                // SAFETY: band j covers gate[i * ffn_dim + lo ..][..len],
-                // inside row i (lo + len <= ffn_dim) and owned by this chunk.
-                let g = unsafe { std::slice::from_raw_parts_mut(gate_out.ptr().add(i * c.ffn_dim + lo), len) };
-                let u = &up[i * c.ffn_dim + lo..][..len];
-                match c.block.ffn {
-                    Ffn::SwiGlu => ops::swiglu(family, g, u),
-                    Ffn::GeGluTanh => ops::geglu_tanh(family, g, u),
-                }
-            });
+            par_glu(pool, family, c.block.ffn, &lw.w_gate, &lw.w_up, &ins, &mut gate);
             let quantized = lw.w_down.matrix().wants_quantized_input();
             if quantized {
                 quantize_rows(&gate, c.ffn_dim, &mut xq);
