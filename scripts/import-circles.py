@@ -12,14 +12,19 @@ children (serve/mod.rs -> serve/routes.rs, or back) is left out. A circle is
 a strongly connected set of modules; prints each with the file edges that
 close it, and exits 1 when there is one.
 
-    python3 scripts/import-circles.py [runtime/src]
+    python3 scripts/import-circles.py [--no-tests] [runtime/src]
+
+With --no-tests, test code (files named tests.rs, `#[cfg(test)] mod`
+blocks) is left out: the library's own graph, as a build without tests has it.
 """
 
 import re
 import sys
 from pathlib import Path
 
-root = Path(sys.argv[1] if len(sys.argv) > 1 else "runtime/src")
+args = [a for a in sys.argv[1:] if a != "--no-tests"]
+NO_TESTS = "--no-tests" in sys.argv[1:]
+root = Path(args[0] if args else "runtime/src")
 BIN_ROOTS = {"main.rs"}
 
 
@@ -34,6 +39,8 @@ files = {}  # module path -> file
 for f in sorted(root.rglob("*.rs")):
     rel = f.relative_to(root)
     if rel.as_posix() in BIN_ROOTS or rel.parts[0] == "bin":
+        continue
+    if NO_TESTS and rel.name == "tests.rs":
         continue
     files[module_of(rel)] = rel.as_posix()
 
@@ -140,6 +147,13 @@ for mod, rel in files.items():
     src = strip_comments((root / rel).read_text())
     spans = inline_mod_spans(src)
     depth = lambda pos: sum(1 for a, b in spans if a < pos < b)
+    if NO_TESTS:
+        starts = {a: b for a, b in spans}
+        for m in re.finditer(r"#\[cfg\(test\)\]\s*(mod\s+\w+\s*\{)", src):
+            end = starts.get(m.start(1))
+            if end is not None:
+                src = src[: m.start()] + " " * (end + 1 - m.start()) + src[end + 1 :]
+        spans = inline_mod_spans(src)
     uses = []
     for m in re.finditer(r"\b(pub(?:\([^)]*\))?\s+)?use\s+([^;]+);", src):
         for p in use_paths(m.group(2)):

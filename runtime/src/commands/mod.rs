@@ -1,7 +1,9 @@
-//! The `runtime` commands that run in this module: `generate`, `bench`,
-//! `fetch-model`, `build-info`, each from its plain settings. The command
-//! tree and its flags are the binary's (`src/bin/runtime/`); `serve` and
-//! `policy` live in their own modules.
+//! The `runtime` commands, each from its plain settings: `generate`,
+//! `bench`, `fetch-model` and `build-info` here, `policy show` and `policy
+//! explain` in [`policy`]; `serve` is [`crate::serve::run`]. The command tree
+//! and its flags are the binary's (`src/bin/runtime/`).
+
+pub mod policy;
 
 use crate::build_info::BuildInfo;
 use crate::events::{Completion, Event, SpeculationReport, startup_event};
@@ -50,7 +52,7 @@ pub struct BenchSettings {
 }
 
 /// The width curve's built-in prompt set (`runtime bench --drafter`).
-pub const WIDTH_CURVE_PROMPTS: &str = include_str!("../../prompts/width-curve.jsonl");
+pub const WIDTH_CURVE_PROMPTS: &str = include_str!("../../../prompts/width-curve.jsonl");
 
 /// Which known model `runtime fetch-model` fetches, and where to.
 #[derive(Debug, Clone)]

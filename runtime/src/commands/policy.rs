@@ -4,12 +4,12 @@
 //! for its metadata and tensor infos only; a Hugging Face directory is
 //! loaded (its weight formats are what the loader makes of it).
 
-use super::KERNEL_FINGERPRINT;
-use super::declared::read_declared;
-use super::kind::{DrafterKind, DrafterSettings, MAX_NGRAM};
-use super::quant::{QuantClass, classify_path};
-use super::resolve::{Host, Resolution, ResolveInput, Resolver, env_override};
-use super::table::{Width, check_device_class};
+use crate::policy::KERNEL_FINGERPRINT;
+use crate::policy::declared::read_declared;
+use crate::policy::kind::{DrafterKind, DrafterSettings, MAX_NGRAM};
+use crate::policy::quant::{QuantClass, classify_path};
+use crate::policy::resolve::{Host, Resolution, ResolveInput, Resolver, env_override};
+use crate::policy::table::{self, Width, check_device_class};
 use anyhow::{Result, bail};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -41,7 +41,7 @@ pub struct ExplainSettings {
 #[derive(Serialize)]
 struct ShownEntry<'a> {
     #[serde(flatten)]
-    entry: &'a super::table::Entry,
+    entry: &'a table::Entry,
     stale: bool,
     /// This build's fingerprint for the entry's key.
     build_fingerprint: String,
@@ -168,8 +168,8 @@ pub fn show(json: bool) -> Result<ExitCode> {
 /// compiled table, printed.
 pub fn explain_command(a: ExplainSettings) -> Result<ExitCode> {
     let threads = a.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-    if threads == 0 || threads > super::table::MAX_THREADS {
-        bail!("--threads {threads}: give 1..={}", super::table::MAX_THREADS);
+    if threads == 0 || threads > table::MAX_THREADS {
+        bail!("--threads {threads}: give 1..={}", table::MAX_THREADS);
     }
     for (flag, v) in [("--ngram-min", a.ngram_min), ("--ngram-max", a.ngram_max)] {
         if let Some(n) = v
@@ -216,7 +216,7 @@ pub fn explain_command(a: ExplainSettings) -> Result<ExitCode> {
 
 fn print_table(r: &Resolver<'_>, json: bool) {
     let t = r.table;
-    let build_fp = |e: &super::table::Entry| (r.fingerprint)(&e.device_class, Some(&e.weight_formats));
+    let build_fp = |e: &table::Entry| (r.fingerprint)(&e.device_class, Some(&e.weight_formats));
     if json {
         let shown = Shown {
             file: &t.file,

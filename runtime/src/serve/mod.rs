@@ -25,6 +25,7 @@ use crate::open::{OpenSettings, Opened, open};
 use crate::sampling::SamplingParams;
 use crate::spec::setup::{SpecSettings, Speculation};
 use anyhow::{Context, Result, bail};
+use metrics::Stats;
 use queue::Queue;
 use routes::App;
 use serde_json::json;
@@ -35,7 +36,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
-use worker::{Stats, Worker};
+use worker::Worker;
 
 /// After SIGTERM, requests in flight get this long to finish before they
 /// are cancelled (a sweep stops its server between arms, with none in flight).

@@ -3,8 +3,8 @@
 //! has no clap types; its tests build the settings directly).
 
 use clap::{Args, Subcommand};
+use runtime::commands::policy::ExplainSettings;
 use runtime::commands::{BenchSettings, FetchModelSettings, GenerateSettings};
-use runtime::policy::command::ExplainSettings;
 use runtime::serve::ServeSettings;
 use runtime::spec::setup::SpecSettings;
 use std::path::PathBuf;

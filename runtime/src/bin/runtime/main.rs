@@ -48,8 +48,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Generate(args) => runtime::commands::generate(args.into()),
         Command::Serve(args) => runtime::serve::run(args.into()),
         Command::FetchModel(args) => runtime::commands::fetch_model(args.into()),
-        Command::Policy(PolicyCommand::Show { json }) => runtime::policy::command::show(json),
-        Command::Policy(PolicyCommand::Explain(args)) => runtime::policy::command::explain_command(args.into()),
+        Command::Policy(PolicyCommand::Show { json }) => runtime::commands::policy::show(json),
+        Command::Policy(PolicyCommand::Explain(args)) => runtime::commands::policy::explain_command(args.into()),
         Command::Bench(args) => runtime::commands::bench(args.into()),
         Command::BuildInfo { json } => runtime::commands::build_info(json),
     }
