@@ -5,8 +5,8 @@ Each file is a node; a path in it (`use crate::a::b`, `crate::a::b::c` in
 code, `super::x`, `self::x`, a child module's name) is an edge to the
 deepest module file the path names, following `pub use` re-exports of
 modules (`pub use serve::limits` in lib.rs). Each edge between two files
-becomes an edge between the sibling modules that hold them (cli.rs ->
-serve/limits.rs is cli -> serve; serve/worker.rs -> serve/metrics.rs is
+becomes an edge between the sibling modules that hold them (commands/mod.rs
+-> serve/mod.rs is commands -> serve; serve/worker.rs -> serve/metrics.rs is
 serve/worker -> serve/metrics); an edge between a module and its own
 children (serve/mod.rs -> serve/routes.rs, or back) is left out. A circle is
 a strongly connected set of modules; prints each with the file edges that
@@ -212,7 +212,7 @@ mod_of_file = {rel: mod for mod, rel in files.items()}
 
 # The same graph between modules: an edge from a file of module a to a file
 # of module b is an edge between the two siblings under their common parent
-# that hold them (cli -> serve for cli.rs -> serve/limits.rs); an edge
+# that hold them (commands -> serve for commands/mod.rs -> serve/mod.rs); an edge
 # between a module and one of its own descendants is left out.
 medges = {}
 for f, outs in edges.items():
