@@ -10,12 +10,13 @@
 
 pub mod bench;
 pub mod build_info;
-pub mod cli;
+pub mod commands;
 pub mod device;
 pub mod events;
 pub mod fetch;
 pub mod generate;
 pub mod gguf;
+pub mod limits;
 pub mod model;
 pub mod open;
 pub mod policy;
@@ -26,9 +27,3 @@ pub mod sampling;
 pub mod serve;
 pub mod spec;
 pub mod tokenizer;
-
-/// Bounds on user-given numbers and file sizes, the error-chain printer and
-/// the exit status. It lives under `serve/` only so that the verify-path
-/// fingerprint (policy/fingerprint.rs) already places it off the path; it
-/// serves every command.
-pub use serve::limits;

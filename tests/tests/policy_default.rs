@@ -9,13 +9,12 @@
 //! says, and byte-identical output is checked either way.
 
 use draftwise_tests::{bin, json_lines, model_path, output_text, run};
-use runtime::cli::SpecArgs;
 use runtime::generate::{Engine, NoSink};
 use runtime::policy::resolve::Host;
 use runtime::policy::table::{RecordCheck, Table, compile};
 use runtime::policy::{DrafterKind, DrafterSettings, Resolver};
 use runtime::sampling::SamplingParams;
-use runtime::spec::setup::{Decoding, Speculation};
+use runtime::spec::setup::{Decoding, SpecSettings, Speculation};
 use std::process::Command;
 use std::sync::OnceLock;
 
@@ -62,12 +61,12 @@ fn table(entries: &[String]) -> Table {
         .unwrap_or_else(|e| panic!("{e}"))
 }
 
-fn decide(t: &Table, args: &SpecArgs) -> Decoding {
+fn decide(t: &Table, args: &SpecSettings) -> Decoding {
     Speculation::resolve(args, engine(), &Resolver { table: t, fingerprint: &fingerprint }).expect("resolves")
 }
 
-fn no_flags() -> SpecArgs {
-    SpecArgs::default()
+fn no_flags() -> SpecSettings {
+    SpecSettings::default()
 }
 
 /// Token ids of a greedy run of a repetitive prompt, through the request
@@ -99,7 +98,7 @@ fn a_measured_entry_turns_speculation_on_with_its_drafter_width_and_settings() {
     assert!(s.probe.as_ref().is_some_and(|p| p.passed));
     // Speculation changes speed only: the tokens are classic decoding's.
     let spec = tokens(&mut d);
-    let mut classic = decide(&t, &SpecArgs { drafter: Some("none".into()), ..no_flags() });
+    let mut classic = decide(&t, &SpecSettings { drafter: Some("none".into()), ..no_flags() });
     assert!(classic.speculation.is_none());
     assert_eq!(classic.resolution.block_size_from, "speculation off: --drafter none");
     assert_eq!(spec, tokens(&mut classic));
@@ -142,23 +141,24 @@ fn a_stale_entry_or_none_keeps_classic_decoding() {
 fn explicit_flags_still_win_over_the_policy() {
     let t = table(&[entry("3", 1.2, [1.1, 1.3], 2)]);
     // A width flag decides the width; the drafter's settings are then the defaults.
-    let d = decide(&t, &SpecArgs { drafter: Some("ngram".into()), draft_block_size: Some("5".into()), ..no_flags() });
+    let d =
+        decide(&t, &SpecSettings { drafter: Some("ngram".into()), draft_block_size: Some("5".into()), ..no_flags() });
     let s = d.speculation.as_ref().unwrap();
     assert_eq!((s.block_size, d.drafter_from()), (Some(5), "flag"));
     assert_eq!(s.settings, DrafterSettings::ngram(3, 4));
     // A named drafter without a width takes the entry, with its settings.
-    let d = decide(&t, &SpecArgs { drafter: Some("ngram".into()), ..no_flags() });
+    let d = decide(&t, &SpecSettings { drafter: Some("ngram".into()), ..no_flags() });
     let s = d.speculation.as_ref().unwrap();
     assert_eq!((s.block_size, s.settings.clone()), (Some(3), DrafterSettings::ngram(2, 5)));
     // Settings other than the entry's: not the entry's measurement, so the
     // per-kind width, and the runtime's defaults fill what was not given.
-    let d = decide(&t, &SpecArgs { drafter: Some("ngram".into()), ngram_max: Some(4), ..no_flags() });
+    let d = decide(&t, &SpecSettings { drafter: Some("ngram".into()), ngram_max: Some(4), ..no_flags() });
     let s = d.speculation.as_ref().unwrap();
     assert_eq!((s.block_size, s.settings.clone()), (Some(4), DrafterSettings::ngram(3, 4)));
     assert!(d.resolution.block_size_from.contains("other drafter settings: ngram_max 4 (measured 5)"));
     // Flags that only make sense with a drafter are refused without one.
     let e = Speculation::resolve(
-        &SpecArgs { ngram_min: Some(2), ..no_flags() },
+        &SpecSettings { ngram_min: Some(2), ..no_flags() },
         engine(),
         &Resolver { table: &t, fingerprint: &fingerprint },
     )

@@ -566,12 +566,12 @@ fn a_context_too_short_for_the_probe_declines_instead_of_failing() {
     assert!(r.passed && r.compared_bytes > 0, "{r:?}");
     // Through the setup, the drafter is declined with the reason.
     let engine = crate::generate::Engine::new(l, fam, 1).unwrap();
-    let args = crate::cli::SpecArgs {
+    let args = crate::spec::setup::SpecSettings {
         drafter: Some("ngram".into()),
         draft_block_size: Some("8".into()),
         ..Default::default()
     };
-    let d = crate::spec::setup::Speculation::from_args(&args, &engine).unwrap();
+    let d = crate::spec::setup::Speculation::from_settings(&args, &engine).unwrap();
     let s = d.speculation.expect("a drafter");
     assert!(s.declined_reason().is_some(), "{:?}", s.probe);
     assert_eq!(s.active_width(), None);

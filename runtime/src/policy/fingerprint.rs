@@ -148,8 +148,9 @@ pub const VERIFY_PATH: &[Part] = &[
 pub const OFF_PATH: &[(&str, &str)] = &[
     ("kernels/src/matvec/tests.rs", "tests"),
     ("runtime/src/lib.rs", "the module list"),
-    ("runtime/src/main.rs", "process entry: argument parsing and the exit code"),
-    ("runtime/src/cli.rs", "argument parsing and the once-per-process setup"),
+    ("runtime/src/bin/", "the binary: argument parsing and the exit code"),
+    ("runtime/src/commands/", "the commands' once-per-process setup"),
+    ("runtime/src/limits.rs", "bounds checks on flags and file sizes, once per process or request"),
     ("runtime/src/events/", "event shapes, written once per request"),
     ("runtime/src/prompts.rs", "the prompt-set format, read once per process"),
     ("runtime/src/open.rs", "loads and places the model once per process"),

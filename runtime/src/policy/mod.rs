@@ -10,7 +10,6 @@
 //! - [`resolve`]: [`resolve()`], [`Resolution`] and [`Provenance`].
 //! - [`fingerprint`]: the verify-path fingerprint: [`KERNEL_FINGERPRINT`]
 //!   for the whole build, [`verify_fingerprint`] for one key.
-//! - [`command`]: `runtime policy show` and `runtime policy explain`.
 //!
 //! How the table gets in: `build.rs` compiles `policy/draft-block-width.toml`
 //! with [`table::compile`] (record paths checked against the repository),
@@ -20,7 +19,6 @@
 //! with the binary). Embedding the copy, not the source file, means the
 //! bytes in the binary are exactly the bytes that were validated.
 
-pub mod command;
 pub mod declared;
 pub mod fingerprint;
 pub mod kind;

@@ -264,7 +264,7 @@ fn a_quantized_target_with_an_unquantized_drafter_resolves_on_the_targets_class(
         entry("draft-model", "cuda:sm_121", "nvfp4", "6", FP),
     ]);
     let r = resolver(&t);
-    let q = super::command::Question {
+    let q = crate::commands::policy::Question {
         target: target.path(),
         drafter_model: Some(drafter.path()),
         drafter: Some("draft-model"),
@@ -275,7 +275,7 @@ fn a_quantized_target_with_an_unquantized_drafter_resolves_on_the_targets_class(
         flag: None,
         env: None,
     };
-    let e = super::command::explain(&r, &q).unwrap();
+    let e = crate::commands::policy::explain(&r, &q).unwrap();
     assert_eq!(e.target_quant.class, "nvfp4");
     assert_eq!(e.drafter_quant.as_ref().unwrap().class, "bf16");
     let res = &e.resolutions[0];
@@ -286,7 +286,7 @@ fn a_quantized_target_with_an_unquantized_drafter_resolves_on_the_targets_class(
     }
     assert!(res.block_size_from.contains("with an nvfp4 target"), "{}", res.block_size_from);
     // The human rendering names the class, its evidence and every step.
-    let text = super::command::render(&e);
+    let text = crate::commands::policy::render(&e);
     for want in ["nvfp4", "quant_algo", "not part of the key", "-> 4. policy table"] {
         assert!(text.contains(want), "{want:?} missing from:\n{text}");
     }
@@ -659,7 +659,7 @@ fn explain_reads_a_gguf_target_without_loading_weights() {
     std::fs::write(&p, f.bytes()).unwrap();
     let t = table(&[entry("ngram", "cpu:x86_64-avx2", "q4_1", "5", FP)]);
     let r = resolver(&t);
-    let q = super::command::Question {
+    let q = crate::commands::policy::Question {
         target: &p,
         drafter_model: None,
         drafter: None,
@@ -670,7 +670,7 @@ fn explain_reads_a_gguf_target_without_loading_weights() {
         flag: None,
         env: None,
     };
-    let e = super::command::explain(&r, &q).unwrap();
+    let e = crate::commands::policy::explain(&r, &q).unwrap();
     assert_eq!(e.target_quant.class, "q4_1");
     let widths: Vec<_> = e.resolutions.iter().map(|r| r.block_size).collect();
     assert_eq!(widths, [Some(5), Some(4), Some(4), Some(7), Some(1)]);

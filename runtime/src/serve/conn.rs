@@ -20,7 +20,7 @@
 //! marks its end (a streamed response runs until its last byte is written).
 
 use super::api::ApiError;
-use super::worker::Stats;
+use super::metrics::Stats;
 use axum::Router;
 use axum::body::{Body, Bytes};
 use http_body::{Frame, SizeHint};

@@ -5,10 +5,9 @@
 //! resolved width). Written by hand: a handful of counters and two
 //! histograms do not need a metrics crate.
 
-use super::worker::Stats;
 use std::fmt::Write;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// Upper bounds of the time-to-first-token buckets, seconds.
 pub const TTFT_BUCKETS_S: &[f64] = &[0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0];
@@ -79,6 +78,36 @@ impl Default for Metrics {
             per_token_s: Histogram::new(TOKEN_BUCKETS_S),
         }
     }
+}
+
+/// Counters for `/health` and `/metrics`.
+#[derive(Debug, Default)]
+pub struct Stats {
+    pub completed: AtomicU64,
+    pub cancelled: AtomicU64,
+    pub failed: AtomicU64,
+    /// Refused because the queue was full.
+    pub rejected: AtomicU64,
+    /// Ran past their deadline (`--request-timeout-secs`), answered 408.
+    pub timed_out: AtomicU64,
+    /// Refused 429: too many requests preparing (`--max-preparing`).
+    pub too_many_preparing: AtomicU64,
+    /// Refused 401 (`--api-key`).
+    pub unauthorized: AtomicU64,
+    /// Open connections now.
+    pub connections: AtomicU64,
+    /// Connections refused 503: every open one had a request running.
+    pub connections_refused: AtomicU64,
+    /// Connections closed to admit a new one at `--max-connections`.
+    pub evicted: AtomicU64,
+    /// Connections closed with 408: the request head was too slow.
+    pub header_timeouts: AtomicU64,
+    /// Keep-alive connections closed after `--idle-timeout-ms` without a request.
+    pub idle_closed: AtomicU64,
+    /// Tokens, latencies and speculation counters (`/metrics`).
+    pub metrics: Metrics,
+    /// A request is decoding now.
+    pub running: AtomicBool,
 }
 
 /// What `/metrics` reports besides the counters in [`Stats`].

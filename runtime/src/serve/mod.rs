@@ -14,20 +14,18 @@
 
 pub mod api;
 pub mod conn;
-pub mod limits;
 pub mod metrics;
 pub mod queue;
 pub mod routes;
 pub mod text;
 pub mod worker;
 
-use crate::cli::{CacheArgs, SpecArgs};
 use crate::events::{Event, startup_event};
 use crate::open::{OpenSettings, Opened, open};
 use crate::sampling::SamplingParams;
-use crate::spec::setup::Speculation;
+use crate::spec::setup::{SpecSettings, Speculation};
 use anyhow::{Context, Result, bail};
-use clap::Args;
+use metrics::Stats;
 use queue::Queue;
 use routes::App;
 use serde_json::json;
@@ -38,71 +36,43 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
-use worker::{Stats, Worker};
+use worker::Worker;
 
 /// After SIGTERM, requests in flight get this long to finish before they
 /// are cancelled (a sweep stops its server between arms, with none in flight).
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 
-/// Serve the model over HTTP with OpenAI's completions and chat completions API.
-#[derive(Args, Debug, Clone)]
-pub struct ServeArgs {
-    /// Address to listen on (an IP address). Loopback by default: the server has no authentication.
-    #[arg(long, default_value = "127.0.0.1")]
+/// What `runtime serve` runs, as given (`runtime serve --help` says what
+/// each field is; [`ServeLimits::from_settings`] and [`run`] check them).
+#[derive(Debug, Clone)]
+pub struct ServeSettings {
+    /// An IP address to listen on.
     pub host: String,
-    /// Port to listen on; 0 picks a free one (the `listening on` line on stderr names it, and
-    /// with --json the `startup` event's `server.address`).
-    #[arg(long, default_value_t = 8080)]
+    /// 0 picks a free port.
     pub port: u16,
-    /// A GGUF file, a Hugging Face checkpoint directory, or a known model by name (smollm2-135m, gemma3-270m: fetched on first use); default: smollm2-135m.
-    #[arg(long)]
+    /// A GGUF file, a Hugging Face directory or a known model's name; `None`
+    /// is the default model.
     pub model: Option<PathBuf>,
-    /// Where forward passes run: cpu, cuda or cuda:N (default: CUDA device 0 when this build has
-    /// CUDA and it is usable, else the CPU).
-    #[arg(long, env = "DRAFTWISE_DEVICE")]
+    /// `cpu`, `cuda` or `cuda:N`; `None` chooses.
     pub device: Option<String>,
-    /// The name clients pass as `model` (default: the model's file or directory name, without `.gguf`).
-    #[arg(long)]
+    /// The name clients pass as `model` (`None`: [`default_model_id`]).
     pub served_model_name: Option<String>,
-    /// Worker threads of the engine (default: the CPUs available to this process).
-    #[arg(long)]
+    /// `None`: the CPUs available to this process.
     pub threads: Option<usize>,
-    /// Requests that may wait while one runs; more are refused with 503 (code `queue_full`).
-    #[arg(long, default_value_t = 64)]
     pub max_queue: usize,
-    /// Largest request body accepted, in bytes; larger ones get 413.
-    #[arg(long, default_value_t = 1 << 20)]
     pub max_body_bytes: usize,
-    /// A request's line and headers must arrive within this many milliseconds of their first
-    /// byte; slower ones get 408 and their connection is closed.
-    #[arg(long, default_value_t = 10_000)]
     pub header_timeout_ms: u64,
-    /// A keep-alive connection with no request for this many milliseconds is closed.
-    #[arg(long, default_value_t = 30_000)]
     pub idle_timeout_ms: u64,
-    /// Open connections at most; at the limit a new one evicts the one waiting longest without
-    /// a request running, or, when every one has a request running, gets 503.
-    #[arg(long, default_value_t = 256)]
     pub max_connections: usize,
-    /// Requests tokenized at once (up to --max-queue more may wait for a turn; more get 429).
-    #[arg(long, default_value_t = 2)]
     pub max_preparing: usize,
-    /// A request not finished this many seconds after it arrived (waiting included) is
-    /// cancelled and answered 408.
-    #[arg(long, default_value_t = 600)]
     pub request_timeout_secs: u64,
-    /// Require `Authorization: Bearer KEY` on the API endpoints (`/health` and `/metrics` stay
-    /// open); also DRAFTWISE_API_KEY.
-    #[arg(long, env = "DRAFTWISE_API_KEY", hide_env_values = true)]
+    /// The bearer key the API endpoints require, if any.
     pub api_key: Option<String>,
-    /// JSONL events on stdout: `startup`, then `completion` (and `speculative_diagnostics` or
-    /// `declined`) per finished request, as `runtime generate --json` writes them.
-    #[arg(long)]
+    /// JSONL events on stdout.
     pub json: bool,
-    #[command(flatten)]
-    pub cache: CacheArgs,
-    #[command(flatten)]
-    pub spec: SpecArgs,
+    /// The model cache (`None`: the default one).
+    pub cache_dir: Option<PathBuf>,
+    pub spec: SpecSettings,
 }
 
 /// The server's limits, checked from its flags (each bounded, naming the flag).
@@ -122,7 +92,7 @@ pub const MAX_TIMEOUT_MS: u64 = 3_600_000;
 pub const MAX_REQUEST_TIMEOUT_SECS: u64 = 86_400;
 
 impl ServeLimits {
-    pub fn from_args(args: &ServeArgs) -> Result<Self, String> {
+    pub fn from_settings(args: &ServeSettings) -> Result<Self, String> {
         use crate::limits::{check_ms, check_range};
         check_range("--max-queue", args.max_queue as u64, 1, MAX_COUNT_FLAG)?;
         check_range("--max-body-bytes", args.max_body_bytes as u64, 1024, MAX_BODY_BYTES)?;
@@ -148,9 +118,9 @@ pub fn default_model_id(path: &Path) -> String {
 }
 
 /// `runtime serve`: load, bind, serve until SIGTERM or SIGINT, shut down cleanly.
-pub fn run(args: ServeArgs) -> Result<ExitCode> {
+pub fn run(args: ServeSettings) -> Result<ExitCode> {
     let threads = crate::limits::resolve_threads(args.threads)?;
-    let limits = ServeLimits::from_args(&args).map_err(anyhow::Error::msg)?;
+    let limits = ServeLimits::from_settings(&args).map_err(anyhow::Error::msg)?;
     let ip: IpAddr = args
         .host
         .parse()
@@ -162,11 +132,11 @@ pub fn run(args: ServeArgs) -> Result<ExitCode> {
     let addr = listener.local_addr()?;
     let Opened { engine, selection, cuda, path } = open(OpenSettings {
         model: args.model.as_deref(),
-        cache_dir: args.cache.cache_dir.as_deref(),
+        cache_dir: args.cache_dir.as_deref(),
         device: args.device.as_deref(),
         threads,
     })?;
-    let decoding = Speculation::from_args(&args.spec, &engine)?;
+    let decoding = Speculation::from_settings(&args.spec, &engine)?;
     let model_id = args.served_model_name.clone().unwrap_or_else(|| default_model_id(&path));
     if model_id.is_empty() {
         bail!("--served-model-name must not be empty");

@@ -2,8 +2,9 @@
 //! chunk bodies, and the server-sent-event stream.
 
 use super::api::{self, ApiError, Endpoint};
+use super::metrics::Stats;
 use super::queue::{PushError, Queue};
-use super::worker::{Finished, Job, Msg, Stats};
+use super::worker::{Finished, Job, Msg};
 use crate::events::ServedTimings;
 use crate::generate::{Engine, FinishReason};
 use axum::Router;

@@ -6,6 +6,7 @@
 //! waiting, and cancelled at the next token if it is running.
 
 use super::api::{ApiError, Prepared};
+use super::metrics::Stats;
 use super::queue::Queue;
 use super::text::{Detokenizer, StopText};
 use crate::events::{Completion, Event, SpeculationReport};
@@ -16,7 +17,7 @@ use crate::tokenizer::Tokenizer;
 use std::io::Write;
 use std::ops::ControlFlow;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc::UnboundedSender;
 
@@ -61,36 +62,6 @@ pub struct Job {
     pub timeout: Duration,
     /// Dropped receiver = the client is gone.
     pub tx: UnboundedSender<Msg>,
-}
-
-/// Counters for `/health` and `/metrics`.
-#[derive(Debug, Default)]
-pub struct Stats {
-    pub completed: AtomicU64,
-    pub cancelled: AtomicU64,
-    pub failed: AtomicU64,
-    /// Refused because the queue was full.
-    pub rejected: AtomicU64,
-    /// Ran past their deadline (`--request-timeout-secs`), answered 408.
-    pub timed_out: AtomicU64,
-    /// Refused 429: too many requests preparing (`--max-preparing`).
-    pub too_many_preparing: AtomicU64,
-    /// Refused 401 (`--api-key`).
-    pub unauthorized: AtomicU64,
-    /// Open connections now.
-    pub connections: AtomicU64,
-    /// Connections refused 503: every open one had a request running.
-    pub connections_refused: AtomicU64,
-    /// Connections closed to admit a new one at `--max-connections`.
-    pub evicted: AtomicU64,
-    /// Connections closed with 408: the request head was too slow.
-    pub header_timeouts: AtomicU64,
-    /// Keep-alive connections closed after `--idle-timeout-ms` without a request.
-    pub idle_closed: AtomicU64,
-    /// Tokens, latencies and speculation counters (`/metrics`).
-    pub metrics: super::metrics::Metrics,
-    /// A request is decoding now.
-    pub running: AtomicBool,
 }
 
 /// The engine thread's state.

@@ -210,18 +210,13 @@ pub fn host_of<'a>(engine: &'a Engine, device_class: &'a str) -> policy::resolve
 
 impl Speculation {
     /// How this process decodes, resolved with the compiled policy.
-    pub fn from_args(args: impl Into<SpecSettings>, engine: &Engine) -> Result<Decoding> {
+    pub fn from_settings(args: &SpecSettings, engine: &Engine) -> Result<Decoding> {
         Speculation::resolve(args, engine, &policy::Resolver::compiled())
     }
 
-    /// [`Speculation::from_args`] against a given policy (tests pass their
-    /// own table).
-    pub fn resolve(
-        args: impl Into<SpecSettings>,
-        engine: &Engine,
-        resolver: &policy::Resolver<'_>,
-    ) -> Result<Decoding> {
-        let args = &args.into();
+    /// [`Speculation::from_settings`] against a given policy (tests pass
+    /// their own table).
+    pub fn resolve(args: &SpecSettings, engine: &Engine, resolver: &policy::Resolver<'_>) -> Result<Decoding> {
         let given = |a: &SpecSettings| {
             a.draft_block_size.is_some()
                 || a.drafter_model.is_some()

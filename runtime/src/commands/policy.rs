@@ -4,59 +4,36 @@
 //! for its metadata and tensor infos only; a Hugging Face directory is
 //! loaded (its weight formats are what the loader makes of it).
 
-use super::KERNEL_FINGERPRINT;
-use super::declared::read_declared;
-use super::kind::{DrafterKind, DrafterSettings, MAX_NGRAM};
-use super::quant::{QuantClass, classify_path};
-use super::resolve::{Host, Resolution, ResolveInput, Resolver, env_override};
-use super::table::{Width, check_device_class};
+use crate::policy::KERNEL_FINGERPRINT;
+use crate::policy::declared::read_declared;
+use crate::policy::kind::{DrafterKind, DrafterSettings, MAX_NGRAM};
+use crate::policy::quant::{QuantClass, classify_path};
+use crate::policy::resolve::{Host, Resolution, ResolveInput, Resolver, env_override};
+use crate::policy::table::{self, Width, check_device_class};
 use anyhow::{Result, bail};
-use clap::{Args, Subcommand};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-#[derive(Subcommand, Debug, Clone)]
-pub enum PolicyCommand {
-    /// Print the draft-width table compiled into this binary.
-    Show {
-        /// One JSON object instead of text.
-        #[arg(long)]
-        json: bool,
-    },
-    /// Classify a target's quantization and resolve the draft width step by step.
-    Explain(ExplainArgs),
-}
-
-#[derive(Args, Debug, Clone)]
-pub struct ExplainArgs {
-    /// The target: a GGUF file or a Hugging Face checkpoint directory.
-    #[arg(long)]
+/// What `policy explain` is asked, as given (`runtime policy explain
+/// --help` says what each field is; [`explain_command`] checks them).
+#[derive(Debug, Clone)]
+pub struct ExplainSettings {
+    /// A GGUF file or a Hugging Face checkpoint directory.
     pub target: PathBuf,
-    /// Drafter kind (ngram, layerskip, draft-model, dflash, mtp) as `generate --drafter` takes it;
-    /// default: what `generate` does without it, and every kind's width.
-    #[arg(long)]
+    /// A drafter kind, or `none`; `None`: what `generate` does without one.
     pub drafter: Option<String>,
-    /// Worker threads, as `generate --threads` (default: the CPUs available to this process).
-    #[arg(long)]
+    /// `None`: the CPUs available to this process.
     pub threads: Option<usize>,
-    /// `ngram` settings as `generate` takes them.
-    #[arg(long)]
     pub ngram_min: Option<usize>,
-    #[arg(long)]
     pub ngram_max: Option<usize>,
-    /// The drafter checkpoint (draft-model, dflash): read for a declared width only.
-    #[arg(long)]
+    /// The drafter checkpoint, read for a declared width only.
     pub drafter_model: Option<PathBuf>,
-    /// Device class to resolve for (default: this host's, e.g. cpu:x86_64-avx2).
-    #[arg(long)]
+    /// A device class (`None`: this host's).
     pub device: Option<String>,
-    /// Operator override, as `generate` takes it (a width 1..=32, or off).
-    #[arg(long)]
+    /// The operator's width override, as given.
     pub draft_block_size: Option<String>,
-    /// One JSON object instead of text.
-    #[arg(long)]
     pub json: bool,
 }
 
@@ -64,7 +41,7 @@ pub struct ExplainArgs {
 #[derive(Serialize)]
 struct ShownEntry<'a> {
     #[serde(flatten)]
-    entry: &'a super::table::Entry,
+    entry: &'a table::Entry,
     stale: bool,
     /// This build's fingerprint for the entry's key.
     build_fingerprint: String,
@@ -181,66 +158,65 @@ pub fn explain(resolver: &Resolver<'_>, q: &Question<'_>) -> Result<Explanation>
     })
 }
 
-/// Runs a `policy` subcommand.
-pub fn run(cmd: PolicyCommand) -> Result<ExitCode> {
-    match cmd {
-        PolicyCommand::Show { json } => {
-            show(&Resolver::compiled(), json);
-            Ok(ExitCode::SUCCESS)
-        }
-        PolicyCommand::Explain(a) => {
-            let threads = a.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-            if threads == 0 || threads > super::table::MAX_THREADS {
-                bail!("--threads {threads}: give 1..={}", super::table::MAX_THREADS);
-            }
-            for (flag, v) in [("--ngram-min", a.ngram_min), ("--ngram-max", a.ngram_max)] {
-                if let Some(n) = v
-                    && !(1..=MAX_NGRAM).contains(&n)
-                {
-                    bail!("{flag} {n}: give 1..={MAX_NGRAM}");
-                }
-            }
-            let settings = DrafterSettings { ngram_min: a.ngram_min, ngram_max: a.ngram_max, layers: None };
-            let (device, device_from) = match &a.device {
-                Some(d) => {
-                    check_device_class(d).map_err(anyhow::Error::msg)?;
-                    (d.clone(), "--device".to_string())
-                }
-                None => {
-                    let s = kernels::dispatch::selected()?;
-                    let how = if s.forced { "forced by DRAFTWISE_KERNELS" } else { "selected on this host" };
-                    (s.family.device_class(), format!("kernel family {} {how}", s.family.name()))
-                }
-            };
-            if !a.target.exists() {
-                bail!("--target {}: no such file or directory", a.target.display());
-            }
-            let env = env_override()?;
-            let q = Question {
-                target: &a.target,
-                drafter_model: a.drafter_model.as_deref(),
-                drafter: a.drafter.as_deref(),
-                device_class: &device,
-                device_from: &device_from,
-                threads,
-                settings: &settings,
-                flag: a.draft_block_size.as_deref(),
-                env: env.as_deref(),
-            };
-            let e = explain(&Resolver::compiled(), &q)?;
-            if a.json {
-                println!("{}", serde_json::to_string(&e)?);
-            } else {
-                print!("{}", render(&e));
-            }
-            Ok(ExitCode::SUCCESS)
-        }
-    }
+/// `runtime policy show`: the compiled table.
+pub fn show(json: bool) -> Result<ExitCode> {
+    print_table(&Resolver::compiled(), json);
+    Ok(ExitCode::SUCCESS)
 }
 
-fn show(r: &Resolver<'_>, json: bool) {
+/// `runtime policy explain`: the settings checked, then [`explain`] with the
+/// compiled table, printed.
+pub fn explain_command(a: ExplainSettings) -> Result<ExitCode> {
+    let threads = a.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    if threads == 0 || threads > table::MAX_THREADS {
+        bail!("--threads {threads}: give 1..={}", table::MAX_THREADS);
+    }
+    for (flag, v) in [("--ngram-min", a.ngram_min), ("--ngram-max", a.ngram_max)] {
+        if let Some(n) = v
+            && !(1..=MAX_NGRAM).contains(&n)
+        {
+            bail!("{flag} {n}: give 1..={MAX_NGRAM}");
+        }
+    }
+    let settings = DrafterSettings { ngram_min: a.ngram_min, ngram_max: a.ngram_max, layers: None };
+    let (device, device_from) = match &a.device {
+        Some(d) => {
+            check_device_class(d).map_err(anyhow::Error::msg)?;
+            (d.clone(), "--device".to_string())
+        }
+        None => {
+            let s = kernels::dispatch::selected()?;
+            let how = if s.forced { "forced by DRAFTWISE_KERNELS" } else { "selected on this host" };
+            (s.family.device_class(), format!("kernel family {} {how}", s.family.name()))
+        }
+    };
+    if !a.target.exists() {
+        bail!("--target {}: no such file or directory", a.target.display());
+    }
+    let env = env_override()?;
+    let q = Question {
+        target: &a.target,
+        drafter_model: a.drafter_model.as_deref(),
+        drafter: a.drafter.as_deref(),
+        device_class: &device,
+        device_from: &device_from,
+        threads,
+        settings: &settings,
+        flag: a.draft_block_size.as_deref(),
+        env: env.as_deref(),
+    };
+    let e = explain(&Resolver::compiled(), &q)?;
+    if a.json {
+        println!("{}", serde_json::to_string(&e)?);
+    } else {
+        print!("{}", render(&e));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn print_table(r: &Resolver<'_>, json: bool) {
     let t = r.table;
-    let build_fp = |e: &super::table::Entry| (r.fingerprint)(&e.device_class, Some(&e.weight_formats));
+    let build_fp = |e: &table::Entry| (r.fingerprint)(&e.device_class, Some(&e.weight_formats));
     if json {
         let shown = Shown {
             file: &t.file,

@@ -1,7 +1,11 @@
-//! `runtime`: a thin binary over the `runtime` library: the command tree,
-//! and a dispatch to the library function that runs each command.
+//! `runtime`: a thin binary over the `runtime` library: the command tree
+//! (its flags in [`args`]), and a dispatch to the library function that runs
+//! each command.
+
+mod args;
+
+use args::{BenchArgs, FetchModelArgs, GenerateArgs, PolicyCommand, ServeArgs};
 use clap::{Parser, Subcommand};
-use runtime::cli::{BenchArgs, GenerateArgs};
 use std::io::IsTerminal;
 use std::process::ExitCode;
 
@@ -22,9 +26,9 @@ enum Command {
     /// Generate completions for a prompt or a prompt set.
     Generate(GenerateArgs),
     /// Serve the model over HTTP with an OpenAI-compatible API (docs/serve.md).
-    Serve(runtime::serve::ServeArgs),
+    Serve(ServeArgs),
     /// Download a known model into the cache and verify it (default smollm2-135m: SmolLM2-135M-Instruct Q4_1; --model gemma3-270m).
-    FetchModel(runtime::cli::FetchModelArgs),
+    FetchModel(FetchModelArgs),
     /// Print this build's identity.
     BuildInfo {
         /// One JSON object instead of text.
@@ -33,7 +37,7 @@ enum Command {
     },
     /// The draft-width policy: `show` the compiled table, `explain` a resolution.
     #[command(subcommand)]
-    Policy(runtime::policy::command::PolicyCommand),
+    Policy(PolicyCommand),
     /// Measure prefill and decode tokens per second, the verify-cost curve, or (with
     /// --drafter) the speculative width curve against classic decoding.
     Bench(BenchArgs),
@@ -41,12 +45,13 @@ enum Command {
 
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
-        Command::Generate(args) => runtime::cli::generate(args),
-        Command::Serve(args) => runtime::serve::run(args),
-        Command::FetchModel(c) => runtime::cli::fetch_model(c),
-        Command::Policy(p) => runtime::policy::command::run(p),
-        Command::Bench(args) => runtime::cli::bench(args),
-        Command::BuildInfo { json } => runtime::cli::build_info(json),
+        Command::Generate(args) => runtime::commands::generate(args.into()),
+        Command::Serve(args) => runtime::serve::run(args.into()),
+        Command::FetchModel(args) => runtime::commands::fetch_model(args.into()),
+        Command::Policy(PolicyCommand::Show { json }) => runtime::commands::policy::show(json),
+        Command::Policy(PolicyCommand::Explain(args)) => runtime::commands::policy::explain_command(args.into()),
+        Command::Bench(args) => runtime::commands::bench(args.into()),
+        Command::BuildInfo { json } => runtime::commands::build_info(json),
     }
 }
 

@@ -1,6 +1,9 @@
-//! The `runtime` commands that run in this module: `generate`, `bench`,
-//! `fetch-model`, `build-info`, with their flags. The command tree itself is
-//! the binary's (`main.rs`); `serve` and `policy` live in their own modules.
+//! The `runtime` commands, each from its plain settings: `generate`,
+//! `bench`, `fetch-model` and `build-info` here, `policy show` and `policy
+//! explain` in [`policy`]; `serve` is [`crate::serve::run`]. The command tree
+//! and its flags are the binary's (`src/bin/runtime/`).
+
+pub mod policy;
 
 use crate::build_info::BuildInfo;
 use crate::events::{Completion, Event, SpeculationReport, startup_event};
@@ -9,180 +12,95 @@ use crate::generate::{Engine, NoSink};
 use crate::open::{OpenSettings, Opened, open};
 use crate::prompts::{PromptItem, PromptKind, parse_prompts};
 use crate::sampling::SamplingParams;
+use crate::spec::setup::SpecSettings;
 use crate::tokenizer::chat::Message;
 use anyhow::{Context, Result, bail};
-use clap::Args;
 use kernels::dispatch;
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-#[derive(Args, Debug, Clone)]
-pub struct BenchArgs {
-    /// A GGUF file, a Hugging Face checkpoint directory, or a known model by name (smollm2-135m, gemma3-270m: fetched on first use); default: smollm2-135m.
-    #[arg(long)]
+/// What `runtime bench` measures, as given (`runtime bench --help` says
+/// what each field is; [`bench`] checks them).
+#[derive(Debug, Clone)]
+pub struct BenchSettings {
+    /// A GGUF file, a Hugging Face directory or a known model's name; `None`
+    /// is the default model.
     pub model: Option<PathBuf>,
-    /// Worker threads (default: the CPUs available to this process).
-    #[arg(long)]
+    /// `None`: the CPUs available to this process.
     pub threads: Option<usize>,
-    /// Prompt length: one prefill forward pass of this many tokens.
-    #[arg(long, default_value_t = 128)]
     pub prompt_tokens: usize,
-    /// Tokens decoded one forward pass at a time after the prefill.
-    #[arg(long, default_value_t = 128)]
     pub gen_tokens: usize,
-    /// Recorded repetitions.
-    #[arg(long, default_value_t = 5)]
     pub reps: usize,
-    /// Repetitions run first and discarded.
-    #[arg(long, default_value_t = 1)]
     pub warmup: usize,
-    /// Time one forward pass of W = 1..=--max-width tokens (a verify block) instead.
-    #[arg(long)]
+    /// Time verify blocks of 1..=`max_width` tokens instead.
     pub verify_cost: bool,
-    /// Widest verify block for --verify-cost.
-    #[arg(long, default_value_t = 16)]
     pub max_width: usize,
-    /// One JSON object with every raw sample on stdout.
-    #[arg(long)]
     pub json: bool,
-    /// Width curve (with --drafter): draft widths to measure against classic decoding.
-    #[arg(long, value_delimiter = ',', default_value = "1,2,3,4,5,6,7,8")]
+    /// Width curve (with a drafter): the draft widths measured.
     pub widths: Vec<usize>,
-    /// Width curve: the prompt set, grouped into tasks by each line's `type`
-    /// (default: the repository's prompts/width-curve.jsonl, built in).
-    #[arg(long)]
+    /// Width curve: the prompt set (`None`: [`WIDTH_CURVE_PROMPTS`]).
     pub prompts: Option<PathBuf>,
     /// Width curve: tokens generated per prompt.
-    #[arg(long, default_value_t = 96)]
     pub max_tokens: usize,
-    /// Where forward passes run: cpu, cuda or cuda:N (default: CUDA device 0 when this build has
-    /// CUDA and it is usable, else the CPU).
-    #[arg(long, env = "DRAFTWISE_DEVICE")]
+    /// `cpu`, `cuda` or `cuda:N`; `None` chooses.
     pub device: Option<String>,
-    #[command(flatten)]
-    pub cache: CacheArgs,
-    #[command(flatten)]
-    pub spec: SpecArgs,
+    /// The model cache (`None`: the default one).
+    pub cache_dir: Option<PathBuf>,
+    /// A drafter here asks for the width curve.
+    pub spec: SpecSettings,
 }
 
 /// The width curve's built-in prompt set (`runtime bench --drafter`).
-pub const WIDTH_CURVE_PROMPTS: &str = include_str!("../../prompts/width-curve.jsonl");
+pub const WIDTH_CURVE_PROMPTS: &str = include_str!("../../../prompts/width-curve.jsonl");
 
-#[derive(Args, Debug, Clone)]
-pub struct CacheArgs {
-    /// Model cache directory (default: $DRAFTWISE_CACHE_DIR, else $XDG_CACHE_HOME/draftwise, else ~/.cache/draftwise).
-    #[arg(long)]
+/// Which known model `runtime fetch-model` fetches, and where to.
+#[derive(Debug, Clone)]
+pub struct FetchModelSettings {
+    /// A known model's name (`fetch::MODELS`).
+    pub model: String,
+    /// The model cache (`None`: the default one).
     pub cache_dir: Option<PathBuf>,
 }
 
-#[derive(Args, Debug, Clone)]
-pub struct FetchModelArgs {
-    /// Which known model: smollm2-135m (the default) or gemma3-270m.
-    #[arg(long, default_value = "smollm2-135m")]
-    pub model: String,
-    #[command(flatten)]
-    pub cache: CacheArgs,
-}
-
-#[derive(Args, Debug, Clone)]
-pub struct GenerateArgs {
-    /// A GGUF file, a Hugging Face checkpoint directory, or a known model by name (smollm2-135m, gemma3-270m: fetched on first use); default: smollm2-135m.
-    #[arg(long)]
+/// What `runtime generate` runs, as given (`runtime generate --help` says
+/// what each field is; [`generate`] checks them).
+#[derive(Debug, Clone)]
+pub struct GenerateSettings {
+    /// A GGUF file, a Hugging Face directory or a known model's name; `None`
+    /// is the default model.
     pub model: Option<PathBuf>,
-    /// The prompt text.
-    #[arg(long, conflicts_with = "prompts", required_unless_present = "prompts")]
+    /// One prompt; exactly one of `prompt` and `prompts` is given.
     pub prompt: Option<String>,
-    /// A JSONL prompt set: {"id": ..., "prompt": ...} or {"id": ..., "messages": [...]} per line.
-    #[arg(long)]
+    /// A JSONL prompt set.
     pub prompts: Option<PathBuf>,
-    /// Render --prompt as a user message through the model's chat template.
-    #[arg(long)]
+    /// Render `prompt` as a user message through the chat template.
     pub chat: bool,
-    #[arg(long, default_value_t = 128)]
     pub max_tokens: usize,
-    /// Worker threads (default: the CPUs available to this process).
-    #[arg(long)]
+    /// `None`: the CPUs available to this process.
     pub threads: Option<usize>,
-    /// 0 is greedy.
-    #[arg(long, default_value_t = 0.0)]
     pub temperature: f32,
-    /// 0 keeps every token.
-    #[arg(long, default_value_t = 0)]
     pub top_k: usize,
-    #[arg(long, default_value_t = 1.0)]
     pub top_p: f32,
-    #[arg(long, default_value_t = 0)]
     pub seed: u64,
-    /// Run each prompt this many times (recorded passes).
-    #[arg(long, default_value_t = 1)]
+    /// Recorded passes over the prompts.
     pub repeat: usize,
-    /// Unrecorded passes over the prompt set first, marked `warmup` in events.
-    #[arg(long, default_value_t = 0)]
+    /// Unrecorded passes first.
     pub warmup: usize,
-    /// JSONL events on stdout (startup, completion); human logs stay on stderr.
-    #[arg(long)]
     pub json: bool,
-    /// Where forward passes run: cpu, cuda or cuda:N (default: CUDA device 0 when this build has
-    /// CUDA and it is usable, else the CPU).
-    #[arg(long, env = "DRAFTWISE_DEVICE")]
+    /// `cpu`, `cuda` or `cuda:N`; `None` chooses.
     pub device: Option<String>,
-    #[command(flatten)]
-    pub cache: CacheArgs,
-    #[command(flatten)]
-    pub spec: SpecArgs,
-}
-
-/// Speculative decoding settings. Without `--drafter` the measured policy
-/// decides: a measurement for this host that beats classic decoding turns its
-/// drafter on; otherwise decoding is classic. `--drafter none` is classic.
-#[derive(Args, Debug, Clone, Default)]
-pub struct SpecArgs {
-    /// Drafter kind: ngram, layerskip or draft-model (dflash and mtp are recognized, not loadable yet),
-    /// or none for classic decoding. Default: what the policy table measured for this host.
-    #[arg(long)]
-    pub drafter: Option<String>,
-    /// Tokens drafted per verify step (overrides DRAFTWISE_DRAFT_BLOCK_SIZE and the policy table).
-    #[arg(long)]
-    pub draft_block_size: Option<String>,
-    /// The draft checkpoint for `--drafter draft-model` (GGUF or Hugging Face directory).
-    #[arg(long)]
-    pub drafter_model: Option<PathBuf>,
-    /// `layerskip` layers: a count K (the first K layers) or a list like 0,1,2,7.
-    #[arg(long)]
-    pub layerskip_layers: Option<String>,
-    /// `ngram`: longest pattern looked up (default: the measured entry's, else 4).
-    #[arg(long)]
-    pub ngram_max: Option<usize>,
-    /// `ngram`: shortest pattern looked up (default: the measured entry's, else 3).
-    #[arg(long)]
-    pub ngram_min: Option<usize>,
-    /// Speculate even if the block-vs-chain probe finds verify rows that differ from the chain
-    /// (forfeits byte-identical output; also DRAFTWISE_ALLOW_INEXACT=1).
-    #[arg(long)]
-    pub allow_inexact: bool,
-}
-
-impl From<&SpecArgs> for crate::spec::setup::SpecSettings {
-    fn from(a: &SpecArgs) -> Self {
-        crate::spec::setup::SpecSettings {
-            drafter: a.drafter.clone(),
-            draft_block_size: a.draft_block_size.clone(),
-            drafter_model: a.drafter_model.clone(),
-            layerskip_layers: a.layerskip_layers.clone(),
-            ngram_max: a.ngram_max,
-            ngram_min: a.ngram_min,
-            allow_inexact: a.allow_inexact,
-        }
-    }
+    /// The model cache (`None`: the default one).
+    pub cache_dir: Option<PathBuf>,
+    pub spec: SpecSettings,
 }
 
 /// `runtime fetch-model`: a known model's path in the cache, fetched if needed.
-pub fn fetch_model(c: FetchModelArgs) -> Result<ExitCode> {
+pub fn fetch_model(c: FetchModelSettings) -> Result<ExitCode> {
     let Some(spec) = fetch::find_model(&c.model) else {
         bail!("fetch-model --model {}: not a known model (known: {})", c.model, fetch::model_names());
     };
-    let p = fetch::ensure_model(spec, c.cache.cache_dir.as_deref())?;
+    let p = fetch::ensure_model(spec, c.cache_dir.as_deref())?;
     println!("{}", p.display());
     Ok(ExitCode::SUCCESS)
 }
@@ -206,7 +124,8 @@ pub fn build_info(json: bool) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-pub fn bench(args: BenchArgs) -> Result<ExitCode> {
+/// `runtime bench`: the throughput report, or with a drafter the width curve.
+pub fn bench(args: BenchSettings) -> Result<ExitCode> {
     let threads = crate::limits::resolve_threads(args.threads)?;
     if args.reps == 0 {
         bail!("--reps must be at least 1");
@@ -216,7 +135,7 @@ pub fn bench(args: BenchArgs) -> Result<ExitCode> {
     }
     let Opened { engine, path, .. } = open(OpenSettings {
         model: args.model.as_deref(),
-        cache_dir: args.cache.cache_dir.as_deref(),
+        cache_dir: args.cache_dir.as_deref(),
         device: args.device.as_deref(),
         threads,
     })?;
@@ -242,7 +161,7 @@ pub fn bench(args: BenchArgs) -> Result<ExitCode> {
 }
 
 /// `runtime bench --drafter KIND`: the width curve, one table per task.
-fn width_curve(args: &BenchArgs, kind: &str, engine: &Engine) -> Result<ExitCode> {
+fn width_curve(args: &BenchSettings, kind: &str, engine: &Engine) -> Result<ExitCode> {
     use crate::bench::curve::{self, CurveSpec, Task};
     if args.spec.draft_block_size.is_some() || args.spec.allow_inexact {
         bail!(
@@ -270,7 +189,7 @@ fn width_curve(args: &BenchArgs, kind: &str, engine: &Engine) -> Result<ExitCode
             None => tasks.push(Task { name, prompts: vec![(it.id.clone(), ids)] }),
         }
     }
-    let (drafter_kind, mut drafter) = crate::spec::setup::build_drafter(kind, &(&args.spec).into(), engine)?;
+    let (drafter_kind, mut drafter) = crate::spec::setup::build_drafter(kind, &args.spec, engine)?;
     let spec = CurveSpec {
         drafter: drafter_kind.to_string(),
         widths: args.widths.clone(),
@@ -307,7 +226,8 @@ fn width_curve(args: &BenchArgs, kind: &str, engine: &Engine) -> Result<ExitCode
     Ok(ExitCode::SUCCESS)
 }
 
-pub fn generate(args: GenerateArgs) -> Result<ExitCode> {
+/// `runtime generate`: each prompt decoded as the settings and the policy say.
+pub fn generate(args: GenerateSettings) -> Result<ExitCode> {
     let sampling =
         SamplingParams { temperature: args.temperature, top_k: args.top_k, top_p: args.top_p, seed: args.seed };
     sampling.validate().map_err(anyhow::Error::msg)?;
@@ -329,7 +249,7 @@ pub fn generate(args: GenerateArgs) -> Result<ExitCode> {
     };
     let Opened { engine, selection, cuda, .. } = open(OpenSettings {
         model: args.model.as_deref(),
-        cache_dir: args.cache.cache_dir.as_deref(),
+        cache_dir: args.cache_dir.as_deref(),
         device: args.device.as_deref(),
         threads,
     })?;
@@ -341,7 +261,7 @@ pub fn generate(args: GenerateArgs) -> Result<ExitCode> {
         prompts.push((it.id.clone(), it.encode(tok)?));
     }
 
-    let decoding = crate::spec::setup::Speculation::from_args(&args.spec, &engine)?;
+    let decoding = crate::spec::setup::Speculation::from_settings(&args.spec, &engine)?;
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     eprintln!("{}", decoding.summary());

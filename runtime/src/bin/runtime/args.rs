@@ -1,0 +1,362 @@
+//! The command-line flags of `runtime`: one clap struct per command, each
+//! turned into the plain settings its library function takes (the library
+//! has no clap types; its tests build the settings directly).
+
+use clap::{Args, Subcommand};
+use runtime::commands::policy::ExplainSettings;
+use runtime::commands::{BenchSettings, FetchModelSettings, GenerateSettings};
+use runtime::serve::ServeSettings;
+use runtime::spec::setup::SpecSettings;
+use std::path::PathBuf;
+
+#[derive(Args, Debug, Clone)]
+pub struct GenerateArgs {
+    /// A GGUF file, a Hugging Face checkpoint directory, or a known model by name (smollm2-135m, gemma3-270m: fetched on first use); default: smollm2-135m.
+    #[arg(long)]
+    pub model: Option<PathBuf>,
+    /// The prompt text.
+    #[arg(long, conflicts_with = "prompts", required_unless_present = "prompts")]
+    pub prompt: Option<String>,
+    /// A JSONL prompt set: {"id": ..., "prompt": ...} or {"id": ..., "messages": [...]} per line.
+    #[arg(long)]
+    pub prompts: Option<PathBuf>,
+    /// Render --prompt as a user message through the model's chat template.
+    #[arg(long)]
+    pub chat: bool,
+    #[arg(long, default_value_t = 128)]
+    pub max_tokens: usize,
+    /// Worker threads (default: the CPUs available to this process).
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// 0 is greedy.
+    #[arg(long, default_value_t = 0.0)]
+    pub temperature: f32,
+    /// 0 keeps every token.
+    #[arg(long, default_value_t = 0)]
+    pub top_k: usize,
+    #[arg(long, default_value_t = 1.0)]
+    pub top_p: f32,
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Run each prompt this many times (recorded passes).
+    #[arg(long, default_value_t = 1)]
+    pub repeat: usize,
+    /// Unrecorded passes over the prompt set first, marked `warmup` in events.
+    #[arg(long, default_value_t = 0)]
+    pub warmup: usize,
+    /// JSONL events on stdout (startup, completion); human logs stay on stderr.
+    #[arg(long)]
+    pub json: bool,
+    /// Where forward passes run: cpu, cuda or cuda:N (default: CUDA device 0 when this build has
+    /// CUDA and it is usable, else the CPU).
+    #[arg(long, env = "DRAFTWISE_DEVICE")]
+    pub device: Option<String>,
+    #[command(flatten)]
+    pub cache: CacheArgs,
+    #[command(flatten)]
+    pub spec: SpecArgs,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct BenchArgs {
+    /// A GGUF file, a Hugging Face checkpoint directory, or a known model by name (smollm2-135m, gemma3-270m: fetched on first use); default: smollm2-135m.
+    #[arg(long)]
+    pub model: Option<PathBuf>,
+    /// Worker threads (default: the CPUs available to this process).
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Prompt length: one prefill forward pass of this many tokens.
+    #[arg(long, default_value_t = 128)]
+    pub prompt_tokens: usize,
+    /// Tokens decoded one forward pass at a time after the prefill.
+    #[arg(long, default_value_t = 128)]
+    pub gen_tokens: usize,
+    /// Recorded repetitions.
+    #[arg(long, default_value_t = 5)]
+    pub reps: usize,
+    /// Repetitions run first and discarded.
+    #[arg(long, default_value_t = 1)]
+    pub warmup: usize,
+    /// Time one forward pass of W = 1..=--max-width tokens (a verify block) instead.
+    #[arg(long)]
+    pub verify_cost: bool,
+    /// Widest verify block for --verify-cost.
+    #[arg(long, default_value_t = 16)]
+    pub max_width: usize,
+    /// One JSON object with every raw sample on stdout.
+    #[arg(long)]
+    pub json: bool,
+    /// Width curve (with --drafter): draft widths to measure against classic decoding.
+    #[arg(long, value_delimiter = ',', default_value = "1,2,3,4,5,6,7,8")]
+    pub widths: Vec<usize>,
+    /// Width curve: the prompt set, grouped into tasks by each line's `type`
+    /// (default: the repository's prompts/width-curve.jsonl, built in).
+    #[arg(long)]
+    pub prompts: Option<PathBuf>,
+    /// Width curve: tokens generated per prompt.
+    #[arg(long, default_value_t = 96)]
+    pub max_tokens: usize,
+    /// Where forward passes run: cpu, cuda or cuda:N (default: CUDA device 0 when this build has
+    /// CUDA and it is usable, else the CPU).
+    #[arg(long, env = "DRAFTWISE_DEVICE")]
+    pub device: Option<String>,
+    #[command(flatten)]
+    pub cache: CacheArgs,
+    #[command(flatten)]
+    pub spec: SpecArgs,
+}
+
+/// Speculative decoding settings. Without `--drafter` the measured policy
+/// decides: a measurement for this host that beats classic decoding turns its
+/// drafter on; otherwise decoding is classic. `--drafter none` is classic.
+#[derive(Args, Debug, Clone, Default)]
+pub struct SpecArgs {
+    /// Drafter kind: ngram, layerskip or draft-model (dflash and mtp are recognized, not loadable yet),
+    /// or none for classic decoding. Default: what the policy table measured for this host.
+    #[arg(long)]
+    pub drafter: Option<String>,
+    /// Tokens drafted per verify step (overrides DRAFTWISE_DRAFT_BLOCK_SIZE and the policy table).
+    #[arg(long)]
+    pub draft_block_size: Option<String>,
+    /// The draft checkpoint for `--drafter draft-model` (GGUF or Hugging Face directory).
+    #[arg(long)]
+    pub drafter_model: Option<PathBuf>,
+    /// `layerskip` layers: a count K (the first K layers) or a list like 0,1,2,7.
+    #[arg(long)]
+    pub layerskip_layers: Option<String>,
+    /// `ngram`: longest pattern looked up (default: the measured entry's, else 4).
+    #[arg(long)]
+    pub ngram_max: Option<usize>,
+    /// `ngram`: shortest pattern looked up (default: the measured entry's, else 3).
+    #[arg(long)]
+    pub ngram_min: Option<usize>,
+    /// Speculate even if the block-vs-chain probe finds verify rows that differ from the chain
+    /// (forfeits byte-identical output; also DRAFTWISE_ALLOW_INEXACT=1).
+    #[arg(long)]
+    pub allow_inexact: bool,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct CacheArgs {
+    /// Model cache directory (default: $DRAFTWISE_CACHE_DIR, else $XDG_CACHE_HOME/draftwise, else ~/.cache/draftwise).
+    #[arg(long)]
+    pub cache_dir: Option<PathBuf>,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct FetchModelArgs {
+    /// Which known model: smollm2-135m (the default) or gemma3-270m.
+    #[arg(long, default_value = "smollm2-135m")]
+    pub model: String,
+    #[command(flatten)]
+    pub cache: CacheArgs,
+}
+
+/// Serve the model over HTTP with OpenAI's completions and chat completions API.
+#[derive(Args, Debug, Clone)]
+pub struct ServeArgs {
+    /// Address to listen on (an IP address). Loopback by default: the server has no authentication.
+    #[arg(long, default_value = "127.0.0.1")]
+    pub host: String,
+    /// Port to listen on; 0 picks a free one (the `listening on` line on stderr names it, and
+    /// with --json the `startup` event's `server.address`).
+    #[arg(long, default_value_t = 8080)]
+    pub port: u16,
+    /// A GGUF file, a Hugging Face checkpoint directory, or a known model by name (smollm2-135m, gemma3-270m: fetched on first use); default: smollm2-135m.
+    #[arg(long)]
+    pub model: Option<PathBuf>,
+    /// Where forward passes run: cpu, cuda or cuda:N (default: CUDA device 0 when this build has
+    /// CUDA and it is usable, else the CPU).
+    #[arg(long, env = "DRAFTWISE_DEVICE")]
+    pub device: Option<String>,
+    /// The name clients pass as `model` (default: the model's file or directory name, without `.gguf`).
+    #[arg(long)]
+    pub served_model_name: Option<String>,
+    /// Worker threads of the engine (default: the CPUs available to this process).
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Requests that may wait while one runs; more are refused with 503 (code `queue_full`).
+    #[arg(long, default_value_t = 64)]
+    pub max_queue: usize,
+    /// Largest request body accepted, in bytes; larger ones get 413.
+    #[arg(long, default_value_t = 1 << 20)]
+    pub max_body_bytes: usize,
+    /// A request's line and headers must arrive within this many milliseconds of their first
+    /// byte; slower ones get 408 and their connection is closed.
+    #[arg(long, default_value_t = 10_000)]
+    pub header_timeout_ms: u64,
+    /// A keep-alive connection with no request for this many milliseconds is closed.
+    #[arg(long, default_value_t = 30_000)]
+    pub idle_timeout_ms: u64,
+    /// Open connections at most; at the limit a new one evicts the one waiting longest without
+    /// a request running, or, when every one has a request running, gets 503.
+    #[arg(long, default_value_t = 256)]
+    pub max_connections: usize,
+    /// Requests tokenized at once (up to --max-queue more may wait for a turn; more get 429).
+    #[arg(long, default_value_t = 2)]
+    pub max_preparing: usize,
+    /// A request not finished this many seconds after it arrived (waiting included) is
+    /// cancelled and answered 408.
+    #[arg(long, default_value_t = 600)]
+    pub request_timeout_secs: u64,
+    /// Require `Authorization: Bearer KEY` on the API endpoints (`/health` and `/metrics` stay
+    /// open); also DRAFTWISE_API_KEY.
+    #[arg(long, env = "DRAFTWISE_API_KEY", hide_env_values = true)]
+    pub api_key: Option<String>,
+    /// JSONL events on stdout: `startup`, then `completion` (and `speculative_diagnostics` or
+    /// `declined`) per finished request, as `runtime generate --json` writes them.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub cache: CacheArgs,
+    #[command(flatten)]
+    pub spec: SpecArgs,
+}
+
+#[derive(Subcommand, Debug, Clone)]
+pub enum PolicyCommand {
+    /// Print the draft-width table compiled into this binary.
+    Show {
+        /// One JSON object instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Classify a target's quantization and resolve the draft width step by step.
+    Explain(ExplainArgs),
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct ExplainArgs {
+    /// The target: a GGUF file or a Hugging Face checkpoint directory.
+    #[arg(long)]
+    pub target: PathBuf,
+    /// Drafter kind (ngram, layerskip, draft-model, dflash, mtp) as `generate --drafter` takes it;
+    /// default: what `generate` does without it, and every kind's width.
+    #[arg(long)]
+    pub drafter: Option<String>,
+    /// Worker threads, as `generate --threads` (default: the CPUs available to this process).
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// `ngram` settings as `generate` takes them.
+    #[arg(long)]
+    pub ngram_min: Option<usize>,
+    #[arg(long)]
+    pub ngram_max: Option<usize>,
+    /// The drafter checkpoint (draft-model, dflash): read for a declared width only.
+    #[arg(long)]
+    pub drafter_model: Option<PathBuf>,
+    /// Device class to resolve for (default: this host's, e.g. cpu:x86_64-avx2).
+    #[arg(long)]
+    pub device: Option<String>,
+    /// Operator override, as `generate` takes it (a width 1..=32, or off).
+    #[arg(long)]
+    pub draft_block_size: Option<String>,
+    /// One JSON object instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+impl From<SpecArgs> for SpecSettings {
+    fn from(a: SpecArgs) -> Self {
+        SpecSettings {
+            drafter: a.drafter,
+            draft_block_size: a.draft_block_size,
+            drafter_model: a.drafter_model,
+            layerskip_layers: a.layerskip_layers,
+            ngram_max: a.ngram_max,
+            ngram_min: a.ngram_min,
+            allow_inexact: a.allow_inexact,
+        }
+    }
+}
+
+impl From<GenerateArgs> for GenerateSettings {
+    fn from(a: GenerateArgs) -> Self {
+        GenerateSettings {
+            model: a.model,
+            prompt: a.prompt,
+            prompts: a.prompts,
+            chat: a.chat,
+            max_tokens: a.max_tokens,
+            threads: a.threads,
+            temperature: a.temperature,
+            top_k: a.top_k,
+            top_p: a.top_p,
+            seed: a.seed,
+            repeat: a.repeat,
+            warmup: a.warmup,
+            json: a.json,
+            device: a.device,
+            cache_dir: a.cache.cache_dir,
+            spec: a.spec.into(),
+        }
+    }
+}
+
+impl From<BenchArgs> for BenchSettings {
+    fn from(a: BenchArgs) -> Self {
+        BenchSettings {
+            model: a.model,
+            threads: a.threads,
+            prompt_tokens: a.prompt_tokens,
+            gen_tokens: a.gen_tokens,
+            reps: a.reps,
+            warmup: a.warmup,
+            verify_cost: a.verify_cost,
+            max_width: a.max_width,
+            json: a.json,
+            widths: a.widths,
+            prompts: a.prompts,
+            max_tokens: a.max_tokens,
+            device: a.device,
+            cache_dir: a.cache.cache_dir,
+            spec: a.spec.into(),
+        }
+    }
+}
+
+impl From<FetchModelArgs> for FetchModelSettings {
+    fn from(a: FetchModelArgs) -> Self {
+        FetchModelSettings { model: a.model, cache_dir: a.cache.cache_dir }
+    }
+}
+
+impl From<ServeArgs> for ServeSettings {
+    fn from(a: ServeArgs) -> Self {
+        ServeSettings {
+            host: a.host,
+            port: a.port,
+            model: a.model,
+            device: a.device,
+            served_model_name: a.served_model_name,
+            threads: a.threads,
+            max_queue: a.max_queue,
+            max_body_bytes: a.max_body_bytes,
+            header_timeout_ms: a.header_timeout_ms,
+            idle_timeout_ms: a.idle_timeout_ms,
+            max_connections: a.max_connections,
+            max_preparing: a.max_preparing,
+            request_timeout_secs: a.request_timeout_secs,
+            api_key: a.api_key,
+            json: a.json,
+            cache_dir: a.cache.cache_dir,
+            spec: a.spec.into(),
+        }
+    }
+}
+
+impl From<ExplainArgs> for ExplainSettings {
+    fn from(a: ExplainArgs) -> Self {
+        ExplainSettings {
+            target: a.target,
+            drafter: a.drafter,
+            threads: a.threads,
+            ngram_min: a.ngram_min,
+            ngram_max: a.ngram_max,
+            drafter_model: a.drafter_model,
+            device: a.device,
+            draft_block_size: a.draft_block_size,
+            json: a.json,
+        }
+    }
+}
