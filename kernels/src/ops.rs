@@ -86,13 +86,13 @@ pub fn softmax_in(family: KernelFamily, x: &mut [f32]) {
     if x.is_empty() {
         return;
     }
-    let max = x.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
     #[cfg(target_arch = "x86_64")]
     if family != KernelFamily::Scalar && family.is_supported() {
         // SAFETY: every non-scalar x86 family includes AVX2 and FMA.
-        unsafe { softmax_avx2(x, max) };
+        unsafe { softmax_avx2(x, max_avx2(x)) };
         return;
     }
+    let max = x.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
     let _ = family;
     let n8 = x.len() / 8 * 8;
     let mut lanes = [0.0f32; 8];
@@ -145,6 +145,32 @@ const LN2_HI: f32 = 0.693_145_75;
 const LN2_LO: f32 = 1.428_606_8e-6;
 /// `1/k!` for k = 0..=7.
 const EXP_C: [f32; 8] = [1.0, 1.0, 0.5, 1.0 / 6.0, 1.0 / 24.0, 1.0 / 120.0, 1.0 / 720.0, 1.0 / 5040.0];
+
+/// The largest element of `x`, NaNs ignored (`f32::max`'s fold): a
+/// maximum is exact in any order, so only the sign of a zero maximum can
+/// differ from the fold's, and `v − (±0)` then feeds the same `exp`
+/// (`e^±0 = 1` exactly).
+///
+/// # Safety
+/// AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn max_avx2(x: &[f32]) -> f32 {
+    use std::arch::x86_64::*;
+    let n8 = x.len() / 8 * 8;
+    let mut acc = _mm256_set1_ps(f32::NEG_INFINITY);
+    let mut i = 0;
+    while i < n8 {
+        // SAFETY: i + 8 <= n8 <= x.len(). `max_ps(v, acc)` returns `acc`
+        // where `v` is NaN, so NaNs never enter the maximum.
+        unsafe { acc = _mm256_max_ps(_mm256_loadu_ps(x.as_ptr().add(i)), acc) };
+        i += 8;
+    }
+    let mut lanes = [0.0f32; 8];
+    // SAFETY: eight floats.
+    unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), acc) };
+    lanes.iter().chain(&x[n8..]).fold(f32::NEG_INFINITY, |m, &v| m.max(v))
+}
 
 /// [`softmax_in`]'s AVX2 twin: [`exp_nonpositive`] eight lanes at a time
 /// (the same operations per lane), the sum in eight lanes reduced by
@@ -747,6 +773,22 @@ mod tests {
         assert_eq!(exp_nonpositive(-90.0), 0.0);
         assert_eq!(exp_nonpositive(f32::NEG_INFINITY), 0.0);
         assert!(exp_nonpositive(f32::NAN).is_nan());
+        let signed_zeros: Vec<f32> = (0..19).map(|i| if i % 3 == 0 { -0.0 } else { -(i as f32) }).collect();
+        let masked: Vec<f32> = (0..21).map(|i| if i % 2 == 0 { f32::NEG_INFINITY } else { i as f32 * 0.5 }).collect();
+        let tail_max: Vec<f32> = (0..17).map(|i| i as f32 * 0.25).collect();
+        for base in [signed_zeros, masked, tail_max] {
+            let mut want = base.clone();
+            softmax_in(KernelFamily::Scalar, &mut want);
+            for fam in KernelFamily::all_supported() {
+                let mut got = base.clone();
+                softmax_in(fam, &mut got);
+                assert_eq!(
+                    got.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                    want.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                    "{fam:?} {base:?}"
+                );
+            }
+        }
         for n in [0usize, 1, 7, 8, 9, 64, 333] {
             let base: Vec<f32> = (0..n).map(|i| ((i * 37 % 101) as f32 - 50.0) * 0.7).collect();
             let mut want = base.clone();

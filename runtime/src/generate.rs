@@ -121,8 +121,7 @@ pub enum GenerateError {
 
 impl Engine {
     pub fn new(loaded: Loaded, family: KernelFamily, threads: usize) -> Result<Self, GenerateError> {
-        crate::limits::check_vocabulary(&loaded.info, loaded.tokenizer.vocab_size())
-            .map_err(GenerateError::Vocabulary)?;
+        loaded.info.check_vocabulary(loaded.tokenizer.vocab_size()).map_err(GenerateError::Vocabulary)?;
         let threads = threads.max(1);
         let pool = Pool::new(threads).map_err(|e| GenerateError::Threads { threads, msg: e.to_string() })?;
         Ok(Engine { loaded, family, threads, pool })

@@ -51,23 +51,6 @@ pub fn read_capped(path: &std::path::Path, cap: u64) -> std::io::Result<Vec<u8>>
     Ok(buf)
 }
 
-/// A GGUF file's tokenizer must list one token per embedding row (as
-/// llama.cpp requires): with fewer, the model can emit ids the tokenizer
-/// cannot decode, and they would vanish from the text. (Hugging Face
-/// checkpoints often pad the embedding past the tokenizer; the loader
-/// already refuses a tokenizer larger than the embedding.)
-pub fn check_vocabulary(info: &crate::model::ModelInfo, tokenizer_tokens: usize) -> Result<(), String> {
-    if info.format == "gguf" && tokenizer_tokens != info.vocab {
-        return Err(format!(
-            "{}: the tokenizer has {tokenizer_tokens} tokens but the embedding has {} rows; \
-             tokenizer.ggml.tokens must list one token per embedding row",
-            info.path.display(),
-            info.vocab
-        ));
-    }
-    Ok(())
-}
-
 /// Largest `--prompts` file read (a prompt set is a few kB to a few MB).
 pub const MAX_PROMPT_FILE_BYTES: u64 = 64 << 20;
 

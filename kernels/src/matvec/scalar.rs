@@ -25,11 +25,11 @@
 //!
 //! This is what the row-interleaved kernels ([`super::r16`]) compute: each
 //! 32-bit lane is one output, a block's integer sum arrives whole in it, and
-//! one FMA per block applies the scale to sixteen outputs at once. (Until
-//! then the specification spread a block over eight lanes, each scaled
-//! separately, and reduced them with a tree: the layout of a register
-//! holding one row's elements, whose per-row float work dominated a
-//! speculative verify block.)
+//! one FMA per block applies the scale to sixteen outputs at once. (A
+//! specification that spread a block over eight lanes, each scaled
+//! separately, and reduced them with a tree would tie the kernels to a
+//! register holding one row's elements, whose per-row float work dominates
+//! a speculative verify block.)
 //!
 //! The result depends only on the weight row and the activation row: not on
 //! which rows are computed together, the thread count, the family or the
@@ -39,7 +39,7 @@
 //!
 //! A 256-element super-block is eight 32-element sub-blocks, and sub-block
 //! `j` of super-block `sb` meets activation block `b = 8·sb + j`. K-quant
-//! rows keep GGUF's layout (no row-interleaved form yet), and their
+//! rows keep GGUF's layout (they have no row-interleaved form), and their
 //! specification is the lane order of a register holding one row's
 //! sub-block pair:
 //!

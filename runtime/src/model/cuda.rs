@@ -17,8 +17,8 @@
 //! overwrite them, and earlier ones were never touched.
 
 use super::config::LlamaConfig;
-use super::llama::{ForwardError, LogitRows};
 use super::weights::{LlamaWeights, WeightMatrix};
+use super::{ForwardError, LogitRows};
 use kernels::cuda::CudaError;
 use kernels::cuda::device::{CudaDevice, DevMatrix, QuantView};
 use kernels::ops::{self, RopePairing};

@@ -16,6 +16,7 @@
 
 use super::config::{Ffn, LlamaConfig, RopeScaling};
 use super::weights::{LlamaWeights, WeightMatrix};
+pub use super::{ForwardError, LogitRows};
 use crate::pool::{self, Pool};
 use kernels::act::{ActRow, QRow};
 use kernels::attn::{self, KvLayer};
@@ -107,29 +108,6 @@ impl Session {
             }
         }
     }
-}
-
-/// Which rows of a block need logits.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum LogitRows {
-    /// Only the block's last row (prefill, classic decode).
-    Last,
-    /// Every row (verify blocks, reference checks).
-    All,
-}
-
-/// Why a forward pass was refused. Nothing was written to the session.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ForwardError {
-    #[error("token id {id} is outside the vocabulary (size {vocab})")]
-    TokenOutOfRange { id: u32, vocab: usize },
-    #[error("context full: {have} cached + {adding} new positions exceed the model's context length {limit}")]
-    ContextFull { have: usize, adding: usize, limit: usize },
-    #[error("empty token block")]
-    Empty,
-    /// The CUDA device failed (or the session's cache lives elsewhere).
-    #[error("CUDA device: {0}")]
-    Device(String),
 }
 
 /// Rows of one mat-vec are split into this many chunks per thread, so that

@@ -111,3 +111,45 @@ pub fn load(path: &Path) -> Result<Loaded, ModelError> {
     };
     Ok(Loaded { model: Model::new(config, weights), tokenizer, info })
 }
+
+/// Which rows of a block need logits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LogitRows {
+    /// Only the block's last row (prefill, classic decode).
+    Last,
+    /// Every row (verify blocks, reference checks).
+    All,
+}
+
+/// Why a forward pass was refused. Nothing was written to the session.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ForwardError {
+    #[error("token id {id} is outside the vocabulary (size {vocab})")]
+    TokenOutOfRange { id: u32, vocab: usize },
+    #[error("context full: {have} cached + {adding} new positions exceed the model's context length {limit}")]
+    ContextFull { have: usize, adding: usize, limit: usize },
+    #[error("empty token block")]
+    Empty,
+    /// The CUDA device failed (or the session's cache lives elsewhere).
+    #[error("CUDA device: {0}")]
+    Device(String),
+}
+
+impl ModelInfo {
+    /// A GGUF file's tokenizer must list one token per embedding row (as
+    /// llama.cpp requires): with fewer, the model can emit ids the tokenizer
+    /// cannot decode, and they would vanish from the text. (Hugging Face
+    /// checkpoints often pad the embedding past the tokenizer; the loader
+    /// already refuses a tokenizer larger than the embedding.)
+    pub fn check_vocabulary(&self, tokenizer_tokens: usize) -> Result<(), String> {
+        if self.format == "gguf" && tokenizer_tokens != self.vocab {
+            return Err(format!(
+                "{}: the tokenizer has {tokenizer_tokens} tokens but the embedding has {} rows; \
+                 tokenizer.ggml.tokens must list one token per embedding row",
+                self.path.display(),
+                self.vocab
+            ));
+        }
+        Ok(())
+    }
+}
