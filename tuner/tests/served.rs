@@ -14,13 +14,12 @@ mod common;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener};
-use std::ops::Deref;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Output;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use common::{Scratch, completion, diagnostics, ev, text, text_of};
+use common::{Fixture, completion, diagnostics, ev, text, text_of};
 use serde_json::{Value, json};
 
 /// Two prompts, one of each endpoint.
@@ -154,20 +153,6 @@ sleep 120 >/dev/null &
 wait
 "#;
 
-/// A scratch repository with the fake server of [`SCRIPT`] and the sweep's
-/// record folder.
-struct Fixture {
-    scratch: Scratch,
-    out: PathBuf,
-}
-
-impl Deref for Fixture {
-    type Target = Scratch;
-    fn deref(&self) -> &Scratch {
-        &self.scratch
-    }
-}
-
 impl Fixture {
     /// A scratch repository with a fake runtime whose arms talk to `addr`:
     /// classic, width 1, width 2, classic, and the second round.
@@ -178,14 +163,14 @@ impl Fixture {
             r#"{"id": "p2", "type": "chat", "messages": [{"role": "user", "content": "hi"}]}"#,
             "\n"
         );
-        let scratch = Scratch::new(SCRIPT, prompts);
+        let f = Fixture::scratch(SCRIPT, prompts, "records/served");
         // Two rounds: C 1 2 C | C 2 1 C (the plan rotates the widths).
         for (n, width) in [None, Some(1), Some(2), None, None, Some(2), Some(1), None].into_iter().enumerate() {
             let mut lines = vec![startup(width, addr)];
             lines.extend((n * PER_ARM..(n + 1) * PER_ARM).map(|k| request_events(k, width)));
-            std::fs::write(scratch.fake.join(format!("arm-{n}.jsonl")), lines.join("\n") + "\n").unwrap();
+            std::fs::write(f.fake.join(format!("arm-{n}.jsonl")), lines.join("\n") + "\n").unwrap();
         }
-        Fixture { out: scratch.root.join("records/served"), scratch }
+        f
     }
 
     /// Shell the fake sources before printing (e.g. `trap '' TERM`).
@@ -193,14 +178,10 @@ impl Fixture {
         std::fs::write(self.fake.join("before.sh"), sh).unwrap();
     }
 
-    fn tuner(&self, args: &[&str]) -> Output {
-        self.scratch.tuner(args, &[])
-    }
-
     /// `tuner sweep --served` over widths 1,2, two rounds (invocations 0..=7).
     fn sweep(&self, extra: &[&str]) -> Output {
         let served = ["--served"].into_iter().chain(extra.iter().copied()).collect::<Vec<_>>();
-        self.scratch.sweep(&self.out, BURSTS, 4, &served)
+        self.fake_sweep(BURSTS, 4, &served)
     }
 
     fn raw(&self, kind: &str) -> Vec<Value> {
@@ -271,7 +252,7 @@ fn a_clean_served_sweep_records_client_timings_and_summarizes_as_served() {
     assert!((0..8).all(|n| gone(f.pid(n))));
     let header = &f.raw("sweep")[0];
     assert_eq!(header["settings"]["served"]["health_timeout_s"], 120.0);
-    let o = f.tuner(&["summarize", f.out.to_str().unwrap(), "--json"]);
+    let o = f.tuner(&["summarize", f.out.to_str().unwrap(), "--json"], &[]);
     assert!(o.status.success(), "{}", text(&o));
     let s: Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(
@@ -286,7 +267,7 @@ fn a_clean_served_sweep_records_client_timings_and_summarizes_as_served() {
     let csv = std::fs::read_to_string(f.out.join("summary.csv")).unwrap();
     assert!(csv.lines().next().unwrap().ends_with("median_ttft_ms,statistic"), "{csv}");
     assert!(csv.lines().skip(1).all(|l| l.ends_with(",e2e_tok_per_s")), "{csv}");
-    let o = f.tuner(&["propose", f.out.to_str().unwrap(), "--dry-run"]);
+    let o = f.tuner(&["propose", f.out.to_str().unwrap(), "--dry-run"], &[]);
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(o.status.success() && out.contains("served sweep (end-to-end tok/s"), "{}", text(&o));
     assert!(f.root.join("policy/draft-block-width.toml").exists());

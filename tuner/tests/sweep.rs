@@ -11,11 +11,9 @@
 //! (`DRAFTWISE_TUNER_NVRM_LOG`).
 mod common;
 
-use std::ops::Deref;
-use std::path::PathBuf;
 use std::process::{Command, Output};
 
-use common::{FORMATS, Scratch, completion, declined, diagnostics, empty_table, startup, text, verify_fp};
+use common::{FORMATS, Fixture, completion, declined, diagnostics, empty_table, startup, text, verify_fp};
 use draftwise_tests::{exclude_other_runtimes, fake_gate};
 use serde_json::{Value, json};
 
@@ -91,28 +89,13 @@ if [ -f "$D/arm-$N.sh" ]; then . "$D/arm-$N.sh"; fi
 if [ -f "$D/arm-$N.jsonl" ]; then cat "$D/arm-$N.jsonl"; else cat "$D/w-$W.jsonl"; fi
 "#;
 
-/// A scratch repository with the fake runtime of [`SCRIPT`] and the sweep's
-/// record folder.
-struct Fixture {
-    scratch: Scratch,
-    out: PathBuf,
-}
-
-impl Deref for Fixture {
-    type Target = Scratch;
-    fn deref(&self) -> &Scratch {
-        &self.scratch
-    }
-}
-
 impl Fixture {
     fn new() -> Fixture {
         let prompts: String = PROMPTS
             .iter()
             .map(|(id, t)| json!({"id": id, "type": t, "prompt": format!("say {id}")}).to_string() + "\n")
             .collect();
-        let scratch = Scratch::new(SCRIPT, &prompts);
-        let f = Fixture { out: scratch.root.join("records/sweep"), scratch };
+        let f = Fixture::scratch(SCRIPT, &prompts, "records/sweep");
         // Defaults: classic 100 tok/s, width 1 130, width 2 120, all clean.
         f.set_width(None, &arm(None, 100.0, Spec::default()));
         f.set_width(Some(1), &arm(Some(1), 130.0, Spec::default()));
@@ -138,7 +121,7 @@ impl Fixture {
     /// `tuner sweep` over widths 1,2, two rounds of one bracket arm a side:
     /// arms C 1 2 C | C 2 1 C (invocations 0..=7).
     fn sweep(&self, extra: &[&str]) -> Output {
-        self.scratch.sweep(&self.out, BURSTS, 8, extra)
+        self.fake_sweep(BURSTS, 8, extra)
     }
 
     fn resume(&self) -> Output {
@@ -488,7 +471,7 @@ fn a_gate_source_accepted_as_unknown_is_recorded_and_refused() {
     let f = Fixture::new();
     let missing = f.fake.join("no-such-kmsg");
     let mut args = vec!["sweep".to_string()];
-    args.extend(f.base_args(&f.out));
+    args.extend(f.base_args());
     args.extend(["--widths", "1", "--rounds", "2", "--bursts", "3", "--bracket-bursts", "3"].map(String::from));
     args.extend(fake_gate().into_iter().chain(["--accept-unknown", "nvrm"]).map(String::from));
     args.extend(exclude_other_runtimes());

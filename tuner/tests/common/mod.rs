@@ -117,16 +117,20 @@ pub fn empty_table() -> String {
 }
 
 /// A scratch repository: an empty policy table, records/, and in `fake/`
-/// a fake runtime (`script`), its build info, a model file, the prompt set
-/// (`prompts`, JSONL) and an injected kernel log.
-pub struct Scratch {
+/// a fake runtime, its build info, a model file, the prompt set and an
+/// injected kernel log; `out` is the sweep's record folder. Each test
+/// binary adds its own constructor and helpers.
+pub struct Fixture {
     _tmp: tempfile::TempDir,
     pub root: PathBuf,
     pub fake: PathBuf,
+    pub out: PathBuf,
 }
 
-impl Scratch {
-    pub fn new(script: &str, prompts: &str) -> Scratch {
+impl Fixture {
+    /// The repository with `script` as the fake runtime, `prompts` (JSONL)
+    /// as the set and `out` (under the root) as the record folder.
+    pub fn scratch(script: &str, prompts: &str, out: &str) -> Fixture {
         let tmp = tempfile::tempdir().unwrap();
         let root = tmp.path().to_path_buf();
         std::fs::create_dir_all(root.join("policy")).unwrap();
@@ -139,11 +143,11 @@ impl Scratch {
         std::fs::write(fake.join("model.gguf"), b"not really a model").unwrap();
         std::fs::write(fake.join("prompts.jsonl"), prompts).unwrap();
         std::fs::write(fake.join("kmsg"), "6,0,0,-;Linux version 6.8.0\n").unwrap();
-        Scratch { _tmp: tmp, root, fake }
+        Fixture { out: root.join(out), _tmp: tmp, root, fake }
     }
 
     /// `--runtime`, `--target` and `--prompts` of the fake, and `--out`.
-    pub fn base_args(&self, out: &Path) -> Vec<String> {
+    pub fn base_args(&self) -> Vec<String> {
         let fake = self.fake.display();
         vec![
             "--runtime".into(),
@@ -153,7 +157,7 @@ impl Scratch {
             "--prompts".into(),
             format!("{fake}/prompts.jsonl"),
             "--out".into(),
-            out.display().to_string(),
+            self.out.display().to_string(),
         ]
     }
 
@@ -161,11 +165,11 @@ impl Scratch {
     /// arm a side (arms C 1 2 C | C 2 1 C), `bursts` passes, `max_tokens`,
     /// two threads, the fake gate; then `extra` (a flag given twice takes
     /// the last value) and other sessions' runtimes excluded.
-    pub fn sweep(&self, out: &Path, bursts: usize, max_tokens: usize, extra: &[&str]) -> Output {
+    pub fn fake_sweep(&self, bursts: usize, max_tokens: usize, extra: &[&str]) -> Output {
         let (b, m) = (bursts.to_string(), max_tokens.to_string());
         let (b, m) = (b.as_str(), m.as_str());
         let mut args = vec!["sweep".to_string()];
-        args.extend(self.base_args(out));
+        args.extend(self.base_args());
         args.extend(
             ["--widths", "1,2", "--rounds", "2", "--bursts", b, "--bracket-arms", "1", "--bracket-bursts", b]
                 .into_iter()
