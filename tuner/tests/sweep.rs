@@ -538,8 +538,9 @@ fn malformed_raw_data_and_a_bad_table_are_clear_errors() {
     assert_refused(&o, "records/");
 }
 
-/// Rewrites raw.jsonl line by line (1-based line numbers) and returns the new text.
-fn doctor(f: &Fixture, edit: impl Fn(usize, &mut Value) -> Option<Vec<Value>>) {
+/// Rewrites raw.jsonl line by line (1-based line numbers): `edit` changes a
+/// line in place, or returns the lines that replace it (none: it is dropped).
+fn doctor(f: &Fixture, mut edit: impl FnMut(usize, &mut Value) -> Option<Vec<Value>>) {
     let raw = f.out.join("raw.jsonl");
     let text = std::fs::read_to_string(&raw).unwrap();
     let mut out = String::new();
@@ -556,6 +557,15 @@ fn doctor(f: &Fixture, edit: impl Fn(usize, &mut Value) -> Option<Vec<Value>>) {
 /// What each of a summary's data problems says.
 fn problems(s: &Value) -> Vec<&str> {
     s["data_problems"].as_array().unwrap().iter().map(|p| p["what"].as_str().unwrap()).collect()
+}
+
+/// The summary names a data problem saying `what`, and `propose` refuses
+/// saying `refusal`.
+fn assert_data_problem_refused(f: &Fixture, what: &str, refusal: &str) {
+    let s = f.summary();
+    let whats = problems(&s);
+    assert!(whats.iter().any(|w| w.contains(what)), "{whats:?}");
+    assert_refused(&f.propose(true), refusal);
 }
 
 /// The first request line's 1-based number.
@@ -588,10 +598,7 @@ fn a_duplicated_request_line_is_named_and_refused() {
     assert!(f.sweep(&[]).status.success());
     let at = first_request_line(&f);
     doctor(&f, |n, v| (n == at).then(|| vec![v.clone(), v.clone()]));
-    let s = f.summary();
-    let whats = problems(&s);
-    assert!(whats.iter().any(|w| w.contains("duplicated request")), "{whats:?}");
-    assert_refused(&f.propose(true), "duplicated request");
+    assert_data_problem_refused(&f, "duplicated request", "duplicated request");
 }
 
 #[test]
@@ -600,10 +607,7 @@ fn an_arm_that_ended_ok_without_request_lines_is_named_and_refused() {
     assert!(f.sweep(&[]).status.success());
     // Arm 1's request lines vanish; its arm_end still says ok.
     doctor(&f, |_, v| (v["kind"] == "request" && v["arm"] == 1).then(Vec::new));
-    let s = f.summary();
-    let whats = problems(&s);
-    assert!(whats.iter().any(|w| w.contains("arm 1 ended ok but has no request lines")), "{whats:?}");
-    assert_refused(&f.propose(true), "no request lines");
+    assert_data_problem_refused(&f, "arm 1 ended ok but has no request lines", "no request lines");
 }
 
 #[test]
@@ -612,25 +616,17 @@ fn a_request_count_that_does_not_match_the_plan_is_named_and_refused() {
     assert!(f.sweep(&[]).status.success());
     // One request of arm 2 dropped, and arm_end counts fixed to match: the plan still says 6.
     let mut dropped = false;
-    let raw = f.out.join("raw.jsonl");
-    let text = std::fs::read_to_string(&raw).unwrap();
-    let mut out = String::new();
-    for l in text.lines() {
-        let mut v: Value = serde_json::from_str(l).unwrap();
+    doctor(&f, |_, v| {
         if v["kind"] == "request" && v["arm"] == 2 && !dropped {
             dropped = true;
-            continue;
+            return Some(Vec::new());
         }
         if v["kind"] == "arm_end" && v["arm"] == 2 {
             v["requests"] = json!(5);
         }
-        out.push_str(&(v.to_string() + "\n"));
-    }
-    std::fs::write(&raw, out).unwrap();
-    let s = f.summary();
-    let whats = problems(&s);
-    assert!(whats.iter().any(|w| w.contains("arm 2 has 5 request lines; the plan gives 6")), "{whats:?}");
-    assert_refused(&f.propose(true), "the plan gives 6");
+        None
+    });
+    assert_data_problem_refused(&f, "arm 2 has 5 request lines; the plan gives 6", "the plan gives 6");
 }
 
 #[test]
