@@ -4,7 +4,7 @@
 
 pub mod serve;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;
 
@@ -41,7 +41,6 @@ pub fn run(cmd: &mut Command) -> Output {
     cmd.output().unwrap_or_else(|e| panic!("could not run {cmd:?}: {e}"))
 }
 
-/// Parses every stdout line as a JSON value.
 /// A finished process's status, stdout and stderr, for assertion messages.
 pub fn output_text(o: &Output) -> String {
     format!(
@@ -52,6 +51,7 @@ pub fn output_text(o: &Output) -> String {
     )
 }
 
+/// Parses every stdout line as a JSON value.
 pub fn json_lines(out: &Output) -> Vec<serde_json::Value> {
     String::from_utf8_lossy(&out.stdout)
         .lines()
@@ -92,40 +92,76 @@ pub fn exclude_other_runtimes() -> Vec<String> {
     args
 }
 
-/// Gate settings for the real sweeps in these tests: a short CPU window and
-/// thresholds no host reaches, so the test measures the sweep, not the host.
-pub const TEST_GATE: &[&str] = &[
-    "--cpu-window-ms",
-    "200",
-    "--cpu-threshold",
-    "100000",
-    "--host-cpu-threshold",
-    "100000",
-    "--min-available-mib",
-    "0",
-    "--gate-wait",
-    "300",
-    "--gate-interval",
-    "2",
-];
+/// Gate flags whose CPU and memory checks no host fails, so a test
+/// measures the sweep, not the host; the gate still waits (never fails)
+/// while a foreign model process runs.
+fn relaxed_gate(
+    cpu_window_ms: &'static str,
+    gate_wait_s: &'static str,
+    gate_interval_s: &'static str,
+) -> Vec<&'static str> {
+    vec![
+        "--cpu-window-ms",
+        cpu_window_ms,
+        "--cpu-threshold",
+        "100000",
+        "--host-cpu-threshold",
+        "100000",
+        "--min-available-mib",
+        "0",
+        "--gate-wait",
+        gate_wait_s,
+        "--gate-interval",
+        gate_interval_s,
+    ]
+}
 
-/// Gate settings for sweeps against the tuner's fake runtime and fake
-/// server: the host may be busy with other builds, so the CPU and memory
-/// checks are relaxed, and the gate waits (not fails) while another model
-/// process runs.
-pub const FAKE_GATE: &[&str] = &[
-    "--cpu-window-ms",
-    "100",
-    "--cpu-threshold",
-    "100000",
-    "--host-cpu-threshold",
-    "100000",
-    "--min-available-mib",
-    "0",
-    "--nvrm-window-s",
-    "1",
-    "--gate-wait",
-    "120",
-    "--gate-interval",
-    "1",
-];
+/// Gate flags for the real sweeps in these tests (a real model loads in
+/// seconds, so the gate may wait long).
+pub fn test_gate() -> Vec<&'static str> {
+    relaxed_gate("200", "300", "2")
+}
+
+/// Gate flags for sweeps against the tuner's fake runtime and fake server:
+/// short windows, as the fake arms end in well under a second.
+pub fn fake_gate() -> Vec<&'static str> {
+    let mut g = relaxed_gate("100", "120", "1");
+    g.extend(["--nvrm-window-s", "1"]);
+    g
+}
+
+/// A prompt the n-gram drafter finds drafts in (it repeats itself).
+pub const REPEATING_PROMPT: &str =
+    r#"{"id": "edit", "type": "edit", "prompt": "Repeat exactly: the cat sat on the mat. the cat sat on the mat."}"#;
+
+/// Runs a tiny real `tuner sweep` of the default model in `dir` (one round,
+/// one burst, one bracket arm a side, 8 tokens, one thread, the test gate,
+/// other sessions' runtimes excluded): `prompts` are the set's lines,
+/// `extra` flags come last (a flag given twice takes the last value).
+/// Asserts it succeeded; returns the record folder and the summary the
+/// sweep printed (`--json`).
+pub fn real_sweep(dir: &Path, prompts: &[&str], widths: &str, extra: &[&str]) -> (PathBuf, serde_json::Value) {
+    let out = dir.join("records/real");
+    let set = dir.join("prompts.jsonl");
+    std::fs::write(&set, prompts.iter().map(|p| format!("{p}\n")).collect::<String>()).unwrap();
+    let o = run(Command::new(bin("tuner"))
+        .arg("sweep")
+        .arg("--runtime")
+        .arg(bin("runtime"))
+        .arg("--target")
+        .arg(model_path())
+        .arg("--prompts")
+        .arg(&set)
+        .args(["--widths", widths, "--rounds", "1", "--bracket-arms", "1", "--bracket-bursts", "1", "--bursts", "1"])
+        .args(["--max-tokens", "8", "--threads", "1", "--json", "--out"])
+        .arg(&out)
+        .args(test_gate())
+        .args(exclude_other_runtimes())
+        .args(extra));
+    assert!(o.status.success(), "{}", output_text(&o));
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    let last = stdout.lines().last().unwrap_or_default();
+    let summary =
+        serde_json::from_str(last).unwrap_or_else(|e| panic!("the last line is not the summary ({e}): {last}"));
+    (out, summary)
+}

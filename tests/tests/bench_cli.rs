@@ -2,7 +2,27 @@
 //! on the default model.
 
 use draftwise_tests::{bin, json_lines, model_path, run};
-use std::process::Command;
+use runtime::events::bench::{BenchEventKind, BenchReport, WidthCurveReport};
+use runtime::policy::DrafterKind;
+use std::process::{Command, Output};
+
+/// The line `runtime bench --json` printed, read as its type, which must
+/// hold every field of it ([`holds_every_field`]).
+fn bench_report(out: &Output) -> BenchReport {
+    let r: BenchReport = serde_json::from_slice(&out.stdout).unwrap();
+    holds_every_field(serde_json::to_value(&r).unwrap(), out);
+    assert_eq!(r.event, BenchEventKind::Bench);
+    r
+}
+
+/// `typed` (a report written back as JSON) is the object `out` printed: every field,
+/// name and value. (Compared as JSON values, not bytes: serde_json's default
+/// float parser may read the last digit of a printed f64 one unit off, the
+/// same way for both sides.)
+fn holds_every_field(typed: serde_json::Value, out: &Output) {
+    let printed: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(typed, printed, "the type holds every field");
+}
 
 fn runtime(sub: &str) -> Command {
     let mut c = Command::new(bin("runtime"));
@@ -38,6 +58,8 @@ fn bench_reports_every_raw_sample_with_its_summary() {
     let r = &json_lines(&out)[0];
     assert_eq!(r["event"], "bench");
     assert_eq!(r["threads"], 2);
+    let typed = bench_report(&out);
+    assert_eq!((typed.threads, typed.reps.len()), (2, 3));
     assert_eq!(r["prompt_ids"].as_array().unwrap().len(), 8);
     assert_eq!(r["reps"].as_array().unwrap().len(), 3, "warm-up repetitions are not recorded");
     for key in ["prefill_tok_per_s", "decode_tok_per_s"] {
@@ -56,6 +78,7 @@ fn bench_verify_cost_times_every_width_relative_to_one() {
         .args(["--warmup", "0", "--json"]));
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let r = &json_lines(&out)[0];
+    assert_eq!(bench_report(&out).verify_cost.len(), 4);
     let curve = r["verify_cost"].as_array().unwrap();
     assert_eq!(curve.len(), 4);
     for (i, w) in curve.iter().enumerate() {
@@ -98,6 +121,12 @@ fn bench_width_curve_measures_classic_and_every_width_per_task_and_checks_identi
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let r = &json_lines(&out)[0];
     assert_eq!(r["event"], "bench_width_curve");
+    let typed: WidthCurveReport = serde_json::from_slice(&out.stdout).unwrap();
+    holds_every_field(serde_json::to_value(&typed).unwrap(), &out);
+    assert_eq!(
+        (typed.event, typed.spec.drafter, typed.tasks.len()),
+        (BenchEventKind::BenchWidthCurve, DrafterKind::Ngram, 3)
+    );
     let tasks = r["tasks"].as_array().unwrap();
     let names: Vec<&str> = tasks.iter().map(|t| t["task"].as_str().unwrap()).collect();
     assert_eq!(names, ["edit", "free", "untyped"], "tasks in first-seen order");

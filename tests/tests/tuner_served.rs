@@ -7,62 +7,14 @@
 //! server's log is kept, and no server outlives its arm. The host may be
 //! busy, so the gate's CPU checks are relaxed and the decision itself is not
 //! asserted.
-use std::process::Command;
-
-use draftwise_tests::{TEST_GATE, bin, exclude_other_runtimes, model_path, run};
+use draftwise_tests::{REPEATING_PROMPT, real_sweep};
 use serde_json::Value;
 
 #[test]
 fn a_real_served_sweep_records_streamed_requests_and_stops_every_server() {
     let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("records/served");
-    let prompts = dir.path().join("prompts.jsonl");
-    std::fs::write(
-        &prompts,
-        concat!(
-            r#"{"id": "edit", "type": "edit", "prompt": "Repeat exactly: the cat sat on the mat. the cat sat on the mat."}"#,
-            "\n",
-            r#"{"id": "chat", "type": "chat", "messages": [{"role": "user", "content": "What is the capital of France?"}]}"#,
-            "\n"
-        ),
-    )
-    .unwrap();
-    let others = exclude_other_runtimes();
-    let o = run(Command::new(bin("tuner"))
-        .args([
-            "sweep",
-            "--served",
-            "--runtime",
-            bin("runtime").to_str().unwrap(),
-            "--target",
-            model_path().to_str().unwrap(),
-            "--prompts",
-            prompts.to_str().unwrap(),
-            "--widths",
-            "1,2",
-            "--rounds",
-            "1",
-            "--bracket-arms",
-            "1",
-            "--bracket-bursts",
-            "1",
-            "--bursts",
-            "1",
-            "--max-tokens",
-            "8",
-            "--threads",
-            "1",
-            "--out",
-            out.to_str().unwrap(),
-            "--health-timeout",
-            "60",
-            "--json",
-        ])
-        .args(TEST_GATE)
-        .args(&others));
-    let log = format!("{}\n{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
-    assert!(o.status.success(), "{log}");
-    let s: Value = serde_json::from_str(String::from_utf8_lossy(&o.stdout).lines().last().unwrap()).unwrap();
+    let chat = r#"{"id": "chat", "type": "chat", "messages": [{"role": "user", "content": "What is the capital of France?"}]}"#;
+    let (out, s) = real_sweep(dir.path(), &[REPEATING_PROMPT, chat], "1,2", &["--served", "--health-timeout", "60"]);
     assert_eq!((s["served"].as_bool(), s["complete"].as_bool()), (Some(true), Some(true)), "{s}");
     assert_eq!(s["arms_complete"], 4);
     assert_eq!(s["identical"], true, "served speculative output differs from classic: {s}");

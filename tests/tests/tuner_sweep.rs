@@ -5,59 +5,18 @@
 //! raw data, and greedy speculative output is byte-identical to classic
 //! through the whole sweep. The host may be busy, so the gate's CPU checks
 //! are relaxed and the decision itself is not asserted.
-use std::process::Command;
-
-use draftwise_tests::{TEST_GATE, bin, exclude_other_runtimes, model_path, run};
+use draftwise_tests::{REPEATING_PROMPT, real_sweep};
 use serde_json::Value;
 
 #[test]
 fn a_real_sweep_records_identical_outputs_and_a_decision() {
     let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("records/real");
-    let prompts = dir.path().join("prompts.jsonl");
-    std::fs::write(
-        &prompts,
-        concat!(
-            r#"{"id": "edit", "type": "edit", "prompt": "Repeat exactly: the cat sat on the mat. the cat sat on the mat."}"#,
-            "\n",
-            r#"{"id": "code", "type": "code", "prompt": "def add(a, b):"}"#,
-            "\n"
-        ),
-    )
-    .unwrap();
-    let others = exclude_other_runtimes();
-    let o = run(Command::new(bin("tuner"))
-        .args([
-            "sweep",
-            "--runtime",
-            bin("runtime").to_str().unwrap(),
-            "--target",
-            model_path().to_str().unwrap(),
-            "--prompts",
-            prompts.to_str().unwrap(),
-            "--widths",
-            "1,3",
-            "--rounds",
-            "1",
-            "--bracket-arms",
-            "1",
-            "--bracket-bursts",
-            "1",
-            "--bursts",
-            "1",
-            "--max-tokens",
-            "8",
-            "--threads",
-            "1",
-            "--out",
-            out.to_str().unwrap(),
-            "--json",
-        ])
-        .args(TEST_GATE)
-        .args(&others));
-    let log = format!("{}\n{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
-    assert!(o.status.success(), "{log}");
-    let s: Value = serde_json::from_str(String::from_utf8_lossy(&o.stdout).lines().last().unwrap()).unwrap();
+    let (out, s) = real_sweep(
+        dir.path(),
+        &[REPEATING_PROMPT, r#"{"id": "code", "type": "code", "prompt": "def add(a, b):"}"#],
+        "1,3",
+        &[],
+    );
     assert_eq!(s["complete"], true, "{s}");
     assert_eq!(s["arms_complete"], 4);
     assert_eq!(s["identical"], true, "speculative output differs from classic: {s}");

@@ -116,12 +116,12 @@ pub fn entry_fields(raw: &RawFile, s: &Summary, record: &str) -> Result<Fields, 
          and one arm per width x {} burst(s) over {} prompts, widths {:?}",
         if s.served { "served sweep (end-to-end tok/s of streamed requests): " } else { "" },
         s.decision.why,
-        raw.header.settings.rounds,
-        raw.header.settings.bracket_arms,
-        raw.header.settings.bursts_of(None),
-        raw.header.settings.bursts_of(Some(1)),
+        raw.header.settings.design.rounds,
+        raw.header.settings.design.bracket_arms,
+        raw.header.settings.design.bursts_of(None),
+        raw.header.settings.design.bursts_of(Some(1)),
         raw.header.prompts.len(),
-        raw.header.settings.widths
+        raw.header.settings.design.widths
     );
     let mut fields: Fields = vec![
         ("drafter", toml_str(s.drafter.as_str())),

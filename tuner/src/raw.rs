@@ -82,6 +82,32 @@ pub struct Settings {
     /// null in records written before settings were passed.
     #[serde(default)]
     pub drafter_settings: Option<runtime::policy::DrafterSettings>,
+    /// Widths, rounds, passes, tokens and threads; flattened, so its fields
+    /// stand between `drafter_settings` and `prompts` as raw.jsonl lays them out.
+    #[serde(flatten)]
+    pub design: Design,
+    /// The copy every arm read (`prompts.jsonl` in the record folder).
+    pub prompts: PathBuf,
+    /// Where the copy came from (`--prompts`, or the shipped default).
+    pub prompts_source: String,
+    pub prompts_sha256: String,
+    pub runtime: PathBuf,
+    pub gate: GateConfig,
+    /// How long the gate before an arm may wait for the host to quieten.
+    pub gate_wait_s: f64,
+    pub gate_interval_s: f64,
+    /// `tuner sweep --served`: each arm is a `runtime serve` process fed
+    /// streamed HTTP requests; null for `runtime generate` arms (and in
+    /// records written before served sweeps existed).
+    #[serde(default)]
+    pub served: Option<ServedSettings>,
+}
+
+/// What a sweep runs and how often: the numbers its arm plan and every
+/// arm's command line follow from. Shared by what the operator asked for
+/// ([`crate::sweep::SweepOptions`]) and what the raw data records ([`Settings`]).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Design {
     pub widths: Vec<usize>,
     pub rounds: usize,
     /// Recorded passes over the prompt set per speculative arm (`runtime --repeat`).
@@ -101,21 +127,21 @@ pub struct Settings {
     pub warmup: usize,
     pub max_tokens: usize,
     pub threads: usize,
-    /// The copy every arm read (`prompts.jsonl` in the record folder).
-    pub prompts: PathBuf,
-    /// Where the copy came from (`--prompts`, or the shipped default).
-    pub prompts_source: String,
-    pub prompts_sha256: String,
-    pub runtime: PathBuf,
-    pub gate: GateConfig,
-    /// How long the gate before an arm may wait for the host to quieten.
-    pub gate_wait_s: f64,
-    pub gate_interval_s: f64,
-    /// `tuner sweep --served`: each arm is a `runtime serve` process fed
-    /// streamed HTTP requests; null for `runtime generate` arms (and in
-    /// records written before served sweeps existed).
-    #[serde(default)]
-    pub served: Option<ServedSettings>,
+}
+
+impl Design {
+    /// Recorded passes of an arm: bracket arms may run more than speculative ones.
+    pub fn bursts_of(&self, width: Option<usize>) -> usize {
+        match width {
+            Some(_) => self.bursts,
+            None => self.bracket_bursts.unwrap_or(self.bursts),
+        }
+    }
+
+    /// The arm plan these numbers give ([`crate::sweep::plan`]).
+    pub fn plan(&self) -> Vec<PlannedArm> {
+        crate::sweep::plan(&self.widths, self.rounds, self.bracket_arms)
+    }
 }
 
 /// The bounds of `--rounds auto`, fixed before the first arm.
@@ -142,16 +168,6 @@ pub struct Settled {
 
 fn one() -> usize {
     1
-}
-
-impl Settings {
-    /// Recorded passes of an arm: bracket arms may run more than speculative ones.
-    pub fn bursts_of(&self, width: Option<usize>) -> usize {
-        match width {
-            Some(_) => self.bursts,
-            None => self.bracket_bursts.unwrap_or(self.bursts),
-        }
-    }
 }
 
 /// The served mode's timeouts (`--health-timeout`, `--stop-timeout`, `--request-timeout`).
@@ -622,6 +638,29 @@ pub fn drop_partial_tail(path: &Path) -> Result<usize, RawError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn committed_settings_read_back_and_serialize_to_the_bytes_they_were_written_as() {
+        let records = Path::new(env!("CARGO_MANIFEST_DIR")).join("../records");
+        let mut checked = 0;
+        for dir in std::fs::read_dir(&records).unwrap().flatten() {
+            let Ok(text) = std::fs::read_to_string(dir.path().join("raw.jsonl")) else { continue };
+            let first = text.lines().next().unwrap();
+            let Ok(RawLine::Sweep(h)) = serde_json::from_str::<RawLine>(first) else {
+                panic!("{}: the first line is not a sweep header", dir.path().display())
+            };
+            // A record written with every field of this layout must come
+            // out as it was written; older ones read back with defaults.
+            let keys = |v: serde_json::Value| v.as_object().map(|o| o.keys().cloned().collect::<Vec<_>>());
+            let written: serde_json::Value = serde_json::from_str(first).unwrap();
+            if keys(written["settings"].clone()) == keys(serde_json::to_value(&h.settings).unwrap()) {
+                let again = format!("\"settings\":{},", serde_json::to_string(&h.settings).unwrap());
+                assert!(first.contains(&again), "{}: {again}", dir.path().display());
+                checked += 1;
+            }
+        }
+        assert!(checked > 0, "no committed record has every settings field");
+    }
 
     #[test]
     fn a_capped_reader_reports_long_lines_and_keeps_reading() {

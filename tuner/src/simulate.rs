@@ -17,8 +17,8 @@ use runtime::events::{FinishReason, Outcome, SpeculativeDiagnostics, Startup, Us
 
 use crate::gate::GateRun;
 use crate::raw::{
-    ArmEnd, ArmStart, ArmStartup, Bracket, Done, PromptTag, RawFile, RawLine, RequestRow, RowSpeculation, Settings,
-    SweepHeader,
+    ArmEnd, ArmStart, ArmStartup, Bracket, Design, Done, PromptTag, RawFile, RawLine, RequestRow, RowSpeculation,
+    Settings, SweepHeader,
 };
 
 /// The truth and the noise of a synthetic sweep, and its plan.
@@ -125,15 +125,17 @@ impl Template {
             drafter: runtime::policy::DrafterKind::Ngram,
             drafter_model: None,
             drafter_settings: Some(runtime::policy::DrafterSettings::ngram(3, 4)),
-            widths: vec![],
-            rounds: 0,
-            bursts: 0,
-            bracket_arms: 1,
-            bracket_bursts: None,
-            auto_rounds: None,
-            warmup: 1,
-            max_tokens: 48,
-            threads: 2,
+            design: Design {
+                widths: vec![],
+                rounds: 0,
+                bursts: 0,
+                bracket_arms: 1,
+                bracket_bursts: None,
+                auto_rounds: None,
+                warmup: 1,
+                max_tokens: 48,
+                threads: 2,
+            },
             prompts: "/sim/prompts.jsonl".into(),
             prompts_source: "simulated".into(),
             prompts_sha256: String::new(),
@@ -222,13 +224,13 @@ pub fn sweep(t: &Template, c: &SimConfig) -> RawFile {
     let mut rng = Rng(c.seed ^ 0xd1b5_4a32_d192_ed03);
     let widths: Vec<usize> = c.truth.keys().copied().collect();
     let mut header = t.header.clone();
-    header.settings.widths = widths.clone();
-    header.settings.rounds = c.rounds;
-    header.settings.bursts = c.bursts;
-    header.settings.bracket_arms = c.bracket_arms;
-    header.settings.bracket_bursts = Some(c.bracket_bursts);
+    header.settings.design.widths = widths.clone();
+    header.settings.design.rounds = c.rounds;
+    header.settings.design.bursts = c.bursts;
+    header.settings.design.bracket_arms = c.bracket_arms;
+    header.settings.design.bracket_bursts = Some(c.bracket_bursts);
     header.prompts = (0..c.prompts).map(|i| PromptTag { id: format!("p{i}"), kind: TYPES[i % 6].into() }).collect();
-    header.plan = crate::sweep::plan(&widths, c.rounds, c.bracket_arms);
+    header.plan = header.settings.design.plan();
     // Prompt speeds and outputs: fixed for the sweep.
     let base: Vec<f64> = (0..c.prompts).map(|_| 150.0 * (0.2 * rng.normal()).exp()).collect();
     let ids: Vec<Vec<u32>> = (0..c.prompts).map(|i| (0..8).map(|j| (100 * i + j) as u32).collect()).collect();

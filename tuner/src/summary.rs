@@ -442,7 +442,7 @@ pub fn summarize_dir(dir: &Path) -> Result<(RawFile, Summary)> {
 
 pub fn summarize(raw: &RawFile) -> Result<Summary> {
     let h = &raw.header;
-    let st = &h.settings;
+    let st = &h.settings.design;
     // `--rounds auto` may have stopped before the plan's last round: the
     // arms of later rounds are not part of the sweep.
     let settled_line = raw.lines.iter().rev().find_map(|l| match l {
@@ -726,7 +726,7 @@ pub fn summarize(raw: &RawFile) -> Result<Summary> {
     types.sort_unstable();
     types.dedup();
     let arm_kinds: Vec<Option<usize>> =
-        std::iter::once(None).chain(h.settings.widths.iter().map(|w| Some(*w))).collect();
+        std::iter::once(None).chain(h.settings.design.widths.iter().map(|w| Some(*w))).collect();
     for t in &types {
         for k in &arm_kinds {
             let xs: Vec<f64> =

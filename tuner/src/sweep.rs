@@ -94,16 +94,8 @@ pub struct SweepOptions {
     pub drafter_model: Option<PathBuf>,
     /// Complete settings for the drafter, passed to every speculative arm.
     pub drafter_settings: runtime::policy::DrafterSettings,
-    pub widths: Vec<usize>,
-    pub rounds: usize,
-    pub bursts: usize,
-    pub bracket_arms: usize,
-    pub bracket_bursts: usize,
-    /// `--rounds auto`: `rounds` is then the maximum.
-    pub auto_rounds: Option<crate::raw::AutoRounds>,
-    pub warmup: usize,
-    pub max_tokens: usize,
-    pub threads: usize,
+    /// Widths, rounds, passes, tokens and threads, recorded as given.
+    pub design: crate::raw::Design,
     /// `None`: the shipped default set ([`DEFAULT_PROMPTS_JSONL`]).
     pub prompts: Option<PathBuf>,
     pub out: PathBuf,
@@ -232,10 +224,11 @@ fn sha256_bytes(b: &[u8]) -> String {
 
 /// Starts a new sweep in `opts.out` (which must not hold a raw.jsonl).
 pub fn start(opts: &SweepOptions) -> Result<Outcome> {
-    if opts.widths.is_empty() {
+    let d = &opts.design;
+    if d.widths.is_empty() {
         bail!("--widths is empty; give at least one width, e.g. --widths 1-8");
     }
-    if let Some(w) = opts.widths.iter().find(|w| **w == 0 || **w > runtime::policy::MAX_BLOCK_SIZE) {
+    if let Some(w) = d.widths.iter().find(|w| **w == 0 || **w > runtime::policy::MAX_BLOCK_SIZE) {
         bail!("--widths: {w} is out of range 1..={}", runtime::policy::MAX_BLOCK_SIZE);
     }
     if opts.drafter == DrafterKind::DraftModel && opts.drafter_model.is_none() {
@@ -244,20 +237,20 @@ pub fn start(opts: &SweepOptions) -> Result<Outcome> {
     let kind = opts.drafter;
     opts.drafter_settings.check(kind).map_err(|e| anyhow::anyhow!("{kind} drafter settings: {e}"))?;
     for (flag, x, lo, hi) in [
-        ("--rounds", opts.rounds, 1, MAX_ROUNDS),
-        ("--bursts", opts.bursts, 1, MAX_BURSTS),
-        ("--bracket-arms", opts.bracket_arms, 1, MAX_BRACKET_ARMS),
-        ("--bracket-bursts", opts.bracket_bursts, 1, MAX_BURSTS),
-        ("--warmup", opts.warmup, 0, MAX_WARMUP),
-        ("--threads", opts.threads, 1, MAX_THREADS),
-        ("--max-tokens", opts.max_tokens, 1, MAX_TOKENS_PER_REQUEST),
+        ("--rounds", d.rounds, 1, MAX_ROUNDS),
+        ("--bursts", d.bursts, 1, MAX_BURSTS),
+        ("--bracket-arms", d.bracket_arms, 1, MAX_BRACKET_ARMS),
+        ("--bracket-bursts", d.bursts_of(None), 1, MAX_BURSTS),
+        ("--warmup", d.warmup, 0, MAX_WARMUP),
+        ("--threads", d.threads, 1, MAX_THREADS),
+        ("--max-tokens", d.max_tokens, 1, MAX_TOKENS_PER_REQUEST),
     ] {
         if !(lo..=hi).contains(&x) {
             bail!("{flag} {x} is out of range {lo}..={hi}");
         }
     }
-    if let Some(a) = &opts.auto_rounds {
-        if !(2..=a.max_rounds).contains(&a.min_rounds) || a.max_rounds != opts.rounds {
+    if let Some(a) = &d.auto_rounds {
+        if !(2..=a.max_rounds).contains(&a.min_rounds) || a.max_rounds != d.rounds {
             bail!(
                 "--rounds auto: the minimum ({}) must be at least 2 and at most the maximum ({})",
                 a.min_rounds,
@@ -268,11 +261,11 @@ pub fn start(opts: &SweepOptions) -> Result<Outcome> {
             bail!("--auto-budget {}: give seconds in (0, {MAX_AUTO_BUDGET_S}]", a.budget_s);
         }
     }
-    if opts.rounds < 2 {
+    if d.rounds < 2 {
         eprintln!(
             "tuner sweep: warning: --rounds {}: every interval comes from the spread between rounds, so a sweep of \
              one round states no interval and cannot be proposed",
-            opts.rounds
+            d.rounds
         );
     }
     if let Some(sv) = &opts.served {
@@ -321,15 +314,7 @@ pub fn start(opts: &SweepOptions) -> Result<Outcome> {
         drafter: opts.drafter,
         drafter_model: opts.drafter_model.as_deref().map(abs),
         drafter_settings: Some(opts.drafter_settings.clone()),
-        widths: opts.widths.clone(),
-        rounds: opts.rounds,
-        bursts: opts.bursts,
-        bracket_arms: opts.bracket_arms,
-        bracket_bursts: Some(opts.bracket_bursts),
-        auto_rounds: opts.auto_rounds.clone(),
-        warmup: opts.warmup,
-        max_tokens: opts.max_tokens,
-        threads: opts.threads,
+        design: opts.design.clone(),
         prompts: abs(&prompts_copy),
         prompts_source,
         prompts_sha256: sha256_bytes(&prompts_bytes),
@@ -353,7 +338,7 @@ pub fn start(opts: &SweepOptions) -> Result<Outcome> {
         tuner_version: env!("CARGO_PKG_VERSION").to_string(),
         started_at_unix_ms: started,
         date: utc_date(started),
-        plan: plan(&settings.widths, settings.rounds, settings.bracket_arms),
+        plan: settings.design.plan(),
         settings,
         prompts,
         identity,
@@ -621,7 +606,7 @@ fn drive(
             break;
         }
         // `--rounds auto`: after the last arm of a round, may the sweep stop?
-        if let Some(auto) = &s.auto_rounds
+        if let Some(auto) = &s.design.auto_rounds
             && header.plan.iter().filter(|a| a.round == arm.round).map(|a| a.index).max() == Some(arm.index)
         {
             let rounds = arm.round + 1;

@@ -10,91 +10,47 @@
 //! is the "server" the tuner must stop. The HTTP side is a thread of this test on a loopback port,
 //! named in the startup event's `server.address`; it answers `/health` and
 //! streams OpenAI chunks whose text, usage and token ids match the events.
+mod common;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener};
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::path::Path;
+use std::process::Output;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use draftwise_tests::{FAKE_GATE, exclude_other_runtimes};
-use runtime::events::Event;
+use common::{Fixture, completion, diagnostics, ev, text, text_of};
 use serde_json::{Value, json};
 
-/// Serializes the tuner runs of this test binary (see `Fixture::tuner`).
-static SWEEPS: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-/// This build's identity (the whole verify path), as the fake reports it.
-const FINGERPRINT: &str = runtime::policy::KERNEL_FINGERPRINT;
-/// The fake target's weight formats.
-const FORMATS: [&str; 2] = ["q4_1", "q8_0"];
-
-/// This build's verify-path fingerprint for the fake arms' key: `propose`
-/// refuses a record measured under another.
-fn verify_fp() -> String {
-    runtime::policy::verify_fingerprint("cpu:x86_64-avx2", Some(&FORMATS.map(String::from)))
-}
 /// Two prompts, one of each endpoint.
 const PROMPTS: usize = 2;
 const BURSTS: usize = 3;
 /// Requests per arm: one warm-up pass and the bursts.
 const PER_ARM: usize = PROMPTS * (1 + BURSTS);
 
-fn ev(v: Value) -> String {
-    let e: Event = serde_json::from_value(v.clone()).unwrap_or_else(|e| panic!("not an Event ({e}): {v}"));
-    e.to_line()
-}
-
+/// A server's `startup`: the generate arm's, with the server's sampling
+/// defaults and its address.
 fn startup(width: Option<usize>, addr: SocketAddr) -> String {
-    ev(json!({
-        "event": "startup", "schema_version": 1,
-        "build": {"version": "0.1.0", "git_commit": "abc", "git_dirty": "false", "features": [],
-                  "rustc": "rustc 1.95.0", "profile": "release", "cuda_archs": [], "kernel_fingerprint": FINGERPRINT},
-        "device_class": "cpu:x86_64-avx2", "kernel_family": "avx2", "kernel_family_forced": false, "threads": 2,
-        "target": {"path": "/m.gguf", "format": "gguf", "architecture": "llama",
-                   "quant": {"class": "q4_1", "from": "test", "format": "gguf"}, "n_layers": 30, "dim": 576,
-                   "vocab": 49152, "context_length": 8192, "weight_formats": FORMATS},
-        "tokenizer": "gguf", "drafter": if width.is_some() { "ngram" } else { "none" },
-        "drafter_from": if width.is_some() { "flag" } else { "none" },
-        "drafter_settings": width.map(|_| json!({"ngram_min": 3, "ngram_max": 4})),
-        "block_size": width, "block_size_from": "--draft-block-size", "kernel_fingerprint": FINGERPRINT,
-        "verify_fingerprint": verify_fp(),
-        "exactness_probe": width.map(|w| json!({"width": w, "passed": true, "first_differing_row": null,
-            "differing_bytes": 0, "compared_bytes": 100, "kernel_family": "avx2", "threads": 2})),
-        "allow_inexact": false,
-        "sampling": {"temperature": 1.0, "top_k": 0, "top_p": 1.0, "seed": 0}, "max_tokens": 16,
-        "server": {"address": addr.to_string(), "model": "fake"}
-    }))
+    let mut v = common::startup(width);
+    v["sampling"]["temperature"] = json!(1.0);
+    v["max_tokens"] = json!(16);
+    v["server"] = json!({"address": addr.to_string(), "model": "fake"});
+    ev(v)
 }
 
 /// What the fake answers for the prompt at `index` of the set.
 fn answer(index: usize) -> (Vec<u32>, String) {
     let ids: Vec<u32> = (0..4).map(|i| 100 * (index as u32 + 1) + i).collect();
-    let text = ids.iter().map(|i| format!("t{i} ")).collect();
+    let text = text_of(&ids);
     (ids, text)
 }
 
 /// The events the server prints for request `n` (global, in sending order).
 fn request_events(n: usize, width: Option<usize>) -> String {
-    let (ids, text) = answer(n % PROMPTS);
-    let mut out = vec![ev(json!({
-        "event": "completion", "schema_version": 1, "prompt_id": format!("cmpl-{n}"), "warmup": false, "repeat": 0,
-        "usage": {"prompt_tokens": 5, "completion_tokens": ids.len(), "total_tokens": 5 + ids.len()},
-        "finish_reason": "length", "text": text, "token_ids": ids,
-        "text_sha256": runtime::events::sha256_hex(text.as_bytes()),
-        "token_ids_sha256": runtime::events::token_ids_sha256(&ids),
-        "prefill_ms": 1.0, "decode_ms": 3.0, "total_ms": 4.0, "decode_steps": 3, "decode_tokens": 3,
-        "decode_tok_per_s": 1000.0, "prefill_tok_per_s": 5000.0
-    }))];
-    if let Some(w) = width {
-        out.push(ev(json!({
-            "event": "speculative_diagnostics", "schema_version": 1, "prompt_id": format!("cmpl-{n}"),
-            "warmup": false, "repeat": 0, "drafter": "ngram", "block_size": w, "rounds": 2, "plain_steps": 1,
-            "drafted": 2 * w, "accepted": w, "acceptance_rate": 0.5, "accepted_per_position": vec![1; w],
-            "emitted_per_verify": 1.5, "draft_ms": 0.1, "verify_ms": 1.0, "accept_ms": 0.01,
-            "draft_ms_per_round": 0.05, "verify_ms_per_round": 0.5, "accept_ms_per_round": 0.005
-        })));
-    }
+    let (ids, _) = answer(n % PROMPTS);
+    let id = format!("cmpl-{n}");
+    let mut out = vec![completion(&id, false, 0, &ids, 1000.0)];
+    out.extend(width.map(|w| diagnostics(&id, false, 0, w, 2)));
     out.join("\n")
 }
 
@@ -197,55 +153,24 @@ sleep 120 >/dev/null &
 wait
 "#;
 
-struct Fixture {
-    _tmp: tempfile::TempDir,
-    root: PathBuf,
-    fake: PathBuf,
-    out: PathBuf,
-}
-
 impl Fixture {
     /// A scratch repository with a fake runtime whose arms talk to `addr`:
     /// classic, width 1, width 2, classic, and the second round.
     fn new(addr: SocketAddr) -> Fixture {
-        let tmp = tempfile::tempdir().unwrap();
-        let root = tmp.path().to_path_buf();
-        std::fs::create_dir_all(root.join("policy")).unwrap();
-        std::fs::create_dir_all(root.join("records")).unwrap();
-        let table =
-            std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../policy/draft-block-width.toml"))
-                .unwrap();
-        let table = table.find("\n[[entry]]").map_or(table.clone(), |i| table[..i + 1].to_string());
-        std::fs::write(root.join("policy/draft-block-width.toml"), table).unwrap();
-        let fake = root.join("fake");
-        std::fs::create_dir_all(&fake).unwrap();
-        draftwise_tests::write_executable(&fake.join("runtime"), SCRIPT);
-        std::fs::write(
-            fake.join("build-info.json"),
-            json!({"version": "0.1.0", "git_commit": "abc", "git_dirty": "false", "features": [], "rustc": "rustc 1.95.0",
-                   "profile": "release", "cuda_archs": [], "kernel_fingerprint": FINGERPRINT})
-            .to_string(),
-        )
-        .unwrap();
-        std::fs::write(fake.join("model.gguf"), b"not really a model").unwrap();
-        std::fs::write(
-            fake.join("prompts.jsonl"),
-            concat!(
-                r#"{"id": "p1", "type": "code", "prompt": "def f():"}"#,
-                "\n",
-                r#"{"id": "p2", "type": "chat", "messages": [{"role": "user", "content": "hi"}]}"#,
-                "\n"
-            ),
-        )
-        .unwrap();
-        std::fs::write(fake.join("kmsg"), "6,0,0,-;Linux version 6.8.0\n").unwrap();
+        let prompts = concat!(
+            r#"{"id": "p1", "type": "code", "prompt": "def f():"}"#,
+            "\n",
+            r#"{"id": "p2", "type": "chat", "messages": [{"role": "user", "content": "hi"}]}"#,
+            "\n"
+        );
+        let f = Fixture::scratch(SCRIPT, prompts, "records/served");
         // Two rounds: C 1 2 C | C 2 1 C (the plan rotates the widths).
         for (n, width) in [None, Some(1), Some(2), None, None, Some(2), Some(1), None].into_iter().enumerate() {
             let mut lines = vec![startup(width, addr)];
             lines.extend((n * PER_ARM..(n + 1) * PER_ARM).map(|k| request_events(k, width)));
-            std::fs::write(fake.join(format!("arm-{n}.jsonl")), lines.join("\n") + "\n").unwrap();
+            std::fs::write(f.fake.join(format!("arm-{n}.jsonl")), lines.join("\n") + "\n").unwrap();
         }
-        Fixture { out: root.join("records/served"), _tmp: tmp, root, fake }
+        f
     }
 
     /// Shell the fake sources before printing (e.g. `trap '' TERM`).
@@ -253,55 +178,10 @@ impl Fixture {
         std::fs::write(self.fake.join("before.sh"), sh).unwrap();
     }
 
-    /// Runs the tuner. Sweeps in this binary run one at a time: the gate
-    /// watches the host while an arm runs, and another test's fake runtime
-    /// is, to it, a foreign model process (contention).
-    fn tuner(&self, args: &[&str]) -> Output {
-        let _one_at_a_time = SWEEPS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        Command::new(env!("CARGO_BIN_EXE_tuner"))
-            .args(args)
-            .env("DRAFTWISE_TUNER_NVRM_LOG", self.fake.join("kmsg"))
-            .output()
-            .expect("run tuner")
-    }
-
+    /// `tuner sweep --served` over widths 1,2, two rounds (invocations 0..=7).
     fn sweep(&self, extra: &[&str]) -> Output {
-        let fake = self.fake.display().to_string();
-        let mut args: Vec<String> = [
-            "sweep",
-            "--served",
-            "--runtime",
-            &format!("{fake}/runtime"),
-            "--target",
-            &format!("{fake}/model.gguf"),
-            "--prompts",
-            &format!("{fake}/prompts.jsonl"),
-            "--widths",
-            "1,2",
-            "--rounds",
-            "2",
-            "--bursts",
-            &BURSTS.to_string(),
-            "--bracket-arms",
-            "1",
-            "--bracket-bursts",
-            &BURSTS.to_string(),
-            "--max-tokens",
-            "4",
-            "--threads",
-            "2",
-            "--out",
-            &self.out.display().to_string(),
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
-        args.extend(FAKE_GATE.iter().map(|s| s.to_string()));
-        args.extend(extra.iter().map(|s| s.to_string()));
-        // Other sessions' `runtime` processes on a shared host are not contention here.
-        args.extend(exclude_other_runtimes());
-        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
-        self.tuner(&refs)
+        let served = ["--served"].into_iter().chain(extra.iter().copied()).collect::<Vec<_>>();
+        self.fake_sweep(BURSTS, 4, &served)
     }
 
     fn raw(&self, kind: &str) -> Vec<Value> {
@@ -317,10 +197,6 @@ impl Fixture {
     fn pid(&self, n: usize) -> u32 {
         std::fs::read_to_string(self.fake.join(format!("pid-{n}"))).unwrap().trim().parse().unwrap()
     }
-}
-
-fn text(o: &Output) -> String {
-    draftwise_tests::output_text(o)
 }
 
 fn gone(pid: u32) -> bool {
@@ -376,7 +252,7 @@ fn a_clean_served_sweep_records_client_timings_and_summarizes_as_served() {
     assert!((0..8).all(|n| gone(f.pid(n))));
     let header = &f.raw("sweep")[0];
     assert_eq!(header["settings"]["served"]["health_timeout_s"], 120.0);
-    let o = f.tuner(&["summarize", f.out.to_str().unwrap(), "--json"]);
+    let o = f.tuner(&["summarize", f.out.to_str().unwrap(), "--json"], &[]);
     assert!(o.status.success(), "{}", text(&o));
     let s: Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(
@@ -391,7 +267,7 @@ fn a_clean_served_sweep_records_client_timings_and_summarizes_as_served() {
     let csv = std::fs::read_to_string(f.out.join("summary.csv")).unwrap();
     assert!(csv.lines().next().unwrap().ends_with("median_ttft_ms,statistic"), "{csv}");
     assert!(csv.lines().skip(1).all(|l| l.ends_with(",e2e_tok_per_s")), "{csv}");
-    let o = f.tuner(&["propose", f.out.to_str().unwrap(), "--dry-run"]);
+    let o = f.tuner(&["propose", f.out.to_str().unwrap(), "--dry-run"], &[]);
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(o.status.success() && out.contains("served sweep (end-to-end tok/s"), "{}", text(&o));
     assert!(f.root.join("policy/draft-block-width.toml").exists());

@@ -5,99 +5,24 @@
 //! crash mid-arm, interruption and resume, a gate source accepted as
 //! unknown, malformed raw data.
 //!
-//! The events are built as JSON and parsed back as `runtime::events::Event`
-//! before they are written, so they have exactly the runtime's shape.
+//! The events are the typed ones of `common` (the runtime's exact shape).
 //! The gate runs for real on this (possibly busy) host with relaxed CPU
 //! thresholds; the NV_ERR_NO_MEMORY count comes from an injected kernel log
 //! (`DRAFTWISE_TUNER_NVRM_LOG`).
-use std::path::{Path, PathBuf};
+mod common;
+
 use std::process::{Command, Output};
 
-use draftwise_tests::{FAKE_GATE, exclude_other_runtimes};
-use runtime::events::Event;
+use common::{FORMATS, Fixture, completion, declined, diagnostics, empty_table, startup, text, verify_fp};
+use draftwise_tests::{exclude_other_runtimes, fake_gate};
 use serde_json::{Value, json};
 
-/// Serializes the tuner runs of this test binary (see `Fixture::tuner`).
-static SWEEPS: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-/// This build's identity (the whole verify path), as the fake reports it.
-const FINGERPRINT: &str = runtime::policy::KERNEL_FINGERPRINT;
-/// The fake target's weight formats.
-const FORMATS: [&str; 2] = ["q4_1", "q8_0"];
-
-/// This build's verify-path fingerprint for the fake arms' key: `propose`
-/// refuses a record measured under another.
-fn verify_fp() -> String {
-    runtime::policy::verify_fingerprint("cpu:x86_64-avx2", Some(&FORMATS.map(String::from)))
-}
 const PROMPTS: [(&str, &str); 2] = [("p1", "code"), ("p2", "free")];
 const BURSTS: usize = 3;
-
-fn ev(v: Value) -> String {
-    let e: Event = serde_json::from_value(v.clone()).unwrap_or_else(|e| panic!("not an Event ({e}): {v}"));
-    e.to_line()
-}
-
-fn startup(width: Option<usize>, allow_inexact: bool) -> String {
-    ev(json!({
-        "event": "startup", "schema_version": 1,
-        "build": {"version": "0.1.0", "git_commit": "abc", "git_dirty": "false", "features": [],
-                  "rustc": "rustc 1.95.0", "profile": "release", "cuda_archs": [], "kernel_fingerprint": FINGERPRINT},
-        "device_class": "cpu:x86_64-avx2", "kernel_family": "avx2", "kernel_family_forced": false, "threads": 2,
-        "target": {"path": "/m.gguf", "format": "gguf", "architecture": "llama",
-                   "quant": {"class": "q4_1", "from": "test", "format": "gguf"}, "n_layers": 30, "dim": 576,
-                   "vocab": 49152, "context_length": 8192, "weight_formats": FORMATS},
-        "tokenizer": "gguf", "drafter": if width.is_some() { "ngram" } else { "none" },
-        "drafter_from": if width.is_some() { "flag" } else { "none" },
-        "drafter_settings": width.map(|_| json!({"ngram_min": 3, "ngram_max": 4})),
-        "block_size": width, "block_size_from": "--draft-block-size", "kernel_fingerprint": FINGERPRINT,
-        "verify_fingerprint": verify_fp(),
-        "exactness_probe": width.map(|w| json!({"width": w, "passed": true, "first_differing_row": null,
-            "differing_bytes": 0, "compared_bytes": 100, "kernel_family": "avx2", "threads": 2})),
-        "allow_inexact": allow_inexact,
-        "sampling": {"temperature": 0.0, "top_k": 0, "top_p": 1.0, "seed": 0}, "max_tokens": 8
-    }))
-}
 
 fn tokens(prompt: &str) -> Vec<u32> {
     let base = if prompt == "p1" { 100 } else { 200 };
     (0..8).map(|i| base + i).collect()
-}
-
-fn completion(prompt: &str, warmup: bool, repeat: usize, ids: &[u32], tok_s: f64) -> String {
-    let bytes: Vec<u8> = ids.iter().flat_map(|i| i.to_le_bytes()).collect();
-    let text: String = ids.iter().map(|i| format!("t{i} ")).collect();
-    let decode_tokens = ids.len() - 1;
-    ev(json!({
-        "event": "completion", "schema_version": 1, "prompt_id": prompt, "warmup": warmup, "repeat": repeat,
-        "usage": {"prompt_tokens": 5, "completion_tokens": ids.len(), "total_tokens": 5 + ids.len()},
-        "finish_reason": "length", "text": text, "token_ids": ids,
-        "text_sha256": runtime::events::sha256_hex(text.as_bytes()),
-        "token_ids_sha256": runtime::events::sha256_hex(&bytes),
-        "prefill_ms": 5.0, "decode_ms": decode_tokens as f64 / tok_s * 1e3, "total_ms": 5.0 + decode_tokens as f64 / tok_s * 1e3,
-        "decode_steps": decode_tokens, "decode_tokens": decode_tokens, "decode_tok_per_s": tok_s,
-        "prefill_tok_per_s": 1000.0
-    }))
-}
-
-fn diagnostics(prompt: &str, warmup: bool, repeat: usize, width: usize, rounds: usize) -> String {
-    ev(json!({
-        "event": "speculative_diagnostics", "schema_version": 1, "prompt_id": prompt, "warmup": warmup,
-        "repeat": repeat, "drafter": "ngram", "block_size": width, "rounds": rounds, "plain_steps": 1,
-        "drafted": rounds * width, "accepted": rounds * width / 2,
-        "acceptance_rate": if rounds > 0 { json!(0.5) } else { json!(null) },
-        "accepted_per_position": vec![rounds; width],
-        "emitted_per_verify": if rounds > 0 { json!(1.0 + width as f64 / 2.0) } else { json!(null) },
-        "draft_ms": 1.0, "verify_ms": 10.0, "accept_ms": 0.1,
-        "draft_ms_per_round": 0.5, "verify_ms_per_round": 5.0, "accept_ms_per_round": 0.05
-    }))
-}
-
-fn declined(prompt: &str, warmup: bool, repeat: usize, width: usize) -> String {
-    ev(json!({
-        "event": "declined", "schema_version": 1, "prompt_id": prompt, "warmup": warmup, "repeat": repeat,
-        "drafter": "ngram", "block_size": width, "reason": "the exactness probe failed at row 2", "probe": null
-    }))
 }
 
 /// How a crafted speculative arm behaves.
@@ -117,7 +42,7 @@ fn arm(width: Option<usize>, tok_s: f64, spec: Spec) -> String {
 }
 
 fn arm_bursts(width: Option<usize>, tok_s: f64, spec: Spec, bursts: usize) -> String {
-    let mut out = vec![startup(width, false)];
+    let mut out = vec![common::ev(startup(width))];
     for (warmup, repeats) in [(true, 1), (false, bursts)] {
         for repeat in 0..repeats {
             for (p, _) in PROMPTS {
@@ -164,52 +89,13 @@ if [ -f "$D/arm-$N.sh" ]; then . "$D/arm-$N.sh"; fi
 if [ -f "$D/arm-$N.jsonl" ]; then cat "$D/arm-$N.jsonl"; else cat "$D/w-$W.jsonl"; fi
 "#;
 
-/// A scratch repository: policy table, records/, a fake runtime, a model
-/// file, a prompt set and an injected kernel log.
-struct Fixture {
-    _tmp: tempfile::TempDir,
-    root: PathBuf,
-    fake: PathBuf,
-    out: PathBuf,
-}
-
-/// The repository's policy table without its entries (their records are
-/// not in the scratch repository): its header, comments and schema version.
-fn empty_table() -> String {
-    let real = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../policy/draft-block-width.toml"))
-        .unwrap();
-    match real.find("\n[[entry]]") {
-        Some(i) => real[..i + 1].to_string(),
-        None => real,
-    }
-}
-
 impl Fixture {
     fn new() -> Fixture {
-        let tmp = tempfile::tempdir().unwrap();
-        let root = tmp.path().to_path_buf();
-        std::fs::create_dir_all(root.join("policy")).unwrap();
-        std::fs::create_dir_all(root.join("records")).unwrap();
-        std::fs::write(root.join("policy/draft-block-width.toml"), empty_table()).unwrap();
-        let fake = root.join("fake");
-        std::fs::create_dir_all(&fake).unwrap();
-        let script = fake.join("runtime");
-        draftwise_tests::write_executable(&script, SCRIPT);
-        std::fs::write(
-            fake.join("build-info.json"),
-            json!({"version": "0.1.0", "git_commit": "abc", "git_dirty": "false", "features": [], "rustc": "rustc 1.95.0",
-                   "profile": "release", "cuda_archs": [], "kernel_fingerprint": FINGERPRINT})
-            .to_string(),
-        )
-        .unwrap();
-        std::fs::write(fake.join("model.gguf"), b"not really a model").unwrap();
         let prompts: String = PROMPTS
             .iter()
             .map(|(id, t)| json!({"id": id, "type": t, "prompt": format!("say {id}")}).to_string() + "\n")
             .collect();
-        std::fs::write(fake.join("prompts.jsonl"), prompts).unwrap();
-        std::fs::write(fake.join("kmsg"), "6,0,0,-;Linux version 6.8.0\n").unwrap();
-        let f = Fixture { out: root.join("records/sweep"), _tmp: tmp, root, fake };
+        let f = Fixture::scratch(SCRIPT, &prompts, "records/sweep");
         // Defaults: classic 100 tok/s, width 1 130, width 2 120, all clean.
         f.set_width(None, &arm(None, 100.0, Spec::default()));
         f.set_width(Some(1), &arm(Some(1), 130.0, Spec::default()));
@@ -232,56 +118,10 @@ impl Fixture {
         std::fs::write(self.fake.join(format!("arm-{n}.sh")), sh).unwrap();
     }
 
-    /// Runs the tuner. Sweeps in this binary run one at a time: the gate
-    /// watches the host while an arm runs, and another test's fake runtime
-    /// is, to it, a foreign model process (contention).
-    fn tuner(&self, args: &[&str], extra_env: &[(&str, &str)]) -> Output {
-        let _one_at_a_time = SWEEPS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let mut c = Command::new(env!("CARGO_BIN_EXE_tuner"));
-        c.args(args).env("DRAFTWISE_TUNER_NVRM_LOG", self.fake.join("kmsg"));
-        for (k, v) in extra_env {
-            c.env(k, v);
-        }
-        c.output().expect("run tuner")
-    }
-
     /// `tuner sweep` over widths 1,2, two rounds of one bracket arm a side:
     /// arms C 1 2 C | C 2 1 C (invocations 0..=7).
     fn sweep(&self, extra: &[&str]) -> Output {
-        let fake = self.fake.display().to_string();
-        let mut args: Vec<String> = [
-            "sweep",
-            "--runtime",
-            &format!("{fake}/runtime"),
-            "--target",
-            &format!("{fake}/model.gguf"),
-            "--prompts",
-            &format!("{fake}/prompts.jsonl"),
-            "--widths",
-            "1,2",
-            "--rounds",
-            "2",
-            "--bursts",
-            "3",
-            "--bracket-arms",
-            "1",
-            "--bracket-bursts",
-            "3",
-            "--max-tokens",
-            "8",
-            "--threads",
-            "2",
-            "--out",
-            &self.out.display().to_string(),
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
-        args.extend(FAKE_GATE.iter().map(|s| s.to_string()));
-        args.extend(extra.iter().map(|s| s.to_string()));
-        args.extend(exclude_other_runtimes());
-        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
-        self.tuner(&refs, &[])
+        self.fake_sweep(BURSTS, 8, extra)
     }
 
     fn resume(&self) -> Output {
@@ -317,10 +157,6 @@ impl Fixture {
     fn table(&self) -> String {
         std::fs::read_to_string(self.root.join("policy/draft-block-width.toml")).unwrap()
     }
-}
-
-fn text(o: &Output) -> String {
-    draftwise_tests::output_text(o)
 }
 
 fn kinds(lines: &[Value]) -> Vec<String> {
@@ -511,24 +347,25 @@ fn a_declined_arm_is_not_a_measurement_and_cannot_be_proposed() {
     assert_refused(&f.propose(true), "not measurements");
 }
 
-#[test]
-fn an_arm_whose_every_request_ran_zero_rounds_is_not_a_measurement() {
+/// Width 1, its arms crafted as `spec`, is not a measurement: the summary
+/// says `why`, and so does the refusal to propose it.
+fn assert_width_1_is_not_a_measurement(spec: Spec, why: &str) {
     let f = Fixture::new();
-    f.set_width(Some(1), &arm(Some(1), 150.0, Spec { zero_rounds: true, ..Spec::default() }));
+    f.set_width(Some(1), &arm(Some(1), 150.0, spec));
     assert!(f.sweep(&[]).status.success());
     let s = f.summary();
-    assert!(s["widths"][0]["not_a_measurement"].as_str().unwrap().contains("zero"), "{s}");
-    assert_refused(&f.propose(true), "zero");
+    assert!(s["widths"][0]["not_a_measurement"].as_str().unwrap().contains(why), "{s}");
+    assert_refused(&f.propose(true), why);
+}
+
+#[test]
+fn an_arm_whose_every_request_ran_zero_rounds_is_not_a_measurement() {
+    assert_width_1_is_not_a_measurement(Spec { zero_rounds: true, ..Spec::default() }, "zero");
 }
 
 #[test]
 fn an_arm_without_diagnostics_is_not_a_measurement() {
-    let f = Fixture::new();
-    f.set_width(Some(1), &arm(Some(1), 150.0, Spec { no_diagnostics: true, ..Spec::default() }));
-    assert!(f.sweep(&[]).status.success());
-    let s = f.summary();
-    assert!(s["widths"][0]["not_a_measurement"].as_str().unwrap().contains("no speculative diagnostics"), "{s}");
-    assert_refused(&f.propose(true), "no speculative diagnostics");
+    assert_width_1_is_not_a_measurement(Spec { no_diagnostics: true, ..Spec::default() }, "no speculative diagnostics");
 }
 
 #[test]
@@ -633,42 +470,12 @@ fn an_interrupted_sweep_leaves_valid_data_and_resumes() {
 fn a_gate_source_accepted_as_unknown_is_recorded_and_refused() {
     let f = Fixture::new();
     let missing = f.fake.join("no-such-kmsg");
-    let fake = f.fake.display().to_string();
-    let args = [
-        "sweep",
-        "--runtime",
-        &format!("{fake}/runtime"),
-        "--target",
-        &format!("{fake}/model.gguf"),
-        "--prompts",
-        &format!("{fake}/prompts.jsonl"),
-        "--widths",
-        "1",
-        "--rounds",
-        "2",
-        "--bursts",
-        "3",
-        "--bracket-bursts",
-        "3",
-        "--out",
-        f.out.to_str().unwrap(),
-        "--cpu-window-ms",
-        "100",
-        "--cpu-threshold",
-        "100000",
-        "--host-cpu-threshold",
-        "100000",
-        "--min-available-mib",
-        "0",
-        "--gate-wait",
-        "120",
-        "--gate-interval",
-        "1",
-        "--accept-unknown",
-        "nvrm",
-    ];
-    let others = exclude_other_runtimes();
-    let args: Vec<&str> = args.iter().copied().chain(others.iter().map(String::as_str)).collect();
+    let mut args = vec!["sweep".to_string()];
+    args.extend(f.base_args());
+    args.extend(["--widths", "1", "--rounds", "2", "--bursts", "3", "--bracket-bursts", "3"].map(String::from));
+    args.extend(fake_gate().into_iter().chain(["--accept-unknown", "nvrm"]).map(String::from));
+    args.extend(exclude_other_runtimes());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let o = f.tuner(&args, &[("DRAFTWISE_TUNER_NVRM_LOG", missing.to_str().unwrap())]);
     assert!(o.status.success(), "{}", text(&o));
     let s = f.summary();
@@ -731,8 +538,9 @@ fn malformed_raw_data_and_a_bad_table_are_clear_errors() {
     assert_refused(&o, "records/");
 }
 
-/// Rewrites raw.jsonl line by line (1-based line numbers) and returns the new text.
-fn doctor(f: &Fixture, edit: impl Fn(usize, &mut Value) -> Option<Vec<Value>>) {
+/// Rewrites raw.jsonl line by line (1-based line numbers): `edit` changes a
+/// line in place, or returns the lines that replace it (none: it is dropped).
+fn doctor(f: &Fixture, mut edit: impl FnMut(usize, &mut Value) -> Option<Vec<Value>>) {
     let raw = f.out.join("raw.jsonl");
     let text = std::fs::read_to_string(&raw).unwrap();
     let mut out = String::new();
@@ -749,6 +557,15 @@ fn doctor(f: &Fixture, edit: impl Fn(usize, &mut Value) -> Option<Vec<Value>>) {
 /// What each of a summary's data problems says.
 fn problems(s: &Value) -> Vec<&str> {
     s["data_problems"].as_array().unwrap().iter().map(|p| p["what"].as_str().unwrap()).collect()
+}
+
+/// The summary names a data problem saying `what`, and `propose` refuses
+/// saying `refusal`.
+fn assert_data_problem_refused(f: &Fixture, what: &str, refusal: &str) {
+    let s = f.summary();
+    let whats = problems(&s);
+    assert!(whats.iter().any(|w| w.contains(what)), "{whats:?}");
+    assert_refused(&f.propose(true), refusal);
 }
 
 /// The first request line's 1-based number.
@@ -781,10 +598,7 @@ fn a_duplicated_request_line_is_named_and_refused() {
     assert!(f.sweep(&[]).status.success());
     let at = first_request_line(&f);
     doctor(&f, |n, v| (n == at).then(|| vec![v.clone(), v.clone()]));
-    let s = f.summary();
-    let whats = problems(&s);
-    assert!(whats.iter().any(|w| w.contains("duplicated request")), "{whats:?}");
-    assert_refused(&f.propose(true), "duplicated request");
+    assert_data_problem_refused(&f, "duplicated request", "duplicated request");
 }
 
 #[test]
@@ -793,10 +607,7 @@ fn an_arm_that_ended_ok_without_request_lines_is_named_and_refused() {
     assert!(f.sweep(&[]).status.success());
     // Arm 1's request lines vanish; its arm_end still says ok.
     doctor(&f, |_, v| (v["kind"] == "request" && v["arm"] == 1).then(Vec::new));
-    let s = f.summary();
-    let whats = problems(&s);
-    assert!(whats.iter().any(|w| w.contains("arm 1 ended ok but has no request lines")), "{whats:?}");
-    assert_refused(&f.propose(true), "no request lines");
+    assert_data_problem_refused(&f, "arm 1 ended ok but has no request lines", "no request lines");
 }
 
 #[test]
@@ -805,25 +616,17 @@ fn a_request_count_that_does_not_match_the_plan_is_named_and_refused() {
     assert!(f.sweep(&[]).status.success());
     // One request of arm 2 dropped, and arm_end counts fixed to match: the plan still says 6.
     let mut dropped = false;
-    let raw = f.out.join("raw.jsonl");
-    let text = std::fs::read_to_string(&raw).unwrap();
-    let mut out = String::new();
-    for l in text.lines() {
-        let mut v: Value = serde_json::from_str(l).unwrap();
+    doctor(&f, |_, v| {
         if v["kind"] == "request" && v["arm"] == 2 && !dropped {
             dropped = true;
-            continue;
+            return Some(Vec::new());
         }
         if v["kind"] == "arm_end" && v["arm"] == 2 {
             v["requests"] = json!(5);
         }
-        out.push_str(&(v.to_string() + "\n"));
-    }
-    std::fs::write(&raw, out).unwrap();
-    let s = f.summary();
-    let whats = problems(&s);
-    assert!(whats.iter().any(|w| w.contains("arm 2 has 5 request lines; the plan gives 6")), "{whats:?}");
-    assert_refused(&f.propose(true), "the plan gives 6");
+        None
+    });
+    assert_data_problem_refused(&f, "arm 2 has 5 request lines; the plan gives 6", "the plan gives 6");
 }
 
 #[test]

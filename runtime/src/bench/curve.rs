@@ -19,7 +19,8 @@ use crate::generate::{Engine, GenerateError};
 use crate::sampling::SamplingParams;
 use crate::spec::drafter::Drafter;
 use crate::spec::probe::{PROBE_TEXT, block_vs_chain};
-use serde::Serialize;
+
+pub use crate::events::bench::{CurveArm, CurveSpec, TaskCurve, WidthCurveReport};
 
 /// A task: prompts (already tokenized) of one type.
 #[derive(Clone, Debug)]
@@ -27,46 +28,6 @@ pub struct Task {
     pub name: String,
     /// (prompt id, token ids).
     pub prompts: Vec<(String, Vec<u32>)>,
-}
-
-/// What to run.
-#[derive(Clone, Debug, Serialize)]
-pub struct CurveSpec {
-    pub drafter: String,
-    pub widths: Vec<usize>,
-    pub max_tokens: usize,
-    pub reps: usize,
-    pub warmup: usize,
-}
-
-/// One arm of one task.
-#[derive(Clone, Debug, Serialize)]
-pub struct Arm {
-    /// `None` for classic decoding.
-    pub width: Option<usize>,
-    /// Decode tok/s per recorded repetition; `None` when the width declined.
-    pub decode_tok_per_s: Option<Summary>,
-    /// `median / classic median`.
-    pub ratio_vs_classic: Option<f64>,
-    pub rounds: usize,
-    pub drafted: usize,
-    pub accepted: usize,
-    pub acceptance_rate: Option<f64>,
-    /// Tokens emitted per verify pass that carried a draft.
-    pub emitted_per_verify: Option<f64>,
-    /// Every completion's token ids equal classic decoding's.
-    pub ids_equal_classic: bool,
-    /// Why this width was not measured (a failed exactness probe).
-    pub declined: Option<String>,
-}
-
-/// The curve of one task.
-#[derive(Clone, Debug, Serialize)]
-pub struct TaskCurve {
-    pub task: String,
-    pub prompt_ids: Vec<String>,
-    /// Classic first, then the widths in ascending order.
-    pub arms: Vec<Arm>,
 }
 
 #[derive(Default)]
@@ -154,7 +115,7 @@ pub fn run(
             .into_iter()
             .zip(summaries)
             .enumerate()
-            .map(|(k, (a, s))| Arm {
+            .map(|(k, (a, s))| CurveArm {
                 width: (k > 0).then(|| spec.widths[k - 1]),
                 ratio_vs_classic: match (&s, classic_median) {
                     (Some(s), Some(c)) if c > 0.0 => Some(s.median / c),
@@ -177,6 +138,20 @@ pub fn run(
         });
     }
     Ok(out)
+}
+
+/// The `--json` report of a curve `run` measured on `engine`.
+pub fn report(engine: &Engine, spec: CurveSpec, tasks: Vec<TaskCurve>) -> WidthCurveReport {
+    WidthCurveReport {
+        schema_version: crate::events::bench::BENCH_SCHEMA_VERSION,
+        event: crate::events::bench::BenchEventKind::BenchWidthCurve,
+        model: engine.loaded.info.path.clone(),
+        kernel_family: engine.family.name().to_string(),
+        threads: engine.threads,
+        multirow: kernels::dispatch::multirow_enabled(),
+        spec,
+        tasks,
+    }
 }
 
 /// The curve as markdown tables (one per task).

@@ -20,7 +20,8 @@
 //! median, min, max, a 95% interval for the median from order statistics,
 //! and the samples further than [`stats::OUTLIER_MADS`] scaled median
 //! absolute deviations from the median (flagged, never dropped). The rules
-//! are [`stats`], the ones the tuner uses.
+//! are [`stats`], the ones the tuner uses. The reports' types are the
+//! event schema's ([`crate::events::bench`]), re-exported here.
 
 pub mod curve;
 pub mod stats;
@@ -28,38 +29,10 @@ pub mod stats;
 use crate::generate::Engine;
 use crate::model::Session;
 use crate::model::llama::{ForwardError, LogitRows};
-use serde::Serialize;
+
+use crate::events::bench::BenchEventKind;
+pub use crate::events::bench::{BENCH_SCHEMA_VERSION, BenchReport, BenchSpec, Rep, Summary, WidthCost};
 use std::time::Instant;
-
-/// Schema version of the JSON object `runtime bench --json` prints.
-pub const BENCH_SCHEMA_VERSION: u32 = 1;
-
-/// What to run.
-#[derive(Clone, Debug, Serialize)]
-pub struct BenchSpec {
-    pub prompt_tokens: usize,
-    pub gen_tokens: usize,
-    pub reps: usize,
-    pub warmup: usize,
-    /// `Some(max W)` for verify-cost mode.
-    pub verify_cost: Option<usize>,
-}
-
-/// A summary of samples, with the samples themselves.
-#[derive(Clone, Debug, Serialize)]
-pub struct Summary {
-    pub n: usize,
-    pub median: f64,
-    pub min: f64,
-    pub max: f64,
-    /// 95% distribution-free interval for the median (order statistics);
-    /// with fewer than six samples it is the full range.
-    pub median_ci95: (f64, f64),
-    /// Indices (into `samples`) of samples more than [`stats::OUTLIER_MADS`]
-    /// scaled median absolute deviations from the median.
-    pub outliers: Vec<usize>,
-    pub samples: Vec<f64>,
-}
 
 impl Summary {
     /// Summarizes `samples` (kept in their original order).
@@ -81,43 +54,6 @@ impl Summary {
             samples,
         }
     }
-}
-
-/// One repetition of throughput mode.
-#[derive(Clone, Debug, Serialize)]
-pub struct Rep {
-    pub prefill_s: f64,
-    pub decode_s: f64,
-    pub prefill_tok_per_s: f64,
-    pub decode_tok_per_s: f64,
-}
-
-/// One width of verify-cost mode.
-#[derive(Clone, Debug, Serialize)]
-pub struct WidthCost {
-    pub width: usize,
-    /// Seconds per forward pass of `width` tokens.
-    pub seconds: Summary,
-    /// `median(width) / median(1)`.
-    pub relative_to_w1: f64,
-}
-
-/// The results of one `runtime bench` run.
-#[derive(Clone, Debug, Serialize)]
-pub struct BenchReport {
-    pub schema_version: u32,
-    pub event: &'static str,
-    pub model: String,
-    pub kernel_family: String,
-    pub threads: usize,
-    pub multirow: bool,
-    pub spec: BenchSpec,
-    /// The prompt's token ids (so another engine can be given the same).
-    pub prompt_ids: Vec<u32>,
-    pub prefill_tok_per_s: Option<Summary>,
-    pub decode_tok_per_s: Option<Summary>,
-    pub reps: Vec<Rep>,
-    pub verify_cost: Vec<WidthCost>,
 }
 
 /// The benchmark prompt: `n` pseudo-random ids in `first..vocab` from a fixed
@@ -154,7 +90,7 @@ pub fn run(engine: &Engine, model_name: &str, spec: &BenchSpec) -> Result<BenchR
     let prompt = bench_prompt(spec.prompt_tokens.max(1), cfg.vocab, 256.min(cfg.vocab / 2));
     let mut report = BenchReport {
         schema_version: BENCH_SCHEMA_VERSION,
-        event: "bench",
+        event: BenchEventKind::Bench,
         model: model_name.to_string(),
         kernel_family: model.kernel_family_name(fam).to_string(),
         threads: engine.threads,

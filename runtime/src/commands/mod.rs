@@ -191,7 +191,7 @@ fn width_curve(args: &BenchSettings, kind: &str, engine: &Engine) -> Result<Exit
     }
     let (drafter_kind, mut drafter) = crate::spec::setup::build_drafter(kind, &args.spec, engine)?;
     let spec = CurveSpec {
-        drafter: drafter_kind.to_string(),
+        drafter: drafter_kind,
         widths: args.widths.clone(),
         max_tokens: args.max_tokens,
         reps: args.reps,
@@ -199,17 +199,7 @@ fn width_curve(args: &BenchSettings, kind: &str, engine: &Engine) -> Result<Exit
     };
     let curves = curve::run(engine, drafter.as_mut(), &tasks, &spec)?;
     if args.json {
-        let v = serde_json::json!({
-            "schema_version": crate::bench::BENCH_SCHEMA_VERSION,
-            "event": "bench_width_curve",
-            "model": engine.loaded.info.path,
-            "kernel_family": engine.family.name(),
-            "threads": engine.threads,
-            "multirow": dispatch::multirow_enabled(),
-            "spec": spec,
-            "tasks": curves,
-        });
-        println!("{v}");
+        println!("{}", serde_json::to_string(&curve::report(engine, spec, curves))?);
     } else {
         println!(
             "kernels {} | threads {} | multirow {} | max tokens {} | reps {} (+{} warm-up) | prompts {}",

@@ -7,8 +7,10 @@
 //! part, [`Outcome`], is what the tuner's raw rows flatten in) and, for a
 //! speculative request, the [`SpeculationReport`] that follows it. `runtime serve`
 //! answers with [`ServedTimings`] (the `draftwise` object of a response),
-//! which the tuner reads back with the same type.
+//! which the tuner reads back with the same type. `runtime bench --json`
+//! prints a [`bench`] report.
 
+pub mod bench;
 mod served;
 
 pub use crate::generate::FinishReason;

@@ -279,15 +279,17 @@ mod tests {
             drafter,
             drafter_model: None,
             drafter_settings: Some(d),
-            widths: vec![2],
-            rounds: 1,
-            bursts: 1,
-            bracket_arms: 1,
-            bracket_bursts: None,
-            auto_rounds: None,
-            warmup: 0,
-            max_tokens: 8,
-            threads: 1,
+            design: crate::raw::Design {
+                widths: vec![2],
+                rounds: 1,
+                bursts: 1,
+                bracket_arms: 1,
+                bracket_bursts: None,
+                auto_rounds: None,
+                warmup: 0,
+                max_tokens: 8,
+                threads: 1,
+            },
             prompts: "p.jsonl".into(),
             prompts_source: "p.jsonl".into(),
             prompts_sha256: String::new(),
@@ -301,14 +303,8 @@ mod tests {
 
     #[test]
     fn arms_get_explicit_settings_and_no_inexact_escape() {
-        let s = crate::raw::Settings {
-            widths: vec![3],
-            bursts: 3,
-            warmup: 1,
-            max_tokens: 64,
-            threads: 2,
-            ..settings(DrafterKind::Ngram, DrafterSettings::ngram(3, 4))
-        };
+        let mut s = settings(DrafterKind::Ngram, DrafterSettings::ngram(3, 4));
+        s.design = crate::raw::Design { widths: vec![3], bursts: 3, warmup: 1, max_tokens: 64, threads: 2, ..s.design };
         let a = generate::arm_args(&s, Some(3)).join(" ");
         assert!(a.contains("--json") && a.contains("--draft-block-size 3") && a.contains("--threads 2"), "{a}");
         assert!(a.contains("--warmup 1") && a.contains("--repeat 3") && !a.contains("allow-inexact"), "{a}");

@@ -64,7 +64,7 @@ pub fn serve_args(s: &Settings, width: Option<usize>) -> Vec<String> {
         "--model".into(),
         s.target.display().to_string(),
         "--threads".into(),
-        s.threads.to_string(),
+        s.design.threads.to_string(),
     ];
     a.extend(super::drafter_args(s, width));
     a
@@ -335,15 +335,15 @@ pub fn run(a: &ServedArm<'_>, w: &mut RawWriter) -> Result<ArmEnd> {
         // 3. Warm-up passes, then the bursts: every prompt in file order, one request at a time.
         let s = a.settings;
         let request_timeout = secs(a.served.request_timeout_s);
-        for pass in 0..s.warmup + s.bursts_of(arm.width) {
-            let warmup = pass < s.warmup;
+        for pass in 0..s.design.warmup + s.design.bursts_of(arm.width) {
+            let warmup = pass < s.design.warmup;
             for p in a.prompts {
                 let what = if warmup {
                     format!("warm-up pass {} of prompt {}", pass + 1, p.id)
                 } else {
-                    format!("burst {} of prompt {}", pass - s.warmup, p.id)
+                    format!("burst {} of prompt {}", pass - s.design.warmup, p.id)
                 };
-                let got = match stream::complete(addr, &si.model, &p.kind, s.max_tokens, request_timeout) {
+                let got = match stream::complete(addr, &si.model, &p.kind, s.design.max_tokens, request_timeout) {
                     Ok(g) => g,
                     Err(e) => break 'run Some(format!("{what}: {} {}: {e}", "POST", Endpoint::of(&p.kind).path())),
                 };
@@ -362,7 +362,7 @@ pub fn run(a: &ServedArm<'_>, w: &mut RawWriter) -> Result<ArmEnd> {
                 let text_sha256 = runtime::events::sha256_hex(got.text.as_bytes());
                 problems.extend(rules::served_disagreements(&what, &got, &c, &text_sha256));
                 let prompt_type = super::prompt_type(run.types, &p.id);
-                let mut row = run.rows.row(c, prompt_type, pass - s.warmup);
+                let mut row = run.rows.row(c, prompt_type, pass - s.design.warmup);
                 row.prompt_id = p.id.clone();
                 row.outcome.usage = got.usage.clone();
                 row.outcome.finish_reason = got.finish_reason;

@@ -172,12 +172,12 @@ fn method(raw: &RawFile, s: &Summary) -> String {
          speculative arm and {} for a bracket arm. Greedy decoding (temperature 0), {} max tokens, {} \
          thread(s). The gate ran before every arm and the NV_ERR_NO_MEMORY count was read before and after it.\n",
         if st.served.is_some() { "serve --json" } else { "generate --json" },
-        st.bracket_arms,
-        st.warmup,
-        st.bursts_of(Some(1)),
-        st.bursts_of(None),
-        st.max_tokens,
-        st.threads
+        st.design.bracket_arms,
+        st.design.warmup,
+        st.design.bursts_of(Some(1)),
+        st.design.bursts_of(None),
+        st.design.max_tokens,
+        st.design.threads
     );
     let _ = writeln!(
         m,
@@ -185,7 +185,7 @@ fn method(raw: &RawFile, s: &Summary) -> String {
         st.drafter,
         st.drafter_model.as_ref().map_or(String::new(), |p| format!(" (model {})", p.display()))
     );
-    let _ = writeln!(m, "- widths: {:?}, rounds: {}, arms: {}", st.widths, st.rounds, h.plan.len());
+    let _ = writeln!(m, "- widths: {:?}, rounds: {}, arms: {}", st.design.widths, st.design.rounds, h.plan.len());
     let order: Vec<String> = h
         .plan
         .iter()
@@ -199,9 +199,9 @@ fn method(raw: &RawFile, s: &Summary) -> String {
         m,
         "- requests per arm: {} prompts x {} bursts = {} (speculative), x {} = {} (bracket)",
         h.prompts.len(),
-        st.bursts_of(Some(1)),
+        st.design.bursts_of(Some(1)),
         s.expected_requests_per_arm,
-        st.bursts_of(None),
+        st.design.bursts_of(None),
         s.expected_requests_per_bracket_arm
     );
     let mut types: Vec<(String, usize)> = Vec::new();
@@ -266,7 +266,7 @@ fn method(raw: &RawFile, s: &Summary) -> String {
 /// `## Decision rule`, fixed before the results, and the `--rounds auto` stopping rule.
 fn decision_rule(raw: &RawFile, s: &Summary) -> String {
     let h = &raw.header;
-    let st = &h.settings;
+    let st = &h.settings.design;
     let mut m = String::new();
     let _ = writeln!(m, "## Decision rule (fixed before the results)\n\n{}\n", s.decision_rule);
     if let Some(a) = &st.auto_rounds {
@@ -417,7 +417,7 @@ fn time_to_first_token(s: &Summary) -> String {
 /// The median rate per prompt type and arm kind.
 fn by_prompt_type(raw: &RawFile, s: &Summary) -> String {
     let h = &raw.header;
-    let st = &h.settings;
+    let st = &h.settings.design;
     let mut m = String::new();
     let _ = writeln!(m, "\n### Median {} by prompt type\n", statistic(s));
     let mut types: Vec<&str> = s.by_type.iter().map(|t| t.prompt_type.as_str()).collect();

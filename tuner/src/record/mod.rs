@@ -336,7 +336,7 @@ pub fn write_all(dir: &Path, raw: &RawFile, s: &Summary) -> Result<()> {
     let md = markdown(raw, s, &name);
     std::fs::write(dir.join("record.md"), md).with_context(|| format!("writing {}/record.md", dir.display()))?;
     write_csv(&dir.join("summary.csv"), s)?;
-    write_plot(&dir.join("plot.svg"), s, &raw.header.settings.widths)?;
+    write_plot(&dir.join("plot.svg"), s, &raw.header.settings.design.widths)?;
     Ok(())
 }
 

@@ -23,11 +23,11 @@ pub struct DataProblem {
 /// or with itself, each with its line and remedy.
 pub fn data_problems(raw: &RawFile, ok_arms: &OkArms<'_>) -> Vec<DataProblem> {
     let h = &raw.header;
-    let st = &h.settings;
+    let st = &h.settings.design;
     let mut out = Vec::new();
     let rerun = "re-run the sweep (or `tuner sweep --resume` after removing the arm's lines); raw data is evidence \
                  and is never edited by hand";
-    let expected_plan = crate::sweep::plan(&st.widths, st.rounds, st.bracket_arms);
+    let expected_plan = st.plan();
     if h.plan != expected_plan {
         out.push(DataProblem {
             line: Some(1),
