@@ -253,53 +253,14 @@ unsafe fn exp_nonpositive_avx2(x: std::arch::x86_64::__m256) -> std::arch::x86_6
 /// operations per element (the AVX2 twin eight lanes at a time), so the
 /// result does not depend on the family.
 pub fn swiglu(family: KernelFamily, gate: &mut [f32], up: &[f32]) {
-    assert_eq!(gate.len(), up.len(), "swiglu: gate and up differ in length");
-    let mut done = 0;
-    #[cfg(target_arch = "x86_64")]
-    if family != KernelFamily::Scalar && family.is_supported() {
-        // SAFETY: every non-scalar x86 family includes AVX2 and FMA.
-        done = unsafe { swiglu_avx2(gate, up) };
-    }
-    let _ = family;
-    for (g, &u) in gate[done..].iter_mut().zip(&up[done..]) {
-        *g = silu(*g) * u;
-    }
-}
-
-#[inline]
-fn silu(x: f32) -> f32 {
-    let e = exp_nonpositive(-x.abs());
-    let d = 1.0 + e;
-    if x >= 0.0 { x / d } else { (x * e) / d }
-}
-
-/// [`swiglu`] eight lanes at a time; returns how many elements it did
-/// (whole groups of eight), the caller does the rest.
-///
-/// # Safety
-/// AVX2 and FMA.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn swiglu_avx2(gate: &mut [f32], up: &[f32]) -> usize {
-    use std::arch::x86_64::*;
-    let n8 = gate.len().min(up.len()) / 8 * 8;
-    let sign = _mm256_set1_ps(-0.0);
-    let one = _mm256_set1_ps(1.0);
-    let mut i = 0;
-    while i < n8 {
-        // SAFETY: i + 8 <= n8 <= both lengths; AVX2 and FMA (caller).
-        unsafe {
-            let x = _mm256_loadu_ps(gate.as_ptr().add(i));
-            let e = exp_nonpositive_avx2(_mm256_or_ps(x, sign));
-            let d = _mm256_add_ps(one, e);
-            let ge = _mm256_cmp_ps::<_CMP_GE_OQ>(x, _mm256_setzero_ps());
-            let num = _mm256_blendv_ps(_mm256_mul_ps(x, e), x, ge);
-            let s = _mm256_div_ps(num, d);
-            _mm256_storeu_ps(gate.as_mut_ptr().add(i), _mm256_mul_ps(s, _mm256_loadu_ps(up.as_ptr().add(i))));
-        }
-        i += 8;
-    }
-    n8
+    glu(
+        family,
+        gate,
+        up,
+        silu,
+        #[cfg(target_arch = "x86_64")]
+        swiglu_avx2,
+    );
 }
 
 /// GeGLU (Shazeer 2020) with GELU in its tanh form (Hendrycks & Gimpel
@@ -308,17 +269,43 @@ unsafe fn swiglu_avx2(gate: &mut [f32], up: &[f32]) -> usize {
 /// `tanh(y) = ±(1 − e) / (1 + e)`, `e = e^-2|y|` ([`exp_nonpositive`]),
 /// signed as `y`. Every family does these IEEE operations per element.
 pub fn geglu_tanh(family: KernelFamily, gate: &mut [f32], up: &[f32]) {
-    assert_eq!(gate.len(), up.len(), "geglu: gate and up differ in length");
+    glu(
+        family,
+        gate,
+        up,
+        gelu_tanh,
+        #[cfg(target_arch = "x86_64")]
+        geglu_avx2,
+    );
+}
+
+/// `gate[i] = act(gate[i]) * up[i]`: the SIMD twin over whole groups of
+/// eight where the family has one, `act` on the rest.
+fn glu(
+    family: KernelFamily,
+    gate: &mut [f32],
+    up: &[f32],
+    act: fn(f32) -> f32,
+    #[cfg(target_arch = "x86_64")] simd: unsafe fn(&mut [f32], &[f32]) -> usize,
+) {
+    assert_eq!(gate.len(), up.len(), "gated activation: gate and up differ in length");
     let mut done = 0;
     #[cfg(target_arch = "x86_64")]
     if family != KernelFamily::Scalar && family.is_supported() {
         // SAFETY: every non-scalar x86 family includes AVX2 and FMA.
-        done = unsafe { geglu_avx2(gate, up) };
+        done = unsafe { simd(gate, up) };
     }
     let _ = family;
     for (g, &u) in gate[done..].iter_mut().zip(&up[done..]) {
-        *g = gelu_tanh(*g) * u;
+        *g = act(*g) * u;
     }
+}
+
+#[inline]
+fn silu(x: f32) -> f32 {
+    let e = exp_nonpositive(-x.abs());
+    let d = 1.0 + e;
+    if x >= 0.0 { x / d } else { (x * e) / d }
 }
 
 const SQRT_2_OVER_PI: f32 = 0.797_884_6;
@@ -332,36 +319,70 @@ fn gelu_tanh(x: f32) -> f32 {
     0.5 * x * (1.0 + t)
 }
 
-/// [`geglu_tanh`] eight lanes at a time; returns how many elements it did.
+/// [`silu`] in eight lanes.
 ///
 /// # Safety
 /// AVX2 and FMA.
 #[cfg(target_arch = "x86_64")]
+#[inline]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn geglu_avx2(gate: &mut [f32], up: &[f32]) -> usize {
+unsafe fn silu_avx2(x: std::arch::x86_64::__m256) -> std::arch::x86_64::__m256 {
     use std::arch::x86_64::*;
-    let n8 = gate.len().min(up.len()) / 8 * 8;
-    let sign = _mm256_set1_ps(-0.0);
-    let one = _mm256_set1_ps(1.0);
-    let (c, cubic, half, m2) =
-        (_mm256_set1_ps(SQRT_2_OVER_PI), _mm256_set1_ps(GELU_CUBIC), _mm256_set1_ps(0.5), _mm256_set1_ps(-2.0));
-    let mut i = 0;
-    while i < n8 {
-        // SAFETY: i + 8 <= n8 <= both lengths; AVX2 and FMA (caller).
-        unsafe {
-            let x = _mm256_loadu_ps(gate.as_ptr().add(i));
-            let x3 = _mm256_mul_ps(_mm256_mul_ps(_mm256_mul_ps(cubic, x), x), x);
-            let y = _mm256_mul_ps(c, _mm256_add_ps(x, x3));
-            let e = exp_nonpositive_avx2(_mm256_mul_ps(m2, _mm256_andnot_ps(sign, y)));
-            let mag = _mm256_div_ps(_mm256_sub_ps(one, e), _mm256_add_ps(one, e));
-            let t = _mm256_or_ps(_mm256_andnot_ps(sign, mag), _mm256_and_ps(sign, y));
-            let g = _mm256_mul_ps(_mm256_mul_ps(half, x), _mm256_add_ps(one, t));
-            _mm256_storeu_ps(gate.as_mut_ptr().add(i), _mm256_mul_ps(g, _mm256_loadu_ps(up.as_ptr().add(i))));
-        }
-        i += 8;
+    // SAFETY: AVX2 and FMA (caller).
+    unsafe {
+        let e = exp_nonpositive_avx2(_mm256_or_ps(x, _mm256_set1_ps(-0.0)));
+        let d = _mm256_add_ps(_mm256_set1_ps(1.0), e);
+        let ge = _mm256_cmp_ps::<_CMP_GE_OQ>(x, _mm256_setzero_ps());
+        _mm256_div_ps(_mm256_blendv_ps(_mm256_mul_ps(x, e), x, ge), d)
     }
-    n8
 }
+
+/// [`gelu_tanh`] in eight lanes.
+///
+/// # Safety
+/// AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn gelu_avx2(x: std::arch::x86_64::__m256) -> std::arch::x86_64::__m256 {
+    use std::arch::x86_64::*;
+    let (sign, one) = (_mm256_set1_ps(-0.0), _mm256_set1_ps(1.0));
+    let x3 = _mm256_mul_ps(_mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(GELU_CUBIC), x), x), x);
+    let y = _mm256_mul_ps(_mm256_set1_ps(SQRT_2_OVER_PI), _mm256_add_ps(x, x3));
+    // SAFETY: AVX2 and FMA (caller).
+    let e = unsafe { exp_nonpositive_avx2(_mm256_mul_ps(_mm256_set1_ps(-2.0), _mm256_andnot_ps(sign, y))) };
+    let mag = _mm256_div_ps(_mm256_sub_ps(one, e), _mm256_add_ps(one, e));
+    let t = _mm256_or_ps(_mm256_andnot_ps(sign, mag), _mm256_and_ps(sign, y));
+    _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(0.5), x), _mm256_add_ps(one, t))
+}
+
+/// `gate[i] = act(gate[i]) * up[i]` eight lanes at a time, for an
+/// activation `act` in eight lanes; returns how many elements it did
+/// (whole groups of eight), the caller does the rest.
+macro_rules! glu_avx2 {
+    ($name:ident, $act:ident) => {
+        /// # Safety
+        /// AVX2 and FMA.
+        #[cfg(target_arch = "x86_64")]
+        #[target_feature(enable = "avx2,fma")]
+        unsafe fn $name(gate: &mut [f32], up: &[f32]) -> usize {
+            use std::arch::x86_64::*;
+            let n8 = gate.len().min(up.len()) / 8 * 8;
+            let mut i = 0;
+            while i < n8 {
+                // SAFETY: i + 8 <= n8 <= both lengths; AVX2 and FMA (caller).
+                unsafe {
+                    let g = $act(_mm256_loadu_ps(gate.as_ptr().add(i)));
+                    _mm256_storeu_ps(gate.as_mut_ptr().add(i), _mm256_mul_ps(g, _mm256_loadu_ps(up.as_ptr().add(i))));
+                }
+                i += 8;
+            }
+            n8
+        }
+    };
+}
+glu_avx2!(swiglu_avx2, silu_avx2);
+glu_avx2!(geglu_avx2, gelu_avx2);
 
 /// An element of the KV cache: `f32`, or an IEEE half stored as its bits
 /// ([`F16`]). Attention reads every element through [`KvElem::widen`], an
