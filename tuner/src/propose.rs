@@ -162,6 +162,16 @@ fn settings_inline(d: &runtime::policy::DrafterSettings) -> String {
     if let Some(l) = &d.layers {
         kv.push(format!("layers = [{}]", l.iter().map(usize::to_string).collect::<Vec<_>>().join(", ")));
     }
+    if let Some(n) = d.suffix_min_match {
+        kv.push(format!("suffix_min_match = {n}"));
+    }
+    if let Some(n) = d.suffix_max_match {
+        kv.push(format!("suffix_max_match = {n}"));
+    }
+    if let Some(p) = d.suffix_min_prob {
+        // `{:?}` keeps a decimal point (0.5, 1.0), so TOML reads a float.
+        kv.push(format!("suffix_min_prob = {:?}", p.0));
+    }
     if kv.is_empty() { "{}".into() } else { format!("{{ {} }}", kv.join(", ")) }
 }
 
