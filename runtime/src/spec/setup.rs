@@ -450,4 +450,46 @@ mod tests {
         assert!(parse_layers("2,1", 30).is_err());
         assert!(parse_layers("1,x", 30).is_err());
     }
+
+    fn suffix_args(min_match: Option<usize>, max_match: Option<usize>, min_prob: Option<f64>) -> SpecSettings {
+        SpecSettings {
+            drafter: Some("suffix".into()),
+            suffix_min_match: min_match,
+            suffix_max_match: max_match,
+            suffix_min_prob: min_prob,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn suffix_flags_become_settings_over_the_defaults() {
+        let r = requested_settings(DrafterKind::Suffix, &suffix_args(Some(3), None, Some(0.25)), 30).unwrap();
+        let s = default_settings(DrafterKind::Suffix, 30).overlaid_with(&r);
+        assert_eq!(s, DrafterSettings::suffix(3, DEFAULT_SUFFIX_MAX_MATCH, 0.25));
+        assert!(s.check(DrafterKind::Suffix).is_ok());
+        assert!(default_settings(DrafterKind::Suffix, 30).check(DrafterKind::Suffix).is_ok());
+    }
+
+    #[test]
+    fn suffix_flags_out_of_range_or_on_another_kind_are_refused() {
+        for (args, says) in [
+            (suffix_args(Some(0), None, None), "--suffix-min-match 0: give 1..=64"),
+            (suffix_args(None, Some(65), None), "--suffix-max-match 65: give 1..=64"),
+            (suffix_args(None, None, Some(0.0)), "--suffix-min-prob 0: give a probability in (0, 1]"),
+            (suffix_args(None, None, Some(1.5)), "--suffix-min-prob 1.5"),
+            (suffix_args(None, None, Some(f64::NAN)), "--suffix-min-prob NaN"),
+        ] {
+            let e = requested_settings(DrafterKind::Suffix, &args, 30).unwrap_err().to_string();
+            assert!(e.contains(says), "{e}");
+        }
+        for flag in
+            [suffix_args(Some(2), None, None), suffix_args(None, Some(8), None), suffix_args(None, None, Some(0.5))]
+        {
+            let e = requested_settings(DrafterKind::Ngram, &flag, 30).unwrap_err().to_string();
+            assert!(e.contains("settings of --drafter suffix, not of ngram"), "{e}");
+        }
+        let ngram_on_suffix = SpecSettings { ngram_min: Some(2), ..suffix_args(None, None, None) };
+        let e = requested_settings(DrafterKind::Suffix, &ngram_on_suffix, 30).unwrap_err().to_string();
+        assert!(e.contains("not of suffix"), "{e}");
+    }
 }
