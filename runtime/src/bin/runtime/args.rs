@@ -232,7 +232,7 @@ pub enum PolicyCommand {
         json: bool,
     },
     /// Classify a target's quantization and resolve the draft width step by step.
-    Explain(ExplainArgs),
+    Explain(Box<ExplainArgs>),
 }
 
 #[derive(Args, Debug, Clone)]
