@@ -1279,3 +1279,35 @@ fn suffix_settings_serialize_only_when_set_and_round_trip() {
     assert_eq!(s.differences(&req), vec!["suffix_min_prob 0.75 (measured 0.5)".to_string()]);
     assert!(s.differences(&DrafterSettings::suffix(2, 32, 0.5)).is_empty());
 }
+
+#[test]
+fn policy_explain_refuses_out_of_range_suffix_flags_naming_them() {
+    let base = crate::commands::policy::ExplainSettings {
+        target: PathBuf::from("/nonexistent/target.gguf"),
+        drafter: Some("suffix".into()),
+        threads: Some(2),
+        ngram_min: None,
+        ngram_max: None,
+        suffix_min_match: None,
+        suffix_max_match: None,
+        suffix_min_prob: None,
+        drafter_model: None,
+        device: Some("cpu:x86_64-avx2".into()),
+        draft_block_size: None,
+        json: true,
+    };
+    use crate::commands::policy::ExplainSettings as S;
+    for (a, says) in [
+        (S { suffix_min_match: Some(0), ..base.clone() }, "--suffix-min-match 0: give 1..=64"),
+        (S { suffix_max_match: Some(65), ..base.clone() }, "--suffix-max-match 65: give 1..=64"),
+        (S { suffix_min_prob: Some(0.0), ..base.clone() }, "--suffix-min-prob 0: give a probability in (0, 1]"),
+        (S { suffix_min_prob: Some(2.0), ..base.clone() }, "--suffix-min-prob 2"),
+    ] {
+        let e = crate::commands::policy::explain_command(a).unwrap_err().to_string();
+        assert!(e.contains(says), "{e}");
+    }
+    // In range, the flags pass and the missing target is what is refused.
+    let ok = S { suffix_min_match: Some(2), suffix_max_match: Some(8), suffix_min_prob: Some(0.5), ..base };
+    let e = crate::commands::policy::explain_command(ok).unwrap_err().to_string();
+    assert!(e.contains("no such file"), "{e}");
+}
