@@ -1,7 +1,8 @@
 //! Greedy speculative decoding is byte-identical to classic decoding: every
 //! prompt of `prompts/mixed.jsonl` (53 prompts in six task types), every
-//! width 1..=8, at 1 and 2 threads, with the n-gram drafter; the model
-//! drafters on a subset (they cost a model pass per drafted token).
+//! width 1..=8, at 1 and 2 threads, with the n-gram drafter; the suffix
+//! drafter and the model drafters on a subset (the model drafters cost a
+//! model pass per drafted token).
 
 mod common;
 
@@ -10,7 +11,7 @@ use kernels::dispatch::KernelFamily;
 use runtime::generate::Engine;
 use runtime::prompts::{PromptKind, parse_prompts};
 use runtime::sampling::SamplingParams;
-use runtime::spec::drafter::{Drafter, ModelDrafter, NgramDrafter};
+use runtime::spec::drafter::{Drafter, ModelDrafter, NgramDrafter, SuffixDrafter};
 use std::path::Path;
 
 /// Tokens per completion: enough for drafts to hit and miss many times.
@@ -77,6 +78,15 @@ fn ngram_output_equals_classic_for_every_prompt_and_width_at_one_and_two_threads
         // blocks and rollbacks checked.
         check_drafter(&e, &ps, &[1, 2, 3, 4, 5, 6, 7, 8], &|| Box::new(NgramDrafter { max_n: 4, min_n: 1 }));
     }
+}
+
+#[test]
+fn suffix_output_equals_classic() {
+    let ps: Vec<_> = prompts().into_iter().step_by(5).collect();
+    let e = engine(2);
+    // min_match 1 and a low bar, not the defaults: the most drafts, so the
+    // most verify blocks and rollbacks checked.
+    check_drafter(&e, &ps, &[2, 5], &|| Box::new(SuffixDrafter { min_match: 1, max_match: 32, min_prob: 0.2 }));
 }
 
 #[test]

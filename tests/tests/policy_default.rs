@@ -134,7 +134,9 @@ fn a_stale_entry_or_none_keeps_classic_decoding() {
     assert!(d.resolution.block_size_from.contains("is stale: measured with verify-path fingerprint 0123456789abcdef"));
     let d = decide(&table(&[]), &no_flags());
     assert!(d.speculation.is_none());
-    assert!(d.resolution.block_size_from.contains("no measurement for a weight-free drafter (ngram, layerskip)"));
+    assert!(
+        d.resolution.block_size_from.contains("no measurement for a weight-free drafter (ngram, layerskip, suffix)")
+    );
 }
 
 #[test]

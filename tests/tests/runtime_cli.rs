@@ -172,6 +172,35 @@ fn speculative_generation_reports_diagnostics_and_equals_classic_output() {
 }
 
 #[test]
+fn the_suffix_drafter_names_its_settings_and_equals_classic_output() {
+    let prompt =
+        ["--prompt", "Repeat this three times: one two three four five.", "--chat", "--max-tokens", "40", "--json"];
+    let classic = json_lines(&run(generate().args(prompt).args(["--drafter", "none"])));
+    for w in ["2", "4"] {
+        let out = run(generate().args(prompt).args(["--drafter", "suffix", "--draft-block-size", w]).args([
+            "--suffix-min-match",
+            "3",
+            "--suffix-min-prob",
+            "0.25",
+        ]));
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let lines = json_lines(&out);
+        assert_eq!(lines[0]["drafter"], "suffix");
+        // Given flags over the defaults for the rest.
+        let want = serde_json::json!({"suffix_min_match": 3, "suffix_max_match": 32, "suffix_min_prob": 0.25});
+        assert_eq!(lines[0]["drafter_settings"], want);
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains(
+                "speculative: drafter suffix (suffix_min_match 3, suffix_max_match 32, suffix_min_prob 0.25)"
+            )
+        );
+        assert_eq!(lines[1]["token_ids"], classic[1]["token_ids"], "width {w}");
+        assert_eq!(lines[2]["event"], "speculative_diagnostics");
+        assert!(lines[2]["rounds"].as_u64().unwrap() > 0, "repetition gives the suffix drafter something to find");
+    }
+}
+
+#[test]
 fn unknown_or_unloadable_drafters_and_bad_widths_are_refused_clearly() {
     for (args, needle) in [
         (vec!["--drafter", "medusa"], "\"medusa\" is not a drafter kind"),
@@ -179,6 +208,11 @@ fn unknown_or_unloadable_drafters_and_bad_widths_are_refused_clearly() {
         (vec!["--drafter", "draft-model"], "--drafter-model"),
         (vec!["--drafter", "ngram", "--draft-block-size", "many"], "many"),
         (vec!["--draft-block-size", "4"], "need --drafter"),
+        (vec!["--suffix-min-match", "2"], "need --drafter"),
+        (vec!["--drafter", "none", "--suffix-min-prob", "0.5"], "decodes classically"),
+        (vec!["--drafter", "ngram", "--suffix-max-match", "8"], "settings of --drafter suffix, not of ngram"),
+        (vec!["--drafter", "suffix", "--suffix-max-match", "65"], "--suffix-max-match 65: give 1..=64"),
+        (vec!["--drafter", "suffix", "--suffix-min-prob", "1.5"], "--suffix-min-prob 1.5"),
     ] {
         let out = run(generate().args(["--prompt", "hi"]).args(&args));
         assert_eq!(out.status.code(), Some(1), "{args:?}");

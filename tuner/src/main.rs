@@ -122,7 +122,7 @@ struct SweepArgs {
     /// embedded default model, fetched on first use.
     #[arg(long, value_name = "PATH")]
     target: Option<PathBuf>,
-    /// Drafter kind: ngram, layerskip or draft-model.
+    /// Drafter kind: ngram, suffix, layerskip or draft-model.
     #[arg(long, default_value = "ngram")]
     drafter: String,
     /// The draft checkpoint for `--drafter draft-model`.
@@ -135,6 +135,15 @@ struct SweepArgs {
     /// `ngram`: longest pattern looked up.
     #[arg(long, default_value_t = runtime::spec::drafter::DEFAULT_NGRAM_MAX)]
     ngram_max: usize,
+    /// `suffix`: shortest match that drafts, passed to every arm and recorded.
+    #[arg(long, default_value_t = runtime::spec::drafter::DEFAULT_SUFFIX_MIN_MATCH)]
+    suffix_min_match: usize,
+    /// `suffix`: longest match looked for.
+    #[arg(long, default_value_t = runtime::spec::drafter::DEFAULT_SUFFIX_MAX_MATCH)]
+    suffix_max_match: usize,
+    /// `suffix`: the agreement, in (0, 1], below which a draft stops.
+    #[arg(long, default_value_t = runtime::spec::drafter::DEFAULT_SUFFIX_MIN_PROB)]
+    suffix_min_prob: f64,
     /// `layerskip`: the layers the drafter runs, a list like 0,1,2,3 (required
     /// for --drafter layerskip, so the record states them).
     #[arg(long, value_name = "LIST")]
@@ -503,7 +512,13 @@ fn run_sweep(a: SweepArgs) -> anyhow::Result<ExitCode> {
             let opts = SweepOptions {
                 target,
                 drafter,
-                drafter_settings: drafter_settings(drafter, a.ngram_min, a.ngram_max, a.layerskip_layers.as_deref())?,
+                drafter_settings: drafter_settings(
+                    drafter,
+                    a.ngram_min,
+                    a.ngram_max,
+                    (a.suffix_min_match, a.suffix_max_match, a.suffix_min_prob),
+                    a.layerskip_layers.as_deref(),
+                )?,
                 drafter_model: a.drafter_model,
                 design: tuner::raw::Design {
                     widths: parse_widths(&a.widths)?,
@@ -611,11 +626,19 @@ fn drafter_settings(
     kind: DrafterKind,
     ngram_min: usize,
     ngram_max: usize,
+    (suffix_min_match, suffix_max_match, suffix_min_prob): (usize, usize, f64),
     layers: Option<&str>,
 ) -> anyhow::Result<runtime::policy::DrafterSettings> {
     use runtime::policy::DrafterSettings;
     Ok(match kind {
         DrafterKind::Ngram => DrafterSettings::ngram(ngram_min, ngram_max),
+        DrafterKind::Suffix => {
+            let s = DrafterSettings::suffix(suffix_min_match, suffix_max_match, suffix_min_prob);
+            // Refused here, before any arm runs, rather than by every arm.
+            s.check(kind)
+                .map_err(|e| anyhow::anyhow!("--suffix-min-match/--suffix-max-match/--suffix-min-prob: {e}"))?;
+            s
+        }
         DrafterKind::Layerskip => {
             let Some(l) = layers else {
                 anyhow::bail!(
@@ -658,28 +681,53 @@ mod tests {
         assert!(parse_widths("two").unwrap_err().to_string().contains("not a width"));
     }
 
+    const SUFFIX: (usize, usize, f64) = (2, 32, 0.5);
+
     #[test]
     fn drafter_flags_become_complete_settings() {
-        assert_eq!(drafter_settings(DrafterKind::Ngram, 2, 5, None).unwrap(), DrafterSettings::ngram(2, 5));
+        assert_eq!(drafter_settings(DrafterKind::Ngram, 2, 5, SUFFIX, None).unwrap(), DrafterSettings::ngram(2, 5));
         assert_eq!(
-            drafter_settings(DrafterKind::Layerskip, 3, 4, Some("0, 1,2")).unwrap(),
+            drafter_settings(DrafterKind::Layerskip, 3, 4, SUFFIX, Some("0, 1,2")).unwrap(),
             DrafterSettings::layerskip(vec![0, 1, 2])
         );
         assert_eq!(
-            drafter_settings(DrafterKind::Layerskip, 3, 4, Some("5,")).unwrap(),
+            drafter_settings(DrafterKind::Layerskip, 3, 4, SUFFIX, Some("5,")).unwrap(),
             DrafterSettings::layerskip(vec![5])
         );
         // A bare count is the first K layers, as the runtime reads it.
         assert_eq!(
-            drafter_settings(DrafterKind::Layerskip, 3, 4, Some("3")).unwrap(),
+            drafter_settings(DrafterKind::Layerskip, 3, 4, SUFFIX, Some("3")).unwrap(),
             DrafterSettings::layerskip(vec![0, 1, 2])
         );
-        assert!(drafter_settings(DrafterKind::Layerskip, 3, 4, Some("0")).is_err());
-        let e = drafter_settings(DrafterKind::Layerskip, 3, 4, None).unwrap_err().to_string();
+        assert!(drafter_settings(DrafterKind::Layerskip, 3, 4, SUFFIX, Some("0")).is_err());
+        let e = drafter_settings(DrafterKind::Layerskip, 3, 4, SUFFIX, None).unwrap_err().to_string();
         assert!(e.contains("--layerskip-layers"), "{e}");
-        assert!(drafter_settings(DrafterKind::Layerskip, 3, 4, Some("0,x")).unwrap_err().to_string().contains("\"x\""));
-        assert_eq!(drafter_settings(DrafterKind::DraftModel, 3, 4, None).unwrap(), DrafterSettings::default());
+        assert!(
+            drafter_settings(DrafterKind::Layerskip, 3, 4, SUFFIX, Some("0,x"))
+                .unwrap_err()
+                .to_string()
+                .contains("\"x\"")
+        );
+        assert_eq!(drafter_settings(DrafterKind::DraftModel, 3, 4, SUFFIX, None).unwrap(), DrafterSettings::default());
         assert!(drafter_kind("nope").unwrap_err().to_string().starts_with("--drafter: "));
         assert_eq!(drafter_kind("draft-model").unwrap(), DrafterKind::DraftModel);
+        assert_eq!(drafter_kind("suffix").unwrap(), DrafterKind::Suffix);
+    }
+
+    #[test]
+    fn suffix_flags_become_checked_settings() {
+        assert_eq!(
+            drafter_settings(DrafterKind::Suffix, 3, 4, (3, 16, 0.25), None).unwrap(),
+            DrafterSettings::suffix(3, 16, 0.25)
+        );
+        let e = drafter_settings(DrafterKind::Suffix, 3, 4, (0, 16, 0.5), None).unwrap_err().to_string();
+        assert!(e.contains("suffix_min_match 0"), "{e}");
+        let e = drafter_settings(DrafterKind::Suffix, 3, 4, (2, 16, 1.5), None).unwrap_err().to_string();
+        assert!(e.contains("suffix_min_prob 1.5"), "{e}");
+        // The suffix flags do not leak into other kinds' settings.
+        assert_eq!(
+            drafter_settings(DrafterKind::Ngram, 3, 4, (9, 9, 0.9), None).unwrap(),
+            DrafterSettings::ngram(3, 4)
+        );
     }
 }

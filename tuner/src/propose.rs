@@ -162,6 +162,16 @@ fn settings_inline(d: &runtime::policy::DrafterSettings) -> String {
     if let Some(l) = &d.layers {
         kv.push(format!("layers = [{}]", l.iter().map(usize::to_string).collect::<Vec<_>>().join(", ")));
     }
+    if let Some(n) = d.suffix_min_match {
+        kv.push(format!("suffix_min_match = {n}"));
+    }
+    if let Some(n) = d.suffix_max_match {
+        kv.push(format!("suffix_max_match = {n}"));
+    }
+    if let Some(p) = d.suffix_min_prob {
+        // `{:?}` keeps a decimal point (0.5, 1.0), so TOML reads a float.
+        kv.push(format!("suffix_min_prob = {:?}", p.0));
+    }
     if kv.is_empty() { "{}".into() } else { format!("{{ {} }}", kv.join(", ")) }
 }
 
@@ -541,6 +551,29 @@ pub fn propose(dir: &Path, table_path: Option<&Path>, dry_run: bool, allow: Allo
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn settings_inline_tables_read_back_as_the_same_settings() {
+        use runtime::policy::DrafterSettings;
+        for d in [
+            DrafterSettings::ngram(3, 4),
+            DrafterSettings::layerskip(vec![0, 1, 2]),
+            DrafterSettings::suffix(2, 32, 0.5),
+            DrafterSettings::suffix(1, 64, 1.0),
+            DrafterSettings::default(),
+        ] {
+            let text = settings_inline(&d);
+            let back: DrafterSettings = toml::from_str(&format!("v = {text}"))
+                .map(|t: toml::Table| t["v"].clone().try_into().unwrap())
+                .unwrap_or_else(|e| panic!("{text}: {e}"));
+            assert_eq!(back, d, "{text}");
+        }
+        assert_eq!(settings_inline(&DrafterSettings::ngram(3, 4)), "{ ngram_min = 3, ngram_max = 4 }");
+        assert_eq!(
+            settings_inline(&DrafterSettings::suffix(2, 32, 1.0)),
+            "{ suffix_min_match = 2, suffix_max_match = 32, suffix_min_prob = 1.0 }"
+        );
+    }
 
     const TABLE: &str = "schema_version = 2\n\n[[entry]]\ndrafter = \"ngram\"\ndevice_class = \"cpu:x86_64-avx2\"\n\
 target_quant = \"q4_1\"\nthreads = 2\ndrafter_settings = { ngram_min = 3, ngram_max = 4 }\n\

@@ -6,7 +6,7 @@
 
 use crate::policy::KERNEL_FINGERPRINT;
 use crate::policy::declared::read_declared;
-use crate::policy::kind::{DrafterKind, DrafterSettings, MAX_NGRAM};
+use crate::policy::kind::{DrafterKind, DrafterSettings, MAX_NGRAM, MAX_SUFFIX_MATCH, Probability};
 use crate::policy::quant::{QuantClass, classify_path};
 use crate::policy::resolve::{Host, Resolution, ResolveInput, Resolver, env_override};
 use crate::policy::table::{self, Width, check_device_class};
@@ -28,6 +28,9 @@ pub struct ExplainSettings {
     pub threads: Option<usize>,
     pub ngram_min: Option<usize>,
     pub ngram_max: Option<usize>,
+    pub suffix_min_match: Option<usize>,
+    pub suffix_max_match: Option<usize>,
+    pub suffix_min_prob: Option<f64>,
     /// The drafter checkpoint, read for a declared width only.
     pub drafter_model: Option<PathBuf>,
     /// A device class (`None`: this host's).
@@ -178,7 +181,26 @@ pub fn explain_command(a: ExplainSettings) -> Result<ExitCode> {
             bail!("{flag} {n}: give 1..={MAX_NGRAM}");
         }
     }
-    let settings = DrafterSettings { ngram_min: a.ngram_min, ngram_max: a.ngram_max, layers: None };
+    for (flag, v) in [("--suffix-min-match", a.suffix_min_match), ("--suffix-max-match", a.suffix_max_match)] {
+        if let Some(n) = v
+            && !(1..=MAX_SUFFIX_MATCH).contains(&n)
+        {
+            bail!("{flag} {n}: give 1..={MAX_SUFFIX_MATCH}");
+        }
+    }
+    if let Some(p) = a.suffix_min_prob
+        && !(p > 0.0 && p <= 1.0)
+    {
+        bail!("--suffix-min-prob {p}: give a probability in (0, 1]");
+    }
+    let settings = DrafterSettings {
+        ngram_min: a.ngram_min,
+        ngram_max: a.ngram_max,
+        suffix_min_match: a.suffix_min_match,
+        suffix_max_match: a.suffix_max_match,
+        suffix_min_prob: a.suffix_min_prob.map(Probability),
+        ..Default::default()
+    };
     let (device, device_from) = match &a.device {
         Some(d) => {
             check_device_class(d).map_err(anyhow::Error::msg)?;

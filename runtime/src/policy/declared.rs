@@ -4,7 +4,7 @@
 //!
 //! | kind | checkpoint | field |
 //! |---|---|---|
-//! | `ngram`, `layerskip` | none | — |
+//! | `ngram`, `layerskip`, `suffix` | none | — |
 //! | `draft-model` | `--drafter-model` | `num_speculative_tokens` (root or `speculative_config`) |
 //! | `dflash` | `--drafter-model` | `block_size` (root or `dflash_config`): the block holds the last verified token, so it drafts `block_size - 1` |
 //! | `mtp` | the target | `num_nextn_predict_layers` (root or `text_config`); GGUF `<arch>.nextn_predict_layers` |
@@ -80,7 +80,7 @@ fn checked(width: i128, evidence: String) -> Declared {
 /// The declaration in a parsed `config.json`.
 pub fn from_config(kind: DrafterKind, path: &Path, m: &Map<String, Value>) -> Declared {
     let (scopes, key): (&[&str], &str) = match kind {
-        DrafterKind::Ngram | DrafterKind::Layerskip => {
+        DrafterKind::Ngram | DrafterKind::Layerskip | DrafterKind::Suffix => {
             return Declared::absent(format!("{kind} has no checkpoint to declare a width"));
         }
         DrafterKind::DraftModel => (&["", "speculative_config"], "num_speculative_tokens"),

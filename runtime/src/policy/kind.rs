@@ -7,6 +7,7 @@
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::fmt;
+use std::hash::{Hash, Hasher};
 use std::str::FromStr;
 
 /// A kind of drafter: what proposes the tokens a verify block checks.
@@ -25,6 +26,10 @@ pub enum DrafterKind {
     Dflash,
     /// Multi-token-prediction heads shipped inside the target checkpoint.
     Mtp,
+    /// Suffix matching over the prompt and the generated text: the longest
+    /// earlier match of the context's end, drafted as far as its earlier
+    /// occurrences agree. No weights, no checkpoint.
+    Suffix,
 }
 
 /// Where a kind may find a width its checkpoint declares (resolution step 2).
@@ -41,8 +46,14 @@ pub enum DeclarationSource {
 
 impl DrafterKind {
     /// Every kind, in the order `policy explain` lists them.
-    pub const ALL: [DrafterKind; 5] =
-        [DrafterKind::Ngram, DrafterKind::Layerskip, DrafterKind::DraftModel, DrafterKind::Dflash, DrafterKind::Mtp];
+    pub const ALL: [DrafterKind; 6] = [
+        DrafterKind::Ngram,
+        DrafterKind::Layerskip,
+        DrafterKind::DraftModel,
+        DrafterKind::Dflash,
+        DrafterKind::Mtp,
+        DrafterKind::Suffix,
+    ];
 
     /// The name used on the command line, in events and in the policy table.
     pub fn as_str(self) -> &'static str {
@@ -52,6 +63,7 @@ impl DrafterKind {
             DrafterKind::DraftModel => "draft-model",
             DrafterKind::Dflash => "dflash",
             DrafterKind::Mtp => "mtp",
+            DrafterKind::Suffix => "suffix",
         }
     }
 
@@ -78,6 +90,11 @@ impl DrafterKind {
     ///   (DeepSeek-V3's `num_nextn_predict_layers = 1`), trained to predict
     ///   one token ahead; chaining it past its training depth loses
     ///   acceptance quickly. Checkpoints with more modules declare them.
+    /// - `suffix` 4: the same reasoning as `ngram` (drafts are free, a wrong
+    ///   one costs only verify rows); its drafts stop by themselves where the
+    ///   earlier occurrences stop agreeing, and a width of 4 is the budget of
+    ///   the shortest default match (2 tokens, budget 2·2), so the default
+    ///   width never asks more of a match than the drafter would give it.
     pub fn default_block_size(self) -> usize {
         match self {
             DrafterKind::Ngram => 4,
@@ -85,13 +102,14 @@ impl DrafterKind {
             DrafterKind::DraftModel => 4,
             DrafterKind::Dflash => 7,
             DrafterKind::Mtp => 1,
+            DrafterKind::Suffix => 4,
         }
     }
 
     /// Where this kind's declared width comes from, if anywhere.
     pub fn declaration_source(self) -> DeclarationSource {
         match self {
-            DrafterKind::Ngram | DrafterKind::Layerskip => DeclarationSource::None,
+            DrafterKind::Ngram | DrafterKind::Layerskip | DrafterKind::Suffix => DeclarationSource::None,
             DrafterKind::DraftModel | DrafterKind::Dflash => DeclarationSource::DrafterModel,
             DrafterKind::Mtp => DeclarationSource::Target,
         }
@@ -153,8 +171,12 @@ impl<'de> Deserialize<'de> for DrafterKind {
 ///
 /// Which fields a kind has: `ngram` — `ngram_min` and `ngram_max` (the
 /// shortest and longest pattern looked up); `layerskip` — `layers` (the
-/// target layers the drafter runs); the kinds with a checkpoint have none
-/// (their checkpoint is their setting). [`DrafterSettings::check`] enforces it.
+/// target layers the drafter runs); `suffix` — `suffix_min_match`,
+/// `suffix_max_match` (the shortest match that drafts, the longest looked
+/// for) and `suffix_min_prob` (the agreement below which a draft stops); the
+/// kinds with a checkpoint have none (their checkpoint is their setting).
+/// [`DrafterSettings::check`] enforces it. Unset fields are not serialized,
+/// so settings without the suffix fields read and write as they always did.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DrafterSettings {
@@ -164,7 +186,47 @@ pub struct DrafterSettings {
     pub ngram_max: Option<usize>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub layers: Option<Vec<usize>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub suffix_min_match: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub suffix_max_match: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub suffix_min_prob: Option<Probability>,
 }
+
+/// A probability setting, compared and hashed by its bits so settings stay
+/// `Eq` and `Hash` (a policy entry's key includes them); serialized as the
+/// plain number. [`DrafterSettings::check`] refuses values outside (0, 1],
+/// NaN included.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Probability(pub f64);
+
+impl PartialEq for Probability {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.to_bits() == other.0.to_bits()
+    }
+}
+
+impl Eq for Probability {}
+
+impl Hash for Probability {
+    fn hash<H: Hasher>(&self, h: &mut H) {
+        self.0.to_bits().hash(h);
+    }
+}
+
+impl fmt::Display for Probability {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+/// The longest match a `suffix` drafter may look for (`--suffix-max-match`):
+/// the scan costs the context length times this per round, and a draft's
+/// budget (twice the match) already exceeds the widest verify block long
+/// before it.
+pub const MAX_SUFFIX_MATCH: usize = 64;
 
 /// The largest n-gram a drafter may look up (`--ngram-max`): the lookup
 /// scans the context once per length, and no prompt-lookup gain is known
@@ -177,18 +239,35 @@ pub const MAX_LAYERS: usize = 1024;
 impl DrafterSettings {
     /// `ngram` settings.
     pub fn ngram(min: usize, max: usize) -> Self {
-        DrafterSettings { ngram_min: Some(min), ngram_max: Some(max), layers: None }
+        DrafterSettings { ngram_min: Some(min), ngram_max: Some(max), ..Default::default() }
     }
 
     /// `layerskip` settings.
     pub fn layerskip(layers: Vec<usize>) -> Self {
-        DrafterSettings { ngram_min: None, ngram_max: None, layers: Some(layers) }
+        DrafterSettings { layers: Some(layers), ..Default::default() }
+    }
+
+    /// `suffix` settings.
+    pub fn suffix(min_match: usize, max_match: usize, min_prob: f64) -> Self {
+        DrafterSettings {
+            suffix_min_match: Some(min_match),
+            suffix_max_match: Some(max_match),
+            suffix_min_prob: Some(Probability(min_prob)),
+            ..Default::default()
+        }
+    }
+
+    fn has_suffix_fields(&self) -> bool {
+        self.suffix_min_match.is_some() || self.suffix_max_match.is_some() || self.suffix_min_prob.is_some()
     }
 
     /// Whether these are complete, valid settings for `kind`; the error says
     /// what is missing, extra or out of range.
     pub fn check(&self, kind: DrafterKind) -> Result<(), String> {
         let extra = |what: &str| Err(format!("{what} is not a setting of the {kind} drafter"));
+        if kind != DrafterKind::Suffix && self.has_suffix_fields() {
+            return extra("suffix_min_match/suffix_max_match/suffix_min_prob");
+        }
         match kind {
             DrafterKind::Ngram => {
                 if self.layers.is_some() {
@@ -214,6 +293,32 @@ impl DrafterSettings {
                     Some(l) if l.windows(2).any(|w| w[0] >= w[1]) => Err("layers must be increasing".into()),
                     Some(_) => Ok(()),
                 }
+            }
+            DrafterKind::Suffix => {
+                if self.layers.is_some() {
+                    return extra("layers");
+                }
+                if self.ngram_min.is_some() || self.ngram_max.is_some() {
+                    return extra("ngram_min/ngram_max");
+                }
+                let (Some(lo), Some(hi), Some(p)) =
+                    (self.suffix_min_match, self.suffix_max_match, self.suffix_min_prob)
+                else {
+                    return Err(
+                        "the suffix drafter needs suffix_min_match, suffix_max_match and suffix_min_prob".into()
+                    );
+                };
+                if !(lo >= 1 && lo <= hi && hi <= MAX_SUFFIX_MATCH) {
+                    return Err(format!(
+                        "suffix_min_match {lo} / suffix_max_match {hi}: need 1 <= suffix_min_match <= \
+                         suffix_max_match <= {MAX_SUFFIX_MATCH}"
+                    ));
+                }
+                // Written so that NaN fails too.
+                if !(p.0 > 0.0 && p.0 <= 1.0) {
+                    return Err(format!("suffix_min_prob {p}: need 0 < suffix_min_prob <= 1"));
+                }
+                Ok(())
             }
             DrafterKind::DraftModel | DrafterKind::Dflash | DrafterKind::Mtp => {
                 if *self == DrafterSettings::default() {
@@ -241,6 +346,15 @@ impl DrafterSettings {
                 _ => parts.push(format!("layers {}", l.iter().map(usize::to_string).collect::<Vec<_>>().join(","))),
             }
         }
+        if let Some(n) = self.suffix_min_match {
+            parts.push(format!("suffix_min_match {n}"));
+        }
+        if let Some(n) = self.suffix_max_match {
+            parts.push(format!("suffix_max_match {n}"));
+        }
+        if let Some(p) = self.suffix_min_prob {
+            parts.push(format!("suffix_min_prob {p}"));
+        }
         if parts.is_empty() { "no settings".into() } else { parts.join(", ") }
     }
 
@@ -265,6 +379,22 @@ impl DrafterSettings {
             let m = self.layers.clone().map_or("none".into(), |l| DrafterSettings::layerskip(l).describe());
             out.push(format!("{d} (measured {m})"));
         }
+        if let Some(r) = requested.suffix_min_match
+            && self.suffix_min_match != Some(r)
+        {
+            out.push(format!("suffix_min_match {r} (measured {})", opt(self.suffix_min_match)));
+        }
+        if let Some(r) = requested.suffix_max_match
+            && self.suffix_max_match != Some(r)
+        {
+            out.push(format!("suffix_max_match {r} (measured {})", opt(self.suffix_max_match)));
+        }
+        if let Some(r) = requested.suffix_min_prob
+            && self.suffix_min_prob != Some(r)
+        {
+            let m = self.suffix_min_prob.map_or("none".into(), |p| p.to_string());
+            out.push(format!("suffix_min_prob {r} (measured {m})"));
+        }
         out
     }
 
@@ -274,6 +404,9 @@ impl DrafterSettings {
             ngram_min: requested.ngram_min.or(self.ngram_min),
             ngram_max: requested.ngram_max.or(self.ngram_max),
             layers: requested.layers.clone().or_else(|| self.layers.clone()),
+            suffix_min_match: requested.suffix_min_match.or(self.suffix_min_match),
+            suffix_max_match: requested.suffix_max_match.or(self.suffix_max_match),
+            suffix_min_prob: requested.suffix_min_prob.or(self.suffix_min_prob),
         }
     }
 }

@@ -30,7 +30,7 @@ pub mod table;
 mod tests;
 
 pub use declared::{Declared, read_declared};
-pub use kind::{DeclarationSource, DrafterKind, DrafterSettings};
+pub use kind::{DeclarationSource, DrafterKind, DrafterSettings, Probability};
 pub use quant::{QuantClass, classify_path};
 pub use resolve::{
     BLOCK_SIZE_ENV, BLOCK_SIZE_FLAG, Fallback, PolicyError, Provenance, Resolution, ResolveInput, Resolver, Step,

@@ -14,7 +14,7 @@
 //! 4. the per-kind constant ([`DrafterKind::default_block_size`]).
 //!
 //! With no drafter named, [`Resolver::auto`] asks the table: a fresh entry
-//! of a weight-free drafter (one without a checkpoint: ngram, layerskip) for
+//! of a weight-free drafter (one without a checkpoint: ngram, layerskip, suffix) for
 //! this key whose interval lies wholly above 1.0 turns speculation on with
 //! that drafter, width and settings (the fastest, when several do); anything
 //! else keeps classic decoding and says why. `--drafter none` is classic

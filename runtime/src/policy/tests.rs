@@ -2,8 +2,8 @@
 //! classifier, declarations and resolution.
 
 use super::declared::{Declared, from_config, read_declared};
-use super::kind::DrafterSettings;
 use super::kind::{DeclarationSource, DrafterKind};
+use super::kind::{DrafterSettings, Probability};
 use super::quant::{QuantClass, classify_gguf, classify_hf_config_file, classify_path};
 use super::resolve::{Fallback, Host, PolicyError, Provenance, Resolution, ResolveInput, Resolver, StepKind};
 use super::table::{Problem, RecordCheck, Table, TableError, Width, compile, parse_width};
@@ -53,6 +53,7 @@ fn settings_toml(drafter: &str) -> &'static str {
     match drafter {
         "ngram" => "{ ngram_min = 3, ngram_max = 4 }",
         "layerskip" => "{ layers = [0, 1, 2] }",
+        "suffix" => "{ suffix_min_match = 2, suffix_max_match = 32, suffix_min_prob = 0.5 }",
         _ => "{}",
     }
 }
@@ -153,7 +154,7 @@ fn every_kind_round_trips_through_its_name_and_unknown_names_list_the_kinds() {
         assert_eq!(serde_json::from_str::<DrafterKind>(&format!("\"{k}\"")).unwrap(), k);
     }
     let e = "eagle".parse::<DrafterKind>().unwrap_err().to_string();
-    assert!(e.contains("eagle") && e.contains("ngram, layerskip, draft-model, dflash, mtp"), "{e}");
+    assert!(e.contains("eagle") && e.contains("ngram, layerskip, draft-model, dflash, mtp, suffix"), "{e}");
 }
 
 /// Which step decides for each kind, given a declaration, a measured entry,
@@ -169,6 +170,7 @@ fn the_kinds_dispatch_matrix() {
         (DrafterKind::DraftModel, D::DrafterModel, [Def, Decl, Tab, Decl]),
         (DrafterKind::Dflash, D::DrafterModel, [Def, Decl, Tab, Decl]),
         (DrafterKind::Mtp, D::Target, [Def, Decl, Tab, Decl]),
+        (DrafterKind::Suffix, D::None, [Def, Def, Tab, Tab]),
     ];
     assert_eq!(matrix.len(), DrafterKind::ALL.len(), "every kind is in the matrix");
     for (kind, source, deciders) in matrix {
@@ -206,6 +208,7 @@ fn per_kind_constants_apply_when_no_entry_matches() {
         (DrafterKind::DraftModel, 4),
         (DrafterKind::Dflash, 7),
         (DrafterKind::Mtp, 1),
+        (DrafterKind::Suffix, 4),
     ];
     assert_eq!(constants.len(), DrafterKind::ALL.len());
     // Entries exist, but for other keys: another device, quant and kind.
@@ -673,7 +676,7 @@ fn explain_reads_a_gguf_target_without_loading_weights() {
     let e = crate::commands::policy::explain(&r, &q).unwrap();
     assert_eq!(e.target_quant.class, "q4_1");
     let widths: Vec<_> = e.resolutions.iter().map(|r| r.block_size).collect();
-    assert_eq!(widths, [Some(5), Some(4), Some(4), Some(7), Some(1)]);
+    assert_eq!(widths, [Some(5), Some(4), Some(4), Some(7), Some(1), Some(4)]);
     let json = serde_json::to_value(&e).unwrap();
     assert_eq!(json["resolutions"][0]["block_size_from"].as_str().unwrap(), e.resolutions[0].block_size_from);
     assert_eq!(json["resolutions"][0]["steps"][3]["decided"], true);
@@ -1128,10 +1131,10 @@ fn with_no_entry_or_no_key_the_policy_keeps_classic_and_says_which_key() {
     let r = In::new(DrafterKind::Ngram, "q4_1").auto(&empty());
     assert_eq!(
         r.block_size_from,
-        "speculation off by the policy (no --drafter): no measurement for a weight-free drafter (ngram, layerskip) on \
-         cpu:x86_64-avx2 with a q4_1 target at 2 threads"
+        "speculation off by the policy (no --drafter): no measurement for a weight-free drafter (ngram, layerskip, suffix) \
+         on cpu:x86_64-avx2 with a q4_1 target at 2 threads"
     );
-    assert!(r.steps.iter().all(|s| !s.decided) && r.steps.len() == 2, "{:?}", r.steps);
+    assert!(r.steps.iter().all(|s| !s.decided) && r.steps.len() == 3, "{:?}", r.steps);
     let q = QuantClass {
         class: "unknown".into(),
         from: "config.json does not parse: expected value at line 1 column 1".into(),
@@ -1142,7 +1145,7 @@ fn with_no_entry_or_no_key_the_policy_keeps_classic_and_says_which_key() {
     let r = In { quant: q, ..In::new(DrafterKind::Ngram, "q4_1") }.auto(&empty());
     assert_eq!(
         r.block_size_from,
-        "speculation off by the policy (no --drafter): no key for a weight-free drafter (ngram, layerskip) on \
+        "speculation off by the policy (no --drafter): no key for a weight-free drafter (ngram, layerskip, suffix) on \
          cpu:x86_64-avx2 at 2 threads: target quantization unknown (config.json does not parse: expected value at \
          line 1 column 1; read /m/config.json, field quantization_config)"
     );
@@ -1177,7 +1180,7 @@ fn a_named_drafter_with_other_settings_does_not_use_the_entry() {
     i.settings = DrafterSettings::ngram(3, 4);
     assert_eq!(i.resolve(&t).unwrap().block_size, Some(3));
     // Other settings: the per-kind constant, naming the difference.
-    i.settings = DrafterSettings { ngram_min: Some(1), ngram_max: None, layers: None };
+    i.settings = DrafterSettings { ngram_min: Some(1), ..Default::default() };
     let r = i.resolve(&t).unwrap();
     assert_eq!((decided(&r), r.block_size, r.drafter_settings.clone()), (StepKind::Default, Some(4), None));
     assert_eq!(
@@ -1202,4 +1205,109 @@ fn drafter_settings_are_checked_per_kind() {
     assert_eq!(DrafterSettings::layerskip(vec![0, 1, 2]).describe(), "layers 0-2");
     assert_eq!(DrafterSettings::layerskip(vec![1, 5]).describe(), "layers 1,5");
     assert_eq!(DrafterSettings::ngram(3, 4).describe(), "ngram_min 3, ngram_max 4");
+}
+
+#[test]
+fn suffix_settings_are_complete_bounded_and_their_own() {
+    let ok = DrafterSettings::suffix(2, 32, 0.5);
+    assert!(ok.check(DrafterKind::Suffix).is_ok());
+    assert!(DrafterSettings::suffix(1, 1, 1.0).check(DrafterKind::Suffix).is_ok());
+    assert!(DrafterSettings::suffix(64, 64, 1e-9).check(DrafterKind::Suffix).is_ok());
+    assert_eq!(ok.describe(), "suffix_min_match 2, suffix_max_match 32, suffix_min_prob 0.5");
+    // Out of range: each message names the field and the value.
+    for (bad, says) in [
+        (DrafterSettings::suffix(0, 32, 0.5), "suffix_min_match 0"),
+        (DrafterSettings::suffix(5, 4, 0.5), "suffix_min_match 5 / suffix_max_match 4"),
+        (DrafterSettings::suffix(2, 65, 0.5), "suffix_max_match 65"),
+        (DrafterSettings::suffix(2, 32, 0.0), "suffix_min_prob 0"),
+        (DrafterSettings::suffix(2, 32, -0.5), "suffix_min_prob -0.5"),
+        (DrafterSettings::suffix(2, 32, 1.5), "suffix_min_prob 1.5"),
+        (DrafterSettings::suffix(2, 32, f64::NAN), "suffix_min_prob NaN"),
+    ] {
+        let e = bad.check(DrafterKind::Suffix).unwrap_err();
+        assert!(e.contains(says), "{bad:?}: {e}");
+    }
+    // Incomplete.
+    let partial = DrafterSettings { suffix_min_match: Some(2), suffix_max_match: Some(4), ..Default::default() };
+    assert!(partial.check(DrafterKind::Suffix).unwrap_err().contains("needs suffix_min_match"));
+    assert!(DrafterSettings::default().check(DrafterKind::Suffix).unwrap_err().contains("needs suffix_min_match"));
+    // Other kinds' fields on suffix.
+    let with_ngram = DrafterSettings { ngram_min: Some(3), ..ok.clone() };
+    assert!(
+        with_ngram
+            .check(DrafterKind::Suffix)
+            .unwrap_err()
+            .contains("ngram_min/ngram_max is not a setting of the suffix")
+    );
+    let with_layers = DrafterSettings { layers: Some(vec![0]), ..ok.clone() };
+    assert!(with_layers.check(DrafterKind::Suffix).unwrap_err().contains("layers is not a setting of the suffix"));
+    // Suffix fields on other kinds.
+    for kind in [DrafterKind::Ngram, DrafterKind::Layerskip, DrafterKind::DraftModel] {
+        let base = match kind {
+            DrafterKind::Ngram => DrafterSettings::ngram(3, 4),
+            DrafterKind::Layerskip => DrafterSettings::layerskip(vec![0, 1]),
+            _ => DrafterSettings::default(),
+        };
+        assert!(base.check(kind).is_ok(), "{kind}");
+        for extra in [
+            DrafterSettings { suffix_min_match: Some(2), ..base.clone() },
+            DrafterSettings { suffix_max_match: Some(8), ..base.clone() },
+            DrafterSettings { suffix_min_prob: Some(Probability(0.5)), ..base.clone() },
+        ] {
+            let e = extra.check(kind).unwrap_err();
+            assert!(e.contains(&format!("is not a setting of the {kind} drafter")) && e.contains("suffix_"), "{e}");
+        }
+    }
+}
+
+#[test]
+fn suffix_settings_serialize_only_when_set_and_round_trip() {
+    // Settings without the suffix fields serialize as they always did.
+    assert_eq!(serde_json::to_string(&DrafterSettings::ngram(3, 4)).unwrap(), r#"{"ngram_min":3,"ngram_max":4}"#);
+    assert_eq!(serde_json::to_string(&DrafterSettings::layerskip(vec![0, 1])).unwrap(), r#"{"layers":[0,1]}"#);
+    assert_eq!(serde_json::to_string(&DrafterSettings::default()).unwrap(), "{}");
+    let s = DrafterSettings::suffix(2, 32, 0.5);
+    let j = serde_json::to_string(&s).unwrap();
+    assert_eq!(j, r#"{"suffix_min_match":2,"suffix_max_match":32,"suffix_min_prob":0.5}"#);
+    assert_eq!(serde_json::from_str::<DrafterSettings>(&j).unwrap(), s);
+    let t: DrafterSettings =
+        toml::from_str("suffix_min_match = 3\nsuffix_max_match = 8\nsuffix_min_prob = 0.25\n").unwrap();
+    assert_eq!(t, DrafterSettings::suffix(3, 8, 0.25));
+    // Overlaying and differences cover the suffix fields.
+    let req = DrafterSettings { suffix_min_prob: Some(Probability(0.75)), ..Default::default() };
+    assert_eq!(s.overlaid_with(&req), DrafterSettings::suffix(2, 32, 0.75));
+    assert_eq!(s.differences(&req), vec!["suffix_min_prob 0.75 (measured 0.5)".to_string()]);
+    assert!(s.differences(&DrafterSettings::suffix(2, 32, 0.5)).is_empty());
+}
+
+#[test]
+fn policy_explain_refuses_out_of_range_suffix_flags_naming_them() {
+    let base = crate::commands::policy::ExplainSettings {
+        target: PathBuf::from("/nonexistent/target.gguf"),
+        drafter: Some("suffix".into()),
+        threads: Some(2),
+        ngram_min: None,
+        ngram_max: None,
+        suffix_min_match: None,
+        suffix_max_match: None,
+        suffix_min_prob: None,
+        drafter_model: None,
+        device: Some("cpu:x86_64-avx2".into()),
+        draft_block_size: None,
+        json: true,
+    };
+    use crate::commands::policy::ExplainSettings as S;
+    for (a, says) in [
+        (S { suffix_min_match: Some(0), ..base.clone() }, "--suffix-min-match 0: give 1..=64"),
+        (S { suffix_max_match: Some(65), ..base.clone() }, "--suffix-max-match 65: give 1..=64"),
+        (S { suffix_min_prob: Some(0.0), ..base.clone() }, "--suffix-min-prob 0: give a probability in (0, 1]"),
+        (S { suffix_min_prob: Some(2.0), ..base.clone() }, "--suffix-min-prob 2"),
+    ] {
+        let e = crate::commands::policy::explain_command(a).unwrap_err().to_string();
+        assert!(e.contains(says), "{e}");
+    }
+    // In range, the flags pass and the missing target is what is refused.
+    let ok = S { suffix_min_match: Some(2), suffix_max_match: Some(8), suffix_min_prob: Some(0.5), ..base };
+    let e = crate::commands::policy::explain_command(ok).unwrap_err().to_string();
+    assert!(e.contains("no such file"), "{e}");
 }

@@ -1,5 +1,5 @@
-//! The `Drafter` abstraction and its kinds: prompt lookup (`ngram`), and
-//! model drafters — the target's own first layers (`layerskip`) or a
+//! The `Drafter` abstraction and its kinds: prompt lookup (`ngram`), suffix
+//! matching with frequency-based draft length (`suffix`), and model drafters — the target's own first layers (`layerskip`) or a
 //! separate checkpoint (`draft-model`).
 
 use super::DrafterKind;
@@ -94,6 +94,145 @@ impl NgramDrafter {
 impl Drafter for NgramDrafter {
     fn kind(&self) -> DrafterKind {
         DrafterKind::Ngram
+    }
+
+    fn propose(
+        &mut self,
+        _family: KernelFamily,
+        context: &[u32],
+        max: usize,
+        _sampling: &SamplingParams,
+        _rng: &mut Rng,
+    ) -> Result<Proposal, ForwardError> {
+        Ok(Proposal { tokens: self.lookup(context, max), dists: None })
+    }
+}
+
+/// Suffix drafting, in the spirit of SuffixDecoding (Oliaro et al. 2024):
+/// find the longest match of the context's end earlier in the context (the
+/// prompt and everything generated so far), then draft the continuation its
+/// earlier occurrences agree on, for as long as they agree often enough.
+///
+/// Where `ngram` takes the single most recent occurrence and copies what
+/// followed it, this drafter weighs every occurrence of the longest match:
+/// a repeat that always continued the same way is drafted far, one whose
+/// occurrences went different ways is drafted short or not at all. It keeps
+/// no state between rounds: the proposal is a function of the context alone.
+#[derive(Clone, Debug)]
+pub struct SuffixDrafter {
+    /// Shortest match that drafts at all.
+    pub min_match: usize,
+    /// Longest match looked for.
+    pub max_match: usize,
+    /// The draft stops where the share of candidates agreeing with it, the
+    /// product over its tokens, would fall below this.
+    pub min_prob: f64,
+}
+
+/// Default shortest match (`--suffix-min-match`). 2, below ngram's 3,
+/// because this drafter has two further guards against chance matches that
+/// prompt lookup lacks: a short match drafts little (its budget is twice its
+/// length), and a pair of tokens that recurs with different continuations
+/// fails the `min_prob` test at its first token. A single token matches by
+/// chance nearly everywhere, so 1 would draft on most rounds of free text.
+pub const DEFAULT_SUFFIX_MIN_MATCH: usize = 2;
+/// Default longest match (`--suffix-max-match`). 32: a match's budget is
+/// twice its length, so any match of 16 or more already covers the widest
+/// verify block the policy allows (32); looking further only narrows the
+/// candidates to the very latest repeats, while the scan's cost grows with
+/// the bound.
+pub const DEFAULT_SUFFIX_MAX_MATCH: usize = 32;
+/// Default agreement (`--suffix-min-prob`). 0.5: a token is drafted only while
+/// the earlier occurrences say it is more likely than not (by their count)
+/// that the whole draft so far continues this way; below that the frequency
+/// estimate predicts the verify rows are more likely rejected than accepted.
+pub const DEFAULT_SUFFIX_MIN_PROB: f64 = 0.5;
+
+impl Default for SuffixDrafter {
+    fn default() -> Self {
+        SuffixDrafter {
+            min_match: DEFAULT_SUFFIX_MIN_MATCH,
+            max_match: DEFAULT_SUFFIX_MAX_MATCH,
+            min_prob: DEFAULT_SUFFIX_MIN_PROB,
+        }
+    }
+}
+
+impl SuffixDrafter {
+    /// The longest match `k` (at most `max_match`) of the context's last
+    /// tokens that also ends at an earlier position `p < len - 1`, and every
+    /// such `p`, oldest first. `k` is 0 when no token recurs.
+    pub fn longest_match(&self, context: &[u32]) -> (usize, Vec<usize>) {
+        let len = context.len();
+        let (mut best, mut ends) = (0, Vec::new());
+        if len < 2 {
+            return (0, ends);
+        }
+        let last = len - 1;
+        for p in 0..last {
+            // The match may overlap the context's end (a run repeats itself);
+            // it may not reach before the context's start (m <= p).
+            let mut m = 0;
+            while m < self.max_match && m <= p && context[p - m] == context[last - m] {
+                m += 1;
+            }
+            if m > best {
+                best = m;
+                ends.clear();
+            }
+            if m == best && m > 0 {
+                ends.push(p);
+            }
+        }
+        (best, ends)
+    }
+
+    /// The draft itself, separate from the trait for tests.
+    pub fn lookup(&self, context: &[u32], max: usize) -> Vec<u32> {
+        let (k, mut active) = self.longest_match(context);
+        if k == 0 || k < self.min_match {
+            return Vec::new();
+        }
+        // A short match is weak evidence that the two places are the same
+        // text: a couple of tokens recur by chance, and the continuations
+        // after a chance match part after a token or two. A longer match
+        // says more about how far the repeat runs, so the draft may grow
+        // with it; twice the match keeps a 2-token match to 4 drafts.
+        let budget = max.min(2 * k);
+        let len = context.len();
+        let mut draft = Vec::with_capacity(budget);
+        let mut prob = 1.0f64;
+        for j in 1..=budget {
+            // Candidates with a token at p + j, each next token's count and
+            // its most recent candidate (active is oldest first).
+            active.retain(|&p| p + j < len);
+            if active.is_empty() {
+                break;
+            }
+            let mut counts: std::collections::BTreeMap<u32, (usize, usize)> = std::collections::BTreeMap::new();
+            for &p in &active {
+                let c = counts.entry(context[p + j]).or_insert((0, p));
+                c.0 += 1;
+                c.1 = c.1.max(p);
+            }
+            // The most frequent; among equals, the most recent candidate's.
+            let Some((&token, &(count, _))) = counts.iter().max_by_key(|&(_, &(n, recent))| (n, recent)) else {
+                break;
+            };
+            prob *= count as f64 / active.len() as f64;
+            if prob < self.min_prob {
+                break;
+            }
+            draft.push(token);
+            active.retain(|&p| context[p + j] == token);
+        }
+        draft
+    }
+}
+
+impl Drafter for SuffixDrafter {
+    fn kind(&self) -> DrafterKind {
+        DrafterKind::Suffix
     }
 
     fn propose(
@@ -287,6 +426,80 @@ mod tests {
         assert!(NgramDrafter { max_n: 3, min_n: 2 }.lookup(&[4, 5, 6, 8, 6], 3).is_empty());
         assert!(d.lookup(&[], 3).is_empty());
         assert!(d.lookup(&[1], 3).is_empty());
+    }
+
+    fn suffix(min_match: usize, max_match: usize, min_prob: f64) -> SuffixDrafter {
+        SuffixDrafter { min_match, max_match, min_prob }
+    }
+
+    #[test]
+    fn suffix_prefers_the_longest_match_over_a_more_recent_shorter_one() {
+        // [1 2 3] 7 5 ... [2 3] 8 9 ... 1 2 3: the 3-token match at the start
+        // wins over the later 2-token one.
+        let ctx = [1, 2, 3, 7, 5, 2, 3, 8, 9, 1, 2, 3];
+        assert_eq!(suffix(2, 32, 0.5).longest_match(&ctx), (3, vec![2]));
+        assert_eq!(suffix(2, 32, 0.5).lookup(&ctx, 2), vec![7, 5]);
+        // Capped at max_match 2, both places match equally and both are candidates.
+        assert_eq!(suffix(2, 2, 0.5).longest_match(&ctx), (2, vec![2, 6]));
+    }
+
+    #[test]
+    fn suffix_drafts_the_majority_continuation_until_the_agreement_falls_below_min_prob() {
+        // Three earlier [1 2] continue 5 6 / 5 6 / 5 7 (the most recent is the
+        // minority); then 10 / 11 split the two that said 6.
+        let ctx = [1, 2, 5, 6, 10, 1, 2, 5, 6, 11, 1, 2, 5, 7, 12, 1, 2];
+        assert_eq!(suffix(2, 32, 0.5).longest_match(&ctx), (2, vec![1, 6, 11]));
+        // 5 (3/3), 6 (2/3 → 0.67), then 10 or 11 (1/2 → 0.33 < 0.5): stop.
+        assert_eq!(suffix(2, 32, 0.5).lookup(&ctx, 10), vec![5, 6]);
+        // A lower bar takes the tie's most recent candidate (11, not 10) and
+        // then stops at the budget of twice the match (4), not at max (10).
+        assert_eq!(suffix(2, 32, 0.3).lookup(&ctx, 10), vec![5, 6, 11, 1]);
+        // A bar above 2/3 stops after the unanimous token.
+        assert_eq!(suffix(2, 32, 0.7).lookup(&ctx, 10), vec![5]);
+        // Prompt lookup takes the most recent occurrence instead.
+        assert_eq!(NgramDrafter { max_n: 2, min_n: 2 }.lookup(&ctx, 2), vec![5, 7]);
+    }
+
+    #[test]
+    fn suffix_drafts_at_most_twice_the_match_and_at_most_max() {
+        let two = [7, 8, 1, 2, 3, 4, 5, 6, 9, 7, 8];
+        assert_eq!(suffix(2, 32, 0.5).lookup(&two, 10), vec![1, 2, 3, 4]);
+        assert_eq!(suffix(2, 32, 0.5).lookup(&two, 3), vec![1, 2, 3]);
+        let three = [6, 7, 8, 1, 2, 3, 4, 5, 6, 9, 9, 6, 7, 8];
+        assert_eq!(suffix(2, 32, 0.5).lookup(&three, 10), vec![1, 2, 3, 4, 5, 6]);
+        // A draft also ends where the context does.
+        assert_eq!(suffix(2, 32, 0.5).lookup(&[1, 2, 3, 1, 2, 3], 10), vec![1, 2, 3]);
+        assert!(suffix(2, 32, 0.5).lookup(&three, 0).is_empty());
+    }
+
+    #[test]
+    fn suffix_does_not_draft_below_min_match() {
+        let ctx = [1, 2, 3, 9, 3];
+        assert_eq!(suffix(1, 32, 0.5).longest_match(&ctx), (1, vec![2]));
+        assert_eq!(suffix(1, 32, 0.5).lookup(&ctx, 5), vec![9, 3]);
+        assert!(suffix(2, 32, 0.5).lookup(&ctx, 5).is_empty());
+        assert!(suffix(1, 32, 0.5).lookup(&[1, 2, 3, 4], 5).is_empty());
+    }
+
+    #[test]
+    fn suffix_proposes_nothing_for_empty_and_one_token_contexts() {
+        let d = suffix(1, 32, 0.5);
+        assert!(d.lookup(&[], 4).is_empty());
+        assert!(d.lookup(&[5], 4).is_empty());
+        assert_eq!(d.longest_match(&[5]), (0, vec![]));
+        // [5 5]: the earlier 5 matches one token; nothing follows the match
+        // but the context's own last token.
+        assert_eq!(d.lookup(&[5, 5], 4), vec![5]);
+        assert!(suffix(2, 32, 0.5).lookup(&[5, 5], 4).is_empty());
+    }
+
+    #[test]
+    fn suffix_drafter_proposes_its_lookup_as_point_masses() {
+        let ctx = [1, 2, 3, 7, 5, 2, 3, 8, 9, 1, 2, 3];
+        let mut d = SuffixDrafter::default();
+        assert_eq!(d.kind(), DrafterKind::Suffix);
+        let p = d.propose(KernelFamily::Scalar, &ctx, 3, &SamplingParams::default(), &mut Rng::new(1)).unwrap();
+        assert_eq!(p, Proposal { tokens: vec![7, 5, 2], dists: None });
     }
 
     #[test]

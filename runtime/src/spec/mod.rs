@@ -3,7 +3,7 @@
 //! decoding by construction.
 //!
 //! - [`DrafterKind`], [`drafter::Drafter`] and its kinds ([`drafter::NgramDrafter`],
-//!   [`drafter::ModelDrafter`] for `layerskip` and `draft-model`);
+//!   [`drafter::SuffixDrafter`], [`drafter::ModelDrafter`] for `layerskip` and `draft-model`);
 //! - [`decode`]: the loop ([`crate::generate::Engine::generate_speculative`]) and its [`decode::SpecStats`];
 //! - [`probe`]: the block-vs-chain exactness probe run before speculating.
 

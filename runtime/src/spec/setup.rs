@@ -2,12 +2,15 @@
 //! configuration: the drafter, its width, and the exactness probe's verdict.
 
 use super::DrafterKind;
-use super::drafter::{DEFAULT_NGRAM_MAX, DEFAULT_NGRAM_MIN, Drafter, ModelDrafter, NgramDrafter, check_compatible};
+use super::drafter::{
+    DEFAULT_NGRAM_MAX, DEFAULT_NGRAM_MIN, DEFAULT_SUFFIX_MAX_MATCH, DEFAULT_SUFFIX_MIN_MATCH, DEFAULT_SUFFIX_MIN_PROB,
+    Drafter, ModelDrafter, NgramDrafter, SuffixDrafter, check_compatible,
+};
 use super::probe::{PROBE_TEXT, ProbeReport, block_vs_chain};
 use crate::generate::Engine;
 use crate::policy;
 use crate::policy::DrafterSettings;
-use crate::policy::kind::MAX_NGRAM;
+use crate::policy::kind::{MAX_NGRAM, MAX_SUFFIX_MATCH, Probability};
 use anyhow::{Context, Result, bail};
 use std::path::PathBuf;
 
@@ -29,6 +32,12 @@ pub struct SpecSettings {
     pub layerskip_layers: Option<String>,
     pub ngram_max: Option<usize>,
     pub ngram_min: Option<usize>,
+    /// `suffix`: shortest match that drafts.
+    pub suffix_min_match: Option<usize>,
+    /// `suffix`: longest match looked for.
+    pub suffix_max_match: Option<usize>,
+    /// `suffix`: the agreement below which a draft stops, in (0, 1].
+    pub suffix_min_prob: Option<f64>,
     /// Speculate even if the block-vs-chain probe fails.
     pub allow_inexact: bool,
 }
@@ -126,7 +135,33 @@ pub fn requested_settings(kind: DrafterKind, args: &SpecSettings, n_layers: usiz
                 s.layers = Some(parse_layers(spec, n_layers)?);
             }
         }
+        DrafterKind::Suffix => {
+            for (flag, v) in
+                [("--suffix-min-match", args.suffix_min_match), ("--suffix-max-match", args.suffix_max_match)]
+            {
+                if let Some(n) = v
+                    && !(1..=MAX_SUFFIX_MATCH).contains(&n)
+                {
+                    bail!("{flag} {n}: give 1..={MAX_SUFFIX_MATCH}");
+                }
+            }
+            if let Some(p) = args.suffix_min_prob
+                && !(p > 0.0 && p <= 1.0)
+            {
+                bail!("--suffix-min-prob {p}: give a probability in (0, 1]");
+            }
+            s.suffix_min_match = args.suffix_min_match;
+            s.suffix_max_match = args.suffix_max_match;
+            s.suffix_min_prob = args.suffix_min_prob.map(Probability);
+        }
         DrafterKind::DraftModel | DrafterKind::Dflash | DrafterKind::Mtp => {}
+    }
+    if kind != DrafterKind::Suffix
+        && (args.suffix_min_match.is_some() || args.suffix_max_match.is_some() || args.suffix_min_prob.is_some())
+    {
+        bail!(
+            "--suffix-min-match, --suffix-max-match and --suffix-min-prob are settings of --drafter suffix, not of {kind}"
+        );
     }
     if kind != DrafterKind::Ngram && (args.ngram_min.is_some() || args.ngram_max.is_some()) {
         bail!("--ngram-min and --ngram-max are settings of --drafter ngram, not of {kind}");
@@ -139,10 +174,15 @@ pub fn requested_settings(kind: DrafterKind, args: &SpecSettings, n_layers: usiz
 
 /// The settings a kind runs with when neither the operator nor a measured
 /// entry gives them: ngram 3..=4 ([`DEFAULT_NGRAM_MIN`], [`DEFAULT_NGRAM_MAX`]),
-/// layerskip the first half of the layers.
+/// layerskip the first half of the layers, suffix 2..=32 at 0.5
+/// ([`DEFAULT_SUFFIX_MIN_MATCH`], [`DEFAULT_SUFFIX_MAX_MATCH`],
+/// [`DEFAULT_SUFFIX_MIN_PROB`]).
 pub fn default_settings(kind: DrafterKind, n_layers: usize) -> DrafterSettings {
     match kind {
         DrafterKind::Ngram => DrafterSettings::ngram(DEFAULT_NGRAM_MIN, DEFAULT_NGRAM_MAX),
+        DrafterKind::Suffix => {
+            DrafterSettings::suffix(DEFAULT_SUFFIX_MIN_MATCH, DEFAULT_SUFFIX_MAX_MATCH, DEFAULT_SUFFIX_MIN_PROB)
+        }
         DrafterKind::Layerskip => DrafterSettings::layerskip((0..(n_layers / 2).max(1)).collect()),
         DrafterKind::DraftModel | DrafterKind::Dflash | DrafterKind::Mtp => DrafterSettings::default(),
     }
@@ -164,6 +204,14 @@ pub fn build_drafter_with(
             };
             Box::new(NgramDrafter { max_n, min_n })
         }
+        DrafterKind::Suffix => {
+            let (Some(min_match), Some(max_match), Some(Probability(min_prob))) =
+                (settings.suffix_min_match, settings.suffix_max_match, settings.suffix_min_prob)
+            else {
+                bail!("the suffix drafter needs suffix_min_match, suffix_max_match and suffix_min_prob");
+            };
+            Box::new(SuffixDrafter { min_match, max_match, min_prob })
+        }
         DrafterKind::Layerskip => {
             let n = target.model.config.n_layers;
             let layers = settings.layers.clone().unwrap_or_default();
@@ -182,7 +230,7 @@ pub fn build_drafter_with(
         }
         DrafterKind::Dflash | DrafterKind::Mtp => bail!(
             "drafter kind {kind} is recognized but this runtime has no {kind} loader yet: it needs a checkpoint \
-             that declares {kind} heads and the loader for them; use ngram, layerskip or draft-model"
+             that declares {kind} heads and the loader for them; use ngram, suffix, layerskip or draft-model"
         ),
     })
 }
@@ -223,6 +271,9 @@ impl Speculation {
                 || a.layerskip_layers.is_some()
                 || a.ngram_min.is_some()
                 || a.ngram_max.is_some()
+                || a.suffix_min_match.is_some()
+                || a.suffix_max_match.is_some()
+                || a.suffix_min_prob.is_some()
         };
         let target = &engine.loaded;
         let n_layers = target.model.config.n_layers;
@@ -234,7 +285,7 @@ impl Speculation {
                 if given(args) {
                     bail!(
                         "--drafter none decodes classically: --draft-block-size, --drafter-model, \
-                         --layerskip-layers and --ngram-min/--ngram-max do not apply"
+                         --layerskip-layers, --ngram-min/--ngram-max and --suffix-* do not apply"
                     );
                 }
                 return Ok(Decoding { speculation: None, resolution: policy::Resolution::no_drafter() });
@@ -242,8 +293,8 @@ impl Speculation {
             None => {
                 if given(args) {
                     bail!(
-                        "--draft-block-size, --drafter-model, --layerskip-layers and --ngram-min/--ngram-max \
-                         need --drafter (without it the policy picks the drafter, its width and its settings)"
+                        "--draft-block-size, --drafter-model, --layerskip-layers, --ngram-min/--ngram-max and \
+                         --suffix-* need --drafter (without it the policy picks the drafter, its width and its settings)"
                     );
                 }
                 if env.as_deref().is_some_and(|v| !v.trim().is_empty()) {
@@ -398,5 +449,47 @@ mod tests {
         assert!(parse_layers("31", 30).is_err());
         assert!(parse_layers("2,1", 30).is_err());
         assert!(parse_layers("1,x", 30).is_err());
+    }
+
+    fn suffix_args(min_match: Option<usize>, max_match: Option<usize>, min_prob: Option<f64>) -> SpecSettings {
+        SpecSettings {
+            drafter: Some("suffix".into()),
+            suffix_min_match: min_match,
+            suffix_max_match: max_match,
+            suffix_min_prob: min_prob,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn suffix_flags_become_settings_over_the_defaults() {
+        let r = requested_settings(DrafterKind::Suffix, &suffix_args(Some(3), None, Some(0.25)), 30).unwrap();
+        let s = default_settings(DrafterKind::Suffix, 30).overlaid_with(&r);
+        assert_eq!(s, DrafterSettings::suffix(3, DEFAULT_SUFFIX_MAX_MATCH, 0.25));
+        assert!(s.check(DrafterKind::Suffix).is_ok());
+        assert!(default_settings(DrafterKind::Suffix, 30).check(DrafterKind::Suffix).is_ok());
+    }
+
+    #[test]
+    fn suffix_flags_out_of_range_or_on_another_kind_are_refused() {
+        for (args, says) in [
+            (suffix_args(Some(0), None, None), "--suffix-min-match 0: give 1..=64"),
+            (suffix_args(None, Some(65), None), "--suffix-max-match 65: give 1..=64"),
+            (suffix_args(None, None, Some(0.0)), "--suffix-min-prob 0: give a probability in (0, 1]"),
+            (suffix_args(None, None, Some(1.5)), "--suffix-min-prob 1.5"),
+            (suffix_args(None, None, Some(f64::NAN)), "--suffix-min-prob NaN"),
+        ] {
+            let e = requested_settings(DrafterKind::Suffix, &args, 30).unwrap_err().to_string();
+            assert!(e.contains(says), "{e}");
+        }
+        for flag in
+            [suffix_args(Some(2), None, None), suffix_args(None, Some(8), None), suffix_args(None, None, Some(0.5))]
+        {
+            let e = requested_settings(DrafterKind::Ngram, &flag, 30).unwrap_err().to_string();
+            assert!(e.contains("settings of --drafter suffix, not of ngram"), "{e}");
+        }
+        let ngram_on_suffix = SpecSettings { ngram_min: Some(2), ..suffix_args(None, None, None) };
+        let e = requested_settings(DrafterKind::Suffix, &ngram_on_suffix, 30).unwrap_err().to_string();
+        assert!(e.contains("not of suffix"), "{e}");
     }
 }

@@ -75,6 +75,15 @@ pub fn drafter_args(s: &crate::raw::Settings, width: Option<usize>) -> Vec<Strin
             }
             a.extend(["--layerskip-layers".into(), v]);
         }
+        if let Some(n) = d.suffix_min_match {
+            a.extend(["--suffix-min-match".into(), n.to_string()]);
+        }
+        if let Some(n) = d.suffix_max_match {
+            a.extend(["--suffix-max-match".into(), n.to_string()]);
+        }
+        if let Some(p) = d.suffix_min_prob {
+            a.extend(["--suffix-min-prob".into(), p.to_string()]);
+        }
     }
     if let Some(m) = &s.drafter_model {
         a.extend(["--drafter-model".into(), m.display().to_string()]);
@@ -322,6 +331,15 @@ mod tests {
         let c = served::serve_args(&s, None).join(" ");
         assert!(c.ends_with("--threads 2 --drafter none"), "{c}");
         assert!(!c.contains("--draft-block-size") && !c.contains("--ngram-"), "{c}");
+    }
+
+    #[test]
+    fn suffix_arms_get_every_suffix_setting() {
+        let s = settings(DrafterKind::Suffix, DrafterSettings::suffix(2, 32, 0.5));
+        assert_eq!(
+            drafter_args(&s, Some(3)).join(" "),
+            "--drafter suffix --draft-block-size 3 --suffix-min-match 2 --suffix-max-match 32 --suffix-min-prob 0.5"
+        );
     }
 
     #[test]

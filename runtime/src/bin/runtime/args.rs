@@ -111,7 +111,7 @@ pub struct BenchArgs {
 /// drafter on; otherwise decoding is classic. `--drafter none` is classic.
 #[derive(Args, Debug, Clone, Default)]
 pub struct SpecArgs {
-    /// Drafter kind: ngram, layerskip or draft-model (dflash and mtp are recognized, not loadable yet),
+    /// Drafter kind: ngram, suffix, layerskip or draft-model (dflash and mtp are recognized, not loadable yet),
     /// or none for classic decoding. Default: what the policy table measured for this host.
     #[arg(long)]
     pub drafter: Option<String>,
@@ -130,6 +130,16 @@ pub struct SpecArgs {
     /// `ngram`: shortest pattern looked up (default: the measured entry's, else 3).
     #[arg(long)]
     pub ngram_min: Option<usize>,
+    /// `suffix`: shortest match that drafts (default: the measured entry's, else 2).
+    #[arg(long)]
+    pub suffix_min_match: Option<usize>,
+    /// `suffix`: longest match looked for (default: the measured entry's, else 32).
+    #[arg(long)]
+    pub suffix_max_match: Option<usize>,
+    /// `suffix`: stop a draft where the share of earlier occurrences agreeing with it falls below
+    /// this, in (0, 1] (default: the measured entry's, else 0.5).
+    #[arg(long)]
+    pub suffix_min_prob: Option<f64>,
     /// Speculate even if the block-vs-chain probe finds verify rows that differ from the chain
     /// (forfeits byte-identical output; also DRAFTWISE_ALLOW_INEXACT=1).
     #[arg(long)]
@@ -222,7 +232,7 @@ pub enum PolicyCommand {
         json: bool,
     },
     /// Classify a target's quantization and resolve the draft width step by step.
-    Explain(ExplainArgs),
+    Explain(Box<ExplainArgs>),
 }
 
 #[derive(Args, Debug, Clone)]
@@ -230,7 +240,7 @@ pub struct ExplainArgs {
     /// The target: a GGUF file or a Hugging Face checkpoint directory.
     #[arg(long)]
     pub target: PathBuf,
-    /// Drafter kind (ngram, layerskip, draft-model, dflash, mtp) as `generate --drafter` takes it;
+    /// Drafter kind (ngram, layerskip, draft-model, dflash, mtp, suffix) as `generate --drafter` takes it;
     /// default: what `generate` does without it, and every kind's width.
     #[arg(long)]
     pub drafter: Option<String>,
@@ -242,6 +252,13 @@ pub struct ExplainArgs {
     pub ngram_min: Option<usize>,
     #[arg(long)]
     pub ngram_max: Option<usize>,
+    /// `suffix` settings as `generate` takes them.
+    #[arg(long)]
+    pub suffix_min_match: Option<usize>,
+    #[arg(long)]
+    pub suffix_max_match: Option<usize>,
+    #[arg(long)]
+    pub suffix_min_prob: Option<f64>,
     /// The drafter checkpoint (draft-model, dflash): read for a declared width only.
     #[arg(long)]
     pub drafter_model: Option<PathBuf>,
@@ -265,6 +282,9 @@ impl From<SpecArgs> for SpecSettings {
             layerskip_layers: a.layerskip_layers,
             ngram_max: a.ngram_max,
             ngram_min: a.ngram_min,
+            suffix_min_match: a.suffix_min_match,
+            suffix_max_match: a.suffix_max_match,
+            suffix_min_prob: a.suffix_min_prob,
             allow_inexact: a.allow_inexact,
         }
     }
@@ -353,6 +373,9 @@ impl From<ExplainArgs> for ExplainSettings {
             threads: a.threads,
             ngram_min: a.ngram_min,
             ngram_max: a.ngram_max,
+            suffix_min_match: a.suffix_min_match,
+            suffix_max_match: a.suffix_max_match,
+            suffix_min_prob: a.suffix_min_prob,
             drafter_model: a.drafter_model,
             device: a.device,
             draft_block_size: a.draft_block_size,

@@ -49,7 +49,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Serve(args) => runtime::serve::run(args.into()),
         Command::FetchModel(args) => runtime::commands::fetch_model(args.into()),
         Command::Policy(PolicyCommand::Show { json }) => runtime::commands::policy::show(json),
-        Command::Policy(PolicyCommand::Explain(args)) => runtime::commands::policy::explain_command(args.into()),
+        Command::Policy(PolicyCommand::Explain(args)) => runtime::commands::policy::explain_command((*args).into()),
         Command::Bench(args) => runtime::commands::bench(args.into()),
         Command::BuildInfo { json } => runtime::commands::build_info(json),
     }
