@@ -27,3 +27,8 @@ pub mod sampling;
 pub mod serve;
 pub mod spec;
 pub mod tokenizer;
+
+#[cfg(test)]
+mod test_models;
+#[cfg(test)]
+mod wiring_tests;

@@ -166,6 +166,8 @@ pub const OFF_PATH: &[(&str, &str)] = &[
     ("runtime/src/tokenizer/bpe.rs", "byte-level BPE encoding of prompts, once per request"),
     ("runtime/src/tokenizer/pretok.rs", "the BPE pre-tokenizers' word splits, once per request"),
     ("runtime/src/model/tests.rs", "tests"),
+    ("runtime/src/wiring_tests.rs", "tests that join several modules"),
+    ("runtime/src/test_models.rs", "tiny models for tests"),
     ("runtime/src/gguf/test_writer.rs", "writes GGUF files for tests"),
 ];
 

@@ -27,7 +27,7 @@ pub mod resolve;
 pub mod table;
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 pub use declared::{Declared, read_declared};
 pub use kind::{DeclarationSource, DrafterKind, DrafterSettings, Probability};

@@ -1,0 +1,233 @@
+//! Tests that drive several modules together: a model through the engine,
+//! the block-vs-chain probe, the speculative decoder and device placement;
+//! the policy through `policy explain`. They live here, above the modules
+//! they join, so that no module's own tests import a module that imports
+//! it back (`scripts/import-circles.py` finds no circle, tests included).
+
+mod model {
+    use crate::gguf::Value;
+    use crate::model::{Loaded, load};
+    use crate::test_models::*;
+    use kernels::dispatch::KernelFamily;
+    use kernels::quant::GgmlType;
+
+    fn load_bytes(bytes: &[u8]) -> Loaded {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("tiny.gguf");
+        std::fs::write(&p, bytes).unwrap();
+        load(&p).unwrap()
+    }
+
+    #[test]
+    fn a_tokenizer_with_fewer_tokens_than_the_embedding_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("short-vocab.gguf");
+        let tokens = vocab();
+        std::fs::write(&p, gguf_bytes_with(&tokens[..tokens.len() - 2], 64)).unwrap();
+        let loaded = load(&p).expect("the file itself is readable");
+        let e = crate::generate::Engine::new(loaded, KernelFamily::Scalar, 1).err().expect("refused");
+        let m = e.to_string();
+        assert!(m.contains(&format!("{} tokens but the embedding has {} rows", tokens.len() - 2, tokens.len())), "{m}");
+        // The same model with every token is accepted.
+        std::fs::write(&p, gguf_bytes_with(&tokens, 64)).unwrap();
+        assert!(crate::generate::Engine::new(load(&p).unwrap(), KernelFamily::Scalar, 1).is_ok());
+    }
+
+    #[test]
+    fn a_context_too_short_for_the_probe_declines_instead_of_failing() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("short-context.gguf");
+        std::fs::write(&p, gguf_bytes_with(&vocab(), 6)).unwrap();
+        let l = load(&p).unwrap();
+        let fam = KernelFamily::best();
+        // Width 8 needs 10 positions: nothing can be compared.
+        let r = crate::spec::probe::block_vs_chain(&l.model, fam, 1, &[5, 6, 7], 8).expect("no error");
+        assert!(!r.passed && r.compared_bytes == 0, "{r:?}");
+        // Width 3 fits (a shorter prefix) and passes.
+        let r = crate::spec::probe::block_vs_chain(&l.model, fam, 1, &[5, 6, 7], 3).expect("no error");
+        assert!(r.passed && r.compared_bytes > 0, "{r:?}");
+        // Through the setup, the drafter is declined with the reason.
+        let engine = crate::generate::Engine::new(l, fam, 1).unwrap();
+        let args = crate::spec::setup::SpecSettings {
+            drafter: Some("ngram".into()),
+            draft_block_size: Some("8".into()),
+            ..Default::default()
+        };
+        let d = crate::spec::setup::Speculation::from_settings(&args, &engine).unwrap();
+        let s = d.speculation.expect("a drafter");
+        assert!(s.declined_reason().is_some(), "{:?}", s.probe);
+        assert_eq!(s.active_width(), None);
+    }
+
+    #[test]
+    fn gemma3_on_a_cuda_device_is_refused_and_auto_placement_keeps_the_cpu() {
+        use crate::device::{DeviceError, DeviceRequest, place};
+        let mut g = load_bytes(&gemma3_gguf(3));
+        match place(&mut g, DeviceRequest::Cuda(0)) {
+            Err(e @ DeviceError::CpuOnlyArchitecture { .. }) => assert!(e.to_string().contains("gemma3"), "{e}"),
+            other => panic!("expected the CPU-only refusal, got {:?}", other.map(|r| r.is_some())),
+        }
+        assert!(place(&mut g, DeviceRequest::Auto).unwrap().is_none());
+    }
+
+    /// Greedy speculative decoding (the n-gram drafter at widths 1..16) emits
+    /// exactly the classic tokens on the F16, BF16, Q2_K and Q3_K tiny models,
+    /// at one and two threads.
+    #[test]
+    fn speculative_output_equals_classic_on_the_new_weight_types_at_one_and_two_threads() {
+        use crate::generate::Engine;
+        use crate::sampling::SamplingParams;
+        use crate::spec::drafter::NgramDrafter;
+        let dir = tempfile::tempdir().unwrap();
+        let files = [
+            ("f16.gguf", gguf_bytes_typed(&vocab(), 64, GgmlType::F16)),
+            ("bf16.gguf", gguf_bytes_typed(&vocab(), 64, GgmlType::BF16)),
+            ("q2_k.gguf", k16_gguf(GgmlType::Q2K, false)),
+            ("q3_k.gguf", k16_gguf(GgmlType::Q3K, false)),
+        ];
+        let greedy = SamplingParams::default();
+        for (name, bytes) in files {
+            let p = dir.path().join(name);
+            std::fs::write(&p, bytes).unwrap();
+            for threads in [1, 2] {
+                let e = Engine::new(load(&p).unwrap(), KernelFamily::best(), threads).unwrap();
+                let mut rounds = 0;
+                // Random weights stop at the end token after a prompt-dependent
+                // number of tokens: several prompts, so that some run long.
+                for text in
+                    ["abcabcabcabc, abcabc", "hello hello hello", "the cat. the cat. the", "zzz, yyy, zzz, yyy", "a"]
+                {
+                    let ids = e.loaded.tokenizer.encode(text).unwrap();
+                    let pre = e.prefill(&ids).unwrap();
+                    let classic = e.decode(pre.clone(), 24, &greedy).unwrap();
+                    for w in [1, 2, 3, 4, 8, 16] {
+                        let mut d = NgramDrafter { max_n: 4, min_n: 1 };
+                        let (spec, stats) = e.decode_speculative(pre.clone(), 24, &greedy, &mut d, w).unwrap();
+                        assert_eq!(spec.token_ids, classic.token_ids, "{name} {text:?} width {w} at {threads} threads");
+                        rounds += stats.rounds;
+                    }
+                }
+                assert!(rounds > 0, "{name}: no speculative round ran");
+            }
+        }
+    }
+
+    #[test]
+    fn a_scaled_llama_on_a_cuda_device_is_refused_by_name() {
+        use crate::device::{DeviceError, DeviceRequest, place};
+        let s = |x: &str| Value::String(x.into());
+        let linear = [("llama.rope.scaling.type", s("linear")), ("llama.rope.scaling.factor", Value::F32(4.0))];
+        let mut l = load_bytes(&gguf_bytes_stored(&vocab(), 64, GgmlType::F32, false, &linear, &[]));
+        match place(&mut l, DeviceRequest::Cuda(0)) {
+            Err(e @ DeviceError::CpuOnlyArchitecture { .. }) => assert!(e.to_string().contains("RoPE scaling"), "{e}"),
+            other => panic!("expected the CPU-only refusal, got {:?}", other.map(|r| r.is_some())),
+        }
+    }
+}
+
+mod policy {
+    use crate::policy::kind::DrafterSettings;
+    use crate::policy::resolve::Provenance;
+    use crate::policy::tests::*;
+    use kernels::quant::GgmlType;
+    use std::path::PathBuf;
+
+    #[test]
+    fn a_quantized_target_with_an_unquantized_drafter_resolves_on_the_targets_class() {
+        let target = tempfile::tempdir().unwrap();
+        std::fs::copy(fixture("modelopt-nvfp4.json"), target.path().join("config.json")).unwrap();
+        let drafter = tempfile::tempdir().unwrap();
+        std::fs::copy(fixture("unquantized-bf16.json"), drafter.path().join("config.json")).unwrap();
+        let t = table(&[
+            entry("draft-model", "cuda:sm_121", "bf16", "2", FP),
+            entry("draft-model", "cuda:sm_121", "nvfp4", "6", FP),
+        ]);
+        let r = resolver(&t);
+        let q = crate::commands::policy::Question {
+            target: target.path(),
+            drafter_model: Some(drafter.path()),
+            drafter: Some("draft-model"),
+            device_class: "cuda:sm_121",
+            device_from: "--device",
+            threads: 2,
+            settings: &DrafterSettings::default(),
+            flag: None,
+            env: None,
+        };
+        let e = crate::commands::policy::explain(&r, &q).unwrap();
+        assert_eq!(e.target_quant.class, "nvfp4");
+        assert_eq!(e.drafter_quant.as_ref().unwrap().class, "bf16");
+        let res = &e.resolutions[0];
+        assert_eq!(res.block_size, Some(6), "{res:?}");
+        match &res.provenance {
+            Provenance::Measured { entry } => assert_eq!(entry.target_quant, "nvfp4"),
+            p => panic!("{p:?}"),
+        }
+        assert!(res.block_size_from.contains("with an nvfp4 target"), "{}", res.block_size_from);
+        // The human rendering names the class, its evidence and every step.
+        let text = crate::commands::policy::render(&e);
+        for want in ["nvfp4", "quant_algo", "not part of the key", "-> 4. policy table"] {
+            assert!(text.contains(want), "{want:?} missing from:\n{text}");
+        }
+    }
+
+    #[test]
+    fn explain_reads_a_gguf_target_without_loading_weights() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("t.gguf");
+        let f = gguf_with(&[GgmlType::Q4_1; 3], Some(3));
+        std::fs::write(&p, f.bytes()).unwrap();
+        let t = table(&[entry("ngram", "cpu:x86_64-avx2", "q4_1", "5", FP)]);
+        let r = resolver(&t);
+        let q = crate::commands::policy::Question {
+            target: &p,
+            drafter_model: None,
+            drafter: None,
+            device_class: "cpu:x86_64-avx2",
+            device_from: "--device",
+            threads: 2,
+            settings: &DrafterSettings::default(),
+            flag: None,
+            env: None,
+        };
+        let e = crate::commands::policy::explain(&r, &q).unwrap();
+        assert_eq!(e.target_quant.class, "q4_1");
+        let widths: Vec<_> = e.resolutions.iter().map(|r| r.block_size).collect();
+        assert_eq!(widths, [Some(5), Some(4), Some(4), Some(7), Some(1), Some(4)]);
+        let json = serde_json::to_value(&e).unwrap();
+        assert_eq!(json["resolutions"][0]["block_size_from"].as_str().unwrap(), e.resolutions[0].block_size_from);
+        assert_eq!(json["resolutions"][0]["steps"][3]["decided"], true);
+    }
+
+    #[test]
+    fn policy_explain_refuses_out_of_range_suffix_flags_naming_them() {
+        let base = crate::commands::policy::ExplainSettings {
+            target: PathBuf::from("/nonexistent/target.gguf"),
+            drafter: Some("suffix".into()),
+            threads: Some(2),
+            ngram_min: None,
+            ngram_max: None,
+            suffix_min_match: None,
+            suffix_max_match: None,
+            suffix_min_prob: None,
+            drafter_model: None,
+            device: Some("cpu:x86_64-avx2".into()),
+            draft_block_size: None,
+            json: true,
+        };
+        use crate::commands::policy::ExplainSettings as S;
+        for (a, says) in [
+            (S { suffix_min_match: Some(0), ..base.clone() }, "--suffix-min-match 0: give 1..=64"),
+            (S { suffix_max_match: Some(65), ..base.clone() }, "--suffix-max-match 65: give 1..=64"),
+            (S { suffix_min_prob: Some(0.0), ..base.clone() }, "--suffix-min-prob 0: give a probability in (0, 1]"),
+            (S { suffix_min_prob: Some(2.0), ..base.clone() }, "--suffix-min-prob 2"),
+        ] {
+            let e = crate::commands::policy::explain_command(a).unwrap_err().to_string();
+            assert!(e.contains(says), "{e}");
+        }
+        // In range, the flags pass and the missing target is what is refused.
+        let ok = S { suffix_min_match: Some(2), suffix_max_match: Some(8), suffix_min_prob: Some(0.5), ..base };
+        let e = crate::commands::policy::explain_command(ok).unwrap_err().to_string();
+        assert!(e.contains("no such file"), "{e}");
+    }
+}
