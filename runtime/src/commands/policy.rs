@@ -6,7 +6,7 @@
 
 use crate::policy::KERNEL_FINGERPRINT;
 use crate::policy::declared::read_declared;
-use crate::policy::kind::{DrafterKind, DrafterSettings, MAX_NGRAM, MAX_SUFFIX_MATCH, Probability};
+use crate::policy::kind::{DrafterKind, DrafterSettings, Probability};
 use crate::policy::quant::{QuantClass, classify_path};
 use crate::policy::resolve::{Host, Resolution, ResolveInput, Resolver, env_override};
 use crate::policy::table::{self, Width, check_device_class};
@@ -174,25 +174,8 @@ pub fn explain_command(a: ExplainSettings) -> Result<ExitCode> {
     if threads == 0 || threads > table::MAX_THREADS {
         bail!("--threads {threads}: give 1..={}", table::MAX_THREADS);
     }
-    for (flag, v) in [("--ngram-min", a.ngram_min), ("--ngram-max", a.ngram_max)] {
-        if let Some(n) = v
-            && !(1..=MAX_NGRAM).contains(&n)
-        {
-            bail!("{flag} {n}: give 1..={MAX_NGRAM}");
-        }
-    }
-    for (flag, v) in [("--suffix-min-match", a.suffix_min_match), ("--suffix-max-match", a.suffix_max_match)] {
-        if let Some(n) = v
-            && !(1..=MAX_SUFFIX_MATCH).contains(&n)
-        {
-            bail!("{flag} {n}: give 1..={MAX_SUFFIX_MATCH}");
-        }
-    }
-    if let Some(p) = a.suffix_min_prob
-        && !(p > 0.0 && p <= 1.0)
-    {
-        bail!("--suffix-min-prob {p}: give a probability in (0, 1]");
-    }
+    crate::spec::setup::bound_ngram_flags(a.ngram_min, a.ngram_max)?;
+    crate::spec::setup::bound_suffix_flags(a.suffix_min_match, a.suffix_max_match, a.suffix_min_prob)?;
     let settings = DrafterSettings {
         ngram_min: a.ngram_min,
         ngram_max: a.ngram_max,

@@ -114,19 +114,44 @@ pub fn parse_layers(s: &str, n_layers: usize) -> Result<Vec<usize>> {
     Ok(layers)
 }
 
+/// `--ngram-min` / `--ngram-max`, when given, within 1..=[`MAX_NGRAM`].
+pub fn bound_ngram_flags(min: Option<usize>, max: Option<usize>) -> Result<()> {
+    for (flag, v) in [("--ngram-min", min), ("--ngram-max", max)] {
+        if let Some(n) = v
+            && !(1..=MAX_NGRAM).contains(&n)
+        {
+            bail!("{flag} {n}: give 1..={MAX_NGRAM}");
+        }
+    }
+    Ok(())
+}
+
+/// `--suffix-min-match` / `--suffix-max-match` within
+/// 1..=[`MAX_SUFFIX_MATCH`] and `--suffix-min-prob` in (0, 1], when given.
+pub fn bound_suffix_flags(min_match: Option<usize>, max_match: Option<usize>, min_prob: Option<f64>) -> Result<()> {
+    for (flag, v) in [("--suffix-min-match", min_match), ("--suffix-max-match", max_match)] {
+        if let Some(n) = v
+            && !(1..=MAX_SUFFIX_MATCH).contains(&n)
+        {
+            bail!("{flag} {n}: give 1..={MAX_SUFFIX_MATCH}");
+        }
+    }
+    // Written so that NaN fails too.
+    if let Some(p) = min_prob
+        && !(p > 0.0 && p <= 1.0)
+    {
+        bail!("--suffix-min-prob {p}: give a probability in (0, 1]");
+    }
+    Ok(())
+}
+
 /// The drafter settings `args` give for `kind` (fields not given stay
 /// unset), each bounded.
 pub fn requested_settings(kind: DrafterKind, args: &SpecSettings, n_layers: usize) -> Result<DrafterSettings> {
     let mut s = DrafterSettings::default();
     match kind {
         DrafterKind::Ngram => {
-            for (flag, v) in [("--ngram-min", args.ngram_min), ("--ngram-max", args.ngram_max)] {
-                if let Some(n) = v
-                    && !(1..=MAX_NGRAM).contains(&n)
-                {
-                    bail!("{flag} {n}: give 1..={MAX_NGRAM}");
-                }
-            }
+            bound_ngram_flags(args.ngram_min, args.ngram_max)?;
             s.ngram_min = args.ngram_min;
             s.ngram_max = args.ngram_max;
         }
@@ -136,20 +161,7 @@ pub fn requested_settings(kind: DrafterKind, args: &SpecSettings, n_layers: usiz
             }
         }
         DrafterKind::Suffix => {
-            for (flag, v) in
-                [("--suffix-min-match", args.suffix_min_match), ("--suffix-max-match", args.suffix_max_match)]
-            {
-                if let Some(n) = v
-                    && !(1..=MAX_SUFFIX_MATCH).contains(&n)
-                {
-                    bail!("{flag} {n}: give 1..={MAX_SUFFIX_MATCH}");
-                }
-            }
-            if let Some(p) = args.suffix_min_prob
-                && !(p > 0.0 && p <= 1.0)
-            {
-                bail!("--suffix-min-prob {p}: give a probability in (0, 1]");
-            }
+            bound_suffix_flags(args.suffix_min_match, args.suffix_max_match, args.suffix_min_prob)?;
             s.suffix_min_match = args.suffix_min_match;
             s.suffix_max_match = args.suffix_max_match;
             s.suffix_min_prob = args.suffix_min_prob.map(Probability);
