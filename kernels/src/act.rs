@@ -269,6 +269,20 @@ mod tests {
     }
 
     #[test]
+    fn a_reused_row_equals_a_fresh_one_after_longer_and_shorter_rows() {
+        let long: Vec<f32> = (0..48 * 32).map(|i| ((i as f32) * 0.11).cos() * 7.0 + 1.0).collect();
+        let mut reused = ActRow::default();
+        for len in [48, 3, 18, 48, 1, 17, 2] {
+            let x = &long[..len * 32];
+            reused.quantize(&long);
+            reused.quantize(x);
+            let fresh = row(x);
+            let (a, b) = (reused.view(), fresh.view());
+            assert_eq!((a.nb, a.pairs, a.d, a.s, a.sum), (b.nb, b.pairs, b.d, b.s, b.sum), "{len} blocks");
+        }
+    }
+
+    #[test]
     fn odd_block_count_leaves_the_partner_slot_and_scale_padding_zero() {
         let x: Vec<f32> = (0..96).map(|i| i as f32 - 40.0).collect();
         let r = row(&x);

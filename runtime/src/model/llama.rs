@@ -110,9 +110,14 @@ impl Session {
     }
 }
 
-/// Rows of one mat-vec are split into this many chunks per thread, so that
-/// a thread slowed by other load on the host leaves work for the others.
-const CHUNKS_PER_THREAD: usize = 4;
+/// Rows of one mat-vec are split into this many chunks per thread. One:
+/// every extra chunk costs a claim, a cold start of the kernel's row loop
+/// and a thread-local scratch lookup, and on this model's small matrices
+/// that outweighs balancing (measured with `runtime bench`, 2 threads:
+/// 1 chunk per thread decoded 9% faster than 2 and ~16% faster than 4).
+/// Claiming stays dynamic, so a worker that has not started yet still
+/// leaves its chunk to the caller (`pool`).
+const CHUNKS_PER_THREAD: usize = 1;
 
 /// Rows of a block attended together (`kernels::attn::attend`): a
 /// verify block of up to 15 drafts is one block, and a prefill reads each
@@ -272,8 +277,7 @@ fn par_matmul(pool: &Pool, family: KernelFamily, jobs: &mut [(&WeightMatrix, &mu
             return;
         }
         SCRATCH.with_borrow_mut(|band| {
-            band.clear();
-            band.resize(n * len, 0.0);
+            let band = grown(band, n * len);
             matmul_rows(family, &mats[k], inputs, r0, band);
             for i in 0..n {
                 // SAFETY: positions i * rows + r0 .. + len (i < n, r0 + len
@@ -317,10 +321,7 @@ fn par_glu(
         let r0 = c * chunk;
         let len = chunk.min(rows - r0);
         GLU_SCRATCH.with_borrow_mut(|(g, u)| {
-            g.clear();
-            g.resize(n * len, 0.0);
-            u.clear();
-            u.resize(n * len, 0.0);
+            let (g, u) = (grown(g, n * len), grown(u, n * len));
             matmul_rows(family, &gm, inputs, r0, g);
             matmul_rows(family, &um, inputs, r0, u);
             for i in 0..n {
@@ -387,11 +388,49 @@ fn add_bias(bias: Option<&[f32]>, x: &mut [f32]) {
 }
 
 /// Quantizes each of the `n` rows of `x` (n × width) for the integer kernels.
-fn quantize_rows(x: &[f32], width: usize, q: &mut Vec<ActRow>) {
+/// The first `len` elements of a scratch buffer, grown (never cleared) to
+/// hold them: every user overwrites all of them (the kernels write every
+/// output), so stale values are never read.
+fn grown(v: &mut Vec<f32>, len: usize) -> &mut [f32] {
+    if v.len() < len {
+        v.resize(len, 0.0);
+    }
+    &mut v[..len]
+}
+
+/// Quantizes each row of `x` (rows × `width`) into `q[row]`: one row per
+/// pool chunk when there are several rows (a verify block or a prefill),
+/// since quantization is otherwise serial work between two sections. Each
+/// row's quants are a function of that row alone.
+fn quantize_rows(pool: &Pool, x: &[f32], width: usize, q: &mut Vec<ActRow>) {
     let n = x.len() / width;
     q.resize_with(n, ActRow::default);
-    for (row, qr) in x.chunks_exact(width).zip(q.iter_mut()) {
-        qr.quantize(row);
+    if n == 1 || pool.threads() == 1 {
+        for (row, qr) in x.chunks_exact(width).zip(q.iter_mut()) {
+            qr.quantize(row);
+        }
+        return;
+    }
+    let rows = RowsOut(q.as_mut_ptr());
+    pool.for_each(n, &|i| {
+        // SAFETY: chunk i alone touches q[i] (i < n = q.len()), and `q`
+        // outlives the section.
+        let qr = unsafe { &mut *rows.ptr().add(i) };
+        qr.quantize(&x[i * width..(i + 1) * width]);
+    });
+}
+
+/// [`Out`] for the quantized rows of one section.
+#[derive(Clone, Copy)]
+struct RowsOut(*mut ActRow);
+// SAFETY: as `Out`: each chunk writes the one row it owns, and the rows
+// outlive the section.
+unsafe impl Send for RowsOut {}
+unsafe impl Sync for RowsOut {}
+
+impl RowsOut {
+    fn ptr(self) -> *mut ActRow {
+        self.0
     }
 }
 
@@ -529,7 +568,7 @@ impl Model {
             // files: Q5_0 queries, Q8_0 values); f32 ones ignore the quants.
             let quantized = [&lw.wq, &lw.wk, &lw.wv].iter().any(|m| m.matrix().wants_quantized_input());
             if quantized {
-                quantize_rows(&xn, d, &mut xq);
+                quantize_rows(pool, &xn, d, &mut xq);
             }
             let ins = inputs(&xn, d, &xq, quantized);
             par_matmul(
@@ -584,22 +623,21 @@ impl Model {
                             let end = start + i + 1;
                             sc.ranges.push((window.map_or(0, |w| end.saturating_sub(w)), end));
                         }
-                        sc.outs.clear();
-                        sc.outs.resize(sc.ranges.len() * hd, 0.0);
-                        attn::attend(family, layer, call.kv_head, hd, &sc.qs, &sc.ranges, &mut sc.scores, &mut sc.outs);
+                        let outs = grown(&mut sc.outs, sc.ranges.len() * hd);
+                        attn::attend(family, layer, call.kv_head, hd, &sc.qs, &sc.ranges, &mut sc.scores, outs);
                         for (r, (i, h)) in call.pairs().enumerate() {
                             // SAFETY: head h of row i owns att[i * qd + h * hd ..][..hd],
                             // and the pair (i, h) belongs to this chunk alone
                             // (chunks are disjoint runs of the pair list).
                             let out = unsafe { std::slice::from_raw_parts_mut(att_out.ptr().add(i * qd + h * hd), hd) };
-                            out.copy_from_slice(&sc.outs[r * hd..(r + 1) * hd]);
+                            out.copy_from_slice(&outs[r * hd..(r + 1) * hd]);
                         }
                     }
                 })
             });
             let quantized = lw.wo.matrix().wants_quantized_input();
             if quantized {
-                quantize_rows(&att, qd, &mut xq);
+                quantize_rows(pool, &att, qd, &mut xq);
             }
             par_matmul(pool, family, &mut [(&lw.wo, proj.as_mut_slice())], &inputs(&att, qd, &xq, quantized));
             post_norm(family, lw.extra.post_attn.as_deref(), c.rms_eps, &mut proj, &mut xn);
@@ -613,13 +651,13 @@ impl Model {
             }
             let quantized = [&lw.w_gate, &lw.w_up].iter().any(|m| m.matrix().wants_quantized_input());
             if quantized {
-                quantize_rows(&xn, d, &mut xq);
+                quantize_rows(pool, &xn, d, &mut xq);
             }
             let ins = inputs(&xn, d, &xq, quantized);
             par_glu(pool, family, c.block.ffn, &lw.w_gate, &lw.w_up, &ins, &mut gate);
             let quantized = lw.w_down.matrix().wants_quantized_input();
             if quantized {
-                quantize_rows(&gate, c.ffn_dim, &mut xq);
+                quantize_rows(pool, &gate, c.ffn_dim, &mut xq);
             }
             par_matmul(
                 pool,
@@ -648,7 +686,7 @@ impl Model {
         let head = w.head();
         let quantized = head.matrix().wants_quantized_input();
         if quantized {
-            quantize_rows(&xf, d, &mut xq);
+            quantize_rows(pool, &xf, d, &mut xq);
         }
         let mut logits = vec![0.0f32; m * c.vocab];
         par_matmul(pool, family, &mut [(head, logits.as_mut_slice())], &inputs(&xf, d, &xq, quantized));
