@@ -285,6 +285,29 @@ fn a_drifted_host_prints_no_clean_table_and_propose_refuses() {
     let record = f.record();
     assert!(record.contains("NOT CLEAN"), "{record}");
     assert!(record.contains("not shown (drift)"));
+    // The verdict shows the interval it judged by: round 1's lies beyond
+    // the band, round 2's reaches it.
+    let row = |round: &str| {
+        record.lines().find(|l| l.starts_with(&format!("| {round} |")) && l.contains("drift")).unwrap().to_string()
+    };
+    let (r1, r2) = (row("1"), row("2"));
+    assert!(r1.contains("**drifted** (verdict interval [") && r1.contains("lies beyond the ±2% band"), "{r1}");
+    assert!(r2.contains("no drift (verdict interval [") && r2.contains("reaches the ±2% band"), "{r2}");
+    let hi = |l: &str| -> f64 {
+        l.split("verdict interval [")
+            .nth(1)
+            .unwrap()
+            .split(']')
+            .next()
+            .unwrap()
+            .split(", ")
+            .nth(1)
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    assert!(hi(&r1) < 1.0 / 1.02, "{r1}");
+    assert!(hi(&r2) >= 1.0 / 1.02, "{r2}");
     assert!(record.contains("against both brackets"));
     assert_refused(&f.propose(true), "drifted");
 }

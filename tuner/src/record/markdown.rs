@@ -293,7 +293,7 @@ fn brackets(s: &Summary) -> String {
     let _ = writeln!(m, "### Classic brackets and drift\n");
     let _ = writeln!(
         m,
-        "Drift is the closing side's rate over the opening side's, paired by prompt (1.000 = none), with its 95% interval. A round has drifted when its drift lies credibly beyond the {}% tolerance (the t column: standard errors beyond the tolerance needed, set so that a sweep without drift is flagged at most {}% of the time). Process spread between arms, estimated from the whole sweep: {}; request noise (sd of one request's log rate within an arm and prompt): {}.\n",
+        "Drift is the closing side's rate over the opening side's, paired by prompt (1.000 = none), with its 95% interval. A round has drifted when its drift lies credibly beyond the {}% tolerance (the t column: standard errors beyond the tolerance needed, set so that a sweep without drift is flagged at most {}% of the time). The verdict shows that test as an interval: the drift plus and minus t standard errors. The round has drifted when that verdict interval lies wholly outside the band [1/(1 + tolerance), 1 + tolerance], so a round whose 95% interval misses the band can still be judged clean: with several rounds, one such interval in twenty is expected by chance. Process spread between arms, estimated from the whole sweep: {}; request noise (sd of one request's log rate within an arm and prompt): {}.\n",
         100.0 * s.drift_tolerance,
         100.0 * s.drift_false_alarm,
         s.process_spread.map_or("not estimable (fewer than two widths or rounds)".to_string(), |p| format!(
@@ -331,14 +331,22 @@ fn brackets(s: &Summary) -> String {
             None => ("-".into(), "-".into()),
         };
         let crit = rb.test.as_ref().and_then(|t| t.critical_t).map_or("-".into(), |c| format!("{c:.2}"));
+        let band = format!("±{}% band", 100.0 * s.drift_tolerance);
+        let judged = rb.test.as_ref().and_then(verdict_interval).map(|(lo, hi)| format!("[{lo:.3}, {hi:.3}]"));
         let verdict = if rb.incomplete {
             "incomplete round".to_string()
         } else if rb.drifted {
-            "**drifted**".to_string()
+            match judged {
+                Some(iv) => format!("**drifted** (verdict interval {iv} lies beyond the {band})"),
+                None => "**drifted**".to_string(),
+            }
         } else if !rb.judgeable {
             "**cannot judge** (process spread or request noise not estimable)".to_string()
         } else {
-            "no drift".to_string()
+            match judged {
+                Some(iv) => format!("no drift (verdict interval {iv} reaches the {band})"),
+                None => "no drift".to_string(),
+            }
         };
         let _ = writeln!(
             m,
@@ -349,6 +357,16 @@ fn brackets(s: &Summary) -> String {
     let [cn, cm, cr] = tps(&s.classic);
     let _ = writeln!(m, "\nClassic, all brackets: n {cn}, median {cm} tok/s, range {cr}.\n");
     m
+}
+
+/// The interval the drift verdict judges by: `drift · e^(±t·se)` with the
+/// verdict's quantile `t` (`DriftTest::critical_t`); the round drifted when
+/// it lies wholly outside `[1/(1 + tolerance), 1 + tolerance]`
+/// (`DriftTest::drifted`). None when the round could not be judged.
+fn verdict_interval(t: &crate::estimate::DriftTest) -> Option<(f64, f64)> {
+    let (crit, se) = (t.critical_t?, t.se_log?);
+    let d = t.drift.ln();
+    Some(((d - crit * se).exp(), (d + crit * se).exp()))
 }
 
 /// The widths table: ratios, ties, rates, diagnostics and whether each is a measurement.
