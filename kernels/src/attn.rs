@@ -30,6 +30,12 @@
 //! pair advance sixteen scores, with no horizontal sums — and sixteen or
 //! eight *output dimensions* in a register for the weighted sum; each lane
 //! does the scalar chain above, operation for operation.
+//!
+//! At a long context the cache does not stay in the core's caches between
+//! passes (a decode step also streams every weight), so the SIMD steps ask
+//! for the key tiles four tiles ahead and the value rows sixteen rows
+//! ahead while they compute (`prefetcht0`); a prefetch
+//! moves no value, so no bit depends on it.
 
 use crate::dispatch::KernelFamily;
 use crate::ops::F16;
@@ -37,6 +43,17 @@ use crate::ops::F16;
 /// Positions per key tile. A tile of one KV head is `hd` columns of
 /// sixteen halves (32 bytes each): one AVX-512 register per column.
 pub const KEY_TILE: usize = 16;
+
+/// Key tiles ahead of the one being scored that a SIMD scores step asks
+/// the memory system for (`prefetcht0`): at a long context the cache
+/// streams from L3 or memory, and a tile of one KV head is 2 KiB followed
+/// by the other heads' tiles, which the hardware prefetchers follow late.
+/// A prefetch moves no value, so no bit depends on it.
+const PREFETCH_TILES: usize = 4;
+
+/// Value rows ahead of the one being summed that a SIMD weighted-sum step
+/// prefetches (rows of one KV head lie `kvd` halves apart).
+const PREFETCH_ROWS: usize = 16;
 
 /// Index in a tiled key cache (`kvd` key columns per position) of column
 /// `c` of position `pos`: tile `pos / 16` holds, for each column, its
@@ -186,7 +203,7 @@ mod x86 {
     // Register-blocked loops index parallel arrays with one counter.
     #![allow(clippy::needless_range_loop)]
 
-    use super::{Geo, KEY_TILE, KvLayer, key_index};
+    use super::{Geo, KEY_TILE, KvLayer, PREFETCH_ROWS, PREFETCH_TILES, key_index};
     use crate::dispatch::KernelFamily;
     use std::arch::x86_64::*;
 
@@ -290,6 +307,40 @@ mod x86 {
         }
     }
 
+    /// Prefetches, while column `j` of the current key tiles is scored, the
+    /// same 64-byte line of the tiles [`PREFETCH_TILES`] ahead: every
+    /// other column starts a line, and the last column also asks for the
+    /// tile's last half (a tile need not start on a line).
+    #[inline(always)]
+    fn prefetch_tiles<const T: usize>(kp: *const u16, base: &[usize; T], kvd: usize, j: usize, hd: usize) {
+        let even = j.is_multiple_of(2);
+        if even || j + 1 == hd {
+            let ahead = PREFETCH_TILES * kvd * KEY_TILE + KEY_TILE * j + if even { 0 } else { KEY_TILE - 1 };
+            for &b in base {
+                // SAFETY: a prefetch reads nothing architecturally and never
+                // faults; the address is only computed (wrapping), never
+                // dereferenced, so it may lie past the cache.
+                unsafe { _mm_prefetch::<_MM_HINT_T0>(kp.wrapping_add(b + ahead).cast()) };
+            }
+        }
+    }
+
+    /// Prefetches the `span` halves of the value row [`PREFETCH_ROWS`]
+    /// ahead of `row` (rows `kvd` halves apart): one request per 64-byte
+    /// line, and one for its last half (the span need not start on a line).
+    #[inline(always)]
+    fn prefetch_row(row: *const u16, kvd: usize, span: usize) {
+        let ahead = row.wrapping_add(PREFETCH_ROWS * kvd);
+        let mut o = 0;
+        while o < span {
+            // SAFETY: as in `prefetch_tiles`.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(o).cast()) };
+            o += 32;
+        }
+        // SAFETY: as in `prefetch_tiles`.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(span - 1).cast()) };
+    }
+
     /// Dispatches a scores step to its const-generic instance.
     ///
     /// # Safety
@@ -350,6 +401,7 @@ mod x86 {
         // cache; queries and scores are in bounds (caller).
         unsafe {
             for j in 0..hd {
+                prefetch_tiles::<T>(kp, &base, layer.kvd, j, hd);
                 let kv: [__m512; T] =
                     std::array::from_fn(|k| _mm512_cvtph_ps(_mm256_loadu_si256(kp.add(base[k] + KEY_TILE * j).cast())));
                 for i in 0..P {
@@ -391,6 +443,7 @@ mod x86 {
         // SAFETY (whole body): as in `scores_avx512`, eight halves per group.
         unsafe {
             for j in 0..hd {
+                prefetch_tiles::<T>(kp, &base, layer.kvd, j, hd);
                 let kv: [__m256; T] =
                     std::array::from_fn(|k| _mm256_cvtph_ps(_mm_loadu_si128(kp.add(base[k] + KEY_TILE * j).cast())));
                 for i in 0..P {
@@ -477,6 +530,7 @@ mod x86 {
             let sp: [*const f32; P] = std::array::from_fn(|i| scores.as_ptr().add((i0 + i) * geo.stride));
             for t in t0..t1 {
                 let row = vp.add(t * kvd + geo.col + c0);
+                prefetch_row(row, kvd, 16 * C);
                 let v: [__m512; C] =
                     std::array::from_fn(|c| _mm512_cvtph_ps(_mm256_loadu_si256(row.add(16 * c).cast())));
                 for i in 0..P {
@@ -520,6 +574,7 @@ mod x86 {
             let sp: [*const f32; P] = std::array::from_fn(|i| scores.as_ptr().add((i0 + i) * geo.stride));
             for t in t0..t1 {
                 let row = vp.add(t * kvd + geo.col + c0);
+                prefetch_row(row, kvd, 8 * C);
                 let v: [__m256; C] = std::array::from_fn(|c| _mm256_cvtph_ps(_mm_loadu_si128(row.add(8 * c).cast())));
                 for i in 0..P {
                     let p = _mm256_set1_ps(*sp[i].add(t));

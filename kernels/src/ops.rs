@@ -87,6 +87,12 @@ pub fn softmax_in(family: KernelFamily, x: &mut [f32]) {
         return;
     }
     #[cfg(target_arch = "x86_64")]
+    if family == KernelFamily::Avx512Vnni && family.is_supported() {
+        // SAFETY: the AVX-512 family includes AVX-512 F, AVX2 and FMA.
+        unsafe { softmax_avx512(x, max_avx512(x)) };
+        return;
+    }
+    #[cfg(target_arch = "x86_64")]
     if family != KernelFamily::Scalar && family.is_supported() {
         // SAFETY: every non-scalar x86 family includes AVX2 and FMA.
         unsafe { softmax_avx2(x, max_avx2(x)) };
@@ -215,6 +221,119 @@ unsafe fn softmax_avx2(x: &mut [f32], max: f32) {
     for v in &mut x[n8..] {
         *v *= inv;
     }
+}
+
+/// [`max_avx2`] sixteen lanes at a time (a maximum is exact in any order;
+/// see there for the sign of a zero maximum).
+///
+/// # Safety
+/// AVX-512 F.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn max_avx512(x: &[f32]) -> f32 {
+    use std::arch::x86_64::*;
+    let n16 = x.len() / 16 * 16;
+    let mut acc = _mm512_set1_ps(f32::NEG_INFINITY);
+    let mut i = 0;
+    while i < n16 {
+        // SAFETY: i + 16 <= n16 <= x.len(). `max_ps(v, acc)` returns `acc`
+        // where `v` is NaN, so NaNs never enter the maximum.
+        unsafe { acc = _mm512_max_ps(_mm512_loadu_ps(x.as_ptr().add(i)), acc) };
+        i += 16;
+    }
+    let mut lanes = [0.0f32; 16];
+    // SAFETY: sixteen floats.
+    unsafe { _mm512_storeu_ps(lanes.as_mut_ptr(), acc) };
+    lanes.iter().chain(&x[n16..]).fold(f32::NEG_INFINITY, |m, &v| m.max(v))
+}
+
+/// [`softmax_in`]'s AVX-512 twin: [`exp_nonpositive`] sixteen lanes at a
+/// time (the same operations per lane), and the sum exactly
+/// [`softmax_avx2`]'s: the low and then the high eight lanes of each
+/// sixteen are added into one eight-lane accumulator, so element `i` meets
+/// lane `i % 8` in index order; a last group of eight, the tail and the
+/// scaling as there.
+///
+/// # Safety
+/// AVX-512 F, AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx2,fma")]
+unsafe fn softmax_avx512(x: &mut [f32], max: f32) {
+    use std::arch::x86_64::*;
+    let (n16, n8) = (x.len() / 16 * 16, x.len() / 8 * 8);
+    let mut acc = _mm256_setzero_ps();
+    let vmax = _mm512_set1_ps(max);
+    let mut i = 0;
+    while i < n16 {
+        // SAFETY: i + 16 <= n16 <= x.len().
+        unsafe {
+            let v = _mm512_sub_ps(_mm512_loadu_ps(x.as_ptr().add(i)), vmax);
+            let e = exp_nonpositive_avx512(v);
+            _mm512_storeu_ps(x.as_mut_ptr().add(i), e);
+            acc = _mm256_add_ps(acc, _mm512_castps512_ps256(e));
+            acc = _mm256_add_ps(acc, _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(e))));
+        }
+        i += 16;
+    }
+    if n8 > n16 {
+        // SAFETY: n16 + 8 = n8 <= x.len().
+        unsafe {
+            let v = _mm256_sub_ps(_mm256_loadu_ps(x.as_ptr().add(n16)), _mm256_set1_ps(max));
+            let e = exp_nonpositive_avx2(v);
+            _mm256_storeu_ps(x.as_mut_ptr().add(n16), e);
+            acc = _mm256_add_ps(acc, e);
+        }
+    }
+    let mut lanes = [0.0f32; 8];
+    // SAFETY: eight floats.
+    unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), acc) };
+    let mut sum = crate::matvec::scalar::reduce8(lanes);
+    for v in &mut x[n8..] {
+        *v = exp_nonpositive(*v - max);
+        sum += *v;
+    }
+    let inv = 1.0 / sum;
+    let vinv = _mm512_set1_ps(inv);
+    let mut i = 0;
+    while i < n16 {
+        // SAFETY: i + 16 <= n16 <= x.len().
+        unsafe { _mm512_storeu_ps(x.as_mut_ptr().add(i), _mm512_mul_ps(_mm512_loadu_ps(x.as_ptr().add(i)), vinv)) };
+        i += 16;
+    }
+    for v in &mut x[n16..] {
+        *v *= inv;
+    }
+}
+
+/// [`exp_nonpositive`] in sixteen lanes: [`exp_nonpositive_avx2`]'s
+/// operations, with mask registers for its blends.
+///
+/// # Safety
+/// AVX-512 F.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn exp_nonpositive_avx512(x: std::arch::x86_64::__m512) -> std::arch::x86_64::__m512 {
+    use std::arch::x86_64::*;
+    let nan = _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(x, x);
+    let under = _mm512_cmp_ps_mask::<_CMP_LT_OQ>(x, _mm512_set1_ps(EXP_MIN));
+    // Keep the arithmetic in range where the result is replaced anyway.
+    let xs = _mm512_mask_blend_ps(nan | under, x, _mm512_setzero_ps());
+    // Round to the nearest integer, ties to even (scale 0): `_mm256_round_ps`'s.
+    let n = _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(_mm512_mul_ps(
+        xs,
+        _mm512_set1_ps(std::f32::consts::LOG2_E),
+    ));
+    let neg_n = _mm512_sub_ps(_mm512_setzero_ps(), n);
+    let r = _mm512_fmadd_ps(neg_n, _mm512_set1_ps(LN2_HI), xs);
+    let r = _mm512_fmadd_ps(neg_n, _mm512_set1_ps(LN2_LO), r);
+    let mut p = _mm512_set1_ps(EXP_C[7]);
+    for k in (0..7).rev() {
+        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(EXP_C[k]));
+    }
+    let bits = _mm512_slli_epi32::<23>(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)));
+    let e = _mm512_mul_ps(p, _mm512_castsi512_ps(bits));
+    let e = _mm512_mask_blend_ps(under, e, _mm512_setzero_ps());
+    _mm512_mask_blend_ps(nan, e, x)
 }
 
 /// [`exp_nonpositive`] in eight lanes.
@@ -797,7 +916,7 @@ mod tests {
         let signed_zeros: Vec<f32> = (0..19).map(|i| if i % 3 == 0 { -0.0 } else { -(i as f32) }).collect();
         let masked: Vec<f32> = (0..21).map(|i| if i % 2 == 0 { f32::NEG_INFINITY } else { i as f32 * 0.5 }).collect();
         let tail_max: Vec<f32> = (0..17).map(|i| i as f32 * 0.25).collect();
-        let sized = [0usize, 1, 7, 8, 9, 64, 333]
+        let sized = [0usize, 1, 7, 8, 9, 15, 16, 24, 31, 40, 64, 333, 2048]
             .map(|n| (0..n).map(|i| ((i * 37 % 101) as f32 - 50.0) * 0.7).collect::<Vec<f32>>());
         for base in [signed_zeros, masked, tail_max].into_iter().chain(sized) {
             let n = base.len();

@@ -227,19 +227,27 @@ struct AttendScratch {
 /// tile, so no chunk splits one).
 const CHUNK_ALIGN: usize = kernels::dispatch::ROW_TILE;
 
-/// A raw output pointer shared by the chunks of one parallel section.
-#[derive(Clone, Copy)]
-struct Out(*mut f32);
+/// A raw output pointer shared by the chunks of one parallel section
+/// (output floats, or the quantized rows of [`quantize_rows`]).
+struct Out<T>(*mut T);
+// Not derived: a derive would ask `T: Copy`, and the pointer is copyable
+// whatever it points to.
+impl<T> Clone for Out<T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<T> Copy for Out<T> {}
 // SAFETY: every use writes an index set owned by one chunk (documented at
 // each use), and the buffer outlives the section (`Pool::for_each` returns
-// after every chunk).
-unsafe impl Send for Out {}
-unsafe impl Sync for Out {}
+// after every chunk). `T: Send` because a chunk's thread writes the values.
+unsafe impl<T: Send> Send for Out<T> {}
+unsafe impl<T: Send> Sync for Out<T> {}
 
-impl Out {
+impl<T> Out<T> {
     /// The pointer (a method, so closures capture the `Sync` wrapper rather
     /// than its raw field).
-    fn ptr(self) -> *mut f32 {
+    fn ptr(self) -> *mut T {
         self.0
     }
 }
@@ -265,7 +273,7 @@ fn par_matmul(pool: &Pool, family: KernelFamily, jobs: &mut [(&WeightMatrix, &mu
         chunks.extend((0..w.rows).step_by(chunk.max(1)).map(|r0| (k, r0, chunk.min(w.rows - r0))));
     }
     let mats: Vec<_> = jobs.iter().map(|(w, _)| w.matrix()).collect();
-    let outs: Vec<(Out, usize)> = jobs.iter_mut().map(|(w, o)| (Out(o.as_mut_ptr()), w.rows)).collect();
+    let outs: Vec<(Out<f32>, usize)> = jobs.iter_mut().map(|(w, o)| (Out(o.as_mut_ptr()), w.rows)).collect();
     pool.for_each(chunks.len(), &|c| {
         let (k, r0, len) = chunks[c];
         let (dst, rows) = (outs[k].0.ptr(), outs[k].1);
@@ -387,7 +395,6 @@ fn add_bias(bias: Option<&[f32]>, x: &mut [f32]) {
     }
 }
 
-/// Quantizes each of the `n` rows of `x` (n × width) for the integer kernels.
 /// The first `len` elements of a scratch buffer, grown (never cleared) to
 /// hold them: every user overwrites all of them (the kernels write every
 /// output), so stale values are never read.
@@ -411,27 +418,13 @@ fn quantize_rows(pool: &Pool, x: &[f32], width: usize, q: &mut Vec<ActRow>) {
         }
         return;
     }
-    let rows = RowsOut(q.as_mut_ptr());
+    let rows = Out(q.as_mut_ptr());
     pool.for_each(n, &|i| {
         // SAFETY: chunk i alone touches q[i] (i < n = q.len()), and `q`
         // outlives the section.
         let qr = unsafe { &mut *rows.ptr().add(i) };
         qr.quantize(&x[i * width..(i + 1) * width]);
     });
-}
-
-/// [`Out`] for the quantized rows of one section.
-#[derive(Clone, Copy)]
-struct RowsOut(*mut ActRow);
-// SAFETY: as `Out`: each chunk writes the one row it owns, and the rows
-// outlive the section.
-unsafe impl Send for RowsOut {}
-unsafe impl Sync for RowsOut {}
-
-impl RowsOut {
-    fn ptr(self) -> *mut ActRow {
-        self.0
-    }
 }
 
 fn inputs<'a>(x: &'a [f32], width: usize, q: &'a [ActRow], quantized: bool) -> Vec<Input<'a>> {
