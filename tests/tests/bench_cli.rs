@@ -140,6 +140,17 @@ fn bench_width_curve_measures_classic_and_every_width_per_task_and_checks_identi
             assert!(a["declined"].is_null());
         }
         assert_eq!(arms[0]["ratio_vs_classic"], 1.0);
+        // One-token passes: classic's steps, and each arm's plain steps
+        // against them; verify passes only where drafts were carried.
+        assert!(arms[0]["single_token_steps"].as_u64().unwrap() > 0, "{}", arms[0]);
+        assert!(arms[0]["single_token_step_ms"].as_f64().unwrap() > 0.0, "{}", arms[0]);
+        assert_eq!(arms[0]["single_token_step_vs_classic"], 1.0);
+        assert!(arms[0]["verify_pass_ms"].is_null());
+        for a in &arms[1..] {
+            let plain = a["single_token_steps"].as_u64().unwrap();
+            assert_eq!(a["single_token_step_vs_classic"].is_f64(), plain > 0, "{a}");
+            assert_eq!(a["verify_pass_ms"].is_f64(), a["rounds"].as_u64().unwrap() > 0, "{a}");
+        }
         if t["task"] == "edit" {
             // The prompt repeats itself: prompt lookup must find drafts.
             assert!(arms[2]["drafted"].as_u64().unwrap() > 0, "{}", arms[2]);

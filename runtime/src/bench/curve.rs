@@ -9,6 +9,10 @@
 //! time, summed over the prompts. Acceptance and tokens per verify are
 //! totals over the recorded repetitions. Every speculative completion's
 //! token ids are compared with classic decoding's for the same prompt.
+//! Each arm also reports its one-token passes (classic steps; the plain
+//! steps of the speculative loop, drafts empty) in milliseconds and against
+//! classic's, and its verify passes: the same rotation makes that the
+//! interleaved comparison of a plain step with a classic step.
 //!
 //! Before measuring, the block-vs-chain probe runs at every width; a width
 //! that fails it is reported as declined and not measured (exactness is not
@@ -39,6 +43,11 @@ struct Acc {
     emitted: usize,
     ids_equal: bool,
     declined: Option<String>,
+    /// One-token passes and their seconds (classic steps; plain steps).
+    single_steps: usize,
+    single_s: f64,
+    /// Seconds of the verify passes that carried a draft.
+    verify_s: f64,
 }
 
 /// Runs the curve for every task on `engine` with `drafter`.
@@ -81,7 +90,12 @@ pub fn run(
                 let (mut tokens, mut secs) = (0usize, 0f64);
                 for (pi, (_, ids)) in task.prompts.iter().enumerate() {
                     let g = if arm == 0 {
-                        engine.generate(ids, spec.max_tokens, &greedy)?
+                        let g = engine.generate(ids, spec.max_tokens, &greedy)?;
+                        if recorded {
+                            accs[0].single_steps += g.decode_steps;
+                            accs[0].single_s += g.decode_s;
+                        }
+                        g
                     } else {
                         let w = spec.widths[arm - 1];
                         let (g, st) = engine.generate_speculative(ids, spec.max_tokens, &greedy, drafter, w)?;
@@ -91,6 +105,9 @@ pub fn run(
                             a.drafted += st.drafted;
                             a.accepted += st.accepted;
                             a.emitted += st.emitted_in_rounds;
+                            a.single_steps += st.plain_steps;
+                            a.single_s += st.plain_s;
+                            a.verify_s += st.round_verify_s;
                         }
                         g
                     };
@@ -111,11 +128,20 @@ pub fn run(
         let summaries: Vec<Option<Summary>> =
             accs.iter().map(|a| (!a.samples.is_empty()).then(|| Summary::of(a.samples.clone()))).collect();
         let classic_median = summaries[0].as_ref().map(|s| s.median);
+        let step_ms = |a: &Acc| (a.single_steps > 0).then(|| a.single_s * 1e3 / a.single_steps as f64);
+        let classic_step_ms = step_ms(&accs[0]);
         let arms = accs
             .into_iter()
             .zip(summaries)
             .enumerate()
             .map(|(k, (a, s))| CurveArm {
+                single_token_steps: a.single_steps,
+                single_token_step_ms: step_ms(&a),
+                single_token_step_vs_classic: match (step_ms(&a), classic_step_ms) {
+                    (Some(m), Some(c)) if c > 0.0 => Some(m / c),
+                    _ => None,
+                },
+                verify_pass_ms: (a.rounds > 0).then(|| a.verify_s * 1e3 / a.rounds as f64),
                 width: (k > 0).then(|| spec.widths[k - 1]),
                 ratio_vs_classic: match (&s, classic_median) {
                     (Some(s), Some(c)) if c > 0.0 => Some(s.median / c),
@@ -171,13 +197,13 @@ pub fn render(curves: &[TaskCurve], spec: &CurveSpec) -> String {
         );
         let _ = writeln!(
             o,
-            "| W | median tok/s | min..max | ratio vs classic | acceptance | tokens/verify | ids == classic |"
+            "| W | median tok/s | min..max | ratio vs classic | acceptance | tokens/verify | ids == classic | 1-token pass ms (vs classic) | verify pass ms |"
         );
-        let _ = writeln!(o, "|---|---|---|---|---|---|---|");
+        let _ = writeln!(o, "|---|---|---|---|---|---|---|---|---|");
         for a in &c.arms {
             let w = a.width.map_or("classic".into(), |w| w.to_string());
             if let Some(r) = &a.declined {
-                let _ = writeln!(o, "| {w} | declined: {r} | | | | | |");
+                let _ = writeln!(o, "| {w} | declined: {r} | | | | | | | |");
                 continue;
             }
             let (med, range) = a.decode_tok_per_s.as_ref().map_or(("-".into(), "-".into()), |s| {
@@ -185,7 +211,7 @@ pub fn render(curves: &[TaskCurve], spec: &CurveSpec) -> String {
             });
             let _ = writeln!(
                 o,
-                "| {w} | {med} | {range} | {} | {} | {} | {} |",
+                "| {w} | {med} | {range} | {} | {} | {} | {} | {} | {} |",
                 a.ratio_vs_classic.map_or("-".into(), |r| format!("{r:.2}x")),
                 a.acceptance_rate.map_or("-".into(), |r| format!("{r:.2}")),
                 a.emitted_per_verify.map_or("-".into(), |r| format!("{r:.2}")),
@@ -195,7 +221,13 @@ pub fn render(curves: &[TaskCurve], spec: &CurveSpec) -> String {
                     "yes"
                 } else {
                     "NO"
-                }
+                },
+                match (a.single_token_step_ms, a.single_token_step_vs_classic) {
+                    (Some(m), Some(r)) if a.width.is_some() => format!("{m:.2} ({r:.3}x, n={})", a.single_token_steps),
+                    (Some(m), _) => format!("{m:.2} (n={})", a.single_token_steps),
+                    _ => "-".into(),
+                },
+                a.verify_pass_ms.map_or("-".into(), |m| format!("{m:.2}"))
             );
         }
     }

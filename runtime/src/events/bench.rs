@@ -118,6 +118,24 @@ pub struct CurveArm {
     pub ids_equal_classic: bool,
     /// Why this width was not measured (a failed exactness probe).
     pub declined: Option<String>,
+    /// One-token target passes over the recorded repetitions: classic
+    /// decoding's decode steps; a speculative arm's plain steps (an empty
+    /// draft, so one row).
+    #[serde(default)]
+    pub single_token_steps: usize,
+    /// Milliseconds per one-token pass, pooled over the recorded
+    /// repetitions: a classic step's forward pass with its sampling, a plain
+    /// step's forward pass alone. Null with no such pass.
+    #[serde(default)]
+    pub single_token_step_ms: Option<f64>,
+    /// `single_token_step_ms / classic's`: what a plain step inside the
+    /// speculative loop costs against a classic step, measured in the same
+    /// process with the arms' order rotated every repetition.
+    #[serde(default)]
+    pub single_token_step_vs_classic: Option<f64>,
+    /// Milliseconds per verify pass that carried a draft (speculative arms).
+    #[serde(default)]
+    pub verify_pass_ms: Option<f64>,
 }
 
 /// The width curve of one task (the prompts of one `type` tag).
