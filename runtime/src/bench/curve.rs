@@ -19,12 +19,14 @@
 //! forfeited in a benchmark).
 
 use super::Summary;
-use crate::generate::{Engine, GenerateError};
+use crate::generate::{Engine, GenerateError, Halt, TokenSink};
 use crate::sampling::SamplingParams;
 use crate::spec::drafter::Drafter;
 use crate::spec::probe::{PROBE_TEXT, block_vs_chain};
+use std::ops::ControlFlow;
+use std::time::Instant;
 
-pub use crate::events::bench::{CurveArm, CurveSpec, TaskCurve, WidthCurveReport};
+pub use crate::events::bench::{CurveArm, CurveSpec, PositionMatched, TaskCurve, WidthCurveReport};
 
 /// A task: prompts (already tokenized) of one type.
 #[derive(Clone, Debug)]
@@ -48,6 +50,37 @@ struct Acc {
     single_s: f64,
     /// Seconds of the verify passes that carried a draft.
     verify_s: f64,
+    /// Plain steps as (prompt, tokens emitted before the step, seconds).
+    plain_at: Vec<(usize, usize, f64)>,
+}
+
+/// When each token was emitted: the gap between tokens `m` and `m + 1` of
+/// classic decoding is the step after `m` tokens (its forward pass and the
+/// sampling of the next token).
+struct Stamps(Vec<Instant>);
+
+impl TokenSink for Stamps {
+    fn token(&mut self, _id: u32) -> ControlFlow<Halt> {
+        self.0.push(Instant::now());
+        ControlFlow::Continue(())
+    }
+}
+
+/// Plain steps' seconds against the classic steps at the same positions:
+/// `(plain seconds, matched classic seconds, steps matched)`, where the
+/// classic time at a position is the mean over the recorded classic runs of
+/// that prompt. A plain step at a position classic never stepped from (its
+/// run ended there) is left out of both sums and counted out of `n`.
+fn matched(plain_at: &[(usize, usize, f64)], classic_at: &[Vec<(f64, usize)>]) -> (f64, f64, usize) {
+    let (mut p, mut c, mut n) = (0.0, 0.0, 0);
+    for &(pi, m, s) in plain_at {
+        if let Some(&(sum, k)) = classic_at.get(pi).and_then(|v| v.get(m)).filter(|e| e.1 > 0) {
+            p += s;
+            c += sum / k as f64;
+            n += 1;
+        }
+    }
+    (p, c, n)
 }
 
 /// Runs the curve for every task on `engine` with `drafter`.
@@ -80,6 +113,9 @@ pub fn run(
         // Classic ids per prompt, from the first classic run (greedy decoding
         // is deterministic: later classic runs are compared with it too).
         let mut classic_ids: Vec<Option<Vec<u32>>> = vec![None; task.prompts.len()];
+        // Per prompt, per position m: (seconds summed, runs) of the classic
+        // step after m emitted tokens, over the recorded repetitions.
+        let mut classic_at: Vec<Vec<(f64, usize)>> = vec![Vec::new(); task.prompts.len()];
         for rep in 0..spec.warmup + spec.reps {
             let recorded = rep >= spec.warmup;
             for j in 0..n_arms {
@@ -90,10 +126,21 @@ pub fn run(
                 let (mut tokens, mut secs) = (0usize, 0f64);
                 for (pi, (_, ids)) in task.prompts.iter().enumerate() {
                     let g = if arm == 0 {
-                        let g = engine.generate(ids, spec.max_tokens, &greedy)?;
+                        let mut stamps = Stamps(Vec::with_capacity(spec.max_tokens));
+                        let p = engine.prefill(ids)?;
+                        let g = engine.decode_with(p, spec.max_tokens, &greedy, &mut stamps)?;
                         if recorded {
                             accs[0].single_steps += g.decode_steps;
                             accs[0].single_s += g.decode_s;
+                            let at = &mut classic_at[pi];
+                            for (k, w) in stamps.0.windows(2).enumerate() {
+                                let m = k + 1;
+                                if at.len() <= m {
+                                    at.resize(m + 1, (0.0, 0));
+                                }
+                                at[m].0 += (w[1] - w[0]).as_secs_f64();
+                                at[m].1 += 1;
+                            }
                         }
                         g
                     } else {
@@ -108,6 +155,7 @@ pub fn run(
                             a.single_steps += st.plain_steps;
                             a.single_s += st.plain_s;
                             a.verify_s += st.round_verify_s;
+                            a.plain_at.extend(st.plain_at.iter().map(|&(m, s)| (pi, m, s)));
                         }
                         g
                     };
@@ -135,6 +183,10 @@ pub fn run(
             .zip(summaries)
             .enumerate()
             .map(|(k, (a, s))| CurveArm {
+                single_token_step_vs_classic_same_position: {
+                    let (p, c, n) = matched(&a.plain_at, &classic_at);
+                    (k > 0 && n > 0 && c > 0.0).then(|| PositionMatched { ratio: p / c, steps: n })
+                },
                 single_token_steps: a.single_steps,
                 single_token_step_ms: step_ms(&a),
                 single_token_step_vs_classic: match (step_ms(&a), classic_step_ms) {
@@ -223,7 +275,12 @@ pub fn render(curves: &[TaskCurve], spec: &CurveSpec) -> String {
                     "NO"
                 },
                 match (a.single_token_step_ms, a.single_token_step_vs_classic) {
-                    (Some(m), Some(r)) if a.width.is_some() => format!("{m:.2} ({r:.3}x, n={})", a.single_token_steps),
+                    (Some(m), Some(r)) if a.width.is_some() => format!(
+                        "{m:.2} ({r:.3}x; same position {}, n={})",
+                        a.single_token_step_vs_classic_same_position
+                            .map_or("-".into(), |p| format!("{:.3}x over {}", p.ratio, p.steps)),
+                        a.single_token_steps
+                    ),
                     (Some(m), _) => format!("{m:.2} (n={})", a.single_token_steps),
                     _ => "-".into(),
                 },
@@ -232,4 +289,22 @@ pub fn render(curves: &[TaskCurve], spec: &CurveSpec) -> String {
         }
     }
     o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::matched;
+
+    #[test]
+    fn a_plain_step_meets_the_classic_mean_at_its_own_prompt_and_position() {
+        // Prompt 0: classic stepped from positions 1 and 2 (two runs each);
+        // prompt 1: from position 1 only (one run).
+        let classic = vec![vec![(0.0, 0), (8.0, 2), (6.0, 2)], vec![(0.0, 0), (5.0, 1)]];
+        let plain = [(0, 2, 3.5), (1, 1, 6.0), (0, 1, 4.0)];
+        assert_eq!(matched(&plain, &classic), (13.5, 3.0 + 5.0 + 4.0, 3));
+        // Where classic never stepped (past its run, an empty position, an
+        // unknown prompt), the step is left out of both sums.
+        let unmatched = [(1, 2, 9.0), (0, 0, 9.0), (7, 1, 9.0)];
+        assert_eq!(matched(&unmatched, &classic), (0.0, 0.0, 0));
+    }
 }

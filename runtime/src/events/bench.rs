@@ -136,6 +136,22 @@ pub struct CurveArm {
     /// Milliseconds per verify pass that carried a draft (speculative arms).
     #[serde(default)]
     pub verify_pass_ms: Option<f64>,
+    /// The plain steps against classic steps taken after the same number of
+    /// emitted tokens of the same prompt (the context length and the
+    /// distance from the prefill then match; speculative arms).
+    #[serde(default)]
+    pub single_token_step_vs_classic_same_position: Option<PositionMatched>,
+}
+
+/// [`CurveArm::single_token_step_vs_classic_same_position`].
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PositionMatched {
+    /// Plain steps' seconds over the matched classic steps' seconds (each
+    /// classic position's mean over the recorded classic runs).
+    pub ratio: f64,
+    /// Plain steps matched (a plain step where classic never stepped is
+    /// left out).
+    pub steps: usize,
 }
 
 /// The width curve of one task (the prompts of one `type` tag).
@@ -230,6 +246,11 @@ mod tests {
                         emitted_per_verify: None,
                         ids_equal_classic: true,
                         declined: None,
+                        single_token_steps: 14,
+                        single_token_step_ms: Some(4.5),
+                        single_token_step_vs_classic: Some(1.0),
+                        verify_pass_ms: None,
+                        single_token_step_vs_classic_same_position: None,
                     },
                     CurveArm {
                         width: Some(2),
@@ -242,6 +263,11 @@ mod tests {
                         emitted_per_verify: None,
                         ids_equal_classic: false,
                         declined: Some("block-vs-chain probe failed at width 2".into()),
+                        single_token_steps: 3,
+                        single_token_step_ms: Some(4.75),
+                        single_token_step_vs_classic: Some(4.75 / 4.5),
+                        verify_pass_ms: Some(7.25),
+                        single_token_step_vs_classic_same_position: Some(PositionMatched { ratio: 1.03125, steps: 3 }),
                     },
                 ],
             }],

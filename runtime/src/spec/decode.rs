@@ -48,6 +48,12 @@ pub struct SpecStats {
     /// Sampling each round's first token from the pending logits.
     #[serde(default)]
     pub sample_s: f64,
+    /// Each plain step as (tokens emitted before it, seconds of its pass):
+    /// where in the generation it ran, so a benchmark can set it against
+    /// the classic step at the same position (`bench::curve`). Not an event
+    /// field.
+    #[serde(skip)]
+    pub plain_at: Vec<(usize, f64)>,
 }
 
 impl SpecStats {
@@ -167,6 +173,7 @@ impl Engine {
                 if draft.is_empty() {
                     stats.plain_s += pass_s;
                     stats.plain_steps += 1;
+                    stats.plain_at.push((out.len(), pass_s));
                     pending = Pending::Logits(rows);
                     continue;
                 }
