@@ -171,9 +171,20 @@ fn bench_matvec(c: &mut Criterion) {
 /// host ratios measured this way survive load changes that make sequential
 /// criterion runs drift.
 /// `DRAFTWISE_BENCH_FILTER` (comma-separated) keeps the shapes whose name
-/// contains one of its parts.
+/// contains one of its parts; `DRAFTWISE_BENCH_WIDTHS` (comma-separated,
+/// each 1..=8) replaces the widths 1, 2, 4, 8.
 fn alternate(reps: usize) {
     let filter = std::env::var("DRAFTWISE_BENCH_FILTER").unwrap_or_default();
+    let widths: Vec<usize> = match std::env::var("DRAFTWISE_BENCH_WIDTHS") {
+        Ok(v) => v
+            .split(',')
+            .map(|w| match w.trim().parse() {
+                Ok(w @ 1..=8) => w,
+                _ => panic!("DRAFTWISE_BENCH_WIDTHS={v:?}: each width is an integer in 1..=8"),
+            })
+            .collect(),
+        Err(_) => vec![1, 2, 4, 8],
+    };
     let families = KernelFamily::all_supported();
     println!("shape W: family, fastest of {reps} alternating rounds (speedup over scalar: fastest; median per round)");
     for &(ty, rows, cols) in SHAPES {
@@ -184,7 +195,7 @@ fn alternate(reps: usize) {
         let case = Case::new(ty, rows, cols);
         let m = case.matrix(ty, rows, cols);
         let inputs = case.inputs();
-        for w in [1, 2, 4, 8] {
+        for &w in &widths {
             let mut out = vec![0.0f32; w * rows];
             let mut time = |fam: KernelFamily| {
                 // About 3 ms of work per sample, timed in this thread's CPU

@@ -183,10 +183,11 @@ pub fn run(
             .zip(summaries)
             .enumerate()
             .map(|(k, (a, s))| CurveArm {
-                single_token_step_vs_classic_same_position: {
-                    let (p, c, n) = matched(&a.plain_at, &classic_at);
-                    (k > 0 && n > 0 && c > 0.0).then(|| PositionMatched { ratio: p / c, steps: n })
-                },
+                // The classic arm logs no plain steps: nothing to match.
+                single_token_step_vs_classic_same_position: (k > 0)
+                    .then(|| matched(&a.plain_at, &classic_at))
+                    .filter(|&(_, c, n)| n > 0 && c > 0.0)
+                    .map(|(p, c, n)| PositionMatched { ratio: p / c, steps: n }),
                 single_token_steps: a.single_steps,
                 single_token_step_ms: step_ms(&a),
                 single_token_step_vs_classic: match (step_ms(&a), classic_step_ms) {
