@@ -67,6 +67,20 @@ pub struct CpuIdentity {
     /// CPUs this process may run on (affinity, cgroup quota).
     pub threads_available: Reading<usize>,
     pub kernel_family: KernelFamilyIdentity,
+    /// The processor's signature ([`cpu_signature`]): the model *name* alone
+    /// does not tell hosts apart (virtual machines report "AMD EPYC" for a
+    /// Zen 3 and a Zen 5 host alike, whose speeds differ by 2x).
+    #[serde(default = "not_recorded")]
+    pub signature: Reading<String>,
+    /// Cache sizes of CPU 0 by level and type ([`cache_sizes`]), e.g.
+    /// `L1d 48K, L1i 32K, L2 1024K, L3 32768K`.
+    #[serde(default = "not_recorded")]
+    pub caches: Reading<String>,
+}
+
+/// What an identity written before a field existed reads back as.
+fn not_recorded() -> Reading<String> {
+    Reading::unavailable("not recorded (identity written before this field existed)")
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -191,6 +205,13 @@ fn cpu_identity() -> CpuIdentity {
             .map_or_else(|| Reading::unavailable("/proc/cpuinfo names no model"), Reading::ok),
         Err(e) => Reading::unavailable(e.to_string()),
     };
+    let signature = match &cpuinfo {
+        Ok(t) => cpu_signature(t).map_or_else(
+            || Reading::unavailable("/proc/cpuinfo has no vendor/family/model or implementer/part fields"),
+            Reading::ok,
+        ),
+        Err(e) => Reading::unavailable(e.to_string()),
+    };
     let online = sysinfo::System::new_with_specifics(
         sysinfo::RefreshKind::nothing().with_cpu(sysinfo::CpuRefreshKind::nothing()),
     )
@@ -222,7 +243,65 @@ fn cpu_identity() -> CpuIdentity {
         threads_online: Reading::from_result(online),
         threads_available: Reading::from_result(std::thread::available_parallelism().map(|n| n.get())),
         kernel_family,
+        signature,
+        caches: Reading::from_result(cache_sizes(Path::new(CPU0_CACHE_DIR))),
     }
+}
+
+/// Where Linux describes CPU 0's caches, one `indexN` folder per cache.
+const CPU0_CACHE_DIR: &str = "/sys/devices/system/cpu/cpu0/cache";
+
+/// Most `indexN` cache folders read (real CPUs have four or five).
+const MAX_CACHE_INDICES: usize = 16;
+
+/// The processor's signature from `/proc/cpuinfo` (CPU 0's lines): on x86
+/// `vendor_id`, `cpu family`, `model`, `stepping` and `microcode`
+/// (`AuthenticAMD family 26 model 2 stepping 0, microcode 0xb002116`); on
+/// Arm the implementer, architecture, variant, part and revision. `None`
+/// when none of these fields is there.
+pub fn cpu_signature(cpuinfo: &str) -> Option<String> {
+    let f = |k: &str| procfs::cpuinfo_field(cpuinfo, k);
+    let x86 = [("", "vendor_id"), ("family ", "cpu family"), ("model ", "model"), ("stepping ", "stepping")];
+    let arm = [
+        ("implementer ", "CPU implementer"),
+        ("architecture ", "CPU architecture"),
+        ("variant ", "CPU variant"),
+        ("part ", "CPU part"),
+        ("revision ", "CPU revision"),
+    ];
+    for fields in [&x86[..], &arm[..]] {
+        let parts: Vec<String> = fields.iter().filter_map(|(label, k)| f(k).map(|v| format!("{label}{v}"))).collect();
+        if !parts.is_empty() {
+            let mut sig = parts.join(" ");
+            if let Some(m) = f("microcode") {
+                sig.push_str(&format!(", microcode {m}"));
+            }
+            return Some(sig);
+        }
+    }
+    None
+}
+
+/// CPU 0's caches as `L1d 48K, L1i 32K, L2 1024K, L3 32768K`, from the
+/// `level`, `type` and `size` files of each `indexN` folder under `dir`
+/// (at most [`MAX_CACHE_INDICES`], each file read with a size cap).
+pub fn cache_sizes(dir: &Path) -> Result<String, String> {
+    let read = |p: PathBuf| procfs::read_capped(&p, 4096).map(|t| t.trim().to_string()).map_err(|e| e.to_string());
+    let mut parts = Vec::new();
+    for i in 0..MAX_CACHE_INDICES {
+        let idx = dir.join(format!("index{i}"));
+        if !idx.is_dir() {
+            break;
+        }
+        let (level, ty, size) = (read(idx.join("level"))?, read(idx.join("type"))?, read(idx.join("size"))?);
+        let suffix = match ty.as_str() {
+            "Data" => "d",
+            "Instruction" => "i",
+            _ => "",
+        };
+        parts.push(format!("L{level}{suffix} {size}"));
+    }
+    if parts.is_empty() { Err(format!("{} lists no caches", dir.display())) } else { Ok(parts.join(", ")) }
 }
 
 /// The ISA extensions that steer kernel dispatch, as this CPU reports them.
@@ -531,6 +610,53 @@ mod tests {
         assert_eq!(cuda_version_string(12080), "12.8");
         assert_eq!(cuda_version_string(13000), "13.0");
         assert_eq!(cuda_version_string(11040), "11.4");
+    }
+
+    #[test]
+    fn the_cpu_signature_tells_apart_hosts_of_one_model_name() {
+        // Two hosts of this project: both name themselves "AMD EPYC".
+        let zen3 = "processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\nmodel\t\t: 1\nmodel name\t: AMD EPYC\nstepping\t: 1\nmicrocode\t: 0xa0011d1\n\nprocessor\t: 1\nvendor_id\t: AuthenticAMD\ncpu family\t: 99\n";
+        let zen5 = "vendor_id\t: AuthenticAMD\ncpu family\t: 26\nmodel\t\t: 2\nmodel name\t: AMD EPYC\nstepping\t: 1\n";
+        assert_eq!(cpu_signature(zen3).unwrap(), "AuthenticAMD family 25 model 1 stepping 1, microcode 0xa0011d1");
+        assert_eq!(cpu_signature(zen5).unwrap(), "AuthenticAMD family 26 model 2 stepping 1");
+        let arm = "processor\t: 0\nBogoMIPS\t: 243.75\nCPU implementer\t: 0x41\nCPU architecture: 8\nCPU variant\t: 0x3\nCPU part\t: 0xd0c\nCPU revision\t: 1\n";
+        assert_eq!(cpu_signature(arm).unwrap(), "implementer 0x41 architecture 8 variant 0x3 part 0xd0c revision 1");
+        assert_eq!(cpu_signature("processor\t: 0\nmodel name\t: Some CPU\n"), None);
+        assert_eq!(cpu_signature(""), None);
+    }
+
+    #[test]
+    fn cache_sizes_list_each_level_and_type_and_an_empty_folder_is_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        for (i, (level, ty, size)) in
+            [("1", "Data", "48K"), ("1", "Instruction", "32K"), ("2", "Unified", "1024K"), ("3", "Unified", "32768K")]
+                .iter()
+                .enumerate()
+        {
+            let idx = dir.path().join(format!("index{i}"));
+            std::fs::create_dir(&idx).unwrap();
+            std::fs::write(idx.join("level"), format!("{level}\n")).unwrap();
+            std::fs::write(idx.join("type"), format!("{ty}\n")).unwrap();
+            std::fs::write(idx.join("size"), format!("{size}\n")).unwrap();
+        }
+        assert_eq!(cache_sizes(dir.path()).unwrap(), "L1d 48K, L1i 32K, L2 1024K, L3 32768K");
+        std::fs::remove_file(dir.path().join("index2/size")).unwrap();
+        assert!(cache_sizes(dir.path()).unwrap_err().contains("index2/size"));
+        let empty = tempfile::tempdir().unwrap();
+        assert!(cache_sizes(empty.path()).unwrap_err().contains("lists no caches"));
+    }
+
+    #[test]
+    fn an_identity_written_before_the_signature_existed_reads_back_with_the_reason() {
+        let id = collect(&IdentityOptions { runtime: Some("/nonexistent/runtime".into()), models: vec![] });
+        let mut j = serde_json::to_value(&id).unwrap();
+        let cpu = j["cpu"].as_object_mut().unwrap();
+        cpu.remove("signature");
+        cpu.remove("caches");
+        let old: Identity = serde_json::from_value(j).unwrap();
+        assert!(old.cpu.signature.value.is_none());
+        assert!(old.cpu.signature.reason().contains("not recorded"), "{}", old.cpu.signature.reason());
+        assert!(old.cpu.caches.reason().contains("not recorded"));
     }
 
     #[test]

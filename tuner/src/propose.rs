@@ -67,7 +67,13 @@ fn toml_str(s: &str) -> String {
 /// A short host identity for the entry's `host` field.
 pub fn short_host(raw: &RawFile) -> String {
     let id = &raw.header.identity;
-    let mut parts = vec![id.cpu.model.value.clone().unwrap_or_else(|| id.cpu.arch.clone())];
+    let cpu = id.cpu.model.value.clone().unwrap_or_else(|| id.cpu.arch.clone());
+    // The signature, where recorded: a model name can be shared by hosts of
+    // different generations ("AMD EPYC").
+    let mut parts = vec![match &id.cpu.signature.value {
+        Some(sig) => format!("{cpu} ({sig})"),
+        None => cpu,
+    }];
     if let Some(n) = id.cpu.threads_available.value {
         parts.push(format!("{n} threads available"));
     }

@@ -66,6 +66,8 @@ fn host_identity(raw: &RawFile) -> String {
         ("os", r(&id.os)),
         ("kernel", r(&id.kernel_release)),
         ("cpu", r(&c.model)),
+        ("cpu signature", r(&c.signature)),
+        ("caches (cpu 0)", r(&c.caches)),
         ("arch", c.arch.clone()),
         ("isa flags", c.isa_flags.join(" ")),
         ("physical cores", r(&c.physical_cores)),
