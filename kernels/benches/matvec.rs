@@ -6,9 +6,12 @@
 //! repacks to.
 //!
 //! `cargo bench -p kernels --bench matvec [-- FILTER]`; throughput is weight
-//! bytes streamed per second (one pass per call, whatever `W`). Matrices are
-//! small enough to stay in L2: these measure compute, the ceiling a decode
-//! reaches when memory keeps up (`runtime bench` measures the whole model).
+//! bytes streamed per second (one pass per call, whatever `W`). The matrices
+//! are one layer's (a 1536 × 576 Q4_1 matrix is 553 KB, Q8_0 940 KB), so
+//! they stay in L2 on cores with 1 MiB or more (Sapphire Rapids, Zen 4 and
+//! 5) and spill to L3 on Zen 3's 512 KiB: there these measure compute
+//! against L3, elsewhere compute alone, the ceiling a decode reaches when
+//! memory keeps up (`runtime bench` measures the whole model).
 //!
 //! `DRAFTWISE_BENCH_ALTERNATE=REPS [DRAFTWISE_BENCH_FILTER=Q4_K] cargo bench
 //! -p kernels --bench matvec` skips criterion and prints each family's
