@@ -260,6 +260,13 @@ fn a_clean_sweep_writes_a_record_and_proposes_the_best_qualified_width() {
     assert_eq!(t.entries[0].drafter_settings, runtime::policy::DrafterSettings::ngram(3, 4));
     assert_eq!(t.entries[0].weight_formats, FORMATS);
     assert_eq!(t.entries[0].target_quant_format.as_deref(), Some("gguf"));
+    // The record and the entry name the processor beyond its model name
+    // (which hosts of different generations can share).
+    if let Some(sig) = std::fs::read_to_string("/proc/cpuinfo").ok().and_then(|c| tuner::identity::cpu_signature(&c)) {
+        assert!(record.contains(&format!("| cpu signature | {sig} |")), "{record}");
+        assert!(t.entries[0].host.contains(&format!("({sig})")), "{}", t.entries[0].host);
+    }
+    assert!(record.contains("| caches (cpu 0) | "), "{record}");
     // Proposing again replaces the entry rather than duplicating it.
     let o = f.propose(false);
     assert!(o.status.success(), "{}", text(&o));
