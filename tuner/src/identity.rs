@@ -254,9 +254,12 @@ const CPU0_CACHE_DIR: &str = "/sys/devices/system/cpu/cpu0/cache";
 /// Most `indexN` cache folders read (real CPUs have four or five).
 const MAX_CACHE_INDICES: usize = 16;
 
+/// Bytes kept of one cache file (`level`, `type`, `size`: a few bytes each).
+const MAX_CACHE_FILE_BYTES: u64 = 64;
+
 /// The processor's signature from `/proc/cpuinfo` (CPU 0's lines): on x86
 /// `vendor_id`, `cpu family`, `model`, `stepping` and `microcode`
-/// (`AuthenticAMD family 26 model 2 stepping 0, microcode 0xb002116`); on
+/// (`AuthenticAMD family 26 model 2 stepping 1, microcode 0x1000065`); on
 /// Arm the implementer, architecture, variant, part and revision. `None`
 /// when none of these fields is there.
 pub fn cpu_signature(cpuinfo: &str) -> Option<String> {
@@ -286,7 +289,9 @@ pub fn cpu_signature(cpuinfo: &str) -> Option<String> {
 /// `level`, `type` and `size` files of each `indexN` folder under `dir`
 /// (at most [`MAX_CACHE_INDICES`], each file read with a size cap).
 pub fn cache_sizes(dir: &Path) -> Result<String, String> {
-    let read = |p: PathBuf| procfs::read_capped(&p, 4096).map(|t| t.trim().to_string()).map_err(|e| e.to_string());
+    let read = |p: PathBuf| {
+        procfs::read_capped(&p, MAX_CACHE_FILE_BYTES).map(|t| t.trim().to_string()).map_err(|e| e.to_string())
+    };
     let mut parts = Vec::new();
     for i in 0..MAX_CACHE_INDICES {
         let idx = dir.join(format!("index{i}"));
@@ -644,6 +649,21 @@ mod tests {
         assert!(cache_sizes(dir.path()).unwrap_err().contains("index2/size"));
         let empty = tempfile::tempdir().unwrap();
         assert!(cache_sizes(empty.path()).unwrap_err().contains("lists no caches"));
+    }
+
+    #[test]
+    fn cache_sizes_read_a_bounded_number_of_folders_and_bytes() {
+        let dir = tempfile::tempdir().unwrap();
+        for i in 0..MAX_CACHE_INDICES + 4 {
+            let idx = dir.path().join(format!("index{i}"));
+            std::fs::create_dir(&idx).unwrap();
+            std::fs::write(idx.join("level"), "2\n").unwrap();
+            std::fs::write(idx.join("type"), "Unified\n").unwrap();
+            std::fs::write(idx.join("size"), "1".repeat(10_000)).unwrap();
+        }
+        let got = cache_sizes(dir.path()).unwrap();
+        assert_eq!(got.matches("L2 ").count(), MAX_CACHE_INDICES, "{got}");
+        assert!(got.split(", ").all(|p| p.len() == "L2 ".len() + MAX_CACHE_FILE_BYTES as usize), "{got}");
     }
 
     #[test]
