@@ -2,22 +2,14 @@
 //! so that `startup` events and records say exactly what was measured.
 //!
 //! Also the policy: the verify-path fingerprint (a hash per part of the
-//! verify path, see `src/policy/fingerprint.rs`) and the draft-width table
-//! `policy/draft-block-width.toml`, compiled with the library's own table
-//! compiler (`src/policy/table.rs`). A table that does not compile fails the
-//! build with a message naming the file, the entry and the problem.
+//! verify path, `policy::fingerprint`) and the draft-width table
+//! `policy/draft-block-width.toml`, compiled with the `policy` crate's table
+//! compiler (the one the library and `tuner propose` use). A table that does
+//! not compile fails the build with a message naming the file, the entry and
+//! the problem.
+use policy::{fingerprint, table};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-
-#[allow(dead_code)]
-#[path = "src/policy/fingerprint.rs"]
-mod fingerprint;
-#[allow(dead_code)]
-#[path = "src/policy/kind.rs"]
-mod kind;
-#[allow(dead_code)]
-#[path = "src/policy/table.rs"]
-mod table;
 
 fn cmd(program: &str, args: &[&str]) -> Option<String> {
     let out = Command::new(program).args(args).output().ok()?;
@@ -95,12 +87,13 @@ fn main() {
     let compiled =
         table::compile(file, &text, table::RecordCheck::Under(&root)).unwrap_or_else(|e| fail(&e.to_string()));
     for e in &compiled.entries {
-        let key_fp = fingerprint::combine(&refs, |p| fingerprint::applies(p, &e.device_class, Some(&e.weight_formats)));
+        let key_fp =
+            fingerprint::combine(&refs, |p| fingerprint::applies(p, e.key.device.as_str(), Some(&e.weight_formats)));
         if e.verify_fingerprint != key_fp {
             println!(
                 "cargo:warning={file}: entry {} is stale (measured with verify-path fingerprint {}, this build has \
                  {key_fp} for its key); it is not used until it is re-measured",
-                e.key(),
+                e.key,
                 e.verify_fingerprint
             );
         }

@@ -63,7 +63,7 @@ pub fn decode_opts(
                 warmup: tag.warmup,
                 repeat: tag.repeat,
                 drafter: sp.kind.to_string(),
-                block_size: width,
+                width,
                 reason: IGNORE_EOS_DECLINE.to_string(),
                 probe: sp.probe.clone(),
             }))
@@ -74,7 +74,7 @@ pub fn decode_opts(
     }
     match spec {
         Some(sp) if sp.active_width().is_some() => {
-            let width = sp.active_width().unwrap_or_default();
+            let width = sp.active_width().expect("the match guard saw a width");
             let p = engine.prefill_cancellable(prompt, &|| sink.cancelled())?;
             let (g, stats) =
                 engine.decode_speculative_with(p, max_tokens, sampling, sp.drafter.as_mut(), width, sink)?;
@@ -82,14 +82,14 @@ pub fn decode_opts(
             Ok((g, Some(Event::SpeculativeDiagnostics(diag))))
         }
         other => {
-            let declined = other.and_then(|sp| match (sp.declined_reason(), sp.block_size) {
+            let declined = other.and_then(|sp| match (sp.declined_reason(), sp.width) {
                 (Some(reason), Some(width)) => Some(Event::Declined(Declined {
                     schema_version: SCHEMA_VERSION,
                     prompt_id: tag.id.to_string(),
                     warmup: tag.warmup,
                     repeat: tag.repeat,
                     drafter: sp.kind.to_string(),
-                    block_size: width,
+                    width,
                     reason,
                     probe: sp.probe.clone(),
                 })),

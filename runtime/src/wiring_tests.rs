@@ -50,7 +50,7 @@ mod model {
         let engine = crate::generate::Engine::new(l, fam, 1).unwrap();
         let args = crate::spec::setup::SpecSettings {
             drafter: Some("ngram".into()),
-            draft_block_size: Some("8".into()),
+            draft_width: Some("8".into()),
             ..Default::default()
         };
         let d = crate::spec::setup::Speculation::from_settings(&args, &engine).unwrap();
@@ -163,7 +163,7 @@ mod policy {
             Provenance::Measured { entry } => assert_eq!(entry.target_quant, "nvfp4"),
             p => panic!("{p:?}"),
         }
-        assert!(res.block_size_from.contains("with an nvfp4 target"), "{}", res.block_size_from);
+        assert!(res.width_from.contains("with an nvfp4 target"), "{}", res.width_from);
         // The human rendering names the class, its evidence and every step.
         let text = crate::commands::policy::render(&e);
         for want in ["nvfp4", "quant_algo", "not part of the key", "-> 4. policy table"] {
@@ -195,7 +195,7 @@ mod policy {
         let widths: Vec<_> = e.resolutions.iter().map(|r| r.block_size).collect();
         assert_eq!(widths, [Some(5), Some(4), Some(4), Some(7), Some(1), Some(4)]);
         let json = serde_json::to_value(&e).unwrap();
-        assert_eq!(json["resolutions"][0]["block_size_from"].as_str().unwrap(), e.resolutions[0].block_size_from);
+        assert_eq!(json["resolutions"][0]["width_from"].as_str().unwrap(), e.resolutions[0].width_from);
         assert_eq!(json["resolutions"][0]["steps"][3]["decided"], true);
     }
 
@@ -212,7 +212,7 @@ mod policy {
             suffix_min_prob: None,
             drafter_model: None,
             device: Some("cpu:x86_64-avx2".into()),
-            draft_block_size: None,
+            draft_width: None,
             json: true,
         };
         use crate::commands::policy::ExplainSettings as S;

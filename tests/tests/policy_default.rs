@@ -89,7 +89,7 @@ fn a_measured_entry_turns_speculation_on_with_its_drafter_width_and_settings() {
     assert_eq!((s.kind, s.block_size), (DrafterKind::Ngram, Some(3)));
     assert_eq!(s.settings, DrafterSettings::ngram(2, 5), "the entry's settings run, not the defaults");
     assert_eq!(d.drafter_from(), "policy");
-    let why = &d.resolution.block_size_from;
+    let why = &d.resolution.width_from;
     assert!(why.starts_with("speculation on by the policy (no --drafter): measured for ngram on"), "{why}");
     assert!(
         why.contains("at 2 threads (ngram_min 2, ngram_max 5): 1.20x classic") && why.contains("records/test-record"),
@@ -100,7 +100,7 @@ fn a_measured_entry_turns_speculation_on_with_its_drafter_width_and_settings() {
     let spec = tokens(&mut d);
     let mut classic = decide(&t, &SpecSettings { drafter: Some("none".into()), ..no_flags() });
     assert!(classic.speculation.is_none());
-    assert_eq!(classic.resolution.block_size_from, "speculation off: --drafter none");
+    assert_eq!(classic.resolution.width_from, "speculation off: --drafter none");
     assert_eq!(spec, tokens(&mut classic));
 }
 
@@ -110,7 +110,7 @@ fn at_another_thread_count_decoding_is_classic_and_the_reason_names_both_counts(
     let d = decide(&t, &no_flags());
     assert!(d.speculation.is_none());
     assert_eq!(d.drafter_from(), "policy");
-    let why = &d.resolution.block_size_from;
+    let why = &d.resolution.width_from;
     assert!(why.starts_with("speculation off by the policy (no --drafter): no measurement for ngram on"), "{why}");
     assert!(why.contains("target at 2 threads: the table measured it at 1 thread (records/test-record) only"), "{why}");
 }
@@ -120,7 +120,7 @@ fn an_off_entry_keeps_classic_decoding() {
     let t = table(&[entry("\"off\"", 0.9, [0.85, 0.95], 2)]);
     let d = decide(&t, &no_flags());
     assert!(d.speculation.is_none());
-    let why = &d.resolution.block_size_from;
+    let why = &d.resolution.width_from;
     assert!(why.contains("measured off for ngram") && why.contains("speculation ran 0.90x classic"), "{why}");
     assert!(d.summary().starts_with("classic decoding: "), "{}", d.summary());
 }
@@ -131,11 +131,11 @@ fn a_stale_entry_or_none_keeps_classic_decoding() {
         .replace(&fingerprint(&device_class(), Some(&engine().loaded.info.weight_formats)), "0123456789abcdef");
     let d = decide(&table(&[stale]), &no_flags());
     assert!(d.speculation.is_none());
-    assert!(d.resolution.block_size_from.contains("is stale: measured with verify-path fingerprint 0123456789abcdef"));
+    assert!(d.resolution.width_from.contains("is stale: measured with verify-path fingerprint 0123456789abcdef"));
     let d = decide(&table(&[]), &no_flags());
     assert!(d.speculation.is_none());
     assert!(
-        d.resolution.block_size_from.contains("no measurement for a weight-free drafter (ngram, layerskip, suffix)")
+        d.resolution.width_from.contains("no measurement for a weight-free drafter (ngram, layerskip, suffix)")
     );
 }
 
@@ -144,7 +144,7 @@ fn explicit_flags_still_win_over_the_policy() {
     let t = table(&[entry("3", 1.2, [1.1, 1.3], 2)]);
     // A width flag decides the width; the drafter's settings are then the defaults.
     let d =
-        decide(&t, &SpecSettings { drafter: Some("ngram".into()), draft_block_size: Some("5".into()), ..no_flags() });
+        decide(&t, &SpecSettings { drafter: Some("ngram".into()), draft_width: Some("5".into()), ..no_flags() });
     let s = d.speculation.as_ref().unwrap();
     assert_eq!((s.block_size, d.drafter_from()), (Some(5), "flag"));
     assert_eq!(s.settings, DrafterSettings::ngram(3, 4));
@@ -157,7 +157,7 @@ fn explicit_flags_still_win_over_the_policy() {
     let d = decide(&t, &SpecSettings { drafter: Some("ngram".into()), ngram_max: Some(4), ..no_flags() });
     let s = d.speculation.as_ref().unwrap();
     assert_eq!((s.block_size, s.settings.clone()), (Some(4), DrafterSettings::ngram(3, 4)));
-    assert!(d.resolution.block_size_from.contains("other drafter settings: ngram_max 4 (measured 5)"));
+    assert!(d.resolution.width_from.contains("other drafter settings: ngram_max 4 (measured 5)"));
     // Flags that only make sense with a drafter are refused without one.
     let e = Speculation::resolve(
         &SpecSettings { ngram_min: Some(2), ..no_flags() },
@@ -203,24 +203,24 @@ fn generate_without_flags_follows_the_compiled_table_and_says_why() {
         let (lines, stderr) = generate(&["--threads", &threads.to_string()]);
         let s = &lines[0];
         assert_eq!(s["drafter_from"], "policy");
-        assert_eq!(s["block_size_from"], want.block_size_from.as_str(), "{threads} threads");
-        assert!(stderr.contains(&want.block_size_from), "the log line says it too: {stderr}");
+        assert_eq!(s["width_from"], want.width_from.as_str(), "{threads} threads");
+        assert!(stderr.contains(&want.width_from), "the log line says it too: {stderr}");
         match want.drafter {
             Some(k) => {
                 assert_eq!(s["drafter"], k.as_str());
                 assert_eq!(s["block_size"].as_u64(), want.block_size.map(|n| n as u64));
                 assert_eq!(lines[2]["event"], "speculative_diagnostics");
-                eprintln!("{threads} threads: speculates ({})", want.block_size_from);
+                eprintln!("{threads} threads: speculates ({})", want.width_from);
             }
             None => {
                 assert_eq!(s["drafter"], "none");
-                eprintln!("{threads} threads: classic ({})", want.block_size_from);
+                eprintln!("{threads} threads: classic ({})", want.width_from);
             }
         }
         assert_eq!(lines[1]["token_ids"], classic[1]["token_ids"], "{threads} threads");
     }
     // The committed entries are measured at 2 threads: at 1 the reason names the count.
-    let at_one = compiled.auto(&host(1)).block_size_from;
+    let at_one = compiled.auto(&host(1)).width_from;
     assert!(at_one.contains("at 1 thread"), "{at_one}");
     if compiled.table.entries.iter().any(|x| x.device_class == device && x.threads == Some(2)) {
         assert!(at_one.contains("the table measured it at 2 threads"), "{at_one}");

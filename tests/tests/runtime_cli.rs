@@ -159,7 +159,7 @@ fn speculative_generation_reports_diagnostics_and_equals_classic_output() {
         let lines = json_lines(&out);
         assert_eq!(lines[0]["drafter"], "ngram");
         assert_eq!(lines[0]["block_size"].as_u64(), Some(w.parse().unwrap()));
-        assert!(lines[0]["block_size_from"].as_str().unwrap().contains("--draft-block-size"));
+        assert!(lines[0]["width_from"].as_str().unwrap().contains("--draft-block-size"));
         assert_eq!(lines[0]["exactness_probe"]["passed"], true);
         assert_eq!(lines[1]["event"], "completion");
         assert_eq!(lines[1]["token_ids"], classic[1]["token_ids"], "width {w}");

@@ -104,7 +104,7 @@ fn health_models_and_config_describe_the_server() {
     let c = s.get("/v1/draftwise/config").json();
     // No --drafter: the compiled policy decided, and the sentence says which way.
     assert_eq!(c["drafter_from"], "policy");
-    let why = c["block_size_from"].as_str().unwrap();
+    let why = c["width_from"].as_str().unwrap();
     match c["drafter"].as_str().unwrap() {
         "none" => {
             assert_eq!(c["block_size"], Value::Null);
@@ -176,7 +176,7 @@ fn a_speculative_server_serves_classic_greedy_text_and_reports_its_width() {
     let c = s.get("/v1/draftwise/config").json();
     assert_eq!(c["drafter"], "ngram");
     assert_eq!(c["block_size"], 3);
-    assert!(c["block_size_from"].as_str().unwrap().contains("--draft-block-size"), "{c}");
+    assert!(c["width_from"].as_str().unwrap().contains("--draft-block-size"), "{c}");
     assert_eq!(c["exactness_probe"]["passed"], true);
     assert!(
         s.stderr().contains("speculative: drafter ngram (ngram_min 3, ngram_max 4), block_size 3"),

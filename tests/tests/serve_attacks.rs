@@ -290,7 +290,7 @@ fn metrics_are_prometheus_text_with_every_family() {
         "draftwise_connections_open",
         "draftwise_drafted_tokens_total",
         "draftwise_accepted_tokens_total",
-        "draftwise_draft_block_size",
+        "draftwise_draft_width",
     ] {
         assert!(text.contains(&format!("# TYPE {family} ")), "{family} missing:\n{text}");
     }

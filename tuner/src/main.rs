@@ -457,10 +457,10 @@ fn parse_widths(s: &str) -> anyhow::Result<Vec<usize>> {
         match part.split_once('-') {
             Some((a, b)) => {
                 let (a, b) = (num(a)?, num(b)?);
-                if a > b || b > runtime::policy::MAX_BLOCK_SIZE {
+                if a > b || b > runtime::policy::MAX_WIDTH {
                     anyhow::bail!(
                         "--widths {s:?}: {part} is not a range within 1..={}",
-                        runtime::policy::MAX_BLOCK_SIZE
+                        runtime::policy::MAX_WIDTH
                     );
                 }
                 out.extend(a..=b);

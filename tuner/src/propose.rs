@@ -18,7 +18,7 @@ use std::ops::Range;
 use std::path::{Path, PathBuf};
 
 use runtime::policy::table::{self, RecordCheck};
-use runtime::policy::{DrafterKind, TABLE_FILE};
+use runtime::policy::{DeviceClass, DrafterKind, HostClass, PolicyKey, TABLE_FILE};
 
 use crate::raw::RawFile;
 use crate::rules::{Allow, Refusal, check, check_provenance, current_fingerprint};
@@ -92,20 +92,48 @@ pub fn short_host(raw: &RawFile) -> String {
 /// The entry's fields in the order they are written, each value as TOML.
 pub type Fields = Vec<(&'static str, String)>;
 
+/// The record's policy key, or the refusal that says which part is missing.
+pub fn record_key(s: &Summary) -> Result<PolicyKey, Refusal> {
+    let missing = || Refusal::Key(s.key_problem.clone().unwrap_or_else(|| "missing".into()));
+    let (Some(device), Some(quant), Some(host), Some(model)) =
+        (&s.device_class, &s.target_quant, &s.host_class, &s.model)
+    else {
+        return Err(missing());
+    };
+    let device = DeviceClass::parse(device).map_err(Refusal::Key)?;
+    let host = HostClass::parse(host).map_err(Refusal::Key)?;
+    let threads = match (device.is_cpu(), s.threads) {
+        (true, Some(t)) => Some(t),
+        (true, None) => return Err(Refusal::Key("the arms report no thread count".into())),
+        (false, _) => None,
+    };
+    Ok(PolicyKey { drafter: s.drafter, device, host, quant: quant.clone(), model: model.clone(), threads })
+}
+
+/// The prompt set as an entry names it: the repository path the tuner
+/// compiled in, or a given file's name (never a path of this machine).
+fn prompts_name(source: &str) -> String {
+    let path = source.strip_suffix(" (compiled into the tuner)").unwrap_or(source);
+    if Path::new(path).is_absolute() {
+        Path::new(path).file_name().map_or_else(|| "prompts".to_string(), |n| n.to_string_lossy().into_owned())
+    } else {
+        path.to_string()
+    }
+}
+
 /// The entry's fields, in the schema's order, values written as TOML.
 pub fn entry_fields(raw: &RawFile, s: &Summary, record: &str) -> Result<Fields, Refusal> {
-    let (Some(device), Some(quant), Some(fp)) = (&s.device_class, &s.target_quant, &s.verify_fingerprint) else {
-        return Err(Refusal::Key(s.key_problem.clone().unwrap_or_else(|| "missing".into())));
+    let key = record_key(s)?;
+    let Some(fp) = &s.verify_fingerprint else {
+        return Err(Refusal::Key(s.key_problem.clone().unwrap_or_else(|| "no verify-path fingerprint".into())));
+    };
+    let Some((model_file, model_sha)) = &s.model_file else {
+        return Err(Refusal::Key("the identity has no sha256 of the target model".into()));
     };
     let (Some(settings), Some(formats)) = (&s.drafter_settings, &s.weight_formats) else {
         return Err(Refusal::Key(
             s.key_problem.clone().unwrap_or_else(|| "no drafter settings or weight formats".into()),
         ));
-    };
-    let threads = match (device.starts_with("cpu:"), s.threads) {
-        (true, Some(t)) => Some(t),
-        (true, None) => return Err(Refusal::Key("the arms report no thread count".into())),
-        (false, _) => None,
     };
     let (Some(ratio), Some((lo, hi))) = (s.decision.ratio, s.decision.ratio_interval) else {
         return Err(Refusal::NoDecision(s.decision.why.clone()));
@@ -130,20 +158,36 @@ pub fn entry_fields(raw: &RawFile, s: &Summary, record: &str) -> Result<Fields, 
         raw.header.settings.design.widths
     );
     let mut fields: Fields = vec![
-        ("drafter", toml_str(s.drafter.as_str())),
-        ("device_class", toml_str(device)),
-        ("target_quant", toml_str(quant)),
+        ("drafter", toml_str(key.drafter.as_str())),
+        ("device_class", toml_str(key.device.as_str())),
+        ("host_class", toml_str(key.host.as_str())),
+        ("target_quant", toml_str(&key.quant)),
     ];
     if let Some(f) = &s.target_quant_format {
         fields.push(("target_quant_format", toml_str(f)));
     }
-    if let Some(t) = threads {
+    if let Some(t) = key.threads {
         fields.push(("threads", t.to_string()));
     }
+    let prompts = prompts_name(&raw.header.settings.prompts_source);
     fields.extend([
+        (
+            "model",
+            format!(
+                "{{ architecture = {}, parameters = {}, file = {}, sha256 = {} }}",
+                toml_str(&key.model.architecture),
+                key.model.parameters,
+                toml_str(model_file),
+                toml_str(model_sha)
+            ),
+        ),
+        (
+            "prompts",
+            format!("{{ name = {}, sha256 = {} }}", toml_str(&prompts), toml_str(&raw.header.settings.prompts_sha256)),
+        ),
         ("drafter_settings", settings_inline(settings)),
         ("weight_formats", format!("[{}]", formats.iter().map(|f| toml_str(f)).collect::<Vec<_>>().join(", "))),
-        ("block_size", width),
+        ("width", width),
         ("record", toml_str(record)),
         // A TOML local date, unquoted (the compiler accepts it and the string form).
         ("date", s.date.clone()),
@@ -214,17 +258,31 @@ fn table_problem(what: impl std::fmt::Display) -> Refusal {
     Refusal::Table(format!("{TABLE_FILE}: {what}"))
 }
 
-/// Whether an entry's key fields are `key`. Fields that are missing or not
-/// strings do not match (the compiler has refused such a table already).
-/// A policy key as propose matches it: (drafter, device class, target
-/// quantization, threads; `None` on CUDA).
-pub type Key<'a> = (DrafterKind, &'a str, &'a str, Option<usize>);
+/// One entry's fields as the document holds them: a string, an integer,
+/// and the model's architecture and parameter count.
+struct KeyFields<'a> {
+    get: &'a dyn Fn(&str) -> Option<String>,
+    threads: Option<i64>,
+    model: Option<(String, i64)>,
+}
 
-fn is_key(get: impl Fn(&str) -> Option<String>, threads: Option<i64>, key: Key<'_>) -> bool {
-    get("drafter").and_then(|d| d.parse::<DrafterKind>().ok()) == Some(key.0)
-        && get("device_class").as_deref() == Some(key.1)
-        && get("target_quant").as_deref() == Some(key.2)
-        && threads == key.3.map(|t| t as i64)
+/// Whether an entry's key fields are `key`. Fields that are missing or not
+/// of their type do not match (the compiler has refused such a table
+/// already); the host class is compared as the compiler reads it.
+fn is_key(f: &KeyFields<'_>, key: &PolicyKey) -> bool {
+    let get = f.get;
+    get("drafter").and_then(|d| d.parse::<DrafterKind>().ok()) == Some(key.drafter)
+        && get("device_class").as_deref() == Some(key.device.as_str())
+        && get("host_class").and_then(|h| HostClass::parse(&h).ok()).as_ref() == Some(&key.host)
+        && get("target_quant").as_deref() == Some(key.quant.as_str())
+        && f.threads == key.threads.map(|t| t as i64)
+        && f.model.as_ref().is_some_and(|(a, p)| *a == key.model.architecture && *p as u64 == key.model.parameters)
+}
+
+/// The model's (architecture, parameters) of an entry's `model` table.
+fn model_of(v: Option<&toml_edit::Value>) -> Option<(String, i64)> {
+    let t = v?.as_inline_table()?;
+    Some((t.get("architecture")?.as_str()?.to_string(), t.get("parameters")?.as_integer()?))
 }
 
 /// The byte just past the end of the line holding `at` (past its `\n`), or
@@ -314,7 +372,7 @@ fn append_block(old: &str, block: &str, nl: &str) -> Splice {
 /// inline table in its place, or at its end. Every byte outside the replaced
 /// entry (or the insertion) is kept as it was; new lines use the file's line
 /// ending.
-pub fn edit_table(old: &str, key: Key<'_>, fields: &[(&str, String)]) -> Result<String, Refusal> {
+pub fn edit_table(old: &str, key: &PolicyKey, fields: &[(&str, String)]) -> Result<String, Refusal> {
     let doc = toml_edit::Document::parse(old).map_err(|e| table_problem(format!("malformed TOML: {e}")))?;
     let nl = if old.contains("\r\n") { "\r\n" } else { "\n" };
     let block = entry_table_text(fields).replace('\n', nl);
@@ -324,8 +382,13 @@ pub fn edit_table(old: &str, key: Key<'_>, fields: &[(&str, String)]) -> Result<
             let matching: Vec<&toml_edit::Table> = aot
                 .iter()
                 .filter(|t| {
-                    let threads = t.get("threads").and_then(|v| v.as_integer());
-                    is_key(|k| t.get(k).and_then(|v| v.as_str()).map(str::to_string), threads, key)
+                    let get = |k: &str| t.get(k).and_then(|v| v.as_str()).map(str::to_string);
+                    let f = KeyFields {
+                        get: &get,
+                        threads: t.get("threads").and_then(|v| v.as_integer()),
+                        model: model_of(t.get("model").and_then(|i| i.as_value())),
+                    };
+                    is_key(&f, key)
                 })
                 .collect();
             match matching.as_slice() {
@@ -341,8 +404,13 @@ pub fn edit_table(old: &str, key: Key<'_>, fields: &[(&str, String)]) -> Result<
                 let t = v.as_inline_table().ok_or_else(|| {
                     table_problem("`entry` holds a value that is not a table; write `[[entry]]` tables")
                 })?;
-                let threads = t.get("threads").and_then(|v| v.as_integer());
-                if is_key(|k| t.get(k).and_then(|v| v.as_str()).map(str::to_string), threads, key) {
+                let get = |k: &str| t.get(k).and_then(|v| v.as_str()).map(str::to_string);
+                let f = KeyFields {
+                    get: &get,
+                    threads: t.get("threads").and_then(|v| v.as_integer()),
+                    model: model_of(t.get("model")),
+                };
+                if is_key(&f, key) {
                     matching.push(t);
                 }
             }
@@ -526,19 +594,13 @@ pub fn propose(dir: &Path, table_path: Option<&Path>, dry_run: bool, allow: Allo
     };
     let old = std::fs::read_to_string(&table_abs).map_err(io(&table_abs))?;
     let tbl = table::compile(TABLE_FILE, &old, RecordCheck::Skip).map_err(|e| Refusal::Table(e.to_string()))?;
-    let drafter = s.drafter;
-    let (Some(device), Some(quant)) = (s.device_class.as_deref(), s.target_quant.as_deref()) else {
-        return Err(Refusal::Key(s.key_problem.clone().unwrap_or_default()).into());
-    };
-    let threads = if device.starts_with("cpu:") { s.threads } else { None };
-    let existing = tbl
-        .entries
-        .iter()
-        .find(|e| e.drafter == drafter && e.device_class == device && e.target_quant == quant && e.threads == threads);
+    let key = record_key(&s)?;
+    // Only this key's entry: a record of another CPU or model adds its own.
+    let existing = tbl.exact(&key);
     let current = current_fingerprint(&s).unwrap_or_default();
     let overridden = check_provenance(&raw, &s, existing, &current, allow)?;
     let fields = entry_fields(&raw, &s, &record)?;
-    let new = edit_table(&old, (drafter, device, quant, threads), &fields)?;
+    let new = edit_table(&old, &key, &fields)?;
     // The result must compile exactly as the build will compile it.
     let compiled = table::compile(TABLE_FILE, &new, RecordCheck::Under(root))
         .map_err(|e| Refusal::Table(format!("the proposed table does not compile: {e}")))?;

@@ -248,6 +248,19 @@ pub struct Summary {
     /// The verify-path fingerprint of the key (what an entry records).
     #[serde(default)]
     pub verify_fingerprint: Option<String>,
+    /// The CPU class of the host: the arms' `host_class`, else (records
+    /// before events schema 2) the class of the identity's CPU signature.
+    #[serde(default)]
+    pub host_class: Option<String>,
+    /// How the host class was found (for the record and `propose`).
+    #[serde(default)]
+    pub host_class_from: Option<String>,
+    /// The target's architecture and parameter count (the key's model part).
+    #[serde(default)]
+    pub model: Option<runtime::policy::ModelClass>,
+    /// The target's file name and sha256, from the identity.
+    #[serde(default)]
+    pub model_file: Option<(String, String)>,
     /// Why the record's key is not known, when it is not.
     pub key_problem: Option<String>,
     pub complete: bool,
@@ -471,6 +484,8 @@ pub fn summarize(raw: &RawFile) -> Result<Summary> {
     let mut threads = BTreeSet::new();
     let mut settings = BTreeSet::new();
     let mut formats = BTreeSet::new();
+    let mut hosts = BTreeSet::new();
+    let mut models = BTreeSet::new();
     let mut inexact_arms = Vec::new();
     let mut not_classic: Vec<String> = Vec::new();
     let speculative_arm: BTreeSet<usize> = h.plan.iter().filter(|a| a.width.is_some()).map(|a| a.index).collect();
@@ -485,6 +500,8 @@ pub fn summarize(raw: &RawFile) -> Result<Summary> {
             quant_format.insert(s.startup.target.quant.format.clone().unwrap_or_default());
             threads.insert(s.startup.threads.to_string());
             formats.insert(s.startup.target.weight_formats.join(","));
+            hosts.insert(s.startup.host_class.clone().unwrap_or_default());
+            models.insert(format!("{} {}", s.startup.target.architecture, s.startup.target.parameters));
             if speculative_arm.contains(&s.arm) {
                 let d = s.startup.drafter_settings.as_ref().map(|d| serde_json::to_string(d).unwrap_or_default());
                 settings.insert(d.unwrap_or_default());
@@ -545,6 +562,42 @@ pub fn summarize(raw: &RawFile) -> Result<Summary> {
     let drafter_settings =
         newer(one(&settings, "drafter settings", &mut key_problems), "drafter settings", &mut key_problems)
             .and_then(|d| serde_json::from_str::<runtime::policy::DrafterSettings>(&d).ok());
+    let (host_class, host_class_from) = match one(&hosts, "host class", &mut key_problems) {
+        Some(c) if !c.is_empty() => (Some(c), Some("the arms' startup events".to_string())),
+        Some(_) => match h.identity.cpu.signature.value.as_deref().and_then(runtime::policy::HostClass::from_signature) {
+            Some(c) => (Some(c.to_string()), Some("the identity's CPU signature (the arms predate events schema 2)".into())),
+            None => {
+                key_problems.push(
+                    "the record names no CPU: its arms report no host class (events before schema 2) and its \
+                     identity has no CPU signature; re-measure with this build"
+                        .into(),
+                );
+                (None, None)
+            }
+        },
+        None => (None, None),
+    };
+    let model = match one(&models, "target model (architecture and parameter count)", &mut key_problems) {
+        Some(m) => match m.rsplit_once(' ').map(|(a, p)| (a.to_string(), p.parse::<u64>().unwrap_or(0))) {
+            Some((architecture, parameters)) if parameters > 0 => {
+                Some(runtime::policy::ModelClass { architecture, parameters })
+            }
+            _ => {
+                key_problems.push(
+                    "the arms report no parameter count (events before schema 2); re-measure with this build".into(),
+                );
+                None
+            }
+        },
+        None => None,
+    };
+    let model_file = h.identity.models.first().and_then(|m| {
+        let name = std::path::Path::new(&m.path).file_name()?.to_str()?.to_string();
+        Some((name, m.sha256.value.clone()?))
+    });
+    if model_file.is_none() {
+        key_problems.push("the identity has no sha256 of the target model".into());
+    }
     if let (Some(want), Some(got)) = (&h.settings.drafter_settings, &drafter_settings)
         && want != got
     {
@@ -794,6 +847,10 @@ pub fn summarize(raw: &RawFile) -> Result<Summary> {
         weight_formats,
         kernel_fingerprint,
         verify_fingerprint,
+        host_class,
+        host_class_from,
+        model,
+        model_file,
         key_problem: (!key_problems.is_empty()).then(|| key_problems.join("; ")),
         complete,
         halt: if complete { None } else { halt },

@@ -228,8 +228,8 @@ pub fn start(opts: &SweepOptions) -> Result<Outcome> {
     if d.widths.is_empty() {
         bail!("--widths is empty; give at least one width, e.g. --widths 1-8");
     }
-    if let Some(w) = d.widths.iter().find(|w| **w == 0 || **w > runtime::policy::MAX_BLOCK_SIZE) {
-        bail!("--widths: {w} is out of range 1..={}", runtime::policy::MAX_BLOCK_SIZE);
+    if let Some(w) = d.widths.iter().find(|w| **w == 0 || **w > runtime::policy::MAX_WIDTH) {
+        bail!("--widths: {w} is out of range 1..={}", runtime::policy::MAX_WIDTH);
     }
     if opts.drafter == DrafterKind::DraftModel && opts.drafter_model.is_none() {
         bail!("--drafter draft-model needs --drafter-model PATH (the draft checkpoint)");

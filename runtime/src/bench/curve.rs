@@ -95,7 +95,7 @@ pub fn run(
     let probe_ids = engine.loaded.tokenizer.encode(PROBE_TEXT).unwrap_or_default();
     let mut declined: Vec<Option<String>> = Vec::with_capacity(spec.widths.len());
     for &w in &spec.widths {
-        let p = engine.install(|| block_vs_chain(model, engine.family, engine.threads, &probe_ids, w))?;
+        let p = engine.install(|| block_vs_chain(model, engine.family, engine.threads, &probe_ids, w.get()))?;
         declined.push((!p.passed).then(|| {
             format!(
                 "block-vs-chain probe failed at width {w}: {} of {} logit bytes differ, first at block row {:?}",

@@ -163,14 +163,15 @@ pub fn bench(args: BenchSettings) -> Result<ExitCode> {
 /// `runtime bench --drafter KIND`: the width curve, one table per task.
 fn width_curve(args: &BenchSettings, kind: &str, engine: &Engine) -> Result<ExitCode> {
     use crate::bench::curve::{self, CurveSpec, Task};
-    if args.spec.draft_block_size.is_some() || args.spec.allow_inexact {
+    if args.spec.draft_width.is_some() || args.spec.allow_inexact {
         bail!(
-            "bench --drafter measures every width in --widths exactly: --draft-block-size and --allow-inexact do not apply"
+            "bench --drafter measures every width in --widths exactly: --draft-width and --allow-inexact do not apply"
         );
     }
-    if args.widths.is_empty() || args.widths.iter().any(|&w| w == 0 || w > crate::policy::MAX_BLOCK_SIZE) {
-        bail!("--widths: give widths in 1..={}", crate::policy::MAX_BLOCK_SIZE);
-    }
+    let widths: Vec<crate::policy::Width> = match args.widths.iter().map(|&w| crate::policy::Width::new(w)).collect() {
+        Ok(w) if !args.widths.is_empty() => w,
+        _ => bail!("--widths: give widths in 1..={}", crate::policy::MAX_WIDTH),
+    };
     if args.max_tokens < 2 {
         bail!("--max-tokens must be at least 2 (decode throughput needs a token after the first)");
     }
@@ -192,7 +193,7 @@ fn width_curve(args: &BenchSettings, kind: &str, engine: &Engine) -> Result<Exit
     let (drafter_kind, mut drafter) = crate::spec::setup::build_drafter(kind, &args.spec, engine)?;
     let spec = CurveSpec {
         drafter: drafter_kind,
-        widths: args.widths.clone(),
+        widths,
         max_tokens: args.max_tokens,
         reps: args.reps,
         warmup: args.warmup,

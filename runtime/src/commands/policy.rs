@@ -4,12 +4,13 @@
 //! for its metadata and tensor infos only; a Hugging Face directory is
 //! loaded (its weight formats are what the loader makes of it).
 
-use crate::policy::KERNEL_FINGERPRINT;
 use crate::policy::declared::read_declared;
-use crate::policy::kind::{DrafterKind, DrafterSettings, Probability};
-use crate::policy::quant::{QuantClass, classify_path};
-use crate::policy::resolve::{Host, Resolution, ResolveInput, Resolver, env_override};
-use crate::policy::table::{self, Width, check_device_class};
+use crate::policy::key::MAX_THREADS;
+use crate::policy::quant::classify_path;
+use crate::policy::{
+    self, DeviceClass, DrafterKind, DrafterSettings, EnvWidth, HostClass, KERNEL_FINGERPRINT, ModelClass,
+    Probability, QuantClass, Resolution, ResolveInput, Resolver, Run, env_override, table, width,
+};
 use anyhow::{Result, bail};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -35,8 +36,10 @@ pub struct ExplainSettings {
     pub drafter_model: Option<PathBuf>,
     /// A device class (`None`: this host's).
     pub device: Option<String>,
+    /// A host (CPU) class (`None`: this host's).
+    pub host_class: Option<String>,
     /// The operator's width override, as given.
-    pub draft_block_size: Option<String>,
+    pub draft_width: Option<String>,
     pub json: bool,
 }
 
@@ -56,11 +59,11 @@ struct Shown<'a> {
     schema_version: u32,
     kernel_fingerprint: &'a str,
     entries: Vec<ShownEntry<'a>>,
-    per_kind_defaults: BTreeMap<&'static str, usize>,
+    per_kind_defaults: BTreeMap<&'static str, policy::Width>,
 }
 
-fn per_kind_defaults() -> BTreeMap<&'static str, usize> {
-    DrafterKind::ALL.iter().map(|k| (k.as_str(), k.default_block_size())).collect()
+fn per_kind_defaults() -> BTreeMap<&'static str, policy::Width> {
+    DrafterKind::ALL.iter().map(|k| (k.as_str(), k.default_width())).collect()
 }
 
 /// What `policy explain` found.
@@ -73,6 +76,8 @@ pub struct Explanation {
     /// kernels count in the fingerprint).
     pub weight_formats: Option<Vec<String>>,
     pub threads: usize,
+    /// The key's model part (architecture and parameter count).
+    pub model: ModelClass,
     /// This build's verify-path fingerprint for the key.
     pub verify_fingerprint: String,
     /// What `generate` does with these flags: the policy's answer without
@@ -81,20 +86,28 @@ pub struct Explanation {
     pub drafter_model: Option<PathBuf>,
     /// The drafter's own class, shown for contrast; never part of the key.
     pub drafter_quant: Option<QuantClass>,
-    pub device_class: String,
+    pub device_class: DeviceClass,
     /// `--device`, or the kernel family this host selects.
     pub device_from: String,
+    pub host_class: HostClass,
+    /// `--host-class`, or this host's CPU signature.
+    pub host_from: String,
     pub table_file: String,
     pub table_entries: usize,
     pub resolutions: Vec<Resolution>,
 }
 
-/// The weight formats of a target, as the loader will see them.
-fn weight_formats_of(target: &Path) -> Option<Vec<String>> {
+/// The model class and weight formats of a target, as the loader will see
+/// them (`None`: unreadable). A GGUF file is read for its metadata and
+/// tensor infos only.
+fn model_of(target: &Path) -> Option<(ModelClass, Vec<String>)> {
     if target.is_dir() {
-        return crate::model::load(target).ok().map(|l| l.info.weight_formats);
+        return crate::model::load(target).ok().map(|l| (l.info.model_class(), l.info.weight_formats));
     }
-    crate::gguf::GgufFile::open(target).ok().map(|f| crate::model::gguf_load::weight_formats(&f))
+    let f = crate::gguf::GgufFile::open(target).ok()?;
+    let architecture = f.get_str("general.architecture").ok()?.to_string();
+    let model = ModelClass { architecture, parameters: crate::model::gguf_load::parameters(&f) };
+    Some((model, crate::model::gguf_load::weight_formats(&f)))
 }
 
 /// What `policy explain` is asked.
@@ -104,12 +117,14 @@ pub struct Question<'a> {
     pub drafter_model: Option<&'a Path>,
     /// `--drafter` as given (`None`: the policy decides; `none`: classic).
     pub drafter: Option<&'a str>,
-    pub device_class: &'a str,
+    pub device_class: &'a DeviceClass,
     pub device_from: &'a str,
+    pub host_class: &'a HostClass,
+    pub host_from: &'a str,
     pub threads: usize,
     pub settings: &'a DrafterSettings,
     pub flag: Option<&'a str>,
-    pub env: Option<&'a str>,
+    pub env: Option<&'a EnvWidth>,
 }
 
 /// Classifies the target (and the drafter model, for contrast), answers
@@ -118,10 +133,18 @@ pub struct Question<'a> {
 pub fn explain(resolver: &Resolver<'_>, q: &Question<'_>) -> Result<Explanation> {
     let target_quant = classify_path(q.target);
     let drafter_quant = q.drafter_model.map(classify_path);
-    let weight_formats = weight_formats_of(q.target);
-    let host = Host {
-        device_class: q.device_class,
-        target_quant: &target_quant,
+    let found = model_of(q.target);
+    let model = found.as_ref().map_or_else(
+        || ModelClass { architecture: "unreadable".into(), parameters: 0 },
+        |(m, _)| m.clone(),
+    );
+    let weight_formats = found.map(|(_, f)| f);
+    let run = Run {
+        device: q.device_class,
+        host: q.host_class,
+        quant: &target_quant,
+        model: &model,
+        file: q.target.file_name().and_then(|n| n.to_str()),
         threads: q.threads,
         weight_formats: weight_formats.as_deref(),
     };
@@ -135,26 +158,29 @@ pub fn explain(resolver: &Resolver<'_>, q: &Question<'_>) -> Result<Explanation>
         let declared = read_declared(kind, q.drafter_model, q.target);
         let settings = if Some(kind) == named { q.settings.clone() } else { DrafterSettings::default() };
         let input =
-            ResolveInput { drafter: kind, declared: &declared, host, settings: &settings, flag: q.flag, env: q.env };
+            ResolveInput { drafter: kind, declared: &declared, run, settings: &settings, flag: q.flag, env: q.env };
         resolutions.push(resolver.resolve(&input)?);
     }
     let generate = match (q.drafter, named) {
         (Some("none"), _) => Resolution::no_drafter(),
         (_, Some(_)) => resolutions[0].clone(),
-        (_, None) => resolver.auto(&host),
+        (_, None) => resolver.auto(&run),
     };
-    let verify_fingerprint = resolver.key_fingerprint(&host);
+    let verify_fingerprint = resolver.key_fingerprint(&run);
     Ok(Explanation {
         target: q.target.to_path_buf(),
         target_quant,
         verify_fingerprint,
         weight_formats,
         threads: q.threads,
+        model,
         generate,
         drafter_model: q.drafter_model.map(Path::to_path_buf),
         drafter_quant,
-        device_class: q.device_class.to_string(),
+        device_class: q.device_class.clone(),
         device_from: q.device_from.to_string(),
+        host_class: q.host_class.clone(),
+        host_from: q.host_from.to_string(),
         table_file: resolver.table.file.clone(),
         table_entries: resolver.table.entries.len(),
         resolutions,
@@ -163,7 +189,7 @@ pub fn explain(resolver: &Resolver<'_>, q: &Question<'_>) -> Result<Explanation>
 
 /// `runtime policy show`: the compiled table.
 pub fn show(json: bool) -> Result<ExitCode> {
-    print_table(&Resolver::compiled(), json);
+    print_table(&policy::compiled_resolver(), json);
     Ok(ExitCode::SUCCESS)
 }
 
@@ -171,8 +197,8 @@ pub fn show(json: bool) -> Result<ExitCode> {
 /// compiled table, printed.
 pub fn explain_command(a: ExplainSettings) -> Result<ExitCode> {
     let threads = a.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-    if threads == 0 || threads > table::MAX_THREADS {
-        bail!("--threads {threads}: give 1..={}", table::MAX_THREADS);
+    if threads == 0 || threads > MAX_THREADS {
+        bail!("--threads {threads}: give 1..={MAX_THREADS}");
     }
     crate::spec::setup::bound_ngram_flags(a.ngram_min, a.ngram_max)?;
     crate::spec::setup::bound_suffix_flags(a.suffix_min_match, a.suffix_max_match, a.suffix_min_prob)?;
@@ -185,15 +211,17 @@ pub fn explain_command(a: ExplainSettings) -> Result<ExitCode> {
         ..Default::default()
     };
     let (device, device_from) = match &a.device {
-        Some(d) => {
-            check_device_class(d).map_err(anyhow::Error::msg)?;
-            (d.clone(), "--device".to_string())
-        }
+        Some(d) => (DeviceClass::parse(d).map_err(|e| anyhow::anyhow!("--device: {e}"))?, "--device".to_string()),
         None => {
             let s = kernels::dispatch::selected()?;
             let how = if s.forced { "forced by DRAFTWISE_KERNELS" } else { "selected on this host" };
-            (s.family.device_class(), format!("kernel family {} {how}", s.family.name()))
+            let d = DeviceClass::parse(&s.family.device_class()).map_err(anyhow::Error::msg)?;
+            (d, format!("kernel family {} {how}", s.family.name()))
         }
+    };
+    let (host_class, host_from) = match &a.host_class {
+        Some(h) => (HostClass::parse(h).map_err(|e| anyhow::anyhow!("--host-class: {e}"))?, "--host-class".to_string()),
+        None => (policy::host_class_here(), "this host's CPU signature (/proc/cpuinfo)".to_string()),
     };
     if !a.target.exists() {
         bail!("--target {}: no such file or directory", a.target.display());
@@ -205,12 +233,14 @@ pub fn explain_command(a: ExplainSettings) -> Result<ExitCode> {
         drafter: a.drafter.as_deref(),
         device_class: &device,
         device_from: &device_from,
+        host_class: &host_class,
+        host_from: &host_from,
         threads,
         settings: &settings,
-        flag: a.draft_block_size.as_deref(),
-        env: env.as_deref(),
+        flag: a.draft_width.as_deref(),
+        env: env.as_ref(),
     };
-    let e = explain(&Resolver::compiled(), &q)?;
+    let e = explain(&policy::compiled_resolver(), &q)?;
     if a.json {
         println!("{}", serde_json::to_string(&e)?);
     } else {
@@ -221,7 +251,7 @@ pub fn explain_command(a: ExplainSettings) -> Result<ExitCode> {
 
 fn print_table(r: &Resolver<'_>, json: bool) {
     let t = r.table;
-    let build_fp = |e: &table::Entry| (r.fingerprint)(&e.device_class, Some(&e.weight_formats));
+    let build_fp = |e: &table::Entry| (r.fingerprint)(&e.key.device, Some(&e.weight_formats));
     if json {
         let shown = Shown {
             file: &t.file,
@@ -237,38 +267,52 @@ fn print_table(r: &Resolver<'_>, json: bool) {
         println!("{}", serde_json::to_string(&shown).expect("the table serializes"));
         return;
     }
+    let here = policy::host_class_here();
     println!(
-        "{}: schema {}, {} entries; this build's verify-path fingerprint is {KERNEL_FINGERPRINT} (all parts)",
+        "{}: schema {}, {} entries; this build's verify-path fingerprint is {KERNEL_FINGERPRINT} (all parts); \
+         this host is {here}",
         t.file,
         t.schema_version,
         t.entries.len()
     );
-    for e in &t.entries {
-        let width = match e.block_size {
-            Width::Blocks(n) => n.to_string(),
-            Width::Off => "off".into(),
-        };
-        let state = if r.is_fresh(e) {
-            format!("fresh (fingerprint {})", e.verify_fingerprint)
-        } else {
-            format!("STALE, not used: measured with {}, this build has {}", e.verify_fingerprint, build_fp(e))
-        };
-        println!(
-            "  {}: width {width}, {:.2}x [{:.2}, {:.2}], {}; {}, {}; formats [{}]; {state}  ({})",
-            e.key(),
-            e.ratio,
-            e.ratio_interval[0],
-            e.ratio_interval[1],
-            e.drafter_settings.describe(),
-            e.record,
-            e.date,
-            e.weight_formats.join(", "),
-            e.host
-        );
+    // Grouped by the CPU they were measured on, this host's first.
+    let mut hosts: Vec<&HostClass> = t.entries.iter().map(|e| &e.key.host).collect();
+    hosts.sort_by_key(|h| (**h != here, h.as_str()));
+    hosts.dedup();
+    for h in hosts {
+        let mark = if *h == here { " (this host)" } else { "" };
+        println!("measured on {h}{mark}:");
+        for e in t.entries.iter().filter(|e| e.key.host == *h) {
+            let state = if r.is_fresh(e) {
+                format!("fresh (fingerprint {})", e.verify_fingerprint)
+            } else {
+                format!("STALE, not used: measured with {}, this build has {}", e.verify_fingerprint, build_fp(e))
+            };
+            println!(
+                "  {}: width {}, {:.2}x [{:.2}, {:.2}], {}; model {} (sha256 {}), prompts {}; {}, {}; formats [{}]; \
+                 {state}  ({})",
+                e.key,
+                width::label(e.width),
+                e.ratio,
+                e.ratio_interval[0],
+                e.ratio_interval[1],
+                e.drafter_settings.describe(),
+                e.model.file,
+                &e.model.sha256[..12],
+                e.prompts.name,
+                e.record,
+                e.date,
+                e.weight_formats.join(", "),
+                e.host
+            );
+        }
     }
-    let defaults: Vec<String> = DrafterKind::ALL.iter().map(|k| format!("{k} {}", k.default_block_size())).collect();
+    let defaults: Vec<String> = DrafterKind::ALL.iter().map(|k| format!("{k} {}", k.default_width())).collect();
     println!("per-kind defaults (a named drafter with no usable entry): {}", defaults.join(", "));
-    println!("without --drafter, runtime speculates only where a fresh entry of a weight-free drafter beats classic");
+    println!(
+        "without --drafter, runtime speculates only where a fresh entry of a weight-free drafter beats classic; \
+         an entry of another CPU or model applies only when its whole interval is above 1.0"
+    );
 }
 
 /// The human form of an [`Explanation`].
@@ -296,6 +340,8 @@ pub fn render(e: &Explanation) -> String {
         );
     }
     let _ = writeln!(s, "device class  {} ({})", e.device_class, e.device_from);
+    let _ = writeln!(s, "host class    {} ({})", e.host_class, e.host_from);
+    let _ = writeln!(s, "model         {} ({} parameters)", e.model, e.model.parameters);
     let _ = writeln!(s, "threads       {}", e.threads);
     let formats =
         e.weight_formats.as_ref().map_or("unreadable (every format's kernels count)".into(), |f| f.join(", "));
@@ -303,21 +349,20 @@ pub fn render(e: &Explanation) -> String {
     let _ = writeln!(s, "fingerprint   {} (verify path, this key)", e.verify_fingerprint);
     let _ = writeln!(s, "table         {}, {} entries", e.table_file, e.table_entries);
     let g = &e.generate;
-    let what = match (g.drafter, g.block_size) {
+    let what = match (g.drafter, g.width) {
         (Some(k), Some(n)) => format!("speculate with {k} at width {n}"),
         (Some(k), None) => format!("load {k} but decode classically"),
         (None, _) => "decode classically".to_string(),
     };
     let settings = g.drafter_settings.as_ref().map_or(String::new(), |d| format!(" ({})", d.describe()));
-    let _ = writeln!(s, "\ngenerate would {what}{settings}\n  because: {}", g.block_size_from);
+    let _ = writeln!(s, "\ngenerate would {what}{settings}\n  because: {}", g.width_from);
     for st in &g.steps {
         let mark = if st.decided { "->" } else { "  " };
         let _ = writeln!(s, "  {mark} {}", st.detail);
     }
     for r in &e.resolutions {
         let kind = r.drafter.map_or("none", |k| k.as_str());
-        let width = r.block_size.map_or("off".to_string(), |n| n.to_string());
-        let _ = writeln!(s, "\n{kind}: block_size {width}\n  from: {}", r.block_size_from);
+        let _ = writeln!(s, "\n{kind}: width {}\n  from: {}", width::label(r.width), r.width_from);
         for (i, st) in r.steps.iter().enumerate() {
             let mark = if st.decided { "->" } else { "  " };
             let _ = writeln!(s, "  {mark} {}. {:<28} {}", i + 1, st.step.label(), st.detail);

@@ -93,7 +93,7 @@ pub struct BenchReport {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct CurveSpec {
     pub drafter: DrafterKind,
-    pub widths: Vec<usize>,
+    pub widths: Vec<crate::policy::Width>,
     pub max_tokens: usize,
     pub reps: usize,
     pub warmup: usize,
@@ -103,7 +103,7 @@ pub struct CurveSpec {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct CurveArm {
     /// `None` for classic decoding.
-    pub width: Option<usize>,
+    pub width: Option<crate::policy::Width>,
     /// Decode tok/s per recorded repetition; `None` when the width declined.
     pub decode_tok_per_s: Option<Summary>,
     /// `median / classic median`.

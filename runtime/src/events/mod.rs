@@ -26,8 +26,11 @@ use kernels::dispatch;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-/// Bumped whenever a field changes meaning or disappears.
-pub const SCHEMA_VERSION: u32 = 1;
+/// Bumped whenever a field changes meaning or disappears. 2: `block_size`
+/// became `width` (and `block_size_from` `width_from`); the startup event
+/// gained `host_class` and the target's `parameters`. Version-1 events
+/// still read (the old names are aliases).
+pub const SCHEMA_VERSION: u32 = 2;
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
@@ -77,13 +80,18 @@ pub struct Startup {
     pub drafter_settings: Option<crate::policy::DrafterSettings>,
     /// Drafted tokens per verify; null when speculation is off (no drafter,
     /// or a policy entry that says `off`).
-    #[serde(default)]
-    pub block_size: Option<usize>,
-    /// Where `block_size` came from ([`crate::policy::Provenance`] in words):
+    #[serde(default, alias = "block_size")]
+    pub width: Option<crate::policy::Width>,
+    /// Where `width` came from ([`crate::policy::Provenance`] in words):
     /// one sentence saying whether speculation runs and why, naming the
     /// entry's record and ratio or the key that had no measurement.
+    #[serde(default, alias = "block_size_from")]
+    pub width_from: String,
+    /// The CPU class of this host (the policy key's host part,
+    /// [`crate::policy::HostClass`]); null in events before schema 2, or
+    /// when `/proc/cpuinfo` names no family and model.
     #[serde(default)]
-    pub block_size_from: String,
+    pub host_class: Option<String>,
     /// The verify-path fingerprint of the whole build
     /// ([`crate::policy::KERNEL_FINGERPRINT`]).
     #[serde(default)]
@@ -122,7 +130,9 @@ pub fn startup_event(
 ) -> Startup {
     let spec = decoding.speculation.as_ref();
     let device_class = engine.loaded.model.device_class(selection.family);
-    let verify_fingerprint = crate::policy::verify_fingerprint(&device_class, Some(&engine.loaded.info.weight_formats));
+    let verify_fingerprint = crate::policy::DeviceClass::parse(&device_class)
+        .map(|d| crate::policy::verify_fingerprint(&d, Some(&engine.loaded.info.weight_formats)))
+        .unwrap_or_default();
     Startup {
         schema_version: SCHEMA_VERSION,
         build: BuildInfo::current(),
@@ -137,8 +147,9 @@ pub fn startup_event(
         drafter: spec.map_or("none".into(), |s| s.kind.to_string()),
         drafter_from: decoding.drafter_from().into(),
         drafter_settings: spec.map(|s| s.settings.clone()),
-        block_size: spec.and_then(|s| s.block_size),
-        block_size_from: decoding.resolution.block_size_from.clone(),
+        width: spec.and_then(|s| s.width),
+        host_class: Some(crate::policy::host_class_here().to_string()),
+        width_from: decoding.resolution.width_from.clone(),
         kernel_fingerprint: crate::policy::KERNEL_FINGERPRINT.into(),
         verify_fingerprint,
         exactness_probe: spec.and_then(|s| s.probe.clone()),
@@ -308,7 +319,8 @@ pub struct SpeculativeDiagnostics {
     pub warmup: bool,
     pub repeat: usize,
     pub drafter: String,
-    pub block_size: usize,
+    #[serde(alias = "block_size")]
+    pub width: crate::policy::Width,
     /// Verify passes that carried at least one drafted token (0 when the
     /// request ended before any round ran).
     pub rounds: usize,
@@ -346,7 +358,14 @@ pub struct SpeculativeDiagnostics {
 }
 
 impl SpeculativeDiagnostics {
-    pub fn new(prompt_id: &str, warmup: bool, repeat: usize, drafter: &str, block_size: usize, s: &SpecStats) -> Self {
+    pub fn new(
+        prompt_id: &str,
+        warmup: bool,
+        repeat: usize,
+        drafter: &str,
+        width: crate::policy::Width,
+        s: &SpecStats,
+    ) -> Self {
         let passes = s.rounds + s.plain_steps;
         let per = |t: f64| (passes > 0).then(|| t * 1e3 / passes as f64);
         SpeculativeDiagnostics {
@@ -355,7 +374,7 @@ impl SpeculativeDiagnostics {
             warmup,
             repeat,
             drafter: drafter.to_string(),
-            block_size,
+            width,
             rounds: s.rounds,
             plain_steps: s.plain_steps,
             drafted: s.drafted,
@@ -386,7 +405,8 @@ pub struct Declined {
     pub warmup: bool,
     pub repeat: usize,
     pub drafter: String,
-    pub block_size: usize,
+    #[serde(alias = "block_size")]
+    pub width: crate::policy::Width,
     pub reason: String,
     /// The failed probe, when that is the reason.
     pub probe: Option<ProbeReport>,

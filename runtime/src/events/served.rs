@@ -34,7 +34,8 @@ pub struct ServedTimings {
 pub enum ServedSpeculative {
     Ran {
         drafter: String,
-        block_size: usize,
+        #[serde(alias = "block_size")]
+        width: crate::policy::Width,
         rounds: usize,
         drafted: usize,
         accepted: usize,
@@ -43,7 +44,8 @@ pub enum ServedSpeculative {
     },
     Declined {
         drafter: String,
-        block_size: usize,
+        #[serde(alias = "block_size")]
+        width: crate::policy::Width,
         declined: String,
     },
 }
@@ -66,7 +68,7 @@ impl ServedTimings {
             speculative: speculation.map(|s| match s {
                 SpeculationReport::Diagnostics(d) => ServedSpeculative::Ran {
                     drafter: d.drafter.clone(),
-                    block_size: d.block_size,
+                    width: d.width,
                     rounds: d.rounds,
                     drafted: d.drafted,
                     accepted: d.accepted,
@@ -75,7 +77,7 @@ impl ServedTimings {
                 },
                 SpeculationReport::Declined(d) => ServedSpeculative::Declined {
                     drafter: d.drafter.clone(),
-                    block_size: d.block_size,
+                    width: d.width,
                     declined: d.reason.clone(),
                 },
             }),
@@ -89,8 +91,8 @@ mod tests {
 
     #[test]
     fn speculative_counters_and_declines_read_back_as_their_own_shape() {
-        let ran = r#"{"acceptance_rate":null,"accepted":3,"block_size":2,"drafted":4,"drafter":"ngram","emitted_per_verify":1.5,"rounds":2}"#;
-        let declined = r#"{"block_size":2,"declined":"probe failed","drafter":"ngram"}"#;
+        let ran = r#"{"acceptance_rate":null,"accepted":3,"drafted":4,"drafter":"ngram","emitted_per_verify":1.5,"rounds":2,"width":2}"#;
+        let declined = r#"{"declined":"probe failed","drafter":"ngram","width":2}"#;
         let r: ServedSpeculative = serde_json::from_str(ran).unwrap();
         assert!(matches!(r, ServedSpeculative::Ran { rounds: 2, acceptance_rate: None, .. }), "{r:?}");
         let d: ServedSpeculative = serde_json::from_str(declined).unwrap();

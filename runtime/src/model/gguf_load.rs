@@ -212,6 +212,13 @@ pub fn weights_from_gguf(f: &Arc<GgufFile>, cfg: &LlamaConfig) -> Result<LlamaWe
     })
 }
 
+/// Elements of every tensor in a GGUF file (what its model card counts; a
+/// tied head is stored once): the parameter count of a policy key, read
+/// from the tensor infos alone.
+pub fn parameters(f: &GgufFile) -> u64 {
+    f.tensors.iter().map(|t| t.n_elems).fold(0u64, u64::saturating_add)
+}
+
 /// The storage formats of the matrices a GGUF target's forward pass reads
 /// (the embedding, the layers' matrices, the head), lowercase ggml names,
 /// sorted, each once: what [`LlamaWeights::formats`] reports once loaded,

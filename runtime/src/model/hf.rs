@@ -438,6 +438,7 @@ pub fn load_dir(dir: &Path) -> Result<Loaded, ModelError> {
         vocab: cfg.vocab,
         context_length: cfg.context_length,
         weight_formats: weights.formats(),
+        parameters: weights.parameters(),
     };
     Ok(Loaded { model: Model::new(cfg, weights), tokenizer, info })
 }

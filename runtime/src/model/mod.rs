@@ -69,7 +69,13 @@ pub struct ModelInfo {
     /// fingerprint covers these formats' kernels.
     #[serde(default)]
     pub weight_formats: Vec<String>,
+    /// Elements of every weight tensor (a tied head counted once): with the
+    /// architecture, the model part of a policy key. 0 in events before
+    /// schema 2.
+    #[serde(default)]
+    pub parameters: u64,
 }
+
 
 /// A model with its tokenizer, ready to run.
 pub struct Loaded {
@@ -108,6 +114,7 @@ pub fn load(path: &Path) -> Result<Loaded, ModelError> {
         vocab: config.vocab,
         context_length: config.context_length,
         weight_formats: weights.formats(),
+        parameters: gguf_load::parameters(&file),
     };
     Ok(Loaded { model: Model::new(config, weights), tokenizer, info })
 }
@@ -136,6 +143,11 @@ pub enum ForwardError {
 }
 
 impl ModelInfo {
+    /// The target as a policy key holds it.
+    pub fn model_class(&self) -> crate::policy::ModelClass {
+        crate::policy::ModelClass { architecture: self.architecture.clone(), parameters: self.parameters }
+    }
+
     /// A GGUF file's tokenizer must list one token per embedding row (as
     /// llama.cpp requires): with fewer, the model can emit ids the tokenizer
     /// cannot decode, and they would vanish from the text. (Hugging Face

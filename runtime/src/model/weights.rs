@@ -213,6 +213,33 @@ impl LlamaWeights {
             .chain(std::iter::once(head))
     }
 
+    /// Elements of every weight: the embedding, each layer's matrices,
+    /// norms and biases, the output norm and an untied head (a tied head
+    /// counted once). A Hugging Face checkpoint's parameter count in its
+    /// policy key (a GGUF file's is its tensor infos',
+    /// [`super::gguf_load::parameters`]; the two agree on every file the
+    /// loader takes whole).
+    pub fn parameters(&self) -> u64 {
+        let m = |w: &WeightMatrix| (w.rows * w.cols) as u64;
+        let v = |x: &[f32]| x.len() as u64;
+        let o = |x: &Option<Vec<f32>>| x.as_deref().map_or(0, v);
+        let layers: u64 = self
+            .layers
+            .iter()
+            .map(|l| {
+                let e = &l.extra;
+                [&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down].into_iter().map(m).sum::<u64>()
+                    + v(&l.attn_norm)
+                    + v(&l.ffn_norm)
+                    + [&e.q_norm, &e.k_norm, &e.post_attn, &e.post_ffn, &e.q_bias, &e.k_bias, &e.v_bias]
+                        .into_iter()
+                        .map(o)
+                        .sum::<u64>()
+            })
+            .sum();
+        m(&self.embed) + layers + v(&self.out_norm) + self.head.as_ref().map_or(0, m)
+    }
+
     /// The storage formats of the embedding and every product matrix,
     /// lowercase ggml names, sorted, each once.
     pub fn formats(&self) -> Vec<String> {

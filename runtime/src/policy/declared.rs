@@ -6,33 +6,16 @@
 //! |---|---|---|
 //! | `ngram`, `layerskip`, `suffix` | none | — |
 //! | `draft-model` | `--drafter-model` | `num_speculative_tokens` (root or `speculative_config`) |
-//! | `dflash` | `--drafter-model` | `block_size` (root or `dflash_config`): the block holds the last verified token, so it drafts `block_size - 1` |
+//! | `dflash` | `--drafter-model` | `block_size` (root or `dflash_config`): the block holds the last verified token, so it drafts one token less |
 //! | `mtp` | the target | `num_nextn_predict_layers` (root or `text_config`); GGUF `<arch>.nextn_predict_layers` |
 
-use super::kind::{DeclarationSource, DrafterKind};
 use super::quant::read_json_object;
-use super::table::MAX_BLOCK_SIZE;
 use crate::gguf::GgufFile;
-use serde::Serialize;
+pub use policy::declared::Declared;
+use policy::kind::{DeclarationSource, DrafterKind};
+use policy::width::{MAX_WIDTH, Width};
 use serde_json::{Map, Value};
 use std::path::Path;
-
-/// What step 2 found.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-#[serde(tag = "kind", rename_all = "snake_case")]
-pub enum Declared {
-    /// The checkpoint declares this width; `evidence` names file and field.
-    Width { block_size: usize, evidence: String },
-    /// Nothing declared, and why (no checkpoint for this kind, none given,
-    /// no such field, unreadable config, out of range).
-    Absent { why: String },
-}
-
-impl Declared {
-    fn absent(why: impl Into<String>) -> Self {
-        Declared::Absent { why: why.into() }
-    }
-}
 
 /// Reads the declared width for `kind` from the drafter checkpoint or the
 /// target, as the kind dictates. Never fails: what is missing is `Absent`.
@@ -70,10 +53,9 @@ fn int_at(m: &Map<String, Value>, scopes: &[&str], key: &str) -> Option<(String,
 }
 
 fn checked(width: i128, evidence: String) -> Declared {
-    if (1..=MAX_BLOCK_SIZE as i128).contains(&width) {
-        Declared::Width { block_size: width as usize, evidence }
-    } else {
-        Declared::absent(format!("{evidence}: a width of {width} is outside 1..={MAX_BLOCK_SIZE}, ignored"))
+    match usize::try_from(width).ok().and_then(|w| Width::new(w).ok()) {
+        Some(width) => Declared::Width { width, evidence },
+        None => Declared::absent(format!("{evidence}: a width of {width} is outside 1..={MAX_WIDTH}, ignored")),
     }
 }
 

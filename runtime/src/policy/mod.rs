@@ -1,42 +1,34 @@
-//! The draft-width policy: the measured table compiled in, the target
-//! classification it is keyed on, and the resolution that picks a width and
-//! says where it came from.
+//! The runtime's side of the draft-width policy: the table compiled into
+//! this binary, this build's verify-path fingerprints, and the readers that
+//! take a policy key's parts from model files. The types, the table compiler
+//! and the resolver are the `policy` crate's (re-exported here).
 //!
-//! - [`kind`]: [`DrafterKind`] and the per-kind constants.
-//! - [`table`]: the table compiler ([`table::compile`]) shared with
-//!   `build.rs`; [`compiled_table`] is the table this binary was built with.
-//! - [`quant`]: [`QuantClass`] and the classifier (GGUF, config.json).
-//! - [`declared`]: widths a checkpoint declares.
-//! - [`resolve`]: [`resolve()`], [`Resolution`] and [`Provenance`].
-//! - [`fingerprint`]: the verify-path fingerprint: [`KERNEL_FINGERPRINT`]
-//!   for the whole build, [`verify_fingerprint`] for one key.
+//! - [`quant`]: the target classifier (GGUF layer matrices, `config.json`,
+//!   safetensors headers) → [`QuantClass`].
+//! - [`declared`]: widths a checkpoint declares → [`Declared`].
+//! - [`compiled_table`]: the table this binary was built with;
+//!   [`compiled_resolver`] resolves against it with this build's
+//!   fingerprints.
+//! - [`KERNEL_FINGERPRINT`] for the whole build, [`verify_fingerprint`] for
+//!   one key.
 //!
 //! How the table gets in: `build.rs` compiles `policy/draft-block-width.toml`
-//! with [`table::compile`] (record paths checked against the repository),
-//! fails the build on any problem, and copies the validated bytes to
-//! `OUT_DIR`; this module embeds that copy with `include_str!` and compiles
-//! it again on first use, without the record check (records are not shipped
-//! with the binary). Embedding the copy, not the source file, means the
-//! bytes in the binary are exactly the bytes that were validated.
+//! with [`policy::table::compile`] (record paths checked against the
+//! repository), fails the build on any problem, and copies the validated
+//! bytes to `OUT_DIR`; this module embeds that copy with `include_str!` and
+//! compiles it again on first use, without the record check (records are not
+//! shipped with the binary). Embedding the copy, not the source file, means
+//! the bytes in the binary are exactly the bytes that were validated.
 
 pub mod declared;
-pub mod fingerprint;
-pub mod kind;
 pub mod quant;
-pub mod resolve;
-pub mod table;
 
 #[cfg(test)]
 pub(crate) mod tests;
 
-pub use declared::{Declared, read_declared};
-pub use kind::{DeclarationSource, DrafterKind, DrafterSettings, Probability};
-pub use quant::{QuantClass, classify_path};
-pub use resolve::{
-    BLOCK_SIZE_ENV, BLOCK_SIZE_FLAG, Fallback, PolicyError, Provenance, Resolution, ResolveInput, Resolver, Step,
-    StepKind, env_override, resolve,
-};
-pub use table::{Entry, MAX_BLOCK_SIZE, Table, TableError, Width};
+pub use ::policy::*;
+pub use declared::read_declared;
+pub use quant::classify_path;
 
 use std::sync::OnceLock;
 
@@ -51,14 +43,11 @@ pub const PART_HASHES: [&str; fingerprint::VERIFY_PATH.len()] =
     include!(concat!(env!("OUT_DIR"), "/verify_path_hashes.rs"));
 
 /// This build's verify-path fingerprint for a key: the parts that apply to
-/// `device_class` and to a target with these weight formats (`None`: not
-/// known, so every format's parts).
-pub fn verify_fingerprint(device_class: &str, weight_formats: Option<&[String]>) -> String {
-    fingerprint::combine(&PART_HASHES, |p| fingerprint::applies(p, device_class, weight_formats))
+/// `device` and to a target with these weight formats (`None`: not known,
+/// so every format's parts).
+pub fn verify_fingerprint(device: &DeviceClass, weight_formats: Option<&[String]>) -> String {
+    fingerprint::combine(&PART_HASHES, |p| fingerprint::applies(p, device.as_str(), weight_formats))
 }
-
-/// The table's path relative to the repository root.
-pub const TABLE_FILE: &str = "policy/draft-block-width.toml";
 
 /// The table's bytes as `build.rs` validated them.
 pub const COMPILED_TABLE_TOML: &str = include_str!(concat!(env!("OUT_DIR"), "/draft-block-width.toml"));
@@ -70,4 +59,31 @@ pub fn compiled_table() -> &'static Table {
         table::compile(TABLE_FILE, COMPILED_TABLE_TOML, table::RecordCheck::Skip)
             .unwrap_or_else(|e| panic!("build.rs validated this table, yet it does not compile: {e}"))
     })
+}
+
+/// The compiled table with this build's fingerprints.
+pub fn compiled_resolver() -> Resolver<'static> {
+    Resolver { table: compiled_table(), fingerprint: &verify_fingerprint }
+}
+
+/// Resolves a named drafter's width with the compiled table.
+pub fn resolve(input: &ResolveInput<'_>) -> Result<Resolution, PolicyError> {
+    compiled_resolver().resolve(input)
+}
+
+/// The class a host gets when `/proc/cpuinfo` names no CPU family and model
+/// (another OS, a sandbox): it matches no measured entry, so only entries
+/// whose whole interval is above 1.0 may stand in.
+pub const UNKNOWN_HOST: &str = "unknown-cpu";
+
+/// This host's CPU class, read once from `/proc/cpuinfo` (size-capped).
+pub fn host_class_here() -> HostClass {
+    static HOST: OnceLock<HostClass> = OnceLock::new();
+    HOST.get_or_init(|| {
+        HostClass::this_host().unwrap_or_else(|why| {
+            tracing::debug!("host class: {why}; using {UNKNOWN_HOST}");
+            HostClass::parse(UNKNOWN_HOST).expect("a valid class name")
+        })
+    })
+    .clone()
 }

@@ -29,81 +29,16 @@
 //!   dtype of the layer matrices in the safetensors header.
 
 use crate::gguf::GgufFile;
-use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-/// The class of a target nobody could classify.
-pub const UNKNOWN: &str = "unknown";
+pub use policy::quant::{QuantClass, UNKNOWN};
 
 /// Largest `config.json` read (real ones are a few KiB).
 const MAX_CONFIG_BYTES: u64 = 16 << 20;
 /// Largest safetensors header read (the format itself caps it at 100 MB).
 const MAX_SAFETENSORS_HEADER: u64 = 100_000_000;
-
-/// How the target's weights are quantized, and how that was decided.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct QuantClass {
-    /// Lowercase class (`q4_1`, `nvfp4`, `bf16`, ...) or `unknown`.
-    pub class: String,
-    /// The evidence in words, or why there is none.
-    pub from: String,
-    /// The file that was read.
-    #[serde(default)]
-    pub file: Option<PathBuf>,
-    /// The field (or metadata key, or tensor set) that decided.
-    #[serde(default)]
-    pub field: Option<String>,
-    /// The format that declared the class (`gguf`, `mlx`, `modelopt`,
-    /// `compressed-tensors`, `gptq`, `awq`, `fp8`, `bitsandbytes`,
-    /// `torch_dtype`, `safetensors`); not part of the key.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub format: Option<String>,
-}
-
-impl QuantClass {
-    fn new(class: impl Into<String>, from: impl Into<String>, file: &Path, field: impl Into<String>) -> Self {
-        QuantClass {
-            class: class.into(),
-            from: from.into(),
-            file: Some(file.to_path_buf()),
-            field: Some(field.into()),
-            format: None,
-        }
-    }
-
-    fn declared_by(mut self, format: &str) -> Self {
-        self.format = Some(format.to_string());
-        self
-    }
-
-    /// An unknown class with the reason (`from`) and the file it concerns.
-    pub fn unknown(file: Option<&Path>, why: impl Into<String>) -> Self {
-        QuantClass {
-            class: UNKNOWN.into(),
-            from: why.into(),
-            file: file.map(Path::to_path_buf),
-            field: None,
-            format: None,
-        }
-    }
-
-    /// An unknown class with the file and the field that could not be read.
-    fn unknown_at(file: &Path, field: impl Into<String>, why: impl Into<String>) -> Self {
-        QuantClass {
-            class: UNKNOWN.into(),
-            from: why.into(),
-            file: Some(file.to_path_buf()),
-            field: Some(field.into()),
-            format: None,
-        }
-    }
-
-    pub fn is_unknown(&self) -> bool {
-        self.class == UNKNOWN
-    }
-}
 
 /// A class as the table spells it: lowercase, `[a-z0-9_+-]`.
 fn class_name(s: &str) -> String {

@@ -188,7 +188,7 @@ fn the_kinds_dispatch_matrix() {
             let want_width = match want {
                 Decl => 9,
                 Tab => 6,
-                _ => kind.default_block_size(),
+                _ => kind.default_width(),
             };
             assert_eq!(r.block_size, Some(want_width), "{kind} declares={declares} measured={measured}");
             // The override beats every one of them.
@@ -218,12 +218,12 @@ fn per_kind_constants_apply_when_no_entry_matches() {
         entry("layerskip", "cuda:sm_90", "q4_1", "6", FP),
     ]);
     for (kind, n) in constants {
-        assert_eq!(kind.default_block_size(), n, "{kind}");
+        assert_eq!(kind.default_width(), n, "{kind}");
         let r = In::new(kind, "q4_1").resolve(&t).unwrap();
         assert_eq!(r.block_size, Some(n), "{kind}");
         assert_eq!(decided(&r), StepKind::Default);
         assert_eq!(
-            r.block_size_from,
+            r.width_from,
             format!(
                 "per-kind default {n}: no measurement for {kind} on cpu:x86_64-avx2 with a q4_1 target at 2 threads"
             )
@@ -246,7 +246,7 @@ fn a_target_directory_with_no_config_json_classifies_unknown_and_says_so() {
     let r = i.resolve(&t).unwrap();
     assert_eq!(r.block_size, Some(4));
     assert_eq!(
-        r.block_size_from,
+        r.width_from,
         format!(
             "per-kind default 4: no key for ngram on cpu:x86_64-avx2 at 2 threads: target quantization unknown \
              (config.json not found in {d}; read {d}/config.json)",
@@ -265,21 +265,21 @@ fn the_flag_beats_the_environment_and_a_difference_is_said() {
     i.env = Some("3");
     let r = i.resolve(&t).unwrap();
     assert_eq!((decided(&r), r.block_size), (StepKind::Env, Some(3)));
-    assert_eq!(r.block_size_from, "DRAFTWISE_DRAFT_BLOCK_SIZE=3");
+    assert_eq!(r.width_from, "DRAFTWISE_DRAFT_BLOCK_SIZE=3");
 
     i.flag = Some("5");
     let r = i.resolve(&t).unwrap();
     assert_eq!((decided(&r), r.block_size), (StepKind::Flag, Some(5)));
-    assert_eq!(r.block_size_from, "--draft-block-size 5, overriding DRAFTWISE_DRAFT_BLOCK_SIZE=3");
+    assert_eq!(r.width_from, "--draft-block-size 5, overriding DRAFTWISE_DRAFT_BLOCK_SIZE=3");
     assert!(r.steps[1].detail.contains("differs from --draft-block-size 5, which wins"), "{:?}", r.steps[1]);
 
     i.env = Some("5");
     let r = i.resolve(&t).unwrap();
-    assert_eq!(r.block_size_from, "--draft-block-size 5 (DRAFTWISE_DRAFT_BLOCK_SIZE=5 agrees)");
+    assert_eq!(r.width_from, "--draft-block-size 5 (DRAFTWISE_DRAFT_BLOCK_SIZE=5 agrees)");
 
     i.env = None;
     let r = i.resolve(&t).unwrap();
-    assert_eq!(r.block_size_from, "--draft-block-size 5");
+    assert_eq!(r.width_from, "--draft-block-size 5");
 
     // `off` is an override too; an empty variable is unset.
     i.flag = Some("off");
@@ -321,8 +321,8 @@ fn every_provenance_string_is_distinct() {
         entry("ngram", "cpu:x86_64-avx2", "f16", "6", OTHER_FP),
     ]);
     let base = || In::new(DrafterKind::Ngram, "q4_1");
-    let mut strings = vec![Resolution::no_drafter().block_size_from];
-    let mut add = |i: In<'_>| strings.push(i.resolve(&t).unwrap().block_size_from);
+    let mut strings = vec![Resolution::no_drafter().width_from];
+    let mut add = |i: In<'_>| strings.push(i.resolve(&t).unwrap().width_from);
     add(In { flag: Some("5"), ..base() });
     add(In { flag: Some("5"), env: Some("3"), ..base() });
     add(In { flag: Some("5"), env: Some("5"), ..base() });
@@ -341,16 +341,16 @@ fn every_provenance_string_is_distinct() {
     add(In { threads: 1, ..base() });
     // Without a drafter flag: each way the policy decides.
     let on = In::new(DrafterKind::Ngram, "q4_1");
-    strings.push(on.auto(&t).block_size_from);
-    strings.push(In { threads: 1, ..In::new(DrafterKind::Ngram, "q4_1") }.auto(&t).block_size_from);
-    strings.push(In::new(DrafterKind::Ngram, "q8_0").auto(&t).block_size_from);
-    strings.push(In::new(DrafterKind::Ngram, "f16").auto(&t).block_size_from);
-    strings.push(In::new(DrafterKind::Ngram, "bf16").auto(&t).block_size_from);
+    strings.push(on.auto(&t).width_from);
+    strings.push(In { threads: 1, ..In::new(DrafterKind::Ngram, "q4_1") }.auto(&t).width_from);
+    strings.push(In::new(DrafterKind::Ngram, "q8_0").auto(&t).width_from);
+    strings.push(In::new(DrafterKind::Ngram, "f16").auto(&t).width_from);
+    strings.push(In::new(DrafterKind::Ngram, "bf16").auto(&t).width_from);
     let reaching = table(&[entry("ngram", "cpu:x86_64-avx2", "q4_1", "6", FP)
         .replace("ratio_interval = [1.4, 1.6]", "ratio_interval = [0.9, 1.6]")]);
-    strings.push(on.auto(&reaching).block_size_from);
+    strings.push(on.auto(&reaching).width_from);
     let unknown = QuantClass::unknown(Some(dir), format!("config.json not found in {}", dir.display()));
-    strings.push(In { quant: unknown, ..In::new(DrafterKind::Ngram, "q4_1") }.auto(&t).block_size_from);
+    strings.push(In { quant: unknown, ..In::new(DrafterKind::Ngram, "q4_1") }.auto(&t).width_from);
     let n = strings.len();
     let unique: HashSet<&String> = strings.iter().collect();
     assert_eq!(unique.len(), n, "{strings:#?}");
@@ -391,7 +391,7 @@ fn a_stale_entry_is_not_used_and_names_both_fingerprints() {
     assert_eq!(r.block_size, Some(4), "the per-kind constant applies");
     assert_eq!(decided(&r), StepKind::Default);
     assert_eq!(
-        r.block_size_from,
+        r.width_from,
         format!(
             "per-kind default 4: the entry for layerskip on cuda:sm_121 with an nvfp4 target is stale: measured \
              with verify-path fingerprint {OTHER_FP}, this build has {FP} for the key (records/r1); re-measure \
@@ -414,7 +414,7 @@ fn an_off_entry_disables_speculation_by_default_but_an_override_still_wins() {
     let mut i = In::new(DrafterKind::DraftModel, "q4_1");
     let r = i.resolve(&t).unwrap();
     assert_eq!((decided(&r), r.block_size), (StepKind::Table, None));
-    assert!(r.block_size_from.starts_with("measured off for draft-model on cpu:x86_64-avx2 with a q4_1 target"));
+    assert!(r.width_from.starts_with("measured off for draft-model on cpu:x86_64-avx2 with a q4_1 target"));
     assert!(r.summary().starts_with("draft width off for draft-model:"), "{}", r.summary());
     assert_eq!(t.entries[0].block_size, Width::Off);
     i.flag = Some("3");
@@ -425,7 +425,7 @@ fn an_off_entry_disables_speculation_by_default_but_an_override_still_wins() {
 fn no_drafter_means_no_width() {
     let r = Resolution::no_drafter();
     assert_eq!((r.drafter, r.block_size), (None, None));
-    assert_eq!(r.block_size_from, "speculation off: --drafter none");
+    assert_eq!(r.width_from, "speculation off: --drafter none");
     assert_eq!(r.summary(), "classic decoding: speculation off: --drafter none");
 }
 
@@ -970,7 +970,7 @@ fn no_drafter_flag_speculates_with_a_fresh_entry_above_classic() {
     assert_eq!(r.drafter_settings, Some(DrafterSettings::ngram(3, 4)));
     assert!(matches!(r.provenance, Provenance::PolicyOn { .. }));
     assert_eq!(
-        r.block_size_from,
+        r.width_from,
         "speculation on by the policy (no --drafter): measured for ngram on cpu:x86_64-avx2 with a q4_1 target at \
          2 threads (ngram_min 3, ngram_max 4): 1.50x classic [1.40, 1.60] (records/r1, 2026-01-15)"
     );
@@ -984,7 +984,7 @@ fn at_another_thread_count_the_policy_keeps_classic_and_names_both_counts() {
     let r = In { threads: 1, ..In::new(DrafterKind::Ngram, "q4_1") }.auto(&t);
     assert_eq!((r.drafter, r.block_size), (None, None));
     assert_eq!(
-        r.block_size_from,
+        r.width_from,
         "speculation off by the policy (no --drafter): no measurement for ngram on cpu:x86_64-avx2 with a q4_1 \
          target at 1 thread: the table measured it at 2 threads (records/r1) only"
     );
@@ -992,7 +992,7 @@ fn at_another_thread_count_the_policy_keeps_classic_and_names_both_counts() {
     // A named drafter falls back to its constant, with the same reason.
     let r = In { threads: 1, ..In::new(DrafterKind::Ngram, "q4_1") }.resolve(&t).unwrap();
     assert_eq!((decided(&r), r.block_size), (StepKind::Default, Some(4)));
-    assert!(r.block_size_from.contains("at 1 thread: the table measured it at 2 threads"), "{}", r.block_size_from);
+    assert!(r.width_from.contains("at 1 thread: the table measured it at 2 threads"), "{}", r.width_from);
 }
 
 #[test]
@@ -1005,7 +1005,7 @@ fn an_off_entry_keeps_classic_without_a_drafter_flag() {
     assert_eq!((r.drafter, r.block_size), (None, None));
     assert!(matches!(r.provenance, Provenance::PolicyClassic { fallback: Fallback::Off { .. }, .. }));
     assert_eq!(
-        r.block_size_from,
+        r.width_from,
         "speculation off by the policy (no --drafter): measured off for ngram on cpu:x86_64-avx2 with a q4_1 target \
          at 2 threads: speculation ran 0.90x classic [0.85, 0.95] (records/r1, 2026-01-15)"
     );
@@ -1018,9 +1018,9 @@ fn a_width_whose_interval_reaches_classic_does_not_turn_speculation_on() {
     let r = In::new(DrafterKind::Ngram, "q4_1").auto(&table(&[e]));
     assert_eq!(r.drafter, None);
     assert!(
-        r.block_size_from.contains("but its interval [0.99, 1.60] reaches 1.0 (records/r1)"),
+        r.width_from.contains("but its interval [0.99, 1.60] reaches 1.0 (records/r1)"),
         "{}",
-        r.block_size_from
+        r.width_from
     );
 }
 
@@ -1030,7 +1030,7 @@ fn a_stale_entry_keeps_classic_without_a_drafter_flag_and_names_the_fingerprints
     let r = In::new(DrafterKind::Ngram, "q4_1").auto(&t);
     assert_eq!(r.drafter, None);
     assert_eq!(
-        r.block_size_from,
+        r.width_from,
         format!(
             "speculation off by the policy (no --drafter): the entry for ngram on cpu:x86_64-avx2 with a q4_1 target \
              at 2 threads is stale: measured with verify-path fingerprint {OTHER_FP}, this build has {FP} for the \
@@ -1051,10 +1051,10 @@ fn a_target_with_other_weight_formats_does_not_use_the_entry() {
     let res = r.auto(&i.host());
     assert_eq!(res.drafter, None);
     assert!(
-        res.block_size_from
+        res.width_from
             .contains("it measured a target with weight formats [q4_1, q8_0], this one has [q4_1, q6_k]"),
         "{}",
-        res.block_size_from
+        res.width_from
     );
     assert_eq!(r.auto(&In::new(DrafterKind::Ngram, "q4_1").host()).block_size, Some(3));
 }
@@ -1063,7 +1063,7 @@ fn a_target_with_other_weight_formats_does_not_use_the_entry() {
 fn with_no_entry_or_no_key_the_policy_keeps_classic_and_says_which_key() {
     let r = In::new(DrafterKind::Ngram, "q4_1").auto(&empty());
     assert_eq!(
-        r.block_size_from,
+        r.width_from,
         "speculation off by the policy (no --drafter): no measurement for a weight-free drafter (ngram, layerskip, suffix) \
          on cpu:x86_64-avx2 with a q4_1 target at 2 threads"
     );
@@ -1077,7 +1077,7 @@ fn with_no_entry_or_no_key_the_policy_keeps_classic_and_says_which_key() {
     };
     let r = In { quant: q, ..In::new(DrafterKind::Ngram, "q4_1") }.auto(&empty());
     assert_eq!(
-        r.block_size_from,
+        r.width_from,
         "speculation off by the policy (no --drafter): no key for a weight-free drafter (ngram, layerskip, suffix) on \
          cpu:x86_64-avx2 at 2 threads: target quantization unknown (config.json does not parse: expected value at \
          line 1 column 1; read /m/config.json, field quantization_config)"
@@ -1098,7 +1098,7 @@ fn the_fastest_weight_free_entry_wins_and_checkpoint_drafters_never_turn_on() {
     let cuda = entry("ngram", "cuda:sm_90", "q4_1", "4", FP);
     let r = In { device: "cuda:sm_90", threads: 16, ..In::new(DrafterKind::Ngram, "q4_1") }.auto(&table(&[cuda]));
     assert_eq!(r.block_size, Some(4));
-    assert!(r.block_size_from.contains("on cuda:sm_90 with a q4_1 target (ngram_min"), "{}", r.block_size_from);
+    assert!(r.width_from.contains("on cuda:sm_90 with a q4_1 target (ngram_min"), "{}", r.width_from);
 }
 
 #[test]
@@ -1117,7 +1117,7 @@ fn a_named_drafter_with_other_settings_does_not_use_the_entry() {
     let r = i.resolve(&t).unwrap();
     assert_eq!((decided(&r), r.block_size, r.drafter_settings.clone()), (StepKind::Default, Some(4), None));
     assert_eq!(
-        r.block_size_from,
+        r.width_from,
         "per-kind default 4: the entry for ngram on cpu:x86_64-avx2 with a q4_1 target at 2 threads was measured \
          with other drafter settings: ngram_min 1 (measured 3) (records/r1)"
     );

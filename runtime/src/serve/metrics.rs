@@ -116,7 +116,7 @@ pub struct Gauges<'a> {
     pub running: bool,
     pub drafter: &'a str,
     /// The resolved draft width; 0 when the server decodes classically.
-    pub block_size: usize,
+    pub width: usize,
 }
 
 fn counter(out: &mut String, name: &str, help: &str, v: u64) {
@@ -179,11 +179,11 @@ pub fn render(stats: &Stats, g: &Gauges<'_>) -> String {
         "Drafted tokens the verifier accepted.",
         load(&m.accepted_tokens),
     );
-    let name = "draftwise_draft_block_size";
+    let name = "draftwise_draft_width";
     let _ = writeln!(
         out,
         "# HELP {name} The resolved draft width (0: classic decoding).\n# TYPE {name} gauge\n{name}{{drafter=\"{}\"}} {}",
-        g.drafter, g.block_size
+        g.drafter, g.width
     );
     out
 }
@@ -210,7 +210,7 @@ mod tests {
     fn every_line_is_a_comment_or_a_sample() {
         let stats = Stats::default();
         stats.completed.store(3, Ordering::Relaxed);
-        let text = render(&stats, &Gauges { waiting: 2, running: true, drafter: "ngram", block_size: 3 });
+        let text = render(&stats, &Gauges { waiting: 2, running: true, drafter: "ngram", width: 3 });
         for line in text.lines() {
             assert!(
                 line.starts_with("# HELP ")
@@ -221,6 +221,6 @@ mod tests {
         }
         assert!(text.contains("draftwise_requests_total{outcome=\"completed\"} 3\n"));
         assert!(text.contains("draftwise_queue_waiting 2\n"));
-        assert!(text.contains("draftwise_draft_block_size{drafter=\"ngram\"} 3\n"));
+        assert!(text.contains("draftwise_draft_width{drafter=\"ngram\"} 3\n"));
     }
 }

@@ -103,7 +103,7 @@ async fn metrics(State(app): State<Arc<App>>) -> Response {
         waiting: app.queue.len(),
         running: app.stats.running.load(Ordering::SeqCst),
         drafter: spec["drafter"].as_str().unwrap_or("none"),
-        block_size: spec["block_size"].as_u64().unwrap_or(0) as usize,
+        width: spec["width"].as_u64().unwrap_or(0) as usize,
     };
     let text = super::metrics::render(&app.stats, &g);
     (StatusCode::OK, [(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], text).into_response()

@@ -2,7 +2,7 @@
 //!
 //! Each round: the next token `t` comes from the pending logits exactly as in
 //! classic decoding (same sampler, same stop rule); the drafter proposes up
-//! to `block_size` tokens after it; one target pass runs `[t, d0 .. dn-1]`
+//! to `width` tokens after it; one target pass runs `[t, d0 .. dn-1]`
 //! (W = n + 1 rows) and yields, for every row, the logits classic decoding
 //! would have computed at that position — bit for bit, because a verify row
 //! uses exactly the chain's arithmetic (see `model::llama`). Greedy
@@ -13,6 +13,7 @@
 //! rejection resamples from `max(0, p − q)` (Leviathan et al. 2023; Chen et
 //! al. 2023), which preserves the target distribution.
 
+use crate::policy::Width;
 use super::drafter::{Drafter, Proposal};
 use crate::generate::{Engine, FinishReason, GenerateError, Generation, Halt, NoSink, Prefilled, TokenSink, at_limit};
 use crate::model::llama::LogitRows;
@@ -75,7 +76,7 @@ enum Pending {
 
 impl Engine {
     /// Speculative decoding of `prompt` with `drafter`, drafting up to
-    /// `block_size` tokens per round. Greedy output equals
+    /// `width` tokens per round. Greedy output equals
     /// [`Engine::generate`]'s token for token.
     pub fn generate_speculative(
         &self,
@@ -83,10 +84,10 @@ impl Engine {
         max_tokens: usize,
         sampling: &SamplingParams,
         drafter: &mut dyn Drafter,
-        block_size: usize,
+        width: Width,
     ) -> Result<(Generation, SpecStats), GenerateError> {
         let p = self.prefill(prompt)?;
-        self.decode_speculative(p, max_tokens, sampling, drafter, block_size)
+        self.decode_speculative(p, max_tokens, sampling, drafter, width)
     }
 
     /// Speculative decoding after a prefill.
@@ -96,9 +97,9 @@ impl Engine {
         max_tokens: usize,
         sampling: &SamplingParams,
         drafter: &mut dyn Drafter,
-        block_size: usize,
+        width: Width,
     ) -> Result<(Generation, SpecStats), GenerateError> {
-        self.decode_speculative_with(p, max_tokens, sampling, drafter, block_size, &mut NoSink)
+        self.decode_speculative_with(p, max_tokens, sampling, drafter, width, &mut NoSink)
     }
 
     /// [`Engine::decode_speculative`], reporting each emitted token to
@@ -110,7 +111,7 @@ impl Engine {
         max_tokens: usize,
         sampling: &SamplingParams,
         drafter: &mut dyn Drafter,
-        block_size: usize,
+        width: Width,
         sink: &mut dyn TokenSink,
     ) -> Result<(Generation, SpecStats), GenerateError> {
         let model = &self.loaded.model;
@@ -120,7 +121,7 @@ impl Engine {
         let Prefilled { prompt, mut session, logits, prefill_s } = p;
         self.install(|| {
             let mut rng = Rng::new(sampling.seed);
-            let mut stats = SpecStats { accepted_per_position: vec![0; block_size], ..Default::default() };
+            let mut stats = SpecStats { accepted_per_position: vec![0; width.get()], ..Default::default() };
             let mut pending = Pending::Logits(logits);
             let t1 = Instant::now();
             let mut context: Vec<u32> = prompt.clone();
@@ -150,23 +151,25 @@ impl Engine {
                 if full(&out) {
                     break FinishReason::Length;
                 }
-                // Draft no further than the budget and the context allow.
-                let room = block_size.min(max_tokens - out.len()).min(ctx_limit - session.len() - 1);
+                // This round's width: no further than the budget and the
+                // context allow.
+                let round_width = width.get().min(max_tokens - out.len()).min(ctx_limit - session.len() - 1);
                 let td = Instant::now();
-                let mut proposal = if room > 0 {
-                    drafter.propose(fam, &context, room, sampling, &mut rng)?
+                let mut proposal = if round_width > 0 {
+                    drafter.propose(fam, &context, round_width, sampling, &mut rng)?
                 } else {
                     Default::default()
                 };
-                proposal.tokens.truncate(room);
+                proposal.tokens.truncate(round_width);
                 stats.draft_s += td.elapsed().as_secs_f64();
                 let draft = &proposal.tokens;
-                let mut block = Vec::with_capacity(draft.len() + 1);
-                block.push(t);
-                block.extend_from_slice(draft);
+                // The verify pass's rows: the last emitted token, then the drafts.
+                let mut verify_rows = Vec::with_capacity(draft.len() + 1);
+                verify_rows.push(t);
+                verify_rows.extend_from_slice(draft);
                 let base = session.len();
                 let tv = Instant::now();
-                let rows = model.forward(fam, &mut session, &block, LogitRows::All)?;
+                let rows = model.forward(fam, &mut session, &verify_rows, LogitRows::All)?;
                 let pass_s = tv.elapsed().as_secs_f64();
                 stats.verify_s += pass_s;
                 steps += 1;

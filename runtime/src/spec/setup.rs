@@ -25,7 +25,7 @@ pub struct SpecSettings {
     /// A drafter kind, or `none` for classic decoding.
     pub drafter: Option<String>,
     /// Tokens drafted per verify step, as given (parsed by the resolution).
-    pub draft_block_size: Option<String>,
+    pub draft_width: Option<String>,
     /// The draft checkpoint for the `draft-model` kind.
     pub drafter_model: Option<PathBuf>,
     /// `layerskip` layers: a count K or a list like `0,1,2,7`.
@@ -50,10 +50,10 @@ pub struct Speculation {
     /// table decided).
     pub settings: DrafterSettings,
     /// Drafted tokens per verify; `None` when the policy table says `off`.
-    pub block_size: Option<usize>,
-    /// Where `block_size` came from (the policy resolution's provenance).
-    pub block_size_from: String,
-    /// The exactness probe at `block_size`; `None` when off.
+    pub width: Option<policy::Width>,
+    /// Where `width` came from (the policy resolution's provenance).
+    pub width_from: String,
+    /// The exactness probe at `width`; `None` when off.
     pub probe: Option<ProbeReport>,
     /// Why the probe could not run (speculation is then declined).
     pub probe_error: Option<String>,
@@ -257,12 +257,20 @@ pub fn build_drafter(kind_s: &str, args: &SpecSettings, engine: &Engine) -> Resu
     Ok((kind, build_drafter_with(kind, &settings, args, engine)?))
 }
 
-/// The policy key of this process: device class, target quantization,
-/// threads and weight formats.
-pub fn host_of<'a>(engine: &'a Engine, device_class: &'a str) -> policy::resolve::Host<'a> {
-    policy::resolve::Host {
-        device_class,
-        target_quant: &engine.loaded.info.quant,
+/// This process as a policy key sees it: device class, host class, target
+/// quantization and model, threads and weight formats.
+pub fn run_of<'a>(
+    engine: &'a Engine,
+    device: &'a policy::DeviceClass,
+    host: &'a policy::HostClass,
+    model: &'a policy::ModelClass,
+) -> policy::Run<'a> {
+    policy::Run {
+        device,
+        host,
+        quant: &engine.loaded.info.quant,
+        model,
+        file: engine.loaded.info.path.file_name().and_then(|n| n.to_str()),
         threads: engine.threads,
         weight_formats: Some(&engine.loaded.info.weight_formats),
     }
@@ -271,14 +279,14 @@ pub fn host_of<'a>(engine: &'a Engine, device_class: &'a str) -> policy::resolve
 impl Speculation {
     /// How this process decodes, resolved with the compiled policy.
     pub fn from_settings(args: &SpecSettings, engine: &Engine) -> Result<Decoding> {
-        Speculation::resolve(args, engine, &policy::Resolver::compiled())
+        Speculation::resolve(args, engine, &policy::compiled_resolver())
     }
 
     /// [`Speculation::from_settings`] against a given policy (tests pass
     /// their own table).
     pub fn resolve(args: &SpecSettings, engine: &Engine, resolver: &policy::Resolver<'_>) -> Result<Decoding> {
         let given = |a: &SpecSettings| {
-            a.draft_block_size.is_some()
+            a.draft_width.is_some()
                 || a.drafter_model.is_some()
                 || a.layerskip_layers.is_some()
                 || a.ngram_min.is_some()
@@ -289,14 +297,17 @@ impl Speculation {
         };
         let target = &engine.loaded;
         let n_layers = target.model.config.n_layers;
-        let device_class = engine.loaded.model.device_class(engine.family);
-        let host = host_of(engine, &device_class);
+        let device = policy::DeviceClass::parse(&engine.loaded.model.device_class(engine.family))
+            .map_err(anyhow::Error::msg)?;
+        let host_class = policy::host_class_here();
+        let model = engine.loaded.info.model_class();
+        let run = run_of(engine, &device, &host_class, &model);
         let env = policy::env_override()?;
         let (kind, settings, resolution) = match args.drafter.as_deref() {
             Some("none") => {
                 if given(args) {
                     bail!(
-                        "--drafter none decodes classically: --draft-block-size, --drafter-model, \
+                        "--drafter none decodes classically: --draft-width, --drafter-model, \
                          --layerskip-layers, --ngram-min/--ngram-max and --suffix-* do not apply"
                     );
                 }
@@ -305,18 +316,18 @@ impl Speculation {
             None => {
                 if given(args) {
                     bail!(
-                        "--draft-block-size, --drafter-model, --layerskip-layers, --ngram-min/--ngram-max and \
+                        "--draft-width, --drafter-model, --layerskip-layers, --ngram-min/--ngram-max and \
                          --suffix-* need --drafter (without it the policy picks the drafter, its width and its settings)"
                     );
                 }
-                if env.as_deref().is_some_and(|v| !v.trim().is_empty()) {
+                if let Some(e) = env.as_ref().filter(|e| !e.value.trim().is_empty()) {
                     tracing::warn!(
                         "{} is set but no --drafter is: the policy decides whether to speculate, and the \
                          override applies only with --drafter",
-                        policy::BLOCK_SIZE_ENV
+                        e.name
                     );
                 }
-                let r = resolver.auto(&host);
+                let r = resolver.auto(&run);
                 match (r.drafter, r.drafter_settings.clone()) {
                     (Some(k), Some(s)) => (k, s, r),
                     _ => return Ok(Decoding { speculation: None, resolution: r }),
@@ -329,10 +340,10 @@ impl Speculation {
                 let r = resolver.resolve(&policy::ResolveInput {
                     drafter: kind,
                     declared: &declared,
-                    host,
+                    run,
                     settings: &requested,
-                    flag: args.draft_block_size.as_deref(),
-                    env: env.as_deref(),
+                    flag: args.draft_width.as_deref(),
+                    env: env.as_ref(),
                 })?;
                 let settings = match &r.drafter_settings {
                     Some(measured) => measured.overlaid_with(&requested),
@@ -342,21 +353,21 @@ impl Speculation {
             }
         };
         let drafter = build_drafter_with(kind, &settings, args, engine)?;
-        let Some(block_size) = resolution.block_size else {
+        let Some(width) = resolution.width else {
             // The measured policy says this drafter loses to classic decoding here.
             tracing::warn!("{}; decoding classically", resolution.summary());
-            let spec = Speculation::off(kind, drafter, settings, resolution.block_size_from.clone());
+            let spec = Speculation::off(kind, drafter, settings, resolution.width_from.clone());
             return Ok(Decoding { speculation: Some(spec), resolution });
         };
-        let block_size_from = resolution.block_size_from.clone();
+        let width_from = resolution.width_from.clone();
         let allow_inexact = args.allow_inexact || std::env::var(ALLOW_INEXACT_ENV).is_ok_and(|v| v == "1");
         let probe_ids = target.tokenizer.encode(PROBE_TEXT).unwrap_or_default();
         let (probe, probe_error) = match engine
-            .install(|| block_vs_chain(&target.model, engine.family, engine.threads, &probe_ids, block_size))
+            .install(|| block_vs_chain(&target.model, engine.family, engine.threads, &probe_ids, width.get()))
         {
             Ok(p) => (Some(p), None),
             Err(e) => {
-                let why = format!("the width-{block_size} exactness probe could not run: {e}");
+                let why = format!("the width-{width} exactness probe could not run: {e}");
                 tracing::warn!("speculation declined: {why}; decoding classically");
                 (None, Some(why))
             }
@@ -364,7 +375,7 @@ impl Speculation {
         if let Some(probe) = probe.as_ref().filter(|p| !p.passed) {
             if allow_inexact {
                 tracing::warn!(
-                    "EXACTNESS FORFEITED: the width-{block_size} verify block differs from the one-token chain \
+                    "EXACTNESS FORFEITED: the width-{width} verify block differs from the one-token chain \
                      ({} of {} bytes, first at row {:?}); speculating anyway because of --allow-inexact",
                     probe.differing_bytes,
                     probe.compared_bytes,
@@ -372,7 +383,7 @@ impl Speculation {
                 );
             } else {
                 tracing::warn!(
-                    "speculation declined: the width-{block_size} verify block differs from the chain; decoding classically"
+                    "speculation declined: the width-{width} verify block differs from the chain; decoding classically"
                 );
             }
         }
@@ -380,8 +391,8 @@ impl Speculation {
             kind,
             drafter,
             settings,
-            block_size: Some(block_size),
-            block_size_from,
+            width: Some(width),
+            width_from,
             probe,
             probe_error,
             allow_inexact,
@@ -390,13 +401,13 @@ impl Speculation {
     }
 
     /// A drafter the policy turned off: requests decode classically.
-    fn off(kind: DrafterKind, drafter: Box<dyn Drafter>, settings: DrafterSettings, block_size_from: String) -> Self {
+    fn off(kind: DrafterKind, drafter: Box<dyn Drafter>, settings: DrafterSettings, width_from: String) -> Self {
         Speculation {
             kind,
             drafter,
             settings,
-            block_size: None,
-            block_size_from,
+            width: None,
+            width_from,
             probe: None,
             probe_error: None,
             allow_inexact: false,
@@ -404,8 +415,8 @@ impl Speculation {
     }
 
     /// The width to speculate at, when requests speculate at all.
-    pub fn active_width(&self) -> Option<usize> {
-        self.block_size.filter(|_| self.declined_reason().is_none())
+    pub fn active_width(&self) -> Option<policy::Width> {
+        self.width.filter(|_| self.declined_reason().is_none())
     }
 
     /// Why requests run classic decoding although a drafter was asked for
@@ -439,11 +450,11 @@ impl Speculation {
             None => probe,
         };
         format!(
-            "speculative: drafter {} ({}), block_size {} ({}){probe}{}",
+            "speculative: drafter {} ({}), width {} ({}){probe}{}",
             self.kind,
             self.settings.describe(),
-            self.block_size.map_or("off".into(), |n| n.to_string()),
-            self.block_size_from,
+            policy::width::label(self.width),
+            self.width_from,
             if self.allow_inexact { ", exactness forfeited (--allow-inexact)" } else { "" }
         )
     }

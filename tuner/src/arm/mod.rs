@@ -36,7 +36,7 @@ pub const MAX_EVENT_LINE_BYTES: usize = 4 << 20;
 const ENV_KEEP: &[&str] = &["PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "TZ", "LD_LIBRARY_PATH"];
 const ENV_KEEP_PREFIXES: &[&str] = &["DRAFTWISE_", "CUDA_", "NVIDIA_", "RUST_"];
 /// Never passed: the sweep sets the width by flag and never forfeits exactness.
-const ENV_DROP: &[&str] = &["DRAFTWISE_DRAFT_BLOCK_SIZE", "DRAFTWISE_ALLOW_INEXACT"];
+const ENV_DROP: &[&str] = &["DRAFTWISE_DRAFT_WIDTH", "DRAFTWISE_DRAFT_BLOCK_SIZE", "DRAFTWISE_ALLOW_INEXACT"];
 
 /// The complete environment an arm is given.
 pub fn arm_env() -> BTreeMap<String, String> {
@@ -57,7 +57,7 @@ pub fn drafter_args(s: &crate::raw::Settings, width: Option<usize>) -> Vec<Strin
         return vec!["--drafter".into(), "none".into()];
     };
     let mut a: Vec<String> =
-        vec!["--drafter".into(), s.drafter.to_string(), "--draft-block-size".into(), w.to_string()];
+        vec!["--drafter".into(), s.drafter.to_string(), "--draft-width".into(), w.to_string()];
     if let Some(d) = &s.drafter_settings {
         if let Some(n) = d.ngram_min {
             a.extend(["--ngram-min".into(), n.to_string()]);
@@ -315,22 +315,22 @@ mod tests {
         let mut s = settings(DrafterKind::Ngram, DrafterSettings::ngram(3, 4));
         s.design = crate::raw::Design { widths: vec![3], bursts: 3, warmup: 1, max_tokens: 64, threads: 2, ..s.design };
         let a = generate::arm_args(&s, Some(3)).join(" ");
-        assert!(a.contains("--json") && a.contains("--draft-block-size 3") && a.contains("--threads 2"), "{a}");
+        assert!(a.contains("--json") && a.contains("--draft-width 3") && a.contains("--threads 2"), "{a}");
         assert!(a.contains("--warmup 1") && a.contains("--repeat 3") && !a.contains("allow-inexact"), "{a}");
-        assert!(a.ends_with("--drafter ngram --draft-block-size 3 --ngram-min 3 --ngram-max 4"), "{a}");
+        assert!(a.ends_with("--drafter ngram --draft-width 3 --ngram-min 3 --ngram-max 4"), "{a}");
         // A classic arm says `--drafter none` (else the policy could turn
         // speculation on) and passes no speculative setting.
         let c = generate::arm_args(&s, None).join(" ");
         assert!(c.ends_with("--drafter none"), "{c}");
         assert_eq!(c.matches("--drafter").count(), 1, "{c}");
-        assert!(!c.contains("--draft-block-size") && !c.contains("--ngram-"), "{c}");
+        assert!(!c.contains("--draft-width") && !c.contains("--ngram-"), "{c}");
         // A served arm runs the same model, threads and speculative settings.
         let v = served::serve_args(&s, Some(3)).join(" ");
         assert!(v.starts_with("serve --json --host 127.0.0.1 --port 0 --model m.gguf --threads 2"), "{v}");
-        assert!(v.ends_with("--drafter ngram --draft-block-size 3 --ngram-min 3 --ngram-max 4"), "{v}");
+        assert!(v.ends_with("--drafter ngram --draft-width 3 --ngram-min 3 --ngram-max 4"), "{v}");
         let c = served::serve_args(&s, None).join(" ");
         assert!(c.ends_with("--threads 2 --drafter none"), "{c}");
-        assert!(!c.contains("--draft-block-size") && !c.contains("--ngram-"), "{c}");
+        assert!(!c.contains("--draft-width") && !c.contains("--ngram-"), "{c}");
     }
 
     #[test]
@@ -338,7 +338,7 @@ mod tests {
         let s = settings(DrafterKind::Suffix, DrafterSettings::suffix(2, 32, 0.5));
         assert_eq!(
             drafter_args(&s, Some(3)).join(" "),
-            "--drafter suffix --draft-block-size 3 --suffix-min-match 2 --suffix-max-match 32 --suffix-min-prob 0.5"
+            "--drafter suffix --draft-width 3 --suffix-min-match 2 --suffix-max-match 32 --suffix-min-prob 0.5"
         );
     }
 
@@ -346,12 +346,12 @@ mod tests {
     fn layerskip_arms_get_their_layers_as_a_list() {
         let mut s = settings(DrafterKind::Layerskip, DrafterSettings::layerskip(vec![0, 1, 2]));
         let a = drafter_args(&s, Some(2)).join(" ");
-        assert_eq!(a, "--drafter layerskip --draft-block-size 2 --layerskip-layers 0,1,2");
+        assert_eq!(a, "--drafter layerskip --draft-width 2 --layerskip-layers 0,1,2");
         // One layer gets a trailing comma: the runtime reads a bare `5` as a count.
         s.drafter_settings = Some(DrafterSettings::layerskip(vec![5]));
         assert_eq!(
             drafter_args(&s, Some(2)).join(" "),
-            "--drafter layerskip --draft-block-size 2 --layerskip-layers 5,"
+            "--drafter layerskip --draft-width 2 --layerskip-layers 5,"
         );
         assert_eq!(drafter_args(&s, None), vec!["--drafter", "none"]);
     }

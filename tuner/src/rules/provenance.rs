@@ -73,8 +73,8 @@ pub fn check_build(raw: &RawFile) -> Result<(), Refusal> {
 /// and weight formats): the runtime library this tuner links is built from
 /// the same tree as the table will be compiled into.
 pub fn current_fingerprint(s: &Summary) -> Option<String> {
-    let device = s.device_class.as_deref()?;
-    Some(runtime::policy::verify_fingerprint(device, s.weight_formats.as_deref()))
+    let device = runtime::policy::DeviceClass::parse(s.device_class.as_deref()?).ok()?;
+    Some(runtime::policy::verify_fingerprint(&device, s.weight_formats.as_deref()))
 }
 
 /// Refuses a record measured under another verify-path fingerprint than
@@ -119,7 +119,7 @@ pub fn check_not_older(s: &Summary, existing: Option<&Entry>) -> Result<(), Refu
         // string order is the date order.
         Some(e) if s.date.as_str() < e.date.as_str() => Err(Refusal::Older {
             record_date: s.date.clone(),
-            key: e.key(),
+            key: e.key.to_string(),
             entry_record: e.record.clone(),
             entry_date: e.date.clone(),
         }),

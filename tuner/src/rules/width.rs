@@ -71,7 +71,7 @@ pub fn round_verdict(test: Option<&DriftTest>) -> RoundVerdict {
 /// width`). A classic arm must decode classically: a runtime whose policy
 /// turned speculation on would not be the baseline.
 pub fn classic_arm_speculated(st: &Startup) -> Option<String> {
-    (st.drafter != "none").then(|| format!("{}: {}", st.drafter, st.block_size_from))
+    (st.drafter != "none").then(|| format!("{}: {}", st.drafter, st.width_from))
 }
 
 /// The arm forfeited exactness (`allow_inexact`) or failed its

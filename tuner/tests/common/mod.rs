@@ -50,7 +50,7 @@ pub fn startup(width: Option<usize>) -> Value {
         "tokenizer": "gguf", "drafter": if width.is_some() { "ngram" } else { "none" },
         "drafter_from": if width.is_some() { "flag" } else { "none" },
         "drafter_settings": width.map(|_| json!({"ngram_min": 3, "ngram_max": 4})),
-        "block_size": width, "block_size_from": "--draft-block-size", "kernel_fingerprint": FINGERPRINT,
+        "block_size": width, "width_from": "--draft-block-size", "kernel_fingerprint": FINGERPRINT,
         "verify_fingerprint": verify_fp(),
         "exactness_probe": width.map(|w| json!({"width": w, "passed": true, "first_differing_row": null,
             "differing_bytes": 0, "compared_bytes": 100, "kernel_family": "avx2", "threads": 2})),

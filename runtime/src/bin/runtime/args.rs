@@ -115,9 +115,10 @@ pub struct SpecArgs {
     /// or none for classic decoding. Default: what the policy table measured for this host.
     #[arg(long)]
     pub drafter: Option<String>,
-    /// Tokens drafted per verify step (overrides DRAFTWISE_DRAFT_BLOCK_SIZE and the policy table).
-    #[arg(long)]
-    pub draft_block_size: Option<String>,
+    /// Tokens drafted per verify pass, 1..=32 or off (overrides DRAFTWISE_DRAFT_WIDTH and the policy table).
+    /// `--draft-block-size` is its old name.
+    #[arg(long, alias = "draft-block-size")]
+    pub draft_width: Option<String>,
     /// The draft checkpoint for `--drafter draft-model` (GGUF or Hugging Face directory).
     #[arg(long)]
     pub drafter_model: Option<PathBuf>,
@@ -265,9 +266,12 @@ pub struct ExplainArgs {
     /// Device class to resolve for (default: this host's, e.g. cpu:x86_64-avx2).
     #[arg(long)]
     pub device: Option<String>,
-    /// Operator override, as `generate` takes it (a width 1..=32, or off).
+    /// Host (CPU) class to resolve for (default: this host's, e.g. amd-zen4).
     #[arg(long)]
-    pub draft_block_size: Option<String>,
+    pub host_class: Option<String>,
+    /// Operator override, as `generate` takes it (a width 1..=32, or off).
+    #[arg(long, alias = "draft-block-size")]
+    pub draft_width: Option<String>,
     /// One JSON object instead of text.
     #[arg(long)]
     pub json: bool,
@@ -277,7 +281,7 @@ impl From<SpecArgs> for SpecSettings {
     fn from(a: SpecArgs) -> Self {
         SpecSettings {
             drafter: a.drafter,
-            draft_block_size: a.draft_block_size,
+            draft_width: a.draft_width,
             drafter_model: a.drafter_model,
             layerskip_layers: a.layerskip_layers,
             ngram_max: a.ngram_max,
@@ -378,7 +382,8 @@ impl From<ExplainArgs> for ExplainSettings {
             suffix_min_prob: a.suffix_min_prob,
             drafter_model: a.drafter_model,
             device: a.device,
-            draft_block_size: a.draft_block_size,
+            host_class: a.host_class,
+            draft_width: a.draft_width,
             json: a.json,
         }
     }

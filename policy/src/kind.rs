@@ -1,10 +1,10 @@
 //! Drafter kinds, what each may read a width from, and the per-kind constant
 //! that applies when nothing else decides.
 //!
-//! This file depends on std and serde only: `build.rs` includes it (with
-//! `table.rs`) to validate the policy table, so both sides agree on the
-//! names by construction.
+//! The table compiler, the resolver and the runtime's flags all read the
+//! names from here, so they agree by construction.
 
+use crate::width::Width;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::fmt;
 use std::hash::{Hash, Hasher};
@@ -75,7 +75,7 @@ impl DrafterKind {
     ///   only its extra verify rows. A memory-bound mat-vec streams the
     ///   weights once per block, so the first few extra rows are cheap, while
     ///   prompt-lookup matches on non-repetitive text seldom run longer than
-    ///   a few tokens. 4 keeps the verify block at 5 rows.
+    ///   a few tokens. 4 keeps the verify pass at 5 rows.
     /// - `layerskip` 4 and `draft-model` 4: each drafted token costs a
     ///   drafter forward pass, and acceptance of the i-th token decays about
     ///   geometrically (alpha^i); with the alpha of 0.6–0.8 typical of small
@@ -95,15 +95,16 @@ impl DrafterKind {
     ///   earlier occurrences stop agreeing, and a width of 4 is the budget of
     ///   the shortest default match (2 tokens, budget 2·2), so the default
     ///   width never asks more of a match than the drafter would give it.
-    pub fn default_block_size(self) -> usize {
-        match self {
+    pub fn default_width(self) -> Width {
+        let n = match self {
             DrafterKind::Ngram => 4,
             DrafterKind::Layerskip => 4,
             DrafterKind::DraftModel => 4,
             DrafterKind::Dflash => 7,
             DrafterKind::Mtp => 1,
             DrafterKind::Suffix => 4,
-        }
+        };
+        Width::new(n).expect("every per-kind constant is in 1..=MAX_WIDTH")
     }
 
     /// Where this kind's declared width comes from, if anywhere.

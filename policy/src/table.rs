@@ -1,35 +1,26 @@
-//! The policy table compiler: `policy/draft-block-width.toml` (schema 2,
+//! The policy table compiler: `policy/draft-block-width.toml` (schema 3,
 //! documented in `policy/README.md`) → a validated [`Table`].
 //!
-//! `build.rs` runs [`compile`] on the table with the record check on, so a
-//! table that does not compile fails the build with a message naming the
-//! file, the entry and the problem; the library runs it again on the bytes
-//! the build validated (see `policy::compiled`). Tests call it on bad inputs.
-//!
-//! This file depends on std, serde and toml only (`build.rs` includes it with
-//! `#[path]`); the drafter kinds come from the sibling `kind.rs`.
+//! `runtime/build.rs` runs [`compile`] on the table with the record check
+//! on, so a table that does not compile fails the build with a message
+//! naming the file, the entry and the problem; the runtime runs it again on
+//! the bytes the build validated. `tuner propose` compiles what it writes
+//! with it. Tests call it on bad inputs.
 
-use super::kind::{DrafterKind, DrafterSettings};
+use crate::host::HostClass;
+use crate::key::{DeviceClass, MAX_THREADS, ModelClass, PolicyKey};
+use crate::kind::{DrafterKind, DrafterSettings};
+use crate::width::{MAX_WIDTH, Width};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::ops::Range;
 use std::path::{Component, Path};
 
 /// The schema version this compiler reads.
-pub const SCHEMA_VERSION: u32 = 2;
-
-/// The most CPU threads an entry may name (a bound on a typed number; real
-/// hosts have far fewer).
-pub const MAX_THREADS: usize = 4096;
+pub const SCHEMA_VERSION: u32 = 3;
 
 /// The most weight formats an entry may list.
 const MAX_FORMATS: usize = 32;
-
-/// The largest width an entry, an override or a declaration may give. A
-/// verify block is `width + 1` rows; DFlash checkpoints train 16-position
-/// blocks (15 drafts), and past 32 drafted tokens the chance that the last
-/// ones are accepted is negligible for every drafter kind we know.
-pub const MAX_BLOCK_SIZE: usize = 32;
 
 /// Hex digits of a verify-path fingerprint (64 bits of sha256).
 pub const FINGERPRINT_LEN: usize = 16;
@@ -38,123 +29,64 @@ pub const FINGERPRINT_LEN: usize = 16;
 /// hundred entries at most).
 const MAX_TABLE_BYTES: usize = 1 << 20;
 
-/// A draft width: drafted tokens per verify, or `off` (speculation loses to
-/// classic decoding there, so it is disabled by default).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Width {
-    Blocks(usize),
-    Off,
+/// The measured model file, for reviewers and the provenance: its file name
+/// (no directories: a record names models by name and sha256) and sha256.
+/// Its architecture and parameter count are in the key.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ModelFile {
+    pub file: String,
+    pub sha256: String,
 }
 
-impl Width {
-    /// The width as an event reports it: `None` is off.
-    pub fn block_size(self) -> Option<usize> {
-        match self {
-            Width::Blocks(n) => Some(n),
-            Width::Off => None,
-        }
-    }
+/// The prompt set an entry was measured on: its name (a path relative to
+/// the repository, or the name the tuner gave it) and the sha256 of its
+/// bytes. Not part of the key: the entry's ratio is this workload's.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct PromptSet {
+    pub name: String,
+    pub sha256: String,
 }
 
-impl fmt::Display for Width {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Width::Blocks(n) => write!(f, "{n}"),
-            Width::Off => f.write_str("off"),
-        }
-    }
-}
-
-impl Serialize for Width {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        match self {
-            Width::Blocks(n) => s.serialize_u64(*n as u64),
-            Width::Off => s.serialize_str("off"),
-        }
-    }
-}
-
-/// Parses a width as an operator writes it: `1..=MAX_BLOCK_SIZE` or `off`.
-/// The error says what is accepted.
-pub fn parse_width(s: &str) -> Result<Width, String> {
-    let t = s.trim();
-    if t.eq_ignore_ascii_case("off") {
-        return Ok(Width::Off);
-    }
-    match t.parse::<i64>() {
-        Ok(0) => Err(format!("{s:?}: 0 is not a width; use \"off\" to disable speculation")),
-        Ok(n) => check_width(n),
-        Err(_) => Err(format!("{s:?} is not a width: give an integer 1..={MAX_BLOCK_SIZE} or \"off\"")),
-    }
-}
-
-fn check_width(n: i64) -> Result<Width, String> {
-    if (1..=MAX_BLOCK_SIZE as i64).contains(&n) {
-        Ok(Width::Blocks(n as usize))
-    } else {
-        Err(format!("{n} is out of range: a width is 1..={MAX_BLOCK_SIZE}, or \"off\""))
-    }
-}
-
-/// One measured entry, keyed by (drafter, device class, target quantization,
-/// CPU threads).
+/// One measured entry.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Entry {
-    pub drafter: DrafterKind,
-    /// `cpu:<arch>-<kernel family>` or `cuda:sm_<major><minor>`.
-    pub device_class: String,
-    /// The target's quantization class (never the drafter's), e.g. `q4_1`:
-    /// its numerics, whichever file format declared them.
-    pub target_quant: String,
-    /// The format that declared the class (`gguf`, `gptq`, `mlx`, ...), for
-    /// the record; not part of the key.
+    /// Everything the width depended on (see [`PolicyKey`]).
+    pub key: PolicyKey,
+    /// The format that declared the quantization class (`gguf`, `gptq`,
+    /// `mlx`, ...), for the record; not part of the key.
     pub target_quant_format: Option<String>,
-    /// The thread count a CPU entry was measured at (part of its key);
-    /// `None` on CUDA devices.
-    pub threads: Option<usize>,
     /// The drafter settings it was measured with: the entry applies with
     /// exactly these, and a drafter taken from the policy uses them.
     pub drafter_settings: DrafterSettings,
     /// The storage formats of the measured target's weight matrices
     /// (lowercase ggml names): which kernels its fingerprint covers.
     pub weight_formats: Vec<String>,
-    pub block_size: Width,
+    /// Drafted tokens per verify; `None` is `off` (speculation lost).
+    pub width: Option<Width>,
+    pub model: ModelFile,
+    pub prompts: PromptSet,
     /// The record the width came from, relative to the repository root.
     pub record: String,
     /// `YYYY-MM-DD` of the sweep.
     pub date: String,
-    /// Speculative over classic decode tok/s at this width (median).
+    /// Speculative over classic decode tok/s at this width (the record's
+    /// geometric mean over rounds).
     pub ratio: f64,
     /// The interval the record states for `ratio`, `[low, high]`.
     pub ratio_interval: [f64; 2],
     /// A short host identity (CPU or GPU, cores, OS) for humans.
     pub host: String,
-    /// The verify-path fingerprint of the measuring build for this key
-    /// ([`super::verify_fingerprint`]).
+    /// The verify-path fingerprint of the measuring build for this key.
     pub verify_fingerprint: String,
     /// 1-based line of the entry's `[[entry]]` header, when known.
     pub line: Option<usize>,
 }
 
 impl Entry {
-    /// `(ngram, cpu:x86_64-avx2, q4_1, 2 threads)`.
-    pub fn key(&self) -> String {
-        format!("({}, {}, {}{})", self.drafter, self.device_class, self.target_quant, threads_part(self.threads))
-    }
-
     /// Whether a speculating run of this entry is expected to beat classic
     /// decoding: a width, with an interval wholly above 1.0.
     pub fn beats_classic(&self) -> bool {
-        matches!(self.block_size, Width::Blocks(_)) && self.ratio_interval[0] > 1.0
-    }
-}
-
-/// `, 2 threads` for a CPU key, nothing for a CUDA one.
-pub fn threads_part(threads: Option<usize>) -> String {
-    match threads {
-        Some(1) => ", 1 thread".into(),
-        Some(n) => format!(", {n} threads"),
-        None => String::new(),
+        self.width.is_some() && self.ratio_interval[0] > 1.0
     }
 }
 
@@ -168,29 +100,24 @@ pub struct Table {
 }
 
 impl Table {
-    /// The entry for a key, stale or not (the resolver decides). `threads`
-    /// is ignored on CUDA device classes (their entries carry none).
-    pub fn lookup(
-        &self,
-        drafter: DrafterKind,
-        device_class: &str,
-        target_quant: &str,
-        threads: usize,
-    ) -> Option<&Entry> {
-        self.entries.iter().find(|e| {
-            e.drafter == drafter
-                && e.device_class == device_class
-                && e.target_quant == target_quant
-                && e.threads.is_none_or(|t| t == threads)
-        })
+    /// The entry for exactly this key, stale or not (the resolver decides).
+    pub fn exact(&self, key: &PolicyKey) -> Option<&Entry> {
+        self.entries.iter().find(|e| e.key == *key)
+    }
+
+    /// The entries of the same measurement (drafter, device, quantization,
+    /// threads) on any host and model: what may stand in for a key with no
+    /// entry of its own.
+    pub fn same_measurement(&self, key: &PolicyKey) -> Vec<&Entry> {
+        self.entries.iter().filter(|e| e.key.same_measurement(key)).collect()
     }
 
     /// The entries for (drafter, device, quantization) at any thread count:
     /// what a fallback names when the count differs.
-    pub fn at_any_threads(&self, drafter: DrafterKind, device_class: &str, target_quant: &str) -> Vec<&Entry> {
+    pub fn at_any_threads(&self, drafter: DrafterKind, device: &DeviceClass, quant: &str) -> Vec<&Entry> {
         self.entries
             .iter()
-            .filter(|e| e.drafter == drafter && e.device_class == device_class && e.target_quant == target_quant)
+            .filter(|e| e.key.drafter == drafter && e.key.device == *device && e.key.quant == quant)
             .collect()
     }
 }
@@ -217,6 +144,8 @@ pub enum Problem {
     UnknownSchemaVersion(String),
     /// Schema 1: entries without threads, drafter settings and formats.
     OldSchema(i64),
+    /// Schema 2: entries keyed without the host's CPU and the model.
+    Schema2,
     UnknownTopLevelKey(String),
     EntryNotATable,
     /// A field is missing, unknown or of the wrong type (serde's message).
@@ -259,20 +188,31 @@ impl fmt::Display for Problem {
                  schema 1\"); the migrated entries are stale until `tuner sweep` re-measures them, and \
                  `tuner propose` replaces them"
             ),
+            Problem::Schema2 => write!(
+                f,
+                "schema_version 2 is no longer compiled: its entries are keyed without the CPU and the model \
+                 they were measured on, so an entry measured on one processor would apply unchanged on \
+                 another. Migrate: set `schema_version = {SCHEMA_VERSION}` and, in each entry, rename \
+                 `block_size` to `width` and add `host_class` (the class of the record's CPU signature, as \
+                 `tuner summarize` or `runtime policy explain` prints it), `model = {{ architecture, \
+                 parameters, file, sha256 }}` and `prompts = {{ name, sha256 }}` from its record \
+                 (policy/README.md, \"Migrating from schema 2\")"
+            ),
             Problem::UnknownTopLevelKey(k) => {
                 write!(f, "unknown top-level key {k:?}: a table holds `schema_version` and `[[entry]]` tables")
             }
             Problem::EntryNotATable => write!(f, "`entry` must be an array of tables, written `[[entry]]`"),
             Problem::Field(m) => write!(f, "{m}"),
             Problem::BadValue { field, problem } => write!(f, "{field}: {problem}"),
-            Problem::WidthOutOfRange(m) => write!(f, "block_size {m}"),
+            Problem::WidthOutOfRange(m) => write!(f, "width {m}"),
             Problem::UnknownDrafter(d) => {
                 write!(f, "drafter {d:?} is not a drafter kind; the kinds are {}", DrafterKind::names())
             }
             Problem::DuplicateKey { first } => {
                 write!(
                     f,
-                    "duplicate key: {first} has the same (drafter, device_class, target_quant, threads); keep one"
+                    "duplicate key: {first} has the same (drafter, device_class, host_class, target_quant, model \
+                     architecture and parameters, threads); keep one"
                 )
             }
             Problem::MissingRecord { record, root } => write!(
@@ -289,7 +229,7 @@ impl fmt::Display for Problem {
 #[derive(Clone, Debug, PartialEq)]
 pub struct TableError {
     pub file: String,
-    /// `entry 2 (line 14) (ngram, cpu:x86_64-avx2, q4_1)`, as far as known.
+    /// `entry 2 (line 14) (ngram, cpu:x86_64-avx2, amd-zen4, q4_1)`, as far as known.
     pub entry: Option<String>,
     pub problem: Problem,
 }
@@ -311,8 +251,11 @@ impl std::error::Error for TableError {}
 struct RawEntry {
     drafter: String,
     device_class: String,
+    host_class: String,
     target_quant: String,
-    block_size: toml::Value,
+    width: toml::Value,
+    model: RawModel,
+    prompts: RawPrompts,
     record: String,
     date: toml::Value,
     ratio: toml::Value,
@@ -329,6 +272,22 @@ struct RawEntry {
     #[serde(default)]
     #[allow(dead_code)]
     note: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawModel {
+    architecture: String,
+    parameters: toml::Value,
+    file: String,
+    sha256: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPrompts {
+    name: String,
+    sha256: String,
 }
 
 /// The spans of the `[[entry]]` tables, for line numbers in messages.
@@ -351,6 +310,7 @@ pub fn compile(file: &str, text: &str, records: RecordCheck<'_>) -> Result<Table
         None => return Err(fail(None, Problem::MissingSchemaVersion)),
         Some(toml::Value::Integer(v)) if *v == i64::from(SCHEMA_VERSION) => {}
         Some(toml::Value::Integer(v)) if *v == 1 => return Err(fail(None, Problem::OldSchema(*v))),
+        Some(toml::Value::Integer(2)) => return Err(fail(None, Problem::Schema2)),
         Some(v) => return Err(fail(None, Problem::UnknownSchemaVersion(v.to_string()))),
     }
     if let Some(k) = doc.keys().find(|k| *k != "schema_version" && *k != "entry") {
@@ -379,22 +339,21 @@ pub fn compile(file: &str, text: &str, records: RecordCheck<'_>) -> Result<Table
         let key_part = |k: &str| t.get(k).and_then(|v| v.as_str()).unwrap_or("?").to_string();
         if t.contains_key("drafter") || t.contains_key("device_class") || t.contains_key("target_quant") {
             let threads = t.get("threads").and_then(|v| v.as_integer()).and_then(|n| usize::try_from(n).ok());
+            let threads = match threads {
+                Some(1) => ", 1 thread".to_string(),
+                Some(n) => format!(", {n} threads"),
+                None => String::new(),
+            };
             label = format!(
-                "{label} ({}, {}, {}{})",
+                "{label} ({}, {}, {}, {}{threads})",
                 key_part("drafter"),
                 key_part("device_class"),
+                key_part("host_class"),
                 key_part("target_quant"),
-                threads_part(threads)
             );
         }
         let e = entry(t, line, records).map_err(|p| fail(Some(label.clone()), p))?;
-        let same = |f: &Entry| {
-            f.drafter == e.drafter
-                && f.device_class == e.device_class
-                && f.target_quant == e.target_quant
-                && f.threads == e.threads
-        };
-        if let Some(idx) = entries.iter().position(same) {
+        if let Some(idx) = entries.iter().position(|f| f.key == e.key) {
             let first = match entries[idx].line {
                 Some(l) => format!("entry {} (line {l})", idx + 1),
                 None => format!("entry {}", idx + 1),
@@ -426,21 +385,35 @@ fn number(field: &'static str, v: &toml::Value) -> Result<f64, Problem> {
 
 /// Validates one entry's fields (everything but duplicates).
 fn entry(t: toml::Table, line: Option<usize>, records: RecordCheck<'_>) -> Result<Entry, Problem> {
+    // Named before serde's message, which would only say "unknown field".
+    if t.contains_key("block_size") {
+        return Err(bad("block_size", "is the schema-2 name: write `width` (policy/README.md, \"Migrating from schema 2\")"));
+    }
     let r: RawEntry =
         toml::Value::Table(t).try_into().map_err(|e: toml::de::Error| Problem::Field(e.message().to_string()))?;
     let drafter: DrafterKind = r.drafter.parse().map_err(|_| Problem::UnknownDrafter(r.drafter.clone()))?;
-    check_device_class(&r.device_class).map_err(|p| bad("device_class", p))?;
+    let device = DeviceClass::parse(&r.device_class).map_err(|p| bad("device_class", p))?;
+    let host = HostClass::parse(&r.host_class).map_err(|p| bad("host_class", p))?;
     check_quant_class(&r.target_quant).map_err(|p| bad("target_quant", p))?;
-    let block_size = match &r.block_size {
-        toml::Value::Integer(n) => check_width(*n).map_err(Problem::WidthOutOfRange)?,
-        toml::Value::String(s) if s == "off" => Width::Off,
+    let width = match &r.width {
+        toml::Value::Integer(n) => match usize::try_from(*n) {
+            Ok(n) => Some(Width::new(n).map_err(Problem::WidthOutOfRange)?),
+            Err(_) => return Err(Problem::WidthOutOfRange(format!("{n} is out of range: a width is 1..={MAX_WIDTH}, or \"off\""))),
+        },
+        toml::Value::String(s) if s == "off" => None,
         other => {
-            return Err(bad(
-                "block_size",
-                format!("{other} is not a width: give an integer 1..={MAX_BLOCK_SIZE} or \"off\""),
-            ));
+            return Err(bad("width", format!("{other} is not a width: give an integer 1..={MAX_WIDTH} or \"off\"")));
         }
     };
+    ModelClass::check_architecture(&r.model.architecture).map_err(|p| bad("model.architecture", p))?;
+    let parameters = match &r.model.parameters {
+        toml::Value::Integer(n) if *n > 0 => *n as u64,
+        other => return Err(bad("model.parameters", format!("{other} is not a parameter count (a positive integer)"))),
+    };
+    check_file_name(&r.model.file).map_err(|p| bad("model.file", p))?;
+    check_sha256(&r.model.sha256).map_err(|p| bad("model.sha256", p))?;
+    check_prompt_name(&r.prompts.name).map_err(|p| bad("prompts.name", p))?;
+    check_sha256(&r.prompts.sha256).map_err(|p| bad("prompts.sha256", p))?;
     check_record_path(&r.record).map_err(|p| bad("record", p))?;
     if let RecordCheck::Under(root) = records
         && !root.join(&r.record).exists()
@@ -468,7 +441,7 @@ fn entry(t: toml::Table, line: Option<usize>, records: RecordCheck<'_>) -> Resul
     if let Some(f) = &r.target_quant_format {
         check_quant_class(f).map_err(|p| bad("target_quant_format", p))?;
     }
-    let threads = match (&r.threads, r.device_class.starts_with("cpu:")) {
+    let threads = match (&r.threads, device.is_cpu()) {
         (Some(toml::Value::Integer(n)), true) if (1..=MAX_THREADS as i64).contains(n) => Some(*n as usize),
         (Some(v), true) => {
             return Err(bad("threads", format!("{v} is not a thread count: give an integer 1..={MAX_THREADS}")));
@@ -504,15 +477,22 @@ fn entry(t: toml::Table, line: Option<usize>, records: RecordCheck<'_>) -> Resul
     }
     weight_formats.sort();
     weight_formats.dedup();
-    Ok(Entry {
+    let key = PolicyKey {
         drafter,
-        device_class: r.device_class,
-        target_quant: r.target_quant,
-        target_quant_format: r.target_quant_format,
+        device,
+        host,
+        quant: r.target_quant,
+        model: ModelClass { architecture: r.model.architecture, parameters },
         threads,
+    };
+    Ok(Entry {
+        key,
+        target_quant_format: r.target_quant_format,
         drafter_settings,
         weight_formats,
-        block_size,
+        width,
+        model: ModelFile { file: r.model.file, sha256: r.model.sha256 },
+        prompts: PromptSet { name: r.prompts.name, sha256: r.prompts.sha256 },
         record: r.record,
         date,
         ratio,
@@ -523,30 +503,31 @@ fn entry(t: toml::Table, line: Option<usize>, records: RecordCheck<'_>) -> Resul
     })
 }
 
-/// `cpu:<arch>-<kernel family>` (`cpu:x86_64-avx512vnni`, `cpu:aarch64-neon`)
-/// or `cuda:sm_<digits>[a-z]` (`cuda:sm_90a`, `cuda:sm_121`).
-pub fn check_device_class(s: &str) -> Result<(), String> {
-    let word = |w: &str, extra: &[u8]| {
-        !w.is_empty() && w.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || extra.contains(&b))
-    };
-    let ok = if let Some(rest) = s.strip_prefix("cpu:") {
-        match rest.rsplit_once('-') {
-            Some((arch, family)) => word(arch, b"_") && word(family, b""),
-            None => false,
-        }
-    } else if let Some(sm) = s.strip_prefix("cuda:sm_") {
-        let digits = sm.trim_end_matches(|c: char| c.is_ascii_lowercase());
-        !digits.is_empty() && digits.len() >= sm.len().saturating_sub(1) && digits.bytes().all(|b| b.is_ascii_digit())
-    } else {
-        false
-    };
-    if ok {
+/// A model file's name: no directory (records name models by file name
+/// and sha256, never by a path of the machine that measured them).
+pub fn check_file_name(s: &str) -> Result<(), String> {
+    if s.is_empty() || s.len() > 255 || s.contains(['/', '\\']) || s == "." || s == ".." || s.chars().any(char::is_control) {
+        return Err(format!("{s:?} is not a file name: give the model's file name alone, without a directory"));
+    }
+    Ok(())
+}
+
+/// A prompt set's name: a relative path or a plain name, never absolute.
+pub fn check_prompt_name(s: &str) -> Result<(), String> {
+    let p = Path::new(s);
+    let relative = p.components().all(|c| matches!(c, Component::Normal(_) | Component::CurDir));
+    if s.is_empty() || s.len() > 255 || !relative || s.contains('\\') || s.chars().any(char::is_control) {
+        return Err(format!("{s:?} is not a prompt-set name: give a path relative to the repository, or a name"));
+    }
+    Ok(())
+}
+
+/// 64 lowercase hex digits.
+pub fn check_sha256(s: &str) -> Result<(), String> {
+    if s.len() == 64 && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)) {
         Ok(())
     } else {
-        Err(format!(
-            "{s:?} is not a device class: write cpu:<arch>-<kernel family> (e.g. cpu:x86_64-avx2) \
-             or cuda:sm_<major><minor> (e.g. cuda:sm_90)"
-        ))
+        Err(format!("{s:?} is not a sha256 (64 lowercase hex digits)"))
     }
 }
 
