@@ -11,7 +11,7 @@
 //! when a source file is in neither list (or in both, or a listed path is
 //! gone), so a new file has to be placed before it builds green.
 //!
-//! A key's fingerprint ([`for_key`]) hashes the parts that apply to its
+//! A key's fingerprint hashes the parts that apply to its
 //! device class and to the weight formats of the measured target: adding a
 //! Q5_0 kernel in a file of its own leaves a Q4_1 entry fresh, a change to
 //! the CUDA launcher leaves a CPU entry fresh. A file that serves several
@@ -21,10 +21,10 @@
 //!
 //! Each part is hashed as the sorted relative paths of its files, each with
 //! a NUL, its length and its bytes (CRLF read as LF, so a Windows checkout
-//! hashes like a Unix one). `build.rs` hashes the parts (this file depends on
-//! std and sha2 only) and the library combines them:
-//! [`super::KERNEL_FINGERPRINT`] over every part (the build's identity) and
-//! [`for_key`] over a key's parts.
+//! hashes like a Unix one). `runtime/build.rs` hashes the parts and the
+//! runtime combines them ([`combine`], [`applies`]): `KERNEL_FINGERPRINT`
+//! over every part (the build's identity) and `verify_fingerprint` over a
+//! key's parts.
 
 use sha2::{Digest, Sha256};
 use std::io;
@@ -169,10 +169,11 @@ pub const OFF_PATH: &[(&str, &str)] = &[
     ("runtime/src/wiring_tests.rs", "tests that join several modules"),
     ("runtime/src/test_models.rs", "tiny models for tests"),
     ("runtime/src/gguf/test_writer.rs", "writes GGUF files for tests"),
+    ("policy/src/", "the policy crate: which width runs, not what a width costs"),
 ];
 
 /// The source trees [`VERIFY_PATH`] and [`OFF_PATH`] must cover.
-pub const SOURCE_TREES: [&str; 3] = ["kernels/src", "kernels/cuda", "runtime/src"];
+pub const SOURCE_TREES: [&str; 4] = ["kernels/src", "kernels/cuda", "policy/src", "runtime/src"];
 
 /// Files under `dir` (recursively), as paths relative to `base` with `/`.
 fn walk(base: &Path, dir: &Path, out: &mut Vec<(String, PathBuf)>) -> io::Result<()> {

@@ -102,7 +102,9 @@ impl ModelClass {
     /// `134.5M`, `1.54B`: the count as people say it.
     pub fn size(&self) -> String {
         let p = self.parameters as f64;
-        if p >= 1e9 {
+        if self.parameters == 0 {
+            "(size unknown)".to_string()
+        } else if p >= 1e9 {
             format!("{:.2}B", p / 1e9)
         } else if p >= 1e6 {
             format!("{:.1}M", p / 1e6)

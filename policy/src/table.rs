@@ -182,11 +182,11 @@ impl fmt::Display for Problem {
                 f,
                 "schema_version {v} is no longer compiled: its entries do not say the thread count, the drafter \
                  settings or the weight formats they were measured with, and their kernel-only fingerprints \
-                 cannot be checked against this build. Migrate: set `schema_version = {SCHEMA_VERSION}` and, in \
-                 each entry, rename `kernel_fingerprint` to `verify_fingerprint` and add `threads` (CPU entries), \
+                 cannot be checked against this build. Migrate: set `schema_version = 2` and, in each entry, \
+                 rename `kernel_fingerprint` to `verify_fingerprint` and add `threads` (CPU entries), \
                  `drafter_settings` and `weight_formats` from its record (policy/README.md, \"Migrating from \
-                 schema 1\"); the migrated entries are stale until `tuner sweep` re-measures them, and \
-                 `tuner propose` replaces them"
+                 schema 1\"), then to schema {SCHEMA_VERSION} (\"Migrating from schema 2\"); the migrated entries \
+                 are stale until `tuner sweep` re-measures them, and `tuner propose` replaces them"
             ),
             Problem::Schema2 => write!(
                 f,
@@ -396,9 +396,13 @@ fn entry(t: toml::Table, line: Option<usize>, records: RecordCheck<'_>) -> Resul
     let host = HostClass::parse(&r.host_class).map_err(|p| bad("host_class", p))?;
     check_quant_class(&r.target_quant).map_err(|p| bad("target_quant", p))?;
     let width = match &r.width {
-        toml::Value::Integer(n) => match usize::try_from(*n) {
-            Ok(n) => Some(Width::new(n).map_err(Problem::WidthOutOfRange)?),
-            Err(_) => return Err(Problem::WidthOutOfRange(format!("{n} is out of range: a width is 1..={MAX_WIDTH}, or \"off\""))),
+        toml::Value::Integer(n) => match usize::try_from(*n).ok().and_then(|n| Width::new(n).ok()) {
+            Some(w) => Some(w),
+            None => {
+                return Err(Problem::WidthOutOfRange(format!(
+                    "{n} is out of range: a width is 1..={MAX_WIDTH}, or \"off\""
+                )));
+            }
         },
         toml::Value::String(s) if s == "off" => None,
         other => {

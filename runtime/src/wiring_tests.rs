@@ -102,7 +102,8 @@ mod model {
                     let classic = e.decode(pre.clone(), 24, &greedy).unwrap();
                     for w in [1, 2, 3, 4, 8, 16] {
                         let mut d = NgramDrafter { max_n: 4, min_n: 1 };
-                        let (spec, stats) = e.decode_speculative(pre.clone(), 24, &greedy, &mut d, w).unwrap();
+                        let width = crate::policy::Width::new(w).unwrap();
+                        let (spec, stats) = e.decode_speculative(pre.clone(), 24, &greedy, &mut d, width).unwrap();
                         assert_eq!(spec.token_ids, classic.token_ids, "{name} {text:?} width {w} at {threads} threads");
                         rounds += stats.rounds;
                     }
@@ -129,6 +130,7 @@ mod policy {
     use crate::policy::kind::DrafterSettings;
     use crate::policy::resolve::Provenance;
     use crate::policy::tests::*;
+    use crate::policy::{DeviceClass, HostClass, Width};
     use kernels::quant::GgmlType;
     use std::path::PathBuf;
 
@@ -147,8 +149,10 @@ mod policy {
             target: target.path(),
             drafter_model: Some(drafter.path()),
             drafter: Some("draft-model"),
-            device_class: "cuda:sm_121",
+            device_class: &DeviceClass::parse("cuda:sm_121").unwrap(),
             device_from: "--device",
+            host_class: &HostClass::parse(HOST).unwrap(),
+            host_from: "--host-class",
             threads: 2,
             settings: &DrafterSettings::default(),
             flag: None,
@@ -158,12 +162,12 @@ mod policy {
         assert_eq!(e.target_quant.class, "nvfp4");
         assert_eq!(e.drafter_quant.as_ref().unwrap().class, "bf16");
         let res = &e.resolutions[0];
-        assert_eq!(res.block_size, Some(6), "{res:?}");
+        assert_eq!(res.width.map(Width::get), Some(6), "{res:?}");
         match &res.provenance {
-            Provenance::Measured { entry } => assert_eq!(entry.target_quant, "nvfp4"),
+            Provenance::Measured { entry, .. } => assert_eq!(entry.key.quant, "nvfp4"),
             p => panic!("{p:?}"),
         }
-        assert!(res.width_from.contains("with an nvfp4 target"), "{}", res.width_from);
+        assert!(res.width_from.contains("with an nvfp4 llama 134.5M target"), "{}", res.width_from);
         // The human rendering names the class, its evidence and every step.
         let text = crate::commands::policy::render(&e);
         for want in ["nvfp4", "quant_algo", "not part of the key", "-> 4. policy table"] {
@@ -183,8 +187,10 @@ mod policy {
             target: &p,
             drafter_model: None,
             drafter: None,
-            device_class: "cpu:x86_64-avx2",
+            device_class: &DeviceClass::parse("cpu:x86_64-avx2").unwrap(),
             device_from: "--device",
+            host_class: &HostClass::parse(HOST).unwrap(),
+            host_from: "--host-class",
             threads: 2,
             settings: &DrafterSettings::default(),
             flag: None,
@@ -192,7 +198,7 @@ mod policy {
         };
         let e = crate::commands::policy::explain(&r, &q).unwrap();
         assert_eq!(e.target_quant.class, "q4_1");
-        let widths: Vec<_> = e.resolutions.iter().map(|r| r.block_size).collect();
+        let widths: Vec<_> = e.resolutions.iter().map(|r| r.width.map(Width::get)).collect();
         assert_eq!(widths, [Some(5), Some(4), Some(4), Some(7), Some(1), Some(4)]);
         let json = serde_json::to_value(&e).unwrap();
         assert_eq!(json["resolutions"][0]["width_from"].as_str().unwrap(), e.resolutions[0].width_from);
@@ -212,6 +218,7 @@ mod policy {
             suffix_min_prob: None,
             drafter_model: None,
             device: Some("cpu:x86_64-avx2".into()),
+            host_class: None,
             draft_width: None,
             json: true,
         };

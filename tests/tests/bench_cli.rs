@@ -164,6 +164,6 @@ fn bench_width_curve_refuses_a_fixed_width_and_bad_widths() {
         let out = run(runtime("bench").args(["--drafter", "ngram", "--reps", "1"]).args(args));
         assert!(!out.status.success(), "{args:?} was accepted");
         let err = String::from_utf8_lossy(&out.stderr);
-        assert!(err.contains("--widths") || err.contains("--draft-block-size"), "{args:?}: {err}");
+        assert!(err.contains("--widths") || err.contains("--draft-width"), "{args:?}: {err}");
     }
 }

@@ -10,9 +10,8 @@
 
 use draftwise_tests::{bin, json_lines, model_path, output_text, run};
 use runtime::generate::{Engine, NoSink};
-use runtime::policy::resolve::Host;
 use runtime::policy::table::{RecordCheck, Table, compile};
-use runtime::policy::{DrafterKind, DrafterSettings, Resolver};
+use runtime::policy::{DeviceClass, DrafterKind, DrafterSettings, HostClass, Resolver, Run, Width};
 use runtime::sampling::SamplingParams;
 use runtime::spec::setup::{Decoding, SpecSettings, Speculation};
 use std::process::Command;
@@ -28,27 +27,50 @@ fn engine() -> &'static Engine {
     })
 }
 
-fn device_class() -> String {
-    engine().loaded.model.device_class(engine().family)
+fn device_class() -> DeviceClass {
+    DeviceClass::parse(&engine().loaded.model.device_class(engine().family)).expect("a device class")
 }
 
-fn fingerprint(device: &str, formats: Option<&[String]>) -> String {
+fn fingerprint(device: &DeviceClass, formats: Option<&[String]>) -> String {
     runtime::policy::verify_fingerprint(device, formats)
+}
+
+fn width(n: usize) -> Option<Width> {
+    Some(Width::new(n).unwrap())
+}
+
+/// A CPU class that is not this host's.
+fn another_host() -> &'static str {
+    if runtime::policy::host_class_here().as_str() == "intel-sapphire-rapids" { "amd-zen5" } else { "intel-sapphire-rapids" }
 }
 
 /// One entry keyed to this host and model at `threads`, measured by this
 /// build, with ngram settings 2..=5 (not the runtime's defaults, so a test
 /// sees whose settings run).
 fn entry(width: &str, ratio: f64, interval: [f64; 2], threads: usize) -> String {
+    entry_on(runtime::policy::host_class_here().as_str(), width, ratio, interval, threads)
+}
+
+/// [`entry`] measured on the CPU class `host`.
+fn entry_on(host: &str, width: &str, ratio: f64, interval: [f64; 2], threads: usize) -> String {
     let e = engine();
     let formats: Vec<String> = e.loaded.info.weight_formats.iter().map(|f| format!("\"{f}\"")).collect();
     let device = device_class();
+    let m = e.loaded.info.model_class();
     format!(
-        "[[entry]]\ndrafter = \"ngram\"\ndevice_class = \"{device}\"\ntarget_quant = \"{}\"\nthreads = {threads}\n\
-         drafter_settings = {{ ngram_min = 2, ngram_max = 5 }}\nweight_formats = [{}]\nblock_size = {width}\n\
+        "[[entry]]\ndrafter = \"ngram\"\ndevice_class = \"{device}\"\nhost_class = \"{host}\"\n\
+         target_quant = \"{}\"\nthreads = {threads}\n\
+         model = {{ architecture = \"{}\", parameters = {}, file = \"{}\", sha256 = \"{}\" }}\n\
+         prompts = {{ name = \"prompts/sweep.jsonl\", sha256 = \"{}\" }}\n\
+         drafter_settings = {{ ngram_min = 2, ngram_max = 5 }}\nweight_formats = [{}]\nwidth = {width}\n\
          record = \"records/test-record\"\ndate = 2026-12-01\nratio = {ratio}\nratio_interval = [{}, {}]\n\
          host = \"test\"\nverify_fingerprint = \"{}\"\n",
         e.loaded.info.quant.class,
+        m.architecture,
+        m.parameters,
+        model_path().file_name().unwrap().to_str().unwrap(),
+        "0".repeat(64),
+        "0".repeat(64),
         formats.join(", "),
         interval[0],
         interval[1],
@@ -57,7 +79,7 @@ fn entry(width: &str, ratio: f64, interval: [f64; 2], threads: usize) -> String 
 }
 
 fn table(entries: &[String]) -> Table {
-    compile("test.toml", &format!("schema_version = 2\n\n{}", entries.join("\n")), RecordCheck::Skip)
+    compile("test.toml", &format!("schema_version = 3\n\n{}", entries.join("\n")), RecordCheck::Skip)
         .unwrap_or_else(|e| panic!("{e}"))
 }
 
@@ -86,7 +108,7 @@ fn a_measured_entry_turns_speculation_on_with_its_drafter_width_and_settings() {
     let t = table(&[entry("3", 1.2, [1.1, 1.3], 2)]);
     let mut d = decide(&t, &no_flags());
     let s = d.speculation.as_ref().expect("the policy turned speculation on");
-    assert_eq!((s.kind, s.block_size), (DrafterKind::Ngram, Some(3)));
+    assert_eq!((s.kind, s.width), (DrafterKind::Ngram, width(3)));
     assert_eq!(s.settings, DrafterSettings::ngram(2, 5), "the entry's settings run, not the defaults");
     assert_eq!(d.drafter_from(), "policy");
     let why = &d.resolution.width_from;
@@ -146,17 +168,17 @@ fn explicit_flags_still_win_over_the_policy() {
     let d =
         decide(&t, &SpecSettings { drafter: Some("ngram".into()), draft_width: Some("5".into()), ..no_flags() });
     let s = d.speculation.as_ref().unwrap();
-    assert_eq!((s.block_size, d.drafter_from()), (Some(5), "flag"));
+    assert_eq!((s.width, d.drafter_from()), (width(5), "flag"));
     assert_eq!(s.settings, DrafterSettings::ngram(3, 4));
     // A named drafter without a width takes the entry, with its settings.
     let d = decide(&t, &SpecSettings { drafter: Some("ngram".into()), ..no_flags() });
     let s = d.speculation.as_ref().unwrap();
-    assert_eq!((s.block_size, s.settings.clone()), (Some(3), DrafterSettings::ngram(2, 5)));
+    assert_eq!((s.width, s.settings.clone()), (width(3), DrafterSettings::ngram(2, 5)));
     // Settings other than the entry's: not the entry's measurement, so the
     // per-kind width, and the runtime's defaults fill what was not given.
     let d = decide(&t, &SpecSettings { drafter: Some("ngram".into()), ngram_max: Some(4), ..no_flags() });
     let s = d.speculation.as_ref().unwrap();
-    assert_eq!((s.block_size, s.settings.clone()), (Some(4), DrafterSettings::ngram(3, 4)));
+    assert_eq!((s.width, s.settings.clone()), (width(4), DrafterSettings::ngram(3, 4)));
     assert!(d.resolution.width_from.contains("other drafter settings: ngram_max 4 (measured 5)"));
     // Flags that only make sense with a drafter are refused without one.
     let e = Speculation::resolve(
@@ -177,10 +199,15 @@ fn explicit_flags_still_win_over_the_policy() {
 fn generate_without_flags_follows_the_compiled_table_and_says_why() {
     let e = engine();
     let device = device_class();
-    let compiled = Resolver::compiled();
-    let host = |threads| Host {
-        device_class: &device,
-        target_quant: &e.loaded.info.quant,
+    let compiled = runtime::policy::compiled_resolver();
+    let here = runtime::policy::host_class_here();
+    let model = e.loaded.info.model_class();
+    let host = |threads| Run {
+        device: &device,
+        host: &here,
+        quant: &e.loaded.info.quant,
+        model: &model,
+        file: model_path().file_name().and_then(|n| n.to_str()).map(|s| Box::leak(s.to_string().into_boxed_str()) as &str),
         threads,
         weight_formats: Some(&e.loaded.info.weight_formats),
     };
@@ -208,7 +235,7 @@ fn generate_without_flags_follows_the_compiled_table_and_says_why() {
         match want.drafter {
             Some(k) => {
                 assert_eq!(s["drafter"], k.as_str());
-                assert_eq!(s["block_size"].as_u64(), want.block_size.map(|n| n as u64));
+                assert_eq!(s["width"].as_u64(), want.width.map(|n| n.get() as u64));
                 assert_eq!(lines[2]["event"], "speculative_diagnostics");
                 eprintln!("{threads} threads: speculates ({})", want.width_from);
             }
@@ -222,7 +249,7 @@ fn generate_without_flags_follows_the_compiled_table_and_says_why() {
     // The committed entries are measured at 2 threads: at 1 the reason names the count.
     let at_one = compiled.auto(&host(1)).width_from;
     assert!(at_one.contains("at 1 thread"), "{at_one}");
-    if compiled.table.entries.iter().any(|x| x.device_class == device && x.threads == Some(2)) {
+    if compiled.table.entries.iter().any(|x| x.key.device == device && x.key.threads == Some(2)) {
         assert!(at_one.contains("the table measured it at 2 threads"), "{at_one}");
     }
 }

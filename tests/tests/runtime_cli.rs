@@ -152,14 +152,14 @@ fn speculative_generation_reports_diagnostics_and_equals_classic_output() {
     assert!(classic.status.success(), "{}", String::from_utf8_lossy(&classic.stderr));
     let classic = json_lines(&classic);
     assert_eq!(classic[0]["drafter"], "none");
-    assert!(classic[0]["block_size"].is_null());
+    assert!(classic[0]["width"].is_null());
     for w in ["1", "3", "8"] {
         let out = run(generate().args(prompt).args(["--drafter", "ngram", "--draft-block-size", w]));
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         let lines = json_lines(&out);
         assert_eq!(lines[0]["drafter"], "ngram");
-        assert_eq!(lines[0]["block_size"].as_u64(), Some(w.parse().unwrap()));
-        assert!(lines[0]["width_from"].as_str().unwrap().contains("--draft-block-size"));
+        assert_eq!(lines[0]["width"].as_u64(), Some(w.parse().unwrap()));
+        assert!(lines[0]["width_from"].as_str().unwrap().contains("--draft-width"));
         assert_eq!(lines[0]["exactness_probe"]["passed"], true);
         assert_eq!(lines[1]["event"], "completion");
         assert_eq!(lines[1]["token_ids"], classic[1]["token_ids"], "width {w}");

@@ -107,7 +107,7 @@ fn health_models_and_config_describe_the_server() {
     let why = c["width_from"].as_str().unwrap();
     match c["drafter"].as_str().unwrap() {
         "none" => {
-            assert_eq!(c["block_size"], Value::Null);
+            assert_eq!(c["width"], Value::Null);
             assert!(why.starts_with("speculation off by the policy (no --drafter): "), "{why}");
         }
         _ => assert!(why.starts_with("speculation on by the policy (no --drafter): measured for "), "{why}"),
@@ -172,19 +172,19 @@ fn json_events_report_each_served_request() {
 
 #[test]
 fn a_speculative_server_serves_classic_greedy_text_and_reports_its_width() {
-    let s = Server::start(&["--drafter", "ngram", "--draft-block-size", "3", "--json"]);
+    let s = Server::start(&["--drafter", "ngram", "--draft-width", "3", "--json"]);
     let c = s.get("/v1/draftwise/config").json();
     assert_eq!(c["drafter"], "ngram");
-    assert_eq!(c["block_size"], 3);
-    assert!(c["width_from"].as_str().unwrap().contains("--draft-block-size"), "{c}");
+    assert_eq!(c["width"], 3);
+    assert!(c["width_from"].as_str().unwrap().contains("--draft-width"), "{c}");
     assert_eq!(c["exactness_probe"]["passed"], true);
     assert!(
-        s.stderr().contains("speculative: drafter ngram (ngram_min 3, ngram_max 4), block_size 3"),
+        s.stderr().contains("speculative: drafter ngram (ngram_min 3, ngram_max 4), width 3"),
         "{}",
         s.stderr()
     );
     let startup: Value = serde_json::from_str(&s.stdout_first(1)[0]).unwrap();
-    assert_eq!((startup["event"].as_str(), startup["block_size"].as_u64()), (Some("startup"), Some(3)));
+    assert_eq!((startup["event"].as_str(), startup["width"].as_u64()), (Some("startup"), Some(3)));
     let mut rounds = 0;
     for (p, want) in PROMPTS.iter().zip(expected()) {
         let chat = matches!(p, Prompt::Chat(_));
@@ -192,7 +192,7 @@ fn a_speculative_server_serves_classic_greedy_text_and_reports_its_width() {
         assert_eq!(response_text(&v, chat), want.text, "{p:?}");
         assert_eq!(v["usage"], usage_of(want));
         let sp = &v["draftwise"]["speculative"];
-        assert_eq!((sp["drafter"].as_str(), sp["block_size"].as_u64()), (Some("ngram"), Some(3)), "{v}");
+        assert_eq!((sp["drafter"].as_str(), sp["width"].as_u64()), (Some("ngram"), Some(3)), "{v}");
         rounds += sp["rounds"].as_u64().unwrap();
         let mut body = p.body(&model(), MAX_TOKENS);
         body["stream"] = json!(true);

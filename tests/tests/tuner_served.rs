@@ -38,11 +38,11 @@ fn a_real_served_sweep_records_streamed_requests_and_stops_every_server() {
         assert_eq!(sv["endpoint"], if chat { "/v1/chat/completions" } else { "/v1/completions" });
         if r["width"].is_number() {
             assert_eq!(r["diagnostics_present"], true, "{r}");
-            assert_eq!(sv["server"]["speculative"]["block_size"], r["width"], "{r}");
+            assert_eq!(sv["server"]["speculative"]["width"], r["width"], "{r}");
         }
     }
     let startups: Vec<&Value> = lines.iter().filter(|l| l["kind"] == "startup").collect();
-    assert_eq!(startups[1]["startup"]["block_size"], 1);
+    assert_eq!(startups[1]["startup"]["width"], 1);
     for e in lines.iter().filter(|l| l["kind"] == "arm_end") {
         assert_eq!((e["ok"].as_bool(), e["warmup_requests"].as_u64()), (Some(true), Some(2)), "{e}");
         assert_eq!((e["server"]["stop"].as_str(), e["exit_code"].as_i64()), (Some("sigterm"), Some(0)), "{e}");

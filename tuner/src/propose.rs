@@ -643,26 +643,51 @@ mod tests {
         );
     }
 
-    const TABLE: &str = "schema_version = 2\n\n[[entry]]\ndrafter = \"ngram\"\ndevice_class = \"cpu:x86_64-avx2\"\n\
-target_quant = \"q4_1\"\nthreads = 2\ndrafter_settings = { ngram_min = 3, ngram_max = 4 }\n\
-weight_formats = [\"q4_1\", \"q8_0\"]\nblock_size = 3\nrecord = \"records/a\"\ndate = 2026-01-01\nratio = 1.2\n\
-ratio_interval = [1.1, 1.3]\nhost = \"h\"\nverify_fingerprint = \"0123456789abcdef\"\n\n[[entry]]\n\
-drafter = \"layerskip\"\ndevice_class = \"cpu:x86_64-avx2\"\ntarget_quant = \"q4_1\"\nthreads = 2\n\
-drafter_settings = { layers = [0, 1] }\nweight_formats = [\"q4_1\", \"q8_0\"]\nblock_size = \"off\"\n\
-record = \"records/b\"\ndate = 2026-01-01\nratio = 0.5\nratio_interval = [0.4, 0.6]\nhost = \"h\"\n\
-verify_fingerprint = \"0123456789abcdef\"\n";
+    const MODEL: &str = "model = { architecture = \"llama\", parameters = 134515008, file = \"m.gguf\", sha256 = \
+\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\" }\nprompts = { name = \"prompts/sweep.jsonl\", \
+sha256 = \"bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb\" }\n";
 
-    const KEY: Key<'static> = (DrafterKind::Ngram, "cpu:x86_64-avx2", "q4_1", Some(2));
+    fn table_text() -> String {
+        format!(
+            "schema_version = 3\n\n[[entry]]\ndrafter = \"ngram\"\ndevice_class = \"cpu:x86_64-avx2\"\n\
+host_class = \"amd-zen4\"\ntarget_quant = \"q4_1\"\nthreads = 2\n{MODEL}drafter_settings = {{ ngram_min = 3, ngram_max = 4 }}\n\
+weight_formats = [\"q4_1\", \"q8_0\"]\nwidth = 3\nrecord = \"records/a\"\ndate = 2026-01-01\nratio = 1.2\n\
+ratio_interval = [1.1, 1.3]\nhost = \"h\"\nverify_fingerprint = \"0123456789abcdef\"\n\n[[entry]]\n\
+drafter = \"layerskip\"\ndevice_class = \"cpu:x86_64-avx2\"\nhost_class = \"amd-zen4\"\ntarget_quant = \"q4_1\"\n\
+threads = 2\n{MODEL}drafter_settings = {{ layers = [0, 1] }}\nweight_formats = [\"q4_1\", \"q8_0\"]\nwidth = \"off\"\n\
+record = \"records/b\"\ndate = 2026-01-01\nratio = 0.5\nratio_interval = [0.4, 0.6]\nhost = \"h\"\n\
+verify_fingerprint = \"0123456789abcdef\"\n"
+        )
+    }
+
+    fn key_on(device: &str, host: &str, threads: Option<usize>) -> PolicyKey {
+        PolicyKey {
+            drafter: DrafterKind::Ngram,
+            device: DeviceClass::parse(device).unwrap(),
+            host: HostClass::parse(host).unwrap(),
+            quant: "q4_1".into(),
+            model: runtime::policy::ModelClass { architecture: "llama".into(), parameters: 134_515_008 },
+            threads,
+        }
+    }
+
+    fn key() -> PolicyKey {
+        key_on("cpu:x86_64-avx2", "amd-zen4", Some(2))
+    }
 
     fn fields(w: &str) -> Fields {
+        let (model, prompts) = MODEL.split_once('\n').unwrap();
         vec![
             ("drafter", "\"ngram\"".into()),
             ("device_class", "\"cpu:x86_64-avx2\"".into()),
+            ("host_class", "\"amd-zen4\"".into()),
             ("target_quant", "\"q4_1\"".into()),
             ("threads", "2".into()),
+            ("model", model.trim_start_matches("model = ").into()),
+            ("prompts", prompts.trim_start_matches("prompts = ").trim_end().into()),
             ("drafter_settings", "{ ngram_min = 3, ngram_max = 4 }".into()),
             ("weight_formats", "[\"q4_1\", \"q8_0\"]".into()),
-            ("block_size", w.into()),
+            ("width", w.into()),
             ("record", "\"records/c\"".into()),
             ("date", "2026-11-29".into()),
             ("ratio", "1.4".into()),
@@ -672,55 +697,77 @@ verify_fingerprint = \"0123456789abcdef\"\n";
         ]
     }
 
-    #[test]
-    fn an_existing_key_is_replaced_in_place_and_others_are_kept() {
-        let new = edit_table(TABLE, KEY, &fields("5")).unwrap();
-        let c = table::compile("t", &new, RecordCheck::Skip).unwrap();
-        assert_eq!(c.entries.len(), 2);
-        assert_eq!(c.entries[0].block_size, runtime::policy::Width::Blocks(5));
-        assert_eq!(c.entries[0].record, "records/c");
-        assert_eq!(c.entries[1].drafter, DrafterKind::Layerskip);
-        let d = diff(TABLE, &new, "t");
-        assert!(d.contains("-block_size = 3") && d.contains("+block_size = 5"), "{d}");
-        let second = TABLE.find("\n\n[[entry]]\ndrafter = \"layerskip\"").unwrap();
-        assert!(new.ends_with(&TABLE[second..]), "{new}");
+    fn w(n: usize) -> Option<runtime::policy::Width> {
+        Some(runtime::policy::Width::new(n).unwrap())
     }
 
     #[test]
-    fn the_thread_count_is_part_of_the_key() {
+    fn an_existing_key_is_replaced_in_place_and_others_are_kept() {
+        let table_s = table_text();
+        let new = edit_table(&table_s, &key(), &fields("5")).unwrap();
+        let c = table::compile("t", &new, RecordCheck::Skip).unwrap();
+        assert_eq!(c.entries.len(), 2);
+        assert_eq!(c.entries[0].width, w(5));
+        assert_eq!(c.entries[0].record, "records/c");
+        assert_eq!(c.entries[1].key.drafter, DrafterKind::Layerskip);
+        let d = diff(&table_s, &new, "t");
+        assert!(d.contains("-width = 3") && d.contains("+width = 5"), "{d}");
+        let second = table_s.find("\n\n[[entry]]\ndrafter = \"layerskip\"").unwrap();
+        assert!(new.ends_with(&table_s[second..]), "{new}");
+    }
+
+    #[test]
+    fn the_thread_count_the_cpu_and_the_model_are_part_of_the_key() {
         // The same (drafter, device, quantization) at another thread count is
         // another key: appended, the 2-thread entry kept as it was.
+        let table_s = table_text();
         let mut f = fields("5");
-        f[3].1 = "4".into();
-        let new = edit_table(TABLE, (DrafterKind::Ngram, "cpu:x86_64-avx2", "q4_1", Some(4)), &f).unwrap();
-        assert!(new.starts_with(TABLE), "{new}");
+        f[4].1 = "4".into();
+        let new = edit_table(&table_s, &key_on("cpu:x86_64-avx2", "amd-zen4", Some(4)), &f).unwrap();
+        assert!(new.starts_with(&table_s), "{new}");
         let c = table::compile("t", &new, RecordCheck::Skip).unwrap();
         assert_eq!(c.entries.len(), 3);
-        assert_eq!((c.entries[0].threads, c.entries[0].block_size), (Some(2), runtime::policy::Width::Blocks(3)));
-        assert_eq!((c.entries[2].threads, c.entries[2].block_size), (Some(4), runtime::policy::Width::Blocks(5)));
+        assert_eq!((c.entries[0].key.threads, c.entries[0].width), (Some(2), w(3)));
+        assert_eq!((c.entries[2].key.threads, c.entries[2].width), (Some(4), w(5)));
+        // A record of another CPU adds its entry and replaces none.
+        let mut f = fields("5");
+        f[2].1 = "\"amd-zen5\"".into();
+        let new = edit_table(&table_s, &key_on("cpu:x86_64-avx2", "amd-zen5", Some(2)), &f).unwrap();
+        assert!(new.starts_with(&table_s), "{new}");
+        let c = table::compile("t", &new, RecordCheck::Skip).unwrap();
+        assert_eq!(c.entries.len(), 3);
+        assert_eq!(c.entries[2].key.host.as_str(), "amd-zen5");
+        // So does a record of another model.
+        let mut f = fields("5");
+        f[5].1 = f[5].1.replace("\"llama\", parameters = 134515008", "\"gemma3\", parameters = 268098176");
+        let mut k = key();
+        k.model = runtime::policy::ModelClass { architecture: "gemma3".into(), parameters: 268_098_176 };
+        let new = edit_table(&table_s, &k, &f).unwrap();
+        assert!(new.starts_with(&table_s), "{new}");
+        assert_eq!(table::compile("t", &new, RecordCheck::Skip).unwrap().entries.len(), 3);
         // A key without threads (CUDA) never matches a CPU entry that has them.
-        let cuda = TABLE.replace(
-            "device_class = \"cpu:x86_64-avx2\"\ntarget_quant = \"q4_1\"\nthreads = 2\n",
-            "device_class = \"cuda:sm_90\"\ntarget_quant = \"q4_1\"\n",
+        let cuda = table_s.replace(
+            "device_class = \"cpu:x86_64-avx2\"\nhost_class = \"amd-zen4\"\ntarget_quant = \"q4_1\"\nthreads = 2\n",
+            "device_class = \"cuda:sm_90\"\nhost_class = \"amd-zen4\"\ntarget_quant = \"q4_1\"\n",
         );
         let mut g = fields("5");
-        g.remove(3);
+        g.remove(4);
         g[1].1 = "\"cuda:sm_90\"".into();
-        let new = edit_table(&cuda, (DrafterKind::Ngram, "cuda:sm_90", "q4_1", None), &g).unwrap();
+        let new = edit_table(&cuda, &key_on("cuda:sm_90", "amd-zen4", None), &g).unwrap();
         let c = table::compile("t", &new, RecordCheck::Skip).unwrap();
         assert_eq!(c.entries.len(), 2, "{new}");
-        assert_eq!((c.entries[0].threads, c.entries[0].block_size), (None, runtime::policy::Width::Blocks(5)));
+        assert_eq!((c.entries[0].key.threads, c.entries[0].width), (None, w(5)));
     }
 
     #[test]
     fn a_new_key_is_appended_after_one_blank_line() {
-        let new = edit_table("schema_version = 2\n", KEY, &fields("\"off\"")).unwrap();
-        assert!(new.starts_with("schema_version = 2\n\n[[entry]]\ndrafter = \"ngram\"\n"), "{new}");
+        let new = edit_table("schema_version = 3\n", &key(), &fields("\"off\"")).unwrap();
+        assert!(new.starts_with("schema_version = 3\n\n[[entry]]\ndrafter = \"ngram\"\n"), "{new}");
         let c = table::compile("t", &new, RecordCheck::Skip).unwrap();
-        assert_eq!(c.entries[0].block_size, runtime::policy::Width::Off);
-        assert_eq!(c.schema_version, 2);
-        let again = edit_table("schema_version = 2\n\n", KEY, &fields("2")).unwrap();
-        assert!(again.starts_with("schema_version = 2\n\n[[entry]]\n"), "no second blank line: {again:?}");
+        assert_eq!(c.entries[0].width, None);
+        assert_eq!(c.schema_version, 3);
+        let again = edit_table("schema_version = 3\n\n", &key(), &fields("2")).unwrap();
+        assert!(again.starts_with("schema_version = 3\n\n[[entry]]\n"), "no second blank line: {again:?}");
     }
 
     #[test]
@@ -734,27 +781,34 @@ verify_fingerprint = \"0123456789abcdef\"\n";
 
     #[test]
     fn a_crlf_table_gets_crlf_lines() {
-        let crlf = TABLE.replace('\n', "\r\n");
-        let new = edit_table(&crlf, KEY, &fields("5")).unwrap();
+        let crlf = table_text().replace('\n', "\r\n");
+        let new = edit_table(&crlf, &key(), &fields("5")).unwrap();
         assert!(!new.replace("\r\n", "").contains('\n'), "a bare LF was written: {new:?}");
         table::compile("t", &new, RecordCheck::Skip).unwrap();
     }
 
     #[test]
     fn an_empty_inline_array_receives_the_entry() {
-        let new = edit_table("schema_version = 2\nentry = []\n", KEY, &fields("5")).unwrap();
-        assert_eq!(new, format!("schema_version = 2\nentry = [{}]\n", entry_inline_text(&fields("5"))));
+        let new = edit_table("schema_version = 3\nentry = []\n", &key(), &fields("5")).unwrap();
+        assert_eq!(new, format!("schema_version = 3\nentry = [{}]\n", entry_inline_text(&fields("5"))));
         table::compile("t", &new, RecordCheck::Skip).unwrap();
     }
 
     #[test]
     fn a_malformed_table_is_an_error_naming_the_file_not_a_panic() {
-        let e = edit_table("schema_version = 2\n[[entry]\n", KEY, &fields("5")).unwrap_err().to_string();
+        let e = edit_table("schema_version = 3\n[[entry]\n", &key(), &fields("5")).unwrap_err().to_string();
         assert!(e.contains(TABLE_FILE) && e.contains("malformed TOML"), "{e}");
-        let e = edit_table("schema_version = 2\nentry = 3\n", KEY, &fields("5")).unwrap_err().to_string();
+        let e = edit_table("schema_version = 3\nentry = 3\n", &key(), &fields("5")).unwrap_err().to_string();
         assert!(e.contains("`entry` is neither"), "{e}");
-        let e = edit_table("schema_version = 2\nentry = [3]\n", KEY, &fields("5")).unwrap_err().to_string();
+        let e = edit_table("schema_version = 3\nentry = [3]\n", &key(), &fields("5")).unwrap_err().to_string();
         assert!(e.contains("not a table"), "{e}");
+    }
+
+    #[test]
+    fn a_prompt_set_is_named_by_its_repository_path_or_its_file_name() {
+        assert_eq!(prompts_name("prompts/sweep.jsonl (compiled into the tuner)"), "prompts/sweep.jsonl");
+        assert_eq!(prompts_name("/home/me/edits.jsonl"), "edits.jsonl");
+        assert_eq!(prompts_name("prompts/mine.jsonl"), "prompts/mine.jsonl");
     }
 
     #[test]

@@ -16,9 +16,12 @@ use std::process::{Command, Output};
 use std::sync::OnceLock;
 
 use runtime::policy::table::{self, RecordCheck};
-use runtime::policy::{DrafterKind, DrafterSettings, Entry, KERNEL_FINGERPRINT, TABLE_FILE, Width};
+use runtime::policy::{
+    DeviceClass, DrafterKind, DrafterSettings, Entry, HostClass, KERNEL_FINGERPRINT, ModelClass, PolicyKey, TABLE_FILE,
+    Width,
+};
 use serde_json::Value;
-use tuner::propose::{self, Fields, Key};
+use tuner::propose::{self, Fields};
 use tuner::raw::{RawFile, RawLine};
 use tuner::rules::{self, Allow, Refusal};
 use tuner::summary::Summary;
@@ -26,31 +29,63 @@ use tuner::summary::Summary;
 const RECORD: &str = "records/2026-11-29-cpu-x86_64-avx512vnni-ngram-r16";
 /// The committed record's date and key.
 const RECORD_DATE: &str = "2026-11-29";
-const RECORD_KEY: Key<'static> = (DrafterKind::Ngram, "cpu:x86_64-avx512vnni", "q4_1", Some(2));
+
+/// (drafter, device class, quantization, threads): the parts of a key these
+/// tests vary; every key is on [`HOST`] for the default model.
+type Key = (DrafterKind, &'static str, &'static str, Option<usize>);
+/// The host class the upgraded record and the crafted tables name.
+const HOST: &str = "amd-zen4";
+/// The default model's parameter count.
+const PARAMS: u64 = 134_515_008;
+/// The `model` and `prompts` fields of a crafted entry.
+const MODEL_TOML: &str = "{ architecture = \"llama\", parameters = 134515008, file = \"m.gguf\", sha256 = \
+\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\" }";
+const PROMPTS_TOML: &str = "{ name = \"prompts/sweep.jsonl\", sha256 = \
+\"bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb\" }";
+
+fn pk(k: Key) -> PolicyKey {
+    PolicyKey {
+        drafter: k.0,
+        device: DeviceClass::parse(k.1).unwrap(),
+        host: HostClass::parse(HOST).unwrap(),
+        quant: k.2.into(),
+        model: ModelClass { architecture: "llama".into(), parameters: PARAMS },
+        threads: k.3,
+    }
+}
+
+fn w(n: usize) -> Option<Width> {
+    Some(Width::new(n).unwrap())
+}
+
+const RECORD_KEY: Key = (DrafterKind::Ngram, "cpu:x86_64-avx512vnni", "q4_1", Some(2));
 /// The weight formats of the record's target (the default model): its
 /// layers are Q4_1, its embedding Q8_0.
 const RECORD_FORMATS: [&str; 2] = ["q4_1", "q8_0"];
 
-const NGRAM: Key<'static> = (DrafterKind::Ngram, "cpu:x86_64-avx2", "q4_1", Some(2));
-const LAYERSKIP: Key<'static> = (DrafterKind::Layerskip, "cpu:x86_64-avx2", "q4_1", Some(2));
+const NGRAM: Key = (DrafterKind::Ngram, "cpu:x86_64-avx2", "q4_1", Some(2));
+const LAYERSKIP: Key = (DrafterKind::Layerskip, "cpu:x86_64-avx2", "q4_1", Some(2));
 /// A key no crafted table has.
-const NEW_KEY: Key<'static> = (DrafterKind::Ngram, "cpu:x86_64-avx512vnni", "q4_1", Some(2));
+const NEW_KEY: Key = (DrafterKind::Ngram, "cpu:x86_64-avx512vnni", "q4_1", Some(2));
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
 /// An entry's fields as `propose` writes them, in the schema's order.
-fn fields(key: Key<'_>, width: &str, date: &str) -> Fields {
+fn fields(key: Key, width: &str, date: &str) -> Fields {
     let mut f: Fields = vec![
         ("drafter", format!("\"{}\"", key.0)),
         ("device_class", format!("\"{}\"", key.1)),
+        ("host_class", format!("\"{HOST}\"")),
         ("target_quant", format!("\"{}\"", key.2)),
         ("target_quant_format", "\"gguf\"".into()),
     ];
     if let Some(t) = key.3 {
         f.push(("threads", t.to_string()));
     }
+    f.push(("model", MODEL_TOML.into()));
+    f.push(("prompts", PROMPTS_TOML.into()));
     let settings = match key.0 {
         DrafterKind::Ngram => "{ ngram_min = 3, ngram_max = 4 }",
         DrafterKind::Layerskip => "{ layers = [0, 1] }",
@@ -59,7 +94,7 @@ fn fields(key: Key<'_>, width: &str, date: &str) -> Fields {
     f.extend([
         ("drafter_settings", settings.to_string()),
         ("weight_formats", "[\"q4_1\", \"q8_0\"]".into()),
-        ("block_size", width.to_string()),
+        ("width", width.to_string()),
         ("record", "\"records/new\"".into()),
         ("date", date.to_string()),
         ("ratio", "1.4".into()),
@@ -79,17 +114,20 @@ fn compile(text: &str) -> table::Table {
 /// them, odd spacing, and blank lines.
 const TABLES: &str = concat!(
     "# The policy table, for a test.\n",
-    "schema_version = 2\n",
+    "schema_version = 3\n",
     "\n",
     "# ngram on avx2: measured in January.\n",
     "[[entry]]\n",
     "drafter = \"ngram\"\n",
     "device_class = \"cpu:x86_64-avx2\"\n",
+    "host_class = \"amd-zen4\"\n",
     "target_quant = \"q4_1\"\n",
     "threads = 2\n",
+    "model = { architecture = \"llama\", parameters = 134515008, file = \"m.gguf\", sha256 = \"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\" }\n",
+    "prompts = { name = \"prompts/sweep.jsonl\", sha256 = \"bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb\" }\n",
     "drafter_settings = { ngram_min = 3, ngram_max = 4 }\n",
     "weight_formats = [\"q4_1\", \"q8_0\"]\n",
-    "block_size = 3\n",
+    "width = 3\n",
     "record = \"records/a\"\n",
     "date = 2026-01-01\n",
     "ratio = 1.2\n",
@@ -103,11 +141,14 @@ const TABLES: &str = concat!(
     "[[entry]]\n",
     "drafter   =   \"layerskip\"\n",
     "device_class = \"cpu:x86_64-avx2\"\n",
+    "host_class='amd-zen4'\n",
     "  target_quant = \"q4_1\"\n",
     "threads=2\n",
+    "model = {architecture='llama', parameters=134515008, file='m.gguf', sha256='aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa'}\n",
+    "prompts = {name='prompts/sweep.jsonl', sha256='bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb'}\n",
     "drafter_settings = {layers=[0,1]}\n",
     "weight_formats = [ 'q4_1' ]\n",
-    "block_size = \"off\"\n",
+    "width = \"off\"\n",
     "record = \"records/b\"\n",
     "date = \"2026-02-01\"\n",
     "ratio = 0.5\n",
@@ -129,26 +170,26 @@ fn region(text: &str, first_line: &str, last_line: &str) -> std::ops::Range<usiz
 #[test]
 fn every_byte_outside_the_replaced_entry_is_kept() {
     let f = fields(NGRAM, "5", "2026-03-01");
-    let new = propose::edit_table(TABLES, NGRAM, &f).unwrap();
+    let new = propose::edit_table(TABLES, &pk(NGRAM), &f).unwrap();
     let r = region(TABLES, "[[entry]]\ndrafter = \"ngram\"", "# the January build\n");
     let expected = format!("{}{}{}", &TABLES[..r.start], propose::entry_table_text(&f), &TABLES[r.end..]);
     assert_eq!(new, expected);
     let t = compile(&new);
     assert_eq!(t.entries.len(), 2);
-    assert_eq!(t.entries[0].block_size, Width::Blocks(5));
-    assert_eq!(t.entries[1].block_size, Width::Off);
+    assert_eq!(t.entries[0].width, w(5));
+    assert_eq!(t.entries[1].width, None);
 }
 
 #[test]
 fn comments_after_the_replaced_entry_are_kept() {
-    let new = propose::edit_table(TABLES, NGRAM, &fields(NGRAM, "5", "2026-03-01")).unwrap();
+    let new = propose::edit_table(TABLES, &pk(NGRAM), &fields(NGRAM, "5", "2026-03-01")).unwrap();
     assert!(new.contains("ratio = 1.4\n"), "{new}");
     assert!(
         new.contains("\n# A reviewer's comment after the ngram entry.\n\n\n  #   layerskip, indented\n[[entry]]\n"),
         "{new}"
     );
     // The last entry: what follows it up to the end of the file stays.
-    let new = propose::edit_table(TABLES, LAYERSKIP, &fields(LAYERSKIP, "\"off\"", "2026-03-01")).unwrap();
+    let new = propose::edit_table(TABLES, &pk(LAYERSKIP), &fields(LAYERSKIP, "\"off\"", "2026-03-01")).unwrap();
     assert!(new.ends_with("note = \"tuner propose: a test\"\n\n# The end.\n"), "{new}");
     assert!(new.contains("  #   layerskip, indented\n[[entry]]\ndrafter = \"layerskip\"\n"), "{new}");
     assert_eq!(compile(&new).entries.len(), 2);
@@ -160,40 +201,45 @@ fn the_same_key_at_another_thread_count_is_a_new_entry() {
     // the 2-thread entry.
     let key = (NGRAM.0, NGRAM.1, NGRAM.2, Some(4));
     let f = fields(key, "2", "2026-03-01");
-    let new = propose::edit_table(TABLES, key, &f).unwrap();
+    let new = propose::edit_table(TABLES, &pk(key), &f).unwrap();
     assert_eq!(new, format!("{TABLES}\n{}", propose::entry_table_text(&f)));
     let t = compile(&new);
     assert_eq!(t.entries.len(), 3);
-    assert_eq!((t.entries[0].threads, t.entries[0].block_size), (Some(2), Width::Blocks(3)));
-    assert_eq!((t.entries[2].threads, t.entries[2].block_size), (Some(4), Width::Blocks(2)));
-    assert_eq!(t.lookup(NGRAM.0, NGRAM.1, NGRAM.2, 4).unwrap().record, "records/new");
-    assert_eq!(t.lookup(NGRAM.0, NGRAM.1, NGRAM.2, 2).unwrap().record, "records/a");
+    assert_eq!((t.entries[0].key.threads, t.entries[0].width), (Some(2), w(3)));
+    assert_eq!((t.entries[2].key.threads, t.entries[2].width), (Some(4), w(2)));
+    assert_eq!(t.exact(&pk((NGRAM.0, NGRAM.1, NGRAM.2, Some(4)))).unwrap().record, "records/new");
+    assert_eq!(t.exact(&pk(NGRAM)).unwrap().record, "records/a");
 }
 
 #[test]
 fn a_new_key_is_appended_to_an_entry_table_as_an_entry_table() {
     let f = fields(NEW_KEY, "2", "2026-03-01");
-    let new = propose::edit_table(TABLES, NEW_KEY, &f).unwrap();
+    let new = propose::edit_table(TABLES, &pk(NEW_KEY), &f).unwrap();
     assert_eq!(new, format!("{TABLES}\n{}", propose::entry_table_text(&f)));
     let t = compile(&new);
     assert_eq!(t.entries.len(), 3);
-    assert_eq!(t.entries[2].device_class, "cpu:x86_64-avx512vnni");
+    assert_eq!(t.entries[2].key.device.as_str(), "cpu:x86_64-avx512vnni");
 }
 
-const NGRAM_INLINE: &str = "{ drafter = \"ngram\", device_class = \"cpu:x86_64-avx2\", target_quant = \"q4_1\", \
-threads = 2, drafter_settings = { ngram_min = 3, ngram_max = 4 }, weight_formats = [\"q4_1\", \"q8_0\"], \
-block_size = 3, record = \"records/a\", date = 2026-01-01, ratio = 1.2, ratio_interval = [1.1, 1.3], host = \"h\", \
+const NGRAM_INLINE: &str = "{ drafter = \"ngram\", device_class = \"cpu:x86_64-avx2\", host_class = \"amd-zen4\", \
+target_quant = \"q4_1\", threads = 2, model = { architecture = \"llama\", parameters = 134515008, file = \"m.gguf\", \
+sha256 = \"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\" }, prompts = { name = \"p\", \
+sha256 = \"bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb\" }, \
+drafter_settings = { ngram_min = 3, ngram_max = 4 }, weight_formats = [\"q4_1\", \"q8_0\"], \
+width = 3, record = \"records/a\", date = 2026-01-01, ratio = 1.2, ratio_interval = [1.1, 1.3], host = \"h\", \
 verify_fingerprint = \"0123456789abcdef\" }";
-const LAYERSKIP_INLINE: &str = "{drafter=\"layerskip\",device_class=\"cpu:x86_64-avx2\",target_quant=\"q4_1\",\
-threads=2,drafter_settings={layers=[0,1]},weight_formats=[\"q4_1\"],\
-block_size=\"off\",record=\"records/b\",date=2026-02-01,ratio=0.5,ratio_interval=[0.4,0.6],host=\"h\",\
+const LAYERSKIP_INLINE: &str = "{drafter=\"layerskip\",device_class=\"cpu:x86_64-avx2\",host_class=\"amd-zen4\",\
+target_quant=\"q4_1\",threads=2,model={architecture=\"llama\",parameters=134515008,file=\"m.gguf\",\
+sha256=\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"},prompts={name=\"p\",\
+sha256=\"bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb\"},drafter_settings={layers=[0,1]},\
+weight_formats=[\"q4_1\"],width=\"off\",record=\"records/b\",date=2026-02-01,ratio=0.5,ratio_interval=[0.4,0.6],host=\"h\",\
 verify_fingerprint=\"0123456789abcdef\"}";
 
 /// The same two entries as one inline array, one element per line, with
 /// comments inside and around it.
 fn inline_table() -> String {
     format!(
-        "schema_version = 2\n# Entries written inline.\nentry = [\n  # ngram, January\n  {NGRAM_INLINE},\n  \
+        "schema_version = 3\n# Entries written inline.\nentry = [\n  # ngram, January\n  {NGRAM_INLINE},\n  \
          {LAYERSKIP_INLINE}, # layerskip\n]\n# after the array\n"
     )
 }
@@ -203,14 +249,14 @@ fn an_inline_array_keeps_its_other_entries_and_comments_byte_for_byte() {
     let old = inline_table();
     assert_eq!(compile(&old).entries.len(), 2);
     let f = fields(NGRAM, "5", "2026-03-01");
-    let new = propose::edit_table(&old, NGRAM, &f).unwrap();
+    let new = propose::edit_table(&old, &pk(NGRAM), &f).unwrap();
     assert_eq!(new, old.replacen(NGRAM_INLINE, &propose::entry_inline_text(&f), 1));
     let t = compile(&new);
     assert_eq!(t.entries.len(), 2);
-    assert_eq!((t.entries[0].block_size, t.entries[1].drafter), (Width::Blocks(5), DrafterKind::Layerskip));
+    assert_eq!((t.entries[0].width, t.entries[1].key.drafter), (w(5), DrafterKind::Layerskip));
 
     let f = fields(LAYERSKIP, "\"off\"", "2026-03-01");
-    let new = propose::edit_table(&old, LAYERSKIP, &f).unwrap();
+    let new = propose::edit_table(&old, &pk(LAYERSKIP), &f).unwrap();
     assert_eq!(new, old.replacen(LAYERSKIP_INLINE, &propose::entry_inline_text(&f), 1));
     assert_eq!(compile(&new).entries[1].record, "records/new");
 }
@@ -222,23 +268,23 @@ fn a_new_key_is_appended_to_an_inline_array_in_its_layout() {
 
     // One element per line, trailing comma: a new line with the same indent.
     let old = inline_table();
-    let new = propose::edit_table(&old, NEW_KEY, &f).unwrap();
+    let new = propose::edit_table(&old, &pk(NEW_KEY), &f).unwrap();
     assert_eq!(new, old.replacen("# layerskip\n", &format!("# layerskip\n  {inline},\n"), 1));
     assert_eq!(compile(&new).entries.len(), 3);
 
     // One element per line, no trailing comma: the comma goes after the old last one.
-    let old = format!("schema_version = 2\nentry = [\n    {NGRAM_INLINE},\n    {LAYERSKIP_INLINE}\n]\n");
-    let new = propose::edit_table(&old, NEW_KEY, &f).unwrap();
+    let old = format!("schema_version = 3\nentry = [\n    {NGRAM_INLINE},\n    {LAYERSKIP_INLINE}\n]\n");
+    let new = propose::edit_table(&old, &pk(NEW_KEY), &f).unwrap();
     assert_eq!(
         new,
-        format!("schema_version = 2\nentry = [\n    {NGRAM_INLINE},\n    {LAYERSKIP_INLINE},\n    {inline}\n]\n")
+        format!("schema_version = 3\nentry = [\n    {NGRAM_INLINE},\n    {LAYERSKIP_INLINE},\n    {inline}\n]\n")
     );
     assert_eq!(compile(&new).entries.len(), 3);
 
     // All on one line.
-    let old = format!("schema_version = 2\nentry = [{NGRAM_INLINE}, {LAYERSKIP_INLINE}] # two\n");
-    let new = propose::edit_table(&old, NEW_KEY, &f).unwrap();
-    assert_eq!(new, format!("schema_version = 2\nentry = [{NGRAM_INLINE}, {LAYERSKIP_INLINE}, {inline}] # two\n"));
+    let old = format!("schema_version = 3\nentry = [{NGRAM_INLINE}, {LAYERSKIP_INLINE}] # two\n");
+    let new = propose::edit_table(&old, &pk(NEW_KEY), &f).unwrap();
+    assert_eq!(new, format!("schema_version = 3\nentry = [{NGRAM_INLINE}, {LAYERSKIP_INLINE}, {inline}] # two\n"));
     assert_eq!(compile(&new).entries.len(), 3);
 }
 
@@ -249,7 +295,7 @@ fn the_committed_entry_rewritten_with_its_own_values_is_byte_identical() {
     // the same numbers changes no byte of the table.
     let committed = std::fs::read_to_string(repo().join(TABLE_FILE)).unwrap();
     let t = compile(&committed);
-    let e = t.lookup(RECORD_KEY.0, RECORD_KEY.1, RECORD_KEY.2, 2).expect("the committed entry");
+    let e = t.entries.first().expect("a committed entry");
     let start = committed.find("\n[[entry]]\n").unwrap() + "\n[[entry]]\n".len();
     let own: Vec<(&str, String)> = committed[start..]
         .lines()
@@ -257,9 +303,9 @@ fn the_committed_entry_rewritten_with_its_own_values_is_byte_identical() {
         .map(|l| l.split_once(" = ").map(|(k, v)| (k, v.to_string())).unwrap_or_else(|| panic!("{l:?}")))
         .collect();
     let names: Vec<&str> = fields(RECORD_KEY, "1", "2026-01-01").iter().map(|(k, _)| *k).collect();
-    assert_eq!(e.threads, RECORD_KEY.3);
+    assert_eq!(e.key.threads, RECORD_KEY.3);
     assert_eq!(own.iter().map(|(k, _)| *k).collect::<Vec<_>>(), names, "the committed field order");
-    assert_eq!(propose::edit_table(&committed, RECORD_KEY, &own).unwrap(), committed);
+    assert_eq!(propose::edit_table(&committed, &e.key, &own).unwrap(), committed);
     // Whichever record the committed entry cites (it moves with each re-measurement).
     assert!(e.record.starts_with("records/"), "{}", e.record);
 }
@@ -267,7 +313,7 @@ fn the_committed_entry_rewritten_with_its_own_values_is_byte_identical() {
 /// This build's verify-path fingerprint for the record's key.
 fn current() -> String {
     let formats: Vec<String> = RECORD_FORMATS.iter().map(|f| f.to_string()).collect();
-    runtime::policy::verify_fingerprint(RECORD_KEY.1, Some(&formats))
+    runtime::policy::verify_fingerprint(&DeviceClass::parse(RECORD_KEY.1).unwrap(), Some(&formats))
 }
 
 /// The committed record as committed, summarized once.
@@ -288,6 +334,8 @@ fn upgraded(raw: &RawFile, fingerprint: &str) -> (RawFile, Summary) {
             st.verify_fingerprint = fingerprint.to_string();
             st.target.weight_formats = RECORD_FORMATS.iter().map(|f| f.to_string()).collect();
             st.target.quant.format = Some("gguf".into());
+            st.target.parameters = PARAMS;
+            st.host_class = Some(HOST.into());
             let speculative = st.drafter != "none";
             st.drafter_from = if speculative { "flag" } else { "none" }.into();
             st.drafter_settings = speculative.then(|| DrafterSettings::ngram(3, 4));
@@ -459,9 +507,10 @@ fn a_stale_fingerprint_is_refused_and_allowed_with_allow_stale_fingerprint() {
 /// The committed key's entry, dated `date`.
 fn entry_dated(date: &str) -> Entry {
     let text = format!(
-        "schema_version = 2\n[[entry]]\ndrafter = \"ngram\"\ndevice_class = \"cpu:x86_64-avx512vnni\"\n\
-         target_quant = \"q4_1\"\nthreads = 2\ndrafter_settings = {{ ngram_min = 3, ngram_max = 4 }}\n\
-         weight_formats = [\"q4_1\", \"q8_0\"]\nblock_size = 4\nrecord = \"records/later\"\ndate = {date}\n\
+        "schema_version = 3\n[[entry]]\ndrafter = \"ngram\"\ndevice_class = \"cpu:x86_64-avx512vnni\"\n\
+         host_class = \"{HOST}\"\ntarget_quant = \"q4_1\"\nthreads = 2\nmodel = {MODEL_TOML}\nprompts = {PROMPTS_TOML}\n\
+         drafter_settings = {{ ngram_min = 3, ngram_max = 4 }}\n\
+         weight_formats = [\"q4_1\", \"q8_0\"]\nwidth = 4\nrecord = \"records/later\"\ndate = {date}\n\
          ratio = 1.2\nratio_interval = [1.1, 1.3]\nhost = \"h\"\nverify_fingerprint = \"0123456789abcdef\"\n"
     );
     compile(&text).entries.remove(0)
@@ -528,6 +577,8 @@ fn scratch(entry_date: &str, git_dirty: &str, fingerprint: Option<&str>) -> Scra
                 st["verify_fingerprint"] = fp.into();
                 st["target"]["weight_formats"] = serde_json::json!(RECORD_FORMATS);
                 st["target"]["quant"]["format"] = "gguf".into();
+                st["target"]["parameters"] = PARAMS.into();
+                st["host_class"] = HOST.into();
                 let speculative = st["drafter"] != "none";
                 st["drafter_from"] = if speculative { "flag" } else { "none" }.into();
                 st["drafter_settings"] =
@@ -539,9 +590,10 @@ fn scratch(entry_date: &str, git_dirty: &str, fingerprint: Option<&str>) -> Scra
     }
     std::fs::write(dir.join("raw.jsonl"), out).unwrap();
     let table = format!(
-        "# scratch table\nschema_version = 2\n\n# the entry the record replaces\n[[entry]]\ndrafter = \"ngram\"\n\
-         device_class = \"cpu:x86_64-avx512vnni\"\ntarget_quant = \"q4_1\"\nthreads = 2\n\
-         drafter_settings = {{ ngram_min = 3, ngram_max = 4 }}\nweight_formats = [\"q4_1\", \"q8_0\"]\nblock_size = 4\n\
+        "# scratch table\nschema_version = 3\n\n# the entry the record replaces\n[[entry]]\ndrafter = \"ngram\"\n\
+         device_class = \"cpu:x86_64-avx512vnni\"\nhost_class = \"{HOST}\"\ntarget_quant = \"q4_1\"\nthreads = 2\n\
+         model = {MODEL_TOML}\nprompts = {PROMPTS_TOML}\n\
+         drafter_settings = {{ ngram_min = 3, ngram_max = 4 }}\nweight_formats = [\"q4_1\", \"q8_0\"]\nwidth = 4\n\
          record = \"records/later\"\ndate = {entry_date}\nratio = 1.2\nratio_interval = [1.1, 1.3]\nhost = \"h\"\n\
          verify_fingerprint = \"0123456789abcdef\"\n# kept after the entry\n\n# the end\n"
     );
@@ -604,10 +656,10 @@ fn the_binary_refuses_a_stale_or_older_record_until_each_flag_is_given() {
     assert_eq!(t.entries.len(), 1);
     assert_eq!((t.entries[0].record.as_str(), t.entries[0].date.as_str()), ("records/r", RECORD_DATE));
     assert_eq!(t.entries[0].verify_fingerprint, stale);
-    assert_eq!(t.entries[0].threads, Some(2));
+    assert_eq!(t.entries[0].key.threads, Some(2));
     assert_eq!(t.entries[0].drafter_settings, DrafterSettings::ngram(3, 4));
     assert_eq!(t.entries[0].weight_formats, RECORD_FORMATS);
-    let head = "# scratch table\nschema_version = 2\n\n# the entry the record replaces\n[[entry]]\n";
+    let head = "# scratch table\nschema_version = 3\n\n# the entry the record replaces\n[[entry]]\n";
     assert!(after.starts_with(head) && after.ends_with("\"\n# kept after the entry\n\n# the end\n"), "{after}");
 }
 

@@ -229,7 +229,7 @@ fn a_clean_served_sweep_records_client_timings_and_summarizes_as_served() {
     assert!(o.status.success(), "{}", text(&o));
     let args = std::fs::read_to_string(f.fake.join("args-1")).unwrap();
     assert!(args.starts_with("serve --json --host 127.0.0.1 --port 0 --model "), "{args}");
-    assert!(args.contains("--threads 2 --drafter ngram --draft-block-size 1 --ngram-min 3 --ngram-max 4"), "{args}");
+    assert!(args.contains("--threads 2 --drafter ngram --draft-width 1 --ngram-min 3 --ngram-max 4"), "{args}");
     let args0 = std::fs::read_to_string(f.fake.join("args-0")).unwrap();
     assert!(args0.trim_end().ends_with("--threads 2 --drafter none"), "{args0}");
     let reqs = f.raw("request");

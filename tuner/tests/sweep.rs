@@ -247,16 +247,19 @@ fn a_clean_sweep_writes_a_record_and_proposes_the_best_qualified_width() {
     let o = f.propose(true);
     assert!(o.status.success(), "{}", text(&o));
     let out = String::from_utf8_lossy(&o.stdout);
-    assert!(out.contains("+block_size = 1") && out.contains("+record = \"records/sweep\""), "{out}");
+    assert!(out.contains("+width = 1") && out.contains("+record = \"records/sweep\""), "{out}");
     assert_eq!(f.table(), before, "--dry-run writes nothing");
     let o = f.propose(false);
     assert!(o.status.success(), "{}", text(&o));
     let t =
         runtime::policy::table::compile("t", &f.table(), runtime::policy::table::RecordCheck::Under(&f.root)).unwrap();
     assert_eq!(t.entries.len(), 1);
-    assert_eq!(t.entries[0].block_size, runtime::policy::Width::Blocks(1));
+    assert_eq!(t.entries[0].width, Some(runtime::policy::Width::new(1).unwrap()));
     assert_eq!(t.entries[0].verify_fingerprint, verify_fp());
-    assert_eq!(t.entries[0].threads, Some(2));
+    assert_eq!(t.entries[0].key.threads, Some(2));
+    assert_eq!(t.entries[0].key.host.to_string(), common::host_class());
+    assert_eq!(t.entries[0].key.model.parameters, 134_515_008);
+    assert_eq!(t.entries[0].prompts.name, "prompts/sweep.jsonl");
     assert_eq!(t.entries[0].drafter_settings, runtime::policy::DrafterSettings::ngram(3, 4));
     assert_eq!(t.entries[0].weight_formats, FORMATS);
     assert_eq!(t.entries[0].target_quant_format.as_deref(), Some("gguf"));
@@ -547,7 +550,7 @@ fn malformed_raw_data_and_a_bad_table_are_clear_errors() {
     assert!(err.contains("raw.jsonl:4") && !err.contains("panicked"), "{err}");
 
     std::fs::write(&raw, &good).unwrap();
-    std::fs::write(f.root.join("policy/draft-block-width.toml"), "schema_version = 2\n[[entry]]\ndrafter = 3\n")
+    std::fs::write(f.root.join("policy/draft-block-width.toml"), "schema_version = 3\n[[entry]]\ndrafter = 3\n")
         .unwrap();
     let o = f.propose(true);
     assert_eq!(o.status.code(), Some(5), "{}", text(&o));

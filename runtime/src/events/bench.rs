@@ -230,7 +230,7 @@ mod tests {
             kernel_family: "avx2".into(),
             threads: 1,
             multirow: false,
-            spec: CurveSpec { drafter: DrafterKind::Ngram, widths: vec![2], max_tokens: 8, reps: 3, warmup: 1 },
+            spec: CurveSpec { drafter: DrafterKind::Ngram, widths: vec![crate::policy::Width::new(2).unwrap()], max_tokens: 8, reps: 3, warmup: 1 },
             tasks: vec![TaskCurve {
                 task: "code".into(),
                 prompt_ids: vec!["p".into()],
@@ -253,7 +253,7 @@ mod tests {
                         single_token_step_vs_classic_same_position: None,
                     },
                     CurveArm {
-                        width: Some(2),
+                        width: Some(crate::policy::Width::new(2).unwrap()),
                         decode_tok_per_s: None,
                         ratio_vs_classic: None,
                         rounds: 0,

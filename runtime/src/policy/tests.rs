@@ -5,8 +5,10 @@ use super::declared::{Declared, from_config, read_declared};
 use super::kind::{DeclarationSource, DrafterKind};
 use super::kind::{DrafterSettings, Probability};
 use super::quant::{QuantClass, classify_gguf, classify_hf_config_file, classify_path};
-use super::resolve::{Fallback, Host, PolicyError, Provenance, Resolution, ResolveInput, Resolver, StepKind};
-use super::table::{Problem, RecordCheck, Table, TableError, Width, compile, parse_width};
+use super::resolve::{EnvWidth, Fallback, PolicyError, Provenance, Resolution, ResolveInput, Resolver, Run, StepKind};
+use super::table::{Problem, RecordCheck, Table, TableError, compile};
+use super::width::{self, Width};
+use super::{DeviceClass, HostClass, ModelClass, WIDTH_ENV};
 use super::{KERNEL_FINGERPRINT, compiled_table};
 use crate::gguf::{GgufFile, Value, test_writer::Builder};
 use kernels::quant::GgmlType;
@@ -26,12 +28,12 @@ pub(crate) fn known(class: &str) -> QuantClass {
 }
 
 /// The fingerprint stand-in: every key of this test build has [`FP`].
-pub(crate) fn this_build(_: &str, _: Option<&[String]>) -> String {
+pub(crate) fn this_build(_: &DeviceClass, _: Option<&[String]>) -> String {
     FP.to_string()
 }
 
 /// Another build's fingerprints: [`OTHER_FP`] for every key.
-pub(crate) fn other_build(_: &str, _: Option<&[String]>) -> String {
+pub(crate) fn other_build(_: &DeviceClass, _: Option<&[String]>) -> String {
     OTHER_FP.to_string()
 }
 
@@ -58,21 +60,51 @@ pub(crate) fn settings_toml(drafter: &str) -> &'static str {
     }
 }
 
+/// The test host's CPU class, and the test target's model.
+pub(crate) const HOST: &str = "amd-zen4";
+pub(crate) const PARAMS: u64 = 134_515_008;
+
+/// The model and prompts fields of a test entry.
+pub(crate) fn model_toml(arch: &str, params: u64) -> String {
+    format!(
+        "model = {{ architecture = \"{arch}\", parameters = {params}, file = \"m.gguf\", sha256 = \"{}\" }}\n\
+         prompts = {{ name = \"prompts/sweep.jsonl\", sha256 = \"{}\" }}\n",
+        "a".repeat(64),
+        "b".repeat(64)
+    )
+}
+
 /// One `[[entry]]` with sensible values for the fields a test does not vary
-/// (CPU entries at 2 threads).
+/// (CPU entries at 2 threads, on [`HOST`], for a llama of [`PARAMS`]).
 pub(crate) fn entry(drafter: &str, device: &str, quant: &str, width: &str, fp: &str) -> String {
+    entry_on(HOST, "llama", PARAMS, drafter, device, quant, width, fp)
+}
+
+/// [`entry`] measured on another host class or model.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn entry_on(
+    host: &str,
+    arch: &str,
+    params: u64,
+    drafter: &str,
+    device: &str,
+    quant: &str,
+    width: &str,
+    fp: &str,
+) -> String {
     let threads = if device.starts_with("cpu:") { "threads = 2\n" } else { "" };
     format!(
-        "[[entry]]\ndrafter = \"{drafter}\"\ndevice_class = \"{device}\"\ntarget_quant = \"{quant}\"\n\
-         {threads}drafter_settings = {}\nweight_formats = [\"q4_1\", \"q8_0\"]\n\
-         block_size = {width}\nrecord = \"records/r1\"\ndate = 2026-01-15\nratio = 1.5\n\
+        "[[entry]]\ndrafter = \"{drafter}\"\ndevice_class = \"{device}\"\nhost_class = \"{host}\"\n\
+         target_quant = \"{quant}\"\n{threads}{}drafter_settings = {}\nweight_formats = [\"q4_1\", \"q8_0\"]\n\
+         width = {width}\nrecord = \"records/r1\"\ndate = 2026-01-15\nratio = 1.5\n\
          ratio_interval = [1.4, 1.6]\nhost = \"test host\"\nverify_fingerprint = \"{fp}\"\n\n",
+        model_toml(arch, params),
         settings_toml(drafter)
     )
 }
 
 pub(crate) fn table(entries: &[String]) -> Table {
-    let text = format!("schema_version = 2\n\n{}", entries.concat());
+    let text = format!("schema_version = 3\n\n{}", entries.concat());
     compile("test.toml", &text, RecordCheck::Skip).unwrap_or_else(|e| panic!("{e}"))
 }
 
@@ -84,6 +116,8 @@ pub(crate) struct In<'a> {
     drafter: DrafterKind,
     declared: Declared,
     device: &'a str,
+    host: HostClass,
+    model: ModelClass,
     quant: QuantClass,
     threads: usize,
     formats: Vec<String>,
@@ -98,6 +132,8 @@ impl<'a> In<'a> {
             drafter,
             declared: no_decl(),
             device: "cpu:x86_64-avx2",
+            host: HostClass::parse(HOST).unwrap(),
+            model: ModelClass { architecture: "llama".into(), parameters: PARAMS },
             quant: known(quant),
             threads: 2,
             formats: formats(),
@@ -107,23 +143,29 @@ impl<'a> In<'a> {
         }
     }
 
-    fn host(&self) -> Host<'_> {
-        Host {
-            device_class: self.device,
-            target_quant: &self.quant,
+    /// This run's key parts (the device class leaks: tests build a few).
+    fn host(&self) -> Run<'_> {
+        let device: &'static DeviceClass = Box::leak(Box::new(DeviceClass::parse(self.device).unwrap()));
+        Run {
+            device,
+            host: &self.host,
+            quant: &self.quant,
+            model: &self.model,
+            file: Some("m.gguf"),
             threads: self.threads,
             weight_formats: Some(&self.formats),
         }
     }
 
     fn resolve_with(&self, r: &Resolver<'_>) -> Result<Resolution, PolicyError> {
+        let env = self.env.map(|v| EnvWidth { name: WIDTH_ENV, value: v.to_string() });
         r.resolve(&ResolveInput {
             drafter: self.drafter,
             declared: &self.declared,
-            host: self.host(),
+            run: self.host(),
             settings: &self.settings,
             flag: self.flag,
-            env: self.env,
+            env: env.as_ref(),
         })
     }
 
@@ -180,7 +222,7 @@ fn the_kinds_dispatch_matrix() {
         for ((declares, measured), want) in cases.into_iter().zip(deciders) {
             let mut i = In::new(kind, "q4_1");
             if declares {
-                i.declared = Declared::Width { block_size: 9, evidence: "test: declared 9".into() };
+                i.declared = Declared::Width { width: Width::new(9).unwrap(), evidence: "test: declared 9".into() };
             }
             let t = if measured { with_entry.clone() } else { empty() };
             let r = i.resolve(&t).unwrap();
@@ -188,13 +230,13 @@ fn the_kinds_dispatch_matrix() {
             let want_width = match want {
                 Decl => 9,
                 Tab => 6,
-                _ => kind.default_width(),
+                _ => kind.default_width().get(),
             };
-            assert_eq!(r.block_size, Some(want_width), "{kind} declares={declares} measured={measured}");
+            assert_eq!(r.width.map(Width::get), Some(want_width), "{kind} declares={declares} measured={measured}");
             // The override beats every one of them.
             i.flag = Some("2");
             let r = i.resolve(&t).unwrap();
-            assert_eq!((decided(&r), r.block_size), (StepKind::Flag, Some(2)));
+            assert_eq!((decided(&r), r.width.map(Width::get)), (StepKind::Flag, Some(2)));
         }
     }
 }
@@ -218,14 +260,14 @@ fn per_kind_constants_apply_when_no_entry_matches() {
         entry("layerskip", "cuda:sm_90", "q4_1", "6", FP),
     ]);
     for (kind, n) in constants {
-        assert_eq!(kind.default_width(), n, "{kind}");
+        assert_eq!(kind.default_width().get(), n, "{kind}");
         let r = In::new(kind, "q4_1").resolve(&t).unwrap();
-        assert_eq!(r.block_size, Some(n), "{kind}");
+        assert_eq!(r.width.map(Width::get), Some(n), "{kind}");
         assert_eq!(decided(&r), StepKind::Default);
         assert_eq!(
             r.width_from,
             format!(
-                "per-kind default {n}: no measurement for {kind} on cpu:x86_64-avx2 with a q4_1 target at 2 threads"
+                "per-kind default {n}: no measurement for {kind} on cpu:x86_64-avx2 (amd-zen4) with a q4_1 llama 134.5M target at 2 threads"
             )
         );
     }
@@ -244,11 +286,11 @@ fn a_target_directory_with_no_config_json_classifies_unknown_and_says_so() {
     let mut i = In::new(DrafterKind::Ngram, "unused");
     i.quant = q;
     let r = i.resolve(&t).unwrap();
-    assert_eq!(r.block_size, Some(4));
+    assert_eq!(r.width.map(Width::get), Some(4));
     assert_eq!(
         r.width_from,
         format!(
-            "per-kind default 4: no key for ngram on cpu:x86_64-avx2 at 2 threads: target quantization unknown \
+            "per-kind default 4: no key for ngram on cpu:x86_64-avx2 (amd-zen4) at 2 threads: target quantization unknown \
              (config.json not found in {d}; read {d}/config.json)",
             d = dir.path().display()
         )
@@ -260,33 +302,33 @@ fn a_target_directory_with_no_config_json_classifies_unknown_and_says_so() {
 fn the_flag_beats_the_environment_and_a_difference_is_said() {
     let t = table(&[entry("ngram", "cpu:x86_64-avx2", "q4_1", "6", FP)]);
     let mut i = In::new(DrafterKind::Ngram, "q4_1");
-    i.declared = Declared::Width { block_size: 9, evidence: "test".into() };
+    i.declared = Declared::Width { width: Width::new(9).unwrap(), evidence: "test".into() };
 
     i.env = Some("3");
     let r = i.resolve(&t).unwrap();
-    assert_eq!((decided(&r), r.block_size), (StepKind::Env, Some(3)));
-    assert_eq!(r.width_from, "DRAFTWISE_DRAFT_BLOCK_SIZE=3");
+    assert_eq!((decided(&r), r.width.map(Width::get)), (StepKind::Env, Some(3)));
+    assert_eq!(r.width_from, "DRAFTWISE_DRAFT_WIDTH=3");
 
     i.flag = Some("5");
     let r = i.resolve(&t).unwrap();
-    assert_eq!((decided(&r), r.block_size), (StepKind::Flag, Some(5)));
-    assert_eq!(r.width_from, "--draft-block-size 5, overriding DRAFTWISE_DRAFT_BLOCK_SIZE=3");
-    assert!(r.steps[1].detail.contains("differs from --draft-block-size 5, which wins"), "{:?}", r.steps[1]);
+    assert_eq!((decided(&r), r.width.map(Width::get)), (StepKind::Flag, Some(5)));
+    assert_eq!(r.width_from, "--draft-width 5, overriding DRAFTWISE_DRAFT_WIDTH=3");
+    assert!(r.steps[1].detail.contains("differs from --draft-width 5, which wins"), "{:?}", r.steps[1]);
 
     i.env = Some("5");
     let r = i.resolve(&t).unwrap();
-    assert_eq!(r.width_from, "--draft-block-size 5 (DRAFTWISE_DRAFT_BLOCK_SIZE=5 agrees)");
+    assert_eq!(r.width_from, "--draft-width 5 (DRAFTWISE_DRAFT_WIDTH=5 agrees)");
 
     i.env = None;
     let r = i.resolve(&t).unwrap();
-    assert_eq!(r.width_from, "--draft-block-size 5");
+    assert_eq!(r.width_from, "--draft-width 5");
 
     // `off` is an override too; an empty variable is unset.
     i.flag = Some("off");
     i.env = Some("");
     let r = i.resolve(&t).unwrap();
-    assert_eq!((decided(&r), r.block_size), (StepKind::Flag, None));
-    assert_eq!(r.steps[1].detail, "set but empty: treated as unset");
+    assert_eq!((decided(&r), r.width.map(Width::get)), (StepKind::Flag, None));
+    assert_eq!(r.steps[1].detail, "DRAFTWISE_DRAFT_WIDTH set but empty: treated as unset");
     assert!(r.summary().starts_with("draft width off for ngram"), "{}", r.summary());
 }
 
@@ -299,17 +341,17 @@ fn unparseable_overrides_are_errors_not_ignored() {
         i.env = None;
         let e = i.resolve(&t).unwrap_err();
         assert!(matches!(&e, PolicyError::BadFlag { value, .. } if value == bad), "{bad}: {e}");
-        assert!(e.to_string().contains("--draft-block-size"), "{e}");
+        assert!(e.to_string().contains("--draft-width"), "{e}");
         // A bad environment value is an error even when a valid flag wins.
         i.flag = Some("4");
         i.env = Some(bad);
         let e = i.resolve(&t).unwrap_err();
         assert!(matches!(&e, PolicyError::BadEnv { value, .. } if value == bad), "{bad}: {e}");
-        assert!(e.to_string().contains("unset DRAFTWISE_DRAFT_BLOCK_SIZE"), "{e}");
+        assert!(e.to_string().contains("unset DRAFTWISE_DRAFT_WIDTH"), "{e}");
     }
-    assert!(parse_width("0").unwrap_err().contains("use \"off\""));
-    assert_eq!(parse_width(" 32 "), Ok(Width::Blocks(32)));
-    assert_eq!(parse_width("OFF"), Ok(Width::Off));
+    assert!(width::parse("0").unwrap_err().contains("use \"off\""));
+    assert_eq!(width::parse(" 32 "), Ok(Some(Width::new(32).unwrap())));
+    assert_eq!(width::parse("OFF"), Ok(None));
 }
 
 #[test]
@@ -329,7 +371,7 @@ fn every_provenance_string_is_distinct() {
     add(In { env: Some("5"), ..base() });
     add(In {
         drafter: DrafterKind::Dflash,
-        declared: Declared::Width { block_size: 5, evidence: "block_size = 6 in x".into() },
+        declared: Declared::Width { width: Width::new(5).unwrap(), evidence: "block_size = 6 in x".into() },
         ..base()
     });
     add(base());
@@ -357,24 +399,24 @@ fn every_provenance_string_is_distinct() {
     // Each names its source at the start, so a reader tells them apart at a glance.
     let starts = [
         "speculation off: --drafter none",
-        "--draft-block-size 5",
-        "--draft-block-size 5, overriding",
-        "--draft-block-size 5 (",
-        "DRAFTWISE_DRAFT_BLOCK_SIZE=5",
+        "--draft-width 5",
+        "--draft-width 5, overriding",
+        "--draft-width 5 (",
+        "DRAFTWISE_DRAFT_WIDTH=5",
         "declared by the checkpoint:",
         "measured for ngram",
         "measured off for ngram",
         "per-kind default 4: the entry",
         "per-kind default 4: no measurement",
         "per-kind default 4: no key for ngram",
-        "per-kind default 4: the entry for ngram on cpu:x86_64-avx2 with a q4_1 target at 2 threads was measured with other drafter settings",
-        "per-kind default 4: no measurement for ngram on cpu:x86_64-avx2 with a q4_1 target at 1 thread: the table measured it at 2 threads",
+        "per-kind default 4: the entry for ngram on cpu:x86_64-avx2 (amd-zen4) with a q4_1 llama 134.5M target at 2 threads was measured with other drafter settings",
+        "per-kind default 4: no measurement for ngram on cpu:x86_64-avx2 (amd-zen4) with a q4_1 llama 134.5M target at 1 thread: the table measured it at 2 threads",
         "speculation on by the policy (no --drafter): measured for ngram",
-        "speculation off by the policy (no --drafter): no measurement for ngram on cpu:x86_64-avx2 with a q4_1 target at 1 thread",
+        "speculation off by the policy (no --drafter): no measurement for ngram on cpu:x86_64-avx2 (amd-zen4) with a q4_1 llama 134.5M target at 1 thread",
         "speculation off by the policy (no --drafter): measured off for ngram",
-        "speculation off by the policy (no --drafter): the entry for ngram on cpu:x86_64-avx2 with an f16 target at 2 threads is stale",
+        "speculation off by the policy (no --drafter): the entry for ngram on cpu:x86_64-avx2 (amd-zen4) with an f16 llama 134.5M target at 2 threads is stale",
         "speculation off by the policy (no --drafter): no measurement for a weight-free drafter",
-        "speculation off by the policy (no --drafter): the entry for ngram on cpu:x86_64-avx2 with a q4_1 target at 2 threads gives width 6",
+        "speculation off by the policy (no --drafter): the entry for ngram on cpu:x86_64-avx2 (amd-zen4) with a q4_1 llama 134.5M target at 2 threads gives width 6",
         "speculation off by the policy (no --drafter): no key for a weight-free drafter",
     ];
     assert_eq!(starts.len(), n);
@@ -388,12 +430,12 @@ fn a_stale_entry_is_not_used_and_names_both_fingerprints() {
     let t = table(&[entry("layerskip", "cuda:sm_121", "nvfp4", "7", OTHER_FP)]);
     let i = In { device: "cuda:sm_121", ..In::new(DrafterKind::Layerskip, "nvfp4") };
     let r = i.resolve(&t).unwrap();
-    assert_eq!(r.block_size, Some(4), "the per-kind constant applies");
+    assert_eq!(r.width.map(Width::get), Some(4), "the per-kind constant applies");
     assert_eq!(decided(&r), StepKind::Default);
     assert_eq!(
         r.width_from,
         format!(
-            "per-kind default 4: the entry for layerskip on cuda:sm_121 with an nvfp4 target is stale: measured \
+            "per-kind default 4: the entry for layerskip on cuda:sm_121 (amd-zen4) with an nvfp4 llama 134.5M target is stale: measured \
              with verify-path fingerprint {OTHER_FP}, this build has {FP} for the key (records/r1); re-measure \
              with `tuner sweep`"
         )
@@ -405,7 +447,7 @@ fn a_stale_entry_is_not_used_and_names_both_fingerprints() {
     // thread count: any --threads matches).
     let other = Resolver { table: &t, fingerprint: &other_build };
     let r = In { threads: 7, ..i }.resolve_with(&other).unwrap();
-    assert_eq!(r.block_size, Some(7));
+    assert_eq!(r.width.map(Width::get), Some(7));
 }
 
 #[test]
@@ -413,18 +455,18 @@ fn an_off_entry_disables_speculation_by_default_but_an_override_still_wins() {
     let t = table(&[entry("draft-model", "cpu:x86_64-avx2", "q4_1", "\"off\"", FP)]);
     let mut i = In::new(DrafterKind::DraftModel, "q4_1");
     let r = i.resolve(&t).unwrap();
-    assert_eq!((decided(&r), r.block_size), (StepKind::Table, None));
-    assert!(r.width_from.starts_with("measured off for draft-model on cpu:x86_64-avx2 with a q4_1 target"));
+    assert_eq!((decided(&r), r.width.map(Width::get)), (StepKind::Table, None));
+    assert!(r.width_from.starts_with("measured off for draft-model on cpu:x86_64-avx2 (amd-zen4) with a q4_1 llama 134.5M target"));
     assert!(r.summary().starts_with("draft width off for draft-model:"), "{}", r.summary());
-    assert_eq!(t.entries[0].block_size, Width::Off);
+    assert_eq!(t.entries[0].width, None);
     i.flag = Some("3");
-    assert_eq!(i.resolve(&t).unwrap().block_size, Some(3));
+    assert_eq!(i.resolve(&t).unwrap().width.map(Width::get), Some(3));
 }
 
 #[test]
 fn no_drafter_means_no_width() {
     let r = Resolution::no_drafter();
-    assert_eq!((r.drafter, r.block_size), (None, None));
+    assert_eq!((r.drafter, r.width.map(Width::get)), (None, None));
     assert_eq!(r.width_from, "speculation off: --drafter none");
     assert_eq!(r.summary(), "classic decoding: speculation off: --drafter none");
 }
@@ -633,13 +675,13 @@ fn checkpoints_declare_widths_by_kind() {
     let json = |s: &str| serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(s).unwrap();
     let p = Path::new("config.json");
     let d = from_config(DrafterKind::Dflash, p, &json(r#"{"model_type": "dflash", "block_size": 16}"#));
-    assert!(matches!(&d, Declared::Width { block_size: 15, evidence } if evidence.contains("plus 15 drafts")), "{d:?}");
+    assert!(matches!(&d, Declared::Width { width, evidence } if width.get() == 15 && evidence.contains("plus 15 drafts")), "{d:?}");
     let d = from_config(DrafterKind::Dflash, p, &json(r#"{"dflash_config": {"block_size": 8}}"#));
-    assert!(matches!(d, Declared::Width { block_size: 7, .. }), "{d:?}");
+    assert!(matches!(d, Declared::Width { width, .. } if width.get() == 7), "{d:?}");
     let d = from_config(DrafterKind::Mtp, p, &json(r#"{"text_config": {"num_nextn_predict_layers": 1}}"#));
-    assert!(matches!(d, Declared::Width { block_size: 1, .. }), "{d:?}");
+    assert!(matches!(d, Declared::Width { width, .. } if width.get() == 1), "{d:?}");
     let d = from_config(DrafterKind::DraftModel, p, &json(r#"{"speculative_config": {"num_speculative_tokens": 5}}"#));
-    assert!(matches!(d, Declared::Width { block_size: 5, .. }), "{d:?}");
+    assert!(matches!(d, Declared::Width { width, .. } if width.get() == 5), "{d:?}");
     let d = from_config(DrafterKind::DraftModel, p, &json(r#"{"num_speculative_tokens": 500}"#));
     assert!(matches!(&d, Declared::Absent { why } if why.contains("outside 1..=32")), "{d:?}");
     let d = from_config(DrafterKind::DraftModel, p, &json(r#"{"torch_dtype": "bfloat16"}"#));
@@ -660,7 +702,7 @@ pub(crate) fn compile_err(text: &str) -> TableError {
     compile("policy/t.toml", text, RecordCheck::Skip).expect_err("must not compile")
 }
 
-pub(crate) const HEAD: &str = "schema_version = 2\n\n";
+pub(crate) const HEAD: &str = "schema_version = 3\n\n";
 
 #[test]
 fn malformed_toml_fails_with_the_file_and_position() {
@@ -678,14 +720,14 @@ fn malformed_toml_fails_with_the_file_and_position() {
 
 #[test]
 fn an_unknown_or_missing_schema_version_fails() {
-    let e = compile_err("schema_version = 3\n");
-    assert_eq!(e.problem, Problem::UnknownSchemaVersion("3".into()));
-    assert!(e.to_string().contains("this runtime compiles schema 2"), "{e}");
-    let e = compile_err("schema_version = \"2\"\n");
+    let e = compile_err("schema_version = 4\n");
+    assert_eq!(e.problem, Problem::UnknownSchemaVersion("4".into()));
+    assert!(e.to_string().contains("this runtime compiles schema 3"), "{e}");
+    let e = compile_err("schema_version = \"3\"\n");
     assert!(matches!(e.problem, Problem::UnknownSchemaVersion(_)), "{e}");
     let e = compile_err(&entry("ngram", "cpu:x86_64-avx2", "q4_1", "4", FP));
     assert_eq!(e.problem, Problem::MissingSchemaVersion);
-    let e = compile_err("schema_version = 2\nwidth = 4\n");
+    let e = compile_err("schema_version = 3\nwidth = 4\n");
     assert_eq!(e.problem, Problem::UnknownTopLevelKey("width".into()));
 }
 
@@ -695,16 +737,72 @@ fn duplicate_keys_fail_naming_both_entries() {
     let b = entry("ngram", "cpu:x86_64-avx512vnni", "q4_1", "5", FP);
     let e = compile_err(&format!("{HEAD}{a}{b}{a}"));
     assert_eq!(e.problem, Problem::DuplicateKey { first: "entry 1 (line 3)".into() });
-    assert_eq!(e.entry.as_deref(), Some("entry 3 (line 33) (ngram, cpu:x86_64-avx2, q4_1, 2 threads)"));
+    assert_eq!(e.entry.as_deref(), Some("entry 3 (line 39) (ngram, cpu:x86_64-avx2, amd-zen4, q4_1, 2 threads)"));
     assert!(
-        e.to_string()
-            .starts_with("policy/t.toml: entry 3 (line 33) (ngram, cpu:x86_64-avx2, q4_1, 2 threads): duplicate key"),
+        e.to_string().starts_with(
+            "policy/t.toml: entry 3 (line 39) (ngram, cpu:x86_64-avx2, amd-zen4, q4_1, 2 threads): duplicate key"
+        ),
         "{e}"
     );
     // The same (drafter, device, quantization) at another thread count is another key.
     let c = a.replace("threads = 2", "threads = 1");
     let t = compile("t", &format!("{HEAD}{a}{c}"), RecordCheck::Skip).unwrap();
-    assert_eq!(t.entries.iter().map(|e| e.threads).collect::<Vec<_>>(), [Some(2), Some(1)]);
+    assert_eq!(t.entries.iter().map(|e| e.key.threads).collect::<Vec<_>>(), [Some(2), Some(1)]);
+    // So is the same measurement on another CPU, or of another model.
+    let zen5 = entry_on("amd-zen5", "llama", PARAMS, "ngram", "cpu:x86_64-avx2", "q4_1", "4", FP);
+    let gemma = entry_on(HOST, "gemma3", 268_098_176, "ngram", "cpu:x86_64-avx2", "q4_1", "4", FP);
+    let t = compile("t", &format!("{HEAD}{a}{zen5}{gemma}"), RecordCheck::Skip).unwrap();
+    assert_eq!(t.entries.len(), 3);
+    // A raw spelling of a named class is that class: a duplicate.
+    let raw = entry_on("amd-family25-model17", "llama", PARAMS, "ngram", "cpu:x86_64-avx2", "q4_1", "4", FP);
+    let e = compile_err(&format!("{HEAD}{a}{raw}"));
+    assert!(matches!(e.problem, Problem::DuplicateKey { .. }), "{e}");
+}
+
+#[test]
+fn the_schema_3_fields_are_checked_with_the_field_named() {
+    let ok = format!("{HEAD}{}", entry("ngram", "cpu:x86_64-avx2", "q4_1", "4", FP));
+    compile("t", &ok, RecordCheck::Skip).unwrap();
+    let sha = "a".repeat(64);
+    let cases = [
+        ("host_class = \"amd-zen4\"", "host_class = \"AMD Zen 4\"", "host_class"),
+        ("architecture = \"llama\"", "architecture = \"Llama 3\"", "model.architecture"),
+        ("parameters = 134515008", "parameters = 0", "model.parameters"),
+        ("parameters = 134515008", "parameters = \"135M\"", "model.parameters"),
+        ("file = \"m.gguf\"", "file = \"/root/.cache/m.gguf\"", "model.file"),
+        ("file = \"m.gguf\"", "file = \"models/m.gguf\"", "model.file"),
+        (&format!("sha256 = \"{sha}\""), "sha256 = \"abc\"", "model.sha256"),
+        ("name = \"prompts/sweep.jsonl\"", "name = \"/work/main/prompts/sweep.jsonl\"", "prompts.name"),
+        ("name = \"prompts/sweep.jsonl\"", "name = \"../prompts.jsonl\"", "prompts.name"),
+    ];
+    for (from, to, field) in cases {
+        assert!(ok.contains(from), "{from}");
+        let e = compile_err(&ok.replacen(from, to, 1));
+        assert!(matches!(&e.problem, Problem::BadValue { field: f, .. } if *f == field), "{to}: {e}");
+    }
+    // Every schema-3 field is required.
+    for field in ["host_class = ", "model = ", "prompts = "] {
+        let line = ok.lines().find(|l| l.starts_with(field)).unwrap();
+        let e = compile_err(&ok.replace(&format!("{line}\n"), ""));
+        assert!(matches!(&e.problem, Problem::Field(m) if m.contains(field.trim_end_matches(" = "))), "{e}");
+    }
+    // The schema-2 name of the width is named, with the new one.
+    let e = compile_err(&ok.replace("width = 4", "block_size = 4"));
+    assert!(matches!(&e.problem, Problem::BadValue { field: "block_size", problem } if problem.contains("`width`")), "{e}");
+}
+
+#[test]
+fn a_schema_2_table_is_refused_with_how_to_migrate() {
+    let old = "schema_version = 2\n\n[[entry]]\ndrafter = \"ngram\"\ndevice_class = \"cpu:x86_64-avx2\"\n\
+               target_quant = \"q4_1\"\nthreads = 2\ndrafter_settings = { ngram_min = 3, ngram_max = 4 }\n\
+               weight_formats = [\"q4_1\"]\nblock_size = 3\nrecord = \"records/r1\"\ndate = 2026-01-15\n\
+               ratio = 1.5\nratio_interval = [1.4, 1.6]\nhost = \"h\"\nverify_fingerprint = \"0123456789abcdef\"\n";
+    let e = compile_err(old);
+    assert_eq!(e.problem, Problem::Schema2);
+    let m = e.to_string();
+    for want in ["schema_version = 3", "block_size", "`width`", "host_class", "model", "prompts", "Migrating from schema 2"] {
+        assert!(m.contains(want), "{want:?} missing from {m}");
+    }
 }
 
 #[test]
@@ -715,9 +813,9 @@ fn widths_out_of_range_fail() {
         assert!(e.to_string().contains(problem) && e.to_string().contains("entry 1 (line 3) (ngram"), "{e}");
     }
     let e = compile_err(&format!("{HEAD}{}", entry("ngram", "cpu:x86_64-avx2", "q4_1", "\"of\"", FP)));
-    assert!(matches!(e.problem, Problem::BadValue { field: "block_size", .. }), "{e}");
+    assert!(matches!(e.problem, Problem::BadValue { field: "width", .. }), "{e}");
     let e = compile_err(&format!("{HEAD}{}", entry("ngram", "cpu:x86_64-avx2", "q4_1", "4.5", FP)));
-    assert!(matches!(e.problem, Problem::BadValue { field: "block_size", .. }), "{e}");
+    assert!(matches!(e.problem, Problem::BadValue { field: "width", .. }), "{e}");
     // The range ends are fine.
     for w in ["1", "32", "\"off\""] {
         compile("t", &format!("{HEAD}{}", entry("ngram", "cpu:x86_64-avx2", "q4_1", w, FP)), RecordCheck::Skip)
@@ -730,7 +828,8 @@ fn an_unknown_drafter_kind_fails() {
     let e = compile_err(&format!("{HEAD}{}", entry("eagle3", "cpu:x86_64-avx2", "q4_1", "4", FP)));
     assert_eq!(e.problem, Problem::UnknownDrafter("eagle3".into()));
     assert!(
-        e.to_string().contains("entry 1 (line 3) (eagle3, cpu:x86_64-avx2, q4_1, 2 threads): drafter \"eagle3\""),
+        e.to_string()
+            .contains("entry 1 (line 3) (eagle3, cpu:x86_64-avx2, amd-zen4, q4_1, 2 threads): drafter \"eagle3\""),
         "{e}"
     );
 }
@@ -804,7 +903,7 @@ fn the_shipped_table_compiles_against_the_repository_and_is_the_one_compiled_in(
     let text = std::fs::read_to_string(root.join(super::TABLE_FILE)).unwrap();
     let t = compile(super::TABLE_FILE, &text, RecordCheck::Under(root)).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(&t, compiled_table());
-    assert_eq!(t.schema_version, 2);
+    assert_eq!(t.schema_version, 3);
 }
 
 #[test]
@@ -876,7 +975,7 @@ fn the_build_fingerprints_are_the_parts_hashed_now() {
     assert_eq!(combine(&refs, |_| true), KERNEL_FINGERPRINT);
     assert_eq!(KERNEL_FINGERPRINT.len(), 16);
     assert!(KERNEL_FINGERPRINT.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()));
-    let fp = super::verify_fingerprint("cpu:x86_64-avx512vnni", Some(&formats()));
+    let fp = super::verify_fingerprint(&DeviceClass::parse("cpu:x86_64-avx512vnni").unwrap(), Some(&formats()));
     assert_eq!(fp.len(), 16);
     assert_ne!(fp, KERNEL_FINGERPRINT, "a CPU key leaves the CUDA parts out");
 }
@@ -966,12 +1065,12 @@ fn a_changed_part_stales_only_the_keys_it_applies_to() {
 fn no_drafter_flag_speculates_with_a_fresh_entry_above_classic() {
     let t = table(&[entry("ngram", "cpu:x86_64-avx2", "q4_1", "3", FP)]);
     let r = In::new(DrafterKind::Ngram, "q4_1").auto(&t);
-    assert_eq!((r.drafter, r.block_size), (Some(DrafterKind::Ngram), Some(3)));
+    assert_eq!((r.drafter, r.width.map(Width::get)), (Some(DrafterKind::Ngram), Some(3)));
     assert_eq!(r.drafter_settings, Some(DrafterSettings::ngram(3, 4)));
     assert!(matches!(r.provenance, Provenance::PolicyOn { .. }));
     assert_eq!(
         r.width_from,
-        "speculation on by the policy (no --drafter): measured for ngram on cpu:x86_64-avx2 with a q4_1 target at \
+        "speculation on by the policy (no --drafter): measured for ngram on cpu:x86_64-avx2 (amd-zen4) with a q4_1 llama 134.5M target at \
          2 threads (ngram_min 3, ngram_max 4): 1.50x classic [1.40, 1.60] (records/r1, 2026-01-15)"
     );
     assert!(r.by_policy());
@@ -979,19 +1078,98 @@ fn no_drafter_flag_speculates_with_a_fresh_entry_above_classic() {
 }
 
 #[test]
+fn an_entry_of_another_cpu_class_applies_only_wholly_above_classic_and_says_so() {
+    let i = In::new(DrafterKind::Ngram, "q4_1");
+    let zen5 = entry_on("amd-zen5", "llama", PARAMS, "ngram", "cpu:x86_64-avx2", "q4_1", "3", FP);
+    // Wholly above 1.0 ([1.4, 1.6]) where it was measured: it stands in, and says so.
+    let t = table(std::slice::from_ref(&zen5));
+    for r in [i.auto(&t), i.resolve(&t).unwrap()] {
+        assert_eq!((r.drafter, r.width.map(Width::get)), (Some(DrafterKind::Ngram), Some(3)));
+        assert!(
+            r.width_from.contains("(amd-zen5)")
+                && r.width_from.contains("measured on amd-zen5, this host is amd-zen4")
+                && r.width_from.contains("only because its whole interval is above 1.0"),
+            "{}",
+            r.width_from
+        );
+    }
+    // Not wholly above 1.0: it does not apply, and the fallback says why.
+    let t = table(&[zen5.replace("ratio_interval = [1.4, 1.6]", "ratio_interval = [0.9, 1.6]")]);
+    let r = i.auto(&t);
+    assert_eq!(r.drafter, None);
+    assert!(
+        r.width_from.contains("on amd-zen5 with a llama 134.5M target")
+            && r.width_from.contains("is not wholly above 1.0"),
+        "{}",
+        r.width_from
+    );
+    let r = i.resolve(&t).unwrap();
+    assert_eq!((decided(&r), r.width.map(Width::get)), (StepKind::Default, Some(4)));
+    // Stale, or measured with other settings, where it was measured: neither applies.
+    let r = In::new(DrafterKind::Ngram, "q4_1").auto(&table(&[zen5.replace(FP, OTHER_FP)]));
+    assert!(r.drafter.is_none() && r.width_from.contains("stale"), "{}", r.width_from);
+    let mut other = In::new(DrafterKind::Ngram, "q4_1");
+    other.settings = DrafterSettings { ngram_min: Some(1), ..Default::default() };
+    let r = other.resolve(&table(std::slice::from_ref(&zen5))).unwrap();
+    assert_eq!(decided(&r), StepKind::Default, "{}", r.width_from);
+    // This host's own entry decides, even an `off` one beside a faster CPU's.
+    let own_off = entry("ngram", "cpu:x86_64-avx2", "q4_1", "\"off\"", FP)
+        .replace("ratio = 1.5", "ratio = 0.9")
+        .replace("ratio_interval = [1.4, 1.6]", "ratio_interval = [0.8, 0.95]");
+    let r = i.auto(&table(&[own_off, zen5.clone()]));
+    assert!(matches!(r.provenance, Provenance::PolicyClassic { fallback: Fallback::Off { .. }, .. }), "{r:?}");
+    // Among several CPUs' entries, the one with the higher lower bound.
+    let spr = entry_on("intel-sapphire-rapids", "llama", PARAMS, "ngram", "cpu:x86_64-avx2", "q4_1", "5", FP)
+        .replace("ratio_interval = [1.4, 1.6]", "ratio_interval = [1.45, 1.6]");
+    let r = i.auto(&table(&[zen5, spr]));
+    assert_eq!(r.width.map(Width::get), Some(5), "{}", r.width_from);
+}
+
+#[test]
+fn an_entry_of_another_model_applies_only_wholly_above_classic_and_names_both_models() {
+    let i = In::new(DrafterKind::Ngram, "q4_1");
+    let gemma = entry_on(HOST, "gemma3", 268_098_176, "ngram", "cpu:x86_64-avx2", "q4_1", "3", FP);
+    let r = i.auto(&table(std::slice::from_ref(&gemma)));
+    assert_eq!(r.width.map(Width::get), Some(3));
+    assert!(
+        r.width_from.contains("measured on a gemma3 268.1M target (m.gguf), this one is llama 134.5M (m.gguf)"),
+        "{}",
+        r.width_from
+    );
+    let r = i.auto(&table(&[gemma.replace("ratio_interval = [1.4, 1.6]", "ratio_interval = [0.99, 1.6]")]));
+    assert_eq!(r.drafter, None, "{}", r.width_from);
+    // The model's own entry wins over another model's.
+    let own = entry("ngram", "cpu:x86_64-avx2", "q4_1", "2", FP);
+    let r = i.auto(&table(&[gemma, own]));
+    assert_eq!(r.width.map(Width::get), Some(2));
+    assert!(!r.width_from.contains("this one is"), "{}", r.width_from);
+    // Another file of the same model class is the same key, and the file is named.
+    let renamed = entry("ngram", "cpu:x86_64-avx2", "q4_1", "2", FP).replace("file = \"m.gguf\"", "file = \"base.gguf\"");
+    let r = i.auto(&table(&[renamed]));
+    assert_eq!(r.width.map(Width::get), Some(2));
+    assert!(
+        r.width_from.contains("measured on base.gguf (sha256 aaaaaaaaaaaa), this target is m.gguf with the same \
+                              architecture and parameter count")
+            && !r.width_from.contains("only because"),
+        "{}",
+        r.width_from
+    );
+}
+
+#[test]
 fn at_another_thread_count_the_policy_keeps_classic_and_names_both_counts() {
     let t = table(&[entry("ngram", "cpu:x86_64-avx2", "q4_1", "3", FP)]);
     let r = In { threads: 1, ..In::new(DrafterKind::Ngram, "q4_1") }.auto(&t);
-    assert_eq!((r.drafter, r.block_size), (None, None));
+    assert_eq!((r.drafter, r.width.map(Width::get)), (None, None));
     assert_eq!(
         r.width_from,
-        "speculation off by the policy (no --drafter): no measurement for ngram on cpu:x86_64-avx2 with a q4_1 \
+        "speculation off by the policy (no --drafter): no measurement for ngram on cpu:x86_64-avx2 (amd-zen4) with a q4_1 llama 134.5M \
          target at 1 thread: the table measured it at 2 threads (records/r1) only"
     );
     assert!(r.summary().starts_with("classic decoding: "), "{}", r.summary());
     // A named drafter falls back to its constant, with the same reason.
     let r = In { threads: 1, ..In::new(DrafterKind::Ngram, "q4_1") }.resolve(&t).unwrap();
-    assert_eq!((decided(&r), r.block_size), (StepKind::Default, Some(4)));
+    assert_eq!((decided(&r), r.width.map(Width::get)), (StepKind::Default, Some(4)));
     assert!(r.width_from.contains("at 1 thread: the table measured it at 2 threads"), "{}", r.width_from);
 }
 
@@ -1002,11 +1180,11 @@ fn an_off_entry_keeps_classic_without_a_drafter_flag() {
         .replace("ratio_interval = [1.4, 1.6]", "ratio_interval = [0.85, 0.95]");
     let t = table(&[off]);
     let r = In::new(DrafterKind::Ngram, "q4_1").auto(&t);
-    assert_eq!((r.drafter, r.block_size), (None, None));
+    assert_eq!((r.drafter, r.width.map(Width::get)), (None, None));
     assert!(matches!(r.provenance, Provenance::PolicyClassic { fallback: Fallback::Off { .. }, .. }));
     assert_eq!(
         r.width_from,
-        "speculation off by the policy (no --drafter): measured off for ngram on cpu:x86_64-avx2 with a q4_1 target \
+        "speculation off by the policy (no --drafter): measured off for ngram on cpu:x86_64-avx2 (amd-zen4) with a q4_1 llama 134.5M target \
          at 2 threads: speculation ran 0.90x classic [0.85, 0.95] (records/r1, 2026-01-15)"
     );
 }
@@ -1032,7 +1210,7 @@ fn a_stale_entry_keeps_classic_without_a_drafter_flag_and_names_the_fingerprints
     assert_eq!(
         r.width_from,
         format!(
-            "speculation off by the policy (no --drafter): the entry for ngram on cpu:x86_64-avx2 with a q4_1 target \
+            "speculation off by the policy (no --drafter): the entry for ngram on cpu:x86_64-avx2 (amd-zen4) with a q4_1 llama 134.5M target \
              at 2 threads is stale: measured with verify-path fingerprint {OTHER_FP}, this build has {FP} for the \
              key (records/r1); re-measure with `tuner sweep`"
         )
@@ -1042,7 +1220,7 @@ fn a_stale_entry_keeps_classic_without_a_drafter_flag_and_names_the_fingerprints
 #[test]
 fn a_target_with_other_weight_formats_does_not_use_the_entry() {
     // This build's fingerprint depends on the formats, as the real one does.
-    fn by_formats(_: &str, f: Option<&[String]>) -> String {
+    fn by_formats(_: &DeviceClass, f: Option<&[String]>) -> String {
         if f.is_some_and(|f| f.iter().any(|x| x == "q6_k")) { OTHER_FP.into() } else { FP.into() }
     }
     let t = table(&[entry("ngram", "cpu:x86_64-avx2", "q4_1", "3", FP)]);
@@ -1056,7 +1234,7 @@ fn a_target_with_other_weight_formats_does_not_use_the_entry() {
         "{}",
         res.width_from
     );
-    assert_eq!(r.auto(&In::new(DrafterKind::Ngram, "q4_1").host()).block_size, Some(3));
+    assert_eq!(r.auto(&In::new(DrafterKind::Ngram, "q4_1").host()).width.map(Width::get), Some(3));
 }
 
 #[test]
@@ -1065,7 +1243,7 @@ fn with_no_entry_or_no_key_the_policy_keeps_classic_and_says_which_key() {
     assert_eq!(
         r.width_from,
         "speculation off by the policy (no --drafter): no measurement for a weight-free drafter (ngram, layerskip, suffix) \
-         on cpu:x86_64-avx2 with a q4_1 target at 2 threads"
+         on cpu:x86_64-avx2 (amd-zen4) with a q4_1 llama 134.5M target at 2 threads"
     );
     assert!(r.steps.iter().all(|s| !s.decided) && r.steps.len() == 3, "{:?}", r.steps);
     let q = QuantClass {
@@ -1079,7 +1257,7 @@ fn with_no_entry_or_no_key_the_policy_keeps_classic_and_says_which_key() {
     assert_eq!(
         r.width_from,
         "speculation off by the policy (no --drafter): no key for a weight-free drafter (ngram, layerskip, suffix) on \
-         cpu:x86_64-avx2 at 2 threads: target quantization unknown (config.json does not parse: expected value at \
+         cpu:x86_64-avx2 (amd-zen4) at 2 threads: target quantization unknown (config.json does not parse: expected value at \
          line 1 column 1; read /m/config.json, field quantization_config)"
     );
 }
@@ -1090,15 +1268,15 @@ fn the_fastest_weight_free_entry_wins_and_checkpoint_drafters_never_turn_on() {
     let fast = entry("layerskip", "cpu:x86_64-avx2", "q4_1", "2", FP).replace("ratio = 1.5", "ratio = 1.55");
     let model = entry("draft-model", "cpu:x86_64-avx2", "q4_1", "5", FP).replace("ratio = 1.5", "ratio = 1.59");
     let r = In::new(DrafterKind::Ngram, "q4_1").auto(&table(&[slow.clone(), fast, model.clone()]));
-    assert_eq!((r.drafter, r.block_size), (Some(DrafterKind::Layerskip), Some(2)));
+    assert_eq!((r.drafter, r.width.map(Width::get)), (Some(DrafterKind::Layerskip), Some(2)));
     assert_eq!(r.drafter_settings, Some(DrafterSettings::layerskip(vec![0, 1, 2])));
     let r = In::new(DrafterKind::Ngram, "q4_1").auto(&table(&[model]));
     assert_eq!(r.drafter, None, "a draft model needs its checkpoint named");
     // CUDA keys carry no thread count.
     let cuda = entry("ngram", "cuda:sm_90", "q4_1", "4", FP);
     let r = In { device: "cuda:sm_90", threads: 16, ..In::new(DrafterKind::Ngram, "q4_1") }.auto(&table(&[cuda]));
-    assert_eq!(r.block_size, Some(4));
-    assert!(r.width_from.contains("on cuda:sm_90 with a q4_1 target (ngram_min"), "{}", r.width_from);
+    assert_eq!(r.width.map(Width::get), Some(4));
+    assert!(r.width_from.contains("on cuda:sm_90 (amd-zen4) with a q4_1 llama 134.5M target (ngram_min"), "{}", r.width_from);
 }
 
 #[test]
@@ -1107,18 +1285,18 @@ fn a_named_drafter_with_other_settings_does_not_use_the_entry() {
     let mut i = In::new(DrafterKind::Ngram, "q4_1");
     // No settings given: the entry decides and its settings are the ones to run.
     let r = i.resolve(&t).unwrap();
-    assert_eq!((decided(&r), r.block_size), (StepKind::Table, Some(3)));
+    assert_eq!((decided(&r), r.width.map(Width::get)), (StepKind::Table, Some(3)));
     assert_eq!(r.drafter_settings, Some(DrafterSettings::ngram(3, 4)));
     // The same settings given explicitly: still the entry.
     i.settings = DrafterSettings::ngram(3, 4);
-    assert_eq!(i.resolve(&t).unwrap().block_size, Some(3));
+    assert_eq!(i.resolve(&t).unwrap().width.map(Width::get), Some(3));
     // Other settings: the per-kind constant, naming the difference.
     i.settings = DrafterSettings { ngram_min: Some(1), ..Default::default() };
     let r = i.resolve(&t).unwrap();
-    assert_eq!((decided(&r), r.block_size, r.drafter_settings.clone()), (StepKind::Default, Some(4), None));
+    assert_eq!((decided(&r), r.width.map(Width::get), r.drafter_settings.clone()), (StepKind::Default, Some(4), None));
     assert_eq!(
         r.width_from,
-        "per-kind default 4: the entry for ngram on cpu:x86_64-avx2 with a q4_1 target at 2 threads was measured \
+        "per-kind default 4: the entry for ngram on cpu:x86_64-avx2 (amd-zen4) with a q4_1 llama 134.5M target at 2 threads was measured \
          with other drafter settings: ngram_min 1 (measured 3) (records/r1)"
     );
 }

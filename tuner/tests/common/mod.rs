@@ -23,7 +23,13 @@ const DEVICE: &str = "cpu:x86_64-avx2";
 /// This build's verify-path fingerprint for the fake arms' key: `propose`
 /// refuses a record measured under another.
 pub fn verify_fp() -> String {
-    runtime::policy::verify_fingerprint(DEVICE, Some(&FORMATS.map(String::from)))
+    let device = runtime::policy::DeviceClass::parse(DEVICE).expect("a device class");
+    runtime::policy::verify_fingerprint(&device, Some(&FORMATS.map(String::from)))
+}
+
+/// The fake host's CPU class (the arms report this host's, as the runtime does).
+pub fn host_class() -> String {
+    runtime::policy::host_class_here().to_string()
 }
 
 /// `v` as an event line; panics if it is not an `Event`.
@@ -42,15 +48,15 @@ fn build_info() -> Value {
 /// classic), greedy and 8 tokens; a served arm adjusts it before [`ev`].
 pub fn startup(width: Option<usize>) -> Value {
     json!({
-        "event": "startup", "schema_version": 1, "build": build_info(),
+        "event": "startup", "schema_version": 2, "build": build_info(),
         "device_class": DEVICE, "kernel_family": "avx2", "kernel_family_forced": false, "threads": 2,
         "target": {"path": "/m.gguf", "format": "gguf", "architecture": "llama",
                    "quant": {"class": "q4_1", "from": "test", "format": "gguf"}, "n_layers": 30, "dim": 576,
-                   "vocab": 49152, "context_length": 8192, "weight_formats": FORMATS},
+                   "vocab": 49152, "context_length": 8192, "weight_formats": FORMATS, "parameters": 134515008},
         "tokenizer": "gguf", "drafter": if width.is_some() { "ngram" } else { "none" },
         "drafter_from": if width.is_some() { "flag" } else { "none" },
         "drafter_settings": width.map(|_| json!({"ngram_min": 3, "ngram_max": 4})),
-        "block_size": width, "width_from": "--draft-block-size", "kernel_fingerprint": FINGERPRINT,
+        "width": width, "width_from": "--draft-width", "host_class": host_class(), "kernel_fingerprint": FINGERPRINT,
         "verify_fingerprint": verify_fp(),
         "exactness_probe": width.map(|w| json!({"width": w, "passed": true, "first_differing_row": null,
             "differing_bytes": 0, "compared_bytes": 100, "kernel_family": "avx2", "threads": 2})),
@@ -83,7 +89,8 @@ pub fn completion(prompt_id: &str, warmup: bool, repeat: usize, ids: &[u32], tok
 }
 
 /// The `speculative_diagnostics` after a completion: `rounds` rounds at
-/// `width`, half the drafts accepted.
+/// `width`, half the drafts accepted. Written as a version-1 event (its
+/// old `block_size` name): the tuner still reads what older runtimes wrote.
 pub fn diagnostics(prompt_id: &str, warmup: bool, repeat: usize, width: usize, rounds: usize) -> String {
     ev(json!({
         "event": "speculative_diagnostics", "schema_version": 1, "prompt_id": prompt_id, "warmup": warmup,
