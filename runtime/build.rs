@@ -93,8 +93,7 @@ fn main() {
             println!(
                 "cargo:warning={file}: entry {} is stale (measured with verify-path fingerprint {}, this build has \
                  {key_fp} for its key); it is not used until it is re-measured",
-                e.key,
-                e.verify_fingerprint
+                e.key, e.verify_fingerprint
             );
         }
     }

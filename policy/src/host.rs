@@ -105,7 +105,8 @@ fn vendor_word(vendor_id: &str) -> String {
         "AuthenticAMD" => "amd".into(),
         "GenuineIntel" => "intel".into(),
         other => {
-            let w: String = other.chars().filter(|c| c.is_ascii_alphanumeric()).collect::<String>().to_ascii_lowercase();
+            let w: String =
+                other.chars().filter(|c| c.is_ascii_alphanumeric()).collect::<String>().to_ascii_lowercase();
             if w.is_empty() { "x86".into() } else { w }
         }
     }
@@ -127,7 +128,8 @@ impl HostClass {
     /// The class of an x86 CPU.
     pub fn x86(vendor_id: &str, family: u32, model: u32) -> HostClass {
         let vendor = vendor_word(vendor_id);
-        let named = X86_NAMES.iter().find(|(v, f, lo, hi, _)| *v == vendor && *f == family && (*lo..=*hi).contains(&model));
+        let named =
+            X86_NAMES.iter().find(|(v, f, lo, hi, _)| *v == vendor && *f == family && (*lo..=*hi).contains(&model));
         match named {
             Some((v, .., name)) => HostClass(format!("{v}-{name}")),
             None => HostClass(format!("{vendor}-family{family}-model{model}")),
@@ -165,9 +167,7 @@ impl HostClass {
     pub fn from_cpuinfo_file(path: &Path) -> Result<HostClass, String> {
         let f = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
         let mut text = String::new();
-        f.take(MAX_CPUINFO_BYTES)
-            .read_to_string(&mut text)
-            .map_err(|e| format!("{}: {e}", path.display()))?;
+        f.take(MAX_CPUINFO_BYTES).read_to_string(&mut text).map_err(|e| format!("{}: {e}", path.display()))?;
         let sig = cpu_signature(&text)
             .ok_or_else(|| format!("{} has no vendor_id/cpu family/model or CPU implementer/part", path.display()))?;
         HostClass::from_signature(&sig).ok_or_else(|| format!("the CPU signature {sig:?} names no family and model"))

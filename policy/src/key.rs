@@ -226,8 +226,11 @@ mod tests {
     #[test]
     fn keys_differ_exactly_when_their_phrases_do() {
         let a = key("amd-zen4", 134_515_008, Some(2));
-        for b in [key("amd-zen5", 134_515_008, Some(2)), key("amd-zen4", 268_098_176, Some(2)), key("amd-zen4", 134_515_008, Some(1))]
-        {
+        for b in [
+            key("amd-zen5", 134_515_008, Some(2)),
+            key("amd-zen4", 268_098_176, Some(2)),
+            key("amd-zen4", 134_515_008, Some(1)),
+        ] {
             assert_ne!(a, b);
             assert_ne!(a.to_string(), b.to_string());
         }

@@ -33,8 +33,8 @@ pub use key::{DeviceClass, ModelClass, PolicyKey};
 pub use kind::{DeclarationSource, DrafterKind, DrafterSettings, Probability};
 pub use quant::QuantClass;
 pub use resolve::{
-    EnvWidth, Fallback, Fit, PolicyError, Provenance, Resolution, ResolveInput, Resolver, Run, Step, StepKind, WIDTH_ENV,
-    WIDTH_ENV_OLD, WIDTH_FLAG, env_override,
+    EnvWidth, Fallback, Fit, PolicyError, Provenance, Resolution, ResolveInput, Resolver, Run, Step, StepKind,
+    WIDTH_ENV, WIDTH_ENV_OLD, WIDTH_FLAG, env_override,
 };
 pub use table::{Entry, Table, TableError};
 pub use width::{MAX_WIDTH, Width};

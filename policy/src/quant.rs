@@ -72,4 +72,3 @@ impl QuantClass {
         self.class == UNKNOWN
     }
 }
-

@@ -254,8 +254,10 @@ impl Fallback {
                 differences.join(", ")
             ),
             Fallback::Elsewhere { key, measured } => {
-                let list: Vec<String> =
-                    measured.iter().map(|m| format!("on {} with a {} target: {} ({})", m.host, m.model, m.why, m.record)).collect();
+                let list: Vec<String> = measured
+                    .iter()
+                    .map(|m| format!("on {} with a {} target: {} ({})", m.host, m.model, m.why, m.record))
+                    .collect();
                 format!(
                     "no measurement {}; measured elsewhere only, and an entry of another CPU or model applies \
                      only when it is fresh, has the settings asked for and its whole interval is above 1.0: {}",
@@ -358,9 +360,15 @@ pub enum Provenance {
     /// No drafter named: the policy kept classic decoding. `drafter` is the
     /// kind whose entry gave the reason; `None` when no weight-free kind has
     /// an entry for the key.
-    PolicyClassic { drafter: Option<DrafterKind>, fallback: Fallback },
+    PolicyClassic {
+        drafter: Option<DrafterKind>,
+        fallback: Fallback,
+    },
     /// No drafter named: the policy turned speculation on.
-    PolicyOn { entry: Entry, fit: Fit },
+    PolicyOn {
+        entry: Entry,
+        fit: Fit,
+    },
     /// `--draft-width`; `env` is the environment override when it was set too.
     Flag {
         #[serde(with = "width::or_off")]
@@ -372,9 +380,19 @@ pub enum Provenance {
         #[serde(with = "width::or_off")]
         width: Option<Width>,
     },
-    Declared { width: Width, evidence: String },
-    Measured { entry: Entry, fit: Fit },
-    Default { drafter: DrafterKind, width: Width, fallback: Fallback },
+    Declared {
+        width: Width,
+        evidence: String,
+    },
+    Measured {
+        entry: Entry,
+        fit: Fit,
+    },
+    Default {
+        drafter: DrafterKind,
+        width: Width,
+        fallback: Fallback,
+    },
 }
 
 /// `measured for ngram on ... at 2 threads (ngram_min 3, ngram_max 4): 1.17x
@@ -570,7 +588,11 @@ impl Resolver<'_> {
         }
         if !e.beats_classic() {
             let [lo, hi] = e.ratio_interval;
-            return Some(format!("width {} at {:.2}x [{lo:.2}, {hi:.2}] is not wholly above 1.0", width::label(e.width), e.ratio));
+            return Some(format!(
+                "width {} at {:.2}x [{lo:.2}, {hi:.2}] is not wholly above 1.0",
+                width::label(e.width),
+                e.ratio
+            ));
         }
         None
     }
@@ -613,7 +635,8 @@ impl Resolver<'_> {
             return Lookup::Fallback(if others.is_empty() || key.threads.is_none() {
                 Fallback::NoMeasurement { key }
             } else {
-                let measured = others.iter().map(|e| MeasuredAt { threads: e.key.threads, record: e.record.clone() }).collect();
+                let measured =
+                    others.iter().map(|e| MeasuredAt { threads: e.key.threads, record: e.record.clone() }).collect();
                 Fallback::OtherThreads { key, measured }
             });
         }
@@ -651,10 +674,11 @@ impl Resolver<'_> {
         };
         let env_set = input.env.filter(|e| !e.value.trim().is_empty());
         let env = match env_set {
-            Some(e) => Some(
-                width::parse(&e.value)
-                    .map_err(|problem| PolicyError::BadEnv { name: e.name, value: e.value.clone(), problem })?,
-            ),
+            Some(e) => Some(width::parse(&e.value).map_err(|problem| PolicyError::BadEnv {
+                name: e.name,
+                value: e.value.clone(),
+                problem,
+            })?),
             None => None,
         };
 
@@ -779,7 +803,12 @@ impl Resolver<'_> {
         }
         if let Some((i, e, fit)) = best {
             steps[i].decided = true;
-            return Resolution::new(Some(e.key.drafter), e.width, Provenance::PolicyOn { entry: e.clone(), fit }, steps);
+            return Resolution::new(
+                Some(e.key.drafter),
+                e.width,
+                Provenance::PolicyOn { entry: e.clone(), fit },
+                steps,
+            );
         }
         // The most telling reason; among equals, the first kind's.
         let mut chosen: Option<(DrafterKind, Fallback)> = None;

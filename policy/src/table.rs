@@ -387,7 +387,10 @@ fn number(field: &'static str, v: &toml::Value) -> Result<f64, Problem> {
 fn entry(t: toml::Table, line: Option<usize>, records: RecordCheck<'_>) -> Result<Entry, Problem> {
     // Named before serde's message, which would only say "unknown field".
     if t.contains_key("block_size") {
-        return Err(bad("block_size", "is the schema-2 name: write `width` (policy/README.md, \"Migrating from schema 2\")"));
+        return Err(bad(
+            "block_size",
+            "is the schema-2 name: write `width` (policy/README.md, \"Migrating from schema 2\")",
+        ));
     }
     let r: RawEntry =
         toml::Value::Table(t).try_into().map_err(|e: toml::de::Error| Problem::Field(e.message().to_string()))?;
@@ -510,7 +513,13 @@ fn entry(t: toml::Table, line: Option<usize>, records: RecordCheck<'_>) -> Resul
 /// A model file's name: no directory (records name models by file name
 /// and sha256, never by a path of the machine that measured them).
 pub fn check_file_name(s: &str) -> Result<(), String> {
-    if s.is_empty() || s.len() > 255 || s.contains(['/', '\\']) || s == "." || s == ".." || s.chars().any(char::is_control) {
+    if s.is_empty()
+        || s.len() > 255
+        || s.contains(['/', '\\'])
+        || s == "."
+        || s == ".."
+        || s.chars().any(char::is_control)
+    {
         return Err(format!("{s:?} is not a file name: give the model's file name alone, without a directory"));
     }
     Ok(())

@@ -206,6 +206,38 @@ mod policy {
     }
 
     #[test]
+    fn explain_for_another_cpu_class_names_where_the_entry_was_measured() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("t.gguf");
+        std::fs::write(&p, gguf_with(&[GgmlType::Q4_1; 3], Some(3)).bytes()).unwrap();
+        let t = table(&[entry("ngram", "cpu:x86_64-avx2", "q4_1", "5", FP)]);
+        let r = resolver(&t);
+        let q = crate::commands::policy::Question {
+            target: &p,
+            drafter_model: None,
+            drafter: None,
+            device_class: &DeviceClass::parse("cpu:x86_64-avx2").unwrap(),
+            device_from: "--device",
+            host_class: &HostClass::parse("intel-sapphire-rapids").unwrap(),
+            host_from: "--host-class",
+            threads: 2,
+            settings: &DrafterSettings::default(),
+            flag: None,
+            env: None,
+        };
+        let e = crate::commands::policy::explain(&r, &q).unwrap();
+        assert_eq!(e.generate.width.map(Width::get), Some(5), "{}", e.generate.width_from);
+        let text = crate::commands::policy::render(&e);
+        for want in [
+            "host class    intel-sapphire-rapids (--host-class)",
+            "measured on amd-zen4, this host is intel-sapphire-rapids",
+            "whole interval is above 1.0",
+        ] {
+            assert!(text.contains(want), "{want:?} missing from:\n{text}");
+        }
+    }
+
+    #[test]
     fn policy_explain_refuses_out_of_range_suffix_flags_naming_them() {
         let base = crate::commands::policy::ExplainSettings {
             target: PathBuf::from("/nonexistent/target.gguf"),

@@ -492,7 +492,9 @@ fn speculative_output_equals_classic_in_every_family() {
             let classic = e.decode(pre.clone(), 24, &greedy).unwrap();
             for w in [1, 2, 3, 4, 6, 8, 12, 16] {
                 let mut d = NgramDrafter { max_n: 4, min_n: 1 };
-                let (spec, stats) = e.decode_speculative(pre.clone(), 24, &greedy, &mut d, runtime::policy::Width::new(w).unwrap()).unwrap();
+                let (spec, stats) = e
+                    .decode_speculative(pre.clone(), 24, &greedy, &mut d, runtime::policy::Width::new(w).unwrap())
+                    .unwrap();
                 assert_eq!(spec.token_ids, classic.token_ids, "{f} width {w} at {threads} threads");
                 rounds += stats.rounds;
             }

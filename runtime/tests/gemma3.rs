@@ -244,7 +244,9 @@ fn speculative_output_equals_classic_at_one_and_two_threads() {
             let classic = e.decode(pre.clone(), 20, &greedy).unwrap();
             for w in [1, 2, 3, 4, 6, 8, 12, 16] {
                 let mut d = NgramDrafter { max_n: 4, min_n: 1 };
-                let (spec, stats) = e.decode_speculative(pre.clone(), 20, &greedy, &mut d, runtime::policy::Width::new(w).unwrap()).unwrap();
+                let (spec, stats) = e
+                    .decode_speculative(pre.clone(), 20, &greedy, &mut d, runtime::policy::Width::new(w).unwrap())
+                    .unwrap();
                 assert_eq!(spec.token_ids, classic.token_ids, "{text:?} width {w} at {threads} threads");
                 rounds += stats.rounds;
             }

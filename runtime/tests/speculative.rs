@@ -53,7 +53,15 @@ fn check_drafter(
         let classic = engine.decode(pre.clone(), MAX_TOKENS, &greedy).unwrap();
         for &w in widths {
             let mut d = make();
-            let (spec, stats) = engine.decode_speculative(pre.clone(), MAX_TOKENS, &greedy, d.as_mut(), runtime::policy::Width::new(w).unwrap()).unwrap();
+            let (spec, stats) = engine
+                .decode_speculative(
+                    pre.clone(),
+                    MAX_TOKENS,
+                    &greedy,
+                    d.as_mut(),
+                    runtime::policy::Width::new(w).unwrap(),
+                )
+                .unwrap();
             assert_eq!(
                 spec.token_ids,
                 classic.token_ids,

@@ -49,7 +49,15 @@ fn run(e: &Engine, width: Option<usize>, halt: Option<(usize, Halt)>) -> (Outcom
         None => e.decode_with(pre, MAX_TOKENS, &greedy, &mut sink).map(|g| (g, 0)),
         Some(w) => {
             let mut d = NgramDrafter::default();
-            e.decode_speculative_with(pre, MAX_TOKENS, &greedy, &mut d, runtime::policy::Width::new(w).unwrap(), &mut sink).map(|(g, s)| (g, s.rounds))
+            e.decode_speculative_with(
+                pre,
+                MAX_TOKENS,
+                &greedy,
+                &mut d,
+                runtime::policy::Width::new(w).unwrap(),
+                &mut sink,
+            )
+            .map(|(g, s)| (g, s.rounds))
         }
     };
     (r.map(|(g, rounds)| (g.token_ids, g.finish_reason, rounds)), sink.seen)

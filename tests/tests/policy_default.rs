@@ -41,7 +41,11 @@ fn width(n: usize) -> Option<Width> {
 
 /// A CPU class that is not this host's.
 fn another_host() -> &'static str {
-    if runtime::policy::host_class_here().as_str() == "intel-sapphire-rapids" { "amd-zen5" } else { "intel-sapphire-rapids" }
+    if runtime::policy::host_class_here().as_str() == "intel-sapphire-rapids" {
+        "amd-zen5"
+    } else {
+        "intel-sapphire-rapids"
+    }
 }
 
 /// One entry keyed to this host and model at `threads`, measured by this
@@ -156,17 +160,14 @@ fn a_stale_entry_or_none_keeps_classic_decoding() {
     assert!(d.resolution.width_from.contains("is stale: measured with verify-path fingerprint 0123456789abcdef"));
     let d = decide(&table(&[]), &no_flags());
     assert!(d.speculation.is_none());
-    assert!(
-        d.resolution.width_from.contains("no measurement for a weight-free drafter (ngram, layerskip, suffix)")
-    );
+    assert!(d.resolution.width_from.contains("no measurement for a weight-free drafter (ngram, layerskip, suffix)"));
 }
 
 #[test]
 fn explicit_flags_still_win_over_the_policy() {
     let t = table(&[entry("3", 1.2, [1.1, 1.3], 2)]);
     // A width flag decides the width; the drafter's settings are then the defaults.
-    let d =
-        decide(&t, &SpecSettings { drafter: Some("ngram".into()), draft_width: Some("5".into()), ..no_flags() });
+    let d = decide(&t, &SpecSettings { drafter: Some("ngram".into()), draft_width: Some("5".into()), ..no_flags() });
     let s = d.speculation.as_ref().unwrap();
     assert_eq!((s.width, d.drafter_from()), (width(5), "flag"));
     assert_eq!(s.settings, DrafterSettings::ngram(3, 4));
@@ -202,12 +203,14 @@ fn generate_without_flags_follows_the_compiled_table_and_says_why() {
     let compiled = runtime::policy::compiled_resolver();
     let here = runtime::policy::host_class_here();
     let model = e.loaded.info.model_class();
+    let path = model_path();
+    let file = path.file_name().and_then(|n| n.to_str());
     let host = |threads| Run {
         device: &device,
         host: &here,
         quant: &e.loaded.info.quant,
         model: &model,
-        file: model_path().file_name().and_then(|n| n.to_str()).map(|s| Box::leak(s.to_string().into_boxed_str()) as &str),
+        file,
         threads,
         weight_formats: Some(&e.loaded.info.weight_formats),
     };
@@ -252,4 +255,37 @@ fn generate_without_flags_follows_the_compiled_table_and_says_why() {
     if compiled.table.entries.iter().any(|x| x.key.device == device && x.key.threads == Some(2)) {
         assert!(at_one.contains("the table measured it at 2 threads"), "{at_one}");
     }
+}
+
+/// An entry measured on another CPU stands in for this host only when its
+/// whole interval is above 1.0, and the `startup` event says where it was
+/// measured; one that reaches 1.0 keeps classic decoding and says why.
+#[test]
+fn an_entry_of_another_cpu_applies_only_wholly_above_classic_and_the_startup_event_says_so() {
+    let here = runtime::policy::host_class_here();
+    let other = another_host();
+    let t = table(&[entry_on(other, "3", 1.2, [1.1, 1.3], 2)]);
+    let d = decide(&t, &no_flags());
+    let s = d.speculation.as_ref().expect("the other CPU's entry turns speculation on");
+    assert_eq!((s.kind, s.width), (DrafterKind::Ngram, width(3)));
+    let selection = kernels::dispatch::selected().expect("a kernel family");
+    let ev = runtime::events::startup_event(engine(), &selection, &d, SamplingParams::default(), 32, None);
+    assert_eq!(ev.host_class.as_deref(), Some(here.as_str()));
+    assert_eq!(ev.width, width(3));
+    let says = format!("measured on {other}, this host is {here}");
+    assert!(
+        ev.width_from.contains(&says) && ev.width_from.contains("whole interval is above 1.0"),
+        "{}",
+        ev.width_from
+    );
+
+    let t = table(&[entry_on(other, "3", 1.2, [0.95, 1.3], 2)]);
+    let d = decide(&t, &no_flags());
+    assert!(d.speculation.is_none(), "{}", d.resolution.width_from);
+    let why = &d.resolution.width_from;
+    assert!(why.contains(&format!("on {other} with a")) && why.contains("is not wholly above 1.0"), "{why}");
+    // This host's own entry, even one that only ties classic, is not overridden by another CPU's.
+    let t = table(&[entry("3", 1.05, [0.95, 1.2], 2), entry_on(other, "3", 1.2, [1.1, 1.3], 2)]);
+    let d = decide(&t, &no_flags());
+    assert!(d.speculation.is_none(), "{}", d.resolution.width_from);
 }

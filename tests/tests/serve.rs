@@ -178,11 +178,7 @@ fn a_speculative_server_serves_classic_greedy_text_and_reports_its_width() {
     assert_eq!(c["width"], 3);
     assert!(c["width_from"].as_str().unwrap().contains("--draft-width"), "{c}");
     assert_eq!(c["exactness_probe"]["passed"], true);
-    assert!(
-        s.stderr().contains("speculative: drafter ngram (ngram_min 3, ngram_max 4), width 3"),
-        "{}",
-        s.stderr()
-    );
+    assert!(s.stderr().contains("speculative: drafter ngram (ngram_min 3, ngram_max 4), width 3"), "{}", s.stderr());
     let startup: Value = serde_json::from_str(&s.stdout_first(1)[0]).unwrap();
     assert_eq!((startup["event"].as_str(), startup["width"].as_u64()), (Some("startup"), Some(3)));
     let mut rounds = 0;

@@ -35,7 +35,7 @@ fn a_real_sweep_records_identical_outputs_and_a_decision() {
     assert!(ends.iter().all(|e| e["ok"] == true && e["warmup_requests"] == 2), "{ends:?}");
     let startups: Vec<&Value> = lines.iter().filter(|l| l["kind"] == "startup").collect();
     assert_eq!(startups[1]["startup"]["width"], 1);
-    assert!(startups[1]["startup"]["width_from"].as_str().unwrap().contains("--draft-block-size"));
+    assert!(startups[1]["startup"]["width_from"].as_str().unwrap().contains("--draft-width"));
     for f in ["record.md", "summary.csv", "plot.svg", "prompts.jsonl", "logs/arm-003-attempt-0.stdout.jsonl"] {
         assert!(out.join(f).exists(), "{f}");
     }

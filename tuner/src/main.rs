@@ -458,10 +458,7 @@ fn parse_widths(s: &str) -> anyhow::Result<Vec<usize>> {
             Some((a, b)) => {
                 let (a, b) = (num(a)?, num(b)?);
                 if a > b || b > runtime::policy::MAX_WIDTH {
-                    anyhow::bail!(
-                        "--widths {s:?}: {part} is not a range within 1..={}",
-                        runtime::policy::MAX_WIDTH
-                    );
+                    anyhow::bail!("--widths {s:?}: {part} is not a range within 1..={}", runtime::policy::MAX_WIDTH);
                 }
                 out.extend(a..=b);
             }

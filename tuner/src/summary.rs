@@ -564,8 +564,11 @@ pub fn summarize(raw: &RawFile) -> Result<Summary> {
             .and_then(|d| serde_json::from_str::<runtime::policy::DrafterSettings>(&d).ok());
     let (host_class, host_class_from) = match one(&hosts, "host class", &mut key_problems) {
         Some(c) if !c.is_empty() => (Some(c), Some("the arms' startup events".to_string())),
-        Some(_) => match h.identity.cpu.signature.value.as_deref().and_then(runtime::policy::HostClass::from_signature) {
-            Some(c) => (Some(c.to_string()), Some("the identity's CPU signature (the arms predate events schema 2)".into())),
+        Some(_) => match h.identity.cpu.signature.value.as_deref().and_then(runtime::policy::HostClass::from_signature)
+        {
+            Some(c) => {
+                (Some(c.to_string()), Some("the identity's CPU signature (the arms predate events schema 2)".into()))
+            }
             None => {
                 key_problems.push(
                     "the record names no CPU: its arms report no host class (events before schema 2) and its \

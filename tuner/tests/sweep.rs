@@ -82,7 +82,7 @@ env > "$D/env-$N"
 W=c
 prev=""
 for a in "$@"; do
-  if [ "$prev" = "--draft-block-size" ]; then W="$a"; fi
+  if [ "$prev" = "--draft-width" ]; then W="$a"; fi
   prev="$a"
 done
 if [ -f "$D/arm-$N.sh" ]; then . "$D/arm-$N.sh"; fi
@@ -189,7 +189,7 @@ fn a_clean_sweep_writes_a_record_and_proposes_the_best_qualified_width() {
     for flag in [
         "--json",
         "--drafter ngram",
-        "--draft-block-size 1",
+        "--draft-width 1",
         "--ngram-min 3",
         "--ngram-max 4",
         "--threads 2",
@@ -203,7 +203,7 @@ fn a_clean_sweep_writes_a_record_and_proposes_the_best_qualified_width() {
     // runtime's policy could speculate.
     let args0 = std::fs::read_to_string(f.fake.join("args-0")).unwrap();
     assert!(args0.trim_end().ends_with("--drafter none"), "{args0}");
-    assert!(!args0.contains("--draft-block-size") && !args0.contains("--ngram-"), "{args0}");
+    assert!(!args0.contains("--draft-width") && !args0.contains("--ngram-"), "{args0}");
     assert_eq!(lines[0]["settings"]["drafter_settings"], json!({"ngram_min": 3, "ngram_max": 4}));
     let start = lines.iter().find(|l| l["kind"] == "arm_start").unwrap();
     let env0 = std::fs::read_to_string(f.fake.join("env-0")).unwrap();
@@ -259,7 +259,8 @@ fn a_clean_sweep_writes_a_record_and_proposes_the_best_qualified_width() {
     assert_eq!(t.entries[0].key.threads, Some(2));
     assert_eq!(t.entries[0].key.host.to_string(), common::host_class());
     assert_eq!(t.entries[0].key.model.parameters, 134_515_008);
-    assert_eq!(t.entries[0].prompts.name, "prompts/sweep.jsonl");
+    // A prompt file given by path is named by its file name, never the path.
+    assert_eq!(t.entries[0].prompts.name, "prompts.jsonl");
     assert_eq!(t.entries[0].drafter_settings, runtime::policy::DrafterSettings::ngram(3, 4));
     assert_eq!(t.entries[0].weight_formats, FORMATS);
     assert_eq!(t.entries[0].target_quant_format.as_deref(), Some("gguf"));

@@ -191,13 +191,8 @@ fn width_curve(args: &BenchSettings, kind: &str, engine: &Engine) -> Result<Exit
         }
     }
     let (drafter_kind, mut drafter) = crate::spec::setup::build_drafter(kind, &args.spec, engine)?;
-    let spec = CurveSpec {
-        drafter: drafter_kind,
-        widths,
-        max_tokens: args.max_tokens,
-        reps: args.reps,
-        warmup: args.warmup,
-    };
+    let spec =
+        CurveSpec { drafter: drafter_kind, widths, max_tokens: args.max_tokens, reps: args.reps, warmup: args.warmup };
     let curves = curve::run(engine, drafter.as_mut(), &tasks, &spec)?;
     if args.json {
         println!("{}", serde_json::to_string(&curve::report(engine, spec, curves))?);

@@ -8,8 +8,8 @@ use crate::policy::declared::read_declared;
 use crate::policy::key::MAX_THREADS;
 use crate::policy::quant::classify_path;
 use crate::policy::{
-    self, DeviceClass, DrafterKind, DrafterSettings, EnvWidth, HostClass, KERNEL_FINGERPRINT, ModelClass,
-    Probability, QuantClass, Resolution, ResolveInput, Resolver, Run, env_override, table, width,
+    self, DeviceClass, DrafterKind, DrafterSettings, EnvWidth, HostClass, KERNEL_FINGERPRINT, ModelClass, Probability,
+    QuantClass, Resolution, ResolveInput, Resolver, Run, env_override, table, width,
 };
 use anyhow::{Result, bail};
 use serde::Serialize;
@@ -134,10 +134,9 @@ pub fn explain(resolver: &Resolver<'_>, q: &Question<'_>) -> Result<Explanation>
     let target_quant = classify_path(q.target);
     let drafter_quant = q.drafter_model.map(classify_path);
     let found = model_of(q.target);
-    let model = found.as_ref().map_or_else(
-        || ModelClass { architecture: "unreadable".into(), parameters: 0 },
-        |(m, _)| m.clone(),
-    );
+    let model = found
+        .as_ref()
+        .map_or_else(|| ModelClass { architecture: "unreadable".into(), parameters: 0 }, |(m, _)| m.clone());
     let weight_formats = found.map(|(_, f)| f);
     let run = Run {
         device: q.device_class,

@@ -230,7 +230,13 @@ mod tests {
             kernel_family: "avx2".into(),
             threads: 1,
             multirow: false,
-            spec: CurveSpec { drafter: DrafterKind::Ngram, widths: vec![crate::policy::Width::new(2).unwrap()], max_tokens: 8, reps: 3, warmup: 1 },
+            spec: CurveSpec {
+                drafter: DrafterKind::Ngram,
+                widths: vec![crate::policy::Width::new(2).unwrap()],
+                max_tokens: 8,
+                reps: 3,
+                warmup: 1,
+            },
             tasks: vec![TaskCurve {
                 task: "code".into(),
                 prompt_ids: vec!["p".into()],

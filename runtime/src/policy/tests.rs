@@ -456,7 +456,10 @@ fn an_off_entry_disables_speculation_by_default_but_an_override_still_wins() {
     let mut i = In::new(DrafterKind::DraftModel, "q4_1");
     let r = i.resolve(&t).unwrap();
     assert_eq!((decided(&r), r.width.map(Width::get)), (StepKind::Table, None));
-    assert!(r.width_from.starts_with("measured off for draft-model on cpu:x86_64-avx2 (amd-zen4) with a q4_1 llama 134.5M target"));
+    assert!(
+        r.width_from
+            .starts_with("measured off for draft-model on cpu:x86_64-avx2 (amd-zen4) with a q4_1 llama 134.5M target")
+    );
     assert!(r.summary().starts_with("draft width off for draft-model:"), "{}", r.summary());
     assert_eq!(t.entries[0].width, None);
     i.flag = Some("3");
@@ -675,7 +678,10 @@ fn checkpoints_declare_widths_by_kind() {
     let json = |s: &str| serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(s).unwrap();
     let p = Path::new("config.json");
     let d = from_config(DrafterKind::Dflash, p, &json(r#"{"model_type": "dflash", "block_size": 16}"#));
-    assert!(matches!(&d, Declared::Width { width, evidence } if width.get() == 15 && evidence.contains("plus 15 drafts")), "{d:?}");
+    assert!(
+        matches!(&d, Declared::Width { width, evidence } if width.get() == 15 && evidence.contains("plus 15 drafts")),
+        "{d:?}"
+    );
     let d = from_config(DrafterKind::Dflash, p, &json(r#"{"dflash_config": {"block_size": 8}}"#));
     assert!(matches!(d, Declared::Width { width, .. } if width.get() == 7), "{d:?}");
     let d = from_config(DrafterKind::Mtp, p, &json(r#"{"text_config": {"num_nextn_predict_layers": 1}}"#));
@@ -788,7 +794,10 @@ fn the_schema_3_fields_are_checked_with_the_field_named() {
     }
     // The schema-2 name of the width is named, with the new one.
     let e = compile_err(&ok.replace("width = 4", "block_size = 4"));
-    assert!(matches!(&e.problem, Problem::BadValue { field: "block_size", problem } if problem.contains("`width`")), "{e}");
+    assert!(
+        matches!(&e.problem, Problem::BadValue { field: "block_size", problem } if problem.contains("`width`")),
+        "{e}"
+    );
 }
 
 #[test]
@@ -800,7 +809,9 @@ fn a_schema_2_table_is_refused_with_how_to_migrate() {
     let e = compile_err(old);
     assert_eq!(e.problem, Problem::Schema2);
     let m = e.to_string();
-    for want in ["schema_version = 3", "block_size", "`width`", "host_class", "model", "prompts", "Migrating from schema 2"] {
+    for want in
+        ["schema_version = 3", "block_size", "`width`", "host_class", "model", "prompts", "Migrating from schema 2"]
+    {
         assert!(m.contains(want), "{want:?} missing from {m}");
     }
 }
@@ -1144,13 +1155,15 @@ fn an_entry_of_another_model_applies_only_wholly_above_classic_and_names_both_mo
     assert_eq!(r.width.map(Width::get), Some(2));
     assert!(!r.width_from.contains("this one is"), "{}", r.width_from);
     // Another file of the same model class is the same key, and the file is named.
-    let renamed = entry("ngram", "cpu:x86_64-avx2", "q4_1", "2", FP).replace("file = \"m.gguf\"", "file = \"base.gguf\"");
+    let renamed =
+        entry("ngram", "cpu:x86_64-avx2", "q4_1", "2", FP).replace("file = \"m.gguf\"", "file = \"base.gguf\"");
     let r = i.auto(&table(&[renamed]));
     assert_eq!(r.width.map(Width::get), Some(2));
     assert!(
-        r.width_from.contains("measured on base.gguf (sha256 aaaaaaaaaaaa), this target is m.gguf with the same \
-                              architecture and parameter count")
-            && !r.width_from.contains("only because"),
+        r.width_from.contains(
+            "measured on base.gguf (sha256 aaaaaaaaaaaa), this target is m.gguf with the same \
+                              architecture and parameter count"
+        ) && !r.width_from.contains("only because"),
         "{}",
         r.width_from
     );
@@ -1195,11 +1208,7 @@ fn a_width_whose_interval_reaches_classic_does_not_turn_speculation_on() {
         .replace("ratio_interval = [1.4, 1.6]", "ratio_interval = [0.99, 1.6]");
     let r = In::new(DrafterKind::Ngram, "q4_1").auto(&table(&[e]));
     assert_eq!(r.drafter, None);
-    assert!(
-        r.width_from.contains("but its interval [0.99, 1.60] reaches 1.0 (records/r1)"),
-        "{}",
-        r.width_from
-    );
+    assert!(r.width_from.contains("but its interval [0.99, 1.60] reaches 1.0 (records/r1)"), "{}", r.width_from);
 }
 
 #[test]
@@ -1229,8 +1238,7 @@ fn a_target_with_other_weight_formats_does_not_use_the_entry() {
     let res = r.auto(&i.host());
     assert_eq!(res.drafter, None);
     assert!(
-        res.width_from
-            .contains("it measured a target with weight formats [q4_1, q8_0], this one has [q4_1, q6_k]"),
+        res.width_from.contains("it measured a target with weight formats [q4_1, q8_0], this one has [q4_1, q6_k]"),
         "{}",
         res.width_from
     );
@@ -1276,7 +1284,11 @@ fn the_fastest_weight_free_entry_wins_and_checkpoint_drafters_never_turn_on() {
     let cuda = entry("ngram", "cuda:sm_90", "q4_1", "4", FP);
     let r = In { device: "cuda:sm_90", threads: 16, ..In::new(DrafterKind::Ngram, "q4_1") }.auto(&table(&[cuda]));
     assert_eq!(r.width.map(Width::get), Some(4));
-    assert!(r.width_from.contains("on cuda:sm_90 (amd-zen4) with a q4_1 llama 134.5M target (ngram_min"), "{}", r.width_from);
+    assert!(
+        r.width_from.contains("on cuda:sm_90 (amd-zen4) with a q4_1 llama 134.5M target (ngram_min"),
+        "{}",
+        r.width_from
+    );
 }
 
 #[test]

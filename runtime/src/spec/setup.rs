@@ -297,8 +297,8 @@ impl Speculation {
         };
         let target = &engine.loaded;
         let n_layers = target.model.config.n_layers;
-        let device = policy::DeviceClass::parse(&engine.loaded.model.device_class(engine.family))
-            .map_err(anyhow::Error::msg)?;
+        let device =
+            policy::DeviceClass::parse(&engine.loaded.model.device_class(engine.family)).map_err(anyhow::Error::msg)?;
         let host_class = policy::host_class_here();
         let model = engine.loaded.info.model_class();
         let run = run_of(engine, &device, &host_class, &model);
@@ -387,16 +387,8 @@ impl Speculation {
                 );
             }
         }
-        let spec = Speculation {
-            kind,
-            drafter,
-            settings,
-            width: Some(width),
-            width_from,
-            probe,
-            probe_error,
-            allow_inexact,
-        };
+        let spec =
+            Speculation { kind, drafter, settings, width: Some(width), width_from, probe, probe_error, allow_inexact };
         Ok(Decoding { speculation: Some(spec), resolution })
     }
 

@@ -56,8 +56,7 @@ pub fn drafter_args(s: &crate::raw::Settings, width: Option<usize>) -> Vec<Strin
     let Some(w) = width else {
         return vec!["--drafter".into(), "none".into()];
     };
-    let mut a: Vec<String> =
-        vec!["--drafter".into(), s.drafter.to_string(), "--draft-width".into(), w.to_string()];
+    let mut a: Vec<String> = vec!["--drafter".into(), s.drafter.to_string(), "--draft-width".into(), w.to_string()];
     if let Some(d) = &s.drafter_settings {
         if let Some(n) = d.ngram_min {
             a.extend(["--ngram-min".into(), n.to_string()]);
@@ -349,10 +348,7 @@ mod tests {
         assert_eq!(a, "--drafter layerskip --draft-width 2 --layerskip-layers 0,1,2");
         // One layer gets a trailing comma: the runtime reads a bare `5` as a count.
         s.drafter_settings = Some(DrafterSettings::layerskip(vec![5]));
-        assert_eq!(
-            drafter_args(&s, Some(2)).join(" "),
-            "--drafter layerskip --draft-width 2 --layerskip-layers 5,"
-        );
+        assert_eq!(drafter_args(&s, Some(2)).join(" "), "--drafter layerskip --draft-width 2 --layerskip-layers 5,");
         assert_eq!(drafter_args(&s, None), vec!["--drafter", "none"]);
     }
 }
