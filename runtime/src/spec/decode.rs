@@ -13,10 +13,10 @@
 //! rejection resamples from `max(0, p − q)` (Leviathan et al. 2023; Chen et
 //! al. 2023), which preserves the target distribution.
 
+use crate::policy::Width;
 use super::drafter::{Drafter, Proposal};
 use crate::generate::{Engine, FinishReason, GenerateError, Generation, Halt, NoSink, Prefilled, TokenSink, at_limit};
 use crate::model::llama::LogitRows;
-use crate::policy::Width;
 use crate::sampling::{Rng, SamplingParams, distribution, draw, sample};
 use serde::{Deserialize, Serialize};
 use std::ops::ControlFlow;
