@@ -31,6 +31,7 @@ pub mod estimate;
 pub mod gate;
 pub mod http;
 pub mod identity;
+pub mod ledger;
 pub mod procfs;
 pub mod propose;
 pub mod raw;

@@ -255,6 +255,9 @@ struct ProposeArgs {
     /// Replace an entry dated later than the record.
     #[arg(long)]
     allow_older: bool,
+    /// Propose a record swept with a gate looser than the defaults (the entry's note says so).
+    #[arg(long)]
+    allow_loose_gate: bool,
 }
 
 #[derive(clap::Args)]
@@ -559,6 +562,18 @@ fn run_sweep(a: SweepArgs) -> anyhow::Result<ExitCode> {
         }
         Err(e) => eprintln!("tuner sweep: no record written: {e:#}"),
     }
+    // Every sweep leaves a ledger line, kept or not (records/ledger.jsonl).
+    let ended = match &outcome {
+        Outcome::Complete => "complete".to_string(),
+        Outcome::Halted(k) => format!("halted ({k:?})"),
+    };
+    match tuner::ledger::for_sweep(&dir, ended, summary.as_ref().map_err(|e| format!("{e:#}"))) {
+        Some((records, line)) => match tuner::ledger::append(&records, &line) {
+            Ok(()) => println!("ledger: {}", records.join(tuner::ledger::LEDGER_FILE).display()),
+            Err(e) => eprintln!("tuner sweep: the ledger line was not written: {e}"),
+        },
+        None => eprintln!("tuner sweep: {} is not under a records/ folder: no ledger line written", dir.display()),
+    }
     Ok(ExitCode::from(match outcome {
         Outcome::Complete => {
             summary?;
@@ -590,11 +605,22 @@ fn run_summarize(a: SummarizeArgs) -> anyhow::Result<ExitCode> {
 fn run_propose(a: ProposeArgs) -> anyhow::Result<ExitCode> {
     use tuner::propose::ProposeError;
     use tuner::rules::Allow;
-    let allow = Allow { dirty: a.allow_dirty, stale_fingerprint: a.allow_stale_fingerprint, older: a.allow_older };
+    let allow = Allow {
+        dirty: a.allow_dirty,
+        stale_fingerprint: a.allow_stale_fingerprint,
+        older: a.allow_older,
+        loose_gate: a.allow_loose_gate,
+    };
     match tuner::propose::propose(&a.dir, a.table.as_deref(), a.dry_run, allow) {
         Ok(p) => {
             for o in &p.overridden {
                 eprintln!("tuner propose: warning: overridden by {o}");
+            }
+            if !p.history.is_empty() {
+                eprintln!("tuner propose: earlier sweeps of this key with this verify-path fingerprint (records/ledger.jsonl):");
+                for h in &p.history {
+                    eprintln!("  {h}");
+                }
             }
             print!("{}", p.diff);
             if p.written {

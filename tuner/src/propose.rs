@@ -562,12 +562,16 @@ pub struct Proposal {
     pub written: bool,
     /// Refusals an `--allow-*` flag overrode, each naming its flag.
     pub overridden: Vec<String>,
+    /// The key's earlier sweeps with the same verify-path fingerprint, from
+    /// the ledger, those that chose otherwise marked.
+    pub history: Vec<String>,
 }
 
 /// Proposes the entry for the record in `dir`; writes the table unless `dry_run`.
 pub fn propose(dir: &Path, table_path: Option<&Path>, dry_run: bool, allow: Allow) -> Result<Proposal, ProposeError> {
     let (raw, s) = crate::summary::summarize_dir(dir).map_err(|e| ProposeError::Record(format!("{e:#}")))?;
     check(&s)?;
+    crate::rules::plan::check_range(&s, &raw.header.settings.design.widths)?;
     let table_path = match table_path {
         Some(p) => p.to_path_buf(),
         None => find_table(dir)?,
@@ -595,11 +599,28 @@ pub fn propose(dir: &Path, table_path: Option<&Path>, dry_run: bool, allow: Allo
     let old = std::fs::read_to_string(&table_abs).map_err(io(&table_abs))?;
     let tbl = table::compile(TABLE_FILE, &old, RecordCheck::Skip).map_err(|e| Refusal::Table(e.to_string()))?;
     let key = record_key(&s)?;
+    let history = match crate::ledger::records_of(dir) {
+        Some((records, folder)) => {
+            let lines = crate::ledger::read(&records).map_err(|e| ProposeError::Record(e.to_string()))?;
+            let fp = s.verify_fingerprint.as_deref().unwrap_or_default();
+            crate::ledger::history(&lines, &key.to_string(), fp, &folder, &crate::ledger::decision_of(&s))
+        }
+        None => Vec::new(),
+    };
     // Only this key's entry: a record of another CPU or model adds its own.
     let existing = tbl.exact(&key);
     let current = current_fingerprint(&s).unwrap_or_default();
-    let overridden = check_provenance(&raw, &s, existing, &current, allow)?;
-    let fields = entry_fields(&raw, &s, &record)?;
+    let mut overridden = check_provenance(&raw, &s, existing, &current, allow)?;
+    let loose = crate::rules::plan::check_gate(&raw.header.settings.gate, allow.loose_gate)?;
+    let mut fields = entry_fields(&raw, &s, &record)?;
+    if let Some(o) = loose {
+        // The entry says what the reviewer allowed.
+        if let Some((_, note)) = fields.iter_mut().find(|(k, _)| *k == "note") {
+            let body = note.trim_end_matches('"');
+            *note = format!("{body}; gate looser than the defaults, allowed by --allow-loose-gate\"");
+        }
+        overridden.push(o);
+    }
     let new = edit_table(&old, &key, &fields)?;
     // The result must compile exactly as the build will compile it.
     let compiled = table::compile(TABLE_FILE, &new, RecordCheck::Under(root))
@@ -613,7 +634,7 @@ pub fn propose(dir: &Path, table_path: Option<&Path>, dry_run: bool, allow: Allo
         std::fs::write(&tmp, &new).map_err(io(&tmp))?;
         std::fs::rename(&tmp, &table_abs).map_err(io(&table_abs))?;
     }
-    Ok(Proposal { table: table_abs, diff: d, written: !dry_run, overridden })
+    Ok(Proposal { table: table_abs, diff: d, written: !dry_run, overridden, history })
 }
 
 #[cfg(test)]

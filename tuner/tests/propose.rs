@@ -414,7 +414,7 @@ fn a_record_without_the_new_startup_fields_is_refused_as_a_key_problem_to_re_mea
     let r = rules::check(s).unwrap_err();
     assert!(matches!(&r, Refusal::Key(m) if m.contains("re-measure")), "{r:?}");
     // No flag overrides it, and no entry can be written from it.
-    let all = Allow { dirty: true, stale_fingerprint: true, older: true };
+    let all = Allow { dirty: true, stale_fingerprint: true, older: true, loose_gate: true };
     let r = rules::check_provenance(raw, s, None, &current(), all).unwrap_err();
     assert!(matches!(&r, Refusal::Key(m) if m.contains("re-measure")), "{r:?}");
     let r = propose::entry_fields(raw, s, "records/r").unwrap_err();
@@ -541,7 +541,7 @@ fn a_record_date_that_is_not_a_date_is_refused_whatever_the_flags() {
     let (raw, s) = record();
     let mut s = s.clone();
     s.date = "29/11/2026".into();
-    let all = Allow { dirty: true, stale_fingerprint: true, older: true };
+    let all = Allow { dirty: true, stale_fingerprint: true, older: true, loose_gate: true };
     let r = rules::check_provenance(raw, &s, Some(&entry_dated("2026-12-01")), "ffffffffffffffff", all).unwrap_err();
     assert!(matches!(r, Refusal::BadDate(_)), "{r:?}");
 }
@@ -688,4 +688,40 @@ fn a_record_of_this_build_is_proposed_although_its_build_fingerprint_differs() {
     let t = table::compile(TABLE_FILE, &f.table(), RecordCheck::Under(&f.root)).unwrap();
     assert_eq!((t.entries.len(), t.entries[0].record.as_str()), (1, "records/r"));
     assert_eq!(t.entries[0].verify_fingerprint, current());
+}
+
+#[test]
+fn a_decision_for_the_widest_width_measured_is_refused_with_how_to_widen_the_range() {
+    let (raw, s) = record();
+    let widths = raw.header.settings.design.widths.clone();
+    let widest = *widths.iter().max().unwrap();
+    let mut s = s.clone();
+    s.decision.width = Some(widest);
+    let r = tuner::rules::plan::check_range(&s, &widths).unwrap_err();
+    assert!(matches!(r, Refusal::WidestWidth { width, .. } if width == widest), "{r:?}");
+    assert!(r.to_string().contains("--widths"), "{r}");
+    // A narrower width, or the widest a width may be, is not refused.
+    s.decision.width = Some(widths[0].min(widest - 1).max(1));
+    assert!(tuner::rules::plan::check_range(&s, &widths).is_ok());
+    s.decision.width = Some(runtime::policy::MAX_WIDTH);
+    assert!(tuner::rules::plan::check_range(&s, &[1, runtime::policy::MAX_WIDTH]).is_ok());
+}
+
+#[test]
+fn the_binary_refuses_a_record_swept_with_a_looser_gate_unless_allowed_and_the_note_says_so() {
+    let f = scratch("2026-01-01", "false", Some(&current()));
+    // The record's header as if swept with --host-cpu-threshold 90.
+    let raw = std::fs::read_to_string(f.dir.join("raw.jsonl")).unwrap();
+    let mut lines: Vec<String> = raw.lines().map(str::to_string).collect();
+    let mut h: Value = serde_json::from_str(&lines[0]).unwrap();
+    h["settings"]["gate"]["host_cpu_threshold_pct"] = 90.0.into();
+    lines[0] = h.to_string();
+    std::fs::write(f.dir.join("raw.jsonl"), lines.join("\n") + "\n").unwrap();
+    let before = f.table();
+    assert_refused(&f.propose(&[]), "--allow-loose-gate");
+    assert_eq!(f.table(), before);
+    let o = f.propose(&["--allow-loose-gate"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--host-cpu-threshold 90"), "{}", text(&o));
+    assert!(f.table().contains("gate looser than the defaults, allowed by --allow-loose-gate"), "{}", f.table());
 }

@@ -271,6 +271,19 @@ fn a_clean_sweep_writes_a_record_and_proposes_the_best_qualified_width() {
         assert!(t.entries[0].host.contains(&format!("({sig})")), "{}", t.entries[0].host);
     }
     assert!(record.contains("| caches (cpu 0) | "), "{record}");
+    // The sweep is in the ledger with its key and decision.
+    let ledger = tuner::ledger::read(&f.root.join("records")).unwrap();
+    assert_eq!(ledger.len(), 1, "{ledger:?}");
+    assert_eq!((ledger[0].folder.as_str(), ledger[0].decision.as_str(), ledger[0].outcome.as_str()), ("sweep", "width 1", "complete"));
+    assert_eq!(ledger[0].key.as_deref(), Some(t.entries[0].key.to_string().as_str()));
+    // An earlier sweep of the key that chose otherwise is shown by propose.
+    let mut earlier = ledger[0].clone();
+    earlier.folder = "2026-01-01-earlier".into();
+    earlier.decision = "width 3".into();
+    tuner::ledger::append(&f.root.join("records"), &earlier).unwrap();
+    let o = f.propose(true);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("earlier sweeps of this key") && err.contains("2026-01-01-earlier") && err.contains("DISAGREES"), "{}", text(&o));
     // Proposing again replaces the entry rather than duplicating it.
     let o = f.propose(false);
     assert!(o.status.success(), "{}", text(&o));
@@ -455,9 +468,19 @@ fn a_crash_mid_arm_halts_with_the_partial_data_and_resume_reruns_the_arm() {
     assert!(lines.iter().any(|l| l["kind"] == "halt" && l["halt"] == "arm_failed"));
     let stderr_log = std::fs::read_to_string(f.out.join("logs/arm-001-attempt-0.stderr.log")).unwrap();
     assert!(stderr_log.contains("panicked"));
+    // The halted sweep is in the ledger, with the hash of what it left.
+    let ledger = tuner::ledger::read(&f.root.join("records")).unwrap();
+    assert_eq!(ledger.len(), 1, "{ledger:?}");
+    assert_eq!(ledger[0].folder, "sweep");
+    assert!(ledger[0].outcome.starts_with("halted (ArmFailed)"), "{:?}", ledger[0]);
+    let raw = std::fs::read(f.out.join("raw.jsonl")).unwrap();
+    assert_eq!(ledger[0].raw_sha256.as_deref(), Some(runtime::events::sha256_hex(&raw).as_str()));
 
     let o = f.resume();
     assert!(o.status.success(), "{}", text(&o));
+    let ledger = tuner::ledger::read(&f.root.join("records")).unwrap();
+    assert_eq!(ledger.len(), 2, "the resumed sweep adds its own line: {ledger:?}");
+    assert_eq!(ledger[1].outcome, "complete");
     let lines = f.raw_lines();
     assert!(lines.iter().any(|l| l["kind"] == "resume"));
     assert!(lines.iter().any(|l| l["kind"] == "arm_start" && l["arm"] == 1 && l["attempt"] == 1));

@@ -630,10 +630,12 @@ fn validity(s: &Summary) -> String {
         } else {
             String::new()
         };
+        let host = s.host_class.as_deref().unwrap_or("host class unknown");
+        let model = s.model.as_ref().map_or("model unknown".to_string(), |m| m.to_string());
         let _ = writeln!(
             m,
-            "- **Policy key**: ({}, {device}, {quant}{threads}){}; drafter settings {}; weight formats [{}]; \
-             verify-path fingerprint {}.",
+            "- **Policy key**: ({}, {device}, {host}, {quant}, {model}{threads}){}; drafter settings {}; weight \
+             formats [{}]; verify-path fingerprint {}.",
             s.drafter,
             s.target_quant_format.as_ref().map_or(String::new(), |f| format!(", declared by {f}")),
             s.drafter_settings.as_ref().map_or("unknown".into(), |d| d.describe()),

@@ -9,6 +9,8 @@
 //! - [`data`]: raw data that is not what the plan says ([`DataProblem`]).
 //! - [`measurement`]: the record-level refusals of `tuner propose` over a
 //!   [`crate::summary::Summary`] ([`check`]).
+//! - [`plan`]: whether the plan could carry its decision (a chosen width at
+//!   the edge of the measured range; a gate looser than the defaults).
 //! - [`provenance`]: the build, fingerprint and date refusals, each with an
 //!   `--allow-*` flag ([`check_provenance`]).
 //! - [`refusal`]: [`Refusal`], what each record-level rule returns, with
@@ -20,6 +22,7 @@
 pub mod arm;
 pub mod data;
 pub mod measurement;
+pub mod plan;
 pub mod provenance;
 pub mod refusal;
 pub mod width;

@@ -12,8 +12,9 @@ use super::Refusal;
 use crate::raw::{RawFile, RawLine};
 use crate::summary::Summary;
 
-/// Which provenance refusals the operator overrode (`--allow-dirty`,
-/// `--allow-stale-fingerprint`, `--allow-older`). The default refuses all.
+/// Which refusals the operator overrode (`--allow-dirty`,
+/// `--allow-stale-fingerprint`, `--allow-older`, `--allow-loose-gate`). The
+/// default refuses all.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Allow {
     /// A dirty build, or one whose dirty state is unknown.
@@ -22,6 +23,8 @@ pub struct Allow {
     pub stale_fingerprint: bool,
     /// A record dated before the entry it replaces.
     pub older: bool,
+    /// A sweep whose gate was looser than the defaults (`--allow-loose-gate`).
+    pub loose_gate: bool,
 }
 
 /// Sorted, deduplicated, comma-separated.

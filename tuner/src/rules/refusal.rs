@@ -61,6 +61,18 @@ pub enum Refusal {
     #[error("the raw data does not match the plan or itself: {0}")]
     DataProblems(String),
     #[error(
+        "the chosen width {width} is the widest the sweep measured ({widths:?}): the best width may lie past the \
+         range, so the record cannot say; re-run `tuner sweep` with wider `--widths` (e.g. 1-{wider})",
+        wider = (width + 4).min(runtime::policy::MAX_WIDTH)
+    )]
+    WidestWidth { width: usize, widths: Vec<usize> },
+    #[error(
+        "the sweep's gate was looser than the defaults ({0}), so its arms ran through more contention than a \
+         record may; re-run `tuner sweep` with the default gate, or pass --allow-loose-gate (the entry's note then \
+         says so)"
+    )]
+    LooserGate(String),
+    #[error(
         "arm(s) {arms} ran a dirty build (`build.git_dirty` is \"true\" in their startup events: tracked files \
          differed from commit {commits}), so no commit holds the code that was measured; commit the change, \
          rebuild, and re-run `tuner sweep`, or pass --allow-dirty to propose the record anyway"
