@@ -5,7 +5,7 @@
 //! byte. The refusals are library calls on the committed record
 //! `records/2026-11-29-cpu-x86_64-avx512vnni-ngram-r16` (read, never
 //! written) with its startup events altered in memory; the flags are then
-//! driven through the binary on a scratch copy of that record. That record
+//! driven through the binary on a scratch copy of `SCRATCH_RECORD`. That record
 //! was written before the runtime reported the verify-path fingerprint of a
 //! key, the target's weight formats and the drafter settings: as committed
 //! it is refused as a key problem (re-measure), so the tests of the other
@@ -29,6 +29,12 @@ use tuner::summary::Summary;
 const RECORD: &str = "records/2026-11-29-cpu-x86_64-avx512vnni-ngram-r16";
 /// The committed record's date and key.
 const RECORD_DATE: &str = "2026-11-29";
+/// The committed record the binary tests copy: one whose decision today's
+/// rules accept (the r16 record, re-summarized, now chooses its widest width,
+/// which `propose` refuses), with a CPU signature and schema-2 startup
+/// fields but no host class or parameter count (events before schema 2).
+const SCRATCH_RECORD: &str = "records/2026-12-02-cpu-x86_64-avx512vnni-ngram-3";
+const SCRATCH_DATE: &str = "2026-12-02";
 
 /// (drafter, device class, quantization, threads): the parts of a key these
 /// tests vary; every key is on [`HOST`] for the default model.
@@ -547,7 +553,7 @@ fn a_record_date_that_is_not_a_date_is_refused_whatever_the_flags() {
 }
 
 /// A scratch repository: a table with comments and an entry for the
-/// record's key dated `entry_date`, and a copy of the committed record whose
+/// record's key dated `entry_date`, and a copy of [`SCRATCH_RECORD`] whose
 /// startup events report `git_dirty` and, with `fingerprint`, the fields
 /// this build's runtime reports, with that verify-path fingerprint
 /// (without, the record stays as old runtimes wrote it).
@@ -564,7 +570,7 @@ fn scratch(entry_date: &str, git_dirty: &str, fingerprint: Option<&str>) -> Scra
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::create_dir_all(root.join("records/later")).unwrap();
     std::fs::create_dir_all(root.join("policy")).unwrap();
-    let raw = std::fs::read_to_string(repo().join(RECORD).join("raw.jsonl")).unwrap();
+    let raw = std::fs::read_to_string(repo().join(SCRATCH_RECORD).join("raw.jsonl")).unwrap();
     let mut out = String::new();
     for l in raw.lines() {
         let mut v: Value = serde_json::from_str(l).unwrap();
@@ -654,7 +660,7 @@ fn the_binary_refuses_a_stale_or_older_record_until_each_flag_is_given() {
     assert!(out.starts_with(&propose::diff(&before, &after, TABLE_FILE)), "{out}");
     let t = table::compile(TABLE_FILE, &after, RecordCheck::Under(&f.root)).unwrap();
     assert_eq!(t.entries.len(), 1);
-    assert_eq!((t.entries[0].record.as_str(), t.entries[0].date.as_str()), ("records/r", RECORD_DATE));
+    assert_eq!((t.entries[0].record.as_str(), t.entries[0].date.as_str()), ("records/r", SCRATCH_DATE));
     assert_eq!(t.entries[0].verify_fingerprint, stale);
     assert_eq!(t.entries[0].key.threads, Some(2));
     assert_eq!(t.entries[0].drafter_settings, DrafterSettings::ngram(3, 4));
