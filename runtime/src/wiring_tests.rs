@@ -175,6 +175,25 @@ mod policy {
         }
     }
 
+    /// `policy explain` of the GGUF target `p` on `cpu:x86_64-avx2` at 2
+    /// threads, as if run on the CPU class `host`, with no drafter flag.
+    fn explain_gguf(t: &crate::policy::Table, p: &std::path::Path, host: &str) -> crate::commands::policy::Explanation {
+        let q = crate::commands::policy::Question {
+            target: p,
+            drafter_model: None,
+            drafter: None,
+            device_class: &DeviceClass::parse("cpu:x86_64-avx2").unwrap(),
+            device_from: "--device",
+            host_class: &HostClass::parse(host).unwrap(),
+            host_from: "--host-class",
+            threads: 2,
+            settings: &DrafterSettings::default(),
+            flag: None,
+            env: None,
+        };
+        crate::commands::policy::explain(&resolver(t), &q).unwrap()
+    }
+
     #[test]
     fn explain_reads_a_gguf_target_without_loading_weights() {
         let dir = tempfile::tempdir().unwrap();
@@ -182,21 +201,7 @@ mod policy {
         let f = gguf_with(&[GgmlType::Q4_1; 3], Some(3));
         std::fs::write(&p, f.bytes()).unwrap();
         let t = table(&[entry("ngram", "cpu:x86_64-avx2", "q4_1", "5", FP)]);
-        let r = resolver(&t);
-        let q = crate::commands::policy::Question {
-            target: &p,
-            drafter_model: None,
-            drafter: None,
-            device_class: &DeviceClass::parse("cpu:x86_64-avx2").unwrap(),
-            device_from: "--device",
-            host_class: &HostClass::parse(HOST).unwrap(),
-            host_from: "--host-class",
-            threads: 2,
-            settings: &DrafterSettings::default(),
-            flag: None,
-            env: None,
-        };
-        let e = crate::commands::policy::explain(&r, &q).unwrap();
+        let e = explain_gguf(&t, &p, HOST);
         assert_eq!(e.target_quant.class, "q4_1");
         let widths: Vec<_> = e.resolutions.iter().map(|r| r.width.map(Width::get)).collect();
         assert_eq!(widths, [Some(5), Some(4), Some(4), Some(7), Some(1), Some(4)]);
@@ -211,21 +216,7 @@ mod policy {
         let p = dir.path().join("t.gguf");
         std::fs::write(&p, gguf_with(&[GgmlType::Q4_1; 3], Some(3)).bytes()).unwrap();
         let t = table(&[entry("ngram", "cpu:x86_64-avx2", "q4_1", "5", FP)]);
-        let r = resolver(&t);
-        let q = crate::commands::policy::Question {
-            target: &p,
-            drafter_model: None,
-            drafter: None,
-            device_class: &DeviceClass::parse("cpu:x86_64-avx2").unwrap(),
-            device_from: "--device",
-            host_class: &HostClass::parse("intel-sapphire-rapids").unwrap(),
-            host_from: "--host-class",
-            threads: 2,
-            settings: &DrafterSettings::default(),
-            flag: None,
-            env: None,
-        };
-        let e = crate::commands::policy::explain(&r, &q).unwrap();
+        let e = explain_gguf(&t, &p, "intel-sapphire-rapids");
         assert_eq!(e.generate.width.map(Width::get), Some(5), "{}", e.generate.width_from);
         let text = crate::commands::policy::render(&e);
         for want in [

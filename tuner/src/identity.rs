@@ -263,26 +263,8 @@ const MAX_CACHE_FILE_BYTES: u64 = 64;
 /// Arm the implementer, architecture, variant, part and revision. `None`
 /// when none of these fields is there.
 pub fn cpu_signature(cpuinfo: &str) -> Option<String> {
-    let f = |k: &str| procfs::cpuinfo_field(cpuinfo, k);
-    let x86 = [("", "vendor_id"), ("family ", "cpu family"), ("model ", "model"), ("stepping ", "stepping")];
-    let arm = [
-        ("implementer ", "CPU implementer"),
-        ("architecture ", "CPU architecture"),
-        ("variant ", "CPU variant"),
-        ("part ", "CPU part"),
-        ("revision ", "CPU revision"),
-    ];
-    for fields in [&x86[..], &arm[..]] {
-        let parts: Vec<String> = fields.iter().filter_map(|(label, k)| f(k).map(|v| format!("{label}{v}"))).collect();
-        if !parts.is_empty() {
-            let mut sig = parts.join(" ");
-            if let Some(m) = f("microcode") {
-                sig.push_str(&format!(", microcode {m}"));
-            }
-            return Some(sig);
-        }
-    }
-    None
+    // One parser for the record and the policy key's host class.
+    policy::host::cpu_signature(cpuinfo)
 }
 
 /// CPU 0's caches as `L1d 48K, L1i 32K, L2 1024K, L3 32768K`, from the
