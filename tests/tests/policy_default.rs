@@ -11,7 +11,7 @@
 use draftwise_tests::{bin, json_lines, model_path, output_text, run};
 use runtime::generate::{Engine, NoSink};
 use runtime::policy::table::{RecordCheck, Table, compile};
-use runtime::policy::{DeviceClass, DrafterKind, DrafterSettings, HostClass, Resolver, Run, Width};
+use runtime::policy::{DeviceClass, DrafterKind, DrafterSettings, Resolver, Run, Width};
 use runtime::sampling::SamplingParams;
 use runtime::spec::setup::{Decoding, SpecSettings, Speculation};
 use std::process::Command;

@@ -569,7 +569,8 @@ fn run_sweep(a: SweepArgs) -> anyhow::Result<ExitCode> {
     };
     match tuner::ledger::for_sweep(&dir, ended, summary.as_ref().map_err(|e| format!("{e:#}"))) {
         Some((records, line)) => match tuner::ledger::append(&records, &line) {
-            Ok(()) => println!("ledger: {}", records.join(tuner::ledger::LEDGER_FILE).display()),
+            // stderr: with --json, stdout holds the summary alone.
+            Ok(()) => eprintln!("ledger: {}", records.join(tuner::ledger::LEDGER_FILE).display()),
             Err(e) => eprintln!("tuner sweep: the ledger line was not written: {e}"),
         },
         None => eprintln!("tuner sweep: {} is not under a records/ folder: no ledger line written", dir.display()),
