@@ -178,7 +178,7 @@ impl HostClass {
     pub fn parse(s: &str) -> Result<HostClass, String> {
         let ok = !s.is_empty()
             && s.len() <= 64
-            && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'x');
+            && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
         if !ok {
             return Err(format!(
                 "{s:?} is not a host class: write the CPU's class as `runtime policy explain` prints it \

@@ -748,7 +748,7 @@ impl Resolver<'_> {
         let fallback = match (fallback, input.run.key(kind)) {
             (Some(f), _) => f,
             (None, Some(key)) => Fallback::NoMeasurement { key },
-            (None, None) => unreachable_unknown(&input.run),
+            (None, None) => no_lookup_fallback(&input.run),
         };
         found.push((
             StepKind::Default,
@@ -819,7 +819,7 @@ impl Resolver<'_> {
         }
         let (kind, fallback) = match chosen {
             Some((k, f)) => (Some(k).filter(|_| f.weight() >= 2), f),
-            None => (None, unreachable_unknown(run)),
+            None => (None, no_lookup_fallback(run)),
         };
         Resolution::new(None, None, Provenance::PolicyClassic { drafter: kind, fallback }, steps)
     }
@@ -827,7 +827,7 @@ impl Resolver<'_> {
 
 /// The fallback when no lookup ran: no key (unknown quantization), or no
 /// measurement for the run's key.
-fn unreachable_unknown(run: &Run<'_>) -> Fallback {
+fn no_lookup_fallback(run: &Run<'_>) -> Fallback {
     match run.key(DrafterKind::Ngram) {
         Some(key) => Fallback::NoMeasurement { key },
         None => Fallback::UnknownQuant {
