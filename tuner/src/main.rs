@@ -258,6 +258,11 @@ struct ProposeArgs {
     /// Propose a record swept with a gate looser than the defaults (the entry's note says so).
     #[arg(long)]
     allow_loose_gate: bool,
+    /// Propose a record whose plan is weaker than the rules ask (an arm read
+    /// by the gate fewer than twice, or a drift test that cannot detect a 10%
+    /// drift); the entry's note says so.
+    #[arg(long)]
+    allow_weak_plan: bool,
 }
 
 #[derive(clap::Args)]
@@ -611,6 +616,7 @@ fn run_propose(a: ProposeArgs) -> anyhow::Result<ExitCode> {
         stale_fingerprint: a.allow_stale_fingerprint,
         older: a.allow_older,
         loose_gate: a.allow_loose_gate,
+        weak_plan: a.allow_weak_plan,
     };
     match tuner::propose::propose(&a.dir, a.table.as_deref(), a.dry_run, allow) {
         Ok(p) => {

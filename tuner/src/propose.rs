@@ -572,6 +572,7 @@ pub fn propose(dir: &Path, table_path: Option<&Path>, dry_run: bool, allow: Allo
     let (raw, s) = crate::summary::summarize_dir(dir).map_err(|e| ProposeError::Record(format!("{e:#}")))?;
     check(&s)?;
     crate::rules::plan::check_range(&s, &raw.header.settings.design.widths)?;
+    let weak = crate::rules::plan::check_plan(&s, raw.header.settings.design.bracket_arms, allow.weak_plan)?;
     let table_path = match table_path {
         Some(p) => p.to_path_buf(),
         None => find_table(dir)?,
@@ -620,6 +621,13 @@ pub fn propose(dir: &Path, table_path: Option<&Path>, dry_run: bool, allow: Allo
             *note = format!("{body}; gate looser than the defaults, allowed by --allow-loose-gate\"");
         }
         overridden.push(o);
+    }
+    if !weak.is_empty() {
+        if let Some((_, note)) = fields.iter_mut().find(|(k, _)| *k == "note") {
+            let body = note.trim_end_matches('"');
+            *note = format!("{body}; plan weaker than the rules, allowed by --allow-weak-plan\"");
+        }
+        overridden.extend(weak);
     }
     let new = edit_table(&old, &key, &fields)?;
     // The result must compile exactly as the build will compile it.

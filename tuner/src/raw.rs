@@ -598,6 +598,8 @@ pub fn read_raw(path: &Path) -> Result<RawFile, RawError> {
 pub struct RawWriter {
     path: PathBuf,
     file: std::fs::File,
+    /// The names every line's paths are written under (none: as they are).
+    names: crate::portable::PathNames,
 }
 
 impl RawWriter {
@@ -608,12 +610,20 @@ impl RawWriter {
             .append(true)
             .open(path)
             .map_err(|source| RawError::Io { path: path.to_path_buf(), source })?;
-        Ok(RawWriter { path: path.to_path_buf(), file })
+        Ok(RawWriter { path: path.to_path_buf(), file, names: Default::default() })
+    }
+
+    /// Writes every later line's paths under `names` (no absolute path of
+    /// this machine in the record: [`crate::portable`]).
+    pub fn with_names(mut self, names: crate::portable::PathNames) -> Self {
+        self.names = names;
+        self
     }
 
     pub fn write(&mut self, line: &RawLine) -> Result<(), RawError> {
         let io = |source| RawError::Io { path: self.path.clone(), source };
-        let mut s = serde_json::to_string(line).map_err(|e| io(std::io::Error::other(e)))?;
+        let line = self.names.apply(line);
+        let mut s = serde_json::to_string(&line).map_err(|e| io(std::io::Error::other(e)))?;
         s.push('\n');
         self.file.write_all(s.as_bytes()).map_err(io)?;
         self.file.flush().map_err(io)?;

@@ -38,6 +38,9 @@ pub struct SimConfig {
     /// `(round, fraction)`: every closing-bracket arm of that round runs
     /// `1 - fraction` as fast.
     pub close_slowdown: Option<(usize, f64)>,
+    /// Every closing-bracket arm of every round runs `1 - fraction` as fast
+    /// (a systematic drift: the host slows inside each round).
+    pub close_slowdown_every_round: Option<f64>,
     /// `--rounds auto` with `(min, max)` rounds: `rounds` is then the
     /// maximum, and [`calibrate`] applies the stopping rule after each round
     /// from the minimum on (time is not simulated: no budget).
@@ -61,6 +64,7 @@ impl SimConfig {
             process_spread,
             request_noise,
             close_slowdown: None,
+            close_slowdown_every_round: None,
             auto: None,
             seed,
         }
@@ -248,6 +252,9 @@ pub fn sweep(t: &Template, c: &SimConfig) -> RawFile {
         let slow = match (c.close_slowdown, a.bracket) {
             (Some((k, frac)), Some(Bracket::Close)) if k == a.round => 1.0 - frac,
             _ => 1.0,
+        } * match (c.close_slowdown_every_round, a.bracket) {
+            (Some(frac), Some(Bracket::Close)) => 1.0 - frac,
+            _ => 1.0,
         };
         let ratio = a.width.map_or(1.0, |w| c.truth[&w]);
         lines.push(RawLine::ArmStart(ArmStart {
@@ -309,6 +316,8 @@ pub fn sweep(t: &Template, c: &SimConfig) -> RawFile {
         lines.push(RawLine::ArmEnd(ArmEnd {
             requests: n,
             ok: true,
+            // The gate read the host three times while the arm ran, clean.
+            contention: Some(crate::gate::during::DuringArm { samples: 3, ..Default::default() }),
             ..ArmEnd::pending(a.index, 0, String::new(), String::new())
         }));
     }
@@ -327,6 +336,14 @@ pub struct Calibration {
     pub drift_flagged: usize,
     /// Sweeps whose slowed round (if any) was flagged.
     pub slowed_round_flagged: usize,
+    /// Sweeps whose sweep-level drift test flagged drift.
+    pub sweep_test_flagged: usize,
+    /// Sum over sweeps of the sweep test's stated detectable drift, and the
+    /// sweeps that stated one.
+    pub detectable_sum: f64,
+    pub detectable_n: usize,
+    /// Sum over sweeps of the measured process spread.
+    pub spread_sum: f64,
     /// Chosen width (None = off) → sweeps.
     pub chosen: BTreeMap<Option<usize>, usize>,
     /// `--rounds auto`: rounds at the stop → sweeps.
@@ -346,6 +363,15 @@ impl Calibration {
     pub fn slowed_round_rate(&self) -> f64 {
         self.slowed_round_flagged as f64 / self.sweeps.max(1) as f64
     }
+
+    /// Mean stated detectable drift (sweep test) over the sweeps.
+    pub fn mean_detectable(&self) -> f64 {
+        self.detectable_sum / self.detectable_n.max(1) as f64
+    }
+
+    pub fn mean_spread(&self) -> f64 {
+        self.spread_sum / self.sweeps.max(1) as f64
+    }
 }
 
 /// Runs `n` sweeps of `c` (seeds `c.seed + i`) through the real summarizer
@@ -360,7 +386,7 @@ pub fn calibrate(t: &Template, c: &SimConfig, n: usize, threads: usize) -> Calib
                     for i in (k..n).step_by(threads) {
                         let cfg = SimConfig { seed: c.seed.wrapping_add(i as u64), ..c.clone() };
                         let mut raw = sweep(t, &cfg);
-                        let summarize = |raw: &RawFile| match crate::summary::summarize(raw) {
+                        let summarize = |raw: &RawFile| match crate::summary::summarize_with(raw, false) {
                             Ok(s) => s,
                             Err(e) => panic!("the summarizer refused a synthetic sweep: {e}"),
                         };
@@ -397,6 +423,12 @@ pub fn calibrate(t: &Template, c: &SimConfig, n: usize, threads: usize) -> Calib
                             *cal.covered.entry(w.width).or_default() += usize::from(hit);
                         }
                         cal.drift_flagged += usize::from(sum.drift);
+                        if let Some(d) = &sum.sweep_drift {
+                            cal.sweep_test_flagged += usize::from(d.drifted);
+                            cal.detectable_sum += d.detectable;
+                            cal.detectable_n += 1;
+                        }
+                        cal.spread_sum += sum.process_spread.unwrap_or(0.0);
                         if let Some((k, _)) = cfg.close_slowdown {
                             cal.slowed_round_flagged +=
                                 usize::from(sum.rounds.iter().any(|r| r.round == k && r.drifted));
@@ -417,6 +449,10 @@ pub fn calibrate(t: &Template, c: &SimConfig, n: usize, threads: usize) -> Calib
         }
         out.drift_flagged += p.drift_flagged;
         out.slowed_round_flagged += p.slowed_round_flagged;
+        out.sweep_test_flagged += p.sweep_test_flagged;
+        out.detectable_sum += p.detectable_sum;
+        out.detectable_n += p.detectable_n;
+        out.spread_sum += p.spread_sum;
         for (w, x) in p.chosen {
             *out.chosen.entry(w).or_default() += x;
         }

@@ -17,7 +17,7 @@ use std::path::Path;
 use anyhow::{Result, bail};
 use serde::{Deserialize, Serialize};
 
-use crate::estimate::{self, ArmLevels, DriftTest, RatioEstimate, TieTest};
+use crate::estimate::{self, ArmLevels, DriftTest, RatioEstimate, SweepDriftTest, TieTest};
 use crate::raw::{ArmEnd, Bracket, Halt, RawFile, RawLine, RequestRow};
 use crate::rules::{self, DataProblem};
 use crate::stats::{Stats, median, stats};
@@ -284,7 +284,16 @@ pub struct Summary {
     pub rounds: Vec<RoundBrackets>,
     /// Complete rounds (both bracket sides): the n of every interval.
     pub complete_rounds: usize,
+    /// Some round drifted, or the sweep as a whole ([`Summary::sweep_drift`]).
     pub drift: bool,
+    /// The sweep's drift test over every complete round together.
+    #[serde(default)]
+    pub sweep_drift: Option<SweepDriftTest>,
+    /// Bracket arms a side that would bring the sweep test's detectable
+    /// drift to [`estimate::DRIFT_TO_DETECT`] at this record's measured
+    /// variance and rounds (the remedy `propose` names when it is larger).
+    #[serde(default)]
+    pub bracket_arms_to_detect: Option<usize>,
     /// Some complete round could not be judged for drift.
     pub drift_unjudged: bool,
     /// Drift tolerance, and the chance per sweep of a false drift verdict
@@ -302,9 +311,13 @@ pub struct Summary {
     /// Arm attempts measured through contention (each re-run).
     pub contention_reruns: Vec<ContentionRerun>,
     /// Host readings the gate took while the complete arms ran, and how
-    /// many complete arms had none (version-1 records: all).
+    /// many complete arms had fewer than
+    /// [`crate::gate::during::MIN_IN_ARM_READINGS`] (version-1 records: all).
     pub during_arm_samples: usize,
     pub arms_without_during_check: usize,
+    /// Those arms, by index.
+    #[serde(default)]
+    pub unwatched_arms: Vec<usize>,
     pub widths: Vec<WidthSummary>,
     pub by_type: Vec<TypeRow>,
     pub type_ratios: Vec<TypeRatio>,
@@ -315,6 +328,10 @@ pub struct Summary {
     pub inexact_arms: Vec<usize>,
     pub accepted_unknown: Vec<AcceptedUnknown>,
     pub decision: Decision,
+    /// How often a replicate sweep would choose the same width, and the
+    /// expected regret of the choice (a bootstrap over the rounds).
+    #[serde(default)]
+    pub stability: Option<crate::stability::Stability>,
     /// Requests with no valid rate: each makes its width not a measurement
     /// (a classic one is a data problem).
     pub requests_without_rate: usize,
@@ -454,6 +471,13 @@ pub fn summarize_dir(dir: &Path) -> Result<(RawFile, Summary)> {
 }
 
 pub fn summarize(raw: &RawFile) -> Result<Summary> {
+    summarize_with(raw, true)
+}
+
+/// [`summarize`], with or without the bootstrap of the decision's stability
+/// (the calibration's thousands of synthetic sweeps go without: it is the
+/// slow part, and they measure the rest).
+pub fn summarize_with(raw: &RawFile, with_stability: bool) -> Result<Summary> {
     let h = &raw.header;
     let st = &h.settings.design;
     // `--rounds auto` may have stopped before the plan's last round: the
@@ -688,7 +712,12 @@ pub fn summarize(raw: &RawFile) -> Result<Summary> {
         });
     }
     let complete_rounds = rounds.iter().filter(|r| !r.incomplete).count();
-    let drift = rounds.iter().any(|r| r.drifted);
+    let sweep_drift = est.sweep_drift.clone();
+    let drift = rounds.iter().any(|r| r.drifted) || sweep_drift.as_ref().is_some_and(|d| d.drifted);
+    let bracket_arms_to_detect = match (&sweep_drift, est.bracket_arm_variance_log) {
+        (Some(d), Some(v)) => Some(estimate::bracket_arms_for(v, d.rounds, d.critical_t, estimate::DRIFT_TO_DETECT)),
+        _ => None,
+    };
     let drift_unjudged = rounds.iter().any(|r| !r.incomplete && !r.judgeable);
     let classic_all: Vec<f64> = reqs.iter().filter(|r| r.width.is_none()).filter_map(|r| rate(r)).collect();
 
@@ -832,12 +861,20 @@ pub fn summarize(raw: &RawFile) -> Result<Summary> {
         }
     }
     let during_arm_samples = ok_arms.values().filter_map(|(_, e)| e.contention.as_ref()).map(|c| c.samples).sum();
-    let arms_without_during_check =
-        ok_arms.values().filter(|(_, e)| e.contention.as_ref().is_none_or(|c| c.samples == 0)).count();
+    let unwatched_arms: Vec<usize> = ok_arms
+        .iter()
+        .filter(|(_, (_, e))| {
+            e.contention.as_ref().is_none_or(|c| c.samples < crate::gate::during::MIN_IN_ARM_READINGS)
+        })
+        .map(|(a, _)| *a)
+        .collect();
+    let arms_without_during_check = unwatched_arms.len();
     let complete = raw.lines.iter().any(|l| matches!(l, RawLine::Done(_)))
         && h.plan.iter().filter(|a| a.round < n_rounds).all(|a| ok_arms.contains_key(&a.index));
     let identical = bracket_differences.is_empty() && widths.iter().all(|w| w.differences.is_empty());
     let decision = decide(&widths);
+    let stability =
+        if with_stability { crate::stability::stability(&widths, decision.width, h.started_at_unix_ms) } else { None };
     Ok(Summary {
         date: h.date.clone(),
         drafter: h.settings.drafter,
@@ -873,6 +910,8 @@ pub fn summarize(raw: &RawFile) -> Result<Summary> {
         rounds,
         complete_rounds,
         drift,
+        sweep_drift,
+        bracket_arms_to_detect,
         drift_unjudged,
         drift_tolerance: estimate::DRIFT_TOLERANCE,
         drift_false_alarm: estimate::DRIFT_FALSE_ALARM,
@@ -883,6 +922,7 @@ pub fn summarize(raw: &RawFile) -> Result<Summary> {
         contention_reruns,
         during_arm_samples,
         arms_without_during_check,
+        unwatched_arms,
         widths,
         by_type,
         type_ratios,
@@ -891,6 +931,7 @@ pub fn summarize(raw: &RawFile) -> Result<Summary> {
         inexact_arms,
         accepted_unknown,
         decision,
+        stability,
         requests_without_rate,
     })
 }

@@ -36,27 +36,30 @@ pub const DEFAULT_MAX_TOKENS: usize = 48;
 
 /// The default plan spends its budget on rounds, not bursts: the variance
 /// that matters lies between processes, and only more processes shrink it.
-/// With 8 widths, 12 prompts and 1 warm-up pass: 4 x (8 + 2 x 3) = 56 arms,
-/// 8.5 to 9 minutes on this 2-core host (docs/records.md).
+/// With 8 widths, 12 prompts and 1 warm-up pass: 4 x (8 + 2 x 9) = 104 arms,
+/// about 14 minutes on this 2-core host (docs/records.md).
 pub const DEFAULT_ROUNDS: usize = 4;
 /// Recorded passes per speculative arm: one. A second pass halves only the
 /// request part of a round's ratio variance, which on this host is under a
 /// third of the process part; the budget buys rounds instead.
 pub const DEFAULT_BURSTS: usize = 1;
-/// Classic arms per bracket side: three give the drift test a variance
-/// estimate on 2 x (3 - 1) = 4 degrees of freedom per round, free of drift
-/// (the arms of a side run back to back), and cut the process noise of every
-/// ratio's baseline to a sixth of one arm's.
-pub const DEFAULT_BRACKET_ARMS: usize = 3;
-/// Recorded passes per bracket arm: the brackets are every width's baseline
-/// and the drift test's only data, so they get more requests.
-pub const DEFAULT_BRACKET_BURSTS: usize = 4;
+/// Classic arms per bracket side: nine, so that the sweep's drift test
+/// flags a 10 % systematic drift in at least 90 % of sweeps at a 12 %
+/// process spread (the largest these hosts showed; eight fall just short),
+/// and a side's variance estimate has 8 degrees of freedom, free of drift (the arms of a side run
+/// back to back). The simulation behind the choice is in docs/records.md
+/// ("Choosing the bracket plan"): per second of sweep, more arms of one
+/// pass beat fewer of four, since a pass costs as much as the process's
+/// start and warm-up and the process noise does not shrink with passes.
+pub const DEFAULT_BRACKET_ARMS: usize = 9;
+/// Recorded passes per bracket arm: one (above).
+pub const DEFAULT_BRACKET_BURSTS: usize = 1;
 
 /// Upper bounds on what an operator may type (a sweep beyond them would run
 /// for days; a typo must not).
 pub const MAX_ROUNDS: usize = 64;
 pub const MAX_BURSTS: usize = 64;
-pub const MAX_BRACKET_ARMS: usize = 8;
+pub const MAX_BRACKET_ARMS: usize = 16;
 pub const MAX_WARMUP: usize = 16;
 pub const MAX_TOKENS_PER_REQUEST: usize = 4096;
 pub const MAX_THREADS: usize = 1024;
@@ -296,7 +299,10 @@ pub fn start(opts: &SweepOptions) -> Result<Outcome> {
     }
     std::fs::create_dir_all(opts.out.join("logs")).with_context(|| format!("creating {}", opts.out.display()))?;
     let (prompts_bytes, prompts_source) = match &opts.prompts {
-        Some(p) => (read_capped(p, MAX_PROMPTS_BYTES)?, p.display().to_string()),
+        Some(p) => (
+            read_capped(p, MAX_PROMPTS_BYTES)?,
+            crate::portable::name_of(p, &crate::portable::repo_root(&opts.out).unwrap_or_default(), false),
+        ),
         None => {
             (DEFAULT_PROMPTS_JSONL.as_bytes().to_vec(), "prompts/sweep.jsonl (compiled into the tuner)".to_string())
         }
@@ -343,7 +349,7 @@ pub fn start(opts: &SweepOptions) -> Result<Outcome> {
         prompts,
         identity,
     };
-    let mut w = RawWriter::open(&raw_path)?;
+    let mut w = RawWriter::open(&raw_path)?.with_names(crate::portable::PathNames::for_sweep(&opts.out, &header));
     w.write(&RawLine::Sweep(header.clone()))?;
     drive(&opts.out, &header, w, &[], &[])
 }
@@ -374,7 +380,9 @@ pub fn resume(dir: &Path) -> Result<Outcome> {
             _ => None,
         })
         .collect();
-    let mut w = RawWriter::open(&raw_path)?;
+    // The header names its files portably; find them on this machine.
+    let header = crate::portable::resolve(dir, &raw.header)?;
+    let mut w = RawWriter::open(&raw_path)?.with_names(crate::portable::PathNames::for_sweep(dir, &header));
     w.write(&RawLine::Resume(ResumeMark {
         at_unix_ms: now_ms(),
         completed_arms: done.clone(),
@@ -387,7 +395,7 @@ pub fn resume(dir: &Path) -> Result<Outcome> {
         raw.header.plan.len(),
         if dropped > 0 { format!(", cut a partial last line of {dropped} bytes") } else { String::new() }
     );
-    drive(dir, &raw.header, w, &deltas, &attempts)
+    drive(dir, &header, w, &deltas, &attempts)
 }
 
 /// Arms whose latest attempt ended ok.

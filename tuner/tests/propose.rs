@@ -420,7 +420,7 @@ fn a_record_without_the_new_startup_fields_is_refused_as_a_key_problem_to_re_mea
     let r = rules::check(s).unwrap_err();
     assert!(matches!(&r, Refusal::Key(m) if m.contains("re-measure")), "{r:?}");
     // No flag overrides it, and no entry can be written from it.
-    let all = Allow { dirty: true, stale_fingerprint: true, older: true, loose_gate: true };
+    let all = Allow { dirty: true, stale_fingerprint: true, older: true, loose_gate: true, weak_plan: true };
     let r = rules::check_provenance(raw, s, None, &current(), all).unwrap_err();
     assert!(matches!(&r, Refusal::Key(m) if m.contains("re-measure")), "{r:?}");
     let r = propose::entry_fields(raw, s, "records/r").unwrap_err();
@@ -547,7 +547,7 @@ fn a_record_date_that_is_not_a_date_is_refused_whatever_the_flags() {
     let (raw, s) = record();
     let mut s = s.clone();
     s.date = "29/11/2026".into();
-    let all = Allow { dirty: true, stale_fingerprint: true, older: true, loose_gate: true };
+    let all = Allow { dirty: true, stale_fingerprint: true, older: true, loose_gate: true, weak_plan: true };
     let r = rules::check_provenance(raw, &s, Some(&entry_dated("2026-12-01")), "ffffffffffffffff", all).unwrap_err();
     assert!(matches!(r, Refusal::BadDate(_)), "{r:?}");
 }
@@ -608,7 +608,17 @@ fn scratch(entry_date: &str, git_dirty: &str, fingerprint: Option<&str>) -> Scra
 }
 
 impl Scratch {
+    /// `tuner propose` with `flags` and `--allow-weak-plan`: the scratch
+    /// record is a copy of a committed record swept before every arm was read
+    /// twice and before the bracket plan could detect a 10 % drift (the
+    /// refusal itself is tested below, through [`Scratch::propose_strict`]).
     fn propose(&self, flags: &[&str]) -> Output {
+        let mut all = flags.to_vec();
+        all.push("--allow-weak-plan");
+        self.propose_strict(&all)
+    }
+
+    fn propose_strict(&self, flags: &[&str]) -> Output {
         Command::new(env!("CARGO_BIN_EXE_tuner")).arg("propose").arg(&self.dir).args(flags).output().expect("run tuner")
     }
 
@@ -730,4 +740,23 @@ fn the_binary_refuses_a_record_swept_with_a_looser_gate_unless_allowed_and_the_n
     assert!(o.status.success(), "{}", text(&o));
     assert!(String::from_utf8_lossy(&o.stderr).contains("--host-cpu-threshold 90"), "{}", text(&o));
     assert!(f.table().contains("gate looser than the defaults, allowed by --allow-loose-gate"), "{}", f.table());
+}
+
+#[test]
+fn the_binary_refuses_a_record_whose_plan_is_weaker_than_the_rules_unless_allowed_and_the_note_says_so() {
+    let f = scratch("2026-01-01", "false", Some(&current()));
+    let before = f.table();
+    let o = f.propose_strict(&[]);
+    assert_refused(&o, "re-run `tuner sweep`");
+    let err = String::from_utf8_lossy(&o.stderr);
+    // Its arms were read by the gate fewer than twice (swept before the rule).
+    assert!(err.contains("fewer than 2 times"), "{}", text(&o));
+    assert_eq!(f.table(), before);
+    let o = f.propose_strict(&["--allow-weak-plan"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("overridden by --allow-weak-plan"), "{}", text(&o));
+    // Both weaknesses are named: the readings and the drift test's power.
+    assert!(err.contains("cannot detect a 10% drift") && err.contains("--bracket-arms"), "{}", text(&o));
+    assert!(f.table().contains("plan weaker than the rules, allowed by --allow-weak-plan"), "{}", f.table());
 }

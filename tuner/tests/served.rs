@@ -268,7 +268,7 @@ fn a_clean_served_sweep_records_client_timings_and_summarizes_as_served() {
     assert!(csv.lines().next().unwrap().ends_with("median_ttft_ms,statistic"), "{csv}");
     assert!(csv.lines().skip(1).all(|l| l.ends_with(",e2e_tok_per_s")), "{csv}");
     // The fixture's gate is the fake one: propose allows it, and says so.
-    let o = f.tuner(&["propose", f.out.to_str().unwrap(), "--dry-run", "--allow-loose-gate"], &[]);
+    let o = f.tuner(&["propose", f.out.to_str().unwrap(), "--dry-run", "--allow-loose-gate", "--allow-weak-plan"], &[]);
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(o.status.success() && out.contains("served sweep (end-to-end tok/s"), "{}", text(&o));
     assert!(f.root.join("policy/draft-block-width.toml").exists());

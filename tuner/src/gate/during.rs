@@ -15,15 +15,32 @@ use serde::{Deserialize, Serialize};
 
 use super::{GateConfig, Source, Status};
 
-/// Pause between samples; each sample itself takes the CPU window.
-pub const SAMPLE_PAUSE: Duration = Duration::from_millis(1500);
+/// Pause between samples; each sample itself takes [`IN_ARM_WINDOW_MS`].
+pub const SAMPLE_PAUSE: Duration = Duration::from_millis(250);
+
+/// Pause from the arm's start to its first window: long enough for the
+/// runtime's process to exist (its CPU time is then attributed to it).
+pub const FIRST_PAUSE: Duration = Duration::from_millis(250);
+
+/// The CPU window of an in-arm reading, at most (the sweep's gate window if
+/// that is shorter). Shorter than the gate's 1 s before an arm so that every
+/// arm, however short, is read at least [`MIN_IN_ARM_READINGS`] times: two
+/// readings end 1.3 s after the start, and the shortest arm on record (a
+/// 12-request width arm with its warm-up pass) takes about 2.4 s. The shares
+/// are percentages of the window, so the thresholds mean the same; a shorter
+/// window reads coarser (`/proc` counts 100 ticks a second per core).
+pub const IN_ARM_WINDOW_MS: u64 = 400;
+
+/// Readings an arm needs for the record to say the host was watched while it
+/// ran; `tuner propose` refuses a record with an arm below it.
+pub const MIN_IN_ARM_READINGS: usize = 2;
 
 /// Reasons kept per arm (the first ones; the count is always complete).
 const MAX_REASONS: usize = 8;
 
 /// What the gate saw while an arm ran. An arm shorter than
-/// [`SAMPLE_PAUSE`] plus one CPU window has no reading (`samples` 0; the
-/// record counts such arms).
+/// [`FIRST_PAUSE`] plus one window has no reading (`samples` 0); the
+/// record counts the arms with fewer than [`MIN_IN_ARM_READINGS`].
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct DuringArm {
     /// Host readings taken while the arm ran.
@@ -45,10 +62,10 @@ impl DuringArm {
     }
 }
 
-/// Sleeps [`SAMPLE_PAUSE`] in slices, so that finishing is prompt.
-fn pause(flag: &AtomicBool) {
+/// Sleeps `d` in slices, so that finishing is prompt.
+fn pause(flag: &AtomicBool, d: Duration) {
     let mut slept = Duration::ZERO;
-    while slept < SAMPLE_PAUSE && !flag.load(Ordering::Relaxed) {
+    while slept < d && !flag.load(Ordering::Relaxed) {
         std::thread::sleep(Duration::from_millis(50));
         slept += Duration::from_millis(50);
     }
@@ -66,7 +83,7 @@ impl Monitor {
     pub fn start(cfg: &GateConfig) -> Monitor {
         let stop = Arc::new(AtomicBool::new(false));
         let flag = Arc::clone(&stop);
-        let cfg = cfg.clone();
+        let cfg = GateConfig { cpu_window_ms: cfg.cpu_window_ms.min(IN_ARM_WINDOW_MS), ..cfg.clone() };
         let handle = std::thread::Builder::new()
             .name("gate-during-arm".into())
             .spawn(move || {
@@ -75,7 +92,7 @@ impl Monitor {
                 // process that starts (or ends) inside a window has CPU time
                 // the sampler cannot attribute to it, which would read as
                 // foreign load.
-                pause(&flag);
+                pause(&flag, FIRST_PAUSE);
                 while !flag.load(Ordering::Relaxed) {
                     let inputs = super::collect(&cfg, None);
                     // The arm ended inside this window: for the same reason, drop it.
@@ -111,7 +128,7 @@ impl Monitor {
                             }
                         }
                     }
-                    pause(&flag);
+                    pause(&flag, SAMPLE_PAUSE);
                 }
                 d
             })

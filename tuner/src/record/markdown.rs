@@ -46,12 +46,36 @@ fn header(s: &Summary) -> String {
     };
     let _ = writeln!(m, "Status: {status}.\n");
     let _ = writeln!(m, "{}\n", headline(s));
+    let _ = writeln!(m, "{}\n", stability_line(s));
     let _ = writeln!(
         m,
         "![ratio to classic by width, with 95% intervals; the chosen width marked](plot.svg)\n\nThe plot shows what the decision uses: each width's ratio to classic with its 95% interval (the process is the unit: one ratio per round, n = {} rounds), a line at 1.0, the chosen width marked, and the ratio per prompt type.\n",
         s.complete_rounds
     );
     m
+}
+
+/// How stable the decision is (the bootstrap over rounds), in one paragraph.
+pub fn stability_line(s: &Summary) -> String {
+    let Some(st) = &s.stability else {
+        return "**Stability**: not stated (fewer than two rounds with ratios).".to_string();
+    };
+    let name = |w: Option<usize>| w.map_or("off".to_string(), |w| format!("width {w}"));
+    let choices: Vec<String> =
+        st.choices.iter().take(6).map(|(w, x)| format!("{} {:.0}%", name(*w), 100.0 * x)).collect();
+    format!(
+        "**Stability** (a bootstrap over the {} rounds, {} draws, each decided by the rule): a replicate sweep would \
+         choose {} in **{:.0}%** of draws (the draws chose: {}); the expected regret of {} against each draw's best \
+         width is **{:.1}%**. A decision a replicate would often reverse is not yet one: `tuner propose` pools the \
+         key's records and keeps the entry's width unless the pooled data say otherwise.",
+        st.rounds,
+        st.draws,
+        name(s.decision.width),
+        100.0 * st.same,
+        choices.join(", "),
+        name(s.decision.width),
+        100.0 * st.expected_regret
+    )
 }
 
 /// `## Host identity`: the host, toolchain and build the sweep ran on.
@@ -257,10 +281,14 @@ fn method(raw: &RawFile, s: &Summary) -> String {
     );
     let _ = writeln!(
         m,
-        "- drift rule: a round has drifted when |ln(close/open)| - t x se > ln(1 + {}) (tolerance {}%), t the Student quantile that keeps a false verdict under {}% per sweep (Bonferroni over the rounds); se from the spread of the bracket arms within each side (process and request noise together)",
+        "- drift rule: the sweep has drifted when the weighted mean over rounds of ln(close/open) lies beyond t x se of 0 (t at {}%, two-sided), or a round has when |ln(close/open)| - t x se > ln(1 + {}) (tolerance {}%, t at {}% over all rounds: Bonferroni); together a false verdict stays under {}% per sweep; se from the spread of the bracket arms within each side (process and request noise together). The plan must detect a {}% systematic drift with {}% power (`tuner propose` refuses a record that states more)",
+        100.0 * crate::estimate::SWEEP_DRIFT_FALSE_ALARM,
         s.drift_tolerance,
         100.0 * s.drift_tolerance,
-        100.0 * s.drift_false_alarm
+        100.0 * crate::estimate::ROUND_DRIFT_FALSE_ALARM,
+        100.0 * s.drift_false_alarm,
+        100.0 * crate::estimate::DRIFT_TO_DETECT,
+        100.0 * crate::estimate::DRIFT_POWER
     );
     m
 }
@@ -356,9 +384,48 @@ fn brackets(s: &Summary) -> String {
             rb.round + 1
         );
     }
+    let _ = writeln!(m, "\n{}", sweep_drift_line(s));
     let [cn, cm, cr] = tps(&s.classic);
     let _ = writeln!(m, "\nClassic, all brackets: n {cn}, median {cm} tok/s, range {cr}.\n");
     m
+}
+
+/// The sweep drift test in one sentence, with the drift the plan could detect.
+fn sweep_drift_line(s: &Summary) -> String {
+    let Some(d) = &s.sweep_drift else {
+        return "**Sweep drift test**: not run (no complete round could be judged); the smallest drift this plan \
+                detects is unknown."
+            .to_string();
+    };
+    let verdict = if d.drifted { "**drifted**" } else { "no drift" };
+    let remedy = match s.bracket_arms_to_detect {
+        Some(n) if d.detectable > crate::estimate::DRIFT_TO_DETECT => {
+            format!(" — more than {:.0}%: this spread needs `--bracket-arms {n}`", 100.0 * crate::estimate::DRIFT_TO_DETECT)
+        }
+        _ => String::new(),
+    };
+    format!(
+        "**Sweep drift test** (every round's closing sides against the opening sides, {} rounds): drift {:.3} [{:.3}, \
+         {:.3}], se {:.3} ({} df), t {:.2}: {verdict}. **Smallest drift this plan detects** (a systematic slowdown \
+         of the closing sides flagged with {:.0}% power): **{:.1}%**{remedy}. Per round (the table's tests): {}.",
+        d.rounds,
+        d.drift,
+        d.interval.0,
+        d.interval.1,
+        d.se_log,
+        d.df,
+        d.critical_t,
+        100.0 * crate::estimate::DRIFT_POWER,
+        100.0 * d.detectable,
+        {
+            let per: Vec<String> = s
+                .rounds
+                .iter()
+                .filter_map(|r| r.test.as_ref()?.detectable.map(|x| format!("{:.0}%", 100.0 * x)))
+                .collect();
+            if per.is_empty() { "none judged".to_string() } else { per.join(", ") }
+        }
+    )
 }
 
 /// The interval the drift verdict judges by: `drift · e^(±t·se)` with the
@@ -541,14 +608,35 @@ fn validity(s: &Summary) -> String {
         }
     }
     if s.drift {
-        let drifted: Vec<String> = s.rounds.iter().filter(|r| r.drifted).map(|r| (r.round + 1).to_string()).collect();
+        let mut drifted: Vec<String> =
+            s.rounds.iter().filter(|r| r.drifted).map(|r| format!("round {}", r.round + 1)).collect();
+        if s.sweep_drift.as_ref().is_some_and(|d| d.drifted) {
+            drifted.push("the sweep as a whole".into());
+        }
         let _ = writeln!(
             m,
-            "- **Drift**: round(s) {} drifted. Only conclusions that hold against both brackets survive (below).",
+            "- **Drift**: {} drifted. Only conclusions that hold against both brackets survive (below).",
             drifted.join(", ")
         );
     } else if !s.drift_unjudged {
-        let _ = writeln!(m, "- No round drifted.");
+        let _ = writeln!(m, "- No round drifted, nor the sweep as a whole.");
+    }
+    if let Some(d) = &s.sweep_drift {
+        let _ = writeln!(
+            m,
+            "- The smallest systematic drift this plan detects with {:.0}% power: {:.1}%{}.",
+            100.0 * crate::estimate::DRIFT_POWER,
+            100.0 * d.detectable,
+            if d.detectable > crate::estimate::DRIFT_TO_DETECT {
+                format!(
+                    " (**more than {:.0}%**: `tuner propose` refuses the record; this spread needs `--bracket-arms {}`)",
+                    100.0 * crate::estimate::DRIFT_TO_DETECT,
+                    s.bracket_arms_to_detect.map_or("N".into(), |n| n.to_string())
+                )
+            } else {
+                String::new()
+            }
+        );
     }
     let _ = writeln!(
         m,
@@ -556,8 +644,9 @@ fn validity(s: &Summary) -> String {
         s.during_arm_samples,
         if s.arms_without_during_check > 0 {
             format!(
-                " ({} complete arm(s) have no reading during the run: written before this check existed, or too short)",
-                s.arms_without_during_check
+                " (**{} complete arm(s) were read fewer than {} times** while they ran: written before this check existed, or too short; `tuner propose` refuses the record)",
+                s.arms_without_during_check,
+                crate::gate::during::MIN_IN_ARM_READINGS
             )
         } else {
             String::new()

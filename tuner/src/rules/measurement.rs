@@ -35,8 +35,15 @@ pub fn check(s: &Summary) -> Result<(), Refusal> {
         return Err(Refusal::TooFewRounds(s.complete_rounds));
     }
     if s.drift {
-        let r: Vec<String> = s.rounds.iter().filter(|r| r.drifted).map(|r| (r.round + 1).to_string()).collect();
-        return Err(Refusal::Drift(r.join(", ")));
+        let mut r: Vec<String> =
+            s.rounds.iter().filter(|r| r.drifted).map(|r| format!("round {}", r.round + 1)).collect();
+        if let Some(d) = s.sweep_drift.as_ref().filter(|d| d.drifted) {
+            r.push(format!(
+                "the sweep as a whole (closing sides {:.3} [{:.3}, {:.3}] of the opening sides over {} rounds)",
+                d.drift, d.interval.0, d.interval.1, d.rounds
+            ));
+        }
+        return Err(Refusal::Drift(r.join("; ")));
     }
     if s.drift_unjudged {
         let r: Vec<String> =

@@ -25,6 +25,9 @@ pub struct Allow {
     pub older: bool,
     /// A sweep whose gate was looser than the defaults (`--allow-loose-gate`).
     pub loose_gate: bool,
+    /// A plan weaker than the rules (`--allow-weak-plan`): an arm read fewer
+    /// than twice while it ran, or a drift test that cannot detect a 10 % drift.
+    pub weak_plan: bool,
 }
 
 /// Sorted, deduplicated, comma-separated.

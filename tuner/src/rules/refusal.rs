@@ -14,10 +14,26 @@ pub enum Refusal {
     #[error("the record's key is unknown: {0}; re-run the sweep with one runtime build and one target")]
     Key(String),
     #[error(
-        "the host drifted: in round(s) {0} the closing brackets' speed differs from the opening brackets' by \
-         credibly more than the tolerance, so no ratio in the record is clean; re-run `tuner sweep` on a quiet host"
+        "the host drifted: in {0} the closing brackets' speed differs from the opening brackets' by credibly \
+         more than the test's tolerance, so no ratio in the record is clean; re-run `tuner sweep` (every run is \
+         in records/ledger.jsonl)"
     )]
     Drift(String),
+    #[error(
+        "the record's plan cannot detect a {target:.0}% drift: at its measured bracket-arm spread the sweep's \
+         drift test flags a systematic slowdown of the closing brackets with 90% power only from {detectable:.1}% \
+         on ({bracket_arms} bracket arm(s) a side over {rounds} round(s)); re-run `tuner sweep` with \
+         `--bracket-arms {needed}` (what this spread needs) or more rounds",
+        target = 100.0 * crate::estimate::DRIFT_TO_DETECT,
+        detectable = 100.0 * detectable
+    )]
+    WeakDriftTest { detectable: f64, bracket_arms: usize, rounds: usize, needed: String },
+    #[error(
+        "arm(s) {arms} were read by the gate fewer than {min} times while they ran, so contention during them \
+         could have gone unseen; re-run `tuner sweep` with this tuner (every arm is read at least {min} times)",
+        min = crate::gate::during::MIN_IN_ARM_READINGS
+    )]
+    Unwatched { arms: String },
     #[error(
         "drift cannot be ruled out: round(s) {0} could not be judged (the test needs two prompts paired and a \
          variance of the bracket arms: two or more arms a side, or two widths and two rounds); re-run with the \
