@@ -67,6 +67,10 @@ pub struct Entry {
     pub prompts: PromptSet,
     /// The record the width came from, relative to the repository root.
     pub record: String,
+    /// Every record the width and ratio rest on (`tuner propose` pools the
+    /// key's records of one verify fingerprint), `record` among them; empty
+    /// in entries written from one record alone.
+    pub pooled: Vec<String>,
     /// `YYYY-MM-DD` of the sweep.
     pub date: String,
     /// Speculative over classic decode tok/s at this width (the record's
@@ -257,6 +261,8 @@ struct RawEntry {
     model: RawModel,
     prompts: RawPrompts,
     record: String,
+    #[serde(default)]
+    pooled: Vec<String>,
     date: toml::Value,
     ratio: toml::Value,
     ratio_interval: Vec<toml::Value>,
@@ -427,6 +433,17 @@ fn entry(t: toml::Table, line: Option<usize>, records: RecordCheck<'_>) -> Resul
     {
         return Err(Problem::MissingRecord { record: r.record.clone(), root: root.display().to_string() });
     }
+    if r.pooled.len() > MAX_POOLED {
+        return Err(bad("pooled", format!("lists {} records; at most {MAX_POOLED}", r.pooled.len())));
+    }
+    for p in &r.pooled {
+        check_record_path(p).map_err(|e| bad("pooled", e))?;
+        if let RecordCheck::Under(root) = records
+            && !root.join(p).exists()
+        {
+            return Err(Problem::MissingRecord { record: p.clone(), root: root.display().to_string() });
+        }
+    }
     let date = match &r.date {
         toml::Value::String(s) => s.clone(),
         toml::Value::Datetime(d) => d.to_string(),
@@ -501,6 +518,7 @@ fn entry(t: toml::Table, line: Option<usize>, records: RecordCheck<'_>) -> Resul
         model: ModelFile { file: r.model.file, sha256: r.model.sha256 },
         prompts: PromptSet { name: r.prompts.name, sha256: r.prompts.sha256 },
         record: r.record,
+        pooled: r.pooled,
         date,
         ratio,
         ratio_interval: [lo, hi],
@@ -509,6 +527,9 @@ fn entry(t: toml::Table, line: Option<usize>, records: RecordCheck<'_>) -> Resul
         line,
     })
 }
+
+/// The most records one entry may say it rests on.
+pub const MAX_POOLED: usize = 64;
 
 /// A model file's name: no directory (records name models by file name
 /// and sha256, never by a path of the machine that measured them).

@@ -32,6 +32,7 @@ pub mod gate;
 pub mod http;
 pub mod identity;
 pub mod ledger;
+pub mod pool;
 pub mod portable;
 pub mod procfs;
 pub mod propose;

@@ -629,6 +629,28 @@ fn run_propose(a: ProposeArgs) -> anyhow::Result<ExitCode> {
                     eprintln!("  {h}");
                 }
             }
+            eprintln!("tuner propose: the pooled rule over {} record(s) of this key and fingerprint:", p.pooled.records.len());
+            for r in &p.pooled.records {
+                eprintln!("  {r}");
+            }
+            for (r, why) in &p.excluded {
+                eprintln!("  left out: {r}: {why}");
+            }
+            for w in &p.pooled.widths {
+                eprintln!(
+                    "  width {}: {:.3} [{:.3}, {:.3}] over {} round(s) of {} record(s), between-sweep sd {:.3}{}{}",
+                    w.width,
+                    w.ratio,
+                    w.interval.0,
+                    w.interval.1,
+                    w.log.rounds,
+                    w.log.records,
+                    w.log.tau2.sqrt(),
+                    if w.tied { ", tied with the best" } else { "" },
+                    if w.not_measured { ", NOT A MEASUREMENT in some record" } else { "" }
+                );
+            }
+            eprintln!("tuner propose: {}", p.verdict.say());
             print!("{}", p.diff);
             if p.written {
                 println!("wrote {}", p.table.display());

@@ -565,6 +565,97 @@ pub struct Proposal {
     /// The key's earlier sweeps with the same verify-path fingerprint, from
     /// the ledger, those that chose otherwise marked.
     pub history: Vec<String>,
+    /// The rule on every pooled record of the key, and what it did to the entry.
+    pub pooled: crate::pool::Pooled,
+    pub verdict: crate::pool::Verdict,
+    /// Committed records of the key and fingerprint left out of the pool, each with why.
+    pub excluded: Vec<(String, String)>,
+}
+
+/// Record folders read when pooling, at most (a typo'd root must not read a disk).
+pub const MAX_POOL_FOLDERS: usize = 4096;
+
+/// Every committed record of `key` with fingerprint `fp` under `root/records`,
+/// as pool rounds (`this`, the record proposed, from `s`), and those left
+/// out with the reason (a refusal of theirs; never silently).
+pub fn gather_pool(
+    root: &Path,
+    this: &str,
+    s: &Summary,
+    key: &PolicyKey,
+    fp: &str,
+    allow: Allow,
+) -> Result<(Vec<crate::pool::RecordRounds>, Vec<(String, String)>), Refusal> {
+    let dir = root.join("records");
+    let io = |source| Refusal::Io { path: dir.clone(), source };
+    let mut names: Vec<String> = Vec::new();
+    for e in std::fs::read_dir(&dir).map_err(io)? {
+        let e = e.map_err(io)?;
+        if e.path().join("raw.jsonl").is_file() {
+            names.push(e.file_name().to_string_lossy().into_owned());
+        }
+        if names.len() > MAX_POOL_FOLDERS {
+            return Err(Refusal::Table(format!("{} holds more than {MAX_POOL_FOLDERS} record folders", dir.display())));
+        }
+    }
+    names.sort();
+    let mut pooled = Vec::new();
+    let mut excluded = Vec::new();
+    for n in names {
+        let rel = format!("records/{n}");
+        if rel == this {
+            pooled.push(crate::pool::RecordRounds::of(&rel, s));
+            continue;
+        }
+        let Ok(raw) = crate::raw::read_raw(&dir.join(&n).join("raw.jsonl")) else { continue };
+        let Ok(other) = crate::summary::summarize_with(&raw, false) else { continue };
+        if record_key(&other).ok().as_ref() != Some(key) || other.verify_fingerprint.as_deref() != Some(fp) {
+            continue;
+        }
+        let why = check(&other).err().or_else(|| {
+            crate::rules::plan::check_plan(&other, raw.header.settings.design.bracket_arms, allow.weak_plan).err()
+        });
+        match why {
+            Some(r) => excluded.push((rel, r.to_string())),
+            None => pooled.push(crate::pool::RecordRounds::of(&rel, &other)),
+        }
+    }
+    if !pooled.iter().any(|r| r.record == this) {
+        pooled.push(crate::pool::RecordRounds::of(this, s));
+    }
+    Ok((pooled, excluded))
+}
+
+/// Puts the pooled decision into the entry's fields: the verdict's width,
+/// its pooled ratio and interval, the records it rests on, and the verdict
+/// in the note.
+pub fn apply_pool(fields: &mut Fields, pooled: &crate::pool::Pooled, verdict: &crate::pool::Verdict) {
+    let width = verdict.width();
+    let shown = width.or(pooled.best).and_then(|w| pooled.width(w));
+    let set = |fields: &mut Fields, k: &str, v: String| {
+        if let Some((_, x)) = fields.iter_mut().find(|(key, _)| *key == k) {
+            *x = v;
+        }
+    };
+    set(fields, "width", width.map_or("\"off\"".to_string(), |w| w.to_string()));
+    if let Some(x) = shown {
+        let r3 = |v: f64| (v * 1000.0).round() / 1000.0;
+        set(fields, "ratio", r3(x.ratio).to_string());
+        set(
+            fields,
+            "ratio_interval",
+            format!("[{}, {}]", (x.interval.0 * 1000.0).floor() / 1000.0, (x.interval.1 * 1000.0).ceil() / 1000.0),
+        );
+    }
+    let list = pooled.records.iter().map(|r| toml_str(r)).collect::<Vec<_>>().join(", ");
+    if let Some(i) = fields.iter().position(|(k, _)| *k == "record") {
+        fields.insert(i + 1, ("pooled", format!("[{list}]")));
+    }
+    if let Some((_, note)) = fields.iter_mut().find(|(k, _)| *k == "note") {
+        let body = note.trim_end_matches('"');
+        let say = verdict.say().replace('\\', "\\\\").replace('"', "\\\"");
+        *note = format!("{body}; pooled over {} record(s): {say}\"", pooled.records.len());
+    }
 }
 
 /// Proposes the entry for the record in `dir`; writes the table unless `dry_run`.
@@ -613,7 +704,15 @@ pub fn propose(dir: &Path, table_path: Option<&Path>, dry_run: bool, allow: Allo
     let current = current_fingerprint(&s).unwrap_or_default();
     let mut overridden = check_provenance(&raw, &s, existing, &current, allow)?;
     let loose = crate::rules::plan::check_gate(&raw.header.settings.gate, allow.loose_gate)?;
+    let fp = s.verify_fingerprint.clone().unwrap_or_default();
+    let (pool_records, excluded) = gather_pool(root, &record, &s, &key, &fp, allow)?;
+    let pooled = crate::pool::pool(&pool_records);
+    // An entry of another verify fingerprint rests on other code: the
+    // pooled data decide afresh.
+    let current = existing.filter(|e| e.verify_fingerprint == fp).map(|e| e.width.map(|w| w.get()));
+    let verdict = crate::pool::hysteresis(current, &pooled, &pool_records);
     let mut fields = entry_fields(&raw, &s, &record)?;
+    apply_pool(&mut fields, &pooled, &verdict);
     if let Some(o) = loose {
         // The entry says what the reviewer allowed.
         if let Some((_, note)) = fields.iter_mut().find(|(k, _)| *k == "note") {
@@ -642,7 +741,7 @@ pub fn propose(dir: &Path, table_path: Option<&Path>, dry_run: bool, allow: Allo
         std::fs::write(&tmp, &new).map_err(io(&tmp))?;
         std::fs::rename(&tmp, &table_abs).map_err(io(&table_abs))?;
     }
-    Ok(Proposal { table: table_abs, diff: d, written: !dry_run, overridden, history })
+    Ok(Proposal { table: table_abs, diff: d, written: !dry_run, overridden, history, pooled, verdict, excluded })
 }
 
 #[cfg(test)]

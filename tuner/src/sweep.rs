@@ -75,11 +75,13 @@ pub const MAX_AUTO_BUDGET_S: f64 = 86_400.0;
 /// the arm halts it (each attempt is kept in raw.jsonl).
 pub const MAX_CONTENTION_ATTEMPTS: usize = 3;
 
-/// `records/<date>-<device class>-<drafter>` (`:` becomes `-`), with `-2`,
-/// `-3`, ... when that folder exists.
+/// `records/<date>-<device class>-<host class>-<drafter>` (`:` becomes
+/// `-`; two CPUs of one kernel family are two keys, so the folder names
+/// both), with `-2`, `-3`, ... when that folder exists.
 pub fn default_out_dir(drafter: DrafterKind) -> PathBuf {
     let device = kernels::dispatch::selected().map_or_else(|_| "unknown".to_string(), |s| s.family.device_class());
-    let base = format!("records/{}-{}-{drafter}", utc_date(now_ms()), device.replace(':', "-"));
+    let host = runtime::policy::host_class_here();
+    let base = format!("records/{}-{}-{host}-{drafter}", utc_date(now_ms()), device.replace(':', "-"));
     let mut p = PathBuf::from(&base);
     let mut n = 2;
     while p.exists() {

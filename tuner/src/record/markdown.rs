@@ -323,8 +323,9 @@ fn brackets(s: &Summary) -> String {
     let _ = writeln!(m, "### Classic brackets and drift\n");
     let _ = writeln!(
         m,
-        "Drift is the closing side's rate over the opening side's, paired by prompt (1.000 = none), with its 95% interval. A round has drifted when its drift lies credibly beyond the {}% tolerance (the t column: standard errors beyond the tolerance needed, set so that a sweep without drift is flagged at most {}% of the time). The verdict shows that test as an interval: the drift plus and minus t standard errors. The round has drifted when that verdict interval lies wholly outside the band [1/(1 + tolerance), 1 + tolerance], so a round whose 95% interval misses the band can still be judged clean: with several rounds, one such interval in twenty is expected by chance. Process spread between arms, estimated from the whole sweep: {}; request noise (sd of one request's log rate within an arm and prompt): {}.\n",
+        "Drift is the closing side's rate over the opening side's, paired by prompt (1.000 = none), with its 95% interval. A round has drifted when its drift lies credibly beyond the {}% tolerance (the t column: standard errors beyond the tolerance needed, set so that the round tests together flag a sweep without drift at most {}% of the time; the sweep test below takes the rest of the {}% bound). The verdict shows that test as an interval: the drift plus and minus t standard errors. The round has drifted when that verdict interval lies wholly outside the band [1/(1 + tolerance), 1 + tolerance], so a round whose 95% interval misses the band can still be judged clean: with several rounds, one such interval in twenty is expected by chance. Process spread between arms, estimated from the whole sweep: {}; request noise (sd of one request's log rate within an arm and prompt): {}.\n",
         100.0 * s.drift_tolerance,
+        100.0 * crate::estimate::ROUND_DRIFT_FALSE_ALARM,
         100.0 * s.drift_false_alarm,
         s.process_spread.map_or("not estimable (fewer than two widths or rounds)".to_string(), |p| format!(
             "{:.1}% ({} degrees of freedom)",
