@@ -24,7 +24,7 @@ for dir in records/*/; do
         continue
     fi
     if out=$("$tuner" propose "$dir" --dry-run 2>&1 >/dev/null); then
-        verdict=$(printf '%s\n' "$out" | sed -n 's/^tuner propose: \(.*\(kept\|replaces\|no entry yet\).*\)$/\1/p' | tail -1)
+        verdict=$(printf '%s\n' "$out" | sed -n 's/^tuner propose: \(.*\(kept\|replaces\|pooled rule.s choice\).*\)$/\1/p' | tail -1)
         verdict="would write: ${verdict:-the entry}"
     else
         verdict=$(printf '%s\n' "$out" | sed -n 's/^tuner propose: refused: //p' | head -1 | cut -c1-160)

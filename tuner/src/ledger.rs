@@ -91,8 +91,11 @@ pub fn read(records: &Path) -> Result<Vec<LedgerLine>, LedgerError> {
     let text = std::fs::read_to_string(&path).map_err(|source| LedgerError::Io { path: path.clone(), source })?;
     let mut out = Vec::new();
     for (i, l) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
-        let line: LedgerLine = serde_json::from_str(l)
-            .map_err(|e| LedgerError::Malformed { path: path.clone(), line: i + 1, why: e.to_string() })?;
+        let line: LedgerLine = serde_json::from_str(l).map_err(|e| LedgerError::Malformed {
+            path: path.clone(),
+            line: i + 1,
+            why: e.to_string(),
+        })?;
         out.push(line);
     }
     Ok(out)
@@ -154,7 +157,12 @@ pub fn for_sweep(
             ratio: s.decision.ratio,
             ratio_interval: s.decision.ratio_interval.map(|(lo, hi)| [lo, hi]),
             raw_sha256,
-            outcome,
+            // A complete sweep whose record cannot become an entry says why:
+            // its decision is the rule's, not a decision anyone may use.
+            outcome: match crate::rules::check(s) {
+                Ok(()) => outcome,
+                Err(r) => format!("{outcome}; refused by the measurement rules: {r}"),
+            },
             at_unix_ms,
         },
         Err(why) => LedgerLine {

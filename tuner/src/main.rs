@@ -624,12 +624,17 @@ fn run_propose(a: ProposeArgs) -> anyhow::Result<ExitCode> {
                 eprintln!("tuner propose: warning: overridden by {o}");
             }
             if !p.history.is_empty() {
-                eprintln!("tuner propose: earlier sweeps of this key with this verify-path fingerprint (records/ledger.jsonl):");
+                eprintln!(
+                    "tuner propose: earlier sweeps of this key with this verify-path fingerprint (records/ledger.jsonl):"
+                );
                 for h in &p.history {
                     eprintln!("  {h}");
                 }
             }
-            eprintln!("tuner propose: the pooled rule over {} record(s) of this key and fingerprint:", p.pooled.records.len());
+            eprintln!(
+                "tuner propose: the pooled rule over {} record(s) of this key and fingerprint:",
+                p.pooled.records.len()
+            );
             for r in &p.pooled.records {
                 eprintln!("  {r}");
             }

@@ -133,9 +133,9 @@ impl Family {
         if kept.is_empty() {
             return None;
         }
-        let (ss, df) = kept.iter().fold((0.0, 0usize), |(s, d), xs| {
-            (s + var(xs).unwrap_or(0.0) * (xs.len() - 1) as f64, d + xs.len() - 1)
-        });
+        let (ss, df) = kept
+            .iter()
+            .fold((0.0, 0usize), |(s, d), xs| (s + var(xs).unwrap_or(0.0) * (xs.len() - 1) as f64, d + xs.len() - 1));
         let within = (ss / df.max(1) as f64).max(1e-12);
         Some(Family { items: kept.iter().map(|xs| (mean(xs), xs.len())).collect(), within })
     }
@@ -305,8 +305,9 @@ impl Verdict {
     pub fn say(&self) -> String {
         let name = |w: &Option<usize>| w.map_or("off".to_string(), |w| format!("width {w}"));
         match self {
-            Verdict::First { width } => format!("no entry yet: {} (the pooled rule's choice)", name(width)),
-            Verdict::Same { width } => format!("{} kept: the pooled rule chooses it again", name(width)),
+            // One sentence for both, so that proposing a record again
+            // writes the same bytes.
+            Verdict::First { width } | Verdict::Same { width } => format!("{}: the pooled rule's choice", name(width)),
             Verdict::Keep { width, choice, why } => {
                 format!("{} kept although the pooled rule would choose {}: {why}", name(width), name(choice))
             }
@@ -364,7 +365,10 @@ pub fn hysteresis(current: Option<Option<usize>>, pooled: &Pooled, records: &[Re
                 Verdict::Change {
                     from: cur,
                     to: None,
-                    why: format!("width {c}'s pooled ratio {:.3} [{:.3}, {:.3}] lies wholly below 1.0", x.ratio, x.interval.0, x.interval.1),
+                    why: format!(
+                        "width {c}'s pooled ratio {:.3} [{:.3}, {:.3}] lies wholly below 1.0",
+                        x.ratio, x.interval.0, x.interval.1
+                    ),
                 }
             } else {
                 Verdict::Keep {
@@ -384,7 +388,12 @@ pub fn hysteresis(current: Option<Option<usize>>, pooled: &Pooled, records: &[Re
                 Verdict::Change {
                     from: None,
                     to: Some(n),
-                    why: format!("width {n}'s pooled ratio {:.3} [{lo:.3}, {:.3}] lies wholly above {:.2}", x.ratio, x.interval.1, 1.0 + HYSTERESIS_MARGIN),
+                    why: format!(
+                        "width {n}'s pooled ratio {:.3} [{lo:.3}, {:.3}] lies wholly above {:.2}",
+                        x.ratio,
+                        x.interval.1,
+                        1.0 + HYSTERESIS_MARGIN
+                    ),
                 }
             } else {
                 Verdict::Keep {
@@ -411,7 +420,10 @@ mod tests {
         RecordRounds {
             record: name.into(),
             date: "2026-12-03".into(),
-            rounds: rows.iter().map(|(w, xs)| (*w, xs.iter().enumerate().map(|(k, x)| (k, x.ln())).collect())).collect(),
+            rounds: rows
+                .iter()
+                .map(|(w, xs)| (*w, xs.iter().enumerate().map(|(k, x)| (k, x.ln())).collect()))
+                .collect(),
             widen: BTreeMap::new(),
             not_measured: BTreeSet::new(),
         }
@@ -453,5 +465,6 @@ mod tests {
         let v = hysteresis(Some(Some(1)), &p, &r);
         assert!(matches!(v, Verdict::Change { from: Some(1), to: Some(3), .. }), "{v:?}");
         assert!(v.say().contains("width 3 replaces width 1"), "{}", v.say());
+        assert_eq!(Verdict::First { width: Some(1) }.say(), Verdict::Same { width: Some(1) }.say());
     }
 }

@@ -132,6 +132,15 @@ impl PathNames {
         out
     }
 
+    fn name_strings(&self, v: &mut serde_json::Value) {
+        match v {
+            serde_json::Value::String(s) => *s = self.name(s),
+            serde_json::Value::Array(xs) => xs.iter_mut().for_each(|x| self.name_strings(x)),
+            serde_json::Value::Object(m) => m.values_mut().for_each(|x| self.name_strings(x)),
+            _ => {}
+        }
+    }
+
     fn path(&self, p: &Path) -> PathBuf {
         PathBuf::from(self.name(&p.display().to_string()))
     }
@@ -163,7 +172,16 @@ impl PathNames {
                 }
             }
             RawLine::Startup(st) => {
+                // The runtime's event names files in more than one place
+                // (the target's path, the file that declared its
+                // quantization): every string in it is named.
                 st.startup.target.path = self.path(&st.startup.target.path);
+                if let Ok(mut v) = serde_json::to_value(&st.startup) {
+                    self.name_strings(&mut v);
+                    if let Ok(named) = serde_json::from_value(v) {
+                        st.startup = named;
+                    }
+                }
             }
             _ => {}
         }
@@ -186,11 +204,8 @@ pub fn resolve(dir: &Path, h: &SweepHeader) -> Result<SweepHeader> {
     }
     if s.runtime.is_relative() {
         let here = base.join(&s.runtime);
-        s.runtime = if here.is_file() {
-            here
-        } else {
-            crate::identity::default_runtime_path().map_err(anyhow::Error::msg)?
-        };
+        s.runtime =
+            if here.is_file() { here } else { crate::identity::default_runtime_path().map_err(anyhow::Error::msg)? };
     }
     let mut models: Vec<&mut PathBuf> = vec![&mut s.target];
     if let Some(m) = s.drafter_model.as_mut() {
@@ -209,7 +224,10 @@ pub fn resolve(dir: &Path, h: &SweepHeader) -> Result<SweepHeader> {
         }
         let Some(found) = tried.iter().find(|c| c.exists()).cloned() else {
             let list: Vec<String> = tried.iter().map(|c| c.display().to_string()).collect();
-            bail!("the record's model {named} is not at {}; put it there (the identity gives its sha256)", list.join(" or "));
+            bail!(
+                "the record's model {named} is not at {}; put it there (the identity gives its sha256)",
+                list.join(" or ")
+            );
         };
         if let Some(want) = h.identity.models.get(i).and_then(|m| m.sha256.value.as_ref())
             && found.is_file()

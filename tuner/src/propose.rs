@@ -572,6 +572,9 @@ pub struct Proposal {
     pub excluded: Vec<(String, String)>,
 }
 
+/// The pool's records, and those left out with why.
+pub type Gathered = (Vec<crate::pool::RecordRounds>, Vec<(String, String)>);
+
 /// Record folders read when pooling, at most (a typo'd root must not read a disk).
 pub const MAX_POOL_FOLDERS: usize = 4096;
 
@@ -585,7 +588,7 @@ pub fn gather_pool(
     key: &PolicyKey,
     fp: &str,
     allow: Allow,
-) -> Result<(Vec<crate::pool::RecordRounds>, Vec<(String, String)>), Refusal> {
+) -> Result<Gathered, Refusal> {
     let dir = root.join("records");
     let io = |source| Refusal::Io { path: dir.clone(), source };
     let mut names: Vec<String> = Vec::new();

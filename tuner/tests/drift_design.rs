@@ -7,9 +7,11 @@ use tuner::simulate::{SimConfig, Template, calibrate};
 #[ignore = "prints the bracket-plan table for docs/records.md (a few minutes)"]
 fn print_the_bracket_plan_table() {
     let t = Template::new();
-    println!("| bracket arms a side | passes each | process spread | false drift | 10% drift in every round flagged | stated detectable | one round 15% flagged |");
+    println!(
+        "| bracket arms a side | passes each | process spread | false drift | 10% drift in every round flagged | stated detectable | one round 15% flagged |"
+    );
     println!("|---|---|---|---|---|---|---|");
-    for (arms, bursts) in [(8, 1), (9, 1), (10, 1)] {
+    for (arms, bursts) in [(3, 4), (6, 1), (8, 1), (9, 1), (10, 1)] {
         for spread in [0.075, 0.12] {
             let mut c = SimConfig::default_plan(spread, 0.11, 3_000_000 + (arms * 100 + bursts) as u64);
             c.bracket_arms = arms;

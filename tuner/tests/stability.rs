@@ -104,7 +104,8 @@ fn entries_hold_still_through_noise_and_move_for_a_real_difference() {
     let [a1, a2, a4] = adopted(&t, 0.03, 50_000);
     eprintln!("spread 0.03: a width 10% faster adopted within one sweep in {a1:.3}, two in {a2:.3}, four in {a4:.3}");
     if a2 < 0.70 || a4 < 0.90 {
-        failures.push(format!("a 10% faster width adopted within two sweeps in {a2:.3}, four in {a4:.3}, at spread 0.03"));
+        failures
+            .push(format!("a 10% faster width adopted within two sweeps in {a2:.3}, four in {a4:.3}, at spread 0.03"));
     }
     assert!(failures.is_empty(), "{failures:#?}");
 }
@@ -114,7 +115,9 @@ fn entries_hold_still_through_noise_and_move_for_a_real_difference() {
 #[ignore = "prints the pooled-decision tables for docs/records.md (a few minutes)"]
 fn print_the_pooled_decision_tables() {
     let t = Template::new();
-    println!("| process spread | widths within 3%: entry kept through 5 sweeps | 10% faster width adopted within 1 sweep | within 2 | within 4 |");
+    println!(
+        "| process spread | widths within 3%: entry kept through 5 sweeps | 10% faster width adopted within 1 sweep | within 2 | within 4 |"
+    );
     println!("|---|---|---|---|---|");
     for (k, spread) in [0.02, 0.03, 0.055, 0.075].into_iter().enumerate() {
         let s = kept(&t, spread, 100_000 + 10_000 * k as u64);

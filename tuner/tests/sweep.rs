@@ -186,7 +186,11 @@ fn a_clean_sweep_writes_a_record_and_proposes_the_best_qualified_width() {
     let raw = std::fs::read_to_string(f.out.join("raw.jsonl")).unwrap();
     let root = f.root.canonicalize().unwrap();
     for p in [f.root.display().to_string(), root.display().to_string()] {
-        assert!(!raw.contains(&p), "raw.jsonl names {p}: {}", raw.lines().find(|l| l.contains(&p)).unwrap_or_default().chars().take(3000).collect::<String>());
+        assert!(
+            !raw.contains(&p),
+            "raw.jsonl names {p}: {}",
+            raw.lines().find(|l| l.contains(&p)).unwrap_or_default().chars().take(3000).collect::<String>()
+        );
     }
     let s = &lines[0]["settings"];
     assert_eq!(
@@ -291,7 +295,10 @@ fn a_clean_sweep_writes_a_record_and_proposes_the_best_qualified_width() {
     // The sweep is in the ledger with its key and decision.
     let ledger = tuner::ledger::read(&f.root.join("records")).unwrap();
     assert_eq!(ledger.len(), 1, "{ledger:?}");
-    assert_eq!((ledger[0].folder.as_str(), ledger[0].decision.as_str(), ledger[0].outcome.as_str()), ("sweep", "width 1", "complete"));
+    assert_eq!(
+        (ledger[0].folder.as_str(), ledger[0].decision.as_str(), ledger[0].outcome.as_str()),
+        ("sweep", "width 1", "complete")
+    );
     assert_eq!(ledger[0].key.as_deref(), Some(t.entries[0].key.to_string().as_str()));
     // An earlier sweep of the key that chose otherwise is shown by propose.
     let mut earlier = ledger[0].clone();
@@ -300,7 +307,11 @@ fn a_clean_sweep_writes_a_record_and_proposes_the_best_qualified_width() {
     tuner::ledger::append(&f.root.join("records"), &earlier).unwrap();
     let o = f.propose(true);
     let err = String::from_utf8_lossy(&o.stderr);
-    assert!(err.contains("earlier sweeps of this key") && err.contains("2026-01-01-earlier") && err.contains("DISAGREES"), "{}", text(&o));
+    assert!(
+        err.contains("earlier sweeps of this key") && err.contains("2026-01-01-earlier") && err.contains("DISAGREES"),
+        "{}",
+        text(&o)
+    );
     // Proposing again replaces the entry rather than duplicating it.
     let o = f.propose(false);
     assert!(o.status.success(), "{}", text(&o));
@@ -612,7 +623,8 @@ fn malformed_raw_data_and_a_bad_table_are_clear_errors() {
     std::fs::write(f.root.join("policy/draft-block-width.toml"), empty_table()).unwrap();
     let elsewhere = f.root.join("elsewhere");
     std::fs::rename(&f.out, &elsewhere).unwrap();
-    let o = f.tuner(&["propose", elsewhere.to_str().unwrap(), "--dry-run", "--allow-loose-gate", "--allow-weak-plan"], &[]);
+    let o =
+        f.tuner(&["propose", elsewhere.to_str().unwrap(), "--dry-run", "--allow-loose-gate", "--allow-weak-plan"], &[]);
     assert_refused(&o, "records/");
 }
 

@@ -401,7 +401,10 @@ fn sweep_drift_line(s: &Summary) -> String {
     let verdict = if d.drifted { "**drifted**" } else { "no drift" };
     let remedy = match s.bracket_arms_to_detect {
         Some(n) if d.detectable > crate::estimate::DRIFT_TO_DETECT => {
-            format!(" — more than {:.0}%: this spread needs `--bracket-arms {n}`", 100.0 * crate::estimate::DRIFT_TO_DETECT)
+            format!(
+                " — more than {:.0}%: this spread needs `--bracket-arms {n}`",
+                100.0 * crate::estimate::DRIFT_TO_DETECT
+            )
         }
         _ => String::new(),
     };

@@ -78,7 +78,10 @@ pub fn looser_gate(g: &GateConfig) -> Vec<String> {
         out.push(format!("--nvrm-budget {} (default {})", g.nvrm_budget, d.nvrm_budget));
     }
     if g.gpu_util_threshold_pct > d.gpu_util_threshold_pct {
-        out.push(format!("GPU utilization threshold {}% (default {}%)", g.gpu_util_threshold_pct, d.gpu_util_threshold_pct));
+        out.push(format!(
+            "GPU utilization threshold {}% (default {}%)",
+            g.gpu_util_threshold_pct, d.gpu_util_threshold_pct
+        ));
     }
     if g.gpu_min_free_mib < d.gpu_min_free_mib {
         out.push(format!("GPU free memory {} MiB (default {} MiB)", g.gpu_min_free_mib, d.gpu_min_free_mib));
