@@ -875,3 +875,19 @@ fn an_arm_that_runs_through_contention_on_every_attempt_halts_the_sweep() {
     assert!(halt["message"].as_str().unwrap().contains("--resume"), "{halt}");
     assert_refused(&f.propose(true), "incomplete");
 }
+
+#[test]
+fn resume_refuses_a_model_file_that_is_not_the_recorded_one() {
+    let f = Fixture::new();
+    // The second invocation dies, so the sweep halts and can be resumed.
+    f.set_hook(1, "echo 'thread main panicked' >&2; exit 101\n");
+    let o = f.sweep(&[]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    // The record names the model `fake/model.gguf`; another file takes its place.
+    std::fs::write(f.fake.join("model.gguf"), b"another model").unwrap();
+    std::fs::remove_file(f.fake.join("arm-1.sh")).unwrap();
+    let o = f.resume();
+    assert!(!o.status.success(), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("it is another file") && err.contains("fake/model.gguf"), "{}", text(&o));
+}
