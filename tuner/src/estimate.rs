@@ -574,9 +574,26 @@ pub fn estimate(arms: &[ArmLevels], widths: &[usize], prompts: &[String]) -> Est
 /// ratios over the rounds where every width has one, and its degrees of
 /// freedom; `None` below two widths or two rounds.
 fn spec_interaction(l: &BTreeMap<usize, Vec<(usize, f64)>>, complete: &[(&usize, &Round<'_>)]) -> Option<(f64, usize)> {
+    let ks: Vec<usize> = complete.iter().map(|(k, _)| **k).collect();
+    interaction_variance(l, Some(&ks))
+}
+
+/// Residual variance of the width × round interaction (the two-way
+/// additive model `x_wk = mu_w + rho_k + e_wk`: a round's brackets move
+/// every width of the round together) over the rounds where every width
+/// has a value (among `rounds`, when given), and its degrees of freedom
+/// `(W - 1)(R - 1)`; `None` below two widths or two such rounds. It
+/// estimates the variance of one arm's noise `e`, which every pair of
+/// widths shares: a paired per-round difference has variance twice it.
+pub fn interaction_variance(l: &BTreeMap<usize, Vec<(usize, f64)>>, rounds: Option<&[usize]>) -> Option<(f64, usize)> {
     let ws: Vec<usize> = l.keys().copied().collect();
+    let first = ws.first()?;
+    let candidates: Vec<usize> = match rounds {
+        Some(r) => r.to_vec(),
+        None => l[first].iter().map(|(k, _)| *k).collect(),
+    };
     let ks: Vec<usize> =
-        complete.iter().map(|(k, _)| **k).filter(|k| ws.iter().all(|w| l[w].iter().any(|(kk, _)| kk == k))).collect();
+        candidates.into_iter().filter(|k| ws.iter().all(|w| l[w].iter().any(|(kk, _)| kk == k))).collect();
     let (nw, nr) = (ws.len(), ks.len());
     if nw < 2 || nr < 2 {
         return None;
@@ -597,9 +614,22 @@ fn spec_interaction(l: &BTreeMap<usize, Vec<(usize, f64)>>, complete: &[(&usize,
 }
 
 /// The tie test of every width with a ratio against `best`, paired by round.
-pub fn ties(est: &Estimates, best: usize) -> Vec<TieTest> {
+/// The variance of a round's paired difference is twice the residual
+/// variance of the width × round table of the widths that are measurements
+/// (`measured`; [`interaction_variance`]): every pair of widths shares one
+/// arm noise, and the table gives it `(W - 1)(R - 1)` degrees of freedom
+/// where the pair alone has `R - 1`. A width outside the table (not a
+/// measurement, or too few rounds in common) is tested on its own pair.
+pub fn ties(est: &Estimates, best: usize, measured: impl Fn(usize) -> bool) -> Vec<TieTest> {
     let Some(b) = est.ratio.get(&best) else { return Vec::new() };
     let bmap: BTreeMap<usize, f64> = b.per_round.iter().map(|(k, x)| (*k, x.ln())).collect();
+    let logs: BTreeMap<usize, Vec<(usize, f64)>> = est
+        .ratio
+        .iter()
+        .filter(|(w, _)| measured(**w))
+        .map(|(w, e)| (*w, e.per_round.iter().map(|(k, x)| (*k, x.ln())).collect()))
+        .collect();
+    let table = if logs.contains_key(&best) { interaction_variance(&logs, None) } else { None };
     est.ratio
         .iter()
         .filter_map(|(&w, e)| {
@@ -608,9 +638,19 @@ pub fn ties(est: &Estimates, best: usize) -> Vec<TieTest> {
             }
             let d: Vec<(usize, f64)> =
                 e.per_round.iter().filter_map(|(k, x)| Some((*k, x.ln() - bmap.get(k)?))).collect();
-            let iv = interval(&d, 0.0)?;
-            let (low, high) = iv.interval?;
-            Some(TieTest { width: w, vs_best: iv.ratio, low, high, tied: high >= 1.0 })
+            let (vs_best, low, high) = match table.filter(|_| logs.contains_key(&w) && d.len() >= 2) {
+                Some((v, df)) => {
+                    let m = mean(&d.iter().map(|(_, x)| *x).collect::<Vec<_>>());
+                    let h = t_quantile(df) * (2.0 * v / d.len() as f64).sqrt();
+                    (m.exp(), (m - h).exp(), (m + h).exp())
+                }
+                None => {
+                    let iv = interval(&d, 0.0)?;
+                    let (low, high) = iv.interval?;
+                    (iv.ratio, low, high)
+                }
+            };
+            Some(TieTest { width: w, vs_best, low, high, tied: high >= 1.0 })
         })
         .collect()
 }
@@ -688,14 +728,75 @@ mod tests {
         arms.extend(round(1, 5.2, 0.20, 0.21, 0.0));
         arms.extend(round(2, 4.9, 0.15, 0.12, 0.0));
         let e = estimate(&arms, &[1, 2], &prompts());
-        let t = ties(&e, 1);
+        let t = ties(&e, 1, |_| true);
         assert!(t.iter().all(|t| t.tied), "{t:?}");
         let mut arms = round(0, 5.0, 0.10, 0.00, 0.0);
         arms.extend(round(1, 5.2, 0.20, 0.11, 0.0));
         arms.extend(round(2, 4.9, 0.15, 0.04, 0.0));
         let e = estimate(&arms, &[1, 2], &prompts());
-        let t = ties(&e, 1);
+        let t = ties(&e, 1, |_| true);
         assert!(!t.iter().find(|t| t.width == 2).unwrap().tied, "{t:?}");
+    }
+
+    /// Per-round log ratios: width -> values of rounds 0, 1, ...
+    fn est_of(rows: &[(usize, &[f64])]) -> Estimates {
+        let mut e = Estimates::default();
+        for (w, xs) in rows {
+            let pr: Vec<(usize, f64)> = xs.iter().copied().enumerate().collect();
+            e.ratio.insert(*w, interval(&pr, 0.0).unwrap());
+        }
+        e
+    }
+
+    #[test]
+    fn the_width_round_table_gives_the_residual_variance_of_an_additive_model() {
+        // x_wk = mu_w + rho_k exactly: no residual.
+        let l: BTreeMap<usize, Vec<(usize, f64)>> =
+            [(1, vec![(0, 0.1), (1, 0.3), (2, 0.2)]), (2, vec![(0, 0.2), (1, 0.4), (2, 0.3)])].into();
+        let (v, df) = interaction_variance(&l, None).unwrap();
+        assert!(v.abs() < 1e-20 && df == 2, "{v} {df}");
+        // One cell off by 0.06 in a 2 x 3 table: SS = 0.06^2 * (1/2)(2/3) = 0.0012 on 2 df.
+        let l: BTreeMap<usize, Vec<(usize, f64)>> =
+            [(1, vec![(0, 0.1), (1, 0.3), (2, 0.2)]), (2, vec![(0, 0.26), (1, 0.4), (2, 0.3)])].into();
+        let (v, df) = interaction_variance(&l, None).unwrap();
+        assert_eq!(df, 2);
+        assert!((v - 0.0012 / 2.0).abs() < 1e-12, "{v}");
+        // Rounds missing from a width drop out; a given round list is honoured.
+        let l: BTreeMap<usize, Vec<(usize, f64)>> =
+            [(1, vec![(0, 0.1), (1, 0.3), (2, 0.2)]), (2, vec![(0, 0.2), (2, 0.3)])].into();
+        assert_eq!(interaction_variance(&l, None).map(|x| x.1), Some(1));
+        assert_eq!(interaction_variance(&l, Some(&[0])), None);
+    }
+
+    #[test]
+    fn a_tie_test_takes_its_variance_from_every_measured_width() {
+        // Width 3 against the best, width 1: 0.05 lower with a round-to-round
+        // wobble of 0.04 that the pair alone (2 df) cannot tell from noise,
+        // while widths 1, 2 and 4 move with the rounds exactly: the table's
+        // variance (6 df) says width 3 is credibly slower.
+        let e = est_of(&[
+            (1, &[0.20, 0.30, 0.25]),
+            (2, &[0.19, 0.29, 0.24]),
+            (3, &[0.11, 0.29, 0.20]),
+            (4, &[0.18, 0.28, 0.23]),
+        ]);
+        let own = interval(&[(0, -0.09), (1, -0.01), (2, -0.05)], 0.0).unwrap();
+        assert!(own.interval.unwrap().1 >= 1.0, "the pair alone is tied: {own:?}");
+        let t = ties(&e, 1, |_| true);
+        let t3 = t.iter().find(|t| t.width == 3).unwrap();
+        let (v, df) = interaction_variance(
+            &e.ratio.iter().map(|(w, r)| (*w, r.per_round.iter().map(|(k, x)| (*k, x.ln())).collect())).collect(),
+            None,
+        )
+        .unwrap();
+        assert_eq!(df, 6);
+        let h = t_quantile(6) * (2.0 * v / 3.0).sqrt();
+        assert!((t3.high.ln() - (-0.05 + h)).abs() < 1e-9, "{t3:?}");
+        assert!(!t3.tied, "{t3:?}");
+        // A width that is not a measurement stays out of the table and is
+        // tested on its own pair: width 3 is then tied.
+        let t = ties(&e, 1, |w| w != 3);
+        assert!(t.iter().find(|t| t.width == 3).unwrap().tied, "{t:?}");
     }
 
     #[test]

@@ -799,7 +799,8 @@ pub fn summarize_with(raw: &RawFile, with_stability: bool) -> Result<Summary> {
         .max_by(|a, b| a.1.total_cmp(&b.1))
         .map(|(w, _)| w);
     if let Some(b) = best {
-        for t in estimate::ties(&est, b) {
+        let measured = |x: usize| widths.iter().any(|w| w.width == x && w.not_a_measurement.is_none());
+        for t in estimate::ties(&est, b, measured) {
             if let Some(w) = widths.iter_mut().find(|w| w.width == t.width) {
                 w.tie = Some(t);
             }

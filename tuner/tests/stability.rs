@@ -10,19 +10,21 @@
 //!   least 95 % of trials;
 //! - when one width is truly 10 % faster than the entry's (and no other
 //!   is faster than the entry's), it is adopted within two sweeps in at
-//!   least 70 % of trials and within four in at least 90 %, at a 3 %
-//!   process spread (the issue's target, 90 % within two, is not reached:
-//!   docs/records.md).
+//!   least 90 % of trials at a 3 % process spread (at 5.5 % and 7.5 % it
+//!   takes longer: docs/records.md gives the table);
+//! - the pooled difference the hysteresis tests is calibrated: its 95 %
+//!   interval covers the true difference, and its one-sided lower end lies
+//!   below it, at the nominal rate, over one record and over two.
 //!
 //! `cargo test --release -p tuner --test stability -- --ignored --nocapture`
 //! prints the tables docs/records.md reports.
 use std::collections::BTreeMap;
 
-use tuner::pool::{RecordRounds, hysteresis, pool};
+use tuner::pool::{HYSTERESIS_CONFIDENCE, RecordRounds, difference, hysteresis, pool};
 use tuner::simulate::{SimConfig, Template, sweep};
 
 const THREADS: usize = 2;
-const TRIALS: usize = 400;
+const TRIALS: usize = 600;
 
 /// Every width within 3 % of the best (1.17 at width 3).
 const FLAT: [f64; 8] = [1.15, 1.16, 1.17, 1.165, 1.16, 1.15, 1.145, 1.14];
@@ -86,6 +88,38 @@ fn adopted(t: &Template, spread: f64, base: u64) -> [f64; 3] {
     [1, 2, 4].map(|n| share(TRIALS, base, |seed| trial(t, &one, Some(Some(2)), n, spread, seed).contains(&Some(5))))
 }
 
+/// Coverage of the pooled difference `ln(ratio_5 / ratio_2)` that the
+/// hysteresis tests, over one and over two records: the two-sided 95 %
+/// interval, and the one-sided lower end it compares with the margin.
+fn difference_coverage(t: &Template, spread: f64, base: u64) -> [f64; 4] {
+    let one = truth(&ONE_FASTER);
+    let target = (ONE_FASTER[4] / ONE_FASTER[1]).ln();
+    let records = |seed: u64| -> Vec<RecordRounds> {
+        (0..2)
+            .map(|i| {
+                let c = SimConfig { truth: one.clone(), ..SimConfig::default_plan(spread, 0.11, seed * 64 + i) };
+                let s = tuner::summary::summarize_with(&sweep(t, &c), false).expect("a synthetic sweep summarizes");
+                RecordRounds::of(&format!("records/s{i}"), &s)
+            })
+            .collect()
+    };
+    let n = TRIALS / 2;
+    let hits: Vec<[bool; 4]> = (0..n as u64)
+        .map(|i| {
+            let r = records(base + i);
+            let d1 = difference(&r[..1], 5, 2).expect("width 5 and 2 in one round");
+            let d2 = difference(&r, 5, 2).expect("width 5 and 2 in one round");
+            [
+                d1.low() <= target && target <= d1.high(),
+                d2.low() <= target && target <= d2.high(),
+                d1.one_sided_low() <= target,
+                d2.one_sided_low() <= target,
+            ]
+        })
+        .collect();
+    [0, 1, 2, 3].map(|k| hits.iter().filter(|h| h[k]).count() as f64 / n as f64)
+}
+
 #[test]
 fn entries_hold_still_through_noise_and_move_for_a_real_difference() {
     let t = Template::new();
@@ -97,15 +131,23 @@ fn entries_hold_still_through_noise_and_move_for_a_real_difference() {
             failures.push(format!("kept in only {s:.3} at spread {spread}"));
         }
     }
-    // The issue asks for 90 % within two sweeps; at a 3 % spread the plan
-    // and the 3 % margin reach 74.5 % within two and over 90 % within four
-    // (docs/records.md gives the table and why): the bounds below are what
-    // this design reaches, so that a change that loses power fails here.
     let [a1, a2, a4] = adopted(&t, 0.03, 50_000);
     eprintln!("spread 0.03: a width 10% faster adopted within one sweep in {a1:.3}, two in {a2:.3}, four in {a4:.3}");
-    if a2 < 0.70 || a4 < 0.90 {
+    if a2 < 0.90 {
         failures
             .push(format!("a 10% faster width adopted within two sweeps in {a2:.3}, four in {a4:.3}, at spread 0.03"));
+    }
+    for (k, spread) in [0.03, 0.075].into_iter().enumerate() {
+        let [c1, c2, o1, o2] = difference_coverage(&t, spread, 70_000 + 10_000 * k as u64);
+        eprintln!(
+            "spread {spread}: the pooled difference's 95% interval covers the truth in {c1:.3} (one record), {c2:.3} \
+             (two); its one-sided {:.1}% lower end lies below it in {o1:.3} and {o2:.3}",
+            100.0 * HYSTERESIS_CONFIDENCE
+        );
+        if c1.min(c2) < 0.92 || o1.min(o2) < HYSTERESIS_CONFIDENCE - 0.035 {
+            failures
+                .push(format!("difference coverage {c1:.3}, {c2:.3}, one-sided {o1:.3}, {o2:.3} at spread {spread}"));
+        }
     }
     assert!(failures.is_empty(), "{failures:#?}");
 }
