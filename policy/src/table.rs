@@ -27,7 +27,7 @@ pub const FINGERPRINT_LEN: usize = 16;
 
 /// Biggest table the compiler reads (a table is reviewed by hand: a few
 /// hundred entries at most).
-const MAX_TABLE_BYTES: usize = 1 << 20;
+pub const MAX_TABLE_BYTES: usize = 1 << 20;
 
 /// The measured model file, for reviewers and the provenance: its file name
 /// (no directories: a record names models by name and sha256) and sha256.

@@ -162,15 +162,31 @@ pub struct RatioEstimate {
     pub drift_widening_log: f64,
 }
 
+/// How far past 1.0 an interval's end must lie to count as above (or below)
+/// it: a ratio of identical rates computes as `exp(mean of ln x - ln x)`,
+/// which rounding can put at 1.0000000000000002. 1e-9 is far below any
+/// difference a sweep resolves (its intervals are percents wide).
+pub const ONE_BY_ROUNDING: f64 = 1e-9;
+
+/// `lo` lies above 1.0 by more than rounding.
+pub fn wholly_above_one(lo: f64) -> bool {
+    lo > 1.0 + ONE_BY_ROUNDING
+}
+
+/// `hi` lies below 1.0 by more than rounding.
+pub fn wholly_below_one(hi: f64) -> bool {
+    hi < 1.0 - ONE_BY_ROUNDING
+}
+
 impl RatioEstimate {
-    /// The interval lies wholly above 1.0.
+    /// The interval lies wholly above 1.0 (by more than rounding).
     pub fn above_one(&self) -> bool {
-        self.interval.is_some_and(|(lo, _)| lo > 1.0)
+        self.interval.is_some_and(|(lo, _)| wholly_above_one(lo))
     }
 
-    /// The interval lies wholly below 1.0.
+    /// The interval lies wholly below 1.0 (by more than rounding).
     pub fn below_one(&self) -> bool {
-        self.interval.is_some_and(|(_, hi)| hi < 1.0)
+        self.interval.is_some_and(|(_, hi)| wholly_below_one(hi))
     }
 }
 

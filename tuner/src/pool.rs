@@ -325,7 +325,7 @@ pub fn pool(records: &[RecordRounds]) -> Pooled {
             }
         }
     }
-    let choice = out.iter().filter(|x| x.tied && !x.not_measured).find(|x| x.interval.0 > 1.0).map(|x| x.width);
+    let choice = out.iter().filter(|x| x.tied && !x.not_measured).find(|x| crate::estimate::wholly_above_one(x.interval.0)).map(|x| x.width);
     Pooled { records: records.iter().map(|r| r.record.clone()).collect(), widths: out, best, choice }
 }
 
@@ -411,7 +411,7 @@ pub fn hysteresis(current: Option<Option<usize>>, pooled: &Pooled, records: &[Re
         (Some(c), None) => {
             // To off only when the entry's width is credibly no faster than classic.
             let x = pooled.width(c).expect("checked above");
-            if x.interval.1 < 1.0 {
+            if crate::estimate::wholly_below_one(x.interval.1) {
                 Verdict::Change {
                     from: cur,
                     to: None,

@@ -691,7 +691,7 @@ pub fn propose(dir: &Path, table_path: Option<&Path>, dry_run: bool, allow: Allo
             .into());
         }
     };
-    let old = std::fs::read_to_string(&table_abs).map_err(io(&table_abs))?;
+    let old = read_table(&table_abs)?;
     let tbl = table::compile(TABLE_FILE, &old, RecordCheck::Skip).map_err(|e| Refusal::Table(e.to_string()))?;
     let key = record_key(&s)?;
     let history = match crate::ledger::records_of(dir) {
@@ -745,6 +745,25 @@ pub fn propose(dir: &Path, table_path: Option<&Path>, dry_run: bool, allow: Allo
         std::fs::rename(&tmp, &table_abs).map_err(io(&table_abs))?;
     }
     Ok(Proposal { table: table_abs, diff: d, written: !dry_run, overridden, history, pooled, verdict, excluded })
+}
+
+/// The policy table's text, read at most [`table::MAX_TABLE_BYTES`] + 1
+/// bytes: a larger file (or `/dev/zero`) is refused before it is read whole.
+fn read_table(path: &Path) -> Result<String, ProposeError> {
+    use std::io::Read;
+    let cap = table::MAX_TABLE_BYTES as u64;
+    let mut buf = Vec::new();
+    std::fs::File::open(path)
+        .and_then(|f| f.take(cap + 1).read_to_end(&mut buf))
+        .map_err(|source| Refusal::Io { path: path.to_path_buf(), source })?;
+    if buf.len() as u64 > cap {
+        return Err(Refusal::Table(format!(
+            "{} is larger than {cap} bytes, the most a policy table may be (it is reviewed by hand)",
+            path.display()
+        ))
+        .into());
+    }
+    String::from_utf8(buf).map_err(|_| Refusal::Table(format!("{} is not UTF-8", path.display())).into())
 }
 
 #[cfg(test)]

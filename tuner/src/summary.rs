@@ -90,15 +90,24 @@ pub fn settled(s: &Summary) -> Option<String> {
     }
 }
 
+/// The fastest rate a request may report, in tok/s: past it the clock or
+/// the row is broken, not the engine fast. One decode stream of today's
+/// fastest engines on the fastest accelerators runs at 10^3-10^4 tok/s
+/// (this host: 100-500); 10^6 leaves two orders of magnitude above that
+/// and is still far below what a broken timer gives (a decode timed at 1 ns
+/// a token reads 10^9).
+pub const MAX_PLAUSIBLE_TOK_PER_S: f64 = 1e6;
+
 /// A request's sample: its end-to-end tok/s in a served sweep, else the
 /// runtime's decode tok/s; `None` when there is none (no token after the
-/// first, or none at all) or it is not a positive finite number.
+/// first, or none at all) or it is not a positive finite number at most
+/// [`MAX_PLAUSIBLE_TOK_PER_S`].
 pub fn rate(r: &RequestRow) -> Option<f64> {
     match &r.served {
         Some(s) => s.e2e_tok_per_s,
         None => r.outcome.decode_tok_per_s,
     }
-    .filter(|x| x.is_finite() && *x > 0.0)
+    .filter(|x| x.is_finite() && *x > 0.0 && *x <= MAX_PLAUSIBLE_TOK_PER_S)
 }
 
 /// Identity of one request's output against the classic reference.
@@ -969,6 +978,49 @@ mod tests {
             not_a_measurement: None,
             differences: vec![],
         }
+    }
+
+    #[test]
+    fn implausible_rates_are_no_measurement_and_a_data_problem() {
+        // Every rate 1e308 tok/s: a ratio of 1.0 to the last bit, whose
+        // interval rounding once put "wholly above 1.0".
+        let t = crate::simulate::Template::new();
+        let mut raw = crate::simulate::sweep(&t, &crate::simulate::SimConfig::default_plan(0.03, 0.11, 7));
+        for l in raw.lines.iter_mut() {
+            if let crate::raw::RawLine::Request(r) = l {
+                r.outcome.decode_tok_per_s = Some(1e308);
+            }
+        }
+        let s = summarize_with(&raw, false).unwrap();
+        assert!(s.widths.iter().all(|w| w.not_a_measurement.as_deref().is_some_and(|m| m.contains("implausible"))));
+        assert!(s.data_problems.iter().any(|p| p.what.contains("has no valid rate")), "{:?}", s.data_problems);
+        assert_eq!(s.decision.width, None, "{:?}", s.decision);
+        // One just under the ceiling is a rate (the ceiling, not finiteness, refused them).
+        let mut r = raw.lines.iter().find_map(|l| match l {
+            crate::raw::RawLine::Request(r) => Some(r.clone()),
+            _ => None,
+        });
+        let r = r.as_mut().unwrap();
+        r.outcome.decode_tok_per_s = Some(MAX_PLAUSIBLE_TOK_PER_S);
+        assert_eq!(rate(r), Some(MAX_PLAUSIBLE_TOK_PER_S));
+        r.outcome.decode_tok_per_s = Some(MAX_PLAUSIBLE_TOK_PER_S * 1.01);
+        assert_eq!(rate(r), None);
+    }
+
+    #[test]
+    fn an_interval_at_one_by_rounding_is_not_above_or_below_it() {
+        let e = |lo: f64, hi: f64| crate::estimate::RatioEstimate {
+            ratio: 1.0,
+            interval: Some((lo, hi)),
+            rounds: 4,
+            per_round: vec![],
+            sd_log: Some(0.0),
+            drift_widening_log: 0.0,
+        };
+        let up = 1.0000000000000002;
+        assert!(!e(up, up).above_one());
+        assert!(!e(1.0 - 1e-16, 1.0 - 1e-16).below_one());
+        assert!(e(1.001, 1.2).above_one() && e(0.8, 0.999).below_one());
     }
 
     #[test]

@@ -760,3 +760,17 @@ fn the_binary_refuses_a_record_whose_plan_is_weaker_than_the_rules_unless_allowe
     assert!(err.contains("cannot detect a 10% drift") && err.contains("--bracket-arms"), "{}", text(&o));
     assert!(f.table().contains("plan weaker than the rules, allowed by --allow-weak-plan"), "{}", f.table());
 }
+
+#[test]
+fn a_table_larger_than_the_cap_is_refused_before_it_is_read_whole() {
+    let s = scratch("2026-11-01", "false", Some(&current()));
+    // The table is a sparse file of 64 GiB of zeros: read whole, it would
+    // take minutes and all the memory there is.
+    let table = s.root.join(TABLE_FILE);
+    std::fs::OpenOptions::new().write(true).open(&table).unwrap().set_len(64 << 30).unwrap();
+    let t0 = std::time::Instant::now();
+    let o = s.propose(&["--dry-run", "--table", table.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(5), "{}", text(&o));
+    assert!(text(&o).contains("is larger than 1048576 bytes"), "{}", text(&o));
+    assert!(t0.elapsed() < std::time::Duration::from_secs(30), "{:?}", t0.elapsed());
+}

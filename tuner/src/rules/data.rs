@@ -102,9 +102,16 @@ pub fn data_problems(raw: &RawFile, ok_arms: &OkArms<'_>) -> Vec<DataProblem> {
                     out.push(DataProblem {
                         line: Some(*line),
                         arm: Some(r.arm),
-                        what: format!("classic request (prompt {}, burst {}) has no valid rate", r.prompt_id, r.burst),
-                        remedy: "use prompts that decode at least two tokens (raise --max-tokens), then re-run the \
-                                 sweep"
+                        what: format!(
+                            "classic request (prompt {}, burst {}) has no valid rate (none, non-finite, non-positive \
+                             or above {:.0e} tok/s)",
+                            r.prompt_id,
+                            r.burst,
+                            crate::summary::MAX_PLAUSIBLE_TOK_PER_S
+                        ),
+                        remedy: "a missing rate: use prompts that decode at least two tokens (raise --max-tokens), \
+                                 then re-run the sweep; an implausible one: the row was altered or the clock is \
+                                 broken, re-run the sweep"
                             .into(),
                     });
                 }

@@ -14,7 +14,8 @@ pub struct WidthRequests<'a> {
     pub first_decline: Option<&'a str>,
     pub without_diagnostics: usize,
     pub zero_round_requests: usize,
-    /// Requests with a missing, non-finite or non-positive rate.
+    /// Requests with a missing, non-finite, non-positive or implausible rate
+    /// (`crate::summary::rate`).
     pub invalid_rate_requests: usize,
 }
 
@@ -39,8 +40,9 @@ pub fn not_a_measurement(w: &WidthRequests<'_>, served: bool) -> Option<String> 
         Some(format!("every one of its {n} requests ran zero speculative rounds"))
     } else if w.invalid_rate_requests > 0 {
         Some(format!(
-            "{} of {n} requests have a missing, non-finite or non-positive {}",
+            "{} of {n} requests have a missing, non-finite, non-positive or implausible (above {:.0e} tok/s) {}",
             w.invalid_rate_requests,
+            crate::summary::MAX_PLAUSIBLE_TOK_PER_S,
             if served { "end-to-end rate" } else { "decode rate (no token after the first, or a bad time)" }
         ))
     } else {
