@@ -159,6 +159,12 @@ pub const OFF_PATH: &[(&str, &str)] = &[
     ("runtime/src/bench/", "the benchmark command, around the engine"),
     ("runtime/src/policy/", "which width runs, not what a width costs"),
     ("runtime/src/serve/", "HTTP around the engine, per request"),
+    (
+        "runtime/src/budget.rs",
+        "the bounded thread chat templates run on, and the process's allocator: the system's behind one \
+         thread-local load and branch per allocation (the decode and verify loops allocate per round, not per \
+         weight; keep the hooks that small)",
+    ),
     ("runtime/src/spec/probe.rs", "the exactness probe, once at startup"),
     ("runtime/src/spec/setup.rs", "drafter and width resolution, once at startup"),
     ("runtime/src/tokenizer/chat.rs", "the chat template, once per request"),

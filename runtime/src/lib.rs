@@ -9,6 +9,7 @@
 //! [`serve`] (the OpenAI-compatible HTTP server).
 
 pub mod bench;
+pub mod budget;
 pub mod build_info;
 pub mod commands;
 pub mod device;

@@ -110,6 +110,22 @@ pub fn resolve_threads(flag: Option<usize>) -> anyhow::Result<usize> {
     }
 }
 
+/// `generate --repeat` and `bench --reps`: recorded passes (a sweep uses 1,
+/// a careful benchmark tens).
+pub const MAX_PASSES: u64 = 10_000;
+
+/// `generate --warmup` and `bench --warmup`: unrecorded passes first.
+pub const MAX_WARMUP_PASSES: u64 = 1_000;
+
+/// `bench --prompt-tokens`, `--gen-tokens` and the width curve's
+/// `--max-tokens`, before the model's own context length (checked once the
+/// model is open) is known: no allocation is sized by a larger number.
+pub const MAX_BENCH_TOKENS: u64 = 1 << 20;
+
+/// `bench --verify-cost --max-width`: the widest verify block timed (the
+/// policy's widest draft is 32; the curve past it is still informative).
+pub const MAX_VERIFY_WIDTH: u64 = 256;
+
 /// A number flag checked against `lo..=hi`, naming the flag when it is not.
 pub fn check_range(flag: &str, v: u64, lo: u64, hi: u64) -> Result<u64, String> {
     if v < lo || v > hi {

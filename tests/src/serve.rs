@@ -27,10 +27,16 @@ impl Server {
     /// Starts `runtime serve --port 0` on the default model with `args`
     /// added, waits for its `listening on` line and a healthy `/health`.
     pub fn start(args: &[&str]) -> Server {
+        Self::start_model(&model_path(), args)
+    }
+
+    /// [`Server::start`] on the model at `model` (a GGUF file or a Hugging
+    /// Face checkpoint's directory).
+    pub fn start_model(model: &std::path::Path, args: &[&str]) -> Server {
         let mut child = Command::new(bin("runtime"))
             .arg("serve")
             .arg("--model")
-            .arg(model_path())
+            .arg(model)
             .args(["--port", "0", "--threads", "2"])
             .args(args)
             .env("DRAFTWISE_LOG", "warn")

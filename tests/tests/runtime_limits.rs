@@ -91,3 +91,125 @@ fn serve_refuses_out_of_range_limits_naming_the_flag() {
         assert!(err.contains(&format!("{flag} {v} is out of range")), "{err}");
     }
 }
+
+#[test]
+fn count_flags_of_generate_and_bench_are_bounded_naming_the_flag() {
+    let bench = || {
+        let mut c = Command::new(bin("runtime"));
+        c.arg("bench").arg("--model").arg(model_path()).env("DRAFTWISE_LOG", "warn");
+        c
+    };
+    let huge = "18446744073709551615";
+    let cases: Vec<(Command, &str, &str)> = vec![
+        (
+            {
+                let mut c = generate();
+                c.args(["--prompt", "hi", "--max-tokens", "1", "--repeat", huge]);
+                c
+            },
+            "--repeat",
+            huge,
+        ),
+        (
+            {
+                let mut c = generate();
+                c.args(["--prompt", "hi", "--max-tokens", "1", "--repeat", "0"]);
+                c
+            },
+            "--repeat",
+            "0",
+        ),
+        (
+            {
+                let mut c = generate();
+                c.args(["--prompt", "hi", "--max-tokens", "1", "--warmup", huge]);
+                c
+            },
+            "--warmup",
+            huge,
+        ),
+        (
+            {
+                let mut c = bench();
+                c.args(["--prompt-tokens", huge]);
+                c
+            },
+            "--prompt-tokens",
+            huge,
+        ),
+        (
+            {
+                let mut c = bench();
+                c.args(["--prompt-tokens", "1099511627776"]);
+                c
+            },
+            "--prompt-tokens",
+            "1099511627776",
+        ),
+        (
+            {
+                let mut c = bench();
+                c.args(["--gen-tokens", huge]);
+                c
+            },
+            "--gen-tokens",
+            huge,
+        ),
+        (
+            {
+                let mut c = bench();
+                c.args(["--verify-cost", "--max-width", huge]);
+                c
+            },
+            "--max-width",
+            huge,
+        ),
+        (
+            {
+                let mut c = bench();
+                c.args(["--reps", huge]);
+                c
+            },
+            "--reps",
+            huge,
+        ),
+        (
+            {
+                let mut c = bench();
+                c.args(["--warmup", huge]);
+                c
+            },
+            "--warmup",
+            huge,
+        ),
+        (
+            {
+                let mut c = bench();
+                c.args(["--drafter", "ngram", "--max-tokens", huge]);
+                c
+            },
+            "--max-tokens",
+            huge,
+        ),
+    ];
+    for (mut c, flag, v) in cases {
+        let t0 = Instant::now();
+        let out = run(&mut c);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(1), "{flag} {v}: {err}");
+        assert!(err.contains(&format!("{flag} {v} is out of range: give ")), "{flag} {v}: {err}");
+        assert!(!err.contains("panicked"), "{err}");
+        assert!(t0.elapsed() < Duration::from_secs(20), "{flag} {v} took {:?}", t0.elapsed());
+    }
+    // In range, but past the model's context: refused once the model is open, naming both flags.
+    let out = run(bench().args(["--prompt-tokens", "1000000", "--gen-tokens", "8"]));
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("--prompt-tokens 1000000 plus --gen-tokens 8 is more than the model's context length"),
+        "{err}"
+    );
+    let out = run(bench().args(["--verify-cost", "--prompt-tokens", "1000000", "--max-width", "4"]));
+    let err = stderr(&out);
+    assert!(err.contains("--prompt-tokens 1000000 plus --max-width 4 is more than"), "{err}");
+}

@@ -19,6 +19,7 @@ const MODEL: &str = "SmolLM2-135M-Instruct.Q4_1";
 /// The settings of the shared server: short timeouts so the attacks end fast.
 const HEADER_TIMEOUT_MS: u64 = 1500;
 const IDLE_TIMEOUT_MS: u64 = 2000;
+const BODY_TIMEOUT_MS: u64 = 2000;
 const MAX_CONNECTIONS: usize = 64;
 
 /// `/health` must answer within this, under every attack.
@@ -47,6 +48,8 @@ fn server() -> (MutexGuard<'static, ()>, Arc<Server>) {
         &HEADER_TIMEOUT_MS.to_string(),
         "--idle-timeout-ms",
         &IDLE_TIMEOUT_MS.to_string(),
+        "--body-timeout-ms",
+        &BODY_TIMEOUT_MS.to_string(),
         "--max-connections",
         &MAX_CONNECTIONS.to_string(),
     ]));
@@ -118,6 +121,71 @@ fn slow_headers_from_many_connections_never_lock_out_health() {
     assert!(metric(&s, "draftwise_connections_closed_total{reason=\"evicted\"}") >= (n - MAX_CONNECTIONS) as f64);
     assert!(metric(&s, "draftwise_connections_closed_total{reason=\"header_timeout\"}") >= 1.0);
     drop(slow);
+    health_ok(&s);
+}
+
+#[test]
+fn slow_bodies_from_many_connections_never_lock_out_health_and_are_answered_408() {
+    let (_g, s) = server();
+    // Five times the connection cap, each a complete head that promises
+    // 100000 bytes of body and sends one: a body in progress is evictable
+    // and has its own deadline, so none of them holds a slot.
+    let n = 5 * MAX_CONNECTIONS;
+    let head =
+        "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n{";
+    let before_evicted = metric(&s, "draftwise_connections_closed_total{reason=\"evicted\"}");
+    let before_timeouts = metric(&s, "draftwise_connections_closed_total{reason=\"body_timeout\"}");
+    let mut slow: Vec<TcpStream> = Vec::new();
+    for _ in 0..n {
+        let mut c = TcpStream::connect(s.addr).expect("connect");
+        c.write_all(head.as_bytes()).unwrap();
+        slow.push(c);
+    }
+    let t0 = Instant::now();
+    let worst = health_throughout(&s, Duration::from_millis(BODY_TIMEOUT_MS + 1000));
+    eprintln!("{n} slow-body connections; slowest /health {worst:?}");
+    // The last ones (not evicted) are answered 408 at the body timeout.
+    let last = slow.last_mut().unwrap();
+    let got = read_until_closed(last, Duration::from_secs(5)).expect("the server closes a slow body");
+    let reply = draftwise_tests::serve::parse_response(&got).expect("a full response");
+    assert_eq!(reply.status, 408, "{}", reply.text());
+    assert_eq!(reply.error()["code"], "request_timeout");
+    assert!(reply.text().contains("--body-timeout-ms"), "{}", reply.text());
+    assert!(t0.elapsed() < Duration::from_millis(BODY_TIMEOUT_MS + 6000), "{:?}", t0.elapsed());
+    let evicted = metric(&s, "draftwise_connections_closed_total{reason=\"evicted\"}") - before_evicted;
+    assert!(evicted >= (n - MAX_CONNECTIONS) as f64, "evicted {evicted}");
+    assert!(metric(&s, "draftwise_connections_closed_total{reason=\"body_timeout\"}") > before_timeouts);
+    drop(slow);
+    health_ok(&s);
+}
+
+#[test]
+fn a_body_that_never_ends_by_its_framing_is_answered_408_at_the_deadline() {
+    let (_g, s) = server();
+    for (what, req) in [
+        (
+            "a Content-Length larger than the body",
+            "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 500\r\n\r\n{\"prompt\": \"hi\"}".to_string(),
+        ),
+        (
+            "a chunk size of 2^64-1 and a short chunk",
+            "POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nffffffffffffffff\r\nabc"
+                .to_string(),
+        ),
+    ] {
+        let t0 = Instant::now();
+        let mut c = TcpStream::connect(s.addr).unwrap();
+        c.write_all(req.as_bytes()).unwrap();
+        let got = read_until_closed(&mut c, Duration::from_millis(BODY_TIMEOUT_MS + 5000))
+            .unwrap_or_else(|| panic!("{what}: the server never answered"));
+        let took = t0.elapsed();
+        let reply = draftwise_tests::serve::parse_response(&got)
+            .unwrap_or_else(|e| panic!("{what}: {e}: {:?}", String::from_utf8_lossy(&got)));
+        // A 2^64-1 chunk may be refused as framing at once (400/413); a short body waits for the deadline.
+        assert!(matches!(reply.status, 400 | 408 | 413), "{what}: {} {}", reply.status, reply.text());
+        assert!(took < Duration::from_millis(BODY_TIMEOUT_MS + 3000), "{what}: took {took:?}");
+        eprintln!("{what}: {} after {took:?}", reply.status);
+    }
     health_ok(&s);
 }
 

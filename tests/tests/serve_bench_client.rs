@@ -105,6 +105,42 @@ fn server() -> Server {
     Server::start(&["--api-key", KEY])
 }
 
+/// Walks every route the router is built from (`runtime::serve::routes::
+/// endpoints`), and a path it does not know, with GET and POST: without the
+/// key, or with a wrong one, each answers 401 `invalid_api_key` before any
+/// body is read, except the public `/health` and `/metrics`; with the key,
+/// the config is readable. Returns how many requests were refused 401.
+fn walk_the_router_without_the_key(s: &Server) -> u64 {
+    use runtime::serve::routes::{PUBLIC_PATHS, endpoints};
+    let paths: Vec<&str> = endpoints().into_iter().map(|(p, _)| p).chain(["/no/such/path"]).collect();
+    assert!(paths.contains(&"/v1/draftwise/config"), "{paths:?}");
+    let mut refused = 0;
+    for path in &paths {
+        for method in ["GET", "POST"] {
+            for auth in [None, Some("Bearer wrong-key"), Some("bench-key-12")] {
+                let headers: Vec<(&str, &str)> = auth.map(|a| ("Authorization", a)).into_iter().collect();
+                let body: &[u8] = b"{}";
+                let r = try_request(s.addr, method, path, &headers, (method == "POST").then_some(body))
+                    .unwrap_or_else(|e| panic!("{method} {path}: {e}"));
+                if PUBLIC_PATHS.contains(path) {
+                    let want = if method == "GET" { 200 } else { 405 };
+                    assert_eq!(r.status, want, "{method} {path} ({auth:?}) is public: {}", r.text());
+                } else {
+                    assert_eq!(r.status, 401, "{method} {path} ({auth:?}) without the key: {}", r.text());
+                    assert!(r.text().contains("invalid_api_key"), "{method} {path}: {}", r.text());
+                    refused += 1;
+                }
+            }
+        }
+    }
+    let auth = format!("Bearer {KEY}");
+    let r = try_request(s.addr, "GET", "/v1/draftwise/config", &[("Authorization", &auth)], None).unwrap();
+    assert_eq!(r.status, 200, "{}", r.text());
+    let r = try_request(s.addr, "GET", "/no/such/path", &[("Authorization", &auth)], None).unwrap();
+    assert_eq!(r.status, 404, "{}", r.text());
+    refused
+}
+
 #[test]
 fn the_vllm_benchmark_client_works_unmodified_with_and_without_ignore_eos() {
     let s = server();
@@ -112,9 +148,10 @@ fn the_vllm_benchmark_client_works_unmodified_with_and_without_ignore_eos() {
     let e = send(&s, false, &completions_body("Hi", 4, false), "None").unwrap_err();
     assert_eq!(e.0, 401, "{}", e.1);
     assert!(e.1.contains("invalid_api_key"), "{}", e.1);
-    // /health and /metrics stay open.
+    // /health and /metrics stay open; every other route, known or not, is behind the key.
     assert_eq!(try_request(s.addr, "GET", "/health", &[], None).unwrap().status, 200);
     assert_eq!(try_request(s.addr, "GET", "/metrics", &[], None).unwrap().status, 200);
+    let refused = 1 + walk_the_router_without_the_key(&s);
 
     // A prompt the model answers briefly: without ignore_eos it stops before the budget.
     let question = "What is 2 + 2? Answer with a single number.";
@@ -156,5 +193,5 @@ fn the_vllm_benchmark_client_works_unmodified_with_and_without_ignore_eos() {
     let ttfts: Vec<Duration> = clients.into_iter().flat_map(|c| c.join().unwrap()).collect();
     eprintln!("20 vLLM-style requests from 4 clients in {:?}; slowest TTFT {:?}", t0.elapsed(), ttfts.iter().max());
     let m = try_request(s.addr, "GET", "/metrics", &[], None).unwrap().text();
-    assert!(m.contains("draftwise_requests_total{outcome=\"unauthorized\"} 1\n"), "{m}");
+    assert!(m.contains(&format!("draftwise_requests_total{{outcome=\"unauthorized\"}} {refused}\n")), "{m}");
 }

@@ -126,12 +126,17 @@ pub fn build_info(json: bool) -> Result<ExitCode> {
 
 /// `runtime bench`: the throughput report, or with a drafter the width curve.
 pub fn bench(args: BenchSettings) -> Result<ExitCode> {
+    use crate::limits::{MAX_BENCH_TOKENS, MAX_PASSES, MAX_VERIFY_WIDTH, MAX_WARMUP_PASSES, check_range};
     let threads = crate::limits::resolve_threads(args.threads)?;
-    if args.reps == 0 {
-        bail!("--reps must be at least 1");
-    }
-    if args.verify_cost && args.max_width == 0 {
-        bail!("--max-width must be at least 1");
+    for (flag, v, lo, hi) in [
+        ("--reps", args.reps, 1, MAX_PASSES),
+        ("--warmup", args.warmup, 0, MAX_WARMUP_PASSES),
+        ("--prompt-tokens", args.prompt_tokens, 1, MAX_BENCH_TOKENS),
+        ("--gen-tokens", args.gen_tokens, 0, MAX_BENCH_TOKENS),
+        ("--max-width", args.max_width, 1, MAX_VERIFY_WIDTH),
+        ("--max-tokens", args.max_tokens, 2, MAX_BENCH_TOKENS),
+    ] {
+        check_range(flag, v as u64, lo, hi).map_err(anyhow::Error::msg)?;
     }
     let Opened { engine, path, .. } = open(OpenSettings {
         model: args.model.as_deref(),
@@ -139,6 +144,16 @@ pub fn bench(args: BenchSettings) -> Result<ExitCode> {
         device: args.device.as_deref(),
         threads,
     })?;
+    // The prefill and what follows it must fit the model's context.
+    let context = engine.loaded.model.config.context_length;
+    let (after, flag) =
+        if args.verify_cost { (args.max_width, "--max-width") } else { (args.gen_tokens, "--gen-tokens") };
+    if args.spec.drafter.as_deref().is_none_or(|k| k == "none") && args.prompt_tokens + after > context {
+        bail!(
+            "--prompt-tokens {} plus {flag} {after} is more than the model's context length {context}",
+            args.prompt_tokens
+        );
+    }
     let spec = crate::bench::BenchSpec {
         prompt_tokens: args.prompt_tokens.max(1),
         gen_tokens: args.gen_tokens,
@@ -172,9 +187,6 @@ fn width_curve(args: &BenchSettings, kind: &str, engine: &Engine) -> Result<Exit
         Ok(w) if !args.widths.is_empty() => w,
         _ => bail!("--widths: give widths in 1..={}", crate::policy::MAX_WIDTH),
     };
-    if args.max_tokens < 2 {
-        bail!("--max-tokens must be at least 2 (decode throughput needs a token after the first)");
-    }
     let (origin, text) = match &args.prompts {
         Some(p) => (p.clone(), crate::limits::read_prompt_file(p)?),
         None => (PathBuf::from("prompts/width-curve.jsonl (built in)"), WIDTH_CURVE_PROMPTS.to_string()),
@@ -217,6 +229,12 @@ pub fn generate(args: GenerateSettings) -> Result<ExitCode> {
     let sampling =
         SamplingParams { temperature: args.temperature, top_k: args.top_k, top_p: args.top_p, seed: args.seed };
     sampling.validate().map_err(anyhow::Error::msg)?;
+    for (flag, v, lo, hi) in [
+        ("--repeat", args.repeat, 1, crate::limits::MAX_PASSES),
+        ("--warmup", args.warmup, 0, crate::limits::MAX_WARMUP_PASSES),
+    ] {
+        crate::limits::check_range(flag, v as u64, lo, hi).map_err(anyhow::Error::msg)?;
+    }
     let threads = crate::limits::resolve_threads(args.threads)?;
     let items = match (&args.prompt, &args.prompts) {
         (Some(p), _) => {

@@ -113,12 +113,26 @@ impl ApiError {
         }
     }
 
-    /// An unfinished request head was dropped to admit a new connection.
+    /// The request body did not arrive in time (`--body-timeout-ms`).
+    pub fn body_timeout(limit: std::time::Duration) -> Self {
+        ApiError {
+            status: StatusCode::REQUEST_TIMEOUT,
+            message: format!(
+                "the request body did not arrive within {} ms of its headers (--body-timeout-ms)",
+                limit.as_millis()
+            ),
+            kind: "invalid_request_error",
+            param: None,
+            code: Some("request_timeout"),
+        }
+    }
+
+    /// An unfinished request head or body was dropped to admit a new connection.
     pub fn evicted() -> Self {
         ApiError {
             status: StatusCode::REQUEST_TIMEOUT,
-            message: "the request headers were still incomplete when the server, at its connection limit \
-                      (--max-connections), needed the connection for another client"
+            message: "the request (its headers or its body) was still incomplete when the server, at its \
+                      connection limit (--max-connections), needed the connection for another client"
                 .into(),
             kind: "invalid_request_error",
             param: None,
@@ -148,6 +162,20 @@ impl ApiError {
             message: format!(
                 "too many requests are being prepared at once ({max} tokenizing (--max-preparing) and {waiting} \
                  waiting to (--max-queue)); retry in a moment"
+            ),
+            kind: "rate_limit_error",
+            param: None,
+            code: Some("too_many_requests"),
+        }
+    }
+
+    /// The client already has its share of requests waiting (`--max-waiting-per-client`).
+    pub fn over_client_share(waiting: usize, max: usize) -> Self {
+        ApiError {
+            status: StatusCode::TOO_MANY_REQUESTS,
+            message: format!(
+                "this client already has {waiting} requests waiting, its share of the queue \
+                 (--max-waiting-per-client {max}); retry when one of them has started"
             ),
             kind: "rate_limit_error",
             param: None,

@@ -5,19 +5,27 @@
 //! - a **header timeout**: a request whose head (request line and headers)
 //!   has begun but is not complete within `header_timeout` is answered 408
 //!   `request_timeout` and its connection closed (slowloris);
+//! - a **body timeout**: a request whose body is not complete within
+//!   `body_timeout` of its head (a slow body, a `Content-Length` larger than
+//!   what is sent, a chunk that never ends) is answered 408 the same way, and
+//!   while its body arrives the connection can be evicted like an unfinished
+//!   head: a request counts as running only once its body is in;
 //! - an **idle timeout**: a keep-alive connection with no request for
 //!   `idle_timeout` is closed;
 //! - a **connection cap**: at `max_connections` open connections, a new one
 //!   evicts the connection that has waited longest without a request
-//!   running (unfinished heads first, then idle keep-alive connections), so
+//!   running (unfinished heads and bodies first, then idle keep-alive
+//!   connections), so
 //!   a flood of slow clients cannot lock out a real one; when every open
 //!   connection has a request running, the new one is answered 503
 //!   `too_many_connections`.
 //!
 //! A connection's phase (idle, reading a head, running requests) is kept in
 //! [`ConnState`]: the socket wrapper marks the first byte of a head, the
-//! service marks a request's start, and a guard inside the response body
-//! marks its end (a streamed response runs until its last byte is written).
+//! service marks a request's start, a wrapper around the request body
+//! ([`Arriving`]) marks the body in progress until its end (or until the
+//! handler drops it), and a guard inside the response body marks the
+//! request's end (a streamed response runs until its last byte is written).
 
 use super::api::ApiError;
 use super::metrics::Stats;
@@ -42,6 +50,7 @@ use tokio::task::JoinSet;
 #[derive(Clone, Copy, Debug)]
 pub struct ConnLimits {
     pub header_timeout: Duration,
+    pub body_timeout: Duration,
     pub idle_timeout: Duration,
     pub max_connections: usize,
 }
@@ -67,6 +76,9 @@ struct ConnState {
     /// When the first byte of a pending request head arrived (ms since
     /// `epoch`, plus one); 0: no head pending.
     head_since: AtomicU64,
+    /// When the running request's head was read, while its body is still
+    /// arriving (ms since `epoch`, plus one); 0: no body pending.
+    body_since: AtomicU64,
     /// When the connection last became idle (ms since `epoch`, plus one).
     idle_since: AtomicU64,
     /// The registry evicted this connection to admit a new one.
@@ -79,6 +91,7 @@ impl ConnState {
             epoch,
             active: AtomicUsize::new(0),
             head_since: AtomicU64::new(0),
+            body_since: AtomicU64::new(0),
             idle_since: AtomicU64::new(0),
             evict: Notify::new(),
         };
@@ -97,9 +110,13 @@ impl ConnState {
         }
     }
 
-    /// (phase rank, since): the eviction order, oldest unfinished head first,
-    /// then the oldest idle connection; `None` while a request runs.
+    /// (phase rank, since): the eviction order, the oldest unfinished head
+    /// or body first, then the oldest idle connection; `None` while a
+    /// request whose body is in runs.
     fn eviction_key(&self) -> Option<(u8, u64)> {
+        if let b @ 1.. = self.body_since.load(Ordering::SeqCst) {
+            return Some((0, b));
+        }
         if self.active.load(Ordering::SeqCst) > 0 {
             return None;
         }
@@ -113,7 +130,9 @@ impl ConnState {
     /// the next one could pass.
     fn check(&self, limits: &ConnLimits) -> Result<Duration, Expired> {
         let now = self.now_ms();
+        let body = self.body_since.load(Ordering::SeqCst);
         let (since, limit, expired) = match self.eviction_key() {
+            _ if body != 0 => (body, limits.body_timeout, Expired::Body),
             None => return Ok(RECHECK),
             Some((0, h)) => (h, limits.header_timeout, Expired::Head),
             Some((_, i)) => (i, limits.idle_timeout, Expired::Idle),
@@ -126,6 +145,7 @@ impl ConnState {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Expired {
     Head,
+    Body,
     Idle,
 }
 
@@ -161,6 +181,61 @@ impl http_body::Body for Guarded {
 
     fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
         Pin::new(&mut self.get_mut().inner).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        http_body::Body::is_end_stream(&self.inner)
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        http_body::Body::size_hint(&self.inner)
+    }
+}
+
+/// A request body as the handlers see it: marks the body in progress on
+/// its connection ([`ConnState::body_since`]) from the head until its last
+/// frame, an error, or the handler dropping it, so that the body timeout
+/// and eviction apply while it arrives.
+struct Arriving {
+    inner: Incoming,
+    state: Arc<ConnState>,
+    pending: bool,
+}
+
+impl Arriving {
+    fn new(inner: Incoming, state: Arc<ConnState>) -> Self {
+        let pending = !http_body::Body::is_end_stream(&inner);
+        if pending {
+            state.body_since.store(state.now_ms(), Ordering::SeqCst);
+        }
+        Arriving { inner, state, pending }
+    }
+
+    fn finish(&mut self) {
+        if self.pending {
+            self.pending = false;
+            self.state.body_since.store(0, Ordering::SeqCst);
+        }
+    }
+}
+
+impl Drop for Arriving {
+    fn drop(&mut self) {
+        self.finish();
+    }
+}
+
+impl http_body::Body for Arriving {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        let this = self.get_mut();
+        let r = ready!(Pin::new(&mut this.inner).poll_frame(cx));
+        if !matches!(r, Some(Ok(_))) || http_body::Body::is_end_stream(&this.inner) {
+            this.finish();
+        }
+        Poll::Ready(r)
     }
 
     fn is_end_stream(&self) -> bool {
@@ -280,8 +355,8 @@ pub async fn serve(
     loop {
         tokio::select! {
             accepted = listener.accept() => {
-                let stream = match accepted {
-                    Ok((s, _)) => s,
+                let (stream, peer) = match accepted {
+                    Ok((s, a)) => (s, a.ip()),
                     Err(e) => {
                         // Out of file descriptors and the like: back off, keep serving.
                         tracing::warn!("accepting a connection: {e}");
@@ -295,6 +370,7 @@ pub async fn serve(
                     Admit::Yes(state) => {
                         let c = Connection {
                             id: next_id,
+                            peer,
                             stream: Arc::new(stream),
                             state,
                             router: router.clone(),
@@ -327,6 +403,8 @@ async fn stopped(shutdown: &mut watch::Receiver<bool>) {
 
 struct Connection {
     id: u64,
+    /// The client's address: its requests' share of the queue is counted by it.
+    peer: std::net::IpAddr,
     stream: Arc<TcpStream>,
     state: Arc<ConnState>,
     router: Router,
@@ -334,6 +412,12 @@ struct Connection {
     stats: Arc<Stats>,
     registry: Arc<Registry>,
 }
+
+/// The address a request came from (a request extension set per
+/// connection), which [`crate::serve::routes`] counts each client's share
+/// of the queue by.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Peer(pub std::net::IpAddr);
 
 /// How a connection ended.
 enum End {
@@ -346,9 +430,11 @@ enum End {
 impl Connection {
     async fn run(self, mut shutdown: watch::Receiver<bool>) {
         let io = TokioIo::new(Socket { stream: self.stream.clone(), state: self.state.clone() });
-        let (state, router) = (self.state.clone(), self.router.clone());
+        let (state, router, peer) = (self.state.clone(), self.router.clone(), self.peer);
         let service = hyper::service::service_fn(move |req: hyper::Request<Incoming>| {
             let active = Active::start(state.clone());
+            let mut req = req.map(|body| Arriving::new(body, state.clone()));
+            req.extensions_mut().insert(Peer(peer));
             let mut router = router.clone();
             async move {
                 let r = tower_service::Service::call(&mut router, req).await;
@@ -384,6 +470,9 @@ impl Connection {
                 _ = tokio::time::sleep(wait) => {}
             }
         };
+        // Read before the request is dropped (dropping its body clears the mark).
+        let unfinished =
+            self.state.head_since.load(Ordering::SeqCst) != 0 || self.state.body_since.load(Ordering::SeqCst) != 0;
         // Whatever hyper held of the request is dropped with it.
         drop(conn);
         self.registry.remove(self.id, &self.stats);
@@ -397,9 +486,13 @@ impl Connection {
                 s.header_timeouts.fetch_add(1, Ordering::Relaxed);
                 refuse(&self.stream, &ApiError::header_timeout(self.limits.header_timeout)).await;
             }
+            End::Expired(Expired::Body) => {
+                s.body_timeouts.fetch_add(1, Ordering::Relaxed);
+                refuse(&self.stream, &ApiError::body_timeout(self.limits.body_timeout)).await;
+            }
             End::Evicted => {
-                // A head in progress is told why; an idle connection just closes.
-                if self.state.head_since.load(Ordering::SeqCst) != 0 {
+                // A head or body in progress is told why; an idle connection just closes.
+                if unfinished {
                     refuse(&self.stream, &ApiError::evicted()).await;
                 }
             }
@@ -458,6 +551,7 @@ mod tests {
     fn limits() -> ConnLimits {
         ConnLimits {
             header_timeout: Duration::from_millis(50),
+            body_timeout: Duration::from_millis(70),
             idle_timeout: Duration::from_millis(80),
             max_connections: 2,
         }
@@ -480,6 +574,23 @@ mod tests {
         assert!(st.check(&limits()).is_ok());
         std::thread::sleep(Duration::from_millis(90));
         assert_eq!(st.check(&limits()), Err(Expired::Idle));
+    }
+
+    #[test]
+    fn a_body_in_progress_expires_and_can_be_evicted_though_its_request_has_started() {
+        let a = Active::start(Arc::new(ConnState::new(Instant::now())));
+        let st = a.0.clone();
+        // Head read, body pending (what `Arriving::new` marks).
+        st.body_since.store(st.now_ms(), Ordering::SeqCst);
+        assert!(matches!(st.eviction_key(), Some((0, _))), "{:?}", st.eviction_key());
+        assert!(st.check(&limits()).is_ok());
+        std::thread::sleep(Duration::from_millis(80));
+        assert_eq!(st.check(&limits()), Err(Expired::Body));
+        // Body in: the request runs, and a running request neither expires nor is evicted.
+        st.body_since.store(0, Ordering::SeqCst);
+        assert_eq!(st.eviction_key(), None);
+        assert!(st.check(&limits()).is_ok());
+        drop(a);
     }
 
     #[test]

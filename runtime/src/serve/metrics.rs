@@ -92,6 +92,8 @@ pub struct Stats {
     pub timed_out: AtomicU64,
     /// Refused 429: too many requests preparing (`--max-preparing`).
     pub too_many_preparing: AtomicU64,
+    /// Refused 429: the client already had its share waiting (`--max-waiting-per-client`).
+    pub over_client_share: AtomicU64,
     /// Refused 401 (`--api-key`).
     pub unauthorized: AtomicU64,
     /// Open connections now.
@@ -102,6 +104,8 @@ pub struct Stats {
     pub evicted: AtomicU64,
     /// Connections closed with 408: the request head was too slow.
     pub header_timeouts: AtomicU64,
+    /// Connections closed because a request body was slower than `--body-timeout-ms`.
+    pub body_timeouts: AtomicU64,
     /// Keep-alive connections closed after `--idle-timeout-ms` without a request.
     pub idle_closed: AtomicU64,
     /// Tokens, latencies and speculation counters (`/metrics`).
@@ -141,6 +145,7 @@ pub fn render(stats: &Stats, g: &Gauges<'_>) -> String {
         ("timed_out", load(&stats.timed_out)),
         ("queue_full", load(&stats.rejected)),
         ("too_many_preparing", load(&stats.too_many_preparing)),
+        ("over_client_share", load(&stats.over_client_share)),
         ("unauthorized", load(&stats.unauthorized)),
         ("invalid", load(&m.invalid)),
     ] {
@@ -166,6 +171,7 @@ pub fn render(stats: &Stats, g: &Gauges<'_>) -> String {
     let _ = writeln!(out, "# HELP {name} Connections the server closed or refused, by reason.\n# TYPE {name} counter");
     for (reason, v) in [
         ("header_timeout", load(&stats.header_timeouts)),
+        ("body_timeout", load(&stats.body_timeouts)),
         ("idle_timeout", load(&stats.idle_closed)),
         ("evicted", load(&stats.evicted)),
         ("refused", load(&stats.connections_refused)),

@@ -17,6 +17,7 @@ pub mod conn;
 pub mod metrics;
 pub mod queue;
 pub mod routes;
+pub mod share;
 pub mod text;
 pub mod worker;
 
@@ -60,8 +61,11 @@ pub struct ServeSettings {
     /// `None`: the CPUs available to this process.
     pub threads: Option<usize>,
     pub max_queue: usize,
+    /// `None`: a quarter of `max_queue` ([`ServeSettings::waiting_per_client`]).
+    pub max_waiting_per_client: Option<usize>,
     pub max_body_bytes: usize,
     pub header_timeout_ms: u64,
+    pub body_timeout_ms: u64,
     pub idle_timeout_ms: u64,
     pub max_connections: usize,
     pub max_preparing: usize,
@@ -75,6 +79,13 @@ pub struct ServeSettings {
     pub spec: SpecSettings,
 }
 
+impl ServeSettings {
+    /// `--max-waiting-per-client`, or a quarter of `--max-queue` (at least 1).
+    pub fn waiting_per_client(&self) -> usize {
+        self.max_waiting_per_client.unwrap_or((self.max_queue / 4).max(1))
+    }
+}
+
 /// The server's limits, checked from its flags (each bounded, naming the flag).
 #[derive(Clone, Copy, Debug)]
 pub struct ServeLimits {
@@ -86,7 +97,7 @@ pub struct ServeLimits {
 pub const MAX_COUNT_FLAG: u64 = 65_536;
 /// Largest `--max-body-bytes` (64 MiB).
 pub const MAX_BODY_BYTES: u64 = 64 << 20;
-/// Longest `--header-timeout-ms`, `--idle-timeout-ms` (one hour).
+/// Longest `--header-timeout-ms`, `--body-timeout-ms`, `--idle-timeout-ms` (one hour).
 pub const MAX_TIMEOUT_MS: u64 = 3_600_000;
 /// Longest `--request-timeout-secs` (one day).
 pub const MAX_REQUEST_TIMEOUT_SECS: u64 = 86_400;
@@ -95,17 +106,26 @@ impl ServeLimits {
     pub fn from_settings(args: &ServeSettings) -> Result<Self, String> {
         use crate::limits::{check_ms, check_range};
         check_range("--max-queue", args.max_queue as u64, 1, MAX_COUNT_FLAG)?;
+        if let Some(n) = args.max_waiting_per_client {
+            check_range("--max-waiting-per-client", n as u64, 1, MAX_COUNT_FLAG)?;
+        }
         check_range("--max-body-bytes", args.max_body_bytes as u64, 1024, MAX_BODY_BYTES)?;
         check_range("--max-preparing", args.max_preparing as u64, 1, MAX_COUNT_FLAG)?;
         let max_connections = check_range("--max-connections", args.max_connections as u64, 1, MAX_COUNT_FLAG)?;
         let header_timeout = check_ms("--header-timeout-ms", args.header_timeout_ms, 1, MAX_TIMEOUT_MS)?;
+        let body_timeout = check_ms("--body-timeout-ms", args.body_timeout_ms, 1, MAX_TIMEOUT_MS)?;
         let idle_timeout = check_ms("--idle-timeout-ms", args.idle_timeout_ms, 1, MAX_TIMEOUT_MS)?;
         let secs = check_range("--request-timeout-secs", args.request_timeout_secs, 1, MAX_REQUEST_TIMEOUT_SECS)?;
         if args.api_key.as_deref().is_some_and(|k| k.is_empty() || k.len() > 4096) {
             return Err("--api-key must be 1 to 4096 bytes".into());
         }
         Ok(ServeLimits {
-            conn: conn::ConnLimits { header_timeout, idle_timeout, max_connections: max_connections as usize },
+            conn: conn::ConnLimits {
+                header_timeout,
+                body_timeout,
+                idle_timeout,
+                max_connections: max_connections as usize,
+            },
             request_timeout: Duration::from_secs(secs),
         })
     }
@@ -164,8 +184,10 @@ pub fn run(args: ServeSettings) -> Result<ExitCode> {
         "model": model_id,
         "concurrency": "one sequence at a time; requests wait in a first-in-first-out queue",
         "max_queue": args.max_queue,
+        "max_waiting_per_client": args.waiting_per_client(),
         "max_body_bytes": args.max_body_bytes,
         "header_timeout_ms": args.header_timeout_ms,
+        "body_timeout_ms": args.body_timeout_ms,
         "idle_timeout_ms": args.idle_timeout_ms,
         "max_connections": args.max_connections,
         "max_preparing": args.max_preparing,
@@ -188,6 +210,7 @@ pub fn run(args: ServeSettings) -> Result<ExitCode> {
         preparing: tokio::sync::Semaphore::new(args.max_preparing),
         max_preparing: args.max_preparing,
         max_prepare_waiting: args.max_queue,
+        shares: share::ClientShares::new(args.waiting_per_client()),
         prepare_waiting: std::sync::atomic::AtomicUsize::new(0),
         request_timeout: limits.request_timeout,
         api_key: args.api_key.clone(),

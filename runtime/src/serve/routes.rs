@@ -2,6 +2,7 @@
 //! chunk bodies, and the server-sent-event stream.
 
 use super::api::{self, ApiError, Endpoint};
+use super::conn::Peer;
 use super::metrics::Stats;
 use super::queue::{PushError, Queue};
 use super::worker::{Finished, Job, Msg};
@@ -9,10 +10,12 @@ use crate::events::ServedTimings;
 use crate::generate::{Engine, FinishReason};
 use axum::Router;
 use axum::body::{Body, Bytes};
+use axum::extract::Request;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
+use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{MethodRouter, get, post};
 use futures_core::Stream;
 use serde_json::{Value, json};
 use std::collections::VecDeque;
@@ -42,6 +45,8 @@ pub struct App {
     pub max_prepare_waiting: usize,
     /// Requests waiting for a turn to tokenize.
     pub prepare_waiting: AtomicUsize,
+    /// Each client's waiting requests (`--max-waiting-per-client`).
+    pub shares: Arc<super::share::ClientShares>,
     /// `--request-timeout-secs`.
     pub request_timeout: std::time::Duration,
     /// `--api-key`: required as `Authorization: Bearer KEY` on the API endpoints.
@@ -54,17 +59,49 @@ pub struct App {
     pub shutting_down: AtomicBool,
 }
 
+/// The paths anyone may read, with or without `--api-key`: the liveness
+/// probe and the Prometheus scrape (neither names a path, a key or a
+/// prompt). Every other path, the unknown ones included, is behind the key.
+pub const PUBLIC_PATHS: [&str; 2] = ["/health", "/metrics"];
+
+/// Every route the server answers, as `(path, methods)`: [`router`] is
+/// built from this list alone, so a test that walks it walks the router.
+pub fn endpoints() -> Vec<(&'static str, MethodRouter<Arc<App>>)> {
+    vec![
+        ("/health", get(health)),
+        ("/metrics", get(metrics)),
+        ("/v1/models", get(models)),
+        ("/v1/draftwise/config", get(config)),
+        ("/v1/completions", post(completions)),
+        ("/v1/chat/completions", post(chat_completions)),
+    ]
+}
+
+/// The routes of [`endpoints`]: those of [`PUBLIC_PATHS`] as they are, every
+/// other one (and the fallback for unknown paths) behind one layer that
+/// checks `--api-key` before any handler runs or any body is read.
 pub fn router(app: Arc<App>) -> Router {
-    Router::new()
-        .route("/health", get(health))
-        .route("/metrics", get(metrics))
-        .route("/v1/models", get(models))
-        .route("/v1/draftwise/config", get(config))
-        .route("/v1/completions", post(completions))
-        .route("/v1/chat/completions", post(chat_completions))
+    let (mut public, mut guarded) = (Router::new(), Router::new());
+    for (path, methods) in endpoints() {
+        if PUBLIC_PATHS.contains(&path) {
+            public = public.route(path, methods);
+        } else {
+            guarded = guarded.route(path, methods);
+        }
+    }
+    let guarded = guarded
         .fallback(|| async { ApiError::not_found("this path") })
         .method_not_allowed_fallback(|| async { ApiError::method_not_allowed() })
-        .with_state(app)
+        .layer(axum::middleware::from_fn_with_state(app.clone(), require_key));
+    public.method_not_allowed_fallback(|| async { ApiError::method_not_allowed() }).merge(guarded).with_state(app)
+}
+
+/// The layer of [`router`]: a request without the key never reaches a handler.
+async fn require_key(State(app): State<Arc<App>>, req: Request, next: Next) -> Response {
+    match authorized(&app, req.headers()) {
+        Ok(()) => next.run(req).await,
+        Err(e) => e.into_response(),
+    }
 }
 
 fn json_response(status: StatusCode, v: &Value) -> Response {
@@ -109,7 +146,8 @@ async fn metrics(State(app): State<Arc<App>>) -> Response {
     (StatusCode::OK, [(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], text).into_response()
 }
 
-/// `--api-key`: the request's `Authorization: Bearer` must match it.
+/// `--api-key`: the request's `Authorization: Bearer` must match it
+/// (checked by [`require_key`], the one layer every guarded route is behind).
 fn authorized(app: &App, headers: &HeaderMap) -> Result<(), ApiError> {
     let Some(key) = &app.api_key else { return Ok(()) };
     let given = headers
@@ -129,10 +167,7 @@ fn authorized(app: &App, headers: &HeaderMap) -> Result<(), ApiError> {
     }
 }
 
-async fn models(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
-    if let Err(e) = authorized(&app, &headers) {
-        return e.into_response();
-    }
+async fn models(State(app): State<Arc<App>>) -> Response {
     let info = &app.engine.loaded.info;
     json_response(
         StatusCode::OK,
@@ -153,12 +188,22 @@ async fn config(State(app): State<Arc<App>>) -> Response {
     json_response(StatusCode::OK, &app.config)
 }
 
-async fn completions(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) -> Response {
-    answer(&app, handle(app.clone(), Endpoint::Completions, headers, body).await)
+async fn completions(
+    State(app): State<Arc<App>>,
+    peer: Option<axum::Extension<Peer>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    answer(&app, handle(app.clone(), Endpoint::Completions, peer.map(|p| p.0), headers, body).await)
 }
 
-async fn chat_completions(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) -> Response {
-    answer(&app, handle(app.clone(), Endpoint::Chat, headers, body).await)
+async fn chat_completions(
+    State(app): State<Arc<App>>,
+    peer: Option<axum::Extension<Peer>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    answer(&app, handle(app.clone(), Endpoint::Chat, peer.map(|p| p.0), headers, body).await)
 }
 
 /// The response, counting refusals of bad input for `/metrics`.
@@ -205,18 +250,39 @@ async fn read_body(headers: &HeaderMap, body: Body, limit: usize) -> Result<Byte
     Ok(Bytes::from(buf))
 }
 
-async fn handle(app: Arc<App>, endpoint: Endpoint, headers: HeaderMap, body: Body) -> Result<Response, ApiError> {
+async fn handle(
+    app: Arc<App>,
+    endpoint: Endpoint,
+    peer: Option<Peer>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
     let arrived = Instant::now();
     let deadline = arrived + app.request_timeout;
     if app.shutting_down.load(Ordering::Relaxed) {
         return Err(ApiError::shutting_down());
     }
-    authorized(&app, &headers)?;
     let bytes = read_body(&headers, body, app.max_body_bytes).await?;
     let request = api::parse(endpoint, &bytes, &app.model_id)?;
     drop(bytes);
     // A prompt too long by its byte length alone never takes a turn.
     request.check_bytes(&app.engine)?;
+    // From here until the engine takes it up, the request holds one of its
+    // client's places (share.rs); a client past its share is told to retry.
+    // A full queue is reported as such first, so the message names the
+    // limit that is really in the way.
+    let place = match peer.map(|p| app.shares.take(p.0)) {
+        None => None,
+        Some(Ok(p)) => Some(p),
+        Some(Err(waiting)) => {
+            if app.queue.len() >= app.queue.capacity() {
+                app.stats.rejected.fetch_add(1, Ordering::Relaxed);
+                return Err(ApiError::queue_full(app.queue.capacity()));
+            }
+            app.stats.over_client_share.fetch_add(1, Ordering::Relaxed);
+            return Err(ApiError::over_client_share(waiting, app.shares.max_per_client()));
+        }
+    };
     // Tokenizing a long prompt takes a while: keep it off the async workers,
     // a few at a time (each holds its prompt's tokenization in memory).
     let turn = prepare_turn(&app).await?;
@@ -246,6 +312,7 @@ async fn handle(app: Arc<App>, endpoint: Endpoint, headers: HeaderMap, body: Bod
         deadline,
         timeout: app.request_timeout,
         tx,
+        place,
     };
     match app.queue.push(job) {
         Ok(_) => {}

@@ -62,6 +62,9 @@ pub struct Job {
     pub timeout: Duration,
     /// Dropped receiver = the client is gone.
     pub tx: UnboundedSender<Msg>,
+    /// The client's place among waiting requests, given back when the
+    /// engine takes the job up (`share.rs`).
+    pub place: Option<super::share::Place>,
 }
 
 /// The engine thread's state.
@@ -80,7 +83,9 @@ pub struct Worker {
 impl Worker {
     /// Serves requests until the queue is closed.
     pub fn run(mut self) {
-        while let Some(job) = self.queue.pop() {
+        while let Some(mut job) = self.queue.pop() {
+            // No longer waiting: the client's place is free for its next request.
+            drop(job.place.take());
             if job.tx.is_closed() {
                 tracing::info!(id = %job.id, outcome = "cancelled", "client left while waiting; skipped");
                 self.stats.cancelled.fetch_add(1, Ordering::SeqCst);

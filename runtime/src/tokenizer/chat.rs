@@ -76,6 +76,48 @@ pub fn builtin(architecture: &str) -> Option<(&'static str, &'static str)> {
     }
 }
 
+/// Memory one chat-template rendering may hold at once, before the
+/// messages' own share ([`CHAT_TEMPLATE_BYTES_PER_MESSAGE_BYTE`]): the
+/// interpreter, the compiled template and its temporaries take well under
+/// a megabyte for real templates, so 32 MiB is ample and still small
+/// beside the model. Past it the rendering stops before the allocation
+/// that would pass it ([`crate::budget`]) and the request gets an error.
+pub const CHAT_TEMPLATE_BASE_BYTES: usize = 32 << 20;
+
+/// Budget per byte of message text: the messages are copied into the
+/// interpreter's values, the template may copy each a few times (strip,
+/// concatenate), and the output holds them once more.
+pub const CHAT_TEMPLATE_BYTES_PER_MESSAGE_BYTE: usize = 8;
+
+/// Longest rendered chat prompt before tokenization: 4 MiB plus twice the
+/// messages' text (a template adds a few dozen bytes per message).
+pub const CHAT_RENDERED_BASE_BYTES: usize = 4 << 20;
+
+/// Wall time one rendering may take (the fuel stops a real template's
+/// loops in well under a second; this catches work the fuel does not count).
+pub const CHAT_TEMPLATE_DEADLINE: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Renderings stopped past their budget and still parked, per template
+/// (by its source's hash): a template that keeps failing is refused at
+/// once after [`crate::budget::MAX_STUCK`] of them, while other templates
+/// (another model in the same process, a test) are not affected.
+fn stuck_count(src: &str) -> crate::budget::StuckCount {
+    use std::hash::{Hash, Hasher};
+    static STUCK: std::sync::Mutex<Vec<(u64, crate::budget::StuckCount)>> = std::sync::Mutex::new(Vec::new());
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    src.hash(&mut h);
+    let key = h.finish();
+    let mut all = STUCK.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, c)) = all.iter().find(|(k, _)| *k == key) {
+        return c.clone();
+    }
+    let c = crate::budget::StuckCount::default();
+    // One entry per distinct template that was ever rendered: a process
+    // serves one model (tests, a handful of templates).
+    all.push((key, c.clone()));
+    c
+}
+
 /// One chat message.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Message {
@@ -110,30 +152,23 @@ impl Tokenizer {
                 super::MAX_CHAT_TEMPLATE_BYTES
             )));
         }
-        let mut env = minijinja::Environment::new();
-        // A bound on the template's work: a template is code from the model file.
-        env.set_fuel(Some(super::CHAT_TEMPLATE_FUEL));
-        // Hugging Face renders chat templates with these two settings
-        // (transformers' `_compile_jinja_template`); templates are written for them.
-        env.set_trim_blocks(true);
-        env.set_lstrip_blocks(true);
-        env.set_keep_trailing_newline(true);
-        // Python's string and dict methods (`.strip()`, `.startswith()`,
-        // `.split()`, `.items()`, ...), which Hugging Face templates call as
-        // Jinja2 under Python allows.
-        env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
-        env.add_function("raise_exception", |msg: String| -> Result<String, minijinja::Error> {
-            Err(minijinja::Error::new(minijinja::ErrorKind::InvalidOperation, msg))
-        });
-        env.add_template("chat", src).map_err(|e| TokenizerError::Template(e.to_string()))?;
+        let message_bytes: usize = messages.iter().map(|m| m.role.len() + m.content.len()).sum();
+        let budget =
+            CHAT_TEMPLATE_BASE_BYTES.saturating_add(message_bytes.saturating_mul(CHAT_TEMPLATE_BYTES_PER_MESSAGE_BYTE));
+        let max_out = CHAT_RENDERED_BASE_BYTES.saturating_add(message_bytes.saturating_mul(2));
+        let stuck = stuck_count(src);
         let tok_text = |id: Option<u32>| id.and_then(|i| self.id_to_token(i)).unwrap_or_default();
-        let ctx = minijinja::context! {
-            messages => messages,
-            add_generation_prompt => add_generation_prompt,
-            bos_token => tok_text(self.bos),
-            eos_token => tok_text(self.eos),
-        };
-        env.get_template("chat").and_then(|t| t.render(ctx)).map_err(|e| TokenizerError::Template(e.to_string()))
+        let (src, messages, bos, eos) = (src.to_string(), messages.to_vec(), tok_text(self.bos), tok_text(self.eos));
+        // The template is code from the model file: it runs on its own
+        // thread under a memory budget and a deadline, so that no template
+        // can abort the process or hold it (crate::budget).
+        let rendered = crate::budget::run_bounded(budget, CHAT_TEMPLATE_DEADLINE, &stuck, move || {
+            render(&src, &messages, add_generation_prompt, &bos, &eos, max_out)
+        });
+        match rendered {
+            Ok((r, _)) => r,
+            Err(e) => Err(TokenizerError::Template(format!("the model's chat template was stopped: {e}"))),
+        }
     }
 
     /// The prompt ids of a chat: the template's text with its own markers as
@@ -222,5 +257,135 @@ impl Tokenizer {
             }
         }
         out
+    }
+}
+
+/// Renders `src` (on the bounded thread of [`Tokenizer::render_chat`]),
+/// refusing output past `max_out` bytes as it is written.
+fn render(
+    src: &str,
+    messages: &[Message],
+    add_generation_prompt: bool,
+    bos: &str,
+    eos: &str,
+    max_out: usize,
+) -> Result<String, TokenizerError> {
+    let mut env = minijinja::Environment::new();
+    // A bound on the template's work: a template is code from the model file.
+    env.set_fuel(Some(super::CHAT_TEMPLATE_FUEL));
+    // Hugging Face renders chat templates with these two settings
+    // (transformers' `_compile_jinja_template`); templates are written for them.
+    env.set_trim_blocks(true);
+    env.set_lstrip_blocks(true);
+    env.set_keep_trailing_newline(true);
+    // Python's string and dict methods (`.strip()`, `.startswith()`,
+    // `.split()`, `.items()`, ...), which Hugging Face templates call as
+    // Jinja2 under Python allows.
+    env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+    env.add_function("raise_exception", |msg: String| -> Result<String, minijinja::Error> {
+        Err(minijinja::Error::new(minijinja::ErrorKind::InvalidOperation, msg))
+    });
+    env.add_template("chat", src).map_err(|e| TokenizerError::Template(e.to_string()))?;
+    let ctx = minijinja::context! {
+        messages => messages,
+        add_generation_prompt => add_generation_prompt,
+        bos_token => bos,
+        eos_token => eos,
+    };
+    let mut out = CappedText { text: Vec::new(), cap: max_out, over: false };
+    let tmpl = env.get_template("chat").map_err(|e| TokenizerError::Template(e.to_string()))?;
+    let r = tmpl.render_captured_to(ctx, &mut out).map(|_| ());
+    if out.over {
+        return Err(TokenizerError::Template(format!(
+            "the rendered prompt is longer than {max_out} bytes (4 MiB plus twice the messages' text)"
+        )));
+    }
+    r.map_err(|e| TokenizerError::Template(e.to_string()))?;
+    String::from_utf8(out.text).map_err(|_| TokenizerError::Template("the rendered prompt is not UTF-8".into()))
+}
+
+/// The rendering's output, refused past `cap` bytes as it is written.
+struct CappedText {
+    text: Vec<u8>,
+    cap: usize,
+    over: bool,
+}
+
+impl std::io::Write for CappedText {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if self.text.len().saturating_add(buf.len()) > self.cap {
+            self.over = true;
+            return Err(std::io::Error::other("rendered prompt too long"));
+        }
+        self.text.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, Instant};
+
+    /// A real tokenizer (the tiny Qwen 2 checkpoint's) with `template` as its chat template.
+    fn with_template(template: &str) -> Tokenizer {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../reference/data/tiny/qwen2-hf");
+        let mut tok = Tokenizer::from_hf_dir(&dir).unwrap();
+        tok.chat_template = Some(template.to_string());
+        tok
+    }
+
+    fn hi() -> Vec<Message> {
+        vec![Message { role: "user".into(), content: "ab".into() }]
+    }
+
+    /// Short templates that each ask for gigabytes to terabytes: before the
+    /// budget each aborted the process (`memory allocation of ... failed`)
+    /// or held it at 2-3 GB.
+    const MEMORY_BOMBS: &[&str] = &[
+        "{% set ns = namespace(l=[1]) %}{% for i in range(40) %}{% set ns.l = ns.l + ns.l %}{% endfor %}{{ ns.l|length }}",
+        "{% set ns = namespace(l=[1]) %}{% for i in range(40) %}{% set ns.l = ns.l + ns.l %}{% endfor %}{{ ns.l|join(',') }}",
+        "{% set ns = namespace(s='x') %}{% for i in range(40) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}{{ ns.s|length }}",
+        "{% set ns = namespace(s='xxxxxxxx') %}{% for i in range(12) %}{% set ns.s = ns.s|replace('x', ns.s) %}{% endfor %}{{ ns.s|length }}",
+        "{% set ns = namespace(s='x') %}{% for i in range(30) %}{% set ns.s = ns.s.replace('x', 'xx') ~ ns.s %}{% endfor %}{{ ns.s|length }}",
+        "{% set ns = namespace(s='a\nb') %}{% for i in range(40) %}{% set ns.s = (ns.s ~ '\n' ~ ns.s)|indent(4) %}{% endfor %}{{ ns.s|length }}",
+        "{% set ns = namespace(s='ab') %}{% for i in range(40) %}{% set ns.s = [ns.s, ns.s]|join(ns.s) %}{% endfor %}{{ ns.s|length }}",
+    ];
+
+    #[test]
+    fn a_chat_template_that_allocates_without_bound_is_stopped_at_its_budget_and_the_process_lives() {
+        for (i, bomb) in MEMORY_BOMBS.iter().enumerate() {
+            let tok = with_template(bomb);
+            let t0 = Instant::now();
+            let e = tok.render_chat(&hi(), true).unwrap_err().to_string();
+            assert!(e.contains("was stopped") || e.contains("fuel") || e.contains("longer than"), "template {i}: {e}");
+            assert!(t0.elapsed() < CHAT_TEMPLATE_DEADLINE + Duration::from_secs(2), "template {i}: {:?}", t0.elapsed());
+            eprintln!("template {i}: {e} after {:?}", t0.elapsed());
+        }
+        // An ordinary template still renders, on the same kind of thread.
+        let tok = with_template("{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}{% endfor %}");
+        assert_eq!(tok.render_chat(&hi(), true).unwrap(), "user: ab");
+    }
+
+    #[test]
+    fn a_rendered_prompt_past_its_cap_is_refused_and_a_template_is_refused_after_its_stuck_renders() {
+        // Output alone (each piece small): refused by the writer's cap.
+        let tok = with_template("{% for i in range(10000) %}{{ 'x' * 10000 }}{% endfor %}");
+        let e = tok.render_chat(&hi(), true).unwrap_err().to_string();
+        assert!(e.contains("longer than"), "{e}");
+        // A template that keeps failing: after MAX_STUCK parked renders, it is refused at once.
+        let tok = with_template(&format!("{{# this test's own #}}{}", MEMORY_BOMBS[0]));
+        for _ in 0..crate::budget::MAX_STUCK {
+            let e = tok.render_chat(&hi(), true).unwrap_err().to_string();
+            assert!(e.contains("memory budget"), "{e}");
+        }
+        let t0 = Instant::now();
+        let e = tok.render_chat(&hi(), true).unwrap_err().to_string();
+        assert!(e.contains("still stopped past their budget"), "{e}");
+        assert!(t0.elapsed() < Duration::from_millis(100), "{:?}", t0.elapsed());
     }
 }

@@ -189,6 +189,11 @@ pub struct ServeArgs {
     /// Requests that may wait while one runs; more are refused with 503 (code `queue_full`).
     #[arg(long, default_value_t = 64)]
     pub max_queue: usize,
+    /// Requests one client (IP address) may have waiting (tokenizing or queued); more get 429
+    /// (code `too_many_requests`). Default: a quarter of --max-queue (at least 1). Behind a
+    /// reverse proxy, where every request has the proxy's address, set it to --max-queue.
+    #[arg(long)]
+    pub max_waiting_per_client: Option<usize>,
     /// Largest request body accepted, in bytes; larger ones get 413.
     #[arg(long, default_value_t = 1 << 20)]
     pub max_body_bytes: usize,
@@ -196,6 +201,10 @@ pub struct ServeArgs {
     /// byte; slower ones get 408 and their connection is closed.
     #[arg(long, default_value_t = 10_000)]
     pub header_timeout_ms: u64,
+    /// A request's body must arrive within this many milliseconds of its head; a slower one gets
+    /// 408 and its connection is closed (while it arrives, the connection can be evicted).
+    #[arg(long, default_value_t = 30_000)]
+    pub body_timeout_ms: u64,
     /// A keep-alive connection with no request for this many milliseconds is closed.
     #[arg(long, default_value_t = 30_000)]
     pub idle_timeout_ms: u64,
@@ -355,8 +364,10 @@ impl From<ServeArgs> for ServeSettings {
             served_model_name: a.served_model_name,
             threads: a.threads,
             max_queue: a.max_queue,
+            max_waiting_per_client: a.max_waiting_per_client,
             max_body_bytes: a.max_body_bytes,
             header_timeout_ms: a.header_timeout_ms,
+            body_timeout_ms: a.body_timeout_ms,
             idle_timeout_ms: a.idle_timeout_ms,
             max_connections: a.max_connections,
             max_preparing: a.max_preparing,
