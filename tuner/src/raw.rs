@@ -27,22 +27,44 @@ pub const RAW_SCHEMA_VERSION_MIN: u32 = 1;
 pub const MAX_RAW_LINE_BYTES: usize = 16 << 20;
 /// Largest raw.jsonl read back (a default sweep writes about 2 MiB).
 pub const MAX_RAW_BYTES: u64 = 1 << 30;
+/// Most lines of raw.jsonl read back: a default sweep writes about 1,700
+/// (104 arms of a start, a startup, twelve requests and an end), a long
+/// `--rounds auto` or served sweep a few times that. Each line is held in
+/// at most about 1.2 KiB (its boxed variant), so this bounds the memory of
+/// a crafted file of tiny lines at about 250 MiB.
+pub const MAX_RAW_LINES: usize = 200_000;
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
-#[allow(clippy::large_enum_variant)] // one line per request: size is irrelevant
+// The large variants are boxed: a line in memory takes the enum's size
+// (now the small variants' size) plus its own variant's, not the largest
+// variant's 2 KiB, so a file of many tiny lines costs memory in proportion
+// to what it holds (with `MAX_RAW_LINES`). Serialized the same (serde
+// writes a box as its contents): committed files read and re-summarize
+// byte for byte.
 pub enum RawLine {
-    Sweep(SweepHeader),
+    Sweep(Box<SweepHeader>),
     Resume(ResumeMark),
-    ArmStart(ArmStart),
-    Startup(ArmStartup),
-    Request(RequestRow),
-    ArmEnd(ArmEnd),
+    ArmStart(Box<ArmStart>),
+    Startup(Box<ArmStartup>),
+    Request(Box<RequestRow>),
+    ArmEnd(Box<ArmEnd>),
     Halt(Halt),
     /// `--rounds auto`: the sweep stopped adding rounds (before `done`).
     Settled(Settled),
     Done(Done),
 }
+
+macro_rules! boxed_line {
+    ($($variant:ident($ty:ty)),*) => {$(
+        impl From<$ty> for RawLine {
+            fn from(x: $ty) -> Self {
+                RawLine::$variant(Box::new(x))
+            }
+        }
+    )*};
+}
+boxed_line!(Sweep(SweepHeader), ArmStart(ArmStart), Startup(ArmStartup), Request(RequestRow), ArmEnd(ArmEnd));
 
 /// A prompt of the set and its task type.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -487,6 +509,11 @@ pub enum RawError {
     TooBig { path: PathBuf, size: u64 },
     #[error("{path}:{line}: line is over {MAX_RAW_LINE_BYTES} bytes")]
     LineTooLong { path: PathBuf, line: usize },
+    #[error(
+        "{path}: more than {MAX_RAW_LINES} lines (a default sweep writes about 1,700); this is not a sweep's \
+         raw.jsonl, or a sweep far beyond any plan this tuner runs"
+    )]
+    TooManyLines { path: PathBuf },
     #[error("{path}:{line}: not a raw.jsonl line: {source}")]
     Malformed { path: PathBuf, line: usize, source: serde_json::Error },
     #[error("{path}: empty; a sweep's first line is its `sweep` header")]
@@ -577,10 +604,13 @@ pub fn read_raw(path: &Path) -> Result<RawFile, RawError> {
                 if !(RAW_SCHEMA_VERSION_MIN..=RAW_SCHEMA_VERSION).contains(&h.raw_schema_version) {
                     return Err(RawError::Version { path: path.to_path_buf(), found: h.raw_schema_version });
                 }
-                header = Some(h);
+                header = Some(*h);
             }
             (None, _) => return Err(RawError::NoHeader { path: path.to_path_buf() }),
             (Some(_), l) => {
+                if lines.len() >= MAX_RAW_LINES {
+                    return Err(RawError::TooManyLines { path: path.to_path_buf() });
+                }
                 lines.push(l);
                 line_numbers.push(n);
             }
@@ -721,6 +751,27 @@ mod tests {
             }
         }
         assert!(checked > 0, "no committed request lines under {}", records.display());
+    }
+
+    #[test]
+    fn a_file_of_more_tiny_lines_than_the_cap_is_refused_and_one_at_the_cap_reads() {
+        // 31-byte lines, each of which once became a 2 KiB value: 2 M of
+        // them (62 MB, under the byte cap) took 4.3 GB before this cap.
+        let t = crate::simulate::Template::new();
+        let sim = crate::simulate::sweep(&t, &crate::simulate::SimConfig::default_plan(0.03, 0.05, 1));
+        let header = serde_json::to_string(&RawLine::from(sim.header.clone())).unwrap();
+        let tiny = "{\"kind\":\"done\",\"at_unix_ms\":1}\n";
+        assert_eq!(tiny.len(), 31);
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("raw.jsonl");
+        std::fs::write(&p, format!("{header}\n{}", tiny.repeat(MAX_RAW_LINES))).unwrap();
+        assert_eq!(read_raw(&p).unwrap().lines.len(), MAX_RAW_LINES);
+        std::fs::write(&p, format!("{header}\n{}", tiny.repeat(MAX_RAW_LINES + 1))).unwrap();
+        let e = read_raw(&p).unwrap_err();
+        assert!(matches!(e, RawError::TooManyLines { .. }), "{e}");
+        assert!(e.to_string().contains(&MAX_RAW_LINES.to_string()), "{e}");
+        // A line holds its own variant, not the largest one's.
+        assert!(std::mem::size_of::<RawLine>() <= 160, "{}", std::mem::size_of::<RawLine>());
     }
 
     #[test]

@@ -257,7 +257,7 @@ pub fn sweep(t: &Template, c: &SimConfig) -> RawFile {
             _ => 1.0,
         };
         let ratio = a.width.map_or(1.0, |w| c.truth[&w]);
-        lines.push(RawLine::ArmStart(ArmStart {
+        lines.push(RawLine::from(ArmStart {
             arm: a.index,
             attempt: 0,
             round: a.round,
@@ -270,14 +270,14 @@ pub fn sweep(t: &Template, c: &SimConfig) -> RawFile {
             nvrm_before: None,
             nvrm_projected: None,
         }));
-        lines.push(RawLine::Startup(ArmStartup { arm: a.index, attempt: 0, startup: startup(a.width) }));
+        lines.push(RawLine::from(ArmStartup { arm: a.index, attempt: 0, startup: startup(a.width) }));
         let bursts = if a.width.is_some() { c.bursts } else { c.bracket_bursts };
         let mut n = 0;
         for burst in 0..bursts {
             for (p, tag) in header.prompts.iter().enumerate() {
                 let tok_s = base[p] * ratio * f * (c.request_noise * rng.normal()).exp() * slow;
                 let decode_ms = 7.0 / tok_s * 1e3;
-                lines.push(RawLine::Request(RequestRow {
+                lines.push(RawLine::from(RequestRow {
                     arm: a.index,
                     attempt: 0,
                     round: a.round,
@@ -313,7 +313,7 @@ pub fn sweep(t: &Template, c: &SimConfig) -> RawFile {
                 n += 1;
             }
         }
-        lines.push(RawLine::ArmEnd(ArmEnd {
+        lines.push(RawLine::from(ArmEnd {
             requests: n,
             ok: true,
             // The gate read the host three times while the arm ran, clean.

@@ -166,7 +166,7 @@ pub struct WidthSummary {
     pub declined: usize,
     pub without_diagnostics: usize,
     pub zero_round_requests: usize,
-    /// Requests with a missing, non-finite or non-positive rate.
+    /// Requests with a missing, non-finite, non-positive or implausible (above 1e6 tok/s) rate.
     pub invalid_rate_requests: usize,
     /// Why this width is not a measurement of speculation, if it is not.
     pub not_a_measurement: Option<String>,
@@ -382,7 +382,7 @@ fn complete_requests(raw: &RawFile) -> (Vec<&RequestRow>, OkArms<'_>, Vec<ArmEnd
         .lines
         .iter()
         .filter_map(|l| match l {
-            RawLine::Request(r) if ok.get(&r.arm).is_some_and(|(a, _)| *a == r.attempt) => Some(r),
+            RawLine::Request(r) if ok.get(&r.arm).is_some_and(|(a, _)| *a == r.attempt) => Some(&**r),
             _ => None,
         })
         .collect();

@@ -352,7 +352,7 @@ pub fn start(opts: &SweepOptions) -> Result<Outcome> {
         identity,
     };
     let mut w = RawWriter::open(&raw_path)?.with_names(crate::portable::PathNames::for_sweep(&opts.out, &header));
-    w.write(&RawLine::Sweep(header.clone()))?;
+    w.write(&RawLine::from(header.clone()))?;
     drive(&opts.out, &header, w, &[], &[])
 }
 
@@ -537,7 +537,7 @@ fn drive(
                 Some(_) => argv.extend(arm::served::serve_args(s, arm.width)),
                 None => argv.extend(arm::generate::arm_args(s, arm.width)),
             }
-            w.write(&RawLine::ArmStart(ArmStart {
+            w.write(&RawLine::from(ArmStart {
                 arm: arm.index,
                 attempt,
                 round: arm.round,
@@ -587,7 +587,7 @@ fn drive(
             }
             let ok = end.ok;
             let error = end.error.clone();
-            w.write(&RawLine::ArmEnd(end))?;
+            w.write(&RawLine::from(end))?;
             if !ok && contended {
                 if attempts_here[&arm.index] < MAX_CONTENTION_ATTEMPTS {
                     progress.note(&format!(

@@ -751,7 +751,7 @@ fn a_width_whose_rates_are_invalid_is_not_a_measurement_and_is_refused() {
     });
     let s = f.summary();
     let why = s["widths"][0]["not_a_measurement"].as_str().unwrap();
-    assert!(why.contains("missing, non-finite or non-positive"), "{why}");
+    assert!(why.contains("missing, non-finite, non-positive or implausible"), "{why}");
     assert_eq!(s["widths"][0]["invalid_rate_requests"], 12);
     assert_eq!(s["drift_unjudged"], false);
     assert_eq!(s["decision"]["width"], 2);

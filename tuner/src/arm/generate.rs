@@ -51,7 +51,7 @@ pub fn run(a: &ArmRun<'_>, w: &mut RawWriter) -> Result<ArmEnd> {
     let mut problems: Vec<String> = Vec::new();
     let flush = |p: Option<RequestRow>, w: &mut RawWriter, n: &mut usize| -> Result<()> {
         if let Some(row) = p {
-            w.write(&RawLine::Request(row))?;
+            w.write(&RawLine::from(row))?;
             *n += 1;
         }
         Ok(())
@@ -71,7 +71,7 @@ pub fn run(a: &ArmRun<'_>, w: &mut RawWriter) -> Result<ArmEnd> {
         match ev {
             Event::Startup(st) => {
                 startup_seen = true;
-                w.write(&RawLine::Startup(ArmStartup { arm: a.arm.index, attempt: a.attempt, startup: st }))?;
+                w.write(&RawLine::from(ArmStartup { arm: a.arm.index, attempt: a.attempt, startup: st }))?;
             }
             Event::Completion(c) => {
                 flush(pending.take(), w, &mut end.requests)?;

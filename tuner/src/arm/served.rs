@@ -295,7 +295,7 @@ pub fn run(a: &ServedArm<'_>, w: &mut RawWriter) -> Result<ArmEnd> {
         }
         let Some(startup) = events.startup.clone() else { break 'run Some("no startup event".into()) };
         let served_info = startup.server.clone();
-        w.write(&RawLine::Startup(ArmStartup { arm: arm.index, attempt: run.attempt, startup }))?;
+        w.write(&RawLine::from(ArmStartup { arm: arm.index, attempt: run.attempt, startup }))?;
         let Some(si) = served_info else {
             break 'run Some(
                 "the startup event has no `server` address: this runtime predates `tuner sweep --served`; \
@@ -381,7 +381,7 @@ pub fn run(a: &ServedArm<'_>, w: &mut RawWriter) -> Result<ArmEnd> {
                     chunks: got.chunks,
                     server: got.draftwise.map(|d| ServedTimings { token_ids: None, ..d }),
                 });
-                w.write(&RawLine::Request(row))?;
+                w.write(&RawLine::from(row))?;
                 end.requests += 1;
             }
         }
