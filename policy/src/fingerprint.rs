@@ -154,6 +154,7 @@ pub const OFF_PATH: &[(&str, &str)] = &[
     ("runtime/src/events/", "event shapes, written once per request"),
     ("runtime/src/prompts.rs", "the prompt-set format, read once per process"),
     ("runtime/src/open.rs", "loads and places the model once per process"),
+    ("runtime/src/precheck.rs", "counts a checkpoint's tokenizer.json before it is loaded, once per process"),
     ("runtime/src/build_info.rs", "build identity strings"),
     ("runtime/src/fetch.rs", "downloads the default model"),
     ("runtime/src/bench/", "the benchmark command, around the engine"),

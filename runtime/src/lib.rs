@@ -22,6 +22,7 @@ pub mod model;
 pub mod open;
 pub mod policy;
 pub mod pool;
+pub mod precheck;
 pub mod prompts;
 pub mod request;
 pub mod sampling;

@@ -1,0 +1,58 @@
+//! The real `runtime` binary against crafted model files that are cheap to
+//! write and were once costly to load: each is refused with a message
+//! naming the file, quickly and with peak memory in proportion to what the
+//! runtime keeps, not to what the file declares.
+//!
+//! One test per binary: the peak resident memory read here is that of
+//! every child this process has waited for (`getrusage(RUSAGE_CHILDREN)`).
+
+use draftwise_tests::bin;
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+/// Peak resident memory of the waited-for children, in KiB.
+fn children_peak_rss_kib() -> u64 {
+    // SAFETY: getrusage only writes the struct it is given.
+    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    let rc = unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut u) };
+    assert_eq!(rc, 0);
+    u.ru_maxrss as u64
+}
+
+#[test]
+fn a_tokenizer_json_with_a_vocabulary_past_the_bound_is_refused_before_it_is_built() {
+    use std::io::Write;
+    // The tiny Qwen 2 checkpoint with a tokenizer.json of 2 M vocabulary
+    // entries (44 MB): built by the tokenizers crate before the vocabulary
+    // check, a 120 MB one took 25 s and 2.63 GB.
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../reference/data/tiny/qwen2-hf");
+    let dir = tempfile::tempdir().unwrap();
+    for e in std::fs::read_dir(&src).unwrap() {
+        let e = e.unwrap();
+        std::fs::copy(e.path(), dir.path().join(e.file_name())).unwrap();
+    }
+    let mut f = std::io::BufWriter::new(std::fs::File::create(dir.path().join("tokenizer.json")).unwrap());
+    write!(f, "{{\"version\":\"1.0\",\"added_tokens\":[],\"model\":{{\"type\":\"BPE\",\"vocab\":{{").unwrap();
+    for i in 0..(2u32 << 20) {
+        write!(f, "{}\"tok{i:09}\":{i}", if i == 0 { "" } else { "," }).unwrap();
+    }
+    write!(f, "}},\"merges\":[]}}}}").unwrap();
+    f.flush().unwrap();
+    drop(f);
+    let t0 = Instant::now();
+    let out = Command::new(bin("runtime"))
+        .args(["generate", "--max-tokens", "1", "--prompt", "hi", "--model"])
+        .arg(dir.path())
+        .env("DRAFTWISE_LOG", "warn")
+        .output()
+        .unwrap();
+    let took = t0.elapsed();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("tokenizer.json") && err.contains("more than the 1048576 this runtime loads"), "{err}");
+    assert!(took < Duration::from_secs(20), "{took:?}");
+    let peak = children_peak_rss_kib();
+    eprintln!("refused in {took:?}, peak RSS {peak} KiB");
+    assert!(peak < 200 * 1024, "peak RSS {peak} KiB");
+}
