@@ -3,8 +3,9 @@
 //! naming the file, quickly and with peak memory in proportion to what the
 //! runtime keeps, not to what the file declares.
 //!
-//! One test per binary: the peak resident memory read here is that of
-//! every child this process has waited for (`getrusage(RUSAGE_CHILDREN)`).
+//! The peak resident memory read here is the largest of every child this
+//! test binary has waited for (`getrusage(RUSAGE_CHILDREN)`): each test's
+//! bound holds for all of them, so they may run together.
 
 use draftwise_tests::bin;
 use std::path::Path;
@@ -54,5 +55,46 @@ fn a_tokenizer_json_with_a_vocabulary_past_the_bound_is_refused_before_it_is_bui
     assert!(took < Duration::from_secs(20), "{took:?}");
     let peak = children_peak_rss_kib();
     eprintln!("refused in {took:?}, peak RSS {peak} KiB");
+    assert!(peak < 200 * 1024, "peak RSS {peak} KiB");
+}
+
+#[test]
+fn a_safetensors_header_of_many_zero_size_tensors_is_refused_before_it_is_parsed() {
+    use std::io::Write;
+    // The tiny Qwen 2 checkpoint with a model.safetensors whose header names
+    // 400,000 zero-size tensors (20 MB): parsed whole, a header takes about
+    // 1.2 KiB per tensor (1.36 M of them took 1.69 GB).
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../reference/data/tiny/qwen2-hf");
+    let dir = tempfile::tempdir().unwrap();
+    for e in std::fs::read_dir(&src).unwrap() {
+        let e = e.unwrap();
+        std::fs::copy(e.path(), dir.path().join(e.file_name())).unwrap();
+    }
+    let mut header = String::from("{");
+    for i in 0..400_000 {
+        header.push_str(&format!(
+            "{}\"t{i}\":{{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[0,0]}}",
+            if i == 0 { "" } else { "," }
+        ));
+    }
+    header.push('}');
+    let mut f = std::fs::File::create(dir.path().join("model.safetensors")).unwrap();
+    f.write_all(&(header.len() as u64).to_le_bytes()).unwrap();
+    f.write_all(header.as_bytes()).unwrap();
+    drop(f);
+    let t0 = Instant::now();
+    let out = Command::new(bin("runtime"))
+        .args(["generate", "--max-tokens", "1", "--prompt", "hi", "--model"])
+        .arg(dir.path())
+        .env("DRAFTWISE_LOG", "warn")
+        .output()
+        .unwrap();
+    let took = t0.elapsed();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("model.safetensors") && err.contains("names 400000 tensors, more than the 65536"), "{err}");
+    assert!(took < Duration::from_secs(20), "{took:?}");
+    let peak = children_peak_rss_kib();
+    eprintln!("refused in {took:?}, peak RSS {peak} KiB (any child of this binary)");
     assert!(peak < 200 * 1024, "peak RSS {peak} KiB");
 }
