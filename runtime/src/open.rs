@@ -71,13 +71,12 @@ pub fn open(s: OpenSettings<'_>) -> Result<Opened> {
     let device = DeviceRequest::parse(s.device)?;
     let path = resolve_model(s.model, s.cache_dir)?;
     tracing::info!(model = %path.display(), "loading");
-    if path.is_dir() {
-        // A tokenizer.json that cannot fit the model is refused before it is
-        // built (which takes about twenty times its size in memory).
-        crate::precheck::hf_dir(&path)
-            .map_err(anyhow::Error::msg)
-            .with_context(|| format!("loading {}", path.display()))?;
-    }
+    // Files whose declared contents would cost memory out of proportion
+    // to what the runtime keeps are refused before they are parsed
+    // (crate::precheck).
+    if path.is_dir() { crate::precheck::hf_dir(&path) } else { crate::precheck::gguf(&path) }
+        .map_err(anyhow::Error::msg)
+        .with_context(|| format!("loading {}", path.display()))?;
     let mut loaded = model::load(&path).with_context(|| format!("loading {}", path.display()))?;
     let cuda = crate::device::place(&mut loaded, device)?;
     if cuda.is_none() {

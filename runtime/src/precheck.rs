@@ -4,6 +4,12 @@
 //! and the model's `vocab_size`, and at each safetensors header (how many
 //! tensors it declares; each shard a different file).
 //!
+//! For a GGUF file ([`gguf`]): a walk over its metadata that counts the
+//! elements of the arrays the runtime never reads. The GGUF reader keeps
+//! every metadata value as a 32-byte value for the life of the model (its
+//! parser is on the verify path, so it is bounded from here): a 203 MB
+//! file of unused F32 arrays held 1.78 GB.
+//!
 //! Parsing a safetensors header keeps about 1.2 KiB per tensor it names,
 //! whatever the tensor's size: a 95 MB header of 1.36 M zero-size tensors
 //! took 1.69 GB, and an index naming four shards that were links to that
@@ -49,6 +55,181 @@ pub fn count(path: &Path) -> Result<Counts, String> {
     let mut counts = Counts::default();
     Top(&mut counts).deserialize(&mut de).map_err(|e| e.to_string())?;
     Ok(counts)
+}
+
+/// The metadata arrays the runtime reads (the tokenizer's); every other
+/// array is read past and dropped by no one, so their elements together
+/// are bounded by [`MAX_UNREAD_ARRAY_ELEMENTS`].
+pub const READ_ARRAYS: [&str; 4] =
+    ["tokenizer.ggml.tokens", "tokenizer.ggml.scores", "tokenizer.ggml.token_type", "tokenizer.ggml.merges"];
+
+/// Elements all unread metadata arrays of a GGUF file may hold together:
+/// real files carry only short per-layer arrays besides the tokenizer's
+/// (a few hundred elements), and 65,536 of them take 2 MiB in memory.
+pub const MAX_UNREAD_ARRAY_ELEMENTS: u64 = 1 << 16;
+
+/// Walks `path`'s GGUF metadata and refuses a file whose arrays other than
+/// [`READ_ARRAYS`] hold more than [`MAX_UNREAD_ARRAY_ELEMENTS`] elements
+/// together, or whose read arrays pass the vocabulary bounds
+/// (`MAX_VOCAB` entries; `MAX_MERGES` merges). The walk keeps nothing but
+/// counts and the current key; a file that is not GGUF or is malformed is
+/// left to the reader, which names the problem precisely.
+pub fn gguf(path: &Path) -> Result<(), String> {
+    let f = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut w = Walk { r: std::io::BufReader::new(f), unread: 0 };
+    match w.file() {
+        Ok(()) | Err(Stop::Malformed) => Ok(()),
+        Err(Stop::Refused(why)) => Err(format!("{}: {why}", path.display())),
+    }
+}
+
+enum Stop {
+    /// Not GGUF, or cut short: the reader reports it.
+    Malformed,
+    Refused(String),
+}
+
+impl From<std::io::Error> for Stop {
+    fn from(_: std::io::Error) -> Self {
+        Stop::Malformed
+    }
+}
+
+struct Walk<R> {
+    r: R,
+    /// Elements of unread arrays so far.
+    unread: u64,
+}
+
+const GGUF_STRING: u32 = 8;
+const GGUF_ARRAY: u32 = 9;
+
+impl<R: std::io::BufRead + std::io::Seek> Walk<R> {
+    fn u32(&mut self) -> Result<u32, Stop> {
+        let mut b = [0u8; 4];
+        self.r.read_exact(&mut b)?;
+        Ok(u32::from_le_bytes(b))
+    }
+
+    fn u64(&mut self) -> Result<u64, Stop> {
+        let mut b = [0u8; 8];
+        self.r.read_exact(&mut b)?;
+        Ok(u64::from_le_bytes(b))
+    }
+
+    fn skip(&mut self, n: u64) -> Result<(), Stop> {
+        let n = i64::try_from(n).map_err(|_| Stop::Malformed)?;
+        self.r.seek_relative(n)?;
+        Ok(())
+    }
+
+    /// A string's bytes, kept only when short (keys): longer ones are skipped.
+    fn string(&mut self, keep: bool) -> Result<Option<String>, Stop> {
+        let n = self.u64()?;
+        if n > crate::gguf::MAX_STRING_LEN {
+            return Err(Stop::Malformed);
+        }
+        if !keep {
+            self.skip(n)?;
+            return Ok(None);
+        }
+        let mut b = vec![0u8; n as usize];
+        self.r.read_exact(&mut b)?;
+        Ok(Some(String::from_utf8_lossy(&b).into_owned()))
+    }
+
+    fn file(&mut self) -> Result<(), Stop> {
+        let mut magic = [0u8; 4];
+        self.r.read_exact(&mut magic)?;
+        if &magic != b"GGUF" {
+            return Err(Stop::Malformed);
+        }
+        let _version = self.u32()?;
+        let _n_tensors = self.u64()?;
+        let n_kv = self.u64()?;
+        // Each pair takes at least 13 bytes, so a false count ends at the file's end.
+        for _ in 0..n_kv {
+            let key = self.string(true)?.unwrap_or_default();
+            let ty = self.u32()?;
+            if ty == GGUF_ARRAY {
+                let n = self.array(1)?;
+                if READ_ARRAYS.contains(&key.as_str()) {
+                    let max = if key.ends_with("merges") {
+                        crate::precheck::MAX_MERGES
+                    } else {
+                        crate::model::config::MAX_VOCAB as u64
+                    };
+                    if n > max {
+                        return Err(Stop::Refused(format!(
+                            "metadata array {key} has {n} elements, more than the {max} this runtime loads"
+                        )));
+                    }
+                } else {
+                    self.unread = self.unread.saturating_add(n);
+                    if self.unread > MAX_UNREAD_ARRAY_ELEMENTS {
+                        return Err(Stop::Refused(format!(
+                            "its metadata arrays other than the tokenizer's hold more than \
+                             {MAX_UNREAD_ARRAY_ELEMENTS} elements together (the runtime reads none of them; at \
+                             {key}); remove them from the file"
+                        )));
+                    }
+                }
+            } else {
+                self.value(ty)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Skips one value of type `ty`.
+    fn value(&mut self, ty: u32) -> Result<(), Stop> {
+        match ty {
+            GGUF_STRING => self.string(false).map(|_| ()),
+            GGUF_ARRAY => self.array(1).map(|_| ()),
+            t => {
+                let n = fixed_bytes(t).ok_or(Stop::Malformed)?;
+                self.skip(n)
+            }
+        }
+    }
+
+    /// Skips an array's body; returns its elements, nested arrays' included.
+    fn array(&mut self, depth: usize) -> Result<u64, Stop> {
+        if depth > crate::gguf::MAX_ARRAY_DEPTH {
+            return Err(Stop::Malformed);
+        }
+        let ty = self.u32()?;
+        let count = self.u64()?;
+        if count > crate::gguf::MAX_ARRAY_LEN {
+            return Err(Stop::Malformed);
+        }
+        if let Some(n) = fixed_bytes(ty) {
+            self.skip(count.checked_mul(n).ok_or(Stop::Malformed)?)?;
+            return Ok(count);
+        }
+        let mut total = count;
+        for _ in 0..count {
+            match ty {
+                GGUF_STRING => {
+                    self.string(false)?;
+                }
+                GGUF_ARRAY => total = total.saturating_add(self.array(depth + 1)?),
+                _ => return Err(Stop::Malformed),
+            }
+        }
+        Ok(total)
+    }
+}
+
+/// Bytes of one value of a fixed-size GGUF type.
+fn fixed_bytes(ty: u32) -> Option<u64> {
+    Some(match ty {
+        0 | 1 | 7 => 1,
+        2 | 3 => 2,
+        4..=6 => 4,
+        10..=12 => 8,
+        _ => return None,
+    })
 }
 
 /// Most tensors one safetensors file may name, and all of a checkpoint's
@@ -408,6 +589,46 @@ mod tests {
         std::fs::write(&p, u64::MAX.to_le_bytes()).unwrap();
         let e = count_safetensors_tensors(&p).unwrap_err();
         assert!(e.contains("more than the 100000000"), "{e}");
+    }
+
+    #[test]
+    fn a_gguf_of_large_unread_arrays_is_refused_and_real_files_pass() {
+        use crate::gguf::Value;
+        use crate::gguf::test_writer::Builder as GgufBuilder;
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("m.gguf");
+        // The tiny checkpoints' GGUFs, and the default model when it is cached, pass.
+        let tiny = Path::new(env!("CARGO_MANIFEST_DIR")).join("../reference/data/tiny");
+        for f in ["qwen2.gguf", "llama3.gguf", "mistral.gguf"] {
+            assert!(gguf(&tiny.join(f)).is_ok(), "{f}");
+        }
+        let write = |kvs: &[(&str, Value)]| {
+            let mut b = GgufBuilder::new();
+            for (k, v) in kvs {
+                b.kv(k, v);
+            }
+            std::fs::write(&p, b.build()).unwrap();
+        };
+        // 100,000 unused F32s: the reader held 32 bytes for each.
+        write(&[
+            ("general.architecture", Value::String("llama".into())),
+            ("x.unused", Value::Array(vec![Value::F32(0.5); 100_000])),
+        ]);
+        let e = gguf(&p).unwrap_err();
+        assert!(e.contains("more than 65536 elements together") && e.contains("x.unused"), "{e}");
+        // Nested arrays count every element; under the bound, they pass.
+        let nested =
+            Value::Array(vec![Value::Array(vec![Value::I32(1); 40_000]), Value::Array(vec![Value::I32(1); 30_000])]);
+        write(&[("x.nested", nested)]);
+        assert!(gguf(&p).unwrap_err().contains("x.nested"));
+        write(&[("x.small", Value::Array(vec![Value::U32(1); 60_000])), ("s", Value::String("x".repeat(100)))]);
+        assert!(gguf(&p).is_ok());
+        // The tokenizer's arrays are bounded by the vocabulary instead.
+        write(&[("tokenizer.ggml.scores", Value::Array(vec![Value::F32(0.0); 200_000]))]);
+        assert!(gguf(&p).is_ok());
+        // A file that is not GGUF, or cut short, is left to the reader.
+        std::fs::write(&p, b"GGUF\x03\0\0\0").unwrap();
+        assert!(gguf(&p).is_ok());
     }
 
     #[test]
