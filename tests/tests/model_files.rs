@@ -27,18 +27,47 @@ fn children_peak_rss_kib() -> u64 {
     u.ru_maxrss as u64
 }
 
-#[test]
-fn a_tokenizer_json_with_a_vocabulary_past_the_bound_is_refused_before_it_is_built() {
-    use std::io::Write;
-    // The tiny Qwen 2 checkpoint with a tokenizer.json of 2 M vocabulary
-    // entries (44 MB): built by the tokenizers crate before the vocabulary
-    // check, a 120 MB one took 25 s and 2.63 GB.
+/// A copy of the tiny Qwen 2 checkpoint (Hugging Face form) to alter.
+fn tiny_checkpoint() -> tempfile::TempDir {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../reference/data/tiny/qwen2-hf");
     let dir = tempfile::tempdir().unwrap();
     for e in std::fs::read_dir(&src).unwrap() {
         let e = e.unwrap();
         std::fs::copy(e.path(), dir.path().join(e.file_name())).unwrap();
     }
+    dir
+}
+
+/// Runs `runtime generate` on `model`, which must be refused (exit 1)
+/// within 20 s with a message holding each of `says`, at a peak resident
+/// memory under [`PEAK_RSS_BOUND_KIB`].
+fn assert_refused_cheaply(model: &Path, says: &[&str]) {
+    let t0 = Instant::now();
+    let out = Command::new(bin("runtime"))
+        .args(["generate", "--max-tokens", "1", "--prompt", "hi", "--model"])
+        .arg(model)
+        .env("DRAFTWISE_LOG", "warn")
+        .output()
+        .unwrap();
+    let took = t0.elapsed();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    for s in says {
+        assert!(err.contains(s), "missing {s:?}: {err}");
+    }
+    assert!(took < Duration::from_secs(20), "{took:?}");
+    let peak = children_peak_rss_kib();
+    eprintln!("{}: refused in {took:?}, peak RSS {peak} KiB (any child of this binary)", model.display());
+    assert!(peak < PEAK_RSS_BOUND_KIB, "peak RSS {peak} KiB");
+}
+
+#[test]
+fn a_tokenizer_json_with_a_vocabulary_past_the_bound_is_refused_before_it_is_built() {
+    use std::io::Write;
+    // A tokenizer.json of 2 M vocabulary entries (44 MB): built by the
+    // tokenizers crate before the vocabulary check, a 120 MB one took 25 s
+    // and 2.63 GB.
+    let dir = tiny_checkpoint();
     let mut f = std::io::BufWriter::new(std::fs::File::create(dir.path().join("tokenizer.json")).unwrap());
     write!(f, "{{\"version\":\"1.0\",\"added_tokens\":[],\"model\":{{\"type\":\"BPE\",\"vocab\":{{").unwrap();
     for i in 0..(2u32 << 20) {
@@ -47,35 +76,16 @@ fn a_tokenizer_json_with_a_vocabulary_past_the_bound_is_refused_before_it_is_bui
     write!(f, "}},\"merges\":[]}}}}").unwrap();
     f.flush().unwrap();
     drop(f);
-    let t0 = Instant::now();
-    let out = Command::new(bin("runtime"))
-        .args(["generate", "--max-tokens", "1", "--prompt", "hi", "--model"])
-        .arg(dir.path())
-        .env("DRAFTWISE_LOG", "warn")
-        .output()
-        .unwrap();
-    let took = t0.elapsed();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{err}");
-    assert!(err.contains("tokenizer.json") && err.contains("more than the 1048576 this runtime loads"), "{err}");
-    assert!(took < Duration::from_secs(20), "{took:?}");
-    let peak = children_peak_rss_kib();
-    eprintln!("refused in {took:?}, peak RSS {peak} KiB");
-    assert!(peak < PEAK_RSS_BOUND_KIB, "peak RSS {peak} KiB");
+    assert_refused_cheaply(dir.path(), &["tokenizer.json", "more than the 1048576 this runtime loads"]);
 }
 
 #[test]
 fn a_safetensors_header_of_many_zero_size_tensors_is_refused_before_it_is_parsed() {
     use std::io::Write;
-    // The tiny Qwen 2 checkpoint with a model.safetensors whose header names
-    // 400,000 zero-size tensors (20 MB): parsed whole, a header takes about
-    // 1.2 KiB per tensor (1.36 M of them took 1.69 GB).
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../reference/data/tiny/qwen2-hf");
-    let dir = tempfile::tempdir().unwrap();
-    for e in std::fs::read_dir(&src).unwrap() {
-        let e = e.unwrap();
-        std::fs::copy(e.path(), dir.path().join(e.file_name())).unwrap();
-    }
+    // A model.safetensors whose header names 400,000 zero-size tensors
+    // (20 MB): parsed whole, a header takes about 1.2 KiB per tensor (1.36 M
+    // of them took 1.69 GB).
+    let dir = tiny_checkpoint();
     let mut header = String::from("{");
     for i in 0..400_000 {
         header.push_str(&format!(
@@ -87,22 +97,8 @@ fn a_safetensors_header_of_many_zero_size_tensors_is_refused_before_it_is_parsed
     let mut f = std::fs::File::create(dir.path().join("model.safetensors")).unwrap();
     f.write_all(&(header.len() as u64).to_le_bytes()).unwrap();
     f.write_all(header.as_bytes()).unwrap();
-    drop(f);
-    let t0 = Instant::now();
-    let out = Command::new(bin("runtime"))
-        .args(["generate", "--max-tokens", "1", "--prompt", "hi", "--model"])
-        .arg(dir.path())
-        .env("DRAFTWISE_LOG", "warn")
-        .output()
-        .unwrap();
-    let took = t0.elapsed();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{err}");
-    assert!(err.contains("model.safetensors") && err.contains("names 400000 tensors, more than the 65536"), "{err}");
-    assert!(took < Duration::from_secs(20), "{took:?}");
-    let peak = children_peak_rss_kib();
-    eprintln!("refused in {took:?}, peak RSS {peak} KiB (any child of this binary)");
-    assert!(peak < PEAK_RSS_BOUND_KIB, "peak RSS {peak} KiB");
+    drop((f, header));
+    assert_refused_cheaply(dir.path(), &["model.safetensors", "names 400000 tensors, more than the 65536"]);
 }
 
 #[test]
@@ -130,19 +126,5 @@ fn a_gguf_of_large_metadata_arrays_nobody_reads_is_refused_before_it_is_parsed()
     f.write_all(&head).unwrap();
     f.set_len(head.len() as u64 + 4 * n).unwrap();
     drop(f);
-    let t0 = Instant::now();
-    let out = Command::new(bin("runtime"))
-        .args(["generate", "--max-tokens", "1", "--prompt", "hi", "--model"])
-        .arg(&path)
-        .env("DRAFTWISE_LOG", "warn")
-        .output()
-        .unwrap();
-    let took = t0.elapsed();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{err}");
-    assert!(err.contains("arrays.gguf") && err.contains("x.unused.scores") && err.contains("more than 65536"), "{err}");
-    assert!(took < Duration::from_secs(20), "{took:?}");
-    let peak = children_peak_rss_kib();
-    eprintln!("refused in {took:?}, peak RSS {peak} KiB (any child of this binary)");
-    assert!(peak < PEAK_RSS_BOUND_KIB, "peak RSS {peak} KiB");
+    assert_refused_cheaply(&path, &["arrays.gguf", "x.unused.scores", "more than 65536"]);
 }

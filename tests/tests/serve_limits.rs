@@ -121,3 +121,29 @@ fn one_client_cannot_take_the_whole_queue_and_another_client_still_gets_in() {
     drop(waiting);
     drop(other);
 }
+
+/// Sends a complete request, shuts down the sending side, and reads what comes back.
+fn post_then_half_close(addr: SocketAddr) -> Vec<u8> {
+    use std::io::Read;
+    let mut c = TcpStream::connect(addr).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    send(&mut c, &json!({"model": "SmolLM2-135M-Instruct.Q4_1", "prompt": "Hi", "max_tokens": 4, "temperature": 0}));
+    c.shutdown(std::net::Shutdown::Write).unwrap();
+    let mut got = Vec::new();
+    let _ = c.read_to_end(&mut got);
+    got
+}
+
+#[test]
+fn with_half_close_a_client_that_shuts_down_its_sending_side_still_gets_its_response() {
+    let s = Server::start(&["--half-close"]);
+    let got = post_then_half_close(s.addr);
+    let reply = draftwise_tests::serve::parse_response(&got)
+        .unwrap_or_else(|e| panic!("{e}: {:?}", String::from_utf8_lossy(&got)));
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    assert_eq!(reply.json()["usage"]["completion_tokens"], 4, "{}", reply.text());
+    // Without it (the default), the end of input is the client leaving: nothing is written.
+    let s = Server::start(&[]);
+    let got = post_then_half_close(s.addr);
+    assert!(got.is_empty(), "{:?}", String::from_utf8_lossy(&got));
+}

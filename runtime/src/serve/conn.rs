@@ -53,6 +53,12 @@ pub struct ConnLimits {
     pub body_timeout: Duration,
     pub idle_timeout: Duration,
     pub max_connections: usize,
+    /// `--half-close`: a client's end of input (`shutdown(SHUT_WR)`) after a
+    /// complete request is not its leaving; its response is still written.
+    /// Off by default: then the end of input cancels the request at once,
+    /// which is what frees the engine when a client gives up (a closed and a
+    /// half-closed client look the same until a byte is written to them).
+    pub half_close: bool,
 }
 
 /// Largest request head hyper buffers (request line and headers), bytes.
@@ -445,6 +451,7 @@ impl Connection {
         let mut conn = Box::pin(
             hyper::server::conn::http1::Builder::new()
                 .keep_alive(true)
+                .half_close(self.limits.half_close)
                 .header_read_timeout(None)
                 .max_buf_size(MAX_HEAD_BYTES)
                 .serve_connection(io, service),
@@ -554,6 +561,7 @@ mod tests {
             body_timeout: Duration::from_millis(70),
             idle_timeout: Duration::from_millis(80),
             max_connections: 2,
+            half_close: false,
         }
     }
 

@@ -63,6 +63,8 @@ pub struct ServeSettings {
     pub max_queue: usize,
     /// `None`: a quarter of `max_queue` ([`ServeSettings::waiting_per_client`]).
     pub max_waiting_per_client: Option<usize>,
+    /// `--half-close` ([`conn::ConnLimits::half_close`]).
+    pub half_close: bool,
     pub max_body_bytes: usize,
     pub header_timeout_ms: u64,
     pub body_timeout_ms: u64,
@@ -125,6 +127,7 @@ impl ServeLimits {
                 body_timeout,
                 idle_timeout,
                 max_connections: max_connections as usize,
+                half_close: args.half_close,
             },
             request_timeout: Duration::from_secs(secs),
         })
@@ -185,6 +188,7 @@ pub fn run(args: ServeSettings) -> Result<ExitCode> {
         "concurrency": "one sequence at a time; requests wait in a first-in-first-out queue",
         "max_queue": args.max_queue,
         "max_waiting_per_client": args.waiting_per_client(),
+        "half_close": args.half_close,
         "max_body_bytes": args.max_body_bytes,
         "header_timeout_ms": args.header_timeout_ms,
         "body_timeout_ms": args.body_timeout_ms,

@@ -194,6 +194,12 @@ pub struct ServeArgs {
     /// reverse proxy, where every request has the proxy's address, set it to --max-queue.
     #[arg(long)]
     pub max_waiting_per_client: Option<usize>,
+    /// Answer clients that shut down their sending side after a complete request
+    /// (`shutdown(SHUT_WR)`). Off: the end of a client's input cancels its request at once,
+    /// which frees the engine when a client leaves; on, a client that left without reading is
+    /// noticed only when its response is written (a non-streaming request then runs to its end).
+    #[arg(long)]
+    pub half_close: bool,
     /// Largest request body accepted, in bytes; larger ones get 413.
     #[arg(long, default_value_t = 1 << 20)]
     pub max_body_bytes: usize,
@@ -365,6 +371,7 @@ impl From<ServeArgs> for ServeSettings {
             threads: a.threads,
             max_queue: a.max_queue,
             max_waiting_per_client: a.max_waiting_per_client,
+            half_close: a.half_close,
             max_body_bytes: a.max_body_bytes,
             header_timeout_ms: a.header_timeout_ms,
             body_timeout_ms: a.body_timeout_ms,
