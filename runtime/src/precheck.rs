@@ -317,43 +317,32 @@ pub fn count_safetensors_tensors(path: &Path) -> Result<u64, String> {
         )));
     }
     let mut de = serde_json::Deserializer::from_reader(std::io::BufReader::new(f.take(n)));
-    let keys = Entries.deserialize(&mut de).map_err(|e| err(&format!("the header is not a JSON object: {e}")))?;
-    Ok(keys.saturating_sub(u64::from(header_has_metadata(path).unwrap_or(false))))
+    TensorKeys.deserialize(&mut de).map_err(|e| err(&format!("the header is not a JSON object: {e}")))
 }
 
-/// Whether the header has a `__metadata__` entry (a second short pass; the
-/// count above does not keep key names).
-fn header_has_metadata(path: &Path) -> Option<bool> {
-    use std::io::Read;
-    let mut f = std::fs::File::open(path).ok()?;
-    let mut len = [0u8; 8];
-    f.read_exact(&mut len).ok()?;
-    let mut de = serde_json::Deserializer::from_reader(std::io::BufReader::new(f.take(u64::from_le_bytes(len))));
-    HasKey("__metadata__").deserialize(&mut de).ok()
-}
+/// The keys of a safetensors header other than `__metadata__` (its
+/// tensors), counted in one pass; every value is skipped unread.
+struct TensorKeys;
 
-/// Whether a JSON object has the key `.0`; every value is skipped unread.
-struct HasKey(&'static str);
-
-impl<'de> DeserializeSeed<'de> for HasKey {
-    type Value = bool;
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<bool, D::Error> {
+impl<'de> DeserializeSeed<'de> for TensorKeys {
+    type Value = u64;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<u64, D::Error> {
         d.deserialize_map(self)
     }
 }
 
-impl<'de> Visitor<'de> for HasKey {
-    type Value = bool;
+impl<'de> Visitor<'de> for TensorKeys {
+    type Value = u64;
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
         f.write_str("a JSON object")
     }
-    fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<bool, A::Error> {
-        let mut found = false;
+    fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<u64, A::Error> {
+        let mut n = 0;
         while let Some(k) = m.next_key::<std::borrow::Cow<'de, str>>()? {
-            found |= k == self.0;
+            n += u64::from(k != "__metadata__");
             m.next_value::<IgnoredAny>()?;
         }
-        Ok(found)
+        Ok(n)
     }
 }
 
