@@ -20,6 +20,12 @@
 #                         scripts/setup-nvrtc.sh, which is tried last)
 #   DEVICE_CHECK_SWEEP_ARGS  arguments for `tuner sweep` (default: a short sweep
 #                         of the default model; see the sweep step)
+#   DEVICE_CHECK_PREBUILT a folder holding `runtime`, `tuner` and the test
+#                         executables `cuda_kernels` and `cuda_forward`, built
+#                         elsewhere with --features cuda (for a GPU host with
+#                         no Rust toolchain); the build step is then skipped
+#   DEVICE_CHECK_CUDA_CACHE  the kernel cache (default OUT_DIR/kernel-cache, so
+#                         the first load is timed honestly)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 [ $# -eq 1 ] || { echo "usage: $0 OUT_DIR" >&2; exit 2; }
@@ -42,7 +48,7 @@ note "GPU: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=cs
 
 # -- NVRTC
 if [ -z "${DRAFTWISE_NVRTC_LIB:-}" ]; then
-    for cand in $(ldconfig -p 2>/dev/null | awk '/libnvrtc\.so\.12 /{print $NF}') /usr/local/cuda/lib64/libnvrtc.so.12 \
+    for cand in $(ldconfig -p 2>/dev/null | awk '/libnvrtc\.so\.1[23] /{print $NF}') /usr/local/cuda/lib64/libnvrtc.so.1[23] \
         target/nvrtc-venv/lib/python3*/site-packages/nvidia/cuda_nvrtc/lib/libnvrtc.so.12; do
         if [ -f "$cand" ]; then export DRAFTWISE_NVRTC_LIB=$(realpath "$cand"); break; fi
     done
@@ -50,26 +56,46 @@ fi
 if [ -z "${DRAFTWISE_NVRTC_LIB:-}" ]; then
     if lib=$(scripts/setup-nvrtc.sh 2> "$OUT/setup-nvrtc.log"); then export DRAFTWISE_NVRTC_LIB=$lib; fi
 fi
+# cudarc opens NVRTC by the names libnvrtc.so and libnvrtc.so.12 only: a
+# CUDA 13 NVRTC (libnvrtc.so.13) is reached through links of those names.
+case "${DRAFTWISE_NVRTC_LIB:-}" in
+    *libnvrtc.so.1[3-9]*)
+        links="$OUT/nvrtc-links"; mkdir -p "$links"
+        ln -sf "$DRAFTWISE_NVRTC_LIB" "$links/libnvrtc.so.12"; ln -sf "$DRAFTWISE_NVRTC_LIB" "$links/libnvrtc.so"
+        export LD_LIBRARY_PATH="$links:$(dirname "$DRAFTWISE_NVRTC_LIB")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+        export DRAFTWISE_NVRTC_LIB="$links/libnvrtc.so.12" ;;
+esac
 step nvrtc "$([ -n "${DRAFTWISE_NVRTC_LIB:-}" ] && echo PASS || echo FAIL)" "${DRAFTWISE_NVRTC_LIB:-not found (see setup-nvrtc.log)}"
 # Compiled kernels go to a per-check cache, so the first load is timed honestly.
-export DRAFTWISE_CUDA_CACHE="$OUT/kernel-cache"
+export DRAFTWISE_CUDA_CACHE="${DEVICE_CHECK_CUDA_CACHE:-$OUT/kernel-cache}"
 
 # -- build
-if cargo build --release -p runtime -p tuner --features runtime/cuda > "$OUT/build.log" 2>&1 \
+PRE=${DEVICE_CHECK_PREBUILT:-}
+if [ -n "$PRE" ]; then
+    for b in runtime tuner cuda_kernels cuda_forward; do
+        [ -x "$PRE/$b" ] || { step build FAIL "DEVICE_CHECK_PREBUILT=$PRE has no executable $b"; exit 1; }
+    done
+    step build SKIP "prebuilt executables from $PRE"
+    RT=$PRE/runtime; TUNER=$PRE/tuner
+    KTESTS=("$PRE/cuda_kernels"); FTESTS=("$PRE/cuda_forward")
+elif cargo build --release -p runtime -p tuner --features runtime/cuda > "$OUT/build.log" 2>&1 \
     && cargo test --release -p kernels -p runtime --features runtime/cuda --test cuda_kernels --test cuda_forward --no-run \
         >> "$OUT/build.log" 2>&1; then
     step build PASS "cargo build --release --features cuda ($(elapsed))"
 else
     step build FAIL "see build.log"; note "stopping: nothing to run"; exit 1
 fi
-RT=./target/release/runtime
+if [ -z "$PRE" ]; then
+    RT=./target/release/runtime; TUNER=./target/release/tuner
+    KTESTS=(cargo test --release -p kernels --features cuda --test cuda_kernels --)
+    FTESTS=(cargo test --release -p runtime --features cuda --test cuda_forward --)
+fi
 "$RT" build-info --json > "$OUT/build-info.json" 2>&1
 
 # -- CUDA kernel tests: a skip is a failure here. (The NVRTC compile test,
 #    kernels/tests/cuda_nvrtc.rs, runs in CI on every host; it takes minutes of
 #    one core, so it is not repeated here.)
-if DRAFTWISE_REQUIRE_CUDA=1 timeout 300 cargo test --release -p kernels --features cuda \
-    --test cuda_kernels -- --test-threads 1 > "$OUT/cuda-tests.log" 2>&1; then
+if DRAFTWISE_REQUIRE_CUDA=1 timeout 300 "${KTESTS[@]}" --test-threads 1 > "$OUT/cuda-tests.log" 2>&1; then
     step cuda-tests PASS "$(grep -h 'test result' "$OUT/cuda-tests.log" | tr '\n' ' ') ($(elapsed))"
 else
     step cuda-tests FAIL "see cuda-tests.log"
@@ -83,8 +109,8 @@ step model PASS "$MODEL"
 
 # -- the CUDA forward pass on the model: verify block == chain bit for bit at
 #    W = 1..16, cache rollback, GPU logits near the CPU's
-if DRAFTWISE_REQUIRE_CUDA=1 DRAFTWISE_TEST_MODEL="$MODEL" timeout 300 cargo test --release -p runtime --features cuda \
-    --test cuda_forward -- --test-threads 1 > "$OUT/cuda-forward-tests.log" 2>&1; then
+if DRAFTWISE_REQUIRE_CUDA=1 DRAFTWISE_TEST_MODEL="$MODEL" timeout 300 "${FTESTS[@]}" --test-threads 1 \
+    > "$OUT/cuda-forward-tests.log" 2>&1; then
     step cuda-forward-tests PASS "$(grep -h 'test result' "$OUT/cuda-forward-tests.log" | tr '\n' ' ') ($(elapsed))"
 else
     step cuda-forward-tests FAIL "see cuda-forward-tests.log"
@@ -140,19 +166,6 @@ PY
     step "speculative-w$W" "${verdict%% *}" "${verdict#* }"
 done
 
-# -- a short sweep, if the tuner has one (it is being written concurrently)
-if ./target/release/tuner sweep --help > "$OUT/tuner-sweep-help.txt" 2>&1; then
-    args=${DEVICE_CHECK_SWEEP_ARGS:---model $MODEL --out $OUT/sweep --max-width 4 --reps 1}
-    # shellcheck disable=SC2086
-    if DRAFTWISE_DEVICE=cuda timeout 180 ./target/release/tuner sweep $args > "$OUT/sweep.log" 2>&1; then
-        step sweep PASS "tuner sweep $args ($(elapsed))"
-    else
-        step sweep FAIL "tuner sweep $args: see sweep.log (set DEVICE_CHECK_SWEEP_ARGS to match its flags)"
-    fi
-else
-    step sweep SKIP "this build's tuner has no sweep subcommand"
-fi
-
 # -- bench on the GPU: decode tok/s and the verify-cost curve
 if timeout 150 "$RT" bench --device cuda --model "$MODEL" --prompt-tokens 64 --gen-tokens 128 --reps 5 --json \
     > "$OUT/bench-decode.json" 2> "$OUT/bench-decode.log"; then
@@ -165,6 +178,20 @@ if timeout 150 "$RT" bench --device cuda --model "$MODEL" --verify-cost --max-wi
     step bench-verify-cost PASS "$(python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print(" ".join("W%d=%.2fx" % (c["width"], c["relative_to_w1"]) for c in r["verify_cost"]))' "$OUT/bench-verify-cost.json")"
 else
     step bench-verify-cost FAIL "see bench-verify-cost.log"
+fi
+
+
+# -- a short sweep (last: it takes the longest; DEVICE_CHECK_SWEEP_TIMEOUT bounds it)
+if "$TUNER" sweep --help > "$OUT/tuner-sweep-help.txt" 2>&1; then
+    args=${DEVICE_CHECK_SWEEP_ARGS:---target $MODEL --out $OUT/sweep --widths 1-8 --rounds 2 --bracket-arms 2 --gate-wait 30}
+    # shellcheck disable=SC2086
+    if DRAFTWISE_DEVICE=cuda timeout "${DEVICE_CHECK_SWEEP_TIMEOUT:-180}" "$TUNER" sweep $args > "$OUT/sweep.log" 2>&1; then
+        step sweep PASS "tuner sweep $args ($(elapsed))"
+    else
+        step sweep FAIL "tuner sweep $args: see sweep.log (set DEVICE_CHECK_SWEEP_ARGS to match its flags)"
+    fi
+else
+    step sweep SKIP "this build's tuner has no sweep subcommand"
 fi
 
 note "total $(elapsed); $([ $FAILED = 0 ] && echo 'all steps passed' || echo 'SOME STEPS FAILED')"
