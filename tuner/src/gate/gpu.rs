@@ -77,6 +77,21 @@ pub enum GpuInput {
     Devices { driver_version: Reading<String>, devices: Vec<GpuDevice> },
 }
 
+/// Whose work a device's utilization can be. Before an arm no work of this
+/// tuner runs, so any utilization is someone else's. While an arm runs, the
+/// arm's own runtime keeps the device busy (a decode loop holds an H200 at
+/// 80–90%), so utilization is recorded but not judged: foreign work then
+/// shows as a process on the device that is not this tuner's, as low free
+/// memory, or, where NVML cannot see other containers' processes, in the
+/// gate before the next arm and in the round's closing classic brackets.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GpuWork {
+    #[default]
+    NoneOfOurs,
+    ArmRunning,
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct GpuReading {
     pub driver: DriverPresence,
@@ -86,6 +101,9 @@ pub struct GpuReading {
     pub devices: Vec<GpuDevice>,
     pub util_threshold_pct: u32,
     pub min_free_mib: u64,
+    /// `arm_running`: utilization was read while an arm ran and not judged.
+    #[serde(default)]
+    pub work: GpuWork,
 }
 
 /// Decides what a failed `Nvml::init()` means, given whether
@@ -181,6 +199,7 @@ pub fn evaluate(
     util_threshold_pct: u32,
     min_free_mib: u64,
     excluded: &BTreeSet<u32>,
+    work: GpuWork,
 ) -> Check<GpuReading> {
     let driver = driver_presence(input, proc_driver_present);
     let mut reading = GpuReading {
@@ -190,6 +209,7 @@ pub fn evaluate(
         devices: Vec::new(),
         util_threshold_pct,
         min_free_mib,
+        work,
     };
     let (driver_version, devices) = match input {
         GpuInput::NoDriver { evidence } => {
@@ -219,6 +239,7 @@ pub fn evaluate(
             None => unknowns.push(format!("{label} processes: {}", d.processes.reason())),
         }
         match d.utilization_gpu_pct.value {
+            Some(_) if work == GpuWork::ArmRunning => {}
             Some(u) if u >= util_threshold_pct => waits.push(format!(
                 "gpu: {label} is {u}% utilized (threshold {util_threshold_pct}%); wait, or raise `--gpu-util-threshold`"
             )),
@@ -273,7 +294,7 @@ mod tests {
     fn nvml_absent_without_proc_driver_is_the_fact_no_driver_and_passes() {
         let input = from_init_failure(&NvmlInitFailure::LibraryMissing(DLOPEN.into()), false);
         assert!(matches!(input, GpuInput::NoDriver { .. }));
-        let c = evaluate(&input, false, 10, 1024, &BTreeSet::new());
+        let c = evaluate(&input, false, 10, 1024, &BTreeSet::new(), GpuWork::NoneOfOurs);
         assert_eq!(c.status, Status::Pass);
         let r = c.reading.value.unwrap();
         assert_eq!(r.driver, DriverPresence::Absent);
@@ -283,7 +304,7 @@ mod tests {
     #[test]
     fn nvml_absent_with_the_driver_loaded_is_unknown_and_blocks() {
         let input = from_init_failure(&NvmlInitFailure::LibraryMissing(DLOPEN.into()), true);
-        let c = evaluate(&input, true, 10, 1024, &BTreeSet::new());
+        let c = evaluate(&input, true, 10, 1024, &BTreeSet::new(), GpuWork::NoneOfOurs);
         assert_eq!(c.status, Status::Unknown);
         assert!(c.reasons[0].contains("--accept-unknown gpu"));
         assert_eq!(driver_presence(&input, true), DriverPresence::Loaded);
@@ -292,7 +313,7 @@ mod tests {
     #[test]
     fn any_other_nvml_failure_is_unknown() {
         let input = from_init_failure(&NvmlInitFailure::Other("Insufficient Permissions".into()), false);
-        assert_eq!(evaluate(&input, false, 10, 1024, &BTreeSet::new()).status, Status::Unknown);
+        assert_eq!(evaluate(&input, false, 10, 1024, &BTreeSet::new(), GpuWork::NoneOfOurs).status, Status::Unknown);
         assert_eq!(driver_presence(&input, false), DriverPresence::Unknown);
     }
 
@@ -300,33 +321,50 @@ mod tests {
     fn a_foreign_gpu_process_waits_and_ours_does_not() {
         let p = GpuProcess { pid: 4242, kind: "compute".into(), used_mib: Some(30_000) };
         let input = devices(device(vec![p], 0, 100_000));
-        let c = evaluate(&input, false, 10, 1024, &BTreeSet::new());
+        let c = evaluate(&input, false, 10, 1024, &BTreeSet::new(), GpuWork::NoneOfOurs);
         assert_eq!(c.status, Status::Wait);
         assert!(c.reasons[0].contains("pid 4242"), "{:?}", c.reasons);
-        let c = evaluate(&input, false, 10, 1024, &BTreeSet::from([4242]));
+        let c = evaluate(&input, false, 10, 1024, &BTreeSet::from([4242]), GpuWork::NoneOfOurs);
         assert_eq!(c.status, Status::Pass, "{:?}", c.reasons);
     }
 
     #[test]
     fn high_utilization_or_low_free_memory_waits() {
         assert_eq!(
-            evaluate(&devices(device(vec![], 55, 100_000)), false, 10, 1024, &BTreeSet::new()).status,
+            evaluate(&devices(device(vec![], 55, 100_000)), false, 10, 1024, &BTreeSet::new(), GpuWork::NoneOfOurs).status,
             Status::Wait
         );
-        assert_eq!(evaluate(&devices(device(vec![], 0, 500)), false, 10, 1024, &BTreeSet::new()).status, Status::Wait);
+        assert_eq!(evaluate(&devices(device(vec![], 0, 500)), false, 10, 1024, &BTreeSet::new(), GpuWork::NoneOfOurs).status, Status::Wait);
+    }
+
+    #[test]
+    fn while_an_arm_runs_utilization_is_recorded_not_judged_but_foreign_processes_and_memory_are() {
+        // The device check on an H200 (2026-12-04): every in-arm reading of a
+        // classic arm saw 77-90% utilization, all of it the arm's own decode.
+        let busy = devices(device(vec![], 85, 100_000));
+        assert_eq!(evaluate(&busy, false, 10, 1024, &BTreeSet::new(), GpuWork::NoneOfOurs).status, Status::Wait);
+        let c = evaluate(&busy, false, 10, 1024, &BTreeSet::new(), GpuWork::ArmRunning);
+        assert_eq!(c.status, Status::Pass, "{:?}", c.reasons);
+        let r = c.reading.value.unwrap();
+        assert_eq!((r.work, r.devices[0].utilization_gpu_pct.value), (GpuWork::ArmRunning, Some(85)));
+        let p = GpuProcess { pid: 4242, kind: "compute".into(), used_mib: Some(30_000) };
+        let foreign = devices(device(vec![p], 85, 100_000));
+        assert_eq!(evaluate(&foreign, false, 10, 1024, &BTreeSet::new(), GpuWork::ArmRunning).status, Status::Wait);
+        let full = devices(device(vec![], 85, 500));
+        assert_eq!(evaluate(&full, false, 10, 1024, &BTreeSet::new(), GpuWork::ArmRunning).status, Status::Wait);
     }
 
     #[test]
     fn an_unreadable_device_field_is_unknown() {
         let mut d = device(vec![], 0, 100_000);
         d.processes = Reading::unavailable("Not Supported");
-        let c = evaluate(&devices(d), false, 10, 1024, &BTreeSet::new());
+        let c = evaluate(&devices(d), false, 10, 1024, &BTreeSet::new(), GpuWork::NoneOfOurs);
         assert_eq!(c.status, Status::Unknown);
     }
 
     #[test]
     fn on_this_host_the_live_probe_does_not_panic() {
         let input = probe(proc_driver_present());
-        let _ = evaluate(&input, proc_driver_present(), 10, 1024, &BTreeSet::new());
+        let _ = evaluate(&input, proc_driver_present(), 10, 1024, &BTreeSet::new(), GpuWork::NoneOfOurs);
     }
 }

@@ -98,6 +98,9 @@ pub struct GateInputs {
     pub meminfo: Result<String, String>,
     /// Pids left out of the process checks (the tuner and its descendants).
     pub excluded: BTreeSet<u32>,
+    /// Whether an arm of this tuner is running while these were read (the
+    /// in-arm monitor): the GPU's utilization is then its own work.
+    pub gpu_work: gpu::GpuWork,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -139,6 +142,7 @@ pub fn evaluate(inputs: &GateInputs, cfg: &GateConfig) -> GateReport {
             cfg.gpu_util_threshold_pct,
             cfg.gpu_min_free_mib,
             &inputs.excluded,
+            inputs.gpu_work,
         ),
         nvrm: nvrm::evaluate(&inputs.nvrm, cfg.nvrm_budget, cfg.nvrm_window_s),
         memory: memory::evaluate(&inputs.meminfo, cfg.min_available_mib),
@@ -211,6 +215,7 @@ pub fn collect(cfg: &GateConfig, previous_nvrm: Option<u64>) -> GateInputs {
         nvrm: nvrm::NvrmInput { driver, uptime_s: procfs::read_uptime_s(), logs, previous_cumulative: previous_nvrm },
         meminfo: memory::read_meminfo(),
         excluded,
+        gpu_work: gpu::GpuWork::NoneOfOurs,
     }
 }
 
@@ -394,6 +399,7 @@ mod tests {
             },
             meminfo: Ok("MemTotal: 16777216 kB\nMemAvailable: 8388608 kB\n".into()),
             excluded: BTreeSet::from([500]),
+            gpu_work: gpu::GpuWork::NoneOfOurs,
         }
     }
 
