@@ -132,9 +132,16 @@ impl PathNames {
         out
     }
 
+    /// Names every string in `v`. A value of the runtime's `startup` event
+    /// that is still an absolute path after that names a file the settings
+    /// do not know (the CUDA kernel cache's image, under
+    /// `DRAFTWISE_CUDA_CACHE`): it is named by its file name.
     fn name_strings(&self, v: &mut serde_json::Value) {
         match v {
-            serde_json::Value::String(s) => *s = self.name(s),
+            serde_json::Value::String(s) => {
+                let n = self.name(s);
+                *s = if n.starts_with('/') && !n.contains(char::is_whitespace) { file_name(Path::new(&n)) } else { n };
+            }
             serde_json::Value::Array(xs) => xs.iter_mut().for_each(|x| self.name_strings(x)),
             serde_json::Value::Object(m) => m.values_mut().for_each(|x| self.name_strings(x)),
             _ => {}
@@ -271,5 +278,14 @@ mod tests {
         assert_eq!(n.name(&m.display().to_string()), "m.gguf");
         assert_eq!(n.name(&format!("--model={}", m.display())), "--model=m.gguf");
         assert_eq!(n.name("--threads"), "--threads");
+        // The first GPU records (2026-12-04) named the kernel cache's image
+        // by its absolute path in every startup line: a file the settings do
+        // not know is named by its file name there.
+        let mut v = serde_json::json!({"cuda": {"kernel_cache": "/tmp/dc/kc/c30b-sm_90.cubin", "name": "NVIDIA H200"},
+                                       "target": {"path": m.display().to_string()}});
+        n.name_strings(&mut v);
+        assert_eq!(v["cuda"]["kernel_cache"], "c30b-sm_90.cubin");
+        assert_eq!(v["cuda"]["name"], "NVIDIA H200");
+        assert_eq!(v["target"]["path"], "m.gguf");
     }
 }
