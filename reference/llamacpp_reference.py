@@ -22,6 +22,16 @@ What it records:
   of the first steps (id, value) for a tolerance check.
 
 One thread, a context of 1024, the whole prompt in one batch.
+
+`--set qwen` takes the Qwen2.5 strings and prompts (ChatML markers, code)
+instead of Gemma's, and `--chat-template file` renders chats with the GGUF's
+own `tokenizer.chat_template` through Python's jinja2 as Hugging Face
+renders it (trim_blocks, lstrip_blocks; Qwen's template adds its default
+system message), not with a llama.cpp built-in:
+
+    "$VENV/bin/python" reference/llamacpp_reference.py --set qwen --chat-template file \
+        --model ~/.cache/draftwise/qwen2.5-coder-0.5b-instruct.gguf \
+        --out reference/data/qwen2.5-coder-0.5b.llamacpp.json
 """
 
 import argparse
@@ -85,6 +95,54 @@ PROMPTS = [
     },
 ]
 
+HARD_STRINGS_QWEN = [
+    "The capital of France is",
+    "Hello, world!",
+    "  two leading spaces and   three inside",
+    "trailing spaces   ",
+    "tabs\tand\nnewlines\n\n\nthree",
+    "digits 0123456789 and 3.14159 and 1,000,000",
+    "fn main() { println!(\"{}\", x + 1); }  // code",
+    "    indented(code):\n        return [a for a in b if a]",
+    "def f(x):\n\treturn x**2  # square\n\n\n",
+    "Ünïcödé: naïve café, Straße, Ελληνικά, русский, 日本語のテキスト, 中文, 한국어",
+    "emoji 🦀🚀👩‍👩‍👧 and symbols ∑∫√ ≠ ≤ ™ ©",
+    "rare characters: \u0e47\u0e48 \U0001f9ec \u2603 \U00010348 \x07\x1b",
+    "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n",
+    "text<|im_end|>more<|endoftext|><|fim_prefix|>a<|fim_suffix|>b<|fim_middle|>",
+    "I'm sure they'll've done it; it's 'quoted' isn't it",
+    "",
+    " ",
+]
+
+PROMPTS_QWEN = [
+    {"id": "capital", "text": "The capital of France is", "max_tokens": 16},
+    {"id": "fib", "text": "def fibonacci(n):\n    ", "max_tokens": 32},
+    {"id": "rust", "text": "// Reverse a string in Rust\nfn reverse(s: &str) -> String {\n", "max_tokens": 24},
+    {
+        "id": "long",
+        "text": "".join(
+            f"item_{i} = {{'name': '{c}', 'count': {i * 3 % 11}}}\n"
+            for i, c in enumerate(["red", "blue", "green", "white", "black"] * 12)
+        )
+        + "item_60 =",
+        "max_tokens": 16,
+    },
+    {
+        "id": "chat",
+        "messages": [{"role": "user", "content": "Write a Python function that returns the square of a number."}],
+        "max_tokens": 32,
+    },
+    {
+        "id": "chat-system",
+        "messages": [
+            {"role": "system", "content": "You answer in one word."},
+            {"role": "user", "content": "Name a color."},
+        ],
+        "max_tokens": 12,
+    },
+]
+
 TOP_STEPS = 4
 TOP_K = 8
 
@@ -113,12 +171,26 @@ def chat_text(messages, tmpl):
     return buf.raw[:n].decode("utf-8")
 
 
+def file_chat_text(llm, messages):
+    """The prompt the GGUF's own chat template renders, as Hugging Face
+    renders it (jinja2, trim_blocks + lstrip_blocks, add_generation_prompt)."""
+    import jinja2.sandbox
+
+    src = llm.metadata.get("tokenizer.chat_template")
+    if not src:
+        raise SystemExit("--chat-template file: the GGUF has no tokenizer.chat_template")
+    env = jinja2.sandbox.ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+    return env.from_string(src).render(messages=messages, add_generation_prompt=True)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", required=True)
     ap.add_argument("--out", required=True)
-    ap.add_argument("--chat-template", default="gemma", help="llama.cpp built-in template name")
+    ap.add_argument("--chat-template", default="gemma", help="llama.cpp built-in template name, or `file`")
+    ap.add_argument("--set", choices=["gemma", "qwen"], default="gemma", help="which strings and prompts")
     a = ap.parse_args()
+    hard_strings, prompts = (HARD_STRINGS, PROMPTS) if a.set == "gemma" else (HARD_STRINGS_QWEN, PROMPTS_QWEN)
 
     llm = llama_cpp.Llama(
         model_path=a.model, n_ctx=1024, n_batch=1024, n_ubatch=1024, n_threads=1, n_threads_batch=1,
@@ -137,15 +209,18 @@ def main() -> int:
         return bool(llama_cpp.llama_token_is_eog(llm._model.model, t))
 
     tok = []
-    for s in HARD_STRINGS:
+    for s in hard_strings:
         parsed = tokenize(llm, s, True)
         as_text = tokenize(llm, s, False)
         tok.append({"text": s, "ids": parsed, "ids_text_only": as_text, "decoded": detok(llm, parsed)})
 
     greedy = []
-    for p in PROMPTS:
+    for p in prompts:
         if "messages" in p:
-            text = chat_text(p["messages"], a.chat_template)
+            if a.chat_template == "file":
+                text = file_chat_text(llm, p["messages"])
+            else:
+                text = chat_text(p["messages"], a.chat_template)
         else:
             text = p["text"]
         # BOS as llama.cpp adds it (add_bos_token), special tokens parsed
@@ -176,7 +251,8 @@ def main() -> int:
 
     doc = {
         "generated_by": "reference/llamacpp_reference.py --model "
-        + a.model.split("/")[-1] + f" --chat-template {a.chat_template}",
+        + a.model.split("/")[-1] + f" --chat-template {a.chat_template}"
+        + ("" if a.set == "gemma" else f" --set {a.set}"),
         "llama_cpp_python": llama_cpp.__version__,
         "system_info": llama_cpp.llama_print_system_info().decode(errors="replace").strip(),
         "model": a.model.split("/")[-1],

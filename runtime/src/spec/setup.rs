@@ -234,8 +234,15 @@ pub fn build_drafter_with(
         }
         DrafterKind::DraftModel => {
             let Some(p) = &args.drafter_model else {
-                bail!("--drafter draft-model needs --drafter-model PATH (a GGUF file or a Hugging Face directory)")
+                bail!(
+                    "--drafter draft-model needs --drafter-model PATH (a GGUF file, a Hugging Face directory, or a \
+                     known model's name: {})",
+                    crate::fetch::model_names()
+                )
             };
+            // A known model's name (`qwen2.5-coder-0.5b`) is fetched like `--model`'s.
+            let p = &crate::fetch::resolve_model_arg(p, None)
+                .with_context(|| format!("fetching the draft model {}", p.display()))?;
             let d = crate::model::load(p).with_context(|| format!("loading the draft model {}", p.display()))?;
             check_compatible(target, &d)?;
             Box::new(ModelDrafter::new(DrafterKind::DraftModel, d.model))
