@@ -194,6 +194,32 @@ pub fn show(json: bool) -> Result<ExitCode> {
 
 /// `runtime policy explain`: the settings checked, then [`explain`] with the
 /// compiled table, printed.
+/// `--target`'s file: a path, or a known model's name (`qwen2.5-coder-1.5b`)
+/// for its file in the model cache. Explaining never downloads: a known
+/// model that is not cached names the command that fetches it.
+fn explain_target(target: &Path) -> Result<PathBuf> {
+    if target.exists() {
+        return Ok(target.to_path_buf());
+    }
+    let Some(spec) = target.to_str().and_then(crate::fetch::find_model) else {
+        bail!(
+            "--target {}: no such file or directory (nor a known model: {})",
+            target.display(),
+            crate::fetch::model_names()
+        );
+    };
+    let p = crate::fetch::default_cache_dir()?.join(spec.file_name);
+    if !p.is_file() {
+        bail!(
+            "--target {}: the known model is not in the cache ({}); fetch it with `runtime fetch-model --model {}`",
+            spec.name,
+            p.display(),
+            spec.name
+        );
+    }
+    Ok(p)
+}
+
 pub fn explain_command(a: ExplainSettings) -> Result<ExitCode> {
     let threads = a.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     if threads == 0 || threads > MAX_THREADS {
@@ -222,12 +248,10 @@ pub fn explain_command(a: ExplainSettings) -> Result<ExitCode> {
         Some(h) => (HostClass::parse(h).map_err(|e| anyhow::anyhow!("--host-class: {e}"))?, "--host-class".to_string()),
         None => (policy::host_class_here(), "this host's CPU signature (/proc/cpuinfo)".to_string()),
     };
-    if !a.target.exists() {
-        bail!("--target {}: no such file or directory", a.target.display());
-    }
+    let target = explain_target(&a.target)?;
     let env = env_override()?;
     let q = Question {
-        target: &a.target,
+        target: &target,
         drafter_model: a.drafter_model.as_deref(),
         drafter: a.drafter.as_deref(),
         device_class: &device,
@@ -368,4 +392,23 @@ pub fn render(e: &Explanation) -> String {
         }
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_target_is_a_path_or_a_known_models_name() {
+        let f = tempfile::NamedTempFile::new().unwrap();
+        assert_eq!(explain_target(f.path()).unwrap(), f.path());
+        let e = explain_target(Path::new("no-such-model")).unwrap_err().to_string();
+        assert!(e.contains("no such file or directory (nor a known model: smollm2-135m, gemma3-270m"), "{e}");
+        // A known name is its file in the cache, or a refusal naming the
+        // command that fetches it: never a download.
+        match explain_target(Path::new("qwen2.5-coder-1.5b")) {
+            Ok(p) => assert!(p.ends_with("qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"), "{}", p.display()),
+            Err(e) => assert!(e.to_string().contains("runtime fetch-model --model qwen2.5-coder-1.5b"), "{e}"),
+        }
+    }
 }
