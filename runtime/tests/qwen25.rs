@@ -328,6 +328,6 @@ fn the_05b_drafting_for_the_15b_gives_classic_output_at_widths_1_to_8() {
 fn a_drafter_with_another_vocabulary_is_refused_by_name() {
     // SmolLM2's 49,152-token vocabulary against Qwen's 151,936.
     let smol = runtime::model::load(&runtime::fetch::ensure_default_model(None).unwrap()).unwrap();
-    let e = check_compatible(&loaded(Size::B05), &smol).unwrap_err();
+    let e = check_compatible(loaded(Size::B05), &smol).unwrap_err();
     assert!(e.to_string().contains("vocabulary sizes differ (target 151936, drafter 49152)"), "{e}");
 }
