@@ -24,6 +24,50 @@ pub struct OpenSettings<'a> {
     pub device: Option<&'a str>,
     /// Worker threads, already resolved.
     pub threads: usize,
+    /// `--ctx-size`: the most positions a sequence may hold (prompt and
+    /// completion together), at most the model's own context length;
+    /// `None` keeps the model's.
+    pub ctx_size: Option<usize>,
+    /// `--chat-template`: a Jinja template file used in place of the model's.
+    pub chat_template: Option<&'a Path>,
+}
+
+/// Largest `--chat-template` file read (templates are a few KiB; the
+/// largest common ones are under 64 KiB).
+pub const MAX_CHAT_TEMPLATE_BYTES: u64 = 1 << 20;
+
+/// `--ctx-size`: caps the model's context (llama.cpp's `-c`, vLLM's
+/// `--max-model-len`); a cap above the model's own length is refused, since
+/// positions past it were never trained (a scaled RoPE is the model's own
+/// setting, not a flag's).
+pub fn apply_ctx_size(loaded: &mut model::Loaded, ctx_size: Option<usize>) -> Result<()> {
+    let Some(n) = ctx_size else { return Ok(()) };
+    let own = loaded.model.config.context_length;
+    if n == 0 || n > own {
+        anyhow::bail!("--ctx-size {n}: give 1 to the model's context length, {own} tokens");
+    }
+    loaded.model.config.context_length = n;
+    loaded.info.context_length = n;
+    Ok(())
+}
+
+/// `--chat-template FILE`: the file's template replaces the model's; it is
+/// rendered once here on a one-message chat, so a template that does not
+/// compile or render fails at startup, naming the file.
+pub fn apply_chat_template(loaded: &mut model::Loaded, file: Option<&Path>) -> Result<()> {
+    let Some(file) = file else { return Ok(()) };
+    let bytes = crate::limits::read_capped(file, MAX_CHAT_TEMPLATE_BYTES)
+        .with_context(|| format!("--chat-template {}", file.display()))?;
+    let text = String::from_utf8(bytes)
+        .map_err(|_| anyhow::anyhow!("--chat-template {}: the file is not UTF-8", file.display()))?;
+    let name = file.file_name().map_or_else(|| file.display().to_string(), |n| n.to_string_lossy().into_owned());
+    let tok = &mut loaded.tokenizer;
+    tok.chat_template = Some(text);
+    // Leaked once per process (a startup flag), so the source stays `Copy`.
+    tok.chat_template_from = crate::tokenizer::chat::TemplateSource::Flag(Box::leak(name.into_boxed_str()));
+    let probe = [crate::tokenizer::chat::Message { role: "user".into(), content: "hello".into() }];
+    tok.render_chat(&probe, true).map_err(|e| anyhow::anyhow!("--chat-template {}: {e}", file.display()))?;
+    Ok(())
 }
 
 /// A model ready to decode, and what the `startup` event reports about it.
@@ -78,6 +122,8 @@ pub fn open(s: OpenSettings<'_>) -> Result<Opened> {
         .map_err(anyhow::Error::msg)
         .with_context(|| format!("loading {}", path.display()))?;
     let mut loaded = model::load(&path).with_context(|| format!("loading {}", path.display()))?;
+    apply_ctx_size(&mut loaded, s.ctx_size)?;
+    apply_chat_template(&mut loaded, s.chat_template)?;
     let cuda = crate::device::place(&mut loaded, device)?;
     if cuda.is_none() {
         check_cpu_attention(&loaded.model.config).with_context(|| format!("loading {}", path.display()))?;

@@ -33,13 +33,23 @@ impl Server {
     /// [`Server::start`] on the model at `model` (a GGUF file or a Hugging
     /// Face checkpoint's directory).
     pub fn start_model(model: &std::path::Path, args: &[&str]) -> Server {
+        Self::start_model_logging(model, args, "warn")
+    }
+
+    /// [`Server::start`] with the log filter `log` (`DRAFTWISE_LOG`; the
+    /// others use `warn`, which leaves out the access lines).
+    pub fn start_logging(args: &[&str], log: &str) -> Server {
+        Self::start_model_logging(&model_path(), args, log)
+    }
+
+    fn start_model_logging(model: &std::path::Path, args: &[&str], log: &str) -> Server {
         let mut child = Command::new(bin("runtime"))
             .arg("serve")
             .arg("--model")
             .arg(model)
             .args(["--port", "0", "--threads", "2"])
             .args(args)
-            .env("DRAFTWISE_LOG", "warn")
+            .env("DRAFTWISE_LOG", log)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())

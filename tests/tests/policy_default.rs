@@ -289,3 +289,43 @@ fn an_entry_of_another_cpu_applies_only_wholly_above_classic_and_the_startup_eve
     let d = decide(&t, &no_flags());
     assert!(d.speculation.is_none(), "{}", d.resolution.width_from);
 }
+
+#[test]
+fn a_policy_file_replaces_the_compiled_table_for_one_run_and_is_named() {
+    // A table in <root>/policy/ citing a record folder under <root>, as
+    // `tuner propose` leaves the repository's: width 5 for this host at 2 threads.
+    let root = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(root.path().join("policy")).unwrap();
+    std::fs::create_dir_all(root.path().join("records/test-record")).unwrap();
+    let file = root.path().join("policy/trial.toml");
+    std::fs::write(&file, format!("schema_version = 3\n\n{}", entry("5", 1.4, [1.2, 1.6], 2))).unwrap();
+    let run_with = |policy: &std::path::Path| {
+        let mut c = Command::new(bin("runtime"));
+        c.args(["generate", "--model"]).arg(model_path()).args(["-p", "one two three one two three", "-n", "8"]);
+        c.args(["-t", "2", "--json", "--policy"]).arg(policy).env("DRAFTWISE_LOG", "warn");
+        run(&mut c)
+    };
+    let out = run_with(&file);
+    assert!(out.status.success(), "{}", output_text(&out));
+    let startup = &json_lines(&out)[0];
+    assert_eq!(startup["width"], 5, "{startup}");
+    assert_eq!(startup["drafter"], "ngram", "{startup}");
+    let from = startup["width_from"].as_str().unwrap();
+    assert!(from.contains("trial.toml (--policy), not the compiled one"), "{from}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("trial.toml (--policy)"), "{}", output_text(&out));
+    // Checked as the build checks the compiled table: a missing record
+    // folder, a malformed file and an oversized one are refused, naming it.
+    std::fs::remove_dir(root.path().join("records/test-record")).unwrap();
+    let out = run_with(&file);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(output_text(&out).contains("--policy") && output_text(&out).contains("records/test-record"), "{}", output_text(&out));
+    std::fs::write(&file, "schema_version = 3\n[[entry]]\ndrafter = 3\n").unwrap();
+    let out = run_with(&file);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(output_text(&out).contains("trial.toml"), "{}", output_text(&out));
+    let big = root.path().join("big.toml");
+    std::fs::File::create(&big).unwrap().set_len(64 << 20).unwrap();
+    let out = run_with(&big);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(output_text(&out).contains("larger than"), "{}", output_text(&out));
+}

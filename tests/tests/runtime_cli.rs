@@ -228,3 +228,65 @@ fn fetch_model_refuses_an_unknown_name_listing_the_known_ones() {
     let text = output_text(&out);
     assert!(text.contains("not a known model") && text.contains("smollm2-135m, gemma3-270m"), "{text}");
 }
+
+#[test]
+fn llama_cpp_style_flags_generate_the_same_text_streamed_as_printed_whole() {
+    // The long spellings, the completion as JSON events...
+    let long = run(generate().args([
+        "--prompt",
+        "The capital of France is",
+        "--max-tokens",
+        "16",
+        "--threads",
+        "2",
+        "--drafter",
+        "none",
+        "--json",
+    ]));
+    assert!(long.status.success(), "{}", output_text(&long));
+    let want = json_lines(&long).iter().find(|v| v["event"] == "completion").unwrap()["text"].as_str().unwrap().to_string();
+    // ... and llama.cpp's short ones, the text streamed to stdout as it is decoded.
+    let mut c = Command::new(bin("runtime"));
+    c.args(["generate", "-m"]).arg(model_path()).args(["-p", "The capital of France is", "-n", "16", "-t", "2"]);
+    let short = run(c.args(["--drafter", "none"]).env("DRAFTWISE_LOG", "warn"));
+    assert!(short.status.success(), "{}", output_text(&short));
+    assert_eq!(String::from_utf8_lossy(&short.stdout), format!("{want}\n"));
+}
+
+#[test]
+fn a_context_cap_bounds_the_sequence_and_a_cap_past_the_model_is_refused() {
+    // -c 8: a 5-token prompt leaves room for 4 tokens at most.
+    let out = run(generate().args(["-p", "The capital of France is", "-n", "50", "-c", "8", "--drafter", "none", "--json"]));
+    assert!(out.status.success(), "{}", output_text(&out));
+    let lines = json_lines(&out);
+    assert_eq!(lines[0]["target"]["context_length"].as_u64(), Some(8), "{}", lines[0]);
+    let c = lines.iter().find(|v| v["event"] == "completion").unwrap();
+    let (p, n) = (c["usage"]["prompt_tokens"].as_u64().unwrap(), c["usage"]["completion_tokens"].as_u64().unwrap());
+    assert!(p + n <= 9, "prompt {p} + completion {n} past the cap: {c}");
+    assert_eq!(c["finish_reason"], "length");
+    for bad in ["0", "9999999"] {
+        let out = run(generate().args(["-p", "x", "-c", bad]));
+        assert_eq!(out.status.code(), Some(1), "{}", output_text(&out));
+        assert!(output_text(&out).contains(&format!("--ctx-size {bad}: give 1 to the model's context length")), "{}", output_text(&out));
+    }
+}
+
+#[test]
+fn a_chat_template_file_replaces_the_models_and_a_broken_one_is_refused_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = dir.path().join("plain.jinja");
+    std::fs::write(&t, "{% for m in messages %}Q: {{ m['content'] }}\n{% endfor %}A:").unwrap();
+    let out = run(generate().arg("--chat-template").arg(&t).args(["--chat", "-p", "2+2?", "-n", "4", "--drafter", "none", "--json"]));
+    assert!(out.status.success(), "{}", output_text(&out));
+    let lines = json_lines(&out);
+    assert!(lines[0].to_string().contains("--chat-template plain.jinja"), "{}", lines[0]);
+    // The prompt is the template's rendering: as many tokens as that text.
+    let plain = run(generate().args(["-p", "Q: 2+2?\nA:", "-n", "4", "--drafter", "none", "--json"]));
+    let usage = |o: &std::process::Output| json_lines(o).iter().find(|v| v["event"] == "completion").unwrap()["usage"]["prompt_tokens"].clone();
+    assert_eq!(usage(&out), usage(&plain));
+    let bad = dir.path().join("bad.jinja");
+    std::fs::write(&bad, "{% for m in messages %}{{ m['content'] }").unwrap();
+    let out = run(generate().arg("--chat-template").arg(&bad).args(["--chat", "-p", "x"]));
+    assert_eq!(out.status.code(), Some(1));
+    assert!(output_text(&out).contains("--chat-template") && output_text(&out).contains("bad.jinja"), "{}", output_text(&out));
+}

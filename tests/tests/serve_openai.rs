@@ -101,3 +101,52 @@ fn the_official_openai_client_gets_runtime_generates_text_and_usage() {
     let (status, stderr) = server.terminate(std::time::Duration::from_secs(15));
     assert!(status.success(), "{stderr}");
 }
+
+/// Runs tests/python/openai_extra_body.py against `server`.
+fn extra_body_call(python: &std::path::Path, server: &Server, model: &str) -> Value {
+    let out = Command::new(python)
+        .arg(workspace_root().join("tests/python/openai_extra_body.py"))
+        .arg(format!("http://{}/v1", server.addr))
+        .arg(model)
+        .output()
+        .expect("run the openai extra_body script");
+    assert!(
+        out.status.success(),
+        "the script failed:\n{}\nserver log:\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        server.stderr()
+    );
+    serde_json::from_slice(&out.stdout).expect("the script prints one JSON object")
+}
+
+#[test]
+fn fields_other_servers_take_are_ignored_and_logged_unless_strict_params() {
+    let python = venv_python();
+    let model = runtime::serve::default_model_id(&model_path());
+    let expected = generate_expected(&[Prompt::Chat("What is the capital of France?")], 8);
+
+    // Default: the request runs as if the fields were absent, and one
+    // warning line names them.
+    let server = Server::start(&[]);
+    let got = extra_body_call(&python, &server, &model);
+    assert_eq!(got["text"].as_str(), Some(expected[0].text.as_str()), "{got}");
+    let log = server.stderr();
+    let warning = log
+        .lines()
+        .find(|l| l.contains("ignored request fields"))
+        .unwrap_or_else(|| panic!("no warning line for the ignored fields:\n{log}"));
+    for f in ["cache_prompt", "chat_template_kwargs", "skip_special_tokens"] {
+        assert!(warning.contains(f), "{f} is not named: {warning}");
+    }
+    let (status, stderr) = server.terminate(std::time::Duration::from_secs(15));
+    assert!(status.success(), "{stderr}");
+
+    // --strict-params: the client gets a typed 400 naming the first field.
+    let server = Server::start(&["--strict-params"]);
+    let got = extra_body_call(&python, &server, &model);
+    assert_eq!(got["error"]["status"], 400, "{got}");
+    assert_eq!(got["error"]["code"], "unknown_parameter", "{got}");
+    assert_eq!(got["error"]["param"], "cache_prompt", "{got}");
+    let (status, stderr) = server.terminate(std::time::Duration::from_secs(15));
+    assert!(status.success(), "{stderr}");
+}

@@ -118,9 +118,10 @@ impl GateOpts {
 // A flag given twice takes the last value (so a wrapper can override defaults).
 #[command(args_override_self = true)]
 struct SweepArgs {
-    /// The target model (GGUF file or Hugging Face directory); default: the
-    /// embedded default model, fetched on first use.
-    #[arg(long, value_name = "PATH")]
+    /// The target model (GGUF file, Hugging Face directory, or a known model's name, as
+    /// `runtime --model` takes it); default: the embedded default model, fetched on first use.
+    /// `--target` is its other name.
+    #[arg(short = 'm', long = "model", alias = "target", value_name = "MODEL")]
     target: Option<PathBuf>,
     /// Drafter kind: ngram, suffix, layerskip or draft-model.
     #[arg(long, default_value = "ngram")]
@@ -283,7 +284,7 @@ fn main() -> ExitCode {
     match run() {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("tuner: error: {e:#}");
+            eprintln!("tuner: error: {}", runtime::limits::error_chain(&e));
             ExitCode::from(tuner::exit::ERROR)
         }
     }
@@ -564,6 +565,12 @@ fn run_sweep(a: SweepArgs) -> anyhow::Result<ExitCode> {
             for c in tuner::record::conclusions(s) {
                 println!("  {c}");
             }
+            if matches!(outcome, Outcome::Complete) {
+                eprintln!(
+                    "next: `tuner propose {}` writes the policy entry from this record (or says why it cannot)",
+                    dir.display()
+                );
+            }
         }
         Err(e) => eprintln!("tuner sweep: no record written: {e:#}"),
     }
@@ -603,7 +610,11 @@ fn run_summarize(a: SummarizeArgs) -> anyhow::Result<ExitCode> {
     if a.json {
         println!("{}", serde_json::to_string(&s)?);
     } else {
-        print!("{}", std::fs::read_to_string(a.dir.join("record.md"))?);
+        // The headline; the whole record is a file to read, not a screenful.
+        println!("record: {}", a.dir.join("record.md").display());
+        for c in tuner::record::conclusions(&s) {
+            println!("  {c}");
+        }
     }
     Ok(ExitCode::from(tuner::exit::PASS))
 }
@@ -659,6 +670,10 @@ fn run_propose(a: ProposeArgs) -> anyhow::Result<ExitCode> {
             print!("{}", p.diff);
             if p.written {
                 println!("wrote {}", p.table.display());
+                eprintln!(
+                    "next: rebuild the runtime (`cargo build --release -p runtime`): the table is compiled in; \
+                     `runtime policy explain -m MODEL` then shows the entry it resolves"
+                );
             } else {
                 println!("dry run: {} not written", p.table.display());
             }

@@ -47,6 +47,8 @@ pub struct BenchSettings {
     pub device: Option<String>,
     /// The model cache (`None`: the default one).
     pub cache_dir: Option<PathBuf>,
+    /// `--ctx-size`: the context cap (`None`: the model's own length).
+    pub ctx_size: Option<usize>,
     /// A drafter here asks for the width curve.
     pub spec: SpecSettings,
 }
@@ -92,6 +94,10 @@ pub struct GenerateSettings {
     pub device: Option<String>,
     /// The model cache (`None`: the default one).
     pub cache_dir: Option<PathBuf>,
+    /// `--ctx-size`: the context cap (`None`: the model's own length).
+    pub ctx_size: Option<usize>,
+    /// `--chat-template`: a Jinja template file in place of the model's.
+    pub chat_template: Option<PathBuf>,
     pub spec: SpecSettings,
 }
 
@@ -143,6 +149,8 @@ pub fn bench(args: BenchSettings) -> Result<ExitCode> {
         cache_dir: args.cache_dir.as_deref(),
         device: args.device.as_deref(),
         threads,
+        ctx_size: args.ctx_size,
+        chat_template: None,
     })?;
     // The prefill and what follows it must fit the model's context.
     let context = engine.loaded.model.config.context_length;
@@ -224,6 +232,30 @@ fn width_curve(args: &BenchSettings, kind: &str, engine: &Engine) -> Result<Exit
     Ok(ExitCode::SUCCESS)
 }
 
+/// `runtime generate`'s text mode: each token's text to the terminal as
+/// it is decoded (whole characters only; the rest follows at the end).
+struct TerminalSink<'a> {
+    tok: &'a crate::tokenizer::Tokenizer,
+    ids: Vec<u32>,
+    detok: crate::serve::text::Detokenizer,
+    printed: String,
+}
+
+impl crate::generate::TokenSink for TerminalSink<'_> {
+    fn token(&mut self, id: u32) -> std::ops::ControlFlow<crate::generate::Halt> {
+        self.ids.push(id);
+        // A piece that fails to decode only waits: the end prints the rest.
+        let piece = self.detok.next(self.tok, &self.ids).unwrap_or_default();
+        if !piece.is_empty() {
+            let mut o = std::io::stdout().lock();
+            if write!(o, "{piece}").and_then(|()| o.flush()).is_ok() {
+                self.printed.push_str(&piece);
+            }
+        }
+        std::ops::ControlFlow::Continue(())
+    }
+}
+
 /// `runtime generate`: each prompt decoded as the settings and the policy say.
 pub fn generate(args: GenerateSettings) -> Result<ExitCode> {
     let sampling =
@@ -256,6 +288,8 @@ pub fn generate(args: GenerateSettings) -> Result<ExitCode> {
         cache_dir: args.cache_dir.as_deref(),
         device: args.device.as_deref(),
         threads,
+        ctx_size: args.ctx_size,
+        chat_template: args.chat_template.as_deref(),
     })?;
     let tok = &engine.loaded.tokenizer;
 
@@ -266,32 +300,49 @@ pub fn generate(args: GenerateSettings) -> Result<ExitCode> {
     }
 
     let decoding = crate::spec::setup::Speculation::from_settings(&args.spec, &engine)?;
-    let stdout = std::io::stdout();
-    let mut out = stdout.lock();
+    // Stdout is locked per write, never across a decode: the terminal
+    // sink writes from the engine's threads while tokens are decoded.
+    let out = || std::io::stdout().lock();
     eprintln!("{}", decoding.summary());
     if args.json {
         let ev = Event::Startup(startup_event(&engine, &selection, &decoding, sampling, args.max_tokens, cuda));
-        writeln!(out, "{}", ev.to_line())?;
-        out.flush()?;
+        let mut o = out();
+        writeln!(o, "{}", ev.to_line())?;
+        o.flush()?;
     }
     let mut spec = decoding.speculation;
     let passes = (0..args.warmup).map(|r| (true, r)).chain((0..args.repeat).map(|r| (false, r)));
     for (warmup, repeat) in passes {
         for (id, ids) in &prompts {
             let tag = crate::request::Tag { id, warmup, repeat };
-            let (g, extra) =
-                crate::request::decode(&engine, spec.as_mut(), ids, args.max_tokens, &sampling, &mut NoSink, tag)
-                    .with_context(|| format!("prompt {id}"))?;
+            // Text mode prints each recorded completion as it is decoded;
+            // the JSON events are written whole, as before.
+            let mut terminal = TerminalSink { tok, ids: Vec::new(), detok: Default::default(), printed: String::new() };
+            let mut quiet = NoSink;
+            let sink: &mut dyn crate::generate::TokenSink =
+                if args.json || warmup { &mut quiet } else { &mut terminal };
+            let (g, extra) = crate::request::decode(&engine, spec.as_mut(), ids, args.max_tokens, &sampling, sink, tag)
+                .with_context(|| format!("prompt {id}"))?;
             let text = tok.decode(&g.token_ids)?;
             let c = Completion::new(id, warmup, repeat, g, text);
             let extra = extra.and_then(SpeculationReport::from_event);
+            let mut out = out();
             if args.json {
                 writeln!(out, "{}", Event::Completion(c).to_line())?;
                 if let Some(s) = extra {
                     writeln!(out, "{}", s.into_event().to_line())?;
                 }
             } else if !warmup {
-                writeln!(out, "{}", c.text)?;
+                // What the stream has not shown yet (text held back at a
+                // split character, or after the last token).
+                match c.text.strip_prefix(terminal.printed.as_str()) {
+                    Some(rest) => writeln!(out, "{rest}")?,
+                    None => {
+                        writeln!(out)?;
+                        tracing::warn!("the streamed text differs from the decoded completion; the completion is:");
+                        writeln!(out, "{}", c.text)?;
+                    }
+                }
                 eprintln!(
                     "[{}] prompt {} tok, completion {} tok ({}), prefill {:.1} tok/s, decode {} tok/s",
                     c.prompt_id,

@@ -289,6 +289,10 @@ pub struct Request {
     /// vLLM's `ignore_eos`: generate exactly `max_tokens` (or to the end of
     /// the context), end-of-generation tokens included.
     pub ignore_eos: bool,
+    /// Fields this server does not know, accepted and ignored (vLLM's and
+    /// llama-server's behaviour; the handler logs them); refused instead
+    /// under `--strict-params`.
+    pub ignored: Vec<String>,
 }
 
 /// A request ready for the engine: its prompt tokens and resolved budget.
@@ -329,26 +333,69 @@ fn take_u64(obj: &mut Map<String, Value>, name: &str) -> Result<Option<u64>, Api
     take(obj, name).map(|v| v.as_u64().ok_or_else(|| type_error(name, "a non-negative integer"))).transpose()
 }
 
-/// Checks a body sent to `endpoint` against the served model's name.
-pub fn parse(endpoint: Endpoint, body: &[u8], served_model: &str) -> Result<Request, ApiError> {
+/// A body that must be one JSON object.
+fn body_object(body: &[u8]) -> Result<Map<String, Value>, ApiError> {
     let value: Value = serde_json::from_slice(body)
         .map_err(|e| ApiError::invalid(format!("the body is not valid JSON: {e}"), None, "invalid_json"))?;
-    let Value::Object(mut obj) = value else {
+    let Value::Object(obj) = value else {
         return Err(ApiError::invalid("the body must be a JSON object", None, "invalid_json"));
     };
-    match take(&mut obj, "model") {
-        None => return Err(ApiError::invalid("model is required", Some("model"), "missing_required_parameter")),
-        Some(Value::String(m)) if m == served_model => {}
-        Some(Value::String(m)) => return Err(ApiError::model_not_found(&m, served_model)),
-        Some(_) => return Err(type_error("model", "a string")),
+    Ok(obj)
+}
+
+/// `model`: the served model's name (required where `required`).
+fn check_model(v: Option<Value>, served_model: &str, required: bool) -> Result<(), ApiError> {
+    match v {
+        None if !required => Ok(()),
+        None => Err(ApiError::invalid("model is required", Some("model"), "missing_required_parameter")),
+        Some(Value::String(m)) if m == served_model => Ok(()),
+        Some(Value::String(m)) => Err(ApiError::model_not_found(&m, served_model)),
+        Some(_) => Err(type_error("model", "a string")),
     }
+}
+
+/// How a body's unknown fields are treated.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum UnknownFields {
+    /// Accepted and ignored, listed in [`Request::ignored`] (the default:
+    /// clients written for vLLM or llama-server send fields such as
+    /// `chat_template_kwargs`, `skip_special_tokens` or `cache_prompt`).
+    #[default]
+    Ignore,
+    /// Refused with 400 `unknown_parameter` (`--strict-params`).
+    Refuse,
+}
+
+/// Checks a body sent to `endpoint` against the served model's name.
+/// Known parameters this server cannot honour are refused at any value but
+/// their neutral one, whatever `unknown` says: only fields it does not
+/// know at all may be ignored.
+pub fn parse(endpoint: Endpoint, body: &[u8], served_model: &str, unknown: UnknownFields) -> Result<Request, ApiError> {
+    let mut obj = body_object(body)?;
+    check_model(take(&mut obj, "model"), served_model, true)?;
+    let mut ignored_in_messages = Vec::new();
     let prompt = match endpoint {
         Endpoint::Completions => parse_prompt(take(&mut obj, "prompt"))?,
-        Endpoint::Chat => Prompt::Chat(parse_messages(take(&mut obj, "messages"))?),
+        Endpoint::Chat => Prompt::Chat(parse_messages(take(&mut obj, "messages"), unknown, &mut ignored_in_messages)?),
     };
     // (value, the field that gave it), for error messages.
     let max_tokens = match endpoint {
-        Endpoint::Completions => take_u64(&mut obj, "max_tokens")?.map(|n| (n, "max_tokens")),
+        // llama-server's `n_predict` is its name for `max_tokens`.
+        Endpoint::Completions => {
+            let legacy = take_u64(&mut obj, "max_tokens")?;
+            let llama = take_u64(&mut obj, "n_predict")?;
+            match (legacy, llama) {
+                (Some(a), Some(b)) if a != b => {
+                    return Err(ApiError::invalid(
+                        format!("max_tokens ({a}) and n_predict ({b}) disagree; give one"),
+                        Some("n_predict"),
+                        "invalid_value",
+                    ));
+                }
+                (Some(a), _) => Some((a, "max_tokens")),
+                (None, b) => b.map(|b| (b, "n_predict")),
+            }
+        }
         Endpoint::Chat => {
             let legacy = take_u64(&mut obj, "max_tokens")?;
             let newer = take_u64(&mut obj, "max_completion_tokens")?;
@@ -418,7 +465,8 @@ pub fn parse(endpoint: Endpoint, body: &[u8], served_model: &str) -> Result<Requ
         }
         Some(_) => return Err(type_error("stream_options", "an object")),
     };
-    check_rest(endpoint, obj)?;
+    let mut ignored = check_rest(endpoint, obj, unknown)?;
+    ignored.extend(ignored_in_messages);
     Ok(Request {
         endpoint,
         prompt,
@@ -429,6 +477,7 @@ pub fn parse(endpoint: Endpoint, body: &[u8], served_model: &str) -> Result<Requ
         stream,
         include_usage,
         ignore_eos,
+        ignored,
     })
 }
 
@@ -473,7 +522,11 @@ fn token_ids(items: &[Value]) -> Result<Vec<u32>, ApiError> {
 }
 
 /// Chat messages: `role` and `content` (a string, or a list of text parts).
-fn parse_messages(v: Option<Value>) -> Result<Vec<Message>, ApiError> {
+/// Other fields of a message that are null are skipped (clients echo an
+/// assistant message back with `"tool_calls": null`, `"refusal": null`);
+/// tool calls are refused; unknown ones follow `unknown` (their paths, such
+/// as `messages[1].reasoning_content`, go to `ignored`).
+fn parse_messages(v: Option<Value>, unknown: UnknownFields, ignored: &mut Vec<String>) -> Result<Vec<Message>, ApiError> {
     let Some(v) = v else {
         return Err(ApiError::invalid("messages is required", Some("messages"), "missing_required_parameter"));
     };
@@ -503,7 +556,10 @@ fn parse_messages(v: Option<Value>) -> Result<Vec<Message>, ApiError> {
             // OpenAI's newer name for the system role.
             "developer" => "system".to_string(),
             "tool" | "function" => {
-                return Err(ApiError::unsupported(&at("role"), "tool and function messages are not"));
+                return Err(ApiError::unsupported(
+                    &at("role"),
+                    "tool and function messages are not accepted, since tool calling is not implemented",
+                ));
             }
             other => {
                 return Err(ApiError::invalid(
@@ -527,8 +583,27 @@ fn parse_messages(v: Option<Value>) -> Result<Vec<Message>, ApiError> {
         };
         // `name` labels a participant; the chat template has no use for it.
         m.remove("name");
-        if let Some(k) = m.keys().next() {
-            return Err(ApiError::unsupported(&at(k), "messages carry only role, content and name here"));
+        for (k, v) in m {
+            if v.is_null() {
+                continue;
+            }
+            match k.as_str() {
+                "tool_calls" | "function_call" | "tool_call_id" => {
+                    return Err(ApiError::unsupported(&at(&k), "tool calling is not implemented"));
+                }
+                _ if unknown == UnknownFields::Refuse => {
+                    let path = at(&k);
+                    return Err(ApiError::invalid(
+                        format!(
+                            "unrecognized message field supplied: {path} (messages carry role, content and name; \
+                             this server runs with --strict-params)"
+                        ),
+                        Some(&path),
+                        "unknown_parameter",
+                    ));
+                }
+                _ => ignored.push(at(&k)),
+            }
         }
         out.push(Message { role, content });
     }
@@ -592,8 +667,10 @@ fn parse_stop(v: Option<Value>) -> Result<Vec<String>, ApiError> {
 }
 
 /// Whatever is left: parameters that are accepted only at their neutral
-/// value (named when they are not), ignored ones, and unknown ones.
-fn check_rest(endpoint: Endpoint, obj: Map<String, Value>) -> Result<(), ApiError> {
+/// value (named when they are not), ignored ones, and unknown ones (the
+/// names returned, or refused under [`UnknownFields::Refuse`]).
+fn check_rest(endpoint: Endpoint, obj: Map<String, Value>, unknown: UnknownFields) -> Result<Vec<String>, ApiError> {
+    let mut ignored = Vec::new();
     for (k, v) in obj {
         if v.is_null() || IGNORED.contains(&k.as_str()) {
             continue;
@@ -615,12 +692,16 @@ fn check_rest(endpoint: Endpoint, obj: Map<String, Value>) -> Result<(), ApiErro
             "top_logprobs" => v.as_u64() == Some(0),
             "audio" | "prediction" | "reasoning_effort" | "web_search_options" | "guided_json" | "guided_regex"
             | "guided_choice" | "grammar" => false,
-            other => {
+            other if unknown == UnknownFields::Refuse => {
                 return Err(ApiError::invalid(
-                    format!("unrecognized request argument supplied: {other}"),
+                    format!("unrecognized request argument supplied: {other} (this server runs with --strict-params)"),
                     Some(other),
                     "unknown_parameter",
                 ));
+            }
+            _ => {
+                ignored.push(k);
+                continue;
             }
         };
         if !neutral {
@@ -631,8 +712,10 @@ fn check_rest(endpoint: Endpoint, obj: Map<String, Value>) -> Result<(), ApiErro
                 }
                 "min_p" => "min_p sampling is not implemented (give 0)",
                 "min_tokens" => "a minimum length is not implemented (give 0, or use ignore_eos)",
-                "logprobs" | "top_logprobs" => "log probabilities are not returned",
-                "tools" | "functions" | "tool_choice" | "function_call" => "tool calling is not",
+                "logprobs" | "top_logprobs" => "log probabilities are not returned yet (give false, or 0)",
+                "tools" | "functions" | "tool_choice" | "function_call" => {
+                    "tool calling is not implemented (give none, or an empty list)"
+                }
                 "response_format" | "guided_json" | "guided_regex" | "guided_choice" | "grammar" => {
                     "constrained output is not (only {\"type\": \"text\"})"
                 }
@@ -641,7 +724,119 @@ fn check_rest(endpoint: Endpoint, obj: Map<String, Value>) -> Result<(), ApiErro
             return Err(ApiError::unsupported(&k, why));
         }
     }
-    Ok(())
+    Ok(ignored)
+}
+
+/// A `POST /tokenize` body, checked.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TokenizeRequest {
+    /// `Text` from `prompt` (or llama-server's `content`), `Chat` from `messages`.
+    pub prompt: Prompt,
+    /// `add_special_tokens` (default true): the model's BOS where a prompt gets one.
+    pub add_special_tokens: bool,
+    /// Unknown fields, accepted and ignored (as for completions).
+    pub ignored: Vec<String>,
+}
+
+/// Checks a `/tokenize` body: `model` optional (when given, the served
+/// one), exactly one of `prompt`, `content` and `messages`.
+pub fn parse_tokenize(body: &[u8], served_model: &str, unknown: UnknownFields) -> Result<TokenizeRequest, ApiError> {
+    let mut obj = body_object(body)?;
+    check_model(take(&mut obj, "model"), served_model, false)?;
+    let given: Vec<&str> = ["prompt", "content", "messages"].into_iter().filter(|k| obj.contains_key(*k)).collect();
+    if given.len() != 1 {
+        return Err(ApiError::invalid(
+            "give exactly one of prompt (or content) and messages",
+            Some(given.get(1).copied().unwrap_or("prompt")),
+            if given.is_empty() { "missing_required_parameter" } else { "invalid_value" },
+        ));
+    }
+    let mut ignored = Vec::new();
+    let prompt = match given[0] {
+        "messages" => Prompt::Chat(parse_messages(take(&mut obj, "messages"), unknown, &mut ignored)?),
+        k => match take(&mut obj, k) {
+            Some(Value::String(s)) => Prompt::Text(s),
+            _ => return Err(type_error(k, "a string")),
+        },
+    };
+    let add_special_tokens = take_bool(&mut obj, "add_special_tokens")?.unwrap_or(true);
+    match take_bool(&mut obj, "add_generation_prompt")? {
+        Some(false) => return Err(ApiError::unsupported("add_generation_prompt", "messages are always tokenized with the generation prompt, as the chat endpoint runs them (give true)")),
+        _ if matches!(prompt, Prompt::Chat(_)) && !add_special_tokens => {
+            return Err(ApiError::unsupported("add_special_tokens", "messages are tokenized as the chat endpoint runs them (give true)"));
+        }
+        _ => {}
+    }
+    for (k, v) in obj {
+        if v.is_null() || k == "with_pieces" && v.as_bool() == Some(false) {
+            continue;
+        }
+        if unknown == UnknownFields::Refuse {
+            return Err(ApiError::invalid(
+                format!("unrecognized request argument supplied: {k} (this server runs with --strict-params)"),
+                Some(&k),
+                "unknown_parameter",
+            ));
+        }
+        ignored.push(k);
+    }
+    Ok(TokenizeRequest { prompt, add_special_tokens, ignored })
+}
+
+impl TokenizeRequest {
+    /// The ids, as [`Request::prepare`] would encode the prompt (bounded by
+    /// the context the same way: a prompt past it is refused, not counted).
+    pub fn run(&self, engine: &Engine) -> Result<Vec<u32>, ApiError> {
+        let tok = &engine.loaded.tokenizer;
+        let context = engine.loaded.info.context_length;
+        let param = if matches!(self.prompt, Prompt::Chat(_)) { "messages" } else { "prompt" };
+        let ids = match &self.prompt {
+            Prompt::Text(t) if self.add_special_tokens => tok.encode_prompt_bounded(t, context),
+            Prompt::Text(t) => {
+                if t.len().div_ceil(tok.longest_token_bytes.unwrap_or(usize::MAX).max(1)) > context {
+                    return Err(too_long_to_count(context, param));
+                }
+                tok.encode(t)
+            }
+            Prompt::Chat(m) => tok.encode_chat(m, context),
+            Prompt::Tokens(ids) => Ok(ids.clone()),
+        }
+        .map_err(|e| ApiError::invalid(format!("{param}: {e}"), Some(param), "invalid_value"))?;
+        if ids.len() > context {
+            return Err(too_long_to_count(context, param));
+        }
+        Ok(ids)
+    }
+}
+
+fn too_long_to_count(context: usize, param: &str) -> ApiError {
+    ApiError::invalid(
+        format!("the text is longer than this model's maximum context length of {context} tokens; it is not counted"),
+        Some(param),
+        "context_length_exceeded",
+    )
+}
+
+/// Checks a `/detokenize` body: `tokens`, a list of ids in the vocabulary.
+pub fn parse_detokenize(body: &[u8], served_model: &str, vocab: usize) -> Result<Vec<u32>, ApiError> {
+    let mut obj = body_object(body)?;
+    check_model(take(&mut obj, "model"), served_model, false)?;
+    let Some(Value::Array(items)) = take(&mut obj, "tokens") else {
+        return Err(ApiError::invalid("tokens is required: a list of token ids", Some("tokens"), "missing_required_parameter"));
+    };
+    let ids = items
+        .iter()
+        .map(|x| x.as_u64().and_then(|n| u32::try_from(n).ok()))
+        .collect::<Option<Vec<u32>>>()
+        .ok_or_else(|| type_error("tokens", "a list of token ids (integers in 0..2^32)"))?;
+    if let Some(bad) = ids.iter().find(|&&i| i as usize >= vocab) {
+        return Err(ApiError::invalid(
+            format!("token id {bad} is outside the vocabulary (size {vocab})"),
+            Some("tokens"),
+            "invalid_value",
+        ));
+    }
+    Ok(ids)
 }
 
 impl Request {
@@ -759,11 +954,11 @@ mod tests {
     use super::*;
 
     fn chat(body: &str) -> Result<Request, ApiError> {
-        parse(Endpoint::Chat, body.as_bytes(), "m")
+        parse(Endpoint::Chat, body.as_bytes(), "m", UnknownFields::Ignore)
     }
 
     fn completions(body: &str) -> Result<Request, ApiError> {
-        parse(Endpoint::Completions, body.as_bytes(), "m")
+        parse(Endpoint::Completions, body.as_bytes(), "m", UnknownFields::Ignore)
     }
 
     #[test]
@@ -850,7 +1045,6 @@ mod tests {
             r#""tools": [{"type": "function"}]"#,
             r#""presence_penalty": 0.5"#,
             r#""response_format": {"type": "json_object"}"#,
-            r#""frobnicate": 1"#,
         ] {
             let e = chat(&format!("{{{base}, {extra}}}")).unwrap_err();
             let name = extra.split('"').nth(1).unwrap();
@@ -862,6 +1056,46 @@ mod tests {
         {
             chat(&format!("{{{base}, {extra}}}")).unwrap();
         }
+    }
+
+    #[test]
+    fn unknown_fields_are_ignored_and_listed_unless_strict() {
+        let body = r#"{"model": "m", "frobnicate": 1, "chat_template_kwargs": {"enable_thinking": false},
+            "skip_special_tokens": true, "cache_prompt": true, "n": 1,
+            "messages": [{"role": "user", "content": "x"},
+                         {"role": "assistant", "content": "y", "tool_calls": null, "refusal": null, "reasoning_content": "r"},
+                         {"role": "user", "content": "z"}]}"#;
+        let r = chat(body).unwrap();
+        let mut got = r.ignored.clone();
+        got.sort();
+        assert_eq!(
+            got,
+            ["cache_prompt", "chat_template_kwargs", "frobnicate", "messages[1].reasoning_content", "skip_special_tokens"]
+        );
+        // Strict: the first unknown one is named (a top-level one, or one inside a message).
+        let e = parse(Endpoint::Chat, body.as_bytes(), "m", UnknownFields::Refuse).unwrap_err();
+        assert_eq!(e.code, Some("unknown_parameter"));
+        assert!(e.message.contains("--strict-params"), "{}", e.message);
+        let msg_only = r#"{"model": "m", "messages": [{"role": "user", "content": "x", "reasoning_content": "r"}]}"#;
+        let e = parse(Endpoint::Chat, msg_only.as_bytes(), "m", UnknownFields::Refuse).unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("messages[0].reasoning_content"), "{e:?}");
+        // A tool call in a message is refused either way; known parameters
+        // at a value this server cannot honour are too.
+        let tool = r#"{"model": "m", "messages": [{"role": "assistant", "content": "", "tool_calls": [{"id": "1"}]}]}"#;
+        let e = chat(tool).unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("messages[0].tool_calls"), "{e:?}");
+        assert!(e.message.ends_with("tool calling is not implemented"), "{}", e.message);
+        assert_eq!(chat(r#"{"model": "m", "messages": [{"role": "user", "content": "x"}], "n": 2}"#).unwrap_err().param.as_deref(), Some("n"));
+    }
+
+    #[test]
+    fn llama_servers_n_predict_is_max_tokens() {
+        let r = completions(r#"{"model": "m", "prompt": "x", "n_predict": 7}"#).unwrap();
+        assert_eq!(r.max_tokens, Some((7, "n_predict")));
+        let r = completions(r#"{"model": "m", "prompt": "x", "n_predict": 7, "max_tokens": 7}"#).unwrap();
+        assert_eq!(r.max_tokens, Some((7, "max_tokens")));
+        let e = completions(r#"{"model": "m", "prompt": "x", "n_predict": 7, "max_tokens": 8}"#).unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("n_predict"));
     }
 
     #[test]
@@ -924,7 +1158,7 @@ mod tests {
             }
             let r = completions(&c.to_string()).unwrap();
             assert_eq!((r.ignore_eos, r.stream, r.include_usage), (ignore.is_some(), true, true));
-            let r = parse(Endpoint::Chat, chat.to_string().as_bytes(), "m").unwrap();
+            let r = parse(Endpoint::Chat, chat.to_string().as_bytes(), "m", UnknownFields::Ignore).unwrap();
             assert_eq!((r.ignore_eos, r.max_tokens), (ignore.is_some(), Some((8, "max_completion_tokens"))));
         }
     }

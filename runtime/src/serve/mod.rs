@@ -76,6 +76,15 @@ pub struct ServeSettings {
     pub api_key: Option<String>,
     /// JSONL events on stdout.
     pub json: bool,
+    /// `--strict-params`: unknown request fields are refused (400) instead
+    /// of ignored with a logged warning.
+    pub strict_params: bool,
+    /// `--allowed-origins`: browser origins answered with CORS headers.
+    pub allowed_origins: Vec<String>,
+    /// `--ctx-size`: the context cap (`None`: the model's own length).
+    pub ctx_size: Option<usize>,
+    /// `--chat-template`: a Jinja template file that replaces the model's.
+    pub chat_template: Option<PathBuf>,
     /// The model cache (`None`: the default one).
     pub cache_dir: Option<PathBuf>,
     pub spec: SpecSettings,
@@ -121,6 +130,11 @@ impl ServeLimits {
         if args.api_key.as_deref().is_some_and(|k| k.is_empty() || k.len() > 4096) {
             return Err("--api-key must be 1 to 4096 bytes".into());
         }
+        if args.allowed_origins.len() > 64 || args.allowed_origins.iter().any(|o| o.is_empty() || o.len() > 256) {
+            return Err("--allowed-origins takes at most 64 origins of 1 to 256 bytes each (like \
+                        http://localhost:3000, or * for any)"
+                .into());
+        }
         Ok(ServeLimits {
             conn: conn::ConnLimits {
                 header_timeout,
@@ -158,6 +172,8 @@ pub fn run(args: ServeSettings) -> Result<ExitCode> {
         cache_dir: args.cache_dir.as_deref(),
         device: args.device.as_deref(),
         threads,
+        ctx_size: args.ctx_size,
+        chat_template: args.chat_template.as_deref(),
     })?;
     let decoding = Speculation::from_settings(&args.spec, &engine)?;
     let model_id = args.served_model_name.clone().unwrap_or_else(|| default_model_id(&path));
@@ -177,8 +193,8 @@ pub fn run(args: ServeSettings) -> Result<ExitCode> {
         out.flush()?;
     }
     eprintln!("{}", decoding.summary());
-    if !ip.is_loopback() {
-        tracing::warn!("listening on {ip}, which is not loopback: this server has no authentication");
+    if !ip.is_loopback() && args.api_key.is_none() {
+        tracing::warn!("listening on {ip}, which is not loopback, without --api-key: anyone who reaches it may use it");
     }
 
     let mut config = serde_json::to_value(&startup)?;
@@ -197,6 +213,8 @@ pub fn run(args: ServeSettings) -> Result<ExitCode> {
         "max_preparing": args.max_preparing,
         "request_timeout_secs": args.request_timeout_secs,
         "api_key": args.api_key.is_some(),
+        "strict_params": args.strict_params,
+        "allowed_origins": args.allowed_origins,
         "context_length": engine.loaded.info.context_length,
     });
     let engine = Arc::new(engine);
@@ -221,6 +239,9 @@ pub fn run(args: ServeSettings) -> Result<ExitCode> {
         started,
         fingerprint: format!("draftwise-{}-{}", env!("CARGO_PKG_VERSION"), crate::policy::KERNEL_FINGERPRINT),
         next_id: AtomicU64::new(0),
+        next_request: AtomicU64::new(0),
+        unknown_fields: if args.strict_params { api::UnknownFields::Refuse } else { api::UnknownFields::Ignore },
+        allowed_origins: args.allowed_origins.clone(),
         shutting_down: AtomicBool::new(false),
     });
     let worker = Worker {

@@ -56,6 +56,13 @@ pub struct App {
     /// OpenAI's `system_fingerprint`: this build and its kernels.
     pub fingerprint: String,
     pub next_id: AtomicU64,
+    /// Request ids made for requests without a usable `X-Request-Id`.
+    pub next_request: AtomicU64,
+    /// Unknown request fields: ignored and logged, or refused (`--strict-params`).
+    pub unknown_fields: api::UnknownFields,
+    /// `--allowed-origins`: browser origins answered with CORS headers
+    /// (`*` is any); empty: no CORS headers, preflights get no answer of their own.
+    pub allowed_origins: Vec<String>,
     pub shutting_down: AtomicBool,
 }
 
@@ -74,6 +81,9 @@ pub fn endpoints() -> Vec<(&'static str, MethodRouter<Arc<App>>)> {
         ("/v1/draftwise/config", get(config)),
         ("/v1/completions", post(completions)),
         ("/v1/chat/completions", post(chat_completions)),
+        ("/tokenize", post(tokenize)),
+        ("/detokenize", post(detokenize)),
+        ("/version", get(version)),
     ]
 }
 
@@ -93,7 +103,156 @@ pub fn router(app: Arc<App>) -> Router {
         .fallback(|| async { ApiError::not_found("this path") })
         .method_not_allowed_fallback(|| async { ApiError::method_not_allowed() })
         .layer(axum::middleware::from_fn_with_state(app.clone(), require_key));
-    public.method_not_allowed_fallback(|| async { ApiError::method_not_allowed() }).merge(guarded).with_state(app)
+    public
+        .method_not_allowed_fallback(|| async { ApiError::method_not_allowed() })
+        .merge(guarded)
+        .layer(axum::middleware::from_fn_with_state(app.clone(), cors))
+        .layer(axum::middleware::from_fn_with_state(app.clone(), access_log))
+        .with_state(app)
+}
+
+/// A request's id: the client's `X-Request-Id` when it is usable, else one
+/// made here; echoed on the response and named in every log line about it.
+#[derive(Clone, Debug)]
+pub struct RequestId(pub String);
+
+/// The header a request id travels in, both ways.
+pub const REQUEST_ID_HEADER: &str = "x-request-id";
+/// A client's id is used when it is 1 to this many visible ASCII characters.
+pub const MAX_REQUEST_ID_BYTES: usize = 128;
+
+fn client_request_id(h: &HeaderMap) -> Option<String> {
+    let v = h.get(REQUEST_ID_HEADER)?.as_bytes();
+    let usable = !v.is_empty() && v.len() <= MAX_REQUEST_ID_BYTES && v.iter().all(|b| (0x21..=0x7e).contains(b));
+    usable.then(|| String::from_utf8_lossy(v).into_owned())
+}
+
+/// The outermost layer: gives the request its id, and writes one access
+/// line for every request, refusals (401, 404, 4xx of the body) included:
+/// client, method, path, status, id and the time to the response's head
+/// (a stream's body follows it).
+async fn access_log(State(app): State<Arc<App>>, mut req: Request, next: Next) -> Response {
+    let start = Instant::now();
+    let id = client_request_id(req.headers())
+        .unwrap_or_else(|| format!("req-{:x}-{}", app.started, app.next_request.fetch_add(1, Ordering::Relaxed)));
+    let method = req.method().clone();
+    let path: String = req.uri().path().chars().take(256).collect();
+    let client = req.extensions().get::<Peer>().map_or_else(|| "-".to_string(), |p| p.0.to_string());
+    req.extensions_mut().insert(RequestId(id.clone()));
+    let mut resp = next.run(req).await;
+    if let Ok(v) = axum::http::HeaderValue::from_str(&id) {
+        resp.headers_mut().insert(REQUEST_ID_HEADER, v);
+    }
+    tracing::info!(
+        target: "draftwise::access",
+        client = %client,
+        method = %method,
+        path = %path,
+        status = resp.status().as_u16(),
+        request_id = %id,
+        ms = format_args!("{:.1}", start.elapsed().as_secs_f64() * 1e3),
+        "request"
+    );
+    resp
+}
+
+/// `--allowed-origins`: a browser's request from an allowed origin gets
+/// `Access-Control-Allow-Origin`; its preflight (`OPTIONS` with
+/// `Access-Control-Request-Method`) is answered 204 here, before the key
+/// check (browsers send no credentials on a preflight). Other origins get
+/// no CORS headers, which is the browser's refusal.
+async fn cors(State(app): State<Arc<App>>, req: Request, next: Next) -> Response {
+    let origin = req.headers().get(header::ORIGIN).and_then(|v| v.to_str().ok()).map(str::to_string);
+    let allowed = origin.filter(|o| app.allowed_origins.iter().any(|a| a == "*" || a == o));
+    let Some(origin) = allowed else { return next.run(req).await };
+    let preflight =
+        req.method() == axum::http::Method::OPTIONS && req.headers().contains_key(header::ACCESS_CONTROL_REQUEST_METHOD);
+    let mut resp = if preflight { StatusCode::NO_CONTENT.into_response() } else { next.run(req).await };
+    let h = resp.headers_mut();
+    let value = if app.allowed_origins.iter().any(|a| a == "*") { "*".to_string() } else { origin };
+    if let Ok(v) = axum::http::HeaderValue::from_str(&value) {
+        h.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, v);
+        h.insert(header::VARY, axum::http::HeaderValue::from_static("origin"));
+        h.insert(header::ACCESS_CONTROL_EXPOSE_HEADERS, axum::http::HeaderValue::from_static(REQUEST_ID_HEADER));
+        if preflight {
+            h.insert(header::ACCESS_CONTROL_ALLOW_METHODS, axum::http::HeaderValue::from_static("GET, POST, OPTIONS"));
+            h.insert(
+                header::ACCESS_CONTROL_ALLOW_HEADERS,
+                axum::http::HeaderValue::from_static("authorization, content-type, x-request-id"),
+            );
+            h.insert(header::ACCESS_CONTROL_MAX_AGE, axum::http::HeaderValue::from_static("600"));
+        }
+    }
+    resp
+}
+
+/// `GET /version`: this build's identity (vLLM has `/version`; the fields
+/// are `runtime build-info --json`'s).
+async fn version() -> Response {
+    let b = crate::build_info::BuildInfo::current();
+    json_response(
+        StatusCode::OK,
+        &json!({"version": env!("CARGO_PKG_VERSION"), "build": serde_json::to_value(&b).unwrap_or_default()}),
+    )
+}
+
+/// `POST /tokenize` (vLLM's and llama-server's): the ids the completions
+/// endpoint would run for `prompt` (llama-server: `content`), or for
+/// `messages` through the chat template with the generation prompt, as
+/// the chat endpoint would. Bounded like a completion's prompt.
+async fn tokenize(
+    State(app): State<Arc<App>>,
+    id: Option<axum::Extension<RequestId>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let r = async {
+        let bytes = read_body(&headers, body, app.max_body_bytes).await?;
+        let t = api::parse_tokenize(&bytes, &app.model_id, app.unknown_fields)?;
+        log_ignored(id.as_ref().map(|e| &e.0), &t.ignored);
+        let turn = prepare_turn(&app).await?;
+        let engine = app.engine.clone();
+        let ids = tokio::task::spawn_blocking(move || t.run(&engine))
+            .await
+            .map_err(|e| ApiError::internal(format!("tokenizing: {e}")))??;
+        drop(turn);
+        let context = app.engine.loaded.info.context_length;
+        Ok::<_, ApiError>(json_response(
+            StatusCode::OK,
+            &json!({"tokens": ids, "count": ids.len(), "max_model_len": context}),
+        ))
+    }
+    .await;
+    answer(&app, r)
+}
+
+/// `POST /detokenize`: `{"tokens": [ids]}` back to text, answered as both
+/// vLLM's `prompt` and llama-server's `content`.
+async fn detokenize(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) -> Response {
+    let r = async {
+        let bytes = read_body(&headers, body, app.max_body_bytes).await?;
+        let ids = api::parse_detokenize(&bytes, &app.model_id, app.engine.loaded.info.vocab)?;
+        let text = app
+            .engine
+            .loaded
+            .tokenizer
+            .decode(&ids)
+            .map_err(|e| ApiError::invalid(format!("tokens: {e}"), Some("tokens"), "invalid_value"))?;
+        Ok::<_, ApiError>(json_response(StatusCode::OK, &json!({"prompt": text, "content": text})))
+    }
+    .await;
+    answer(&app, r)
+}
+
+/// Unknown fields a request sent, accepted and ignored: one warning line.
+fn log_ignored(id: Option<&RequestId>, ignored: &[String]) {
+    if !ignored.is_empty() {
+        tracing::warn!(
+            request_id = %id.map_or("-", |r| r.0.as_str()),
+            fields = %ignored.join(", "),
+            "ignored request fields this server does not know (--strict-params refuses them)"
+        );
+    }
 }
 
 /// The layer of [`router`]: a request without the key never reaches a handler.
@@ -191,19 +350,23 @@ async fn config(State(app): State<Arc<App>>) -> Response {
 async fn completions(
     State(app): State<Arc<App>>,
     peer: Option<axum::Extension<Peer>>,
+    id: Option<axum::Extension<RequestId>>,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    answer(&app, handle(app.clone(), Endpoint::Completions, peer.map(|p| p.0), headers, body).await)
+    let id = id.map(|e| e.0);
+    answer(&app, handle(app.clone(), Endpoint::Completions, peer.map(|p| p.0), id, headers, body).await)
 }
 
 async fn chat_completions(
     State(app): State<Arc<App>>,
     peer: Option<axum::Extension<Peer>>,
+    id: Option<axum::Extension<RequestId>>,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    answer(&app, handle(app.clone(), Endpoint::Chat, peer.map(|p| p.0), headers, body).await)
+    let id = id.map(|e| e.0);
+    answer(&app, handle(app.clone(), Endpoint::Chat, peer.map(|p| p.0), id, headers, body).await)
 }
 
 /// The response, counting refusals of bad input for `/metrics`.
@@ -254,6 +417,7 @@ async fn handle(
     app: Arc<App>,
     endpoint: Endpoint,
     peer: Option<Peer>,
+    request_id: Option<RequestId>,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
@@ -263,8 +427,9 @@ async fn handle(
         return Err(ApiError::shutting_down());
     }
     let bytes = read_body(&headers, body, app.max_body_bytes).await?;
-    let request = api::parse(endpoint, &bytes, &app.model_id)?;
+    let request = api::parse(endpoint, &bytes, &app.model_id, app.unknown_fields)?;
     drop(bytes);
+    log_ignored(request_id.as_ref(), &request.ignored);
     // A prompt too long by its byte length alone never takes a turn.
     request.check_bytes(&app.engine)?;
     // From here until the engine takes it up, the request holds one of its

@@ -40,6 +40,28 @@ pub struct SpecSettings {
     pub suffix_min_prob: Option<f64>,
     /// Speculate even if the block-vs-chain probe fails.
     pub allow_inexact: bool,
+    /// `--policy FILE`: a draft-width table read at startup in place of the
+    /// compiled one (to try an entry before a rebuild).
+    pub policy: Option<PathBuf>,
+}
+
+/// A `--policy` table, read and checked as `build.rs` checks the compiled
+/// one: the same compiler, and every cited record folder must exist under
+/// the repository root (the table file's `policy/` folder's parent, else
+/// the current directory).
+pub fn load_policy_file(path: &std::path::Path) -> Result<policy::table::Table> {
+    let bytes = crate::limits::read_capped(path, policy::table::MAX_TABLE_BYTES as u64)
+        .with_context(|| format!("--policy {}", path.display()))?;
+    let text = String::from_utf8(bytes).map_err(|_| anyhow::anyhow!("--policy {}: not UTF-8", path.display()))?;
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
+    let root = if dir.file_name().is_some_and(|n| n == "policy") {
+        dir.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(std::path::Path::new(".")).to_path_buf()
+    } else {
+        std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."))
+    };
+    let name = path.display().to_string();
+    policy::table::compile(&name, &text, policy::table::RecordCheck::Under(&root))
+        .map_err(|e| anyhow::anyhow!("--policy: {e} (record folders are looked for under {})", root.display()))
 }
 
 /// A drafter, its width, and whether it may run.
@@ -285,8 +307,18 @@ pub fn run_of<'a>(
 
 impl Speculation {
     /// How this process decodes, resolved with the compiled policy.
+    /// With `--policy FILE`, that table instead, and the provenance says so.
     pub fn from_settings(args: &SpecSettings, engine: &Engine) -> Result<Decoding> {
-        Speculation::resolve(args, engine, &policy::compiled_resolver())
+        let Some(file) = &args.policy else { return Speculation::resolve(args, engine, &policy::compiled_resolver()) };
+        let table = load_policy_file(file)?;
+        let resolver = policy::Resolver { table: &table, fingerprint: &policy::verify_fingerprint };
+        let mut d = Speculation::resolve(args, engine, &resolver)?;
+        let note = format!(" [table {} (--policy), not the compiled one]", file.display());
+        d.resolution.width_from.push_str(&note);
+        if let Some(s) = d.speculation.as_mut() {
+            s.width_from.push_str(&note);
+        }
+        Ok(d)
     }
 
     /// [`Speculation::from_settings`] against a given policy (tests pass

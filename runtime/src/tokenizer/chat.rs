@@ -25,6 +25,10 @@ pub enum TemplateSource {
     Builtin(&'static str),
     /// No template: chat requests are refused.
     None,
+    /// A file given with `--chat-template` (its name, not its path: events
+    /// carry no absolute paths), in place of the model's. The name is made
+    /// `'static` once per process at startup.
+    Flag(&'static str),
 }
 
 impl TemplateSource {
@@ -39,6 +43,7 @@ impl std::fmt::Display for TemplateSource {
             TemplateSource::File => f.write_str("the model file"),
             TemplateSource::Builtin(arch) => write!(f, "built in ({arch} turn format; the model file has none)"),
             TemplateSource::None => f.write_str("none (the model file has no chat template)"),
+            TemplateSource::Flag(name) => write!(f, "--chat-template {name}"),
         }
     }
 }

@@ -231,13 +231,18 @@ pub fn write_csv(path: &Path, s: &Summary) -> Result<()> {
 }
 
 /// `plot.svg`: what the decision uses. Each width's ratio to classic with
-/// its 95% interval (black), a line at 1.0, the chosen width marked, and
-/// the ratio over each prompt type's prompts (coloured, no interval).
+/// its 95% interval (black), a dashed line at 1.0 labelled as classic, the
+/// widths tied with the best shaded, the best width and the chosen width
+/// marked, and the ratio over each prompt type's prompts (coloured, no
+/// interval). The y range is the widths' intervals and 1.0 (a prompt type's
+/// point outside it is clipped, and the legend says so); the x ticks are
+/// the measured widths; the legend sits beside the data, not on it.
 pub fn write_plot(path: &Path, s: &Summary, widths: &[usize]) -> Result<()> {
     use plotters::prelude::*;
-    let root = SVGBackend::new(path, (900, 560)).into_drawing_area();
+    let root = SVGBackend::new(path, (1000, 560)).into_drawing_area();
     let err = |e: &dyn std::fmt::Display| anyhow::anyhow!("drawing {}: {e}", path.display());
     root.fill(&WHITE).map_err(|e| err(&e))?;
+    let (plot_area, legend_area) = root.split_horizontally(730);
     let mut ys: Vec<f64> = vec![1.0];
     for w in &s.widths {
         if let Some(r) = &w.ratio {
@@ -247,22 +252,33 @@ pub fn write_plot(path: &Path, s: &Summary, widths: &[usize]) -> Result<()> {
             }
         }
     }
-    ys.extend(s.type_ratios.iter().map(|t| t.ratio));
     ys.retain(|y| y.is_finite());
     let (ylo, yhi) = ys.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), y| (a.min(*y), b.max(*y)));
     let pad = ((yhi - ylo) * 0.08).max(0.02);
     let (ylo, yhi) = ((ylo - pad).max(0.0), yhi + pad);
     let xmax = widths.iter().copied().max().unwrap_or(1) as f64 + 0.5;
+    let xmin = widths.iter().copied().min().unwrap_or(1) as f64 - 0.5;
     let chosen = s.decision.width;
-    let mut chart = ChartBuilder::on(&root)
-        .caption(format!("ratio to classic ({}) by width: {}", statistic(s), title(s)), ("sans-serif", 17))
+    let measured: Vec<usize> = widths.to_vec();
+    let mut chart = ChartBuilder::on(&plot_area)
+        .caption(format!("ratio to classic ({}) by width", statistic(s)), ("sans-serif", 17))
         .margin(12)
         .x_label_area_size(40)
         .y_label_area_size(56)
-        .build_cartesian_2d(0.5f64..xmax, ylo..yhi)
+        .build_cartesian_2d(xmin..xmax, ylo..yhi)
         .map_err(|e| err(&e))?;
+    // Ticks at the measured widths only, written as integers.
+    let steps = ((xmax - xmin) * 2.0).round() as usize + 1;
+    let tick = move |x: &f64| {
+        let n = x.round();
+        if (x - n).abs() < 1e-9 && measured.contains(&(n as usize)) { format!("{}", n as usize) } else { String::new() }
+    };
     chart
         .configure_mesh()
+        .x_labels(steps)
+        .x_label_formatter(&tick)
+        .disable_x_mesh()
+        .light_line_style(BLACK.mix(0.05))
         .x_desc(match chosen {
             Some(w) => format!("draft width (tokens per verify); chosen: {w}"),
             None => "draft width (tokens per verify); decision: off".to_string(),
@@ -270,14 +286,29 @@ pub fn write_plot(path: &Path, s: &Summary, widths: &[usize]) -> Result<()> {
         .y_desc("speculative / classic")
         .draw()
         .map_err(|e| err(&e))?;
+    // The widths tied with the best, shaded behind everything.
+    let shade = RGBColor(70, 130, 180).mix(0.15);
     chart
-        .draw_series(LineSeries::new(vec![(0.5, 1.0), (xmax, 1.0)], BLACK.mix(0.6).stroke_width(1)))
-        .map_err(|e| err(&e))?
-        .label("1.0 = classic")
-        .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], BLACK.mix(0.6)));
+        .draw_series(s.decision.tied.iter().map(|&w| {
+            let x = w as f64;
+            Rectangle::new([(x - 0.4, ylo), (x + 0.4, yhi)], shade.filled())
+        }))
+        .map_err(|e| err(&e))?;
+    chart
+        .draw_series(DashedLineSeries::new(vec![(xmin, 1.0), (xmax, 1.0)], 6, 4, BLACK.mix(0.7).stroke_width(1)))
+        .map_err(|e| err(&e))?;
+    chart
+        .draw_series(std::iter::once(Text::new(
+            "classic = 1.0",
+            (xmin + 0.05, 1.0 + (yhi - ylo) * 0.015),
+            ("sans-serif", 12).into_font().color(&BLACK.mix(0.8)),
+        )))
+        .map_err(|e| err(&e))?;
     let mut types: Vec<&str> = s.type_ratios.iter().map(|t| t.prompt_type.as_str()).collect();
     types.sort_unstable();
     types.dedup();
+    let mut legend: Vec<(String, LegendMark)> = Vec::new();
+    let mut clipped = false;
     for (i, t) in types.iter().enumerate() {
         let color = Palette99::pick(i).to_rgba().mix(0.7);
         let pts: Vec<(f64, f64)> = widths
@@ -286,12 +317,12 @@ pub fn write_plot(path: &Path, s: &Summary, widths: &[usize]) -> Result<()> {
                 s.type_ratios.iter().find(|x| x.prompt_type == *t && x.width == *w).map(|x| (*w as f64, x.ratio))
             })
             .collect();
+        clipped |= pts.iter().any(|(_, y)| *y < ylo || *y > yhi);
+        chart.draw_series(LineSeries::new(pts.clone(), color.stroke_width(1))).map_err(|e| err(&e))?;
         chart
-            .draw_series(LineSeries::new(pts.clone(), color.stroke_width(1)))
-            .map_err(|e| err(&e))?
-            .label(format!("{t} prompts"))
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], color.stroke_width(1)));
-        chart.draw_series(pts.iter().map(|p| Circle::new(*p, 2, color.filled()))).map_err(|e| err(&e))?;
+            .draw_series(pts.iter().filter(|(_, y)| *y >= ylo && *y <= yhi).map(|p| Circle::new(*p, 2, color.filled())))
+            .map_err(|e| err(&e))?;
+        legend.push((format!("{t} prompts"), LegendMark::Line(color.to_rgba(), 1)));
     }
     /// (width, ratio, interval) of each width with a ratio.
     type Point = (f64, f64, Option<(f64, f64)>);
@@ -304,26 +335,100 @@ pub fn write_plot(path: &Path, s: &Summary, widths: &[usize]) -> Result<()> {
         .map_err(|e| err(&e))?;
     chart
         .draw_series(LineSeries::new(all.iter().map(|(x, y, _)| (*x, *y)), BLACK.stroke_width(2)))
-        .map_err(|e| err(&e))?
-        .label("all prompts: ratio and 95% interval")
-        .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], BLACK.stroke_width(2)));
+        .map_err(|e| err(&e))?;
+    legend.insert(0, ("all prompts: ratio and 95% interval".into(), LegendMark::Line(BLACK.to_rgba(), 2)));
+    legend.insert(1, ("classic decoding (1.0)".into(), LegendMark::Dashed));
+    if !s.decision.tied.is_empty() {
+        legend.insert(2, ("tied with the best width".into(), LegendMark::Band(shade.to_rgba())));
+    }
+    if let Some(b) = s.decision.best_width
+        && let Some((x, y, _)) = all.iter().find(|(x, _, _)| *x == b as f64)
+    {
+        chart
+            .draw_series(std::iter::once(TriangleMarker::new((*x, *y), 7, BLUE.filled())))
+            .map_err(|e| err(&e))?;
+        legend.push((format!("best width {b}"), LegendMark::Triangle));
+    }
     if let Some(w) = chosen
         && let Some((x, y, _)) = all.iter().find(|(x, _, _)| *x == w as f64)
     {
         chart
-            .draw_series(std::iter::once(Circle::new((*x, *y), 8, RED.stroke_width(3))))
-            .map_err(|e| err(&e))?
-            .label(format!("chosen width {w}"))
-            .legend(|(x, y)| Circle::new((x + 8, y), 5, RED.stroke_width(2)));
+            .draw_series(std::iter::once(Circle::new((*x, *y), 9, RED.stroke_width(3))))
+            .map_err(|e| err(&e))?;
+        legend.push((format!("chosen width {w}"), LegendMark::Ring));
     }
-    chart
-        .configure_series_labels()
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .draw()
-        .map_err(|e| err(&e))?;
+    draw_legend(&legend_area, &legend, clipped, &title(s)).map_err(|e| err(&e))?;
     root.present().map_err(|e| err(&e))?;
     Ok(())
+}
+
+/// How a legend entry is drawn.
+enum LegendMark {
+    Line(plotters::style::RGBAColor, u32),
+    Dashed,
+    Band(plotters::style::RGBAColor),
+    Triangle,
+    Ring,
+}
+
+/// The legend, in its own area beside the chart: the record's title, one
+/// row per entry, and a note when prompt-type points were clipped.
+fn draw_legend<DB: plotters::prelude::DrawingBackend>(
+    area: &plotters::drawing::DrawingArea<DB, plotters::coord::Shift>,
+    entries: &[(String, LegendMark)],
+    clipped: bool,
+    title: &str,
+) -> Result<(), plotters::drawing::DrawingAreaErrorKind<DB::ErrorType>> {
+    use plotters::prelude::*;
+    let font = ("sans-serif", 13).into_font();
+    let mut y = 48;
+    for line in wrap(title, 34) {
+        area.draw(&Text::new(line, (8, y), font.clone()))?;
+        y += 17;
+    }
+    y += 10;
+    for (label, mark) in entries {
+        let (x0, x1, cy) = (10, 34, y + 7);
+        match mark {
+            LegendMark::Line(c, w) => area.draw(&PathElement::new(vec![(x0, cy), (x1, cy)], c.stroke_width(*w)))?,
+            LegendMark::Dashed => {
+                for k in 0..3 {
+                    let a = x0 + k * 9;
+                    area.draw(&PathElement::new(vec![(a, cy), (a + 5, cy)], BLACK.mix(0.7).stroke_width(1)))?;
+                }
+            }
+            LegendMark::Band(c) => area.draw(&Rectangle::new([(x0, y), (x1, y + 14)], c.filled()))?,
+            LegendMark::Triangle => area.draw(&TriangleMarker::new(((x0 + x1) / 2, cy), 6, BLUE.filled()))?,
+            LegendMark::Ring => area.draw(&Circle::new(((x0 + x1) / 2, cy), 6, RED.stroke_width(2)))?,
+        }
+        area.draw(&Text::new(label.clone(), (x1 + 8, y), font.clone()))?;
+        y += 20;
+    }
+    if clipped {
+        y += 6;
+        for line in wrap("some prompt-type points lie outside the y range (set by the widths' intervals) and are not drawn", 34) {
+            area.draw(&Text::new(line, (8, y), ("sans-serif", 12).into_font().color(&BLACK.mix(0.7))))?;
+            y += 15;
+        }
+    }
+    Ok(())
+}
+
+/// Splits `text` into lines of at most about `width` characters, at spaces.
+fn wrap(text: &str, width: usize) -> Vec<String> {
+    let mut lines = vec![String::new()];
+    for word in text.split_whitespace() {
+        let last = lines.last_mut().expect("one line");
+        if !last.is_empty() && last.chars().count() + 1 + word.chars().count() > width {
+            lines.push(word.to_string());
+        } else {
+            if !last.is_empty() {
+                last.push(' ');
+            }
+            last.push_str(word);
+        }
+    }
+    lines
 }
 
 /// Writes record.md, summary.csv and plot.svg into `dir`.

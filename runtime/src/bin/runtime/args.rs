@@ -11,11 +11,16 @@ use std::path::PathBuf;
 
 #[derive(Args, Debug, Clone)]
 pub struct GenerateArgs {
-    /// A GGUF file, a Hugging Face checkpoint directory, or a known model by name (smollm2-135m, gemma3-270m: fetched on first use); default: smollm2-135m.
-    #[arg(long)]
+    /// A GGUF file, a Hugging Face checkpoint directory, or a known model by name (smollm2-135m,
+    /// gemma3-270m, qwen2.5-coder-0.5b, qwen2.5-coder-1.5b: fetched on first use); default: smollm2-135m.
+    #[arg(short = 'm', long)]
     pub model: Option<PathBuf>,
+    /// The most positions a sequence may hold, prompt and completion together (llama.cpp's -c,
+    /// vLLM's --max-model-len); at most the model's own context length, which is the default.
+    #[arg(short = 'c', long, alias = "max-model-len")]
+    pub ctx_size: Option<usize>,
     /// The prompt text.
-    #[arg(long, conflicts_with = "prompts", required_unless_present = "prompts")]
+    #[arg(short = 'p', long, conflicts_with = "prompts", required_unless_present = "prompts")]
     pub prompt: Option<String>,
     /// A JSONL prompt set: {"id": ..., "prompt": ...} or {"id": ..., "messages": [...]} per line.
     #[arg(long)]
@@ -23,20 +28,25 @@ pub struct GenerateArgs {
     /// Render --prompt as a user message through the model's chat template.
     #[arg(long)]
     pub chat: bool,
-    #[arg(long, default_value_t = 128)]
+    /// A Jinja chat template file used in place of the model's (for --chat and chat prompt sets).
+    #[arg(long, alias = "chat-template-file")]
+    pub chat_template: Option<PathBuf>,
+    /// Tokens to generate at most (llama.cpp's -n / --n-predict).
+    #[arg(short = 'n', long, alias = "n-predict", default_value_t = 128)]
     pub max_tokens: usize,
     /// Worker threads (default: the CPUs available to this process).
-    #[arg(long)]
+    #[arg(short = 't', long)]
     pub threads: Option<usize>,
     /// 0 is greedy.
-    #[arg(long, default_value_t = 0.0)]
+    #[arg(long, visible_alias = "temp", default_value_t = 0.0)]
     pub temperature: f32,
     /// 0 keeps every token.
     #[arg(long, default_value_t = 0)]
     pub top_k: usize,
     #[arg(long, default_value_t = 1.0)]
     pub top_p: f32,
-    #[arg(long, default_value_t = 0)]
+    /// Seed of the sampler (sampled decoding; greedy ignores it).
+    #[arg(short = 's', long, default_value_t = 0)]
     pub seed: u64,
     /// Run each prompt this many times (recorded passes).
     #[arg(long, default_value_t = 1)]
@@ -59,11 +69,16 @@ pub struct GenerateArgs {
 
 #[derive(Args, Debug, Clone)]
 pub struct BenchArgs {
-    /// A GGUF file, a Hugging Face checkpoint directory, or a known model by name (smollm2-135m, gemma3-270m: fetched on first use); default: smollm2-135m.
-    #[arg(long)]
+    /// A GGUF file, a Hugging Face checkpoint directory, or a known model by name (smollm2-135m,
+    /// gemma3-270m, qwen2.5-coder-0.5b, qwen2.5-coder-1.5b: fetched on first use); default: smollm2-135m.
+    #[arg(short = 'm', long)]
     pub model: Option<PathBuf>,
+    /// The most positions a sequence may hold, prompt and completion together (llama.cpp's -c,
+    /// vLLM's --max-model-len); at most the model's own context length, which is the default.
+    #[arg(short = 'c', long, alias = "max-model-len")]
+    pub ctx_size: Option<usize>,
     /// Worker threads (default: the CPUs available to this process).
-    #[arg(long)]
+    #[arg(short = 't', long)]
     pub threads: Option<usize>,
     /// Prompt length: one prefill forward pass of this many tokens.
     #[arg(long, default_value_t = 128)]
@@ -117,19 +132,23 @@ pub struct SpecArgs {
     pub drafter: Option<String>,
     /// Tokens drafted per verify pass, 1..=32 or off (overrides DRAFTWISE_DRAFT_WIDTH and the policy table).
     /// `--draft-block-size` is its old name.
-    #[arg(long, alias = "draft-block-size")]
+    /// llama.cpp's `--draft-max` and SGLang's `--speculative-num-draft-tokens` name the same.
+    #[arg(long, aliases = ["draft-block-size", "draft-max", "speculative-num-draft-tokens", "num-speculative-tokens"])]
     pub draft_width: Option<String>,
-    /// The draft checkpoint for `--drafter draft-model` (GGUF or Hugging Face directory).
-    #[arg(long)]
+    /// The draft checkpoint for `--drafter draft-model` (GGUF, Hugging Face directory, or a known
+    /// model's name); llama.cpp's `--model-draft`.
+    #[arg(long, aliases = ["model-draft", "speculative-draft-model-path"])]
     pub drafter_model: Option<PathBuf>,
     /// `layerskip` layers: a count K (the first K layers) or a list like 0,1,2,7.
     #[arg(long)]
     pub layerskip_layers: Option<String>,
-    /// `ngram`: longest pattern looked up (default: the measured entry's, else 4).
-    #[arg(long)]
+    /// `ngram`: longest pattern looked up (default: the measured entry's, else 4); vLLM's
+    /// `prompt_lookup_max`.
+    #[arg(long, alias = "prompt-lookup-max")]
     pub ngram_max: Option<usize>,
-    /// `ngram`: shortest pattern looked up (default: the measured entry's, else 3).
-    #[arg(long)]
+    /// `ngram`: shortest pattern looked up (default: the measured entry's, else 3); vLLM's
+    /// `prompt_lookup_min`.
+    #[arg(long, alias = "prompt-lookup-min")]
     pub ngram_min: Option<usize>,
     /// `suffix`: shortest match that drafts (default: the measured entry's, else 2).
     #[arg(long)]
@@ -145,6 +164,11 @@ pub struct SpecArgs {
     /// (forfeits byte-identical output; also DRAFTWISE_ALLOW_INEXACT=1).
     #[arg(long)]
     pub allow_inexact: bool,
+    /// A draft-width table (like policy/draft-block-width.toml after `tuner propose`) used in
+    /// place of the one compiled in, to try an entry before rebuilding; checked as the build
+    /// checks the compiled one, and the startup line names it.
+    #[arg(long, value_name = "FILE")]
+    pub policy: Option<PathBuf>,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -156,8 +180,9 @@ pub struct CacheArgs {
 
 #[derive(Args, Debug, Clone)]
 pub struct FetchModelArgs {
-    /// Which known model: smollm2-135m (the default) or gemma3-270m.
-    #[arg(long, default_value = "smollm2-135m")]
+    /// Which known model: smollm2-135m (the default), gemma3-270m, qwen2.5-coder-0.5b or
+    /// qwen2.5-coder-1.5b.
+    #[arg(short = 'm', long, default_value = "smollm2-135m")]
     pub model: String,
     #[command(flatten)]
     pub cache: CacheArgs,
@@ -173,9 +198,14 @@ pub struct ServeArgs {
     /// with --json the `startup` event's `server.address`).
     #[arg(long, default_value_t = 8080)]
     pub port: u16,
-    /// A GGUF file, a Hugging Face checkpoint directory, or a known model by name (smollm2-135m, gemma3-270m: fetched on first use); default: smollm2-135m.
-    #[arg(long)]
+    /// A GGUF file, a Hugging Face checkpoint directory, or a known model by name (smollm2-135m,
+    /// gemma3-270m, qwen2.5-coder-0.5b, qwen2.5-coder-1.5b: fetched on first use); default: smollm2-135m.
+    #[arg(short = 'm', long)]
     pub model: Option<PathBuf>,
+    /// The most positions a sequence may hold, prompt and completion together (llama.cpp's -c,
+    /// vLLM's --max-model-len); at most the model's own context length, which is the default.
+    #[arg(short = 'c', long, alias = "max-model-len")]
+    pub ctx_size: Option<usize>,
     /// Where forward passes run: cpu, cuda or cuda:N (default: CUDA device 0 when this build has
     /// CUDA and it is usable, else the CPU).
     #[arg(long, env = "DRAFTWISE_DEVICE")]
@@ -184,8 +214,19 @@ pub struct ServeArgs {
     #[arg(long)]
     pub served_model_name: Option<String>,
     /// Worker threads of the engine (default: the CPUs available to this process).
-    #[arg(long)]
+    #[arg(short = 't', long)]
     pub threads: Option<usize>,
+    /// A Jinja chat template file used in place of the model's for chat requests.
+    #[arg(long, alias = "chat-template-file")]
+    pub chat_template: Option<PathBuf>,
+    /// Refuse requests with fields this server does not know (400 `unknown_parameter`); by
+    /// default they are accepted, ignored and named in a warning line.
+    #[arg(long)]
+    pub strict_params: bool,
+    /// Browser origins allowed to call the API (CORS), comma-separated, e.g.
+    /// http://localhost:3000; * allows any. Default: none (no CORS headers).
+    #[arg(long, value_delimiter = ',')]
+    pub allowed_origins: Vec<String>,
     /// Requests that may wait while one runs; more are refused with 503 (code `queue_full`).
     #[arg(long, default_value_t = 64)]
     pub max_queue: usize,
@@ -253,8 +294,9 @@ pub enum PolicyCommand {
 
 #[derive(Args, Debug, Clone)]
 pub struct ExplainArgs {
-    /// The target: a GGUF file or a Hugging Face checkpoint directory.
-    #[arg(long)]
+    /// The target model: a GGUF file, a Hugging Face checkpoint directory, or a known model's
+    /// name (its cached file). `--target` is its other name.
+    #[arg(short = 'm', long = "model", alias = "target")]
     pub target: PathBuf,
     /// Drafter kind (ngram, layerskip, draft-model, dflash, mtp, suffix) as `generate --drafter` takes it;
     /// default: what `generate` does without it, and every kind's width.
@@ -263,16 +305,19 @@ pub struct ExplainArgs {
     /// Worker threads, as `generate --threads` (default: the CPUs available to this process).
     #[arg(long)]
     pub threads: Option<usize>,
-    /// `ngram` settings as `generate` takes them.
+    /// `ngram`: shortest pattern looked up, as `generate` takes it.
     #[arg(long)]
     pub ngram_min: Option<usize>,
+    /// `ngram`: longest pattern looked up, as `generate` takes it.
     #[arg(long)]
     pub ngram_max: Option<usize>,
-    /// `suffix` settings as `generate` takes them.
+    /// `suffix`: shortest match that drafts, as `generate` takes it.
     #[arg(long)]
     pub suffix_min_match: Option<usize>,
+    /// `suffix`: longest match looked for, as `generate` takes it.
     #[arg(long)]
     pub suffix_max_match: Option<usize>,
+    /// `suffix`: the least share of earlier occurrences agreeing with a draft, as `generate` takes it.
     #[arg(long)]
     pub suffix_min_prob: Option<f64>,
     /// The drafter checkpoint (draft-model, dflash): read for a declared width only.
@@ -305,6 +350,7 @@ impl From<SpecArgs> for SpecSettings {
             suffix_max_match: a.suffix_max_match,
             suffix_min_prob: a.suffix_min_prob,
             allow_inexact: a.allow_inexact,
+            policy: a.policy,
         }
     }
 }
@@ -327,6 +373,8 @@ impl From<GenerateArgs> for GenerateSettings {
             json: a.json,
             device: a.device,
             cache_dir: a.cache.cache_dir,
+            ctx_size: a.ctx_size,
+            chat_template: a.chat_template,
             spec: a.spec.into(),
         }
     }
@@ -349,6 +397,7 @@ impl From<BenchArgs> for BenchSettings {
             max_tokens: a.max_tokens,
             device: a.device,
             cache_dir: a.cache.cache_dir,
+            ctx_size: a.ctx_size,
             spec: a.spec.into(),
         }
     }
@@ -381,6 +430,10 @@ impl From<ServeArgs> for ServeSettings {
             request_timeout_secs: a.request_timeout_secs,
             api_key: a.api_key,
             json: a.json,
+            strict_params: a.strict_params,
+            allowed_origins: a.allowed_origins,
+            ctx_size: a.ctx_size,
+            chat_template: a.chat_template,
             cache_dir: a.cache.cache_dir,
             spec: a.spec.into(),
         }

@@ -58,7 +58,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
+        // Colour only on a terminal, and never under NO_COLOR (no-color.org: set and not empty).
+        .with_ansi(std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty()))
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("DRAFTWISE_LOG").unwrap_or_else(|_| "info".into()))
         .init();
     // Usage errors exit 2 (clap exits before `run`); runtime errors exit 1.
@@ -68,5 +69,37 @@ fn main() -> ExitCode {
             eprintln!("error: {}", runtime::limits::error_chain(&e));
             ExitCode::from(runtime::limits::EXIT_RUNTIME_ERROR)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    /// Every flag, short flag and alias is unique and well formed (clap
+    /// checks this only in debug builds, and the tests run in release).
+    #[test]
+    fn the_command_tree_is_consistent() {
+        super::Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn llama_cpp_short_flags_parse_as_ours() {
+        use clap::Parser;
+        let cli = super::Cli::try_parse_from([
+            "runtime", "generate", "-m", "x.gguf", "-p", "hi", "-n", "16", "-t", "2", "-c", "512", "-s", "7", "--temp",
+            "0.5", "--draft-max", "4", "--model-draft", "d.gguf",
+        ])
+        .unwrap();
+        let super::Command::Generate(g) = cli.command else { panic!("not generate") };
+        assert_eq!(g.model.as_deref(), Some(std::path::Path::new("x.gguf")));
+        assert_eq!(g.prompt.as_deref(), Some("hi"));
+        assert_eq!((g.max_tokens, g.threads, g.ctx_size, g.seed), (16, Some(2), Some(512), 7));
+        assert_eq!(g.temperature, 0.5);
+        assert_eq!(g.spec.draft_width.as_deref(), Some("4"));
+        assert_eq!(g.spec.drafter_model.as_deref(), Some(std::path::Path::new("d.gguf")));
+        let cli = super::Cli::try_parse_from(["runtime", "policy", "explain", "--target", "x.gguf"]).unwrap();
+        let super::Command::Policy(super::PolicyCommand::Explain(e)) = cli.command else { panic!("not explain") };
+        assert_eq!(e.target, std::path::PathBuf::from("x.gguf"));
     }
 }
