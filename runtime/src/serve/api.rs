@@ -293,6 +293,13 @@ pub struct Request {
     /// llama-server's behaviour; the handler logs them); refused instead
     /// under `--strict-params`.
     pub ignored: Vec<String>,
+    /// Log probabilities asked for: `Some(n)` alternatives per token
+    /// (completions' `logprobs: n`, chat's `logprobs: true` with
+    /// `top_logprobs: n`), returned from a scoring pass (`logprobs.rs`).
+    pub logprobs: Option<usize>,
+    /// Completions' `echo`: the prompt's text (and with `logprobs`, its
+    /// tokens' log probabilities) comes before the completion's.
+    pub echo: bool,
 }
 
 /// A request ready for the engine: its prompt tokens and resolved budget.
@@ -447,6 +454,7 @@ pub fn parse(endpoint: Endpoint, body: &[u8], served_model: &str, unknown: Unkno
     };
     let stop = parse_stop(take(&mut obj, "stop"))?;
     let stream = take_bool(&mut obj, "stream")?.unwrap_or(false);
+    let (logprobs, echo) = parse_logprobs(endpoint, &mut obj, stream)?;
     let include_usage = match take(&mut obj, "stream_options") {
         None => false,
         Some(_) if !stream => {
@@ -465,7 +473,7 @@ pub fn parse(endpoint: Endpoint, body: &[u8], served_model: &str, unknown: Unkno
         }
         Some(_) => return Err(type_error("stream_options", "an object")),
     };
-    let mut ignored = check_rest(endpoint, obj, unknown)?;
+    let mut ignored = check_rest(obj, unknown)?;
     ignored.extend(ignored_in_messages);
     Ok(Request {
         endpoint,
@@ -478,7 +486,55 @@ pub fn parse(endpoint: Endpoint, body: &[u8], served_model: &str, unknown: Unkno
         include_usage,
         ignore_eos,
         ignored,
+        logprobs,
+        echo,
     })
+}
+
+/// `logprobs`, `top_logprobs` and `echo`, as OpenAI's two endpoints take
+/// them: completions `logprobs: 0..=20` (alternatives per token) and
+/// `echo: bool`; chat `logprobs: bool` and `top_logprobs: 0..=20` (only
+/// with `logprobs: true`). Returned on non-streaming requests.
+fn parse_logprobs(
+    endpoint: Endpoint,
+    obj: &mut Map<String, Value>,
+    stream: bool,
+) -> Result<(Option<usize>, bool), ApiError> {
+    use super::logprobs::MAX_TOP_LOGPROBS;
+    let max = MAX_TOP_LOGPROBS as u64;
+    let count = |name: &str, v: &Value| match v.as_u64() {
+        Some(n) if n <= max => Ok(n as usize),
+        _ => Err(ApiError::invalid(format!("{name} must be an integer from 0 to {max}"), Some(name), "invalid_value")),
+    };
+    let (logprobs, echo) = match endpoint {
+        Endpoint::Completions => {
+            let lp = match take(obj, "logprobs") {
+                None | Some(Value::Bool(false)) => None,
+                Some(v) => Some(count("logprobs", &v)?),
+            };
+            (lp, take_bool(obj, "echo")?.unwrap_or(false))
+        }
+        Endpoint::Chat => {
+            let on = take_bool(obj, "logprobs")?.unwrap_or(false);
+            let top = take(obj, "top_logprobs").map(|v| count("top_logprobs", &v)).transpose()?;
+            if top.is_some() && !on {
+                return Err(ApiError::invalid(
+                    "top_logprobs needs logprobs: true",
+                    Some("top_logprobs"),
+                    "invalid_value",
+                ));
+            }
+            if take_bool(obj, "echo")? == Some(true) {
+                return Err(ApiError::unsupported("echo", "echo is a completions parameter (give false)"));
+            }
+            (on.then(|| top.unwrap_or(0)), false)
+        }
+    };
+    if stream && (logprobs.is_some() || echo) {
+        let param = if logprobs.is_some() { "logprobs" } else { "echo" };
+        return Err(ApiError::unsupported(param, "it is returned on non-streaming requests only (give stream: false)"));
+    }
+    Ok((logprobs, echo))
 }
 
 /// `/v1/completions`' `prompt`: a string, a list holding one string, or
@@ -669,7 +725,7 @@ fn parse_stop(v: Option<Value>) -> Result<Vec<String>, ApiError> {
 /// Whatever is left: parameters that are accepted only at their neutral
 /// value (named when they are not), ignored ones, and unknown ones (the
 /// names returned, or refused under [`UnknownFields::Refuse`]).
-fn check_rest(endpoint: Endpoint, obj: Map<String, Value>, unknown: UnknownFields) -> Result<Vec<String>, ApiError> {
+fn check_rest(obj: Map<String, Value>, unknown: UnknownFields) -> Result<Vec<String>, ApiError> {
     let mut ignored = Vec::new();
     for (k, v) in obj {
         if v.is_null() || IGNORED.contains(&k.as_str()) {
@@ -677,8 +733,6 @@ fn check_rest(endpoint: Endpoint, obj: Map<String, Value>, unknown: UnknownField
         }
         let neutral = match k.as_str() {
             "n" | "best_of" => v.as_u64() == Some(1),
-            "logprobs" => v.as_bool() == Some(false) || (endpoint == Endpoint::Completions && v.as_u64() == Some(0)),
-            "echo" => v.as_bool() == Some(false),
             "presence_penalty" | "frequency_penalty" | "min_p" => v.as_f64() == Some(0.0),
             "repetition_penalty" => v.as_f64() == Some(1.0),
             // vLLM's: no minimum length.
@@ -689,7 +743,6 @@ fn check_rest(endpoint: Endpoint, obj: Map<String, Value>, unknown: UnknownField
             "response_format" => v.get("type").and_then(Value::as_str) == Some("text"),
             "modalities" => v.as_array().is_some_and(|a| a.iter().all(|m| m.as_str() == Some("text"))),
             "suffix" => v.as_str() == Some(""),
-            "top_logprobs" => v.as_u64() == Some(0),
             "audio" | "prediction" | "reasoning_effort" | "web_search_options" | "guided_json" | "guided_regex"
             | "guided_choice" | "grammar" => false,
             other if unknown == UnknownFields::Refuse => {
@@ -712,7 +765,6 @@ fn check_rest(endpoint: Endpoint, obj: Map<String, Value>, unknown: UnknownField
                 }
                 "min_p" => "min_p sampling is not implemented (give 0)",
                 "min_tokens" => "a minimum length is not implemented (give 0, or use ignore_eos)",
-                "logprobs" | "top_logprobs" => "log probabilities are not returned yet (give false, or 0)",
                 "tools" | "functions" | "tool_choice" | "function_call" => {
                     "tool calling is not implemented (give none, or an empty list)"
                 }
@@ -1041,7 +1093,7 @@ mod tests {
         let base = r#""model": "m", "messages": [{"role": "user", "content": "x"}]"#;
         for extra in [
             r#""n": 2"#,
-            r#""logprobs": true"#,
+            r#""top_logprobs": 2"#,
             r#""tools": [{"type": "function"}]"#,
             r#""presence_penalty": 0.5"#,
             r#""response_format": {"type": "json_object"}"#,
@@ -1086,6 +1138,33 @@ mod tests {
         assert_eq!(e.param.as_deref(), Some("messages[0].tool_calls"), "{e:?}");
         assert!(e.message.ends_with("tool calling is not implemented"), "{}", e.message);
         assert_eq!(chat(r#"{"model": "m", "messages": [{"role": "user", "content": "x"}], "n": 2}"#).unwrap_err().param.as_deref(), Some("n"));
+    }
+
+    #[test]
+    fn logprobs_and_echo_parse_as_each_endpoint_takes_them() {
+        let r = completions(r#"{"model": "m", "prompt": "x", "logprobs": 3, "echo": true}"#).unwrap();
+        assert_eq!((r.logprobs, r.echo), (Some(3), true));
+        let r = completions(r#"{"model": "m", "prompt": "x", "logprobs": 0}"#).unwrap();
+        assert_eq!(r.logprobs, Some(0));
+        assert_eq!(completions(r#"{"model": "m", "prompt": "x", "logprobs": null}"#).unwrap().logprobs, None);
+        let r = chat(r#"{"model": "m", "messages": [{"role": "user", "content": "x"}], "logprobs": true, "top_logprobs": 5}"#).unwrap();
+        assert_eq!(r.logprobs, Some(5));
+        let r = chat(r#"{"model": "m", "messages": [{"role": "user", "content": "x"}], "logprobs": false}"#).unwrap();
+        assert_eq!(r.logprobs, None);
+        for (body, param) in [
+            (r#"{"model": "m", "prompt": "x", "logprobs": 21}"#, "logprobs"),
+            (r#"{"model": "m", "prompt": "x", "logprobs": -1}"#, "logprobs"),
+            (r#"{"model": "m", "prompt": "x", "logprobs": 1, "stream": true}"#, "logprobs"),
+            (r#"{"model": "m", "prompt": "x", "echo": true, "stream": true}"#, "echo"),
+        ] {
+            assert_eq!(completions(body).unwrap_err().param.as_deref(), Some(param), "{body}");
+        }
+        for (body, param) in [
+            (r#"{"model": "m", "messages": [{"role": "user", "content": "x"}], "top_logprobs": 2}"#, "top_logprobs"),
+            (r#"{"model": "m", "messages": [{"role": "user", "content": "x"}], "echo": true}"#, "echo"),
+        ] {
+            assert_eq!(chat(body).unwrap_err().param.as_deref(), Some(param), "{body}");
+        }
     }
 
     #[test]

@@ -14,6 +14,7 @@
 
 pub mod api;
 pub mod conn;
+pub mod logprobs;
 pub mod metrics;
 pub mod queue;
 pub mod routes;

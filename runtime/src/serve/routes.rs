@@ -541,14 +541,19 @@ fn timings(f: &Finished) -> ServedTimings {
 
 impl Shape {
     fn response(&self, f: &Finished) -> Value {
+        let logprobs = f.logprobs.clone().unwrap_or(Value::Null);
         let choice = match self.endpoint {
-            Endpoint::Completions => json!({
-                "index": 0, "text": f.text, "logprobs": null, "finish_reason": f.finish_reason,
-            }),
+            Endpoint::Completions => {
+                let text = match &f.echo {
+                    Some(prompt) => format!("{prompt}{}", f.text),
+                    None => f.text.clone(),
+                };
+                json!({"index": 0, "text": text, "logprobs": logprobs, "finish_reason": f.finish_reason})
+            }
             Endpoint::Chat => json!({
                 "index": 0,
                 "message": {"role": "assistant", "content": f.text},
-                "logprobs": null,
+                "logprobs": logprobs,
                 "finish_reason": f.finish_reason,
             }),
         };

@@ -47,6 +47,10 @@ pub struct Finished {
     /// run to its budget.
     pub finish_reason: FinishReason,
     pub queue_ms: f64,
+    /// The response's `logprobs` object, when asked for (`logprobs.rs`).
+    pub logprobs: Option<serde_json::Value>,
+    /// Completions' `echo`: the prompt's text, before the completion's.
+    pub echo: Option<String>,
 }
 
 /// One request in the queue.
@@ -202,12 +206,53 @@ impl Worker {
             let _ = job.tx.send(Msg::Text(rest));
         }
         let finish_reason = if sink.text.stopped() { FinishReason::Stop } else { g.finish_reason };
+        let logprobs = match p.request.logprobs {
+            None => None,
+            Some(top) => Some(self.logprobs(p, &g.token_ids, top, text.len())?),
+        };
+        let echo = p.request.echo.then(|| match &p.request.prompt {
+            super::api::Prompt::Text(t) => t.clone(),
+            _ => tok.decode(&p.prompt_ids).unwrap_or_default(),
+        });
         let completion = Completion::new(&job.id, false, 0, g, full);
         let speculation = speculation.and_then(SpeculationReport::from_event);
         if self.json {
             self.write_events(&completion, speculation.as_ref());
         }
-        Ok(Finished { completion, speculation, text, finish_reason, queue_ms })
+        Ok(Finished { completion, speculation, text, finish_reason, queue_ms, logprobs, echo })
+    }
+
+    /// The `logprobs` object of a finished request: the scoring pass over
+    /// the prompt (with `echo`) and the completion's tokens, the latter cut
+    /// where the response text ends (a stop string's tokens are not shown).
+    fn logprobs(&self, p: &Prepared, ids: &[u32], top: usize, text_len: usize) -> Result<serde_json::Value, Failure> {
+        use super::logprobs::{chat_json, completions_json, score};
+        let engine = &*self.engine;
+        let tok = &engine.loaded.tokenizer;
+        let mut seq = p.prompt_ids.clone();
+        seq.extend_from_slice(ids);
+        let echo = p.request.echo;
+        let from = if echo { 1 } else { p.prompt_ids.len() };
+        let scored = score(engine, &seq, from, top).map_err(|e| Failure::Error(format!("scoring log probabilities: {e}")))?;
+        let (prompt_part, completion_part) = scored.split_at(if echo { p.prompt_ids.len() - 1 } else { 0 });
+        // The completion's tokens that start inside the response text.
+        let (mut shown, mut at) = (0, 0);
+        for s in completion_part {
+            if at >= text_len {
+                break;
+            }
+            at += tok.decode(&[s.id]).map_or(0, |t| t.len());
+            shown += 1;
+        }
+        let completion_part = &completion_part[..shown];
+        Ok(match p.request.endpoint {
+            super::api::Endpoint::Completions => {
+                let leading = if echo { &p.prompt_ids[..1] } else { &[][..] };
+                let all: Vec<_> = prompt_part.iter().chain(completion_part).cloned().collect();
+                completions_json(tok, leading, &all, 0)
+            }
+            super::api::Endpoint::Chat => chat_json(tok, completion_part),
+        })
     }
 
     /// The same events `runtime generate --json` writes per request.
