@@ -64,6 +64,11 @@ pub struct Metrics {
     pub ttft_s: Histogram,
     /// Decode time over the tokens after the first, per request.
     pub per_token_s: Histogram,
+    /// From the request's arrival to its last token (waiting, tokenizing,
+    /// prefill, decode and a log-probability pass), per completed request.
+    pub e2e_s: Histogram,
+    /// Time in the wait queue before the engine took the request up.
+    pub queue_s: Histogram,
 }
 
 impl Default for Metrics {
@@ -76,6 +81,8 @@ impl Default for Metrics {
             invalid: AtomicU64::new(0),
             ttft_s: Histogram::new(TTFT_BUCKETS_S),
             per_token_s: Histogram::new(TOKEN_BUCKETS_S),
+            e2e_s: Histogram::new(TTFT_BUCKETS_S),
+            queue_s: Histogram::new(TTFT_BUCKETS_S),
         }
     }
 }
@@ -121,6 +128,11 @@ pub struct Gauges<'a> {
     pub drafter: &'a str,
     /// The resolved draft width; 0 when the server decodes classically.
     pub width: usize,
+    /// `draftwise_build_info`'s labels: this build's version and commit,
+    /// and the kernel family it runs.
+    pub version: &'a str,
+    pub commit: &'a str,
+    pub kernels: &'a str,
 }
 
 fn counter(out: &mut String, name: &str, help: &str, v: u64) {
@@ -164,6 +176,12 @@ pub fn render(stats: &Stats, g: &Gauges<'_>) -> String {
         "draftwise_time_per_output_token_seconds",
         "Decode time per token after the first, per request.",
     );
+    m.e2e_s.render(
+        &mut out,
+        "draftwise_request_duration_seconds",
+        "From arrival to the last token, per completed request.",
+    );
+    m.queue_s.render(&mut out, "draftwise_queue_wait_seconds", "Time waiting for the engine, per completed request.");
     gauge(&mut out, "draftwise_queue_waiting", "Requests waiting for the engine.", g.waiting as u64);
     gauge(&mut out, "draftwise_requests_running", "Requests decoding now (0 or 1).", u64::from(g.running));
     gauge(&mut out, "draftwise_connections_open", "Open HTTP connections.", load(&stats.connections));
@@ -191,6 +209,15 @@ pub fn render(stats: &Stats, g: &Gauges<'_>) -> String {
         "# HELP {name} The resolved draft width (0: classic decoding).\n# TYPE {name} gauge\n{name}{{drafter=\"{}\"}} {}",
         g.drafter, g.width
     );
+    let name = "draftwise_build_info";
+    let label = |v: &str| v.replace('\\', "\\\\").replace('"', "\\\"");
+    let _ = writeln!(
+        out,
+        "# HELP {name} This build (always 1).\n# TYPE {name} gauge\n{name}{{version=\"{}\",git_commit=\"{}\",kernels=\"{}\"}} 1",
+        label(g.version),
+        label(g.commit),
+        label(g.kernels)
+    );
     out
 }
 
@@ -216,7 +243,17 @@ mod tests {
     fn every_line_is_a_comment_or_a_sample() {
         let stats = Stats::default();
         stats.completed.store(3, Ordering::Relaxed);
-        let text = render(&stats, &Gauges { waiting: 2, running: true, drafter: "ngram", width: 3 });
+        stats.metrics.e2e_s.observe(0.2);
+        let g = Gauges {
+            waiting: 2,
+            running: true,
+            drafter: "ngram",
+            width: 3,
+            version: "0.1.0",
+            commit: "abc",
+            kernels: "avx2",
+        };
+        let text = render(&stats, &g);
         for line in text.lines() {
             assert!(
                 line.starts_with("# HELP ")
@@ -228,5 +265,8 @@ mod tests {
         assert!(text.contains("draftwise_requests_total{outcome=\"completed\"} 3\n"));
         assert!(text.contains("draftwise_queue_waiting 2\n"));
         assert!(text.contains("draftwise_draft_width{drafter=\"ngram\"} 3\n"));
+        assert!(text.contains("draftwise_request_duration_seconds_bucket{le=\"0.25\"} 1\n"), "{text}");
+        assert!(text.contains("draftwise_queue_wait_seconds_count 0\n"), "{text}");
+        assert!(text.contains("draftwise_build_info{version=\"0.1.0\",git_commit=\"abc\",kernels=\"avx2\"} 1\n"), "{text}");
     }
 }

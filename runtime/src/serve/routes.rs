@@ -300,6 +300,9 @@ async fn metrics(State(app): State<Arc<App>>) -> Response {
         running: app.stats.running.load(Ordering::SeqCst),
         drafter: spec["drafter"].as_str().unwrap_or("none"),
         width: spec["width"].as_u64().unwrap_or(0) as usize,
+        version: env!("CARGO_PKG_VERSION"),
+        commit: spec["build"]["git_commit"].as_str().unwrap_or("unknown"),
+        kernels: spec["kernel_family"].as_str().unwrap_or("unknown"),
     };
     let text = super::metrics::render(&app.stats, &g);
     (StatusCode::OK, [(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], text).into_response()

@@ -152,6 +152,11 @@ impl Worker {
         if o.usage.completion_tokens > 1 {
             m.per_token_s.observe(o.decode_ms / 1e3 / (o.usage.completion_tokens - 1) as f64);
         }
+        m.queue_s.observe(f.queue_ms / 1e3);
+        // The request arrived `timeout` before its deadline.
+        if let Some(arrived) = job.deadline.checked_sub(job.timeout) {
+            m.e2e_s.observe(arrived.elapsed().as_secs_f64());
+        }
         if let Some(d) = f.speculation.as_ref().and_then(SpeculationReport::diagnostics) {
             m.drafted_tokens.fetch_add(d.drafted as u64, Ordering::Relaxed);
             m.accepted_tokens.fetch_add(d.accepted as u64, Ordering::Relaxed);
