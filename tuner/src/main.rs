@@ -189,7 +189,7 @@ struct SweepArgs {
     /// Worker threads per arm (default: the CPUs available here).
     #[arg(long)]
     threads: Option<usize>,
-    /// Record folder (default: records/<date>-<device class>-<drafter>).
+    /// Record folder (default: records/<date>-<device class>-<host class>-<drafter>, with -2, -3, ... when taken).
     #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
     /// The runtime binary (default: `runtime` beside this executable).
