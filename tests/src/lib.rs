@@ -36,6 +36,17 @@ pub fn model_path() -> PathBuf {
     .clone()
 }
 
+/// The default model loaded in this test process, once per test binary, on
+/// 2 threads with this host's kernel family.
+pub fn default_engine() -> &'static runtime::generate::Engine {
+    static E: OnceLock<runtime::generate::Engine> = OnceLock::new();
+    E.get_or_init(|| {
+        let loaded = runtime::model::load(&model_path()).expect("loading the default model");
+        let family = kernels::dispatch::selected().expect("a kernel family").family;
+        runtime::generate::Engine::new(loaded, family, 2).expect("an engine")
+    })
+}
+
 /// Runs a command, returning its output (panics only if it cannot start).
 pub fn run(cmd: &mut Command) -> Output {
     cmd.output().unwrap_or_else(|e| panic!("could not run {cmd:?}: {e}"))

@@ -15,16 +15,10 @@ use runtime::policy::{DeviceClass, DrafterKind, DrafterSettings, Resolver, Run, 
 use runtime::sampling::SamplingParams;
 use runtime::spec::setup::{Decoding, SpecSettings, Speculation};
 use std::process::Command;
-use std::sync::OnceLock;
 
 /// The default model, loaded once for this binary, on 2 threads.
 fn engine() -> &'static Engine {
-    static E: OnceLock<Engine> = OnceLock::new();
-    E.get_or_init(|| {
-        let loaded = runtime::model::load(&model_path()).expect("loading the default model");
-        let family = kernels::dispatch::selected().expect("a kernel family").family;
-        Engine::new(loaded, family, 2).expect("an engine")
-    })
+    draftwise_tests::default_engine()
 }
 
 fn device_class() -> DeviceClass {

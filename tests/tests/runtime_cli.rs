@@ -290,3 +290,15 @@ fn a_chat_template_file_replaces_the_models_and_a_broken_one_is_refused_naming_i
     assert_eq!(out.status.code(), Some(1));
     assert!(output_text(&out).contains("--chat-template") && output_text(&out).contains("bad.jinja"), "{}", output_text(&out));
 }
+
+#[test]
+fn json_logs_are_one_object_per_line_when_asked_for() {
+    let out = run(generate().args(["-p", "hi", "-n", "2", "--drafter", "none"]).env("DRAFTWISE_LOG", "info").env("DRAFTWISE_LOG_FORMAT", "json"));
+    assert!(out.status.success(), "{}", output_text(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    let line = err.lines().find(|l| l.contains("loading")).unwrap_or_else(|| panic!("no loading line: {err}"));
+    let v: serde_json::Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
+    assert_eq!(v["level"], "INFO", "{v}");
+    assert_eq!(v["fields"]["message"], "loading", "{v}");
+    assert!(v["fields"]["model"].as_str().is_some_and(|m| m.ends_with(".gguf")), "{v}");
+}

@@ -9,15 +9,9 @@ use runtime::generate::Engine;
 use serde_json::{Value, json};
 use std::path::PathBuf;
 use std::process::Command;
-use std::sync::OnceLock;
 
 fn engine() -> &'static Engine {
-    static E: OnceLock<Engine> = OnceLock::new();
-    E.get_or_init(|| {
-        let loaded = runtime::model::load(&model_path()).expect("loading the default model");
-        let family = kernels::dispatch::selected().expect("a kernel family").family;
-        Engine::new(loaded, family, 2).expect("an engine")
-    })
+    draftwise_tests::default_engine()
 }
 
 /// ln softmax(logits after `prefix`)[id], from a plain prefill.

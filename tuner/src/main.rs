@@ -679,6 +679,15 @@ fn run_propose(a: ProposeArgs) -> anyhow::Result<ExitCode> {
             }
             Ok(ExitCode::from(tuner::exit::PASS))
         }
+        // A file that could not be read or written (missing, no permission,
+        // a full disk) is a failure, not a verdict on the record: exit 1.
+        // One read but refused for its content (too large, not UTF-8) is a refusal.
+        Err(ProposeError::Refused(tuner::rules::Refusal::Io { path, source }))
+            if source.kind() != std::io::ErrorKind::InvalidData =>
+        {
+            eprintln!("tuner propose: error: {}: {source}", path.display());
+            Ok(ExitCode::from(tuner::exit::ERROR))
+        }
         Err(ProposeError::Refused(r)) => {
             eprintln!("tuner propose: refused: {r}");
             Ok(ExitCode::from(tuner::exit::REFUSED))

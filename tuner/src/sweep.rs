@@ -202,7 +202,8 @@ impl Progress {
         }
     }
 
-    fn note(&mut self, msg: &str) {
+    /// A line above the bar (printing beside it would break it).
+    fn note(&self, msg: &str) {
         match self {
             Progress::Bar(b) => b.println(format!("tuner sweep: {msg}")),
             Progress::Lines { .. } => eprintln!("tuner sweep: {msg}"),
@@ -479,13 +480,13 @@ fn drive(
                 Duration::from_secs_f64(s.gate_wait_s),
                 Duration::from_secs_f64(s.gate_interval_s),
                 |r, waited| {
-                    eprintln!(
-                        "tuner sweep: gate before arm {}: waiting ({:.0} s of {:.0} s): {}",
+                    progress.note(&format!(
+                        "gate before arm {}: waiting ({:.0} s of {:.0} s): {}",
                         arm.index,
                         waited.as_secs_f64(),
                         s.gate_wait_s,
                         crate::gate::summary_line(r)
-                    )
+                    ))
                 },
             );
             let nvrm_now =

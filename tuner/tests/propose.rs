@@ -774,3 +774,16 @@ fn a_table_larger_than_the_cap_is_refused_before_it_is_read_whole() {
     assert!(text(&o).contains("is larger than 1048576 bytes"), "{}", text(&o));
     assert!(t0.elapsed() < std::time::Duration::from_secs(30), "{:?}", t0.elapsed());
 }
+
+#[test]
+fn a_record_that_cannot_be_read_is_an_error_not_a_refusal() {
+    let s = scratch("2026-11-01", "false", Some(&current()));
+    let gone = s.root.join("records/no-such-record");
+    let o = Command::new(draftwise_tests::bin("tuner"))
+        .args(["propose", gone.to_str().unwrap(), "--dry-run"])
+        .output()
+        .expect("run tuner");
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("error") && err.contains("no-such-record") && !err.contains("refused"), "{err}");
+}

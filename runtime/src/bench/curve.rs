@@ -105,6 +105,11 @@ pub fn run(
     }
     let n_arms = spec.widths.len() + 1;
     let mut out = Vec::with_capacity(tasks.len());
+    // Progress on stderr, one line per pass over a task's arms (a curve
+    // takes minutes; the report itself is on stdout).
+    let passes = tasks.len() * (spec.warmup + spec.reps);
+    let started = std::time::Instant::now();
+    let mut done = 0usize;
     for task in tasks {
         let mut accs: Vec<Acc> = (0..n_arms).map(|_| Acc { ids_equal: true, ..Acc::default() }).collect();
         for (k, d) in declined.iter().enumerate() {
@@ -118,6 +123,20 @@ pub fn run(
         let mut classic_at: Vec<Vec<(f64, usize)>> = vec![Vec::new(); task.prompts.len()];
         for rep in 0..spec.warmup + spec.reps {
             let recorded = rep >= spec.warmup;
+            if done > 0 {
+                let left = started.elapsed().as_secs_f64() / done as f64 * (passes - done) as f64;
+                eprintln!(
+                    "bench: [{done}/{passes}] task {}, {} {}: classic and {} widths (about {:.0} s left)",
+                    task.name,
+                    if recorded { "repetition" } else { "warm-up" },
+                    if recorded { rep - spec.warmup + 1 } else { rep + 1 },
+                    spec.widths.len(),
+                    left
+                );
+            } else {
+                eprintln!("bench: [0/{passes}] task {}: classic and {} widths", task.name, spec.widths.len());
+            }
+            done += 1;
             for j in 0..n_arms {
                 let arm = (j + rep) % n_arms;
                 if accs[arm].declined.is_some() {

@@ -56,12 +56,17 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
 }
 
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        // Colour only on a terminal, and never under NO_COLOR (no-color.org: set and not empty).
-        .with_ansi(std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty()))
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("DRAFTWISE_LOG").unwrap_or_else(|_| "info".into()))
-        .init();
+    let filter = tracing_subscriber::EnvFilter::try_from_env("DRAFTWISE_LOG").unwrap_or_else(|_| "info".into());
+    let logs = tracing_subscriber::fmt().with_writer(std::io::stderr).with_env_filter(filter);
+    // DRAFTWISE_LOG_FORMAT=json: one JSON object per line (timestamp, level,
+    // target, fields) for log collectors; otherwise text, coloured only on a
+    // terminal and never under NO_COLOR (no-color.org: set and not empty).
+    if std::env::var("DRAFTWISE_LOG_FORMAT").is_ok_and(|f| f == "json") {
+        logs.json().with_ansi(false).init();
+    } else {
+        logs.with_ansi(std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty()))
+            .init();
+    }
     // Usage errors exit 2 (clap exits before `run`); runtime errors exit 1.
     match run(Cli::parse()) {
         Ok(code) => code,
