@@ -42,3 +42,21 @@ fn a_real_sweep_records_identical_outputs_and_a_decision() {
     let record = std::fs::read_to_string(out.join("record.md")).unwrap();
     assert!(record.contains("## Decision rule") && record.contains("byte-identical"), "{record}");
 }
+
+#[test]
+fn a_layer_list_the_target_cannot_run_is_refused_before_anything_is_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("records/never");
+    let o = draftwise_tests::run(
+        std::process::Command::new(draftwise_tests::bin("tuner"))
+            .args(["sweep", "-m"])
+            .arg(draftwise_tests::model_path())
+            .args(["--drafter", "layerskip", "--layerskip-layers", "5,999", "--out"])
+            .arg(&out),
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", draftwise_tests::output_text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    // The runtime's own message, from its parser.
+    assert!(err.contains("--layerskip-layers: layer 999 does not exist (the target has 30)"), "{err}");
+    assert!(!out.exists() && !dir.path().join("records/ledger.jsonl").exists(), "nothing is written");
+}

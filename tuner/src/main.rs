@@ -496,6 +496,9 @@ fn run_sweep(a: SweepArgs) -> anyhow::Result<ExitCode> {
             };
             let threads = a.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
             let drafter = drafter_kind(&a.drafter)?;
+            // layerskip's list is checked against the target's layers with
+            // the runtime's own parser, before anything is written.
+            let n_layers = if drafter == DrafterKind::Layerskip { target_layers(&target)? } else { 0 };
             let out = match a.out {
                 Some(o) => o,
                 None => tuner::sweep::default_out_dir(drafter),
@@ -523,7 +526,7 @@ fn run_sweep(a: SweepArgs) -> anyhow::Result<ExitCode> {
                     a.ngram_min,
                     a.ngram_max,
                     (a.suffix_min_match, a.suffix_max_match, a.suffix_min_prob),
-                    a.layerskip_layers.as_deref(),
+                    a.layerskip_layers.as_deref().map(|l| (l, n_layers)),
                 )?,
                 drafter_model: a.drafter_model,
                 design: tuner::raw::Design {
@@ -702,13 +705,33 @@ fn drafter_kind(flag: &str) -> anyhow::Result<DrafterKind> {
     flag.parse().map_err(|e| anyhow::anyhow!("--drafter: {e}"))
 }
 
-/// The complete drafter settings of a sweep, from its flags.
+/// The number of layers of the target (a GGUF file's `<arch>.block_count`,
+/// a checkpoint's `num_hidden_layers`), read without loading the weights.
+fn target_layers(target: &std::path::Path) -> anyhow::Result<usize> {
+    let n = if target.is_dir() {
+        let config = target.join("config.json");
+        let bytes = runtime::limits::read_capped(&config, runtime::limits::MAX_CONFIG_JSON_BYTES)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", config.display()))?;
+        let v: serde_json::Value =
+            serde_json::from_slice(&bytes).map_err(|e| anyhow::anyhow!("{}: {e}", config.display()))?;
+        v["num_hidden_layers"].as_u64().map(|n| n as usize)
+    } else {
+        let f = runtime::gguf::GgufFile::open(target).map_err(|e| anyhow::anyhow!("{}: {e}", target.display()))?;
+        let arch = f.get_str("general.architecture").map_err(|e| anyhow::anyhow!("{}: {e}", target.display()))?;
+        f.get_u32(&format!("{arch}.block_count")).ok().map(|n| n as usize)
+    };
+    n.filter(|&n| n > 0)
+        .ok_or_else(|| anyhow::anyhow!("{}: the number of layers is not stated", target.display()))
+}
+
+/// The complete drafter settings of a sweep, from its flags; `layers` is
+/// `--layerskip-layers` with the target's layer count.
 fn drafter_settings(
     kind: DrafterKind,
     ngram_min: usize,
     ngram_max: usize,
     (suffix_min_match, suffix_max_match, suffix_min_prob): (usize, usize, f64),
-    layers: Option<&str>,
+    layers: Option<(&str, usize)>,
 ) -> anyhow::Result<runtime::policy::DrafterSettings> {
     use runtime::policy::DrafterSettings;
     Ok(match kind {
@@ -721,28 +744,14 @@ fn drafter_settings(
             s
         }
         DrafterKind::Layerskip => {
-            let Some(l) = layers else {
+            let Some((l, n_layers)) = layers else {
                 anyhow::bail!(
                     "--drafter layerskip needs --layerskip-layers LIST (e.g. 0,1,2,3): the record states them"
                 );
             };
-            // A bare count K is the first K layers, as the runtime reads it.
-            if !l.contains(',') {
-                let k: usize = l.trim().parse().map_err(|_| {
-                    anyhow::anyhow!(
-                        "--layerskip-layers {l:?}: give a count K (the first K layers) or a list like 0,1,2,3"
-                    )
-                })?;
-                anyhow::ensure!(k >= 1, "--layerskip-layers 0: give at least one layer");
-                return Ok(DrafterSettings::layerskip((0..k).collect()));
-            }
-            let mut v = Vec::new();
-            for part in l.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-                let n: usize =
-                    part.parse().map_err(|_| anyhow::anyhow!("--layerskip-layers: {part:?} is not a layer index"))?;
-                v.push(n);
-            }
-            DrafterSettings::layerskip(v)
+            // The runtime's parser: a count K (the first K layers) or an
+            // increasing list, every layer one the target has.
+            DrafterSettings::layerskip(runtime::spec::setup::parse_layers(l, n_layers)?)
         }
         _ => DrafterSettings::default(),
     })
@@ -768,27 +777,32 @@ mod tests {
     fn drafter_flags_become_complete_settings() {
         assert_eq!(drafter_settings(DrafterKind::Ngram, 2, 5, SUFFIX, None).unwrap(), DrafterSettings::ngram(2, 5));
         assert_eq!(
-            drafter_settings(DrafterKind::Layerskip, 3, 4, SUFFIX, Some("0, 1,2")).unwrap(),
+            drafter_settings(DrafterKind::Layerskip, 3, 4, SUFFIX, Some(("0, 1,2", 30))).unwrap(),
             DrafterSettings::layerskip(vec![0, 1, 2])
         );
         assert_eq!(
-            drafter_settings(DrafterKind::Layerskip, 3, 4, SUFFIX, Some("5,")).unwrap(),
+            drafter_settings(DrafterKind::Layerskip, 3, 4, SUFFIX, Some(("5,", 30))).unwrap(),
             DrafterSettings::layerskip(vec![5])
         );
         // A bare count is the first K layers, as the runtime reads it.
         assert_eq!(
-            drafter_settings(DrafterKind::Layerskip, 3, 4, SUFFIX, Some("3")).unwrap(),
+            drafter_settings(DrafterKind::Layerskip, 3, 4, SUFFIX, Some(("3", 30))).unwrap(),
             DrafterSettings::layerskip(vec![0, 1, 2])
         );
-        assert!(drafter_settings(DrafterKind::Layerskip, 3, 4, SUFFIX, Some("0")).is_err());
+        assert!(drafter_settings(DrafterKind::Layerskip, 3, 4, SUFFIX, Some(("0", 30))).is_err());
         let e = drafter_settings(DrafterKind::Layerskip, 3, 4, SUFFIX, None).unwrap_err().to_string();
         assert!(e.contains("--layerskip-layers"), "{e}");
         assert!(
-            drafter_settings(DrafterKind::Layerskip, 3, 4, SUFFIX, Some("0,x"))
+            drafter_settings(DrafterKind::Layerskip, 3, 4, SUFFIX, Some(("0,x", 30)))
                 .unwrap_err()
                 .to_string()
                 .contains("\"x\"")
         );
+        // The runtime's bounds: a layer the target lacks, a list out of order.
+        let e = drafter_settings(DrafterKind::Layerskip, 3, 4, SUFFIX, Some(("5,999", 30))).unwrap_err().to_string();
+        assert!(e.contains("layer 999 does not exist (the target has 30)"), "{e}");
+        assert!(drafter_settings(DrafterKind::Layerskip, 3, 4, SUFFIX, Some(("3,1", 30))).is_err());
+        assert!(drafter_settings(DrafterKind::Layerskip, 3, 4, SUFFIX, Some(("31", 30))).is_err());
         assert_eq!(drafter_settings(DrafterKind::DraftModel, 3, 4, SUFFIX, None).unwrap(), DrafterSettings::default());
         assert!(drafter_kind("nope").unwrap_err().to_string().starts_with("--drafter: "));
         assert_eq!(drafter_kind("draft-model").unwrap(), DrafterKind::DraftModel);
