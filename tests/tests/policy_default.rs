@@ -312,7 +312,11 @@ fn a_policy_file_replaces_the_compiled_table_for_one_run_and_is_named() {
     std::fs::remove_dir(root.path().join("records/test-record")).unwrap();
     let out = run_with(&file);
     assert_eq!(out.status.code(), Some(1));
-    assert!(output_text(&out).contains("--policy") && output_text(&out).contains("records/test-record"), "{}", output_text(&out));
+    assert!(
+        output_text(&out).contains("--policy") && output_text(&out).contains("records/test-record"),
+        "{}",
+        output_text(&out)
+    );
     std::fs::write(&file, "schema_version = 3\n[[entry]]\ndrafter = 3\n").unwrap();
     let out = run_with(&file);
     assert_eq!(out.status.code(), Some(1));

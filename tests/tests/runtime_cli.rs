@@ -244,7 +244,8 @@ fn llama_cpp_style_flags_generate_the_same_text_streamed_as_printed_whole() {
         "--json",
     ]));
     assert!(long.status.success(), "{}", output_text(&long));
-    let want = json_lines(&long).iter().find(|v| v["event"] == "completion").unwrap()["text"].as_str().unwrap().to_string();
+    let want =
+        json_lines(&long).iter().find(|v| v["event"] == "completion").unwrap()["text"].as_str().unwrap().to_string();
     // ... and llama.cpp's short ones, the text streamed to stdout as it is decoded.
     let mut c = Command::new(bin("runtime"));
     c.args(["generate", "-m"]).arg(model_path()).args(["-p", "The capital of France is", "-n", "16", "-t", "2"]);
@@ -256,7 +257,8 @@ fn llama_cpp_style_flags_generate_the_same_text_streamed_as_printed_whole() {
 #[test]
 fn a_context_cap_bounds_the_sequence_and_a_cap_past_the_model_is_refused() {
     // -c 8: a 5-token prompt leaves room for 4 tokens at most.
-    let out = run(generate().args(["-p", "The capital of France is", "-n", "50", "-c", "8", "--drafter", "none", "--json"]));
+    let out =
+        run(generate().args(["-p", "The capital of France is", "-n", "50", "-c", "8", "--drafter", "none", "--json"]));
     assert!(out.status.success(), "{}", output_text(&out));
     let lines = json_lines(&out);
     assert_eq!(lines[0]["target"]["context_length"].as_u64(), Some(8), "{}", lines[0]);
@@ -267,7 +269,11 @@ fn a_context_cap_bounds_the_sequence_and_a_cap_past_the_model_is_refused() {
     for bad in ["0", "9999999"] {
         let out = run(generate().args(["-p", "x", "-c", bad]));
         assert_eq!(out.status.code(), Some(1), "{}", output_text(&out));
-        assert!(output_text(&out).contains(&format!("--ctx-size {bad}: give 1 to the model's context length")), "{}", output_text(&out));
+        assert!(
+            output_text(&out).contains(&format!("--ctx-size {bad}: give 1 to the model's context length")),
+            "{}",
+            output_text(&out)
+        );
     }
 }
 
@@ -276,24 +282,48 @@ fn a_chat_template_file_replaces_the_models_and_a_broken_one_is_refused_naming_i
     let dir = tempfile::tempdir().unwrap();
     let t = dir.path().join("plain.jinja");
     std::fs::write(&t, "{% for m in messages %}Q: {{ m['content'] }}\n{% endfor %}A:").unwrap();
-    let out = run(generate().arg("--chat-template").arg(&t).args(["--chat", "-p", "2+2?", "-n", "4", "--drafter", "none", "--json"]));
+    let out = run(generate().arg("--chat-template").arg(&t).args([
+        "--chat",
+        "-p",
+        "2+2?",
+        "-n",
+        "4",
+        "--drafter",
+        "none",
+        "--json",
+    ]));
     assert!(out.status.success(), "{}", output_text(&out));
     let lines = json_lines(&out);
     assert!(lines[0].to_string().contains("--chat-template plain.jinja"), "{}", lines[0]);
     // The prompt is the template's rendering: as many tokens as that text.
     let plain = run(generate().args(["-p", "Q: 2+2?\nA:", "-n", "4", "--drafter", "none", "--json"]));
-    let usage = |o: &std::process::Output| json_lines(o).iter().find(|v| v["event"] == "completion").unwrap()["usage"]["prompt_tokens"].clone();
+    let usage = |o: &std::process::Output| {
+        json_lines(o).iter().find(|v| v["event"] == "completion").unwrap()["usage"]["prompt_tokens"].clone()
+    };
     assert_eq!(usage(&out), usage(&plain));
     let bad = dir.path().join("bad.jinja");
     std::fs::write(&bad, "{% for m in messages %}{{ m['content'] }").unwrap();
     let out = run(generate().arg("--chat-template").arg(&bad).args(["--chat", "-p", "x"]));
     assert_eq!(out.status.code(), Some(1));
-    assert!(output_text(&out).contains("--chat-template") && output_text(&out).contains("bad.jinja"), "{}", output_text(&out));
+    assert!(
+        output_text(&out).contains("--chat-template") && output_text(&out).contains("bad.jinja"),
+        "{}",
+        output_text(&out)
+    );
+    // A file past the cap is refused before it is read whole.
+    let big = dir.path().join("big.jinja");
+    std::fs::File::create(&big).unwrap().set_len(64 << 20).unwrap();
+    let out = run(generate().arg("--chat-template").arg(&big).args(["--chat", "-p", "x"]));
+    assert_eq!(out.status.code(), Some(1));
+    assert!(output_text(&out).contains("is larger than 1048576 bytes"), "{}", output_text(&out));
 }
 
 #[test]
 fn json_logs_are_one_object_per_line_when_asked_for() {
-    let out = run(generate().args(["-p", "hi", "-n", "2", "--drafter", "none"]).env("DRAFTWISE_LOG", "info").env("DRAFTWISE_LOG_FORMAT", "json"));
+    let out = run(generate()
+        .args(["-p", "hi", "-n", "2", "--drafter", "none"])
+        .env("DRAFTWISE_LOG", "info")
+        .env("DRAFTWISE_LOG_FORMAT", "json"));
     assert!(out.status.success(), "{}", output_text(&out));
     let err = String::from_utf8_lossy(&out.stderr);
     let line = err.lines().find(|l| l.contains("loading")).unwrap_or_else(|| panic!("no loading line: {err}"));

@@ -93,6 +93,22 @@ fn serve_refuses_out_of_range_limits_naming_the_flag() {
 }
 
 #[test]
+fn serve_bounds_the_allowed_origins() {
+    let long = format!("http://{}", "a".repeat(300));
+    let many = vec!["http://x"; 65].join(",");
+    for v in [long.as_str(), many.as_str()] {
+        let out = run(Command::new(bin("runtime"))
+            .args(["serve", "--port", "0", "--model"])
+            .arg(model_path())
+            .args(["--allowed-origins", v])
+            .env("DRAFTWISE_LOG", "warn"));
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(1), "{err}");
+        assert!(err.contains("--allowed-origins takes at most 64 origins of 1 to 256 bytes"), "{err}");
+    }
+}
+
+#[test]
 fn count_flags_of_generate_and_bench_are_bounded_naming_the_flag() {
     let bench = || {
         let mut c = Command::new(bin("runtime"));

@@ -43,6 +43,11 @@ fn tokenize_counts_what_a_completion_runs_and_detokenize_round_trips() {
     assert_eq!(e.status, 400, "{}", e.text());
     let e = server.post("/tokenize", &json!({"model": "other", "prompt": "a"}));
     assert_eq!(e.status, 404, "{}", e.text());
+    // A text past the context is refused, not counted.
+    let e = server.post("/tokenize", &json!({"prompt": "word ".repeat(9000)}));
+    assert_eq!((e.status, e.error()["code"].as_str()), (400, Some("context_length_exceeded")), "{}", e.text());
+    let e = server.post("/tokenize", &json!({"prompt": "word ".repeat(9000), "add_special_tokens": false}));
+    assert_eq!((e.status, e.error()["code"].as_str()), (400, Some("context_length_exceeded")), "{}", e.text());
     // /version is this build's.
     let v = server.get("/version");
     assert_eq!(v.status, 200);

@@ -705,23 +705,21 @@ fn drafter_kind(flag: &str) -> anyhow::Result<DrafterKind> {
     flag.parse().map_err(|e| anyhow::anyhow!("--drafter: {e}"))
 }
 
-/// The number of layers of the target (a GGUF file's `<arch>.block_count`,
-/// a checkpoint's `num_hidden_layers`), read without loading the weights.
+/// The number of layers of the target, read by the runtime's own config
+/// readers (a GGUF file's metadata, a checkpoint's config.json) without
+/// loading the weights.
 fn target_layers(target: &std::path::Path) -> anyhow::Result<usize> {
-    let n = if target.is_dir() {
-        let config = target.join("config.json");
-        let bytes = runtime::limits::read_capped(&config, runtime::limits::MAX_CONFIG_JSON_BYTES)
-            .map_err(|e| anyhow::anyhow!("{}: {e}", config.display()))?;
-        let v: serde_json::Value =
-            serde_json::from_slice(&bytes).map_err(|e| anyhow::anyhow!("{}: {e}", config.display()))?;
-        v["num_hidden_layers"].as_u64().map(|n| n as usize)
+    let at = |e: &dyn std::fmt::Display| anyhow::anyhow!("{}: {e}", target.display());
+    let config = if target.is_dir() {
+        let path = target.join("config.json");
+        let bytes = runtime::limits::read_capped(&path, runtime::limits::MAX_CONFIG_JSON_BYTES).map_err(|e| at(&e))?;
+        // Its errors name config.json already.
+        runtime::model::hf::config_from_json(&path, &bytes)?.0
     } else {
-        let f = runtime::gguf::GgufFile::open(target).map_err(|e| anyhow::anyhow!("{}: {e}", target.display()))?;
-        let arch = f.get_str("general.architecture").map_err(|e| anyhow::anyhow!("{}: {e}", target.display()))?;
-        f.get_u32(&format!("{arch}.block_count")).ok().map(|n| n as usize)
+        let f = runtime::gguf::GgufFile::open(target).map_err(|e| at(&e))?;
+        runtime::model::gguf_load::config_from_gguf(&f).map_err(|e| at(&e))?
     };
-    n.filter(|&n| n > 0)
-        .ok_or_else(|| anyhow::anyhow!("{}: the number of layers is not stated", target.display()))
+    Ok(config.n_layers)
 }
 
 /// The complete drafter settings of a sweep, from its flags; `layers` is

@@ -385,40 +385,16 @@ pub fn parse(endpoint: Endpoint, body: &[u8], served_model: &str, unknown: Unkno
         Endpoint::Completions => parse_prompt(take(&mut obj, "prompt"))?,
         Endpoint::Chat => Prompt::Chat(parse_messages(take(&mut obj, "messages"), unknown, &mut ignored_in_messages)?),
     };
-    // (value, the field that gave it), for error messages.
-    let max_tokens = match endpoint {
-        // llama-server's `n_predict` is its name for `max_tokens`.
-        Endpoint::Completions => {
-            let legacy = take_u64(&mut obj, "max_tokens")?;
-            let llama = take_u64(&mut obj, "n_predict")?;
-            match (legacy, llama) {
-                (Some(a), Some(b)) if a != b => {
-                    return Err(ApiError::invalid(
-                        format!("max_tokens ({a}) and n_predict ({b}) disagree; give one"),
-                        Some("n_predict"),
-                        "invalid_value",
-                    ));
-                }
-                (Some(a), _) => Some((a, "max_tokens")),
-                (None, b) => b.map(|b| (b, "n_predict")),
-            }
-        }
-        Endpoint::Chat => {
-            let legacy = take_u64(&mut obj, "max_tokens")?;
-            let newer = take_u64(&mut obj, "max_completion_tokens")?;
-            match (legacy, newer) {
-                (Some(a), Some(b)) if a != b => {
-                    return Err(ApiError::invalid(
-                        format!("max_tokens ({a}) and max_completion_tokens ({b}) disagree; give one"),
-                        Some("max_completion_tokens"),
-                        "invalid_value",
-                    ));
-                }
-                (Some(a), _) => Some((a, "max_tokens")),
-                (None, b) => b.map(|b| (b, "max_completion_tokens")),
-            }
-        }
-    };
+    // (value, the field that gave it), for error messages. Each endpoint has
+    // a second name for it: chat's newer `max_completion_tokens`, and
+    // llama-server's `n_predict` on completions.
+    let max_tokens = take_max_tokens(
+        &mut obj,
+        match endpoint {
+            Endpoint::Completions => "n_predict",
+            Endpoint::Chat => "max_completion_tokens",
+        },
+    )?;
     if let Some((0, param)) = max_tokens {
         return Err(ApiError::invalid(format!("{param} must be at least 1"), Some(param), "invalid_value"));
     }
@@ -491,6 +467,47 @@ pub fn parse(endpoint: Endpoint, body: &[u8], served_model: &str, unknown: Unkno
     })
 }
 
+/// `max_tokens` or its other name `alias`, which must agree when both are
+/// given: the value and the field that gave it.
+fn take_max_tokens(obj: &mut Map<String, Value>, alias: &'static str) -> Result<Option<(u64, &'static str)>, ApiError> {
+    let legacy = take_u64(obj, "max_tokens")?;
+    let other = take_u64(obj, alias)?;
+    match (legacy, other) {
+        (Some(a), Some(b)) if a != b => Err(ApiError::invalid(
+            format!("max_tokens ({a}) and {alias} ({b}) disagree; give one"),
+            Some(alias),
+            "invalid_value",
+        )),
+        (Some(a), _) => Ok(Some((a, "max_tokens"))),
+        (None, b) => Ok(b.map(|b| (b, alias))),
+    }
+}
+
+/// A field this server does not know, refused under `--strict-params`.
+fn unknown_field(path: &str) -> ApiError {
+    ApiError::invalid(
+        format!("unrecognized request argument supplied: {path} (this server runs with --strict-params)"),
+        Some(path),
+        "unknown_parameter",
+    )
+}
+
+/// The fields left in a body once every known one is taken: null ones are
+/// skipped, the others refused under [`UnknownFields::Refuse`] or added to
+/// `ignored`.
+fn unknown_rest(obj: Map<String, Value>, unknown: UnknownFields, ignored: &mut Vec<String>) -> Result<(), ApiError> {
+    for (k, v) in obj {
+        if v.is_null() {
+            continue;
+        }
+        if unknown == UnknownFields::Refuse {
+            return Err(unknown_field(&k));
+        }
+        ignored.push(k);
+    }
+    Ok(())
+}
+
 /// `logprobs`, `top_logprobs` and `echo`, as OpenAI's two endpoints take
 /// them: completions `logprobs: 0..=20` (alternatives per token) and
 /// `echo: bool`; chat `logprobs: bool` and `top_logprobs: 0..=20` (only
@@ -554,14 +571,14 @@ fn parse_prompt(v: Option<Value>) -> Result<Prompt, ApiError> {
                 return Err(ApiError::invalid("prompt is an empty list", Some("prompt"), "invalid_value"));
             }
             if items.iter().all(Value::is_number) {
-                return token_ids(&items).map(Prompt::Tokens);
+                return token_ids(&items, "prompt").map(Prompt::Tokens);
             }
             if items.len() > 1 {
                 return Err(several());
             }
             match items.into_iter().next() {
                 Some(Value::String(s)) => Ok(Prompt::Text(s)),
-                Some(Value::Array(ids)) if !ids.is_empty() => token_ids(&ids).map(Prompt::Tokens),
+                Some(Value::Array(ids)) if !ids.is_empty() => token_ids(&ids, "prompt").map(Prompt::Tokens),
                 _ => Err(type_error("prompt", "a string, a list of token ids, or a list holding one of those")),
             }
         }
@@ -569,12 +586,25 @@ fn parse_prompt(v: Option<Value>) -> Result<Prompt, ApiError> {
     }
 }
 
-fn token_ids(items: &[Value]) -> Result<Vec<u32>, ApiError> {
+/// Refuses the first id outside the vocabulary, naming `param`.
+fn in_vocabulary(ids: &[u32], vocab: usize, param: &str) -> Result<(), ApiError> {
+    match ids.iter().find(|&&i| i as usize >= vocab) {
+        Some(bad) => Err(ApiError::invalid(
+            format!("token id {bad} is outside the vocabulary (size {vocab})"),
+            Some(param),
+            "invalid_value",
+        )),
+        None => Ok(()),
+    }
+}
+
+/// A list of token ids (`param` names the field for the error).
+fn token_ids(items: &[Value], param: &str) -> Result<Vec<u32>, ApiError> {
     items
         .iter()
         .map(|x| x.as_u64().and_then(|n| u32::try_from(n).ok()))
         .collect::<Option<Vec<u32>>>()
-        .ok_or_else(|| type_error("prompt", "a list of token ids (integers in 0..2^32)"))
+        .ok_or_else(|| type_error(param, "a list of token ids (integers in 0..2^32)"))
 }
 
 /// Chat messages: `role` and `content` (a string, or a list of text parts).
@@ -582,7 +612,11 @@ fn token_ids(items: &[Value]) -> Result<Vec<u32>, ApiError> {
 /// assistant message back with `"tool_calls": null`, `"refusal": null`);
 /// tool calls are refused; unknown ones follow `unknown` (their paths, such
 /// as `messages[1].reasoning_content`, go to `ignored`).
-fn parse_messages(v: Option<Value>, unknown: UnknownFields, ignored: &mut Vec<String>) -> Result<Vec<Message>, ApiError> {
+fn parse_messages(
+    v: Option<Value>,
+    unknown: UnknownFields,
+    ignored: &mut Vec<String>,
+) -> Result<Vec<Message>, ApiError> {
     let Some(v) = v else {
         return Err(ApiError::invalid("messages is required", Some("messages"), "missing_required_parameter"));
     };
@@ -647,17 +681,7 @@ fn parse_messages(v: Option<Value>, unknown: UnknownFields, ignored: &mut Vec<St
                 "tool_calls" | "function_call" | "tool_call_id" => {
                     return Err(ApiError::unsupported(&at(&k), "tool calling is not implemented"));
                 }
-                _ if unknown == UnknownFields::Refuse => {
-                    let path = at(&k);
-                    return Err(ApiError::invalid(
-                        format!(
-                            "unrecognized message field supplied: {path} (messages carry role, content and name; \
-                             this server runs with --strict-params)"
-                        ),
-                        Some(&path),
-                        "unknown_parameter",
-                    ));
-                }
+                _ if unknown == UnknownFields::Refuse => return Err(unknown_field(&at(&k))),
                 _ => ignored.push(at(&k)),
             }
         }
@@ -745,13 +769,7 @@ fn check_rest(obj: Map<String, Value>, unknown: UnknownFields) -> Result<Vec<Str
             "suffix" => v.as_str() == Some(""),
             "audio" | "prediction" | "reasoning_effort" | "web_search_options" | "guided_json" | "guided_regex"
             | "guided_choice" | "grammar" => false,
-            other if unknown == UnknownFields::Refuse => {
-                return Err(ApiError::invalid(
-                    format!("unrecognized request argument supplied: {other} (this server runs with --strict-params)"),
-                    Some(other),
-                    "unknown_parameter",
-                ));
-            }
+            other if unknown == UnknownFields::Refuse => return Err(unknown_field(other)),
             _ => {
                 ignored.push(k);
                 continue;
@@ -813,25 +831,25 @@ pub fn parse_tokenize(body: &[u8], served_model: &str, unknown: UnknownFields) -
     };
     let add_special_tokens = take_bool(&mut obj, "add_special_tokens")?.unwrap_or(true);
     match take_bool(&mut obj, "add_generation_prompt")? {
-        Some(false) => return Err(ApiError::unsupported("add_generation_prompt", "messages are always tokenized with the generation prompt, as the chat endpoint runs them (give true)")),
+        Some(false) => {
+            return Err(ApiError::unsupported(
+                "add_generation_prompt",
+                "messages are always tokenized with the generation prompt, as the chat endpoint runs them (give true)",
+            ));
+        }
         _ if matches!(prompt, Prompt::Chat(_)) && !add_special_tokens => {
-            return Err(ApiError::unsupported("add_special_tokens", "messages are tokenized as the chat endpoint runs them (give true)"));
+            return Err(ApiError::unsupported(
+                "add_special_tokens",
+                "messages are tokenized as the chat endpoint runs them (give true)",
+            ));
         }
         _ => {}
     }
-    for (k, v) in obj {
-        if v.is_null() || k == "with_pieces" && v.as_bool() == Some(false) {
-            continue;
-        }
-        if unknown == UnknownFields::Refuse {
-            return Err(ApiError::invalid(
-                format!("unrecognized request argument supplied: {k} (this server runs with --strict-params)"),
-                Some(&k),
-                "unknown_parameter",
-            ));
-        }
-        ignored.push(k);
+    // llama-server's `with_pieces` at its default is no request for anything.
+    if obj.get("with_pieces").and_then(Value::as_bool) == Some(false) {
+        obj.remove("with_pieces");
     }
+    unknown_rest(obj, unknown, &mut ignored)?;
     Ok(TokenizeRequest { prompt, add_special_tokens, ignored })
 }
 
@@ -869,26 +887,31 @@ fn too_long_to_count(context: usize, param: &str) -> ApiError {
     )
 }
 
-/// Checks a `/detokenize` body: `tokens`, a list of ids in the vocabulary.
-pub fn parse_detokenize(body: &[u8], served_model: &str, vocab: usize) -> Result<Vec<u32>, ApiError> {
+/// Checks a `/detokenize` body: `tokens`, a list of ids in the vocabulary;
+/// the ids and the unknown fields ignored.
+pub fn parse_detokenize(
+    body: &[u8],
+    served_model: &str,
+    vocab: usize,
+    unknown: UnknownFields,
+) -> Result<(Vec<u32>, Vec<String>), ApiError> {
     let mut obj = body_object(body)?;
     check_model(take(&mut obj, "model"), served_model, false)?;
-    let Some(Value::Array(items)) = take(&mut obj, "tokens") else {
-        return Err(ApiError::invalid("tokens is required: a list of token ids", Some("tokens"), "missing_required_parameter"));
+    let ids = match take(&mut obj, "tokens") {
+        Some(Value::Array(items)) => token_ids(&items, "tokens")?,
+        Some(_) => return Err(type_error("tokens", "a list of token ids")),
+        None => {
+            return Err(ApiError::invalid(
+                "tokens is required: a list of token ids",
+                Some("tokens"),
+                "missing_required_parameter",
+            ));
+        }
     };
-    let ids = items
-        .iter()
-        .map(|x| x.as_u64().and_then(|n| u32::try_from(n).ok()))
-        .collect::<Option<Vec<u32>>>()
-        .ok_or_else(|| type_error("tokens", "a list of token ids (integers in 0..2^32)"))?;
-    if let Some(bad) = ids.iter().find(|&&i| i as usize >= vocab) {
-        return Err(ApiError::invalid(
-            format!("token id {bad} is outside the vocabulary (size {vocab})"),
-            Some("tokens"),
-            "invalid_value",
-        ));
-    }
-    Ok(ids)
+    in_vocabulary(&ids, vocab, "tokens")?;
+    let mut ignored = Vec::new();
+    unknown_rest(obj, unknown, &mut ignored)?;
+    Ok((ids, ignored))
 }
 
 impl Request {
@@ -949,14 +972,7 @@ impl Request {
             Prompt::Text(t) => tok.encode_prompt_bounded(t, engine.loaded.info.context_length),
             Prompt::Chat(m) => tok.encode_chat(m, engine.loaded.info.context_length),
             Prompt::Tokens(ids) => {
-                let vocab = engine.loaded.info.vocab;
-                if let Some(bad) = ids.iter().find(|&&i| i as usize >= vocab) {
-                    return Err(ApiError::invalid(
-                        format!("token id {bad} is outside the vocabulary (size {vocab})"),
-                        Some(param),
-                        "invalid_value",
-                    ));
-                }
+                in_vocabulary(ids, engine.loaded.info.vocab, param)?;
                 Ok(ids.clone())
             }
         }
@@ -1122,7 +1138,13 @@ mod tests {
         got.sort();
         assert_eq!(
             got,
-            ["cache_prompt", "chat_template_kwargs", "frobnicate", "messages[1].reasoning_content", "skip_special_tokens"]
+            [
+                "cache_prompt",
+                "chat_template_kwargs",
+                "frobnicate",
+                "messages[1].reasoning_content",
+                "skip_special_tokens"
+            ]
         );
         // Strict: the first unknown one is named (a top-level one, or one inside a message).
         let e = parse(Endpoint::Chat, body.as_bytes(), "m", UnknownFields::Refuse).unwrap_err();
@@ -1137,7 +1159,13 @@ mod tests {
         let e = chat(tool).unwrap_err();
         assert_eq!(e.param.as_deref(), Some("messages[0].tool_calls"), "{e:?}");
         assert!(e.message.ends_with("tool calling is not implemented"), "{}", e.message);
-        assert_eq!(chat(r#"{"model": "m", "messages": [{"role": "user", "content": "x"}], "n": 2}"#).unwrap_err().param.as_deref(), Some("n"));
+        assert_eq!(
+            chat(r#"{"model": "m", "messages": [{"role": "user", "content": "x"}], "n": 2}"#)
+                .unwrap_err()
+                .param
+                .as_deref(),
+            Some("n")
+        );
     }
 
     #[test]
@@ -1147,7 +1175,10 @@ mod tests {
         let r = completions(r#"{"model": "m", "prompt": "x", "logprobs": 0}"#).unwrap();
         assert_eq!(r.logprobs, Some(0));
         assert_eq!(completions(r#"{"model": "m", "prompt": "x", "logprobs": null}"#).unwrap().logprobs, None);
-        let r = chat(r#"{"model": "m", "messages": [{"role": "user", "content": "x"}], "logprobs": true, "top_logprobs": 5}"#).unwrap();
+        let r = chat(
+            r#"{"model": "m", "messages": [{"role": "user", "content": "x"}], "logprobs": true, "top_logprobs": 5}"#,
+        )
+        .unwrap();
         assert_eq!(r.logprobs, Some(5));
         let r = chat(r#"{"model": "m", "messages": [{"role": "user", "content": "x"}], "logprobs": false}"#).unwrap();
         assert_eq!(r.logprobs, None);

@@ -99,9 +99,9 @@ fn token_text(tok: &Tokenizer, id: u32) -> String {
 /// `text_offset` (each token's start in the response text, in bytes).
 /// `leading` unscored tokens (the first prompt token under `echo`) get
 /// `null`s.
-pub fn completions_json(tok: &Tokenizer, leading: &[u32], scored: &[Scored], offset0: usize) -> Value {
+pub fn completions_json(tok: &Tokenizer, leading: &[u32], scored: &[Scored]) -> Value {
     let (mut tokens, mut lps, mut tops, mut offsets) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-    let mut offset = offset0;
+    let mut offset = 0;
     for &id in leading {
         let t = token_text(tok, id);
         offsets.push(json!(offset));

@@ -267,6 +267,9 @@ mod tests {
         assert!(text.contains("draftwise_draft_width{drafter=\"ngram\"} 3\n"));
         assert!(text.contains("draftwise_request_duration_seconds_bucket{le=\"0.25\"} 1\n"), "{text}");
         assert!(text.contains("draftwise_queue_wait_seconds_count 0\n"), "{text}");
-        assert!(text.contains("draftwise_build_info{version=\"0.1.0\",git_commit=\"abc\",kernels=\"avx2\"} 1\n"), "{text}");
+        assert!(
+            text.contains("draftwise_build_info{version=\"0.1.0\",git_commit=\"abc\",kernels=\"avx2\"} 1\n"),
+            "{text}"
+        );
     }
 }

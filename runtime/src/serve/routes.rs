@@ -165,8 +165,8 @@ async fn cors(State(app): State<Arc<App>>, req: Request, next: Next) -> Response
     let origin = req.headers().get(header::ORIGIN).and_then(|v| v.to_str().ok()).map(str::to_string);
     let allowed = origin.filter(|o| app.allowed_origins.iter().any(|a| a == "*" || a == o));
     let Some(origin) = allowed else { return next.run(req).await };
-    let preflight =
-        req.method() == axum::http::Method::OPTIONS && req.headers().contains_key(header::ACCESS_CONTROL_REQUEST_METHOD);
+    let preflight = req.method() == axum::http::Method::OPTIONS
+        && req.headers().contains_key(header::ACCESS_CONTROL_REQUEST_METHOD);
     let mut resp = if preflight { StatusCode::NO_CONTENT.into_response() } else { next.run(req).await };
     let h = resp.headers_mut();
     let value = if app.allowed_origins.iter().any(|a| a == "*") { "*".to_string() } else { origin };
@@ -210,12 +210,7 @@ async fn tokenize(
         let bytes = read_body(&headers, body, app.max_body_bytes).await?;
         let t = api::parse_tokenize(&bytes, &app.model_id, app.unknown_fields)?;
         log_ignored(id.as_ref().map(|e| &e.0), &t.ignored);
-        let turn = prepare_turn(&app).await?;
-        let engine = app.engine.clone();
-        let ids = tokio::task::spawn_blocking(move || t.run(&engine))
-            .await
-            .map_err(|e| ApiError::internal(format!("tokenizing: {e}")))??;
-        drop(turn);
+        let ids = off_the_workers(&app, "tokenizing", move |engine| t.run(engine)).await?;
         let context = app.engine.loaded.info.context_length;
         Ok::<_, ApiError>(json_response(
             StatusCode::OK,
@@ -228,16 +223,25 @@ async fn tokenize(
 
 /// `POST /detokenize`: `{"tokens": [ids]}` back to text, answered as both
 /// vLLM's `prompt` and llama-server's `content`.
-async fn detokenize(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) -> Response {
+async fn detokenize(
+    State(app): State<Arc<App>>,
+    id: Option<axum::Extension<RequestId>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
     let r = async {
         let bytes = read_body(&headers, body, app.max_body_bytes).await?;
-        let ids = api::parse_detokenize(&bytes, &app.model_id, app.engine.loaded.info.vocab)?;
-        let text = app
-            .engine
-            .loaded
-            .tokenizer
-            .decode(&ids)
-            .map_err(|e| ApiError::invalid(format!("tokens: {e}"), Some("tokens"), "invalid_value"))?;
+        let (ids, ignored) =
+            api::parse_detokenize(&bytes, &app.model_id, app.engine.loaded.info.vocab, app.unknown_fields)?;
+        log_ignored(id.as_ref().map(|e| &e.0), &ignored);
+        let text = off_the_workers(&app, "detokenizing", move |engine| {
+            engine
+                .loaded
+                .tokenizer
+                .decode(&ids)
+                .map_err(|e| ApiError::invalid(format!("tokens: {e}"), Some("tokens"), "invalid_value"))
+        })
+        .await?;
         Ok::<_, ApiError>(json_response(StatusCode::OK, &json!({"prompt": text, "content": text})))
     }
     .await;
@@ -396,6 +400,19 @@ async fn prepare_turn(app: &App) -> Result<tokio::sync::SemaphorePermit<'_>, Api
     })
 }
 
+/// Tokenizer work (a long prompt takes a while) runs off the async workers,
+/// a few at a time (each holds its tokenization in memory): a turn of
+/// [`prepare_turn`], then `f` on a blocking thread.
+async fn off_the_workers<T: Send + 'static>(
+    app: &App,
+    what: &'static str,
+    f: impl FnOnce(&Engine) -> Result<T, ApiError> + Send + 'static,
+) -> Result<T, ApiError> {
+    let _turn = prepare_turn(app).await?;
+    let engine = app.engine.clone();
+    tokio::task::spawn_blocking(move || f(&engine)).await.map_err(|e| ApiError::internal(format!("{what}: {e}")))?
+}
+
 /// Reads at most `limit` bytes of body; a longer one is refused as soon as
 /// it is known to be longer (by its Content-Length, or while reading).
 async fn read_body(headers: &HeaderMap, body: Body, limit: usize) -> Result<Bytes, ApiError> {
@@ -451,14 +468,7 @@ async fn handle(
             return Err(ApiError::over_client_share(waiting, app.shares.max_per_client()));
         }
     };
-    // Tokenizing a long prompt takes a while: keep it off the async workers,
-    // a few at a time (each holds its prompt's tokenization in memory).
-    let turn = prepare_turn(&app).await?;
-    let engine = app.engine.clone();
-    let prepared = tokio::task::spawn_blocking(move || request.prepare(&engine))
-        .await
-        .map_err(|e| ApiError::internal(format!("preparing the request: {e}")))??;
-    drop(turn);
+    let prepared = off_the_workers(&app, "preparing the request", move |engine| request.prepare(engine)).await?;
     let n = app.next_id.fetch_add(1, Ordering::Relaxed);
     let id = match endpoint {
         Endpoint::Completions => format!("cmpl-{:x}-{n}", app.started),

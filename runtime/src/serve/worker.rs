@@ -234,29 +234,28 @@ impl Worker {
         use super::logprobs::{chat_json, completions_json, score};
         let engine = &*self.engine;
         let tok = &engine.loaded.tokenizer;
-        let mut seq = p.prompt_ids.clone();
-        seq.extend_from_slice(ids);
-        let echo = p.request.echo;
-        let from = if echo { 1 } else { p.prompt_ids.len() };
-        let scored = score(engine, &seq, from, top).map_err(|e| Failure::Error(format!("scoring log probabilities: {e}")))?;
-        let (prompt_part, completion_part) = scored.split_at(if echo { p.prompt_ids.len() - 1 } else { 0 });
-        // The completion's tokens that start inside the response text.
+        // The completion's tokens that start inside the response text; only
+        // those are scored.
         let (mut shown, mut at) = (0, 0);
-        for s in completion_part {
+        for &id in ids {
             if at >= text_len {
                 break;
             }
-            at += tok.decode(&[s.id]).map_or(0, |t| t.len());
+            at += tok.decode(&[id]).map_or(0, |t| t.len());
             shown += 1;
         }
-        let completion_part = &completion_part[..shown];
+        let mut seq = p.prompt_ids.clone();
+        seq.extend_from_slice(&ids[..shown]);
+        let echo = p.request.echo;
+        let from = if echo { 1 } else { p.prompt_ids.len() };
+        let scored =
+            score(engine, &seq, from, top).map_err(|e| Failure::Error(format!("scoring log probabilities: {e}")))?;
         Ok(match p.request.endpoint {
+            // With `echo`, the prompt's tokens come first, the first unscored.
             super::api::Endpoint::Completions => {
-                let leading = if echo { &p.prompt_ids[..1] } else { &[][..] };
-                let all: Vec<_> = prompt_part.iter().chain(completion_part).cloned().collect();
-                completions_json(tok, leading, &all, 0)
+                completions_json(tok, if echo { &p.prompt_ids[..1] } else { &[] }, &scored)
             }
-            super::api::Endpoint::Chat => chat_json(tok, completion_part),
+            super::api::Endpoint::Chat => chat_json(tok, &scored),
         })
     }
 

@@ -344,17 +344,13 @@ pub fn write_plot(path: &Path, s: &Summary, widths: &[usize]) -> Result<()> {
     if let Some(b) = s.decision.best_width
         && let Some((x, y, _)) = all.iter().find(|(x, _, _)| *x == b as f64)
     {
-        chart
-            .draw_series(std::iter::once(TriangleMarker::new((*x, *y), 7, BLUE.filled())))
-            .map_err(|e| err(&e))?;
+        chart.draw_series(std::iter::once(TriangleMarker::new((*x, *y), 7, BLUE.filled()))).map_err(|e| err(&e))?;
         legend.push((format!("best width {b}"), LegendMark::Triangle));
     }
     if let Some(w) = chosen
         && let Some((x, y, _)) = all.iter().find(|(x, _, _)| *x == w as f64)
     {
-        chart
-            .draw_series(std::iter::once(Circle::new((*x, *y), 9, RED.stroke_width(3))))
-            .map_err(|e| err(&e))?;
+        chart.draw_series(std::iter::once(Circle::new((*x, *y), 9, RED.stroke_width(3)))).map_err(|e| err(&e))?;
         legend.push((format!("chosen width {w}"), LegendMark::Ring));
     }
     draw_legend(&legend_area, &legend, clipped, &title(s)).map_err(|e| err(&e))?;
@@ -406,7 +402,9 @@ fn draw_legend<DB: plotters::prelude::DrawingBackend>(
     }
     if clipped {
         y += 6;
-        for line in wrap("some prompt-type points lie outside the y range (set by the widths' intervals) and are not drawn", 34) {
+        for line in
+            wrap("some prompt-type points lie outside the y range (set by the widths' intervals) and are not drawn", 34)
+        {
             area.draw(&Text::new(line, (8, y), ("sans-serif", 12).into_font().color(&BLACK.mix(0.7))))?;
             y += 15;
         }

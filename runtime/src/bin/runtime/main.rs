@@ -92,8 +92,26 @@ mod tests {
     fn llama_cpp_short_flags_parse_as_ours() {
         use clap::Parser;
         let cli = super::Cli::try_parse_from([
-            "runtime", "generate", "-m", "x.gguf", "-p", "hi", "-n", "16", "-t", "2", "-c", "512", "-s", "7", "--temp",
-            "0.5", "--draft-max", "4", "--model-draft", "d.gguf",
+            "runtime",
+            "generate",
+            "-m",
+            "x.gguf",
+            "-p",
+            "hi",
+            "-n",
+            "16",
+            "-t",
+            "2",
+            "-c",
+            "512",
+            "-s",
+            "7",
+            "--temp",
+            "0.5",
+            "--draft-max",
+            "4",
+            "--model-draft",
+            "d.gguf",
         ])
         .unwrap();
         let super::Command::Generate(g) = cli.command else { panic!("not generate") };
