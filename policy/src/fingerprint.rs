@@ -85,8 +85,14 @@ pub const VERIFY_PATH: &[Part] = &[
     Part {
         path: "kernels/src/matvec/r16.rs",
         devices: Devices::Cpu,
-        formats: &["q4_0", "q4_1", "q8_0", "q5_0", "q5_1"],
-        why: "the row-interleaved layout of Q4_0, Q4_1, Q8_0, Q5_0 and Q5_1 and its portable kernels",
+        formats: &["q4_0", "q4_1", "q8_0", "q5_0", "q5_1", "q4_k", "q5_k", "q6_k"],
+        why: "the row-interleaved layout of Q4_0, Q4_1, Q8_0, Q5_0 and Q5_1, its portable kernels, the repacking of every layout",
+    },
+    Part {
+        path: "kernels/src/matvec/r16/k.rs",
+        devices: Devices::Cpu,
+        formats: &["q4_k", "q5_k", "q6_k"],
+        why: "the row-interleaved layout of the K-quants",
     },
     part("kernels/src/matvec/x86.rs", Devices::CpuX86, "x86_64 SIMD kernels and the tiles the other x86 files share"),
     Part {
@@ -102,10 +108,10 @@ pub const VERIFY_PATH: &[Part] = &[
         why: "x86_64 kernels of the row-interleaved Q5_0 and Q5_1 layout",
     },
     Part {
-        path: "kernels/src/matvec/x86_k.rs",
+        path: "kernels/src/matvec/x86_r16/k.rs",
         devices: Devices::CpuX86,
         formats: &["q4_k", "q5_k", "q6_k"],
-        why: "x86_64 kernels of the K-quants",
+        why: "x86_64 kernels of the row-interleaved K-quants",
     },
     Part {
         path: "kernels/src/matvec/x86_k23.rs",

@@ -39,26 +39,27 @@
 //!
 //! ## SIMD data flow (Q4_K, Q5_K, Q6_K)
 //!
-//! A K-quant super-block's eight 32-element sub-blocks meet eight
-//! consecutive activation blocks. The kernels keep GGUF's layout: a
-//! sub-block pair's elements widen into two 512-bit registers against the
-//! pair-interleaved activation ([`crate::act::QPair`]), giving eight
-//! `i32` lanes per sub-block, and the kernels
-//! (`x86_k`) differ only in how they unpack weights: Q4_K / Q5_K sub-block
-//! pairs are the low and high nibbles of the same 32 bytes, Q6_K's 6-bit
-//! quants are decoded a half super-block at a time and multiplied by their
-//! 16-element sub-block scales in 16-bit integers. Per super-block, the
-//! eight sub-block scales (and Q4_K / Q5_K mins) become one 8-lane f32
-//! vector.
+//! The K-quants have a row-interleaved layout too ([`r16::k`]): one tile per
+//! sixteen rows and 256-element super-block, holding the rows' GGUF bytes
+//! moved, not changed. A chunk's low nibbles are one sub-block's elements
+//! and its high nibbles another's, so each activation row keeps two integer
+//! accumulators, and per sub-block one conversion, one scale product and
+//! one FMA (two for Q4_K / Q5_K's min) advance sixteen outputs: the
+//! specification's serial chain ([`scalar`]). The sixteen rows' sub-block
+//! scales are byte planes, widened to one lane per row and multiplied by
+//! `d` once per tile. Q5_K's fifth bits and Q6_K's top two bits are merged
+//! into the widened nibbles once per chunk for all activation rows
+//! (`x86_r16::k`).
 //!
 //! ## SIMD data flow (Q2_K, Q3_K)
 //!
-//! Their sixteen 16-element sub-blocks carry small integer scales that the
-//! kernels (`x86_k23`) fold into the integer weights as Q6_K's are: a half
+//! These keep GGUF's layout and the lane specification of [`scalar`]. Their
+//! sixteen 16-element sub-blocks carry small integer scales that the
+//! kernels (`x86_k23`) fold into the integer weights: a half
 //! super-block decodes at byte level into four 32-byte sub-blocks of
 //! signed quants (Q2_K's 2-bit ones, Q3_K's 2 low bits and the `hmask` bit),
 //! each 16-element half is widened and multiplied by its scale, and the
-//! lanes meet the activation pair as for Q6_K. Q2_K's mins are a second set
+//! lanes meet the pair-interleaved activation ([`crate::act::QPair`]). Q2_K's mins are a second set
 //! of integer lanes (the min of each 16 elements against the activation
 //! quants) scaled by `dmin`.
 //!
@@ -77,8 +78,6 @@ pub mod scalar;
 mod x86;
 #[cfg(target_arch = "x86_64")]
 mod x86_f16;
-#[cfg(target_arch = "x86_64")]
-mod x86_k;
 #[cfg(target_arch = "x86_64")]
 mod x86_k23;
 #[cfg(target_arch = "x86_64")]
@@ -107,7 +106,8 @@ pub enum Weights<'a> {
     Q4K(&'a [BlockQ4K]),
     Q5K(&'a [BlockQ5K]),
     Q6K(&'a [BlockQ6K]),
-    /// Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 in the row-interleaved layout ([`r16`]).
+    /// Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / Q4_K / Q5_K / Q6_K in the
+    /// row-interleaved layout ([`r16`]).
     R16(r16::R16<'a>),
     F32(&'a [f32]),
     /// IEEE half floats as raw bits (little-endian in the file, native here).

@@ -1,5 +1,5 @@
 //! The row-interleaved layout of Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 weights
-//! ("R16"): sixteen weight rows side by side, so that a 512-bit register
+//! ("R16"), and of the K-quants ([`k`]): sixteen weight rows side by side, so that a 512-bit register
 //! holds the same two elements of sixteen rows and one `vpdpwssd` against a
 //! broadcast pair of activation quants advances sixteen outputs at once.
 //!
@@ -58,8 +58,11 @@
 //! and 24..32. A kernel then pays one shift per chunk and one masked OR
 //! per nibble register, and AVX2 loads eight rows' words with one load.
 
+pub mod k;
+
 use super::{Matrix, MatrixError, Weights};
-use crate::quant::{GgmlType, QK};
+use crate::quant::{GgmlType, QK, QK_K};
+use k::KFormat;
 
 /// Rows per group.
 pub const GROUP: usize = 16;
@@ -72,6 +75,8 @@ pub enum R16Format {
     Q8_0,
     Q5_0,
     Q5_1,
+    /// The K-quants: one tile per 256-element super-block ([`k`]).
+    K(KFormat),
 }
 
 /// The shift `k_s` that brings the fifth bits of chunk `s` (0..8) of a
@@ -104,7 +109,18 @@ impl R16Format {
             GgmlType::Q8_0 => Some(Self::Q8_0),
             GgmlType::Q5_0 => Some(Self::Q5_0),
             GgmlType::Q5_1 => Some(Self::Q5_1),
+            GgmlType::Q4K => Some(Self::K(KFormat::Q4K)),
+            GgmlType::Q5K => Some(Self::K(KFormat::Q5K)),
+            GgmlType::Q6K => Some(Self::K(KFormat::Q6K)),
             _ => None,
+        }
+    }
+
+    /// Elements per block (a tile's columns): 32, or 256 for the K-quants.
+    pub const fn block_elems(self) -> usize {
+        match self {
+            Self::K(_) => QK_K,
+            _ => QK,
         }
     }
 
@@ -115,6 +131,9 @@ impl R16Format {
             Self::Q8_0 => GgmlType::Q8_0,
             Self::Q5_0 => GgmlType::Q5_0,
             Self::Q5_1 => GgmlType::Q5_1,
+            Self::K(KFormat::Q4K) => GgmlType::Q4K,
+            Self::K(KFormat::Q5K) => GgmlType::Q5K,
+            Self::K(KFormat::Q6K) => GgmlType::Q6K,
         }
     }
 
@@ -137,6 +156,7 @@ impl R16Format {
             Self::Q8_0 => 34,
             Self::Q5_0 => 22,
             Self::Q5_1 => 24,
+            Self::K(k) => k.native_block_bytes(),
         }
     }
 
@@ -176,10 +196,13 @@ impl R16Format {
     }
 
     /// Bytes of one tile (sixteen rows × one block): 288 (Q4_0), 320
-    /// (Q4_1), 544 (Q8_0), 352 (Q5_0) or 384 (Q5_1); the same bytes per
-    /// weight as the GGUF blocks.
+    /// (Q4_1), 544 (Q8_0), 352 (Q5_0), 384 (Q5_1), or sixteen super-blocks
+    /// of a K-quant; the same bytes per weight as the GGUF blocks.
     pub const fn tile_bytes(self) -> usize {
-        self.qs_offset() + GROUP * self.qs_bytes()
+        match self {
+            Self::K(k) => k.tile_bytes(),
+            _ => self.qs_offset() + GROUP * self.qs_bytes(),
+        }
     }
 }
 
@@ -189,7 +212,7 @@ pub struct R16<'a> {
     pub fmt: R16Format,
     /// `groups * nb` tiles.
     pub data: &'a [u8],
-    /// Blocks per row.
+    /// Blocks per row (super-blocks for the K-quants).
     pub nb: usize,
 }
 
@@ -204,7 +227,7 @@ impl R16<'_> {
     /// Row `j` (0..16) of a tile: (scale, min (Q4_1, Q5_1; else 0), the
     /// block's 32 integer weights in element order: Q8_0 the signed byte,
     /// Q4_1 the nibble, Q4_0 the nibble − 8, Q5_1 the 5-bit quant, Q5_0 the
-    /// 5-bit quant − 16).
+    /// 5-bit quant − 16). Not for the K-quants ([`k::native_block`]).
     pub fn unpack(fmt: R16Format, tile: &[u8], j: usize) -> (u16, u16, [i32; QK]) {
         let word = |o: usize| u16::from_le_bytes([tile[o], tile[o + 1]]);
         let d = word(2 * j);
@@ -239,8 +262,28 @@ impl R16<'_> {
 #[repr(C, align(64))]
 struct Line([u8; 64]);
 
-/// An owned row-interleaved copy of a Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0
-/// matrix, 64-byte aligned.
+/// `n` zero lines from the allocator's zeroed memory: fresh pages are
+/// zero without being written, so the repacking threads fault them in.
+fn zeroed_lines(n: usize) -> Vec<Line> {
+    if n == 0 {
+        return Vec::new();
+    }
+    let layout = std::alloc::Layout::array::<Line>(n).expect("a matrix's size fits the address space");
+    // SAFETY: the layout has a nonzero size; a null result is handled; the
+    // memory is `n` initialized (all-zero) `Line`s, a valid bit pattern,
+    // allocated by the global allocator with exactly `Vec<Line>`'s layout
+    // for capacity `n`.
+    unsafe {
+        let p = std::alloc::alloc_zeroed(layout);
+        if p.is_null() {
+            std::alloc::handle_alloc_error(layout);
+        }
+        Vec::from_raw_parts(p.cast::<Line>(), n, n)
+    }
+}
+
+/// An owned row-interleaved copy of a Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 /
+/// Q4_K / Q5_K / Q6_K matrix, 64-byte aligned.
 #[derive(Clone)]
 pub struct Repacked {
     fmt: R16Format,
@@ -267,10 +310,11 @@ impl Repacked {
     /// checks them; `Ok(None)` for a type without this layout.
     pub fn from_native(ty: GgmlType, bytes: &[u8], rows: usize, cols: usize) -> Result<Option<Self>, MatrixError> {
         let Some(fmt) = R16Format::of(ty) else { return Ok(None) };
-        if !cols.is_multiple_of(QK) {
-            return Err(MatrixError::Columns { ty: ty.name(), rows, cols, block: QK });
+        let block = fmt.block_elems();
+        if !cols.is_multiple_of(block) {
+            return Err(MatrixError::Columns { ty: ty.name(), rows, cols, block });
         }
-        let nb = cols / QK;
+        let nb = cols / block;
         let bb = fmt.native_block_bytes();
         let expected = nb.checked_mul(bb).and_then(|rb| rb.checked_mul(rows));
         if expected != Some(bytes.len()) {
@@ -284,13 +328,26 @@ impl Repacked {
         }
         let groups = rows.div_ceil(GROUP);
         let len = groups * nb * fmt.tile_bytes();
-        let mut lines = vec![Line([0; 64]); len.div_ceil(64)];
+        let mut lines = zeroed_lines(len.div_ceil(64));
         // SAFETY: `lines` is `len.div_ceil(64) * 64 >= len` initialized bytes.
         let out = unsafe { std::slice::from_raw_parts_mut(lines.as_mut_ptr().cast::<u8>(), len) };
-        for g in 0..groups {
-            let live = (rows - g * GROUP).min(GROUP);
-            repack_group(fmt, &bytes[g * GROUP * nb * bb..], live, nb, &mut out[g * nb * fmt.tile_bytes()..]);
-        }
+        let group_bytes = nb * fmt.tile_bytes();
+        let pack = |g0: usize, out: &mut [u8]| {
+            for (k, dst) in out.chunks_mut(group_bytes).enumerate() {
+                let g = g0 + k;
+                let live = (rows - g * GROUP).min(GROUP);
+                repack_group(fmt, &bytes[g * GROUP * nb * bb..], live, nb, dst);
+            }
+        };
+        // Large matrices are repacked on every available core (a 1.5B
+        // model's gigabyte of weights is most of its load time otherwise).
+        let threads = if len < (8 << 20) { 1 } else { std::thread::available_parallelism().map_or(1, |n| n.get()) };
+        let per = groups.div_ceil(threads.min(groups).max(1));
+        std::thread::scope(|scope| {
+            for (t, part) in out.chunks_mut(per * group_bytes).enumerate() {
+                scope.spawn(move || pack(t * per, part));
+            }
+        });
         Ok(Some(Repacked { fmt, rows, cols, lines, len }))
     }
 
@@ -298,7 +355,8 @@ impl Repacked {
     pub fn matrix(&self) -> Matrix<'_> {
         // SAFETY: `lines` holds at least `len` initialized bytes.
         let data = unsafe { std::slice::from_raw_parts(self.lines.as_ptr().cast::<u8>(), self.len) };
-        Matrix { rows: self.rows, cols: self.cols, w: Weights::R16(R16 { fmt: self.fmt, data, nb: self.cols / QK }) }
+        let nb = self.cols / self.fmt.block_elems();
+        Matrix { rows: self.rows, cols: self.cols, w: Weights::R16(R16 { fmt: self.fmt, data, nb }) }
     }
 
     /// Bytes held.
@@ -319,6 +377,9 @@ impl Repacked {
 /// If `native` holds fewer than `live` rows or `out` fewer than `nb` tiles
 /// (the callers size both).
 pub fn repack_group(fmt: R16Format, native: &[u8], live: usize, nb: usize, out: &mut [u8]) {
+    if let R16Format::K(k) = fmt {
+        return k::repack_group(k, native, live, nb, out);
+    }
     let (bb, tb, qo, nq) = (fmt.native_block_bytes(), fmt.tile_bytes(), fmt.qs_offset(), fmt.qs_bytes());
     let (mo, ho) = (fmt.min_offset(), fmt.qh_offset());
     for b in 0..nb {

@@ -37,54 +37,72 @@
 //!
 //! # K-quants (Q4_K, Q5_K, Q6_K)
 //!
-//! A 256-element super-block is eight 32-element sub-blocks, and sub-block
-//! `j` of super-block `sb` meets activation block `b = 8·sb + j`. K-quant
-//! rows keep GGUF's layout (they have no row-interleaved form), and their
-//! specification is the lane order of a register holding one row's
-//! sub-block pair:
+//! A 256-element super-block is eight 32-element sub-blocks (Q6_K: sixteen
+//! 16-element ones), and elements `32j .. 32j + 32` of super-block `sb`
+//! meet activation block `b = 8·sb + j`. They are the legacy chain with a
+//! scale per sub-block: one output is one serial chain, one exact integer
+//! sum and one FMA per sub-block.
 //!
-//! 1. **Integer lanes.** For sub-block `j` (activation block `b`), the exact
-//!    products `qw[e] · qx[e]` are summed into eight `i32` lanes: lane `i`
-//!    (0..8) takes elements `{2i, 2i+1, 16+2i, 17+2i}` ([`lane_isums`]),
-//!    what `vpmaddwd`/`vpdpwssd` give when a block's first and second halves
-//!    sit in two registers of sixteen 16-bit values. `qw` is, for Q4_K /
-//!    Q5_K, the unsigned 4- or 5-bit quant; for Q6_K the signed 6-bit quant
-//!    (−32..32) times its 16-element sub-block's signed 8-bit scale
-//!    (elements 0..16 take `scales[2j]`, 16..32 `scales[2j + 1]`), an exact
-//!    product of at most 4096 in magnitude, so a lane (four products with
-//!    |qx| ≤ 32767) stays below 2^29.
-//! 2. **Float lanes.** Sixteen `f32` accumulators `acc` start at +0.0. Even
-//!    blocks update lanes 0..8, odd blocks lanes 8..16:
-//!    `acc[8·(b%2) + i] = fma(p_b, f32(isum_b[i]), acc[8·(b%2) + i])` with
-//!    `p_b = (d · f32(sc_j)) · dx_b` (Q4_K / Q5_K, 6-bit scale `sc_j`;
-//!    `d · f32(sc_j)` is exact, an f16 times a 6-bit integer) or
-//!    `p_b = d · dx_b` (Q6_K), each product rounded once.
-//! 3. **Q4_K / Q5_K's min term**: eight accumulators `mt` start at +0.0;
-//!    sub-block `j` updates `mt[j] = fma(dmin · f32(m_j), sx_b, mt[j])` (the
-//!    product `dmin · f32(m_j)` is exact like `d · f32(sc_j)`).
-//! 4. **Reduction**: [`reduce16`]`(acc)`, minus [`reduce8`]`(mt)` for Q4_K /
-//!    Q5_K.
+//! - **Q4_K / Q5_K**, sub-blocks `j = 0..8` in order, with the 6-bit scale
+//!   `sc_j` and min `m_j` ([`get_scale_min_k4`]) and the unsigned 4- or
+//!   5-bit quants `qw`:
 //!
-//! Accumulators never hold −0.0 (they start at +0.0 and round-to-nearest
-//! never sums to −0.0 unless both addends are −0.0), so a SIMD kernel may
-//! apply `fma(0, 0, a)` to a lane it has nothing for: that leaves the lane
-//! unchanged.
+//!   ```text
+//!   isum = Σ_e qw[e] · qx[e]                           exact, in i32
+//!   y = fma(f32(isum), (d · f32(sc_j)) · dx_b, y)
+//!   y = fma(−(dmin · f32(m_j)), sx_b, y)
+//!   ```
+//!
+//!   `d · f32(sc_j)` and `dmin · f32(m_j)` are exact (a half float times a
+//!   6-bit integer), so each FMA's scale is rounded once. A Q4_K sum is
+//!   below 2^24 (exact as f32); a Q5_K sum can round.
+//! - **Q6_K**, 16-element sub-blocks `k`, with the signed quants `q`
+//!   (−32..32) and the signed 8-bit scale `sc_k`:
+//!
+//!   ```text
+//!   isum = Σ_{e in sub-block k} q[e] · qx[e]           exact, below 2^24
+//!   y = fma(f32(isum), (d · f32(sc_k)) · dx_b, y)
+//!   ```
+//!
+//!   in the order GGUF's `ql` bytes meet them ([`Q6K_ORDER`]): each quarter
+//!   of `ql` holds the low nibbles of one 32-element block `a` and the high
+//!   nibbles of block `a + 2`, so the sub-blocks run `2a, 2a + 4, 2a + 1,
+//!   2a + 5` for `a = 0, 1, 4, 5`.
+//!
+//! This is what the row-interleaved kernels of `r16::k` compute, one output
+//! per 32-bit lane; an earlier specification spread a sub-block over eight
+//! lanes with a scale each, which bound the kernels to GGUF's layout and
+//! cost a verify block's every row eight times the float work.
 //!
 //! # K-quants with 16-element sub-blocks (Q2_K, Q3_K)
 //!
-//! Their scales are small integers per 16 elements and are folded into the
-//! integer weights, as Q6_K's are. For activation block `b = 8·sb + j`
-//! (elements `32j .. 32j + 32` of super-block `sb`):
+//! These keep GGUF's layout and a lane specification: a block's products
+//! are spread over eight integer lanes, each scaled on its own. Their
+//! scales are small integers per 16 elements, folded into the integer
+//! weights. For activation block `b = 8·sb + j` (elements `32j .. 32j + 32`
+//! of super-block `sb`):
 //!
 //! 1. `qw[e] = sc[2j + e/16] · q[32j + e]`: Q3_K's signed scale (−32..32)
-//!    times its quant (−4..4), Q2_K's 4-bit scale times its 2-bit quant;
-//!    [`lane_isums`] as above (|qw| ≤ 128: a lane stays below 2^24).
-//! 2. `acc` as step 2 with `p_b = d · dx_b` (one rounding).
+//!    times its quant (−4..4), Q2_K's 4-bit scale times its 2-bit quant.
+//!    The exact products `qw[e] · qx[e]` are summed into eight `i32` lanes:
+//!    lane `i` (0..8) takes elements `{2i, 2i+1, 16+2i, 17+2i}`
+//!    ([`lane_isums`]), what `vpmaddwd`/`vpdpwssd` give when a block's first
+//!    and second halves sit in two registers of sixteen 16-bit values
+//!    (|qw| ≤ 128: a lane stays below 2^24).
+//! 2. Sixteen `f32` accumulators `acc` start at +0.0. Even blocks update
+//!    lanes 0..8, odd blocks lanes 8..16:
+//!    `acc[8·(b%2) + i] = fma(p_b, f32(isum_b[i]), acc[8·(b%2) + i])` with
+//!    `p_b = d · dx_b` (one rounding).
 //! 3. Q2_K only: the mins are integer lanes too, `mw[e] = m[2j + e/16]`
 //!    (4-bit), [`lane_isums`]`(mw)` added to a second sixteen-lane array
 //!    `mt` with `fma(dmin · dx_b, f32(isum), mt[..])` in the same even/odd
 //!    halves.
 //! 4. `reduce16(acc)`, minus `reduce16(mt)` for Q2_K.
+//!
+//! Accumulators never hold −0.0 (they start at +0.0 and round-to-nearest
+//! never sums to −0.0 unless both addends are −0.0), so a SIMD kernel may
+//! apply `fma(0, 0, a)` to a lane it has nothing for: that leaves the lane
+//! unchanged.
 //!
 //! Both integer sums are exact, so this is `Σ_e (d·sc·q − dmin·m)·dx·qx`
 //! up to the float combination's rounding.
@@ -94,7 +112,8 @@
 //! f32 weights use [`dot_f32`]: eight interleaved partial sums, reduced by a
 //! fixed tree, then the tail.
 
-use super::r16::{GROUP, R16};
+use super::r16::k::{self as r16k, KFormat};
+use super::r16::{GROUP, R16, R16Format};
 use super::{Input, Matrix, Weights};
 use crate::act::QRow;
 use crate::quant::dequant::get_scale_min_k4;
@@ -185,36 +204,44 @@ pub fn dot_q5_1(w: &[BlockQ5_1], x: QRow) -> f32 {
 /// Row `r` of a row-interleaved matrix: the same chain over its tiles.
 pub fn dot_r16(m: &R16, r: usize, x: QRow) -> f32 {
     let (g, j) = (r / GROUP, r % GROUP);
+    if let R16Format::K(k) = m.fmt {
+        let tiles = (0..m.nb).map(|sb| m.tile(g, sb));
+        return match k {
+            KFormat::Q4K => dot_q4k(&tiles.map(|t| r16k::q4k_block(t, j)).collect::<Vec<_>>(), x),
+            KFormat::Q5K => dot_q5k(&tiles.map(|t| r16k::q5k_block(t, j)).collect::<Vec<_>>(), x),
+            KFormat::Q6K => dot_q6k(&tiles.map(|t| r16k::q6k_block(t, j)).collect::<Vec<_>>(), x),
+        };
+    }
     dot_legacy(m.nb, &x, |b| {
         let (d, mw, q) = R16::unpack(m.fmt, m.tile(g, b), j);
         (h(d), m.fmt.has_min().then(|| h(mw)), q)
     })
 }
 
-/// Shared by Q4_K and Q5_K: `quants(j)` gives the 32 unsigned quants of
-/// sub-block `j` of super-block `sb`, whose activation blocks are
-/// `8 sb .. 8 sb + 8`.
+/// Shared by Q4_K and Q5_K: the chain over one super-block, `quants(j)`
+/// giving the 32 unsigned quants of sub-block `j` (activation block
+/// `8·sb + j`).
 #[inline]
 fn dot_k_sub(
     (d, dmin, scales): (f32, f32, &[u8; 12]),
     x: &QRow,
     sb: usize,
     quants: impl Fn(usize) -> [i32; QK],
-    acc: &mut [f32; 16],
-    mt: &mut [f32; 8],
+    y: &mut f32,
 ) {
-    for (j, mtj) in mt.iter_mut().enumerate() {
+    for j in 0..QK_K / QK {
         let b = sb * (QK_K / QK) + j;
         let (sc, m) = get_scale_min_k4(j, scales);
-        add_block(acc, b, (d * sc as f32) * x.d[b], lane_isums(&quants(j), x, b));
-        *mtj = (dmin * m as f32).mul_add(x.s[b], *mtj);
+        let qx = x.block_quants(b);
+        let isum: i32 = quants(j).iter().zip(&qx).map(|(&w, &v)| w * v as i32).sum();
+        *y = (isum as f32).mul_add((d * sc as f32) * x.d[b], *y);
+        *y = (-(dmin * m as f32)).mul_add(x.s[b], *y);
     }
 }
 
 /// Q4_K weights (256-element super-blocks, eight 32-element sub-blocks).
 pub fn dot_q4k(w: &[BlockQ4K], x: QRow) -> f32 {
-    let mut acc = [0.0f32; 16];
-    let mut mt = [0.0f32; 8];
+    let mut y = 0.0f32;
     for (sb, wb) in w.iter().enumerate() {
         let quants = |j: usize| -> [i32; QK] {
             std::array::from_fn(|l| {
@@ -222,15 +249,14 @@ pub fn dot_q4k(w: &[BlockQ4K], x: QRow) -> f32 {
                 (if j.is_multiple_of(2) { byte & 0x0F } else { byte >> 4 }) as i32
             })
         };
-        dot_k_sub((h(wb.d), h(wb.dmin), &wb.scales), &x, sb, quants, &mut acc, &mut mt);
+        dot_k_sub((h(wb.d), h(wb.dmin), &wb.scales), &x, sb, quants, &mut y);
     }
-    reduce16(acc) - reduce8(mt)
+    y
 }
 
 /// Q5_K weights: Q4_K's nibbles plus a fifth bit from `qh`.
 pub fn dot_q5k(w: &[BlockQ5K], x: QRow) -> f32 {
-    let mut acc = [0.0f32; 16];
-    let mut mt = [0.0f32; 8];
+    let mut y = 0.0f32;
     for (sb, wb) in w.iter().enumerate() {
         let quants = |j: usize| -> [i32; QK] {
             std::array::from_fn(|l| {
@@ -240,9 +266,9 @@ pub fn dot_q5k(w: &[BlockQ5K], x: QRow) -> f32 {
                 (lo | (hi << 4)) as i32
             })
         };
-        dot_k_sub((h(wb.d), h(wb.dmin), &wb.scales), &x, sb, quants, &mut acc, &mut mt);
+        dot_k_sub((h(wb.d), h(wb.dmin), &wb.scales), &x, sb, quants, &mut y);
     }
-    reduce16(acc) - reduce8(mt)
+    y
 }
 
 /// The signed 6-bit quants (−32..32) of one Q6_K super-block, in element order.
@@ -262,20 +288,26 @@ pub fn unpack_q6k(wb: &BlockQ6K) -> [i8; QK_K] {
     q
 }
 
+/// The order of a Q6_K super-block's sixteen 16-element sub-blocks in the
+/// chain: per quarter of `ql` (32-element blocks `a` and `a + 2`), `2a`,
+/// `2a + 4`, `2a + 1`, `2a + 5`.
+pub const Q6K_ORDER: [usize; 16] = [0, 4, 1, 5, 2, 6, 3, 7, 8, 12, 9, 13, 10, 14, 11, 15];
+
 /// Q6_K weights: sixteen 16-element sub-blocks with signed 8-bit scales,
-/// folded into the integer weights (`qw = scale · q`).
+/// one FMA each in [`Q6K_ORDER`].
 pub fn dot_q6k(w: &[BlockQ6K], x: QRow) -> f32 {
-    let mut acc = [0.0f32; 16];
+    let mut y = 0.0f32;
     for (sb, wb) in w.iter().enumerate() {
         let q = unpack_q6k(wb);
         let d = h(wb.d);
-        for j in 0..QK_K / QK {
-            let b = sb * (QK_K / QK) + j;
-            let qw: [i32; QK] = std::array::from_fn(|e| wb.scales[2 * j + e / 16] as i32 * q[j * QK + e] as i32);
-            add_block(&mut acc, b, d * x.d[b], lane_isums(&qw, &x, b));
+        for k in Q6K_ORDER {
+            let b = sb * (QK_K / QK) + k / 2;
+            let half = 16 * (k % 2);
+            let isum: i32 = (0..16).map(|e| q[16 * k + e] as i32 * x.quant(b, half + e) as i32).sum();
+            y = (isum as f32).mul_add((d * wb.scales[k] as f32) * x.d[b], y);
         }
     }
-    reduce16(acc)
+    y
 }
 
 /// One super-block of a 16-element-sub-block K-quant: `d`, the signed quants

@@ -1,15 +1,15 @@
 //! x86_64 SIMD mat-vec kernels: the dispatch for every format, and the
-//! K-quants' shared tiles and helpers ([`super::x86_k`]). Q4_0, Q4_1 and Q8_0
-//! run in the row-interleaved kernels of [`super::x86_r16`], Q5_0 and Q5_1
-//! in those of [`super::x86_r16_q5`], Q2_K and Q3_K in [`super::x86_k23`],
-//! F16 and BF16 in [`super::x86_f16`] (GGUF-layout
-//! matrices are repacked a group at a time on the way); the K-quants keep
+//! helpers the GGUF-layout Q2_K / Q3_K kernels ([`super::x86_k23`]) share.
+//! Q4_0, Q4_1, Q8_0 and the K-quants Q4_K, Q5_K, Q6_K run in the
+//! row-interleaved kernels of [`super::x86_r16`], Q5_0 and Q5_1 in those of
+//! [`super::x86_r16_q5`], F16 and BF16 in [`super::x86_f16`] (GGUF-layout
+//! matrices are repacked a group at a time on the way). Q2_K and Q3_K keep
 //! GGUF's layout and follow [`super::scalar`]'s lane specification:
 //!
-//! - the eight integer lanes of a sub-block are what `vpmaddwd`/`vpdpwssd`
+//! - the eight integer lanes of a block are what `vpmaddwd`/`vpdpwssd`
 //!   give on its two halves of sixteen 16-bit values;
 //! - the AVX2 kernel keeps the even- and odd-block lanes in two `ymm`
-//!   accumulators per row; the AVX-512 kernel widens a sub-block *pair* into
+//!   accumulators per row; the AVX-512 kernel widens a block *pair* into
 //!   512-bit registers (even block in lanes 0..8, odd in 8..16), so its one
 //!   `zmm` accumulator per row is the specification's sixteen lanes;
 //! - scales are formed per block exactly as the scalar code does (one
@@ -21,40 +21,27 @@
 #![allow(clippy::needless_range_loop)]
 
 use super::r16::R16Format;
-use super::x86_k::{rows_k_avx2, rows_k_avx512};
+use super::r16::k::KFormat;
 use super::x86_k23::{rows_k23_avx2, rows_k23_avx512};
 use super::x86_r16;
 use super::{Input, Matrix, Weights};
 use crate::act::QRow;
 use crate::dispatch::{AVX2_MAX_ROWS, AVX512_MAX_ROWS, KernelFamily, ROW_TILE, interleaved_rows, max_rows_per_pass};
-use crate::quant::{QK, QK_K};
+use crate::quant::QK_K;
 use std::arch::x86_64::*;
 
-/// Format tags of the const-generic kernels.
-pub(super) const Q4_0: u8 = 0;
+/// Tags of [`dot_pair`]'s two conversions, and of the const-generic kernels.
 pub(super) const Q4_1: u8 = 1;
 pub(super) const Q8_0: u8 = 2;
-/// The K-quant kernels live in [`super::x86_k`].
-pub(super) const Q4K: u8 = 3;
-pub(super) const Q5K: u8 = 4;
-pub(super) const Q6K: u8 = 5;
 /// Q2_K / Q3_K, in [`super::x86_k23`].
 pub(super) const Q2K: u8 = 6;
 pub(super) const Q3K: u8 = 7;
 
-/// Bytes per block of format `f` (ggml's `block_q4_0`, `block_q4_1`,
-/// `block_q8_0`; for the K-quants a super-block: `block_q4_K`, `block_q5_K`,
-/// `block_q6_K`).
+/// Bytes per super-block of format `f` (ggml's `block_q2_K`, `block_q3_K`).
 pub(super) const fn block_bytes(f: u8) -> usize {
     match f {
-        Q4_0 => 18,
-        Q4_1 => 20,
-        Q8_0 => 34,
-        Q4K => 144,
-        Q5K => 176,
         Q2K => 84,
-        Q3K => 110,
-        _ => 210,
+        _ => 110,
     }
 }
 
@@ -70,8 +57,9 @@ pub(super) fn matmul_rows(family: KernelFamily, m: &Matrix, inputs: &[Input], ro
     }
     let n = outs.len() / inputs.len();
     // K-quant tiles count super-blocks of 256 elements, the others blocks of 32.
-    let (nb, nsb) = (m.cols / QK, m.cols / QK_K);
+    let nsb = m.cols / QK_K;
     let native = |fmt: R16Format, base: *const u8, outs: &mut [f32]| {
+        let nb = m.cols / fmt.block_elems();
         // SAFETY: `base` is the matrix's `rows * nb` GGUF blocks of `fmt`
         // (a typed slice of them, viewed as its bytes).
         let bytes = unsafe { std::slice::from_raw_parts(base, m.rows * nb * fmt.native_block_bytes()) };
@@ -93,9 +81,9 @@ pub(super) fn matmul_rows(family: KernelFamily, m: &Matrix, inputs: &[Input], ro
         }
         Weights::Q2K(w) => (Q2K, w.as_ptr().cast::<u8>(), nsb),
         Weights::Q3K(w) => (Q3K, w.as_ptr().cast::<u8>(), nsb),
-        Weights::Q4K(w) => (Q4K, w.as_ptr().cast::<u8>(), nsb),
-        Weights::Q5K(w) => (Q5K, w.as_ptr().cast::<u8>(), nsb),
-        Weights::Q6K(w) => (Q6K, w.as_ptr().cast::<u8>(), nsb),
+        Weights::Q4K(w) => return native(R16Format::K(KFormat::Q4K), w.as_ptr().cast::<u8>(), outs),
+        Weights::Q5K(w) => return native(R16Format::K(KFormat::Q5K), w.as_ptr().cast::<u8>(), outs),
+        Weights::Q6K(w) => return native(R16Format::K(KFormat::Q6K), w.as_ptr().cast::<u8>(), outs),
         Weights::F32(w) => {
             for (inp, out) in inputs.iter().zip(outs.chunks_exact_mut(n)) {
                 for (i, o) in out.iter_mut().enumerate() {
@@ -179,22 +167,17 @@ unsafe fn run_pass(family: KernelFamily, f: u8, w: usize, t: &Tile, xs: &[Input]
         };
     }
     macro_rules! formats {
-        ($kkern:ident, $k23kern:ident, $fam:expr, $ws:tt) => {
+        ($k23kern:ident, $fam:expr, $ws:tt) => {
             match f {
                 Q2K => widths!($k23kern, $fam, Q2K, $ws),
-                Q3K => widths!($k23kern, $fam, Q3K, $ws),
-                Q4K => widths!($kkern, $fam, Q4K, $ws),
-                Q5K => widths!($kkern, $fam, Q5K, $ws),
-                _ => widths!($kkern, $fam, Q6K, $ws),
+                _ => widths!($k23kern, $fam, Q3K, $ws),
             }
         };
     }
     const _: () = assert!(AVX2_MAX_ROWS == 4 && AVX512_MAX_ROWS == 8, "update the width lists below");
     match family {
-        KernelFamily::Avx2 => formats!(rows_k_avx2, rows_k23_avx2, KernelFamily::Avx2, [1, 2, 3, 4]),
-        KernelFamily::Avx512Vnni => {
-            formats!(rows_k_avx512, rows_k23_avx512, KernelFamily::Avx512Vnni, [1, 2, 3, 4, 5, 6, 7, 8])
-        }
+        KernelFamily::Avx2 => formats!(rows_k23_avx2, KernelFamily::Avx2, [1, 2, 3, 4]),
+        KernelFamily::Avx512Vnni => formats!(rows_k23_avx512, KernelFamily::Avx512Vnni, [1, 2, 3, 4, 5, 6, 7, 8]),
         KernelFamily::Scalar => unreachable!("scalar has no SIMD pass"),
     }
 }
@@ -269,8 +252,6 @@ pub(super) struct Acts<const W: usize> {
     pub(super) qs: [*const i16; W],
     /// Block scales, padded with zeros to a multiple of sixteen blocks.
     pub(super) d: [*const f32; W],
-    /// Block `d * sum`, padded likewise.
-    pub(super) s: [*const f32; W],
 }
 
 impl<const W: usize> Acts<W> {
@@ -279,7 +260,6 @@ impl<const W: usize> Acts<W> {
         Acts {
             qs: std::array::from_fn(|i| q(i).pairs.as_ptr().cast::<i16>()),
             d: std::array::from_fn(|i| q(i).d.as_ptr()),
-            s: std::array::from_fn(|i| q(i).s.as_ptr()),
         }
     }
 }
@@ -356,9 +336,8 @@ const _: () = assert!(MAGIC.to_bits() == MAGIC_BITS as u32);
 /// `vcvtdq2ps` and `vpmaddwd` (the alternatives) share port 0 with the
 /// `vpdpwssd`s on Intel cores — the port that bounds the multi-row pass.
 /// Q8_0 lanes reach 2^24, so they take `vpmaddwd` + `vpdpwssd` +
-/// `vcvtdq2ps`. The K-quant kernels ([`super::x86_k`]) use the `Q4_1`
-/// instance for Q4_K / Q5_K (lanes below 2^22, still exact: the float
-/// spacing at 1.5·2^23 ± 2^22 is 1) and the `Q8_0` one for Q6_K.
+/// `vcvtdq2ps`. The Q2_K / Q3_K kernels ([`super::x86_k23`]) use them
+/// likewise.
 ///
 /// # Safety
 /// AVX-512 BW + VNNI; `x` points at a 64-byte-aligned [`crate::act::QPair`].

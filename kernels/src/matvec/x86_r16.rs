@@ -20,13 +20,16 @@
 //! `vpdpwssd`s, at the cost of twice the accumulators; passes of more than
 //! four rows, short of registers, shift the weights instead.
 //!
-//! GGUF-layout Q4_0/Q4_1/Q5_0/Q5_1/Q8_0 matrices (the runtime repacks its
-//! weights at load; tests and benchmarks may not) are repacked one group at
-//! a time into per-thread scratch and run through the same kernels.
+//! GGUF-layout matrices of these formats and of the K-quants (the runtime
+//! repacks its weights at load; tests and benchmarks may not) are repacked
+//! one group at a time into per-thread scratch and run through the same
+//! kernels. The K-quants' kernels are in [`k`].
 
 // Register-blocked loops index parallel arrays (activation rows ×
 // accumulators) with the same counter.
 #![allow(clippy::needless_range_loop)]
+
+mod k;
 
 use super::Input;
 use super::r16::{GROUP, R16, R16Format, repack_group};
@@ -175,7 +178,7 @@ unsafe fn run_group(
 }
 
 /// Picks the const-generic instance for (family, format, width); the Q5
-/// formats' are in [`super::x86_r16_q5`].
+/// formats' are in [`super::x86_r16_q5`], the K-quants' in [`k`].
 ///
 /// # Safety
 /// As [`group_avx2`] / [`group_avx512`].
@@ -205,13 +208,17 @@ unsafe fn run_pass(
                 R16Format::Q4_0 => widths!($kern, Q4_0, $ws),
                 R16Format::Q4_1 => widths!($kern, Q4_1, $ws),
                 R16Format::Q8_0 => widths!($kern, Q8_0, $ws),
-                R16Format::Q5_0 | R16Format::Q5_1 => unreachable!("handled above"),
+                R16Format::Q5_0 | R16Format::Q5_1 | R16Format::K(_) => unreachable!("handled above"),
             }
         };
     }
     if fmt.has_high_bits() {
         // SAFETY: forwarded from the caller.
         return unsafe { super::x86_r16_q5::run_pass(family, fmt, w, tiles, nb, end, xs, o) };
+    }
+    if let R16Format::K(kf) = fmt {
+        // SAFETY: forwarded from the caller (`nb` counts super-blocks).
+        return unsafe { k::run_pass(family, kf, w, tiles, nb, xs, o) };
     }
     const _: () = assert!(
         crate::dispatch::AVX2_MAX_ROWS == 4 && crate::dispatch::AVX512_MAX_ROWS == 8,

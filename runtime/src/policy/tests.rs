@@ -1032,7 +1032,7 @@ fn a_changed_part_stales_only_the_keys_it_applies_to() {
     let q4_1 = ["q4_1", "q8_0"];
     let k_quants = ["q4_k", "q6_k"];
     // The K-quant kernels: a Q4_1 target stays fresh, a Q4_K one goes stale.
-    let h = changed("kernels/src/matvec/x86_k.rs");
+    let h = changed("kernels/src/matvec/x86_r16/k.rs");
     assert_eq!(key(&h, cpu, &q4_1), key(&base, cpu, &q4_1));
     assert_ne!(key(&h, cpu, &k_quants), key(&base, cpu, &k_quants));
     // The Q5 kernels: Q4_1 and K-quant targets stay fresh, a Q5_0 one goes
