@@ -24,11 +24,11 @@
 //   Q4_K:       acc = (acc + ((d * sc) * dx) * isum) - (dmin * m) * sx
 //   Q6_K:       acc = acc + (d * dx) * (sc_a * isum_a + sc_b * isum_b)
 //   F32:        acc = acc + w * x per element (lane l takes elements l, l + 32, ...)
-// These are the CPU scalar specification's per-unit rules (kernels/src/matvec/scalar.rs);
-// only the order in which units are summed differs (the CPU runs one serial
-// chain per output over Q4/Q8 blocks, with Q4_1's min term in the same chain,
-// and sums K-quant sub-blocks in sixteen lanes), so GPU and CPU agree within
-// the tolerance of docs/cuda.md, not bit for bit.
+// These follow the CPU scalar specification's per-unit rules (kernels/src/matvec/scalar.rs)
+// up to the order of the sums (the CPU runs one serial chain per output over
+// blocks and sub-blocks, min terms in the same chain, Q6_K's sixteen
+// sub-blocks each with its own d * sc in ql order), so GPU and CPU agree
+// within the tolerance of docs/cuda.md, not bit for bit.
 
 // The 32 signed quants of unit u of weight row `row` and its scales.
 template <int FMT>

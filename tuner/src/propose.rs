@@ -661,6 +661,14 @@ pub fn apply_pool(fields: &mut Fields, pooled: &crate::pool::Pooled, verdict: &c
     }
 }
 
+/// What the entry's note says for each provenance check the operator
+/// overrode ([`check_provenance`]'s flags).
+const PROVENANCE_NOTES: [(&str, &str); 3] = [
+    ("--allow-dirty", "arms ran a build with uncommitted changes, allowed by --allow-dirty"),
+    ("--allow-stale-fingerprint", "measured under another kernel fingerprint, allowed by --allow-stale-fingerprint"),
+    ("--allow-older", "dated before the entry it replaced, allowed by --allow-older"),
+];
+
 /// Proposes the entry for the record in `dir`; writes the table unless `dry_run`.
 pub fn propose(dir: &Path, table_path: Option<&Path>, dry_run: bool, allow: Allow) -> Result<Proposal, ProposeError> {
     let (raw, s) = crate::summary::summarize_dir(dir).map_err(|e| ProposeError::Record(format!("{e:#}")))?;
@@ -716,20 +724,25 @@ pub fn propose(dir: &Path, table_path: Option<&Path>, dry_run: bool, allow: Allo
     let verdict = crate::pool::hysteresis(current, &pooled, &pool_records);
     let mut fields = entry_fields(&raw, &s, &record)?;
     apply_pool(&mut fields, &pooled, &verdict);
+    // The entry says what the reviewer allowed, each override in its note.
+    let mut allowed: Vec<&str> = PROVENANCE_NOTES
+        .iter()
+        .filter(|(flag, _)| overridden.iter().any(|o| o.starts_with(&format!("{flag}:"))))
+        .map(|(_, say)| *say)
+        .collect();
     if let Some(o) = loose {
-        // The entry says what the reviewer allowed.
-        if let Some((_, note)) = fields.iter_mut().find(|(k, _)| *k == "note") {
-            let body = note.trim_end_matches('"');
-            *note = format!("{body}; gate looser than the defaults, allowed by --allow-loose-gate\"");
-        }
+        allowed.push("gate looser than the defaults, allowed by --allow-loose-gate");
         overridden.push(o);
     }
     if !weak.is_empty() {
-        if let Some((_, note)) = fields.iter_mut().find(|(k, _)| *k == "note") {
-            let body = note.trim_end_matches('"');
-            *note = format!("{body}; plan weaker than the rules, allowed by --allow-weak-plan\"");
-        }
+        allowed.push("plan weaker than the rules, allowed by --allow-weak-plan");
         overridden.extend(weak);
+    }
+    if let Some((_, note)) = fields.iter_mut().find(|(k, _)| *k == "note") {
+        for say in allowed {
+            let body = note.trim_end_matches('"');
+            *note = format!("{body}; {say}\"");
+        }
     }
     let new = edit_table(&old, &key, &fields)?;
     // The result must compile exactly as the build will compile it.

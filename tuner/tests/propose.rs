@@ -646,6 +646,11 @@ fn the_binary_refuses_a_dirty_record_and_proposes_it_with_allow_dirty() {
     assert!(o.status.success(), "{}", text(&o));
     assert!(String::from_utf8_lossy(&o.stderr).contains("warning: overridden by --allow-dirty"), "{}", text(&o));
     assert!(String::from_utf8_lossy(&o.stdout).contains("+record = \"records/r\"\n"), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("uncommitted changes, allowed by --allow-dirty"),
+        "the entry's note names the override: {}",
+        text(&o)
+    );
     assert_eq!(f.table(), before, "--dry-run writes nothing");
 }
 
