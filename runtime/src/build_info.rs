@@ -9,8 +9,9 @@ pub struct BuildInfo {
     pub version: String,
     /// `git rev-parse HEAD` at build time, or "unknown".
     pub git_commit: String,
-    /// Whether tracked files differed from HEAD (`"true"`, `"false"` or
-    /// `"unknown"` in JSON).
+    /// Whether tracked files differed from HEAD: a JSON boolean, `null`
+    /// when git could not say (events before schema 3 hold the strings
+    /// `"true"`, `"false"` or `"unknown"`, which still read).
     pub git_dirty: GitDirty,
     /// Cargo features compiled in (e.g. `cuda`).
     pub features: Vec<String>,
@@ -77,12 +78,56 @@ impl fmt::Display for GitDirty {
 
 impl Serialize for GitDirty {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(self.as_str())
+        match self {
+            GitDirty::Clean => s.serialize_bool(false),
+            GitDirty::Dirty => s.serialize_bool(true),
+            GitDirty::Unknown => s.serialize_none(),
+        }
     }
+}
+
+/// What a `git_dirty` field may hold: the boolean (or `null`) written since
+/// events schema 3, or the string of the versions before.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum GitDirtyJson {
+    Bool(bool),
+    Name(String),
 }
 
 impl<'de> Deserialize<'de> for GitDirty {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        Ok(GitDirty::from_name(&String::deserialize(d)?))
+        Ok(match Option::<GitDirtyJson>::deserialize(d)? {
+            Some(GitDirtyJson::Bool(false)) => GitDirty::Clean,
+            Some(GitDirtyJson::Bool(true)) => GitDirty::Dirty,
+            Some(GitDirtyJson::Name(n)) => GitDirty::from_name(&n),
+            None => GitDirty::Unknown,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn git_dirty_is_a_json_boolean_and_the_old_strings_still_read() {
+        for (v, json) in [(GitDirty::Clean, "false"), (GitDirty::Dirty, "true"), (GitDirty::Unknown, "null")] {
+            assert_eq!(serde_json::to_string(&v).unwrap(), json);
+            assert_eq!(serde_json::from_str::<GitDirty>(json).unwrap(), v);
+        }
+        for (json, v) in [
+            (r#""false""#, GitDirty::Clean),
+            (r#""true""#, GitDirty::Dirty),
+            (r#""unknown""#, GitDirty::Unknown),
+            (r#""maybe""#, GitDirty::Unknown),
+        ] {
+            assert_eq!(serde_json::from_str::<GitDirty>(json).unwrap(), v, "{json}");
+        }
+        assert!(serde_json::from_str::<GitDirty>("1").is_err(), "a number is not a dirty state");
+        let b = BuildInfo::current();
+        let j: serde_json::Value = serde_json::to_value(&b).unwrap();
+        assert!(j["git_dirty"].is_boolean() || j["git_dirty"].is_null(), "{j}");
+        assert_eq!(serde_json::from_value::<BuildInfo>(j).unwrap(), b);
     }
 }

@@ -175,7 +175,7 @@ const TYPES: [&str; 6] = ["code", "edit", "free", "math", "qa", "summary"];
 fn startup(width: Option<usize>) -> Startup {
     let v = serde_json::json!({
         "schema_version": runtime::events::SCHEMA_VERSION,
-        "build": {"version": "0.1.0", "git_commit": "sim", "git_dirty": "false", "features": [],
+        "build": {"version": "0.1.0", "git_commit": "sim", "git_dirty": false, "features": [],
                   "rustc": "rustc", "profile": "release", "cuda_archs": [], "kernel_fingerprint": "0123456789abcdef"},
         "device_class": "cpu:x86_64-sim", "kernel_family": "sim", "kernel_family_forced": false, "threads": 2,
         "target": {"path": "/sim/model.gguf", "format": "gguf", "architecture": "llama",

@@ -486,7 +486,7 @@ fn an_unknown_dirty_state_is_refused_like_a_dirty_one_unless_allow_dirty() {
     let r = rules::check_build(&unknown).unwrap_err();
     assert!(matches!(r, Refusal::DirtyUnknown { .. }), "{r:?}");
     let m = r.to_string();
-    assert!(m.contains("arm(s) 0, 5") && m.contains("\"unknown\"") && m.contains("--allow-dirty"), "{m}");
+    assert!(m.contains("arm(s) 0, 5") && m.contains("null (unknown)") && m.contains("--allow-dirty"), "{m}");
     let allow = Allow { dirty: true, ..Allow::default() };
     assert_eq!(rules::check_provenance(&unknown, s, None, fp(s), allow).unwrap().len(), 1);
 }

@@ -26,11 +26,13 @@ use kernels::dispatch;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-/// Bumped whenever a field changes meaning or disappears. 2: `block_size`
-/// became `width` (and `block_size_from` `width_from`); the startup event
-/// gained `host_class` and the target's `parameters`. Version-1 events
-/// still read (the old names are aliases).
-pub const SCHEMA_VERSION: u32 = 2;
+/// Bumped whenever a field changes meaning, type or disappears. 2:
+/// `block_size` became `width` (and `block_size_from` `width_from`); the
+/// startup event gained `host_class` and the target's `parameters`. 3:
+/// `build.git_dirty` is a boolean (`null` when git could not say), not the
+/// string `"true"` / `"false"` / `"unknown"`. Older events still read (the
+/// old names are aliases, the old strings are parsed).
+pub const SCHEMA_VERSION: u32 = 3;
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(tag = "event", rename_all = "snake_case")]

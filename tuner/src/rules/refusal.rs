@@ -89,7 +89,7 @@ pub enum Refusal {
     )]
     LooserGate(String),
     #[error(
-        "arm(s) {arms} ran a dirty build (`build.git_dirty` is \"true\" in their startup events: tracked files \
+        "arm(s) {arms} ran a dirty build (`build.git_dirty` is true in their startup events: tracked files \
          differed from commit {commits}), so no commit holds the code that was measured; commit the change, \
          rebuild, and re-run `tuner sweep`, or pass --allow-dirty to propose the record anyway"
     )]
@@ -97,7 +97,7 @@ pub enum Refusal {
     #[error(
         "whether the build was dirty is unknown for arm(s) {arms} ({why}), and an unknown build is refused like a \
          dirty one; rebuild in a git checkout and re-run `tuner sweep`, or pass --allow-dirty (it covers \
-         \"unknown\" too) to propose the record anyway"
+         an unknown state too) to propose the record anyway"
     )]
     DirtyUnknown { arms: String, why: String },
     #[error(
