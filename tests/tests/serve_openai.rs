@@ -150,3 +150,66 @@ fn fields_other_servers_take_are_ignored_and_logged_unless_strict_params() {
     let (status, stderr) = server.terminate(std::time::Duration::from_secs(15));
     assert!(status.success(), "{stderr}");
 }
+
+/// Runs tests/python/openai_tool_messages.py against `server`.
+fn tool_messages_call(python: &std::path::Path, server: &Server, model: &str, rendered: &str) -> Value {
+    let out = Command::new(python)
+        .arg(workspace_root().join("tests/python/openai_tool_messages.py"))
+        .arg(format!("http://{}/v1", server.addr))
+        .arg(model)
+        .arg(rendered)
+        .output()
+        .expect("run the openai tool messages script");
+    assert!(
+        out.status.success(),
+        "the script failed:\n{}\nserver log:\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        server.stderr()
+    );
+    serde_json::from_slice(&out.stdout).expect("the script prints one JSON object")
+}
+
+#[test]
+fn a_tool_conversation_is_rendered_by_the_template_or_refused_when_the_template_drops_results() {
+    let python = venv_python();
+    let model = runtime::serve::default_model_id(&model_path());
+    let dir = std::env::temp_dir().join(format!("draftwise-tool-messages-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+
+    // SmolLM2's own template writes every turn as `<|im_start|>ROLE\nCONTENT<|im_end|>\n`
+    // (the tool call's turn has empty content): the chat request must
+    // decode exactly what a completion of that text, written out here by
+    // hand, decodes.
+    let rendered = "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n\
+                    <|im_start|>user\nWhat is 2 + 3? Use the add tool.<|im_end|>\n\
+                    <|im_start|>assistant\n<|im_end|>\n\
+                    <|im_start|>tool\n5<|im_end|>\n\
+                    <|im_start|>assistant\n";
+    let prompt_file = dir.join("rendered.txt");
+    std::fs::write(&prompt_file, rendered).unwrap();
+    let server = Server::start(&[]);
+    let got = tool_messages_call(&python, &server, &model, prompt_file.to_str().unwrap());
+    assert!(got["chat"]["text"].is_string(), "{got}");
+    assert_eq!(got["chat"], got["completion"], "the tool conversation is the hand-rendered prompt");
+    let (status, stderr) = server.terminate(std::time::Duration::from_secs(15));
+    assert!(status.success(), "{stderr}");
+
+    // A template that writes only user and assistant turns would drop the
+    // tool's result: a typed 400 that says so.
+    let template = dir.join("no-tools.jinja");
+    std::fs::write(
+        &template,
+        "{% for m in messages %}{% if m['role'] in ['user', 'assistant'] %}<|im_start|>{{ m['role'] }}\n\
+         {{ m['content'] }}<|im_end|>\n{% endif %}{% endfor %}<|im_start|>assistant\n",
+    )
+    .unwrap();
+    let server = Server::start(&["--chat-template", template.to_str().unwrap()]);
+    let got = tool_messages_call(&python, &server, &model, "-");
+    assert_eq!(got["chat"]["error"]["status"], 400, "{got}");
+    assert_eq!(got["chat"]["error"]["param"], "messages", "{got}");
+    let message = got["chat"]["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("message 2 is a tool result"), "{got}");
+    let (status, stderr) = server.terminate(std::time::Duration::from_secs(15));
+    assert!(status.success(), "{stderr}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -7,7 +7,7 @@
 
 use crate::generate::Engine;
 use crate::sampling::SamplingParams;
-use crate::tokenizer::chat::Message;
+use crate::tokenizer::chat::{Message, Turn};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde_json::{Map, Value, json};
@@ -268,7 +268,7 @@ pub enum Prompt {
     Text(String),
     /// A prompt given as token ids (`/v1/completions` only).
     Tokens(Vec<u32>),
-    Chat(Vec<Message>),
+    Chat(Vec<Turn>),
 }
 
 /// A request body that passed every check that does not need the model.
@@ -607,16 +607,19 @@ fn token_ids(items: &[Value], param: &str) -> Result<Vec<u32>, ApiError> {
         .ok_or_else(|| type_error(param, "a list of token ids (integers in 0..2^32)"))
 }
 
+/// Most tool calls one assistant message may carry.
+pub const MAX_TOOL_CALLS: usize = 128;
+
 /// Chat messages: `role` and `content` (a string, or a list of text parts).
-/// Other fields of a message that are null are skipped (clients echo an
-/// assistant message back with `"tool_calls": null`, `"refusal": null`);
-/// tool calls are refused; unknown ones follow `unknown` (their paths, such
-/// as `messages[1].reasoning_content`, go to `ignored`).
-fn parse_messages(
-    v: Option<Value>,
-    unknown: UnknownFields,
-    ignored: &mut Vec<String>,
-) -> Result<Vec<Message>, ApiError> {
+/// A conversation may replay tool use: an assistant message's `tool_calls`
+/// (content may then be null) and `tool` messages with their
+/// `tool_call_id` go to the chat template, which renders them or refuses
+/// ([`crate::tokenizer::Tokenizer::render_turns`]). Other fields of a
+/// message that are null are skipped (clients echo an assistant message
+/// back with `"tool_calls": null`, `"refusal": null`); unknown ones follow
+/// `unknown` (their paths, such as `messages[1].reasoning_content`, go to
+/// `ignored`).
+fn parse_messages(v: Option<Value>, unknown: UnknownFields, ignored: &mut Vec<String>) -> Result<Vec<Turn>, ApiError> {
     let Some(v) = v else {
         return Err(ApiError::invalid("messages is required", Some("messages"), "missing_required_parameter"));
     };
@@ -642,26 +645,52 @@ fn parse_messages(
             }
         };
         let role = match role.as_str() {
-            "system" | "user" | "assistant" => role,
+            "system" | "user" | "assistant" | "tool" => role,
             // OpenAI's newer name for the system role.
             "developer" => "system".to_string(),
-            "tool" | "function" => {
+            "function" => {
                 return Err(ApiError::unsupported(
                     &at("role"),
-                    "tool and function messages are not accepted, since tool calling is not implemented",
+                    "function messages (the deprecated form of tool results) are not accepted; send role \"tool\" \
+                     with a tool_call_id",
                 ));
             }
             other => {
                 return Err(ApiError::invalid(
-                    format!("{} {other:?} is not a role: give system, user or assistant", at("role")),
+                    format!("{} {other:?} is not a role: give system, user, assistant or tool", at("role")),
                     Some(&at("role")),
                     "invalid_value",
                 ));
             }
         };
+        let tool_calls = match take(&mut m, "tool_calls") {
+            None | Some(Value::Null) => None,
+            Some(v) if role == "assistant" => Some(tool_calls(v, &at("tool_calls"))?),
+            Some(_) => {
+                return Err(ApiError::invalid(
+                    format!("{} is only for assistant messages", at("tool_calls")),
+                    Some(&at("tool_calls")),
+                    "invalid_value",
+                ));
+            }
+        };
+        let tool_call_id = match take(&mut m, "tool_call_id") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(id)) if role == "tool" => Some(id),
+            Some(Value::String(_)) => {
+                return Err(ApiError::invalid(
+                    format!("{} is only for tool messages", at("tool_call_id")),
+                    Some(&at("tool_call_id")),
+                    "invalid_value",
+                ));
+            }
+            Some(_) => return Err(type_error(&at("tool_call_id"), "a string")),
+        };
         let content = match take(&mut m, "content") {
             Some(Value::String(s)) => s,
             Some(Value::Array(parts)) => text_parts(parts, &at("content"))?,
+            // An assistant turn that only calls tools has no content.
+            None | Some(Value::Null) if tool_calls.is_some() => String::new(),
             Some(_) => return Err(type_error(&at("content"), "a string or a list of text parts")),
             None => {
                 return Err(ApiError::invalid(
@@ -678,16 +707,52 @@ fn parse_messages(
                 continue;
             }
             match k.as_str() {
-                "tool_calls" | "function_call" | "tool_call_id" => {
-                    return Err(ApiError::unsupported(&at(&k), "tool calling is not implemented"));
+                "function_call" => {
+                    return Err(ApiError::unsupported(
+                        &at(&k),
+                        "function_call (the deprecated form of tool_calls) is not accepted; send tool_calls",
+                    ));
                 }
                 _ if unknown == UnknownFields::Refuse => return Err(unknown_field(&at(&k))),
                 _ => ignored.push(at(&k)),
             }
         }
-        out.push(Message { role, content });
+        out.push(Turn { message: Message { role, content }, tool_calls, tool_call_id });
     }
     Ok(out)
+}
+
+/// An assistant message's `tool_calls`: a list of at most
+/// [`MAX_TOOL_CALLS`] objects, each with a `function` object that names the
+/// function (`name`, a string); the rest (`id`, `type`, `arguments`) goes
+/// to the template as given, except that `arguments` written as a string
+/// holding a JSON object (OpenAI's form) becomes that object, as vLLM
+/// passes it: templates write it with `tojson` and expect a mapping (a
+/// string would reach the prompt quoted twice).
+fn tool_calls(mut v: Value, at: &str) -> Result<Value, ApiError> {
+    let Value::Array(calls) = &mut v else { return Err(type_error(at, "a list of tool call objects")) };
+    if calls.len() > MAX_TOOL_CALLS {
+        return Err(ApiError::invalid(
+            format!("{at} holds {} tool calls, more than the {MAX_TOOL_CALLS} accepted", calls.len()),
+            Some(at),
+            "invalid_value",
+        ));
+    }
+    for (j, c) in calls.iter_mut().enumerate() {
+        let named = c.get("function").and_then(|f| f.get("name")).is_some_and(Value::is_string);
+        if !c.is_object() || !named {
+            return Err(type_error(
+                &format!("{at}[{j}]"),
+                "an object {\"id\", \"type\": \"function\", \"function\": {\"name\": string, \"arguments\"}}",
+            ));
+        }
+        if let Some(args) = c.get_mut("function").and_then(|f| f.get_mut("arguments"))
+            && let Some(Ok(obj @ Value::Object(_))) = args.as_str().map(serde_json::from_str::<Value>)
+        {
+            *args = obj;
+        }
+    }
+    Ok(v)
 }
 
 /// Concatenates `[{"type": "text", "text": ...}, ...]`.
@@ -868,7 +933,7 @@ impl TokenizeRequest {
                 }
                 tok.encode(t)
             }
-            Prompt::Chat(m) => tok.encode_chat(m, context),
+            Prompt::Chat(m) => tok.encode_turns(m, context),
             Prompt::Tokens(ids) => Ok(ids.clone()),
         }
         .map_err(|e| ApiError::invalid(format!("{param}: {e}"), Some(param), "invalid_value"))?;
@@ -940,7 +1005,7 @@ impl Request {
         let Some(longest) = engine.loaded.tokenizer.longest_token_bytes else { return Ok(()) };
         let bytes = match &self.prompt {
             Prompt::Text(t) => t.len(),
-            Prompt::Chat(m) => m.iter().map(|m| m.content.len()).sum(),
+            Prompt::Chat(m) => m.iter().map(|t| t.message.content.len()).sum(),
             Prompt::Tokens(_) => return Ok(()),
         };
         let context = engine.loaded.info.context_length;
@@ -970,7 +1035,7 @@ impl Request {
             // Stopping once past the context: an over-long prompt costs one
             // piece's worth of tokenizer memory past it, not its whole length.
             Prompt::Text(t) => tok.encode_prompt_bounded(t, engine.loaded.info.context_length),
-            Prompt::Chat(m) => tok.encode_chat(m, engine.loaded.info.context_length),
+            Prompt::Chat(m) => tok.encode_turns(m, engine.loaded.info.context_length),
             Prompt::Tokens(ids) => {
                 in_vocabulary(ids, engine.loaded.info.vocab, param)?;
                 Ok(ids.clone())
@@ -1032,7 +1097,7 @@ mod tests {
     #[test]
     fn a_minimal_chat_request_parses_with_openai_defaults() {
         let r = chat(r#"{"model": "m", "messages": [{"role": "user", "content": "hi"}]}"#).unwrap();
-        assert_eq!(r.prompt, Prompt::Chat(vec![Message { role: "user".into(), content: "hi".into() }]));
+        assert_eq!(r.prompt, Prompt::Chat(vec![Message { role: "user".into(), content: "hi".into() }.into()]));
         assert_eq!(r.sampling.temperature, 1.0);
         assert_eq!(r.max_tokens, None);
         assert!(!r.stream && !r.include_usage && !r.seed_given);
@@ -1153,12 +1218,11 @@ mod tests {
         let msg_only = r#"{"model": "m", "messages": [{"role": "user", "content": "x", "reasoning_content": "r"}]}"#;
         let e = parse(Endpoint::Chat, msg_only.as_bytes(), "m", UnknownFields::Refuse).unwrap_err();
         assert_eq!(e.param.as_deref(), Some("messages[0].reasoning_content"), "{e:?}");
-        // A tool call in a message is refused either way; known parameters
-        // at a value this server cannot honour are too.
+        // A malformed tool call is refused either way; known parameters at
+        // a value this server cannot honour are too.
         let tool = r#"{"model": "m", "messages": [{"role": "assistant", "content": "", "tool_calls": [{"id": "1"}]}]}"#;
         let e = chat(tool).unwrap_err();
-        assert_eq!(e.param.as_deref(), Some("messages[0].tool_calls"), "{e:?}");
-        assert!(e.message.ends_with("tool calling is not implemented"), "{}", e.message);
+        assert_eq!(e.param.as_deref(), Some("messages[0].tool_calls[0]"), "{e:?}");
         assert_eq!(
             chat(r#"{"model": "m", "messages": [{"role": "user", "content": "x"}], "n": 2}"#)
                 .unwrap_err()
@@ -1288,12 +1352,47 @@ mod tests {
     fn chat_content_parts_concatenate_and_other_parts_are_refused() {
         let r = chat(r#"{"model":"m","messages":[{"role":"developer","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]}]}"#)
             .unwrap();
-        assert_eq!(r.prompt, Prompt::Chat(vec![Message { role: "system".into(), content: "ab".into() }]));
+        assert_eq!(r.prompt, Prompt::Chat(vec![Message { role: "system".into(), content: "ab".into() }.into()]));
         let e = chat(r#"{"model":"m","messages":[{"role":"user","content":[{"type":"image_url","image_url":{}}]}]}"#)
             .unwrap_err();
         assert_eq!(e.code, Some("unsupported_parameter"));
-        let e = chat(r#"{"model":"m","messages":[{"role":"tool","content":"x"}]}"#).unwrap_err();
+        let e = chat(r#"{"model":"m","messages":[{"role":"function","content":"x"}]}"#).unwrap_err();
         assert_eq!(e.param.as_deref(), Some("messages[0].role"));
+        assert!(e.message.contains("send role \"tool\""), "{}", e.message);
+    }
+
+    #[test]
+    fn a_tool_conversation_parses_into_turns_and_misplaced_fields_are_refused() {
+        let call = r#"{"id": "c1", "type": "function", "function": {"name": "add", "arguments": "{\"a\": 2}"}}"#;
+        let body = format!(
+            r#"{{"model": "m", "messages": [{{"role": "user", "content": "2+3?"}},
+                {{"role": "assistant", "content": null, "tool_calls": [{call}]}},
+                {{"role": "tool", "tool_call_id": "c1", "content": "5"}}]}}"#
+        );
+        let r = chat(&body).unwrap();
+        let Prompt::Chat(turns) = &r.prompt else { panic!("{:?}", r.prompt) };
+        assert_eq!(turns.len(), 3);
+        assert_eq!((turns[1].message.role.as_str(), turns[1].message.content.as_str()), ("assistant", ""));
+        assert_eq!(turns[1].tool_calls.as_ref().unwrap()[0]["function"]["name"], "add");
+        // The arguments string becomes the object it holds (what templates expect).
+        assert_eq!(turns[1].tool_calls.as_ref().unwrap()[0]["function"]["arguments"], json!({"a": 2}));
+        assert_eq!((turns[2].message.role.as_str(), turns[2].tool_call_id.as_deref()), ("tool", Some("c1")));
+        // Each field only where it belongs, each with its type.
+        for (bad, param) in [
+            (r#"{"role": "user", "content": "x", "tool_calls": []}"#, "messages[0].tool_calls"),
+            (r#"{"role": "user", "content": "x", "tool_call_id": "c1"}"#, "messages[0].tool_call_id"),
+            (r#"{"role": "tool", "content": "x", "tool_call_id": 7}"#, "messages[0].tool_call_id"),
+            (r#"{"role": "assistant", "content": null, "tool_calls": {"id": "c1"}}"#, "messages[0].tool_calls"),
+            (r#"{"role": "assistant", "content": null}"#, "messages[0].content"),
+            (r#"{"role": "assistant", "content": "", "function_call": {"name": "f"}}"#, "messages[0].function_call"),
+        ] {
+            let e = chat(&format!(r#"{{"model": "m", "messages": [{bad}]}}"#)).unwrap_err();
+            assert_eq!(e.param.as_deref(), Some(param), "{bad}: {e:?}");
+        }
+        let many = vec![call; MAX_TOOL_CALLS + 1].join(",");
+        let e = chat(&format!(r#"{{"model": "m", "messages": [{{"role": "assistant", "tool_calls": [{many}]}}]}}"#))
+            .unwrap_err();
+        assert!(e.message.contains("more than the 128"), "{}", e.message);
     }
 
     #[test]

@@ -130,6 +130,48 @@ pub struct Message {
     pub content: String,
 }
 
+/// A chat message with what a tool conversation adds to it: an assistant
+/// turn's `tool_calls` (OpenAI's list of `{"id", "type": "function",
+/// "function": {"name", "arguments"}}`, passed to the template as given)
+/// and a `tool` turn's `tool_call_id`. The template sees one object per
+/// turn: `role`, `content`, and each of these only when present (so
+/// `message.tool_calls is defined` works as under Hugging Face).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Turn {
+    #[serde(flatten)]
+    pub message: Message,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<serde_json::Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
+}
+
+impl From<Message> for Turn {
+    fn from(message: Message) -> Self {
+        Turn { message, tool_calls: None, tool_call_id: None }
+    }
+}
+
+impl Turn {
+    /// The text of the turn that reaches the template besides its role:
+    /// the content, the tool calls as JSON, the call id.
+    fn texts(&self) -> impl Iterator<Item = std::borrow::Cow<'_, str>> {
+        let calls = self.tool_calls.as_ref().map(|v| std::borrow::Cow::Owned(v.to_string()));
+        std::iter::once(std::borrow::Cow::Borrowed(self.message.content.as_str()))
+            .chain(calls)
+            .chain(self.tool_call_id.as_deref().map(std::borrow::Cow::Borrowed))
+    }
+
+    /// Bytes the turn brings into a rendering.
+    fn bytes(&self) -> usize {
+        self.message.role.len() + self.texts().map(|t| t.len()).sum::<usize>()
+    }
+}
+
+fn turns_of(messages: &[Message]) -> Vec<Turn> {
+    messages.iter().cloned().map(Turn::from).collect()
+}
+
 impl Tokenizer {
     /// Gives a tokenizer without a chat template its architecture's
     /// built-in one, if there is one.
@@ -145,6 +187,41 @@ impl Tokenizer {
     /// Renders `messages` with the model's chat template, ending with the
     /// assistant's turn opener when `add_generation_prompt` is set.
     pub fn render_chat(&self, messages: &[Message], add_generation_prompt: bool) -> Result<String, TokenizerError> {
+        self.render_turns(&turns_of(messages), add_generation_prompt)
+    }
+
+    /// [`Tokenizer::render_chat`] for turns that may carry tool calls and
+    /// tool results. A `tool` turn whose content the template does not
+    /// write into the prompt is refused: the template does not support
+    /// tool results, and the model would answer without them.
+    pub fn render_turns(&self, turns: &[Turn], add_generation_prompt: bool) -> Result<String, TokenizerError> {
+        let text = self.render_turns_unchecked(turns, add_generation_prompt)?;
+        let results: Vec<usize> = (0..turns.len())
+            .filter(|&i| turns[i].message.role == "tool" && !turns[i].message.content.trim().is_empty())
+            .collect();
+        if results.is_empty() {
+            return Ok(text);
+        }
+        // A result's own text may occur elsewhere in the prompt ("5"): the
+        // template is rendered once more with each result replaced by a
+        // marker of its own, and every marker must come out.
+        let marker = |i: usize| format!("[draftwise tool result {i}]");
+        let mut probe = turns.to_vec();
+        for &i in &results {
+            probe[i].message.content = marker(i);
+        }
+        let probed = self.render_turns_unchecked(&probe, add_generation_prompt)?;
+        if let Some(i) = results.into_iter().find(|&i| !probed.contains(&marker(i))) {
+            return Err(TokenizerError::Template(format!(
+                "message {i} is a tool result, and this model's chat template (from {}) does not write tool \
+                 results into the prompt; send it as a user message instead",
+                self.chat_template_from
+            )));
+        }
+        Ok(text)
+    }
+
+    fn render_turns_unchecked(&self, turns: &[Turn], add_generation_prompt: bool) -> Result<String, TokenizerError> {
         let src = self.chat_template.as_deref().ok_or_else(|| {
             TokenizerError::Template(
                 "the model has no chat template; pass a plain prompt instead of --chat/messages".into(),
@@ -157,13 +234,13 @@ impl Tokenizer {
                 super::MAX_CHAT_TEMPLATE_BYTES
             )));
         }
-        let message_bytes: usize = messages.iter().map(|m| m.role.len() + m.content.len()).sum();
+        let message_bytes: usize = turns.iter().map(Turn::bytes).sum();
         let budget =
             CHAT_TEMPLATE_BASE_BYTES.saturating_add(message_bytes.saturating_mul(CHAT_TEMPLATE_BYTES_PER_MESSAGE_BYTE));
         let max_out = CHAT_RENDERED_BASE_BYTES.saturating_add(message_bytes.saturating_mul(2));
         let stuck = stuck_count(src);
         let tok_text = |id: Option<u32>| id.and_then(|i| self.id_to_token(i)).unwrap_or_default();
-        let (src, messages, bos, eos) = (src.to_string(), messages.to_vec(), tok_text(self.bos), tok_text(self.eos));
+        let (src, messages, bos, eos) = (src.to_string(), turns.to_vec(), tok_text(self.bos), tok_text(self.eos));
         // The template is code from the model file: it runs on its own
         // thread under a memory budget and a deadline, so that no template
         // can abort the process or hold it (crate::budget).
@@ -190,16 +267,33 @@ impl Tokenizer {
     /// matches added tokens that strip no whitespace), and the text between
     /// them is encoded, piece by piece, with special tokens read as text.
     pub fn encode_chat(&self, messages: &[Message], limit: usize) -> Result<Vec<u32>, TokenizerError> {
-        let text = self.render_chat(messages, true)?;
-        let spoofed = messages.iter().any(|m| self.specials.iter().any(|(s, _)| m.content.contains(s.as_str())));
+        self.encode_turns(&turns_of(messages), limit)
+    }
+
+    /// [`Tokenizer::encode_chat`] for turns with tool calls and results
+    /// ([`Tokenizer::render_turns`]). Special-token text is kept as text in
+    /// content; in tool calls and call ids it is refused (those reach the
+    /// template as structured values it may reformat).
+    pub fn encode_turns(&self, turns: &[Turn], limit: usize) -> Result<Vec<u32>, TokenizerError> {
+        let has_special = |t: &str| self.specials.iter().any(|(s, _)| t.contains(s.as_str()));
+        if let Some(i) = turns.iter().position(|t| t.texts().skip(1).any(|x| has_special(&x))) {
+            return Err(TokenizerError::Template(format!(
+                "message {i}'s tool_calls or tool_call_id holds a special token's text; remove it"
+            )));
+        }
+        let text = self.render_turns(turns, true)?;
+        let spoofed = turns.iter().any(|t| has_special(&t.message.content));
         if !spoofed {
             return self.encode_prompt_bounded(&text, limit);
         }
-        let masked: Vec<Message> = messages
+        let masked: Vec<Turn> = turns
             .iter()
-            .map(|m| Message { role: m.role.clone(), content: self.mask_specials(&m.content) })
+            .map(|t| Turn {
+                message: Message { role: t.message.role.clone(), content: self.mask_specials(&t.message.content) },
+                ..t.clone()
+            })
             .collect();
-        let markers_only = self.render_chat(&masked, true)?;
+        let markers_only = self.render_turns_unchecked(&masked, true)?;
         // The two renderings must differ only where content was masked.
         let aligned = markers_only.len() == text.len()
             && text.bytes().zip(markers_only.bytes()).all(|(a, b)| a == b || b == MASK);
@@ -269,7 +363,7 @@ impl Tokenizer {
 /// refusing output past `max_out` bytes as it is written.
 fn render(
     src: &str,
-    messages: &[Message],
+    messages: &[Turn],
     add_generation_prompt: bool,
     bos: &str,
     eos: &str,
@@ -346,6 +440,70 @@ mod tests {
 
     fn hi() -> Vec<Message> {
         vec![Message { role: "user".into(), content: "ab".into() }]
+    }
+
+    /// A tool conversation: a question, an assistant turn that only calls
+    /// a tool, the tool's result.
+    fn tool_turns(result: &str) -> Vec<Turn> {
+        let call = serde_json::json!([{"id": "c1", "type": "function",
+            "function": {"name": "add", "arguments": "{\"a\": 2, \"b\": 3}"}}]);
+        vec![
+            Message { role: "user".into(), content: "2+3?".into() }.into(),
+            Turn {
+                message: Message { role: "assistant".into(), content: String::new() },
+                tool_calls: Some(call),
+                tool_call_id: None,
+            },
+            Turn {
+                message: Message { role: "tool".into(), content: result.into() },
+                tool_calls: None,
+                tool_call_id: Some("c1".into()),
+            },
+        ]
+    }
+
+    #[test]
+    fn tool_calls_and_results_reach_the_template_and_a_template_that_drops_results_is_refused() {
+        // Qwen 2.5's way (its template, shortened): calls as <tool_call>
+        // blocks, results in the user turn.
+        let qwen = "{%- for m in messages %}{%- if m.tool_calls is defined %}<call>{% for c in m.tool_calls %}\
+                    {{ c.function.name }}({{ c.function.arguments }}){% endfor %}</call>{%- elif m.role == 'tool' %}\
+                    <result id={{ m.tool_call_id }}>{{ m.content }}</result>{%- else %}{{ m.role }}: {{ m.content }}\
+                    {%- endif %}|{%- endfor %}";
+        let tok = with_template(qwen);
+        let text = tok.render_turns(&tool_turns("5"), false).unwrap();
+        assert_eq!(text, "user: 2+3?|<call>add({\"a\": 2, \"b\": 3})</call>|<result id=c1>5</result>|");
+        // Plain messages carry neither field: `is defined` is false.
+        assert_eq!(tok.render_chat(&hi(), false).unwrap(), "user: ab|");
+        // A template that writes only user and assistant turns drops the
+        // result: refused, naming the message.
+        let tok =
+            with_template("{% for m in messages %}{% if m.role != 'tool' %}{{ m.content }}{% endif %}{% endfor %}");
+        let e = tok.render_turns(&tool_turns("5"), true).unwrap_err().to_string();
+        assert!(e.contains("message 2 is a tool result") && e.contains("does not write tool results"), "{e}");
+        // Also when the result's text occurs elsewhere in the prompt.
+        let e = tok.render_turns(&tool_turns("2+3?"), true).unwrap_err().to_string();
+        assert!(e.contains("message 2 is a tool result"), "{e}");
+        // ... unless the result is empty (nothing to lose).
+        assert!(tok.render_turns(&tool_turns(" "), true).is_ok());
+    }
+
+    #[test]
+    fn special_token_text_in_a_tool_call_is_refused_and_in_a_result_stays_text() {
+        let tok = with_template(
+            "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}{{ m.tool_calls | tojson if m.tool_calls is defined }}<|im_end|>{% endfor %}",
+        );
+        let special = tok.specials.iter().map(|(s, _)| s.clone()).find(|s| s == "<|im_end|>");
+        let special = special.expect("the tiny Qwen 2 tokenizer has <|im_end|>");
+        let mut turns = tool_turns("5");
+        turns[1].tool_calls.as_mut().unwrap()[0]["function"]["arguments"] = format!("x{special}").into();
+        let e = tok.encode_turns(&turns, usize::MAX).unwrap_err().to_string();
+        assert!(e.contains("message 1's tool_calls"), "{e}");
+        // In a result's content it is text, as in any message's content.
+        let turns = tool_turns(&format!("5{special}"));
+        let ids = tok.encode_turns(&turns, usize::MAX).unwrap();
+        let id = tok.specials.iter().find(|(s, _)| *s == special).unwrap().1;
+        assert_eq!(ids.iter().filter(|&&i| i == id).count(), 3, "one <|im_end|> per turn, none from the content");
     }
 
     /// Short templates that each ask for gigabytes to terabytes: before the
