@@ -151,7 +151,7 @@ pub fn for_sweep(
             schema_version: LEDGER_SCHEMA_VERSION,
             folder,
             date: Some(s.date.clone()),
-            key: crate::propose::record_key(s).ok().map(|k| k.to_string()),
+            key: crate::rules::record_key(s).ok().map(|k| k.to_string()),
             verify_fingerprint: s.verify_fingerprint.clone(),
             decision: decision_of(s),
             ratio: s.decision.ratio,

@@ -32,6 +32,7 @@ pub mod gate;
 pub mod http;
 pub mod identity;
 pub mod ledger;
+pub mod plan;
 pub mod pool;
 pub mod portable;
 pub mod procfs;
@@ -44,6 +45,7 @@ pub mod simulate;
 pub mod stability;
 pub mod stats;
 pub mod stream;
+pub mod summarize;
 pub mod summary;
 pub mod sweep;
 

@@ -156,31 +156,31 @@ struct SweepArgs {
     /// unit of every interval (at least 2; docs/records.md). `auto`: from
     /// the default number up to --auto-max-rounds, stopping when the
     /// decision is settled or the time budget would be passed.
-    #[arg(long, value_name = "N|auto", default_value_t = tuner::sweep::DEFAULT_ROUNDS.to_string())]
+    #[arg(long, value_name = "N|auto", default_value_t = tuner::plan::DEFAULT_ROUNDS.to_string())]
     rounds: String,
     /// `--rounds auto`: the most rounds.
-    #[arg(long, value_name = "N", default_value_t = tuner::sweep::DEFAULT_AUTO_MAX_ROUNDS)]
+    #[arg(long, value_name = "N", default_value_t = tuner::plan::DEFAULT_AUTO_MAX_ROUNDS)]
     auto_max_rounds: usize,
     /// `--rounds auto`: the fewest rounds.
-    #[arg(long, value_name = "N", default_value_t = tuner::sweep::DEFAULT_ROUNDS)]
+    #[arg(long, value_name = "N", default_value_t = tuner::plan::DEFAULT_ROUNDS)]
     auto_min_rounds: usize,
     /// `--rounds auto`: no round starts that would end past this many seconds of the sweep.
-    #[arg(long, value_name = "SECONDS", default_value_t = tuner::sweep::DEFAULT_AUTO_BUDGET_S)]
+    #[arg(long, value_name = "SECONDS", default_value_t = tuner::plan::DEFAULT_AUTO_BUDGET_S)]
     auto_budget: f64,
     /// Recorded passes over the prompt set per speculative arm.
-    #[arg(long, default_value_t = tuner::sweep::DEFAULT_BURSTS)]
+    #[arg(long, default_value_t = tuner::plan::DEFAULT_BURSTS)]
     bursts: usize,
     /// Classic arms on each side of a round.
-    #[arg(long, default_value_t = tuner::sweep::DEFAULT_BRACKET_ARMS)]
+    #[arg(long, default_value_t = tuner::plan::DEFAULT_BRACKET_ARMS)]
     bracket_arms: usize,
     /// Recorded passes over the prompt set per classic bracket arm.
-    #[arg(long, default_value_t = tuner::sweep::DEFAULT_BRACKET_BURSTS)]
+    #[arg(long, default_value_t = tuner::plan::DEFAULT_BRACKET_BURSTS)]
     bracket_bursts: usize,
     /// Unrecorded warm-up passes per arm (excluded from every statistic).
     #[arg(long, default_value_t = 1)]
     warmup: usize,
     /// Tokens generated per request.
-    #[arg(long, default_value_t = tuner::sweep::DEFAULT_MAX_TOKENS)]
+    #[arg(long, default_value_t = tuner::plan::DEFAULT_MAX_TOKENS)]
     max_tokens: usize,
     /// Prompt set (JSONL, each line tagged with its `type`); default: the
     /// shipped prompts/sweep.jsonl (compiled into the tuner).
@@ -557,7 +557,7 @@ fn run_sweep(a: SweepArgs) -> anyhow::Result<ExitCode> {
         }
     };
     // A halted sweep still gets its (incomplete) record, so the halt is reviewable.
-    let summary = tuner::summary::summarize_dir(&dir).and_then(|(raw, s)| {
+    let summary = tuner::summarize::summarize_dir(&dir).and_then(|(raw, s)| {
         tuner::record::write_all(&dir, &raw, &s)?;
         Ok(s)
     });
@@ -602,7 +602,7 @@ fn run_sweep(a: SweepArgs) -> anyhow::Result<ExitCode> {
 }
 
 fn run_summarize(a: SummarizeArgs) -> anyhow::Result<ExitCode> {
-    let (raw, s) = tuner::summary::summarize_dir(&a.dir)?;
+    let (raw, s) = tuner::summarize::summarize_dir(&a.dir)?;
     if raw.partial_tail_bytes > 0 {
         eprintln!(
             "tuner summarize: ignored a partial last line of {} bytes in raw.jsonl (an interrupted write)",

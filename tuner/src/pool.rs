@@ -325,7 +325,11 @@ pub fn pool(records: &[RecordRounds]) -> Pooled {
             }
         }
     }
-    let choice = out.iter().filter(|x| x.tied && !x.not_measured).find(|x| crate::estimate::wholly_above_one(x.interval.0)).map(|x| x.width);
+    let choice = out
+        .iter()
+        .filter(|x| x.tied && !x.not_measured)
+        .find(|x| crate::estimate::wholly_above_one(x.interval.0))
+        .map(|x| x.width);
     Pooled { records: records.iter().map(|r| r.record.clone()).collect(), widths: out, best, choice }
 }
 

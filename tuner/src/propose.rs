@@ -18,10 +18,10 @@ use std::ops::Range;
 use std::path::{Path, PathBuf};
 
 use runtime::policy::table::{self, RecordCheck};
-use runtime::policy::{DeviceClass, DrafterKind, HostClass, PolicyKey, TABLE_FILE};
+use runtime::policy::{DrafterKind, HostClass, PolicyKey, TABLE_FILE};
 
 use crate::raw::RawFile;
-use crate::rules::{Allow, Refusal, check, check_provenance, current_fingerprint};
+use crate::rules::{Allow, Refusal, check, check_provenance, current_fingerprint, record_key};
 use crate::summary::Summary;
 
 /// Why `propose` did not produce a table: a refusal (exit 5), or a record
@@ -91,24 +91,6 @@ pub fn short_host(raw: &RawFile) -> String {
 
 /// The entry's fields in the order they are written, each value as TOML.
 pub type Fields = Vec<(&'static str, String)>;
-
-/// The record's policy key, or the refusal that says which part is missing.
-pub fn record_key(s: &Summary) -> Result<PolicyKey, Refusal> {
-    let missing = || Refusal::Key(s.key_problem.clone().unwrap_or_else(|| "missing".into()));
-    let (Some(device), Some(quant), Some(host), Some(model)) =
-        (&s.device_class, &s.target_quant, &s.host_class, &s.model)
-    else {
-        return Err(missing());
-    };
-    let device = DeviceClass::parse(device).map_err(Refusal::Key)?;
-    let host = HostClass::parse(host).map_err(Refusal::Key)?;
-    let threads = match (device.is_cpu(), s.threads) {
-        (true, Some(t)) => Some(t),
-        (true, None) => return Err(Refusal::Key("the arms report no thread count".into())),
-        (false, _) => None,
-    };
-    Ok(PolicyKey { drafter: s.drafter, device, host, quant: quant.clone(), model: model.clone(), threads })
-}
 
 /// The prompt set as an entry names it: the repository path the tuner
 /// compiled in, or a given file's name (never a path of this machine).
@@ -611,7 +593,7 @@ pub fn gather_pool(
             continue;
         }
         let Ok(raw) = crate::raw::read_raw(&dir.join(&n).join("raw.jsonl")) else { continue };
-        let Ok(other) = crate::summary::summarize_with(&raw, false) else { continue };
+        let Ok(other) = crate::summarize::summarize_with(&raw, false) else { continue };
         if record_key(&other).ok().as_ref() != Some(key) || other.verify_fingerprint.as_deref() != Some(fp) {
             continue;
         }
@@ -671,7 +653,7 @@ const PROVENANCE_NOTES: [(&str, &str); 3] = [
 
 /// Proposes the entry for the record in `dir`; writes the table unless `dry_run`.
 pub fn propose(dir: &Path, table_path: Option<&Path>, dry_run: bool, allow: Allow) -> Result<Proposal, ProposeError> {
-    let (raw, s) = crate::summary::summarize_dir(dir).map_err(|e| ProposeError::Record(format!("{e:#}")))?;
+    let (raw, s) = crate::summarize::summarize_dir(dir).map_err(|e| ProposeError::Record(format!("{e:#}")))?;
     check(&s)?;
     crate::rules::plan::check_range(&s, &raw.header.settings.design.widths)?;
     let weak = crate::rules::plan::check_plan(&s, raw.header.settings.design.bracket_arms, allow.weak_plan)?;
@@ -782,6 +764,7 @@ fn read_table(path: &Path) -> Result<String, ProposeError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use runtime::policy::DeviceClass;
 
     #[test]
     fn settings_inline_tables_read_back_as_the_same_settings() {

@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::gate::{GateConfig, GateRun, Source};
 use crate::identity::Identity;
+pub use crate::plan::{AutoRounds, Bracket, Design, PlannedArm};
 
 /// Version of the raw.jsonl layout; bump on any change of meaning.
 pub const RAW_SCHEMA_VERSION: u32 = 2;
@@ -74,26 +75,6 @@ pub struct PromptTag {
     pub kind: String,
 }
 
-/// Which classic bracket of its round an arm is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Bracket {
-    Open,
-    Close,
-}
-
-/// One arm of the plan: a fresh runtime process.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PlannedArm {
-    pub index: usize,
-    /// 0-based round.
-    pub round: usize,
-    /// Draft width; `None` is classic decoding.
-    pub width: Option<usize>,
-    /// For classic arms: which bracket of the round.
-    pub bracket: Option<Bracket>,
-}
-
 /// The settings of a sweep, exactly as run.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Settings {
@@ -125,57 +106,6 @@ pub struct Settings {
     pub served: Option<ServedSettings>,
 }
 
-/// What a sweep runs and how often: the numbers its arm plan and every
-/// arm's command line follow from. Shared by what the operator asked for
-/// ([`crate::sweep::SweepOptions`]) and what the raw data records ([`Settings`]).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Design {
-    pub widths: Vec<usize>,
-    pub rounds: usize,
-    /// Recorded passes over the prompt set per speculative arm (`runtime --repeat`).
-    pub bursts: usize,
-    /// Classic arms on each side of a round (version 1: always 1). Two
-    /// halve the process noise of the drift test and of every ratio's baseline.
-    #[serde(default = "one")]
-    pub bracket_arms: usize,
-    /// Recorded passes per classic bracket arm; null: `bursts` (version 1).
-    #[serde(default)]
-    pub bracket_bursts: Option<usize>,
-    /// `--rounds auto`: `rounds` is then the maximum, and the sweep stops
-    /// earlier when the rule in [`crate::summary::AUTO_ROUNDS_RULE`] says so.
-    #[serde(default)]
-    pub auto_rounds: Option<AutoRounds>,
-    /// Unrecorded passes first (`runtime --warmup`), excluded everywhere.
-    pub warmup: usize,
-    pub max_tokens: usize,
-    pub threads: usize,
-}
-
-impl Design {
-    /// Recorded passes of an arm: bracket arms may run more than speculative ones.
-    pub fn bursts_of(&self, width: Option<usize>) -> usize {
-        match width {
-            Some(_) => self.bursts,
-            None => self.bracket_bursts.unwrap_or(self.bursts),
-        }
-    }
-
-    /// The arm plan these numbers give ([`crate::sweep::plan`]).
-    pub fn plan(&self) -> Vec<PlannedArm> {
-        crate::sweep::plan(&self.widths, self.rounds, self.bracket_arms)
-    }
-}
-
-/// The bounds of `--rounds auto`, fixed before the first arm.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct AutoRounds {
-    pub min_rounds: usize,
-    pub max_rounds: usize,
-    /// No round is started that would end past this many seconds of the
-    /// sweep (projected from the longest round so far).
-    pub budget_s: f64,
-}
-
 /// `--rounds auto` stopped after `rounds` complete rounds.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Settled {
@@ -186,10 +116,6 @@ pub struct Settled {
     pub reason: String,
     /// The rule was met (false: the maximum or the budget stopped it).
     pub settled: bool,
-}
-
-fn one() -> usize {
-    1
 }
 
 /// The served mode's timeouts (`--health-timeout`, `--stop-timeout`, `--request-timeout`).
@@ -751,27 +677,6 @@ mod tests {
             }
         }
         assert!(checked > 0, "no committed request lines under {}", records.display());
-    }
-
-    #[test]
-    fn a_file_of_more_tiny_lines_than_the_cap_is_refused_and_one_at_the_cap_reads() {
-        // 31-byte lines, each of which once became a 2 KiB value: 2 M of
-        // them (62 MB, under the byte cap) took 4.3 GB before this cap.
-        let t = crate::simulate::Template::new();
-        let sim = crate::simulate::sweep(&t, &crate::simulate::SimConfig::default_plan(0.03, 0.05, 1));
-        let header = serde_json::to_string(&RawLine::from(sim.header.clone())).unwrap();
-        let tiny = "{\"kind\":\"done\",\"at_unix_ms\":1}\n";
-        assert_eq!(tiny.len(), 31);
-        let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("raw.jsonl");
-        std::fs::write(&p, format!("{header}\n{}", tiny.repeat(MAX_RAW_LINES))).unwrap();
-        assert_eq!(read_raw(&p).unwrap().lines.len(), MAX_RAW_LINES);
-        std::fs::write(&p, format!("{header}\n{}", tiny.repeat(MAX_RAW_LINES + 1))).unwrap();
-        let e = read_raw(&p).unwrap_err();
-        assert!(matches!(e, RawError::TooManyLines { .. }), "{e}");
-        assert!(e.to_string().contains(&MAX_RAW_LINES.to_string()), "{e}");
-        // A line holds its own variant, not the largest one's.
-        assert!(std::mem::size_of::<RawLine>() <= 160, "{}", std::mem::size_of::<RawLine>());
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! Synthetic sweeps with a known truth, for calibrating the summarizer:
 //! [`SimConfig`] (the truth and the noise), [`sweep`] (→ a [`RawFile`] with
 //! exactly the lines `tuner sweep` writes), [`calibrate`] (runs many sweeps
-//! through the real [`crate::summary::summarize`] and counts coverage and
+//! through the real [`crate::summarize::summarize`] and counts coverage and
 //! drift verdicts).
 //!
 //! The generator's model of a request's rate (docs/records.md, "Calibration"):
@@ -56,10 +56,10 @@ impl SimConfig {
         let truth = [1.12, 1.15, 1.12, 1.08, 1.05, 1.01, 0.97, 0.93];
         SimConfig {
             truth: truth.iter().enumerate().map(|(i, r)| (i + 1, *r)).collect(),
-            rounds: crate::sweep::DEFAULT_ROUNDS,
-            bursts: crate::sweep::DEFAULT_BURSTS,
-            bracket_arms: crate::sweep::DEFAULT_BRACKET_ARMS,
-            bracket_bursts: crate::sweep::DEFAULT_BRACKET_BURSTS,
+            rounds: crate::plan::DEFAULT_ROUNDS,
+            bursts: crate::plan::DEFAULT_BURSTS,
+            bracket_arms: crate::plan::DEFAULT_BRACKET_ARMS,
+            bracket_bursts: crate::plan::DEFAULT_BRACKET_BURSTS,
             prompts: 12,
             process_spread,
             request_noise,
@@ -386,7 +386,7 @@ pub fn calibrate(t: &Template, c: &SimConfig, n: usize, threads: usize) -> Calib
                     for i in (k..n).step_by(threads) {
                         let cfg = SimConfig { seed: c.seed.wrapping_add(i as u64), ..c.clone() };
                         let mut raw = sweep(t, &cfg);
-                        let summarize = |raw: &RawFile| match crate::summary::summarize_with(raw, false) {
+                        let summarize = |raw: &RawFile| match crate::summarize::summarize_with(raw, false) {
                             Ok(s) => s,
                             Err(e) => panic!("the summarizer refused a synthetic sweep: {e}"),
                         };
@@ -461,4 +461,81 @@ pub fn calibrate(t: &Template, c: &SimConfig, n: usize, threads: usize) -> Calib
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::raw::RawLine;
+    use crate::rules::Refusal;
+    use crate::rules::plan::{check_drift_power, check_plan, check_watched};
+    use crate::summary::Summary;
+
+    fn summary_of(c: &SimConfig, edit: impl FnOnce(&mut crate::raw::RawFile)) -> Summary {
+        let mut raw = crate::simulate::sweep(&Template::new(), c);
+        edit(&mut raw);
+        crate::summarize::summarize(&raw).unwrap()
+    }
+
+    #[test]
+    // rules/plan.rs's plan checks, on simulated sweeps.
+    fn a_plan_whose_drift_test_cannot_detect_ten_percent_is_refused_with_the_arms_it_needs() {
+        let c = SimConfig::default_plan(0.06, 0.11, 7);
+        let s = summary_of(&c, |_| {});
+        let d = s.sweep_drift.as_ref().unwrap();
+        assert!(d.detectable < crate::estimate::DRIFT_TO_DETECT, "{d:?}");
+        assert!(check_drift_power(&s, c.bracket_arms).is_ok());
+        // Two rounds of one bracket arm a side at the same spread cannot.
+        let weak = SimConfig { rounds: 2, bracket_arms: 1, bracket_bursts: 2, bursts: 2, ..c };
+        let s = summary_of(&weak, |_| {});
+        match check_drift_power(&s, 1) {
+            Err(Refusal::WeakDriftTest { detectable, bracket_arms: 1, rounds: 2, needed }) => {
+                assert!(detectable > crate::estimate::DRIFT_TO_DETECT);
+                assert!(needed.parse::<usize>().is_ok_and(|n| n > 1) || needed.contains("add rounds"), "{needed}");
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(check_plan(&s, 1, true).unwrap().len(), 1);
+    }
+
+    #[test]
+    fn an_arm_read_fewer_than_twice_while_it_ran_is_refused() {
+        let c = SimConfig::default_plan(0.06, 0.11, 8);
+        assert!(check_watched(&summary_of(&c, |_| {})).is_ok());
+        let s = summary_of(&c, |raw| {
+            for l in &mut raw.lines {
+                if let RawLine::ArmEnd(e) = l
+                    && e.arm == 5
+                {
+                    e.contention.as_mut().unwrap().samples = 1;
+                }
+            }
+        });
+        match check_watched(&s) {
+            Err(Refusal::Unwatched { arms }) => assert_eq!(arms, "5"),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    // raw.rs's cap, tested here: the header comes from a simulated sweep.
+    fn a_raw_file_of_more_tiny_lines_than_the_cap_is_refused_and_one_at_the_cap_reads() {
+        // 31-byte lines, each of which once became a 2 KiB value: 2 M of
+        // them (62 MB, under the byte cap) took 4.3 GB before this cap.
+        let t = Template::new();
+        let sim = sweep(&t, &SimConfig::default_plan(0.03, 0.05, 1));
+        let header = serde_json::to_string(&crate::raw::RawLine::from(sim.header.clone())).unwrap();
+        let tiny = "{\"kind\":\"done\",\"at_unix_ms\":1}\n";
+        assert_eq!(tiny.len(), 31);
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("raw.jsonl");
+        std::fs::write(&p, format!("{header}\n{}", tiny.repeat(crate::raw::MAX_RAW_LINES))).unwrap();
+        assert_eq!(crate::raw::read_raw(&p).unwrap().lines.len(), crate::raw::MAX_RAW_LINES);
+        std::fs::write(&p, format!("{header}\n{}", tiny.repeat(crate::raw::MAX_RAW_LINES + 1))).unwrap();
+        let e = crate::raw::read_raw(&p).unwrap_err();
+        assert!(matches!(e, crate::raw::RawError::TooManyLines { .. }), "{e}");
+        assert!(e.to_string().contains(&crate::raw::MAX_RAW_LINES.to_string()), "{e}");
+        // A line holds its own variant, not the largest one's.
+        assert!(std::mem::size_of::<crate::raw::RawLine>() <= 160, "{}", std::mem::size_of::<crate::raw::RawLine>());
+    }
 }

@@ -17,9 +17,12 @@ use runtime::policy::DrafterKind;
 
 use crate::gate::{Decision, Gate, GateConfig};
 use crate::identity::{self, IdentityOptions};
+use crate::plan::{
+    MAX_AUTO_BUDGET_S, MAX_BRACKET_ARMS, MAX_BURSTS, MAX_ROUNDS, MAX_THREADS, MAX_TOKENS_PER_REQUEST, MAX_WARMUP,
+};
 use crate::raw::{
-    ArmEnd, ArmStart, Bracket, Done, Halt, HaltKind, PlannedArm, PromptTag, RawLine, RawWriter, ResumeMark,
-    SweepHeader, read_raw,
+    ArmEnd, ArmStart, Done, Halt, HaltKind, PlannedArm, PromptTag, RawLine, RawWriter, ResumeMark, SweepHeader,
+    read_raw,
 };
 use crate::{arm, rules};
 
@@ -30,46 +33,6 @@ pub const MAX_PROMPTS_BYTES: u64 = 16 << 20;
 /// `prompts/mixed.jsonl`, two per task type, compiled in so the default
 /// sweep runs from any directory. docs/records.md has the time arithmetic.
 pub const DEFAULT_PROMPTS_JSONL: &str = include_str!("../../prompts/sweep.jsonl");
-
-/// Default tokens per request (docs/records.md, "How long a sweep takes").
-pub const DEFAULT_MAX_TOKENS: usize = 48;
-
-/// The default plan spends its budget on rounds, not bursts: the variance
-/// that matters lies between processes, and only more processes shrink it.
-/// With 8 widths, 12 prompts and 1 warm-up pass: 4 x (8 + 2 x 9) = 104 arms,
-/// about 14 minutes on this 2-core host (docs/records.md).
-pub const DEFAULT_ROUNDS: usize = 4;
-/// Recorded passes per speculative arm: one. A second pass halves only the
-/// request part of a round's ratio variance, which on this host is under a
-/// third of the process part; the budget buys rounds instead.
-pub const DEFAULT_BURSTS: usize = 1;
-/// Classic arms per bracket side: nine, so that the sweep's drift test
-/// flags a 10 % systematic drift in at least 90 % of sweeps at a 12 %
-/// process spread (the largest these hosts showed; eight fall just short),
-/// and a side's variance estimate has 8 degrees of freedom, free of drift (the arms of a side run
-/// back to back). The simulation behind the choice is in docs/records.md
-/// ("Choosing the bracket plan"): per second of sweep, more arms of one
-/// pass beat fewer of four, since a pass costs as much as the process's
-/// start and warm-up and the process noise does not shrink with passes.
-pub const DEFAULT_BRACKET_ARMS: usize = 9;
-/// Recorded passes per bracket arm: one (above).
-pub const DEFAULT_BRACKET_BURSTS: usize = 1;
-
-/// Upper bounds on what an operator may type (a sweep beyond them would run
-/// for days; a typo must not).
-pub const MAX_ROUNDS: usize = 64;
-pub const MAX_BURSTS: usize = 64;
-pub const MAX_BRACKET_ARMS: usize = 16;
-pub const MAX_WARMUP: usize = 16;
-pub const MAX_TOKENS_PER_REQUEST: usize = 4096;
-pub const MAX_THREADS: usize = 1024;
-
-/// `--rounds auto` defaults: from the fixed default up to twice it, within
-/// the 15 minutes a default sweep may take on this host.
-pub const DEFAULT_AUTO_MAX_ROUNDS: usize = 8;
-pub const DEFAULT_AUTO_BUDGET_S: f64 = 900.0;
-/// The longest time budget an operator may give `--rounds auto` (a day).
-pub const MAX_AUTO_BUDGET_S: f64 = 86_400.0;
 
 /// Attempts of one arm, in one run of the sweep, before contention during
 /// the arm halts it (each attempt is kept in raw.jsonl).
@@ -119,31 +82,6 @@ pub enum Outcome {
     Complete,
     /// Stopped with a halt line in raw.jsonl.
     Halted(HaltKind),
-}
-
-/// The arm plan: every round opens and closes with `bracket_arms` classic
-/// arms; the widths run between them rotated by `round * len / rounds`
-/// positions, so a time trend across the sweep does not line up with width.
-pub fn plan(widths: &[usize], rounds: usize, bracket_arms: usize) -> Vec<PlannedArm> {
-    let mut arms = Vec::new();
-    for round in 0..rounds {
-        let mut order = widths.to_vec();
-        if !order.is_empty() {
-            let shift = (round * order.len() / rounds.max(1)) % order.len();
-            order.rotate_left(shift);
-        }
-        let mut push = |width, bracket| arms.push(PlannedArm { index: arms.len(), round, width, bracket });
-        for _ in 0..bracket_arms {
-            push(None, Some(Bracket::Open));
-        }
-        for w in order {
-            push(Some(w), None);
-        }
-        for _ in 0..bracket_arms {
-            push(None, Some(Bracket::Close));
-        }
-    }
-    arms
 }
 
 /// A prompt set's ids and task types, read with the runtime's parser (the
@@ -657,7 +595,7 @@ fn auto_stop(
     let mut raw = read_raw(&dir.join("raw.jsonl"))?;
     raw.lines.push(RawLine::Settled(mk(String::new(), false)));
     raw.line_numbers.push(raw.line_numbers.last().map_or(2, |n| n + 1));
-    let summary = crate::summary::summarize(&raw)?;
+    let summary = crate::summarize::summarize(&raw)?;
     if let Some(why) = crate::summary::settled(&summary) {
         return Ok(Some(mk(why, true)));
     }
@@ -680,24 +618,6 @@ fn auto_stop(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn every_round_is_bracketed_and_the_width_order_rotates() {
-        let p = plan(&[1, 2, 3, 4], 2, 1);
-        let widths: Vec<Option<usize>> = p.iter().map(|a| a.width).collect();
-        assert_eq!(
-            widths,
-            vec![None, Some(1), Some(2), Some(3), Some(4), None, None, Some(3), Some(4), Some(1), Some(2), None]
-        );
-        assert_eq!(p[0].bracket, Some(Bracket::Open));
-        assert_eq!(p[5].bracket, Some(Bracket::Close));
-        assert_eq!(p[6].round, 1);
-        assert!(p.iter().enumerate().all(|(i, a)| a.index == i));
-        // Three rounds of three widths: each width in a different position each round.
-        let p = plan(&[1, 2, 3], 3, 1);
-        let firsts: Vec<Option<usize>> = p.chunks(5).map(|r| r[1].width).collect();
-        assert_eq!(firsts, vec![Some(1), Some(2), Some(3)]);
-    }
 
     #[test]
     fn utc_dates_are_civil() {

@@ -1,5 +1,5 @@
 //! Calibration of the sweep statistics, by simulation through the real
-//! summarizer (`tuner::summary::summarize`): synthetic sweeps with a known
+//! summarizer (`tuner::summarize::summarize`): synthetic sweeps with a known
 //! true ratio per width, a per-process speed factor and request-level
 //! noise, run on the default plan (`tuner::simulate`).
 //!

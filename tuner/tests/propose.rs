@@ -325,7 +325,7 @@ fn current() -> String {
 /// The committed record as committed, summarized once.
 fn committed() -> &'static (RawFile, Summary) {
     static R: OnceLock<(RawFile, Summary)> = OnceLock::new();
-    R.get_or_init(|| tuner::summary::summarize_dir(&repo().join(RECORD)).expect("the committed record summarizes"))
+    R.get_or_init(|| tuner::summarize::summarize_dir(&repo().join(RECORD)).expect("the committed record summarizes"))
 }
 
 /// The committed record with the startup fields this build's runtime
@@ -349,7 +349,7 @@ fn upgraded(raw: &RawFile, fingerprint: &str) -> (RawFile, Summary) {
         }
     }
     assert!(n > 0, "the record has startup events");
-    let s = tuner::summary::summarize(&raw).expect("the upgraded record summarizes");
+    let s = tuner::summarize::summarize(&raw).expect("the upgraded record summarizes");
     (raw, s)
 }
 
@@ -437,7 +437,7 @@ fn a_missing_field_alone_is_a_key_problem() {
             a.startup.drafter_settings = None;
         }
     }
-    let s = tuner::summary::summarize(&r).unwrap();
+    let s = tuner::summarize::summarize(&r).unwrap();
     let k = s.key_problem.expect("a key problem");
     assert!(k.contains("drafter settings") && k.contains("re-measure") && !k.contains("weight formats"), "{k}");
     // Arms that disagree on the thread count have no CPU key.
@@ -449,7 +449,7 @@ fn a_missing_field_alone_is_a_key_problem() {
             a.startup.threads = 1;
         }
     }
-    let s = tuner::summary::summarize(&r).unwrap();
+    let s = tuner::summarize::summarize(&r).unwrap();
     assert!(s.key_problem.as_deref().is_some_and(|k| k.contains("thread count")), "{:?}", s.key_problem);
     assert_eq!(s.threads, None);
     assert!(matches!(rules::check(&s), Err(Refusal::Key(_))));

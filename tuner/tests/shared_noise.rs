@@ -25,7 +25,7 @@ fn committed_records_show_one_arm_noise_across_widths() {
     let mut by_width: BTreeMap<usize, (f64, f64)> = BTreeMap::new();
     let mut used = 0;
     for d in dirs {
-        let Ok((_, s)) = tuner::summary::summarize_dir(&d) else { continue };
+        let Ok((_, s)) = tuner::summarize::summarize_dir(&d) else { continue };
         let l: BTreeMap<usize, Vec<(usize, f64)>> = s
             .widths
             .iter()

@@ -1,5 +1,5 @@
 //! Decisions that hold still, by simulation through the real summarizer
-//! (`tuner::summary::summarize_with`) and the rule `tuner propose` applies
+//! (`tuner::summarize::summarize_with`) and the rule `tuner propose` applies
 //! (`tuner::pool::pool` over every record so far, then
 //! `tuner::pool::hysteresis` against the entry's width): synthetic sweeps
 //! of the default plan (`tuner::simulate`), proposed in turn.
@@ -50,7 +50,7 @@ fn trial(
     let mut out = Vec::new();
     for i in 0..sweeps {
         let c = SimConfig { truth: truth.clone(), ..SimConfig::default_plan(spread, 0.11, seed * 64 + i as u64) };
-        let s = tuner::summary::summarize_with(&sweep(t, &c), false).expect("a synthetic sweep summarizes");
+        let s = tuner::summarize::summarize_with(&sweep(t, &c), false).expect("a synthetic sweep summarizes");
         records.push(RecordRounds::of(&format!("records/s{i}"), &s));
         let v = hysteresis(current, &pool(&records), &records);
         current = Some(v.width());
@@ -98,7 +98,7 @@ fn difference_coverage(t: &Template, spread: f64, base: u64) -> [f64; 4] {
         (0..2)
             .map(|i| {
                 let c = SimConfig { truth: one.clone(), ..SimConfig::default_plan(spread, 0.11, seed * 64 + i) };
-                let s = tuner::summary::summarize_with(&sweep(t, &c), false).expect("a synthetic sweep summarizes");
+                let s = tuner::summarize::summarize_with(&sweep(t, &c), false).expect("a synthetic sweep summarizes");
                 RecordRounds::of(&format!("records/s{i}"), &s)
             })
             .collect()

@@ -94,10 +94,8 @@ impl Monitor {
                 // foreign load.
                 pause(&flag, FIRST_PAUSE);
                 while !flag.load(Ordering::Relaxed) {
-                    let inputs = super::GateInputs {
-                        gpu_work: super::gpu::GpuWork::ArmRunning,
-                        ..super::collect(&cfg, None)
-                    };
+                    let inputs =
+                        super::GateInputs { gpu_work: super::gpu::GpuWork::ArmRunning, ..super::collect(&cfg, None) };
                     // The arm ended inside this window: for the same reason, drop it.
                     if flag.load(Ordering::Relaxed) {
                         break;

@@ -331,10 +331,14 @@ mod tests {
     #[test]
     fn high_utilization_or_low_free_memory_waits() {
         assert_eq!(
-            evaluate(&devices(device(vec![], 55, 100_000)), false, 10, 1024, &BTreeSet::new(), GpuWork::NoneOfOurs).status,
+            evaluate(&devices(device(vec![], 55, 100_000)), false, 10, 1024, &BTreeSet::new(), GpuWork::NoneOfOurs)
+                .status,
             Status::Wait
         );
-        assert_eq!(evaluate(&devices(device(vec![], 0, 500)), false, 10, 1024, &BTreeSet::new(), GpuWork::NoneOfOurs).status, Status::Wait);
+        assert_eq!(
+            evaluate(&devices(device(vec![], 0, 500)), false, 10, 1024, &BTreeSet::new(), GpuWork::NoneOfOurs).status,
+            Status::Wait
+        );
     }
 
     #[test]

@@ -4,20 +4,9 @@
 //! ([`super::Refusal::DataProblems`]).
 use std::collections::{BTreeMap, BTreeSet};
 
-use serde::{Deserialize, Serialize};
-
 use crate::raw::{RawFile, RawLine};
+pub use crate::summary::DataProblem;
 use crate::summary::OkArms;
-
-/// Raw data that is not what the plan says: never dropped silently.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct DataProblem {
-    /// raw.jsonl line, when one line is at fault.
-    pub line: Option<usize>,
-    pub arm: Option<usize>,
-    pub what: String,
-    pub remedy: String,
-}
 
 /// Every way the raw data of the complete arms can disagree with the plan
 /// or with itself, each with its line and remedy.

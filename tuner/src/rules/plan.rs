@@ -23,8 +23,8 @@ pub fn check_range(s: &Summary, widths: &[usize]) -> Result<(), Refusal> {
 /// measured spread (or has no such test: fewer than one judgeable round).
 pub fn check_drift_power(s: &Summary, bracket_arms: usize) -> Result<(), Refusal> {
     let needed = s.bracket_arms_to_detect.map_or("N".to_string(), |m| {
-        if m > crate::sweep::MAX_BRACKET_ARMS {
-            format!("{} (more than the maximum {}: add rounds)", m, crate::sweep::MAX_BRACKET_ARMS)
+        if m > crate::plan::MAX_BRACKET_ARMS {
+            format!("{} (more than the maximum {}: add rounds)", m, crate::plan::MAX_BRACKET_ARMS)
         } else {
             m.to_string()
         }
@@ -107,54 +107,6 @@ pub fn check_gate(g: &GateConfig, allowed: bool) -> Result<Option<String>, Refus
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    use crate::raw::RawLine;
-    use crate::simulate::{SimConfig, Template};
-
-    fn summary(c: &SimConfig, edit: impl FnOnce(&mut crate::raw::RawFile)) -> Summary {
-        let mut raw = crate::simulate::sweep(&Template::new(), c);
-        edit(&mut raw);
-        crate::summary::summarize(&raw).unwrap()
-    }
-
-    #[test]
-    fn a_plan_whose_drift_test_cannot_detect_ten_percent_is_refused_with_the_arms_it_needs() {
-        let c = SimConfig::default_plan(0.06, 0.11, 7);
-        let s = summary(&c, |_| {});
-        let d = s.sweep_drift.as_ref().unwrap();
-        assert!(d.detectable < crate::estimate::DRIFT_TO_DETECT, "{d:?}");
-        assert!(check_drift_power(&s, c.bracket_arms).is_ok());
-        // Two rounds of one bracket arm a side at the same spread cannot.
-        let weak = SimConfig { rounds: 2, bracket_arms: 1, bracket_bursts: 2, bursts: 2, ..c };
-        let s = summary(&weak, |_| {});
-        match check_drift_power(&s, 1) {
-            Err(Refusal::WeakDriftTest { detectable, bracket_arms: 1, rounds: 2, needed }) => {
-                assert!(detectable > crate::estimate::DRIFT_TO_DETECT);
-                assert!(needed.parse::<usize>().is_ok_and(|n| n > 1) || needed.contains("add rounds"), "{needed}");
-            }
-            other => panic!("{other:?}"),
-        }
-        assert_eq!(check_plan(&s, 1, true).unwrap().len(), 1);
-    }
-
-    #[test]
-    fn an_arm_read_fewer_than_twice_while_it_ran_is_refused() {
-        let c = SimConfig::default_plan(0.06, 0.11, 8);
-        assert!(check_watched(&summary(&c, |_| {})).is_ok());
-        let s = summary(&c, |raw| {
-            for l in &mut raw.lines {
-                if let RawLine::ArmEnd(e) = l
-                    && e.arm == 5
-                {
-                    e.contention.as_mut().unwrap().samples = 1;
-                }
-            }
-        });
-        match check_watched(&s) {
-            Err(Refusal::Unwatched { arms }) => assert_eq!(arms, "5"),
-            other => panic!("{other:?}"),
-        }
-    }
 
     #[test]
     fn every_looser_threshold_is_named_and_a_stricter_one_is_not() {

@@ -65,7 +65,7 @@ pub enum Refusal {
     #[error(
         "the record has {0} complete round(s): with the process as the unit, an interval needs at least two; \
          re-run `tuner sweep` with `--rounds 2` or more (the default is {rounds})",
-        rounds = crate::sweep::DEFAULT_ROUNDS
+        rounds = crate::plan::DEFAULT_ROUNDS
     )]
     TooFewRounds(usize),
     #[error(
