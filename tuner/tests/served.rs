@@ -27,6 +27,20 @@ const PROMPTS: usize = 2;
 const BURSTS: usize = 3;
 /// Requests per arm: one warm-up pass and the bursts.
 const PER_ARM: usize = PROMPTS * (1 + BURSTS);
+/// The arms in order, two rounds: C 1 2 C | C 2 1 C (the plan rotates the widths).
+const ARMS: [Option<usize>; 8] = [None, Some(1), Some(2), None, None, Some(2), Some(1), None];
+
+/// The fake's service time for the arm of width `width`: width 1 clearly
+/// faster than classic and width 2 clearly slower, so the decision is width 1
+/// on every run. Were it scheduling noise, width 2 (the widest measured)
+/// would win about half the time and propose would rightly refuse it.
+fn service_ms(width: Option<usize>) -> u64 {
+    match width {
+        None => 20,
+        Some(1) => 10,
+        Some(_) => 40,
+    }
+}
 
 /// A server's `startup`: the generate arm's, with the server's sampling
 /// defaults and its address.
@@ -129,8 +143,9 @@ fn fake_http(mode: Mode) -> SocketAddr {
                     out.push_str(&format!("data: {usage}\n\ndata: [DONE]\n\n"));
                 }
             }
-            // A steady service time, so the fake's rates are not pure scheduling noise.
-            std::thread::sleep(std::time::Duration::from_millis(20));
+            // A steady service time per arm, so the fake's rates are not scheduling noise.
+            let width = ARMS.get(n / PER_ARM).copied().flatten();
+            std::thread::sleep(std::time::Duration::from_millis(service_ms(width)));
             let _ = s.write_all(out.as_bytes());
         }
     });
@@ -164,8 +179,7 @@ impl Fixture {
             "\n"
         );
         let f = Fixture::scratch(SCRIPT, prompts, "records/served");
-        // Two rounds: C 1 2 C | C 2 1 C (the plan rotates the widths).
-        for (n, width) in [None, Some(1), Some(2), None, None, Some(2), Some(1), None].into_iter().enumerate() {
+        for (n, width) in ARMS.into_iter().enumerate() {
             let mut lines = vec![startup(width, addr)];
             lines.extend((n * PER_ARM..(n + 1) * PER_ARM).map(|k| request_events(k, width)));
             std::fs::write(f.fake.join(format!("arm-{n}.jsonl")), lines.join("\n") + "\n").unwrap();
@@ -260,6 +274,8 @@ fn a_clean_served_sweep_records_client_timings_and_summarizes_as_served() {
         (Some(true), Some(true), Some(true))
     );
     assert!(s["decision_rule"].as_str().unwrap().contains("end-to-end tok/s"));
+    // The fake serves width 1 in half classic's time and width 2 in twice it.
+    assert_eq!(s["decision"]["width"], 1, "{}", s["decision"]);
     assert_eq!(s["classic_ttft_ms"]["n"], 4 * PROMPTS * BURSTS);
     assert_eq!(s["widths"][0]["ttft_ms"]["n"], 2 * PROMPTS * BURSTS);
     let record = std::fs::read_to_string(f.out.join("record.md")).unwrap();
