@@ -538,4 +538,53 @@ mod tests {
         // A line holds its own variant, not the largest one's.
         assert!(std::mem::size_of::<crate::raw::RawLine>() <= 160, "{}", std::mem::size_of::<crate::raw::RawLine>());
     }
+
+    #[test]
+    // summarize's ceiling on rates, on a simulated sweep.
+    fn implausible_rates_are_no_measurement_and_a_data_problem() {
+        // Every rate 1e308 tok/s: a ratio of 1.0 to the last bit, whose
+        // interval rounding once put "wholly above 1.0".
+        let t = crate::simulate::Template::new();
+        let mut raw = crate::simulate::sweep(&t, &crate::simulate::SimConfig::default_plan(0.03, 0.11, 7));
+        for l in raw.lines.iter_mut() {
+            if let crate::raw::RawLine::Request(r) = l {
+                r.outcome.decode_tok_per_s = Some(1e308);
+            }
+        }
+        let s = crate::summarize::summarize_with(&raw, false).unwrap();
+        assert!(s.widths.iter().all(|w| w.not_a_measurement.as_deref().is_some_and(|m| m.contains("implausible"))));
+        assert!(s.data_problems.iter().any(|p| p.what.contains("has no valid rate")), "{:?}", s.data_problems);
+        assert_eq!(s.decision.width, None, "{:?}", s.decision);
+        // One just under the ceiling is a rate (the ceiling, not finiteness, refused them).
+        let mut r = raw.lines.iter().find_map(|l| match l {
+            crate::raw::RawLine::Request(r) => Some(r.clone()),
+            _ => None,
+        });
+        let r = r.as_mut().unwrap();
+        r.outcome.decode_tok_per_s = Some(crate::summary::MAX_PLAUSIBLE_TOK_PER_S);
+        assert_eq!(crate::summary::rate(r), Some(crate::summary::MAX_PLAUSIBLE_TOK_PER_S));
+        r.outcome.decode_tok_per_s = Some(crate::summary::MAX_PLAUSIBLE_TOK_PER_S * 1.01);
+        assert_eq!(crate::summary::rate(r), None);
+    }
+
+    #[test]
+    // stability.rs's bootstrap, on simulated sweeps.
+    fn a_clear_winner_is_stable_and_a_flat_truth_is_not() {
+        let t = Template::new();
+        let mut c = SimConfig::default_plan(0.03, 0.11, 11);
+        c.truth = (1..=8).map(|w| (w, if w == 3 { 1.60 } else { 1.10 })).collect();
+        let s = crate::summarize::summarize(&crate::simulate::sweep(&t, &c)).unwrap();
+        assert_eq!(s.decision.width, Some(3), "{:?}", s.decision);
+        let st = s.stability.as_ref().unwrap();
+        assert!(st.same > 0.95, "{st:?}");
+        assert!(st.expected_regret < 0.01, "{st:?}");
+        // Every width at 1.02 at an 8 % spread: whether any interval clears
+        // 1.0 is a coin toss, so replicates disagree.
+        let mut c = SimConfig::default_plan(0.08, 0.11, 12);
+        c.truth = (1..=8).map(|w| (w, 1.02)).collect();
+        let s = crate::summarize::summarize(&crate::simulate::sweep(&t, &c)).unwrap();
+        let st = s.stability.as_ref().unwrap();
+        assert!(st.same < 0.95, "{st:?}");
+        assert!((st.choices.iter().map(|c| c.1).sum::<f64>() - 1.0).abs() < 1e-9);
+    }
 }

@@ -121,28 +121,3 @@ pub fn stability(widths: &[WidthSummary], chosen: Option<usize>, seed: u64) -> O
         expected_regret: regret / n,
     })
 }
-
-#[cfg(test)]
-mod tests {
-    use crate::simulate::{SimConfig, Template};
-
-    #[test]
-    fn a_clear_winner_is_stable_and_a_flat_truth_is_not() {
-        let t = Template::new();
-        let mut c = SimConfig::default_plan(0.03, 0.11, 11);
-        c.truth = (1..=8).map(|w| (w, if w == 3 { 1.60 } else { 1.10 })).collect();
-        let s = crate::summarize::summarize(&crate::simulate::sweep(&t, &c)).unwrap();
-        assert_eq!(s.decision.width, Some(3), "{:?}", s.decision);
-        let st = s.stability.as_ref().unwrap();
-        assert!(st.same > 0.95, "{st:?}");
-        assert!(st.expected_regret < 0.01, "{st:?}");
-        // Every width at 1.02 at an 8 % spread: whether any interval clears
-        // 1.0 is a coin toss, so replicates disagree.
-        let mut c = SimConfig::default_plan(0.08, 0.11, 12);
-        c.truth = (1..=8).map(|w| (w, 1.02)).collect();
-        let s = crate::summarize::summarize(&crate::simulate::sweep(&t, &c)).unwrap();
-        let st = s.stability.as_ref().unwrap();
-        assert!(st.same < 0.95, "{st:?}");
-        assert!((st.choices.iter().map(|c| c.1).sum::<f64>() - 1.0).abs() < 1e-9);
-    }
-}

@@ -166,8 +166,9 @@ fn sha256_bytes(b: &[u8]) -> String {
     runtime::events::sha256_hex(b)
 }
 
-/// Starts a new sweep in `opts.out` (which must not hold a raw.jsonl).
-pub fn start(opts: &SweepOptions) -> Result<Outcome> {
+/// Every bound and cross-check on what the operator asked for, before
+/// anything is written.
+fn check_options(opts: &SweepOptions) -> Result<()> {
     let d = &opts.design;
     if d.widths.is_empty() {
         bail!("--widths is empty; give at least one width, e.g. --widths 1-8");
@@ -230,6 +231,12 @@ pub fn start(opts: &SweepOptions) -> Result<Outcome> {
             bail!("{flag} {}: no such file or directory", p.display());
         }
     }
+    Ok(())
+}
+
+/// Starts a new sweep in `opts.out` (which must not hold a raw.jsonl).
+pub fn start(opts: &SweepOptions) -> Result<Outcome> {
+    check_options(opts)?;
     let raw_path = opts.out.join("raw.jsonl");
     if raw_path.exists() {
         bail!(
@@ -375,204 +382,324 @@ fn halt_line(w: &mut RawWriter, h: Halt, progress: &mut Progress) -> Result<Outc
     Ok(Outcome::Halted(kind))
 }
 
+/// Runs the arms of the plan that `raw.jsonl` does not yet hold as
+/// complete, in order: for each, [`Driver::attempt`] until it passes, runs
+/// again or halts the sweep, then [`Driver::round_end`].
 fn drive(
     dir: &Path,
     header: &SweepHeader,
-    mut w: RawWriter,
+    w: RawWriter,
     prior_deltas: &[u64],
     prior_attempts: &[usize],
 ) -> Result<Outcome> {
-    let s = &header.settings;
     let done: Vec<usize> = match read_raw(&dir.join("raw.jsonl")) {
         Ok(r) => completed_arms(&r.lines),
         Err(_) => Vec::new(),
     };
     let todo: Vec<&PlannedArm> = header.plan.iter().filter(|a| !done.contains(&a.index)).collect();
-    let mut progress = Progress::new(header.plan.len(), done.len());
-    let mut gate = Gate::new(s.gate.clone());
-    let mut worst_delta: Option<u64> = prior_deltas.iter().copied().max();
-    let types: BTreeMap<&str, &str> = header.prompts.iter().map(|p| (p.id.as_str(), p.kind.as_str())).collect();
-    let env = arm::arm_env();
-    // A served arm sends the prompts itself: the record's copy, read as `runtime generate` reads it.
-    let served_prompts = match &s.served {
-        Some(_) => {
-            let bytes = read_capped(&s.prompts, MAX_PROMPTS_BYTES)?;
-            let text = String::from_utf8(bytes).with_context(|| format!("{}: not UTF-8", s.prompts.display()))?;
-            runtime::prompts::parse_prompts(&text, &s.prompts)?
-        }
-        None => Vec::new(),
-    };
-    let mut attempts_here: BTreeMap<usize, usize> = BTreeMap::new();
-    let mut round_started: BTreeMap<usize, Instant> = BTreeMap::new();
-    let mut longest_round: Option<Duration> = None;
+    let mut d = Driver::new(dir, header, w, prior_deltas, prior_attempts, done.len())?;
+    let mut clock = RoundClock::default();
     for (k, arm) in todo.iter().enumerate() {
-        let arms_left = todo.len() - k;
-        round_started.entry(arm.round).or_insert_with(Instant::now);
+        clock.arm_starts(arm.round);
         loop {
-            let what = match arm.width {
-                Some(wd) => format!("arm {} (round {}, width {wd})", arm.index, arm.round + 1),
-                None => format!("arm {} (round {}, classic)", arm.index, arm.round + 1),
-            };
-            progress.message(&format!("{what}: gate"));
-            let gate_run = gate.wait(
-                Duration::from_secs_f64(s.gate_wait_s),
-                Duration::from_secs_f64(s.gate_interval_s),
-                |r, waited| {
-                    progress.note(&format!(
-                        "gate before arm {}: waiting ({:.0} s of {:.0} s): {}",
-                        arm.index,
-                        waited.as_secs_f64(),
-                        s.gate_wait_s,
-                        crate::gate::summary_line(r)
-                    ))
-                },
-            );
-            let nvrm_now =
-                gate_run.report.checks.nvrm.reading.value.as_ref().filter(|r| r.applicable).and_then(|r| r.cumulative);
-            let worst_now = worst_delta;
-            let base = |halt, message: String| Halt {
-                halt,
-                arm: arm.index,
-                at_unix_ms: now_ms(),
-                message,
-                nvrm_current: nvrm_now,
-                nvrm_worst_arm_delta: worst_now,
-                arms_left: Some(arms_left),
-                nvrm_projected: None,
-                nvrm_budget: Some(s.gate.nvrm_budget),
-            };
-            match gate_run.decision {
-                Decision::Halt => {
-                    return halt_line(
-                        &mut w,
-                        base(HaltKind::Gate, crate::gate::summary_line(&gate_run.report)),
-                        &mut progress,
-                    );
-                }
-                Decision::Wait => {
-                    let msg = format!(
-                        "the gate still said wait after {:.0} s ({}); run `tuner sweep --resume {}` when the host is quiet",
-                        s.gate_wait_s,
-                        crate::gate::summary_line(&gate_run.report),
-                        dir.display()
-                    );
-                    return halt_line(&mut w, base(HaltKind::GateTimeout, msg), &mut progress);
-                }
-                Decision::Pass => {}
+            match d.attempt(arm, todo.len() - k)? {
+                Attempt::Passed => break,
+                Attempt::Again => continue,
+                Attempt::Halt(h) => return halt_line(&mut d.w, h, &mut d.progress),
             }
-            let projected = rules::arm::nvrm_projected(nvrm_now, worst_delta, arms_left);
-            if let Some(msg) =
-                rules::arm::nvrm_over_budget(projected, nvrm_now, worst_delta, arms_left, s.gate.nvrm_budget)
-            {
-                let mut h = base(HaltKind::NvrmBudget, msg);
-                h.nvrm_projected = projected;
-                return halt_line(&mut w, h, &mut progress);
-            }
-            let attempt = prior_attempts.iter().filter(|&&a| a == arm.index).count()
-                + attempts_here.get(&arm.index).copied().unwrap_or(0);
-            *attempts_here.entry(arm.index).or_default() += 1;
-            let mut argv = vec![s.runtime.display().to_string()];
-            match &s.served {
-                Some(_) => argv.extend(arm::served::serve_args(s, arm.width)),
-                None => argv.extend(arm::generate::arm_args(s, arm.width)),
-            }
-            w.write(&RawLine::from(ArmStart {
-                arm: arm.index,
-                attempt,
-                round: arm.round,
-                width: arm.width,
-                bracket: arm.bracket,
-                started_at_unix_ms: now_ms(),
-                argv: argv.clone(),
-                env: env.clone(),
-                gate: gate_run.clone(),
-                nvrm_before: nvrm_now,
-                nvrm_projected: projected,
-            }))?;
-            progress.message(&format!("{what}: running"));
-            let monitor = crate::gate::during::Monitor::start(&s.gate);
-            let run = arm::ArmRun {
-                dir,
-                arm,
-                attempt,
-                argv: &argv,
-                env: &env,
-                types: &types,
-                rows: arm::RowContext::new(arm, attempt, &gate_run, nvrm_now),
-            };
-            let end = match &s.served {
-                Some(served) => {
-                    let a = arm::served::ServedArm { run, settings: s, served, prompts: &served_prompts };
-                    arm::served::run(&a, &mut w)?
-                }
-                None => arm::generate::run(&run, &mut w)?,
-            };
-            let nvrm_after = gate.nvrm_count();
-            let nvrm_delta = match (nvrm_now, nvrm_after) {
-                (Some(a), Some(b)) => Some(b.saturating_sub(a)),
-                _ => None,
-            };
-            if let Some(d) = nvrm_delta {
-                worst_delta = Some(worst_delta.map_or(d, |x| x.max(d)));
-            }
-            let during = monitor.finish();
-            let contended = during.contended();
-            let mut end = ArmEnd { nvrm_after, nvrm_delta, contention: Some(during.clone()), ..end };
-            if end.ok
-                && let Some(why) = rules::arm::contention(&during)
-            {
-                end.ok = false;
-                end.error = Some(why);
-            }
-            let ok = end.ok;
-            let error = end.error.clone();
-            w.write(&RawLine::from(end))?;
-            if !ok && contended {
-                if attempts_here[&arm.index] < MAX_CONTENTION_ATTEMPTS {
-                    progress.note(&format!(
-                        "{what}: contention during the arm ({}); running it again",
-                        error.unwrap_or_default()
-                    ));
-                    continue;
-                }
-                let msg = format!(
-                    "{what}: {MAX_CONTENTION_ATTEMPTS} attempts all ran through contention (last: {}); run `tuner sweep \
-                 --resume {}` when the host is quiet",
-                    error.unwrap_or_default(),
-                    dir.display()
-                );
-                return halt_line(&mut w, base(HaltKind::Contention, msg), &mut progress);
-            }
-            if !ok {
-                let msg = format!(
-                    "{what} failed: {}; fix the cause, then `tuner sweep --resume {}` reruns it",
-                    error.unwrap_or_default(),
-                    dir.display()
-                );
-                return halt_line(&mut w, base(HaltKind::ArmFailed, msg), &mut progress);
-            }
-            progress.arm_done();
+        }
+        if let Some(stop) = d.round_end(arm, &mut clock)? {
+            d.progress.note(&format!("--rounds auto: stopping after {} round(s): {}", stop.rounds, stop.reason));
+            d.w.write(&RawLine::Settled(stop))?;
             break;
         }
-        // `--rounds auto`: after the last arm of a round, may the sweep stop?
-        if let Some(auto) = &s.design.auto_rounds
-            && header.plan.iter().filter(|a| a.round == arm.round).map(|a| a.index).max() == Some(arm.index)
+    }
+    d.w.write(&RawLine::Done(Done { at_unix_ms: now_ms() }))?;
+    d.progress.finish();
+    Ok(Outcome::Complete)
+}
+
+/// When each round started and the longest a finished round took (the
+/// `--rounds auto` time budget's forecast).
+#[derive(Default)]
+struct RoundClock {
+    started: BTreeMap<usize, Instant>,
+    longest: Option<Duration>,
+}
+
+impl RoundClock {
+    fn arm_starts(&mut self, round: usize) {
+        self.started.entry(round).or_insert_with(Instant::now);
+    }
+
+    fn round_ends(&mut self, round: usize) -> Option<Duration> {
+        if let Some(t) = self.started.get(&round) {
+            let d = t.elapsed();
+            self.longest = Some(self.longest.map_or(d, |l| l.max(d)));
+        }
+        self.longest
+    }
+}
+
+/// What one attempt at an arm came to.
+enum Attempt {
+    Passed,
+    /// Contention during the arm: run it again.
+    Again,
+    Halt(Halt),
+}
+
+/// The gate's word before an attempt, with the NVRM counts it read.
+struct Cleared {
+    gate_run: crate::gate::GateRun,
+    nvrm_now: Option<u64>,
+    projected: Option<u64>,
+}
+
+/// The sweep's state across arms: the writer, the progress display, the
+/// gate, the worst NVRM delta an arm has caused, and each arm's attempts.
+struct Driver<'a> {
+    dir: &'a Path,
+    header: &'a SweepHeader,
+    w: RawWriter,
+    progress: Progress,
+    gate: Gate,
+    worst_delta: Option<u64>,
+    types: BTreeMap<&'a str, &'a str>,
+    env: BTreeMap<String, String>,
+    /// A served arm sends the prompts itself: the record's copy, read as `runtime generate` reads it.
+    served_prompts: Vec<runtime::prompts::PromptItem>,
+    prior_attempts: &'a [usize],
+    attempts_here: BTreeMap<usize, usize>,
+}
+
+impl<'a> Driver<'a> {
+    fn new(
+        dir: &'a Path,
+        header: &'a SweepHeader,
+        w: RawWriter,
+        prior_deltas: &[u64],
+        prior_attempts: &'a [usize],
+        done: usize,
+    ) -> Result<Self> {
+        let s = &header.settings;
+        let served_prompts = match &s.served {
+            Some(_) => {
+                let bytes = read_capped(&s.prompts, MAX_PROMPTS_BYTES)?;
+                let text = String::from_utf8(bytes).with_context(|| format!("{}: not UTF-8", s.prompts.display()))?;
+                runtime::prompts::parse_prompts(&text, &s.prompts)?
+            }
+            None => Vec::new(),
+        };
+        Ok(Driver {
+            dir,
+            header,
+            w,
+            progress: Progress::new(header.plan.len(), done),
+            gate: Gate::new(s.gate.clone()),
+            worst_delta: prior_deltas.iter().copied().max(),
+            types: header.prompts.iter().map(|p| (p.id.as_str(), p.kind.as_str())).collect(),
+            env: arm::arm_env(),
+            served_prompts,
+            prior_attempts,
+            attempts_here: BTreeMap::new(),
+        })
+    }
+
+    /// One attempt at `arm`: the gate, the NVRM projection, the run, and
+    /// the verdict on its end.
+    fn attempt(&mut self, arm: &PlannedArm, arms_left: usize) -> Result<Attempt> {
+        let what = match arm.width {
+            Some(wd) => format!("arm {} (round {}, width {wd})", arm.index, arm.round + 1),
+            None => format!("arm {} (round {}, classic)", arm.index, arm.round + 1),
+        };
+        let cleared = match self.clear(arm, arms_left, &what) {
+            Ok(c) => c,
+            Err(h) => return Ok(Attempt::Halt(*h)),
+        };
+        // The halts after the run name the worst delta before it.
+        let before = HaltAt { arm: arm.index, arms_left, nvrm_now: cleared.nvrm_now, worst: self.worst_delta };
+        let attempt = self.prior_attempts.iter().filter(|&&a| a == arm.index).count()
+            + self.attempts_here.get(&arm.index).copied().unwrap_or(0);
+        *self.attempts_here.entry(arm.index).or_default() += 1;
+        let end = self.run(arm, attempt, &cleared, &what)?;
+        let (ok, contended, error) = (end.ok, end.contended, end.error.unwrap_or_default());
+        let s = &self.header.settings;
+        if !ok && contended {
+            if self.attempts_here[&arm.index] < MAX_CONTENTION_ATTEMPTS {
+                self.progress.note(&format!("{what}: contention during the arm ({error}); running it again"));
+                return Ok(Attempt::Again);
+            }
+            let msg = format!(
+                "{what}: {MAX_CONTENTION_ATTEMPTS} attempts all ran through contention (last: {error}); run `tuner \
+                 sweep --resume {}` when the host is quiet",
+                self.dir.display()
+            );
+            return Ok(Attempt::Halt(before.halt(HaltKind::Contention, msg, s)));
+        }
+        if !ok {
+            let msg = format!(
+                "{what} failed: {error}; fix the cause, then `tuner sweep --resume {}` reruns it",
+                self.dir.display()
+            );
+            return Ok(Attempt::Halt(before.halt(HaltKind::ArmFailed, msg, s)));
+        }
+        self.progress.arm_done();
+        Ok(Attempt::Passed)
+    }
+
+    /// Waits for the gate and checks the NVRM projection; `Err` is the halt.
+    fn clear(&mut self, arm: &PlannedArm, arms_left: usize, what: &str) -> std::result::Result<Cleared, Box<Halt>> {
+        let s = &self.header.settings;
+        self.progress.message(&format!("{what}: gate"));
+        let progress = &self.progress;
+        let gate_run = self.gate.wait(
+            Duration::from_secs_f64(s.gate_wait_s),
+            Duration::from_secs_f64(s.gate_interval_s),
+            |r, waited| {
+                progress.note(&format!(
+                    "gate before arm {}: waiting ({:.0} s of {:.0} s): {}",
+                    arm.index,
+                    waited.as_secs_f64(),
+                    s.gate_wait_s,
+                    crate::gate::summary_line(r)
+                ))
+            },
+        );
+        let nvrm_now =
+            gate_run.report.checks.nvrm.reading.value.as_ref().filter(|r| r.applicable).and_then(|r| r.cumulative);
+        let at = HaltAt { arm: arm.index, arms_left, nvrm_now, worst: self.worst_delta };
+        match gate_run.decision {
+            Decision::Halt => {
+                return Err(Box::new(at.halt(HaltKind::Gate, crate::gate::summary_line(&gate_run.report), s)));
+            }
+            Decision::Wait => {
+                let msg = format!(
+                    "the gate still said wait after {:.0} s ({}); run `tuner sweep --resume {}` when the host is quiet",
+                    s.gate_wait_s,
+                    crate::gate::summary_line(&gate_run.report),
+                    self.dir.display()
+                );
+                return Err(Box::new(at.halt(HaltKind::GateTimeout, msg, s)));
+            }
+            Decision::Pass => {}
+        }
+        let projected = rules::arm::nvrm_projected(nvrm_now, self.worst_delta, arms_left);
+        if let Some(msg) =
+            rules::arm::nvrm_over_budget(projected, nvrm_now, self.worst_delta, arms_left, s.gate.nvrm_budget)
         {
-            let rounds = arm.round + 1;
-            if let Some(t) = round_started.get(&arm.round) {
-                let d = t.elapsed();
-                longest_round = Some(longest_round.map_or(d, |l| l.max(d)));
+            let mut h = at.halt(HaltKind::NvrmBudget, msg, s);
+            h.nvrm_projected = projected;
+            return Err(Box::new(h));
+        }
+        Ok(Cleared { gate_run, nvrm_now, projected })
+    }
+
+    /// Runs the arm's process once: its start and end lines in raw.jsonl,
+    /// the NVRM delta, and contention during the run (which fails an arm
+    /// that was otherwise ok).
+    fn run(&mut self, arm: &PlannedArm, attempt: usize, c: &Cleared, what: &str) -> Result<RunEnd> {
+        let s = &self.header.settings;
+        let mut argv = vec![s.runtime.display().to_string()];
+        match &s.served {
+            Some(_) => argv.extend(arm::served::serve_args(s, arm.width)),
+            None => argv.extend(arm::generate::arm_args(s, arm.width)),
+        }
+        self.w.write(&RawLine::from(ArmStart {
+            arm: arm.index,
+            attempt,
+            round: arm.round,
+            width: arm.width,
+            bracket: arm.bracket,
+            started_at_unix_ms: now_ms(),
+            argv: argv.clone(),
+            env: self.env.clone(),
+            gate: c.gate_run.clone(),
+            nvrm_before: c.nvrm_now,
+            nvrm_projected: c.projected,
+        }))?;
+        self.progress.message(&format!("{what}: running"));
+        let monitor = crate::gate::during::Monitor::start(&s.gate);
+        let run = arm::ArmRun {
+            dir: self.dir,
+            arm,
+            attempt,
+            argv: &argv,
+            env: &self.env,
+            types: &self.types,
+            rows: arm::RowContext::new(arm, attempt, &c.gate_run, c.nvrm_now),
+        };
+        let end = match &s.served {
+            Some(served) => {
+                let a = arm::served::ServedArm { run, settings: s, served, prompts: &self.served_prompts };
+                arm::served::run(&a, &mut self.w)?
             }
-            if let Some(stop) = auto_stop(dir, auto, rounds, header.started_at_unix_ms, longest_round)? {
-                progress.note(&format!("--rounds auto: stopping after {rounds} round(s): {}", stop.reason));
-                w.write(&RawLine::Settled(stop))?;
-                break;
-            }
+            None => arm::generate::run(&run, &mut self.w)?,
+        };
+        let nvrm_after = self.gate.nvrm_count();
+        let nvrm_delta = match (c.nvrm_now, nvrm_after) {
+            (Some(a), Some(b)) => Some(b.saturating_sub(a)),
+            _ => None,
+        };
+        if let Some(d) = nvrm_delta {
+            self.worst_delta = Some(self.worst_delta.map_or(d, |x| x.max(d)));
+        }
+        let during = monitor.finish();
+        let contended = during.contended();
+        let mut end = ArmEnd { nvrm_after, nvrm_delta, contention: Some(during.clone()), ..end };
+        if end.ok
+            && let Some(why) = rules::arm::contention(&during)
+        {
+            end.ok = false;
+            end.error = Some(why);
+        }
+        let out = RunEnd { ok: end.ok, contended, error: end.error.clone() };
+        self.w.write(&RawLine::from(end))?;
+        Ok(out)
+    }
+
+    /// After the last arm of a round under `--rounds auto`: whether the
+    /// sweep stops here.
+    fn round_end(&mut self, arm: &PlannedArm, clock: &mut RoundClock) -> Result<Option<crate::raw::Settled>> {
+        let header = self.header;
+        let Some(auto) = &header.settings.design.auto_rounds else { return Ok(None) };
+        if header.plan.iter().filter(|a| a.round == arm.round).map(|a| a.index).max() != Some(arm.index) {
+            return Ok(None);
+        }
+        let longest = clock.round_ends(arm.round);
+        auto_stop(self.dir, auto, arm.round + 1, header.started_at_unix_ms, longest)
+    }
+}
+
+/// How an arm's run ended, as the verdict needs it.
+struct RunEnd {
+    ok: bool,
+    contended: bool,
+    error: Option<String>,
+}
+
+/// Where a halt happens: the arm, the arms left, and the NVRM counts then.
+struct HaltAt {
+    arm: usize,
+    arms_left: usize,
+    nvrm_now: Option<u64>,
+    worst: Option<u64>,
+}
+
+impl HaltAt {
+    fn halt(&self, halt: HaltKind, message: String, s: &crate::raw::Settings) -> Halt {
+        Halt {
+            halt,
+            arm: self.arm,
+            at_unix_ms: now_ms(),
+            message,
+            nvrm_current: self.nvrm_now,
+            nvrm_worst_arm_delta: self.worst,
+            arms_left: Some(self.arms_left),
+            nvrm_projected: None,
+            nvrm_budget: Some(s.gate.nvrm_budget),
         }
     }
-    w.write(&RawLine::Done(Done { at_unix_ms: now_ms() }))?;
-    progress.finish();
-    Ok(Outcome::Complete)
 }
 
 /// Whether `--rounds auto` stops after `rounds` complete rounds
