@@ -157,6 +157,7 @@ pub const OFF_PATH: &[(&str, &str)] = &[
     ("runtime/src/bin/", "the binary: argument parsing and the exit code"),
     ("runtime/src/commands/", "the commands' once-per-process setup"),
     ("runtime/src/limits.rs", "bounds checks on flags and file sizes, once per process or request"),
+    ("runtime/src/exit.rs", "the error line and exit status of a failed command"),
     ("runtime/src/events/", "event shapes, written once per request"),
     ("runtime/src/prompts.rs", "the prompt-set format, read once per process"),
     ("runtime/src/open.rs", "loads and places the model once per process"),

@@ -14,6 +14,7 @@ pub mod build_info;
 pub mod commands;
 pub mod device;
 pub mod events;
+pub mod exit;
 pub mod fetch;
 pub mod generate;
 pub mod gguf;

@@ -27,7 +27,7 @@
 //! handler drops it), and a guard inside the response body marks the
 //! request's end (a streamed response runs until its last byte is written).
 
-use super::api::ApiError;
+use super::error::ApiError;
 use super::metrics::Stats;
 use axum::Router;
 use axum::body::{Body, Bytes};

@@ -1,7 +1,7 @@
 //! `runtime serve`: an OpenAI-compatible HTTP server over one [`Engine`](crate::generate::Engine).
 //!
-//! - [`api`]: request bodies checked into an [`api::Request`], and the
-//!   OpenAI-shaped [`api::ApiError`] every refusal is sent as;
+//! - [`api`]: request bodies checked into an [`api::Request`];
+//! - [`error`]: the OpenAI-shaped [`error::ApiError`] every refusal is sent as;
 //! - [`queue`]: the bounded first-in-first-out wait queue;
 //! - [`worker`]: the engine thread, which decodes one request at a time
 //!   through [`crate::request::decode`] (the code path of `runtime generate`);
@@ -14,6 +14,7 @@
 
 pub mod api;
 pub mod conn;
+pub mod error;
 pub mod logprobs;
 pub mod metrics;
 pub mod queue;

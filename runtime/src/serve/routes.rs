@@ -1,8 +1,9 @@
 //! The HTTP side: handlers for each endpoint, the OpenAI response and
 //! chunk bodies, and the server-sent-event stream.
 
-use super::api::{self, ApiError, Endpoint};
+use super::api::{self, Endpoint};
 use super::conn::Peer;
+use super::error::ApiError;
 use super::metrics::Stats;
 use super::queue::{PushError, Queue};
 use super::worker::{Finished, Job, Msg};

@@ -5,7 +5,8 @@
 //! handler is gone (the client disconnected) is skipped if it is still
 //! waiting, and cancelled at the next token if it is running.
 
-use super::api::{ApiError, Prepared};
+use super::api::Prepared;
+use super::error::ApiError;
 use super::metrics::Stats;
 use super::queue::Queue;
 use super::text::{Detokenizer, StopText};

@@ -21,6 +21,7 @@ pub mod gpu;
 pub mod memory;
 pub mod nvrm;
 pub mod process;
+pub mod text;
 pub mod verdict;
 
 use std::collections::{BTreeMap, BTreeSet};

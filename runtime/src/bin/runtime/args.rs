@@ -3,6 +3,7 @@
 //! has no clap types; its tests build the settings directly).
 
 use clap::{Args, Subcommand};
+use runtime::commands::drafter_flags::DrafterFlags;
 use runtime::commands::policy::ExplainSettings;
 use runtime::commands::{BenchSettings, FetchModelSettings, GenerateSettings};
 use runtime::serve::ServeSettings;
@@ -142,24 +143,8 @@ pub struct SpecArgs {
     /// `layerskip` layers: a count K (the first K layers) or a list like 0,1,2,7.
     #[arg(long)]
     pub layerskip_layers: Option<String>,
-    /// `ngram`: longest pattern looked up (default: the measured entry's, else 4); vLLM's
-    /// `prompt_lookup_max`.
-    #[arg(long, alias = "prompt-lookup-max")]
-    pub ngram_max: Option<usize>,
-    /// `ngram`: shortest pattern looked up (default: the measured entry's, else 3); vLLM's
-    /// `prompt_lookup_min`.
-    #[arg(long, alias = "prompt-lookup-min")]
-    pub ngram_min: Option<usize>,
-    /// `suffix`: shortest match that drafts (default: the measured entry's, else 2).
-    #[arg(long)]
-    pub suffix_min_match: Option<usize>,
-    /// `suffix`: longest match looked for (default: the measured entry's, else 32).
-    #[arg(long)]
-    pub suffix_max_match: Option<usize>,
-    /// `suffix`: stop a draft where the share of earlier occurrences agreeing with it falls below
-    /// this, in (0, 1] (default: the measured entry's, else 0.5).
-    #[arg(long)]
-    pub suffix_min_prob: Option<f64>,
+    #[command(flatten)]
+    pub drafter_flags: DrafterFlags,
     /// Speculate even if the block-vs-chain probe finds verify rows that differ from the chain
     /// (forfeits byte-identical output; also DRAFTWISE_ALLOW_INEXACT=1).
     #[arg(long)]
@@ -305,21 +290,8 @@ pub struct ExplainArgs {
     /// Worker threads, as `generate --threads` (default: the CPUs available to this process).
     #[arg(long)]
     pub threads: Option<usize>,
-    /// `ngram`: shortest pattern looked up, as `generate` takes it.
-    #[arg(long)]
-    pub ngram_min: Option<usize>,
-    /// `ngram`: longest pattern looked up, as `generate` takes it.
-    #[arg(long)]
-    pub ngram_max: Option<usize>,
-    /// `suffix`: shortest match that drafts, as `generate` takes it.
-    #[arg(long)]
-    pub suffix_min_match: Option<usize>,
-    /// `suffix`: longest match looked for, as `generate` takes it.
-    #[arg(long)]
-    pub suffix_max_match: Option<usize>,
-    /// `suffix`: the least share of earlier occurrences agreeing with a draft, as `generate` takes it.
-    #[arg(long)]
-    pub suffix_min_prob: Option<f64>,
+    #[command(flatten)]
+    pub drafter_flags: DrafterFlags,
     /// The drafter checkpoint (draft-model, dflash): read for a declared width only.
     #[arg(long)]
     pub drafter_model: Option<PathBuf>,
@@ -344,11 +316,11 @@ impl From<SpecArgs> for SpecSettings {
             draft_width: a.draft_width,
             drafter_model: a.drafter_model,
             layerskip_layers: a.layerskip_layers,
-            ngram_max: a.ngram_max,
-            ngram_min: a.ngram_min,
-            suffix_min_match: a.suffix_min_match,
-            suffix_max_match: a.suffix_max_match,
-            suffix_min_prob: a.suffix_min_prob,
+            ngram_max: a.drafter_flags.ngram_max,
+            ngram_min: a.drafter_flags.ngram_min,
+            suffix_min_match: a.drafter_flags.suffix_min_match,
+            suffix_max_match: a.drafter_flags.suffix_max_match,
+            suffix_min_prob: a.drafter_flags.suffix_min_prob,
             allow_inexact: a.allow_inexact,
             policy: a.policy,
         }
@@ -446,11 +418,11 @@ impl From<ExplainArgs> for ExplainSettings {
             target: a.target,
             drafter: a.drafter,
             threads: a.threads,
-            ngram_min: a.ngram_min,
-            ngram_max: a.ngram_max,
-            suffix_min_match: a.suffix_min_match,
-            suffix_max_match: a.suffix_max_match,
-            suffix_min_prob: a.suffix_min_prob,
+            ngram_min: a.drafter_flags.ngram_min,
+            ngram_max: a.drafter_flags.ngram_max,
+            suffix_min_match: a.drafter_flags.suffix_min_match,
+            suffix_max_match: a.drafter_flags.suffix_max_match,
+            suffix_min_prob: a.drafter_flags.suffix_min_prob,
             drafter_model: a.drafter_model,
             device: a.device,
             host_class: a.host_class,

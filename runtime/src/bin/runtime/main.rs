@@ -71,8 +71,8 @@ fn main() -> ExitCode {
     match run(Cli::parse()) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {}", runtime::limits::error_chain(&e));
-            ExitCode::from(runtime::limits::EXIT_RUNTIME_ERROR)
+            eprintln!("error: {}", runtime::exit::error_chain(&e));
+            ExitCode::from(runtime::exit::EXIT_RUNTIME_ERROR)
         }
     }
 }

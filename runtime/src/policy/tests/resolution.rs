@@ -1,0 +1,201 @@
+//! Policy tests: resolution: flag, environment and entry, provenance, stale and off entries.
+use super::*;
+
+#[test]
+fn a_target_directory_with_no_config_json_classifies_unknown_and_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let q = classify_path(dir.path());
+    assert!(q.is_unknown(), "{q:?}");
+    assert_eq!(q.from, format!("config.json not found in {}", dir.path().display()));
+    // Unknown never matches an entry, whatever the table holds.
+    let t = table(&[entry("ngram", "cpu:x86_64-avx2", "q4_1", "6", FP)]);
+    let mut i = In::new(DrafterKind::Ngram, "unused");
+    i.quant = q;
+    let r = i.resolve(&t).unwrap();
+    assert_eq!(r.width.map(Width::get), Some(4));
+    assert_eq!(
+        r.width_from,
+        format!(
+            "per-kind default 4: no key for ngram on cpu:x86_64-avx2 (amd-zen4) at 2 threads: target quantization unknown \
+             (config.json not found in {d}; read {d}/config.json)",
+            d = dir.path().display()
+        )
+    );
+    assert!(matches!(r.provenance, Provenance::Default { fallback: Fallback::UnknownQuant { .. }, .. }));
+}
+
+#[test]
+fn the_flag_beats_the_environment_and_a_difference_is_said() {
+    let t = table(&[entry("ngram", "cpu:x86_64-avx2", "q4_1", "6", FP)]);
+    let mut i = In::new(DrafterKind::Ngram, "q4_1");
+    i.declared = Declared::Width { width: Width::new(9).unwrap(), evidence: "test".into() };
+
+    i.env = Some("3");
+    let r = i.resolve(&t).unwrap();
+    assert_eq!((decided(&r), r.width.map(Width::get)), (StepKind::Env, Some(3)));
+    assert_eq!(r.width_from, "DRAFTWISE_DRAFT_WIDTH=3");
+
+    i.flag = Some("5");
+    let r = i.resolve(&t).unwrap();
+    assert_eq!((decided(&r), r.width.map(Width::get)), (StepKind::Flag, Some(5)));
+    assert_eq!(r.width_from, "--draft-width 5, overriding DRAFTWISE_DRAFT_WIDTH=3");
+    assert!(r.steps[1].detail.contains("differs from --draft-width 5, which wins"), "{:?}", r.steps[1]);
+
+    i.env = Some("5");
+    let r = i.resolve(&t).unwrap();
+    assert_eq!(r.width_from, "--draft-width 5 (DRAFTWISE_DRAFT_WIDTH=5 agrees)");
+
+    i.env = None;
+    let r = i.resolve(&t).unwrap();
+    assert_eq!(r.width_from, "--draft-width 5");
+
+    // `off` is an override too; an empty variable is unset.
+    i.flag = Some("off");
+    i.env = Some("");
+    let r = i.resolve(&t).unwrap();
+    assert_eq!((decided(&r), r.width.map(Width::get)), (StepKind::Flag, None));
+    assert_eq!(r.steps[1].detail, "DRAFTWISE_DRAFT_WIDTH set but empty: treated as unset");
+    assert!(r.summary().starts_with("draft width off for ngram"), "{}", r.summary());
+}
+
+#[test]
+fn unparseable_overrides_are_errors_not_ignored() {
+    let t = empty();
+    let mut i = In::new(DrafterKind::Ngram, "q4_1");
+    for bad in ["abc", "0", "33", "-1", "4.5", "four"] {
+        i.flag = Some(bad);
+        i.env = None;
+        let e = i.resolve(&t).unwrap_err();
+        assert!(matches!(&e, PolicyError::BadFlag { value, .. } if value == bad), "{bad}: {e}");
+        assert!(e.to_string().contains("--draft-width"), "{e}");
+        // A bad environment value is an error even when a valid flag wins.
+        i.flag = Some("4");
+        i.env = Some(bad);
+        let e = i.resolve(&t).unwrap_err();
+        assert!(matches!(&e, PolicyError::BadEnv { value, .. } if value == bad), "{bad}: {e}");
+        assert!(e.to_string().contains("unset DRAFTWISE_DRAFT_WIDTH"), "{e}");
+    }
+    assert!(width::parse("0").unwrap_err().contains("use \"off\""));
+    assert_eq!(width::parse(" 32 "), Ok(Some(Width::new(32).unwrap())));
+    assert_eq!(width::parse("OFF"), Ok(None));
+}
+
+#[test]
+fn every_provenance_string_is_distinct() {
+    let dir = Path::new("/models/x");
+    let t = table(&[
+        entry("ngram", "cpu:x86_64-avx2", "q4_1", "6", FP),
+        entry("ngram", "cpu:x86_64-avx2", "q8_0", "\"off\"", FP),
+        entry("ngram", "cpu:x86_64-avx2", "f16", "6", OTHER_FP),
+    ]);
+    let base = || In::new(DrafterKind::Ngram, "q4_1");
+    let mut strings = vec![Resolution::no_drafter().width_from];
+    let mut add = |i: In<'_>| strings.push(i.resolve(&t).unwrap().width_from);
+    add(In { flag: Some("5"), ..base() });
+    add(In { flag: Some("5"), env: Some("3"), ..base() });
+    add(In { flag: Some("5"), env: Some("5"), ..base() });
+    add(In { env: Some("5"), ..base() });
+    add(In {
+        drafter: DrafterKind::Dflash,
+        declared: Declared::Width { width: Width::new(5).unwrap(), evidence: "block_size = 6 in x".into() },
+        ..base()
+    });
+    add(base());
+    add(In { quant: known("q8_0"), ..base() });
+    add(In { quant: known("f16"), ..base() });
+    add(In { quant: known("bf16"), ..base() });
+    add(In { quant: QuantClass::unknown(Some(dir), format!("config.json not found in {}", dir.display())), ..base() });
+    add(In { settings: DrafterSettings::ngram(1, 4), ..base() });
+    add(In { threads: 1, ..base() });
+    // Without a drafter flag: each way the policy decides.
+    let on = In::new(DrafterKind::Ngram, "q4_1");
+    strings.push(on.auto(&t).width_from);
+    strings.push(In { threads: 1, ..In::new(DrafterKind::Ngram, "q4_1") }.auto(&t).width_from);
+    strings.push(In::new(DrafterKind::Ngram, "q8_0").auto(&t).width_from);
+    strings.push(In::new(DrafterKind::Ngram, "f16").auto(&t).width_from);
+    strings.push(In::new(DrafterKind::Ngram, "bf16").auto(&t).width_from);
+    let reaching = table(&[entry("ngram", "cpu:x86_64-avx2", "q4_1", "6", FP)
+        .replace("ratio_interval = [1.4, 1.6]", "ratio_interval = [0.9, 1.6]")]);
+    strings.push(on.auto(&reaching).width_from);
+    let unknown = QuantClass::unknown(Some(dir), format!("config.json not found in {}", dir.display()));
+    strings.push(In { quant: unknown, ..In::new(DrafterKind::Ngram, "q4_1") }.auto(&t).width_from);
+    let n = strings.len();
+    let unique: HashSet<&String> = strings.iter().collect();
+    assert_eq!(unique.len(), n, "{strings:#?}");
+    // Each names its source at the start, so a reader tells them apart at a glance.
+    let starts = [
+        "speculation off: --drafter none",
+        "--draft-width 5",
+        "--draft-width 5, overriding",
+        "--draft-width 5 (",
+        "DRAFTWISE_DRAFT_WIDTH=5",
+        "declared by the checkpoint:",
+        "measured for ngram",
+        "measured off for ngram",
+        "per-kind default 4: the entry",
+        "per-kind default 4: no measurement",
+        "per-kind default 4: no key for ngram",
+        "per-kind default 4: the entry for ngram on cpu:x86_64-avx2 (amd-zen4) with a q4_1 llama 134.5M target at 2 threads was measured with other drafter settings",
+        "per-kind default 4: no measurement for ngram on cpu:x86_64-avx2 (amd-zen4) with a q4_1 llama 134.5M target at 1 thread: the table measured it at 2 threads",
+        "speculation on by the policy (no --drafter): measured for ngram",
+        "speculation off by the policy (no --drafter): no measurement for ngram on cpu:x86_64-avx2 (amd-zen4) with a q4_1 llama 134.5M target at 1 thread",
+        "speculation off by the policy (no --drafter): measured off for ngram",
+        "speculation off by the policy (no --drafter): the entry for ngram on cpu:x86_64-avx2 (amd-zen4) with an f16 llama 134.5M target at 2 threads is stale",
+        "speculation off by the policy (no --drafter): no measurement for a weight-free drafter",
+        "speculation off by the policy (no --drafter): the entry for ngram on cpu:x86_64-avx2 (amd-zen4) with a q4_1 llama 134.5M target at 2 threads gives width 6",
+        "speculation off by the policy (no --drafter): no key for a weight-free drafter",
+    ];
+    assert_eq!(starts.len(), n);
+    for (s, want) in strings.iter().zip(starts) {
+        assert!(s.starts_with(want), "{s:?} should start with {want:?}");
+    }
+}
+
+#[test]
+fn a_stale_entry_is_not_used_and_names_both_fingerprints() {
+    let t = table(&[entry("layerskip", "cuda:sm_121", "nvfp4", "7", OTHER_FP)]);
+    let i = In { device: "cuda:sm_121", ..In::new(DrafterKind::Layerskip, "nvfp4") };
+    let r = i.resolve(&t).unwrap();
+    assert_eq!(r.width.map(Width::get), Some(4), "the per-kind constant applies");
+    assert_eq!(decided(&r), StepKind::Default);
+    assert_eq!(
+        r.width_from,
+        format!(
+            "per-kind default 4: the entry for layerskip on cuda:sm_121 (amd-zen4) with an nvfp4 llama 134.5M target is stale: measured \
+             with verify-path fingerprint {OTHER_FP}, this build has {FP} for the key (records/r1); re-measure \
+             with `tuner sweep`"
+        )
+    );
+    let table_step = &r.steps[3];
+    assert_eq!(table_step.step, StepKind::Table);
+    assert!(!table_step.decided && table_step.detail.contains("is stale"), "{table_step:?}");
+    // Under its own fingerprint the same entry decides (a CUDA key has no
+    // thread count: any --threads matches).
+    let other = Resolver { table: &t, fingerprint: &other_build };
+    let r = In { threads: 7, ..i }.resolve_with(&other).unwrap();
+    assert_eq!(r.width.map(Width::get), Some(7));
+}
+
+#[test]
+fn an_off_entry_disables_speculation_by_default_but_an_override_still_wins() {
+    let t = table(&[entry("draft-model", "cpu:x86_64-avx2", "q4_1", "\"off\"", FP)]);
+    let mut i = In::new(DrafterKind::DraftModel, "q4_1");
+    let r = i.resolve(&t).unwrap();
+    assert_eq!((decided(&r), r.width.map(Width::get)), (StepKind::Table, None));
+    assert!(
+        r.width_from
+            .starts_with("measured off for draft-model on cpu:x86_64-avx2 (amd-zen4) with a q4_1 llama 134.5M target")
+    );
+    assert!(r.summary().starts_with("draft width off for draft-model:"), "{}", r.summary());
+    assert_eq!(t.entries[0].width, None);
+    i.flag = Some("3");
+    assert_eq!(i.resolve(&t).unwrap().width.map(Width::get), Some(3));
+}
+
+#[test]
+fn no_drafter_means_no_width() {
+    let r = Resolution::no_drafter();
+    assert_eq!((r.drafter, r.width.map(Width::get)), (None, None));
+    assert_eq!(r.width_from, "speculation off: --drafter none");
+    assert_eq!(r.summary(), "classic decoding: speculation off: --drafter none");
+}

@@ -1,0 +1,230 @@
+//! Policy tests: the table compiler: malformed, duplicate, out-of-range and old-schema tables.
+use super::*;
+
+pub(crate) fn compile_err(text: &str) -> TableError {
+    compile("policy/t.toml", text, RecordCheck::Skip).expect_err("must not compile")
+}
+
+pub(crate) const HEAD: &str = "schema_version = 3\n\n";
+
+#[test]
+fn malformed_toml_fails_with_the_file_and_position() {
+    let e = compile_err("schema_version = 2\n[[entry]\ndrafter = \"ngram\"\n");
+    assert!(matches!(e.problem, Problem::Malformed(_)), "{e}");
+    let s = e.to_string();
+    assert!(s.starts_with("policy/t.toml: malformed TOML") && s.contains("line 2"), "{s}");
+    // A key written twice inside one entry is TOML's own duplicate.
+    let e = compile_err(&format!(
+        "{HEAD}{}",
+        entry("ngram", "cpu:x86_64-avx2", "q4_1", "4", FP).replace("host =", "ratio = 1.5\nhost =")
+    ));
+    assert!(matches!(e.problem, Problem::Malformed(_)) && e.to_string().contains("duplicate"), "{e}");
+}
+
+#[test]
+fn an_unknown_or_missing_schema_version_fails() {
+    let e = compile_err("schema_version = 4\n");
+    assert_eq!(e.problem, Problem::UnknownSchemaVersion("4".into()));
+    assert!(e.to_string().contains("this runtime compiles schema 3"), "{e}");
+    let e = compile_err("schema_version = \"3\"\n");
+    assert!(matches!(e.problem, Problem::UnknownSchemaVersion(_)), "{e}");
+    let e = compile_err(&entry("ngram", "cpu:x86_64-avx2", "q4_1", "4", FP));
+    assert_eq!(e.problem, Problem::MissingSchemaVersion);
+    let e = compile_err("schema_version = 3\nwidth = 4\n");
+    assert_eq!(e.problem, Problem::UnknownTopLevelKey("width".into()));
+}
+
+#[test]
+fn duplicate_keys_fail_naming_both_entries() {
+    let a = entry("ngram", "cpu:x86_64-avx2", "q4_1", "4", FP);
+    let b = entry("ngram", "cpu:x86_64-avx512vnni", "q4_1", "5", FP);
+    let e = compile_err(&format!("{HEAD}{a}{b}{a}"));
+    assert_eq!(e.problem, Problem::DuplicateKey { first: "entry 1 (line 3)".into() });
+    assert_eq!(e.entry.as_deref(), Some("entry 3 (line 39) (ngram, cpu:x86_64-avx2, amd-zen4, q4_1, 2 threads)"));
+    assert!(
+        e.to_string().starts_with(
+            "policy/t.toml: entry 3 (line 39) (ngram, cpu:x86_64-avx2, amd-zen4, q4_1, 2 threads): duplicate key"
+        ),
+        "{e}"
+    );
+    // The same (drafter, device, quantization) at another thread count is another key.
+    let c = a.replace("threads = 2", "threads = 1");
+    let t = compile("t", &format!("{HEAD}{a}{c}"), RecordCheck::Skip).unwrap();
+    assert_eq!(t.entries.iter().map(|e| e.key.threads).collect::<Vec<_>>(), [Some(2), Some(1)]);
+    // So is the same measurement on another CPU, or of another model.
+    let zen5 = entry_on("amd-zen5", "llama", PARAMS, "ngram", "cpu:x86_64-avx2", "q4_1", "4", FP);
+    let gemma = entry_on(HOST, "gemma3", 268_098_176, "ngram", "cpu:x86_64-avx2", "q4_1", "4", FP);
+    let t = compile("t", &format!("{HEAD}{a}{zen5}{gemma}"), RecordCheck::Skip).unwrap();
+    assert_eq!(t.entries.len(), 3);
+    // A raw spelling of a named class is that class: a duplicate.
+    let raw = entry_on("amd-family25-model17", "llama", PARAMS, "ngram", "cpu:x86_64-avx2", "q4_1", "4", FP);
+    let e = compile_err(&format!("{HEAD}{a}{raw}"));
+    assert!(matches!(e.problem, Problem::DuplicateKey { .. }), "{e}");
+}
+
+#[test]
+fn the_schema_3_fields_are_checked_with_the_field_named() {
+    let ok = format!("{HEAD}{}", entry("ngram", "cpu:x86_64-avx2", "q4_1", "4", FP));
+    compile("t", &ok, RecordCheck::Skip).unwrap();
+    let sha = "a".repeat(64);
+    let cases = [
+        ("host_class = \"amd-zen4\"", "host_class = \"AMD Zen 4\"", "host_class"),
+        ("architecture = \"llama\"", "architecture = \"Llama 3\"", "model.architecture"),
+        ("parameters = 134515008", "parameters = 0", "model.parameters"),
+        ("parameters = 134515008", "parameters = \"135M\"", "model.parameters"),
+        ("file = \"m.gguf\"", "file = \"/root/.cache/m.gguf\"", "model.file"),
+        ("file = \"m.gguf\"", "file = \"models/m.gguf\"", "model.file"),
+        (&format!("sha256 = \"{sha}\""), "sha256 = \"abc\"", "model.sha256"),
+        ("name = \"prompts/sweep.jsonl\"", "name = \"/work/main/prompts/sweep.jsonl\"", "prompts.name"),
+        ("name = \"prompts/sweep.jsonl\"", "name = \"../prompts.jsonl\"", "prompts.name"),
+    ];
+    for (from, to, field) in cases {
+        assert!(ok.contains(from), "{from}");
+        let e = compile_err(&ok.replacen(from, to, 1));
+        assert!(matches!(&e.problem, Problem::BadValue { field: f, .. } if *f == field), "{to}: {e}");
+    }
+    // Every schema-3 field is required.
+    for field in ["host_class = ", "model = ", "prompts = "] {
+        let line = ok.lines().find(|l| l.starts_with(field)).unwrap();
+        let e = compile_err(&ok.replace(&format!("{line}\n"), ""));
+        assert!(matches!(&e.problem, Problem::Field(m) if m.contains(field.trim_end_matches(" = "))), "{e}");
+    }
+    // The schema-2 name of the width is named, with the new one.
+    let e = compile_err(&ok.replace("width = 4", "block_size = 4"));
+    assert!(
+        matches!(&e.problem, Problem::BadValue { field: "block_size", problem } if problem.contains("`width`")),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_schema_2_table_is_refused_with_how_to_migrate() {
+    let old = "schema_version = 2\n\n[[entry]]\ndrafter = \"ngram\"\ndevice_class = \"cpu:x86_64-avx2\"\n\
+               target_quant = \"q4_1\"\nthreads = 2\ndrafter_settings = { ngram_min = 3, ngram_max = 4 }\n\
+               weight_formats = [\"q4_1\"]\nblock_size = 3\nrecord = \"records/r1\"\ndate = 2026-01-15\n\
+               ratio = 1.5\nratio_interval = [1.4, 1.6]\nhost = \"h\"\nverify_fingerprint = \"0123456789abcdef\"\n";
+    let e = compile_err(old);
+    assert_eq!(e.problem, Problem::Schema2);
+    let m = e.to_string();
+    for want in
+        ["schema_version = 3", "block_size", "`width`", "host_class", "model", "prompts", "Migrating from schema 2"]
+    {
+        assert!(m.contains(want), "{want:?} missing from {m}");
+    }
+}
+
+#[test]
+fn widths_out_of_range_fail() {
+    for (w, problem) in [("0", "0 is out of range"), ("33", "33 is out of range"), ("-2", "-2 is out of range")] {
+        let e = compile_err(&format!("{HEAD}{}", entry("ngram", "cpu:x86_64-avx2", "q4_1", w, FP)));
+        assert!(matches!(e.problem, Problem::WidthOutOfRange(_)), "{w}: {e}");
+        assert!(e.to_string().contains(problem) && e.to_string().contains("entry 1 (line 3) (ngram"), "{e}");
+    }
+    let e = compile_err(&format!("{HEAD}{}", entry("ngram", "cpu:x86_64-avx2", "q4_1", "\"of\"", FP)));
+    assert!(matches!(e.problem, Problem::BadValue { field: "width", .. }), "{e}");
+    let e = compile_err(&format!("{HEAD}{}", entry("ngram", "cpu:x86_64-avx2", "q4_1", "4.5", FP)));
+    assert!(matches!(e.problem, Problem::BadValue { field: "width", .. }), "{e}");
+    // The range ends are fine.
+    for w in ["1", "32", "\"off\""] {
+        compile("t", &format!("{HEAD}{}", entry("ngram", "cpu:x86_64-avx2", "q4_1", w, FP)), RecordCheck::Skip)
+            .unwrap();
+    }
+}
+
+#[test]
+fn an_unknown_drafter_kind_fails() {
+    let e = compile_err(&format!("{HEAD}{}", entry("eagle3", "cpu:x86_64-avx2", "q4_1", "4", FP)));
+    assert_eq!(e.problem, Problem::UnknownDrafter("eagle3".into()));
+    assert!(
+        e.to_string()
+            .contains("entry 1 (line 3) (eagle3, cpu:x86_64-avx2, amd-zen4, q4_1, 2 threads): drafter \"eagle3\""),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_record_path_that_does_not_exist_fails() {
+    let root = tempfile::tempdir().unwrap();
+    let text = format!("{HEAD}{}", entry("ngram", "cpu:x86_64-avx2", "q4_1", "4", FP));
+    let e = compile("policy/t.toml", &text, RecordCheck::Under(root.path())).unwrap_err();
+    assert!(matches!(&e.problem, Problem::MissingRecord { record, .. } if record == "records/r1"), "{e}");
+    assert!(e.to_string().contains("commit the record with its entry"), "{e}");
+    std::fs::create_dir_all(root.path().join("records/r1")).unwrap();
+    compile("policy/t.toml", &text, RecordCheck::Under(root.path())).unwrap();
+    // Paths must stay under records/.
+    for bad in ["/etc/passwd", "records/../Cargo.toml", "policy/x", "records/"] {
+        let e = compile_err(&text.replace("records/r1", bad));
+        assert!(matches!(e.problem, Problem::BadValue { field: "record", .. }), "{bad}: {e}");
+    }
+}
+
+#[test]
+fn other_bad_fields_fail_with_the_field_named() {
+    let ok = format!("{HEAD}{}", entry("ngram", "cpu:x86_64-avx2", "q4_1", "4", FP));
+    let cases: [(&str, &str, &str); 16] = [
+        ("device_class = \"cpu:x86_64-avx2\"", "device_class = \"gpu0\"", "device_class"),
+        ("target_quant = \"q4_1\"", "target_quant = \"unknown\"", "target_quant"),
+        ("target_quant = \"q4_1\"", "target_quant = \"Q4_1\"", "target_quant"),
+        ("date = 2026-01-15", "date = \"15/01/2026\"", "date"),
+        ("ratio = 1.5", "ratio = -1.0", "ratio"),
+        ("ratio_interval = [1.4, 1.6]", "ratio_interval = [1.6, 1.7]", "ratio_interval"),
+        ("ratio_interval = [1.4, 1.6]", "ratio_interval = [1.4]", "ratio_interval"),
+        ("host = \"test host\"", "host = \" \"", "host"),
+        (FP, "0123", "verify_fingerprint"),
+        ("threads = 2\n", "", "threads"),
+        ("threads = 2", "threads = 0", "threads"),
+        ("threads = 2", "threads = 100000", "threads"),
+        ("ngram_min = 3", "ngram_min = 5", "drafter_settings"),
+        ("{ ngram_min = 3, ngram_max = 4 }", "{ layers = [1] }", "drafter_settings"),
+        ("weight_formats = [\"q4_1\", \"q8_0\"]", "weight_formats = []", "weight_formats"),
+        ("weight_formats = [\"q4_1\", \"q8_0\"]", "weight_formats = [\"Q4_1\"]", "weight_formats"),
+    ];
+    for (from, to, field) in cases {
+        let e = compile_err(&ok.replace(from, to));
+        assert!(matches!(&e.problem, Problem::BadValue { field: f, .. } if *f == field), "{to}: {e}");
+        assert!(e.to_string().contains(field), "{e}");
+    }
+    let e = compile_err(&ok.replace("host = ", "colour = \"red\"\nhost = "));
+    assert!(matches!(&e.problem, Problem::Field(m) if m.contains("colour")), "{e}");
+    let e = compile_err(&ok.replace("host = \"test host\"\n", ""));
+    assert!(matches!(&e.problem, Problem::Field(m) if m.contains("host")), "{e}");
+    // Device classes the dispatcher and CUDA produce are accepted (CUDA
+    // entries without a thread count: it is not part of their key).
+    for d in ["cpu:x86_64-avx512vnni", "cpu:aarch64-neon", "cuda:sm_90", "cuda:sm_90a", "cuda:sm_121"] {
+        let text = ok.replace("cpu:x86_64-avx2", d);
+        let text = if d.starts_with("cuda:") { text.replace("threads = 2\n", "") } else { text };
+        compile("t", &text, RecordCheck::Skip).unwrap_or_else(|e| panic!("{d}: {e}"));
+    }
+    let e = compile_err(&ok.replace("cpu:x86_64-avx2", "cuda:sm_90"));
+    assert!(matches!(&e.problem, Problem::BadValue { field: "threads", .. }), "{e}");
+    // An unknown settings field is named.
+    let e = compile_err(&ok.replace("ngram_min = 3", "ngram_min = 3, colour = 1"));
+    assert!(
+        matches!(&e.problem, Problem::BadValue { field: "drafter_settings", problem } if problem.contains("colour")),
+        "{e}"
+    );
+}
+
+#[test]
+fn the_shipped_table_compiles_against_the_repository_and_is_the_one_compiled_in() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let text = std::fs::read_to_string(root.join(crate::policy::TABLE_FILE)).unwrap();
+    let t = compile(crate::policy::TABLE_FILE, &text, RecordCheck::Under(root)).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(&t, compiled_table());
+    assert_eq!(t.schema_version, 3);
+}
+
+#[test]
+fn a_schema_1_table_is_refused_with_how_to_migrate() {
+    let old = "schema_version = 1\n\n[[entry]]\ndrafter = \"ngram\"\ndevice_class = \"cpu:x86_64-avx2\"\n\
+               target_quant = \"q4_1\"\nblock_size = 3\nrecord = \"records/r1\"\ndate = 2026-01-15\nratio = 1.5\n\
+               ratio_interval = [1.4, 1.6]\nhost = \"h\"\nkernel_fingerprint = \"0123456789abcdef\"\n";
+    let e = compile_err(old);
+    assert_eq!(e.problem, Problem::OldSchema(1));
+    let m = e.to_string();
+    for want in
+        ["schema_version = 2", "verify_fingerprint", "threads", "drafter_settings", "weight_formats", "tuner sweep"]
+    {
+        assert!(m.contains(want), "{want:?} missing from {m}");
+    }
+}
