@@ -102,21 +102,28 @@ fn the_official_openai_client_gets_runtime_generates_text_and_usage() {
     assert!(status.success(), "{stderr}");
 }
 
-/// Runs tests/python/openai_extra_body.py against `server`.
-fn extra_body_call(python: &std::path::Path, server: &Server, model: &str) -> Value {
+/// Runs `tests/python/SCRIPT` against `server` with the model's name and
+/// `extra` arguments; the script prints one JSON object.
+fn script_call(python: &std::path::Path, script: &str, server: &Server, model: &str, extra: &[&str]) -> Value {
     let out = Command::new(python)
-        .arg(workspace_root().join("tests/python/openai_extra_body.py"))
+        .arg(workspace_root().join("tests/python").join(script))
         .arg(format!("http://{}/v1", server.addr))
         .arg(model)
+        .args(extra)
         .output()
-        .expect("run the openai extra_body script");
+        .unwrap_or_else(|e| panic!("run {script}: {e}"));
     assert!(
         out.status.success(),
-        "the script failed:\n{}\nserver log:\n{}",
+        "{script} failed:\n{}\nserver log:\n{}",
         String::from_utf8_lossy(&out.stderr),
         server.stderr()
     );
-    serde_json::from_slice(&out.stdout).expect("the script prints one JSON object")
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{script} prints one JSON object: {e}"))
+}
+
+/// Runs tests/python/openai_extra_body.py against `server`.
+fn extra_body_call(python: &std::path::Path, server: &Server, model: &str) -> Value {
+    script_call(python, "openai_extra_body.py", server, model, &[])
 }
 
 #[test]
@@ -153,20 +160,7 @@ fn fields_other_servers_take_are_ignored_and_logged_unless_strict_params() {
 
 /// Runs tests/python/openai_tool_messages.py against `server`.
 fn tool_messages_call(python: &std::path::Path, server: &Server, model: &str, rendered: &str) -> Value {
-    let out = Command::new(python)
-        .arg(workspace_root().join("tests/python/openai_tool_messages.py"))
-        .arg(format!("http://{}/v1", server.addr))
-        .arg(model)
-        .arg(rendered)
-        .output()
-        .expect("run the openai tool messages script");
-    assert!(
-        out.status.success(),
-        "the script failed:\n{}\nserver log:\n{}",
-        String::from_utf8_lossy(&out.stderr),
-        server.stderr()
-    );
-    serde_json::from_slice(&out.stdout).expect("the script prints one JSON object")
+    script_call(python, "openai_tool_messages.py", server, model, &[rendered])
 }
 
 #[test]
