@@ -518,13 +518,18 @@ impl<'a> Driver<'a> {
             Err(h) => return Ok(Attempt::Halt(*h)),
         };
         // The halts after the run name the worst delta before it.
-        let before = HaltAt { arm: arm.index, arms_left, nvrm_now: cleared.nvrm_now, worst: self.worst_delta };
+        let before = HaltAt {
+            arm: arm.index,
+            arms_left,
+            nvrm_now: cleared.nvrm_now,
+            worst: self.worst_delta,
+            budget: self.header.settings.gate.nvrm_budget,
+        };
         let attempt = self.prior_attempts.iter().filter(|&&a| a == arm.index).count()
             + self.attempts_here.get(&arm.index).copied().unwrap_or(0);
         *self.attempts_here.entry(arm.index).or_default() += 1;
         let end = self.run(arm, attempt, &cleared, &what)?;
         let (ok, contended, error) = (end.ok, end.contended, end.error.unwrap_or_default());
-        let s = &self.header.settings;
         if !ok && contended {
             if self.attempts_here[&arm.index] < MAX_CONTENTION_ATTEMPTS {
                 self.progress.note(&format!("{what}: contention during the arm ({error}); running it again"));
@@ -535,14 +540,14 @@ impl<'a> Driver<'a> {
                  sweep --resume {}` when the host is quiet",
                 self.dir.display()
             );
-            return Ok(Attempt::Halt(before.halt(HaltKind::Contention, msg, s)));
+            return Ok(Attempt::Halt(before.halt(HaltKind::Contention, msg)));
         }
         if !ok {
             let msg = format!(
                 "{what} failed: {error}; fix the cause, then `tuner sweep --resume {}` reruns it",
                 self.dir.display()
             );
-            return Ok(Attempt::Halt(before.halt(HaltKind::ArmFailed, msg, s)));
+            return Ok(Attempt::Halt(before.halt(HaltKind::ArmFailed, msg)));
         }
         self.progress.arm_done();
         Ok(Attempt::Passed)
@@ -568,10 +573,10 @@ impl<'a> Driver<'a> {
         );
         let nvrm_now =
             gate_run.report.checks.nvrm.reading.value.as_ref().filter(|r| r.applicable).and_then(|r| r.cumulative);
-        let at = HaltAt { arm: arm.index, arms_left, nvrm_now, worst: self.worst_delta };
+        let at = HaltAt { arm: arm.index, arms_left, nvrm_now, worst: self.worst_delta, budget: s.gate.nvrm_budget };
         match gate_run.decision {
             Decision::Halt => {
-                return Err(Box::new(at.halt(HaltKind::Gate, crate::gate::summary_line(&gate_run.report), s)));
+                return Err(Box::new(at.halt(HaltKind::Gate, crate::gate::summary_line(&gate_run.report))));
             }
             Decision::Wait => {
                 let msg = format!(
@@ -580,7 +585,7 @@ impl<'a> Driver<'a> {
                     crate::gate::summary_line(&gate_run.report),
                     self.dir.display()
                 );
-                return Err(Box::new(at.halt(HaltKind::GateTimeout, msg, s)));
+                return Err(Box::new(at.halt(HaltKind::GateTimeout, msg)));
             }
             Decision::Pass => {}
         }
@@ -588,7 +593,7 @@ impl<'a> Driver<'a> {
         if let Some(msg) =
             rules::arm::nvrm_over_budget(projected, nvrm_now, self.worst_delta, arms_left, s.gate.nvrm_budget)
         {
-            let mut h = at.halt(HaltKind::NvrmBudget, msg, s);
+            let mut h = at.halt(HaltKind::NvrmBudget, msg);
             h.nvrm_projected = projected;
             return Err(Box::new(h));
         }
@@ -684,10 +689,12 @@ struct HaltAt {
     arms_left: usize,
     nvrm_now: Option<u64>,
     worst: Option<u64>,
+    /// The sweep's NVRM budget.
+    budget: u64,
 }
 
 impl HaltAt {
-    fn halt(&self, halt: HaltKind, message: String, s: &crate::raw::Settings) -> Halt {
+    fn halt(&self, halt: HaltKind, message: String) -> Halt {
         Halt {
             halt,
             arm: self.arm,
@@ -697,7 +704,7 @@ impl HaltAt {
             nvrm_worst_arm_delta: self.worst,
             arms_left: Some(self.arms_left),
             nvrm_projected: None,
-            nvrm_budget: Some(s.gate.nvrm_budget),
+            nvrm_budget: Some(self.budget),
         }
     }
 }
