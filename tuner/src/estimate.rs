@@ -386,8 +386,47 @@ pub fn interval(per_round: &[(usize, f64)], widen: f64) -> Option<RatioEstimate>
 }
 
 /// Runs the estimators over the arms of a sweep. `widths` in plan order,
-/// `prompts` the prompt ids of the set.
+/// `prompts` the prompt ids of the set. The steps: the arms grouped into
+/// rounds; per width, the per-round ratios against each baseline; the
+/// request and bracket-arm noise; per round, the drift test; the sweep's
+/// drift test over the rounds.
 pub fn estimate(arms: &[ArmLevels], widths: &[usize], prompts: &[String]) -> Estimates {
+    let rounds = group_rounds(arms);
+    // Rounds with both sides: the only ones that give ratios.
+    let complete: Vec<(&usize, &Round<'_>)> =
+        rounds.iter().filter(|(_, r)| !r.open.is_empty() && !r.close.is_empty()).collect();
+    // Paired per-prompt drifts of each complete round, computed once: the
+    // widening of the ratios and the drift test both use them.
+    let drifts: BTreeMap<usize, Vec<f64>> =
+        complete.iter().map(|(k, r)| (**k, r.drifts(prompts))).filter(|(_, d)| !d.is_empty()).collect();
+    let drift_log: BTreeMap<usize, f64> = drifts.iter().map(|(k, d)| (*k, mean(d))).collect();
+
+    let mut est = Estimates::default();
+    let l_both = width_ratios(&mut est, &complete, widths, prompts, &drift_log);
+
+    // Per-request noise (variance of a log rate within an arm and prompt),
+    // pooled over every arm with repeated prompts.
+    let (ss, df) = arms.iter().map(|a| a.within_ss()).fold((0.0, 0), |(s, d), (s2, d2)| (s + s2, d + d2));
+    let v_request = (df > 0).then(|| ss / df as f64);
+    est.request_noise = v_request.map(f64::sqrt);
+
+    let (v_bracket, q_bracket) = bracket_variance(&complete, &l_both, v_request, prompts);
+    if let Some((v, df)) = v_bracket {
+        let process = (v - q_bracket).max(0.0);
+        est.process_variance_log = Some(process);
+        est.process_variance_df = df;
+        est.process_spread = Some(process.sqrt());
+        est.bracket_arm_variance_log = Some(v);
+    }
+
+    let weighted = round_drifts(&mut est, &complete, &drifts, &drift_log, v_bracket, v_request, prompts);
+    est.sweep_drift = sweep_drift(v_bracket, weighted);
+    est
+}
+
+/// The arms by round, each round split into its bracket sides and its
+/// speculative arms.
+fn group_rounds(arms: &[ArmLevels]) -> BTreeMap<usize, Round<'_>> {
     let mut by_round: BTreeMap<usize, Vec<&ArmLevels>> = BTreeMap::new();
     for a in arms {
         by_round.entry(a.round).or_default().push(a);
@@ -406,24 +445,27 @@ pub fn estimate(arms: &[ArmLevels], widths: &[usize], prompts: &[String]) -> Est
         let spec = list.iter().copied().filter(|a| a.width.is_some()).collect();
         rounds.insert(*k, Round { open, close, spec, open_pos, close_pos });
     }
-    // Rounds with both sides: the only ones that give ratios.
-    let complete: Vec<(&usize, &Round<'_>)> =
-        rounds.iter().filter(|(_, r)| !r.open.is_empty() && !r.close.is_empty()).collect();
+    rounds
+}
 
-    // Per-round log ratios, per width, against each baseline.
-    let mut est = Estimates::default();
+/// Per width, the per-round log ratios against both brackets' mean (widened
+/// by the drift the arm's place in its round would bias it by), against the
+/// opening and against the closing bracket, into `est`; returns the first
+/// kind's per-round values by width.
+fn width_ratios(
+    est: &mut Estimates,
+    complete: &[(&usize, &Round<'_>)],
+    widths: &[usize],
+    prompts: &[String],
+    drift_log: &BTreeMap<usize, f64>,
+) -> BTreeMap<usize, Vec<(usize, f64)>> {
     let mut l_both: BTreeMap<usize, Vec<(usize, f64)>> = BTreeMap::new();
     let mut bias: BTreeMap<usize, Vec<f64>> = BTreeMap::new();
-    // Paired per-prompt drifts of each complete round, computed once: the
-    // widening below and the drift test both use them.
-    let drifts: BTreeMap<usize, Vec<f64>> =
-        complete.iter().map(|(k, r)| (**k, r.drifts(prompts))).filter(|(_, d)| !d.is_empty()).collect();
-    let drift_log: BTreeMap<usize, f64> = drifts.iter().map(|(k, d)| (*k, mean(d))).collect();
     for &w in widths {
         let mut both = Vec::new();
         let mut vo = Vec::new();
         let mut vc = Vec::new();
-        for (k, r) in &complete {
+        for (k, r) in complete {
             // One arm per width per round in the plan; take it if it is there.
             let Some(a) = r.spec.iter().find(|a| a.width == Some(w)) else { continue };
             if let Some(x) = r.log_ratio(a, None, prompts) {
@@ -453,25 +495,29 @@ pub fn estimate(arms: &[ArmLevels], widths: &[usize], prompts: &[String]) -> Est
             est.ratio_vs_close.insert(w, e);
         }
     }
+    l_both
+}
 
-    // Per-request noise (variance of a log rate within an arm and prompt),
-    // pooled over every arm with repeated prompts.
-    let (ss, df) = arms.iter().map(|a| a.within_ss()).fold((0.0, 0), |(s, d), (s2, d2)| (s + s2, d + d2));
-    let v_request = (df > 0).then(|| ss / df as f64);
-    est.request_noise = v_request.map(f64::sqrt);
-
-    // The variance of one bracket arm's level (process and request noise).
-    // With two or more arms a side it comes from the spread of the arms
-    // within each side: they ran back to back, so drift does not enter, and
-    // for normal levels it is independent of the side means, which makes the
-    // drift statistic an exact t. With one arm a side (version-1 records) it
-    // comes from the width × round interaction of the speculative arms'
-    // levels (the round's baseline, and any drift, fall out of it), with
-    // their request noise swapped for the brackets'.
-    let bracket_var: Option<(f64, usize)> = {
+/// The variance of one bracket arm's level (process and request noise) with
+/// its degrees of freedom, and the request noise's mean share of it.
+///
+/// With two or more arms a side it comes from the spread of the arms within
+/// each side: they ran back to back, so drift does not enter, and for
+/// normal levels it is independent of the side means, which makes the drift
+/// statistic an exact t. With one arm a side (version-1 records) it comes
+/// from the width × round interaction of the speculative arms' levels (the
+/// round's baseline, and any drift, fall out of it), with their request
+/// noise swapped for the brackets'.
+fn bracket_variance(
+    complete: &[(&usize, &Round<'_>)],
+    l_both: &BTreeMap<usize, Vec<(usize, f64)>>,
+    v_request: Option<f64>,
+    prompts: &[String],
+) -> (Option<(f64, usize)>, f64) {
+    let within_sides: Option<(f64, usize)> = {
         let mut ss = 0.0;
         let mut df = 0;
-        for (_, r) in &complete {
+        for (_, r) in complete {
             for side in [&r.open, &r.close] {
                 if side.len() < 2 {
                     continue;
@@ -494,8 +540,8 @@ pub fn estimate(arms: &[ArmLevels], widths: &[usize], prompts: &[String]) -> Est
         None => vec![],
     };
     let q_bracket = if bracket_request.is_empty() { 0.0 } else { mean(&bracket_request) };
-    let v_bracket = bracket_var.or_else(|| {
-        spec_interaction(&l_both, &complete).map(|(v_s, df)| {
+    let v_bracket = within_sides.or_else(|| {
+        spec_interaction(l_both, complete).map(|(v_s, df)| {
             let q_spec: Vec<f64> = match v_request {
                 Some(v) => {
                     complete.iter().flat_map(|(_, r)| r.spec.iter().map(move |a| a.request_part(v, prompts))).collect()
@@ -506,20 +552,26 @@ pub fn estimate(arms: &[ArmLevels], widths: &[usize], prompts: &[String]) -> Est
             ((v_s - q_s).max(0.0) + q_bracket, df)
         })
     });
-    if let Some((v, df)) = v_bracket {
-        let process = (v - q_bracket).max(0.0);
-        est.process_variance_log = Some(process);
-        est.process_variance_df = df;
-        est.process_spread = Some(process.sqrt());
-        est.bracket_arm_variance_log = Some(v);
-    }
+    (v_bracket, q_bracket)
+}
 
-    // Drift per complete round: an exact t test (given normal levels) on
-    // `df` degrees of freedom, Bonferroni over the rounds so that a sweep
-    // without drift is flagged by them at most `ROUND_DRIFT_FALSE_ALARM` of the time.
+/// Drift per complete round, into `est.drift`: an exact t test (given
+/// normal levels) on the bracket variance's degrees of freedom, Bonferroni
+/// over the rounds so that a sweep without drift is flagged by them at most
+/// `ROUND_DRIFT_FALSE_ALARM` of the time. Returns the sums the sweep's test
+/// needs: (Σ w·drift, Σ w, rounds counted).
+fn round_drifts(
+    est: &mut Estimates,
+    complete: &[(&usize, &Round<'_>)],
+    drifts: &BTreeMap<usize, Vec<f64>>,
+    drift_log: &BTreeMap<usize, f64>,
+    v_bracket: Option<(f64, usize)>,
+    v_request: Option<f64>,
+    prompts: &[String],
+) -> (f64, f64, usize) {
     let n_rounds = complete.len().max(1);
     let mut weighted = (0.0, 0.0, 0usize);
-    for (k, r) in &complete {
+    for (k, r) in complete {
         let (Some(d), Some(&dk)) = (drifts.get(k), drift_log.get(k)) else { continue };
         let se = v_bracket.map(|(v, df)| ((v / r.open.len() as f64 + v / r.close.len() as f64).sqrt(), df));
         let (interval, drifted, critical) = match se {
@@ -562,28 +614,30 @@ pub fn estimate(arms: &[ArmLevels], widths: &[usize], prompts: &[String]) -> Est
             detectable,
         });
     }
-    // The sweep's test: the weighted mean of the rounds' drifts, whose
-    // variance is `V / sum(w)` under no drift (rounds are independent).
-    if let (Some((v, df)), (sum, wsum, n)) = (v_bracket, weighted)
-        && n > 0
-        && wsum > 0.0
-    {
-        let d = sum / wsum;
-        let se = (v / wsum).sqrt();
-        let crit = t_quantile_at(1.0 - SWEEP_DRIFT_FALSE_ALARM / 2.0, df);
-        let shown = t_quantile(df);
-        est.sweep_drift = Some(SweepDriftTest {
-            drift: d.exp(),
-            interval: ((d - shown * se).exp(), (d + shown * se).exp()),
-            se_log: se,
-            df,
-            critical_t: crit,
-            rounds: n,
-            drifted: d.abs() > crit * se,
-            detectable: detectable_slowdown(0.0, crit, se),
-        });
+    weighted
+}
+
+/// The sweep's test: the weighted mean of the rounds' drifts, whose
+/// variance is `V / sum(w)` under no drift (rounds are independent).
+fn sweep_drift(v_bracket: Option<(f64, usize)>, (sum, wsum, n): (f64, f64, usize)) -> Option<SweepDriftTest> {
+    let (v, df) = v_bracket?;
+    if n == 0 || wsum <= 0.0 {
+        return None;
     }
-    est
+    let d = sum / wsum;
+    let se = (v / wsum).sqrt();
+    let crit = t_quantile_at(1.0 - SWEEP_DRIFT_FALSE_ALARM / 2.0, df);
+    let shown = t_quantile(df);
+    Some(SweepDriftTest {
+        drift: d.exp(),
+        interval: ((d - shown * se).exp(), (d + shown * se).exp()),
+        se_log: se,
+        df,
+        critical_t: crit,
+        rounds: n,
+        drifted: d.abs() > crit * se,
+        detectable: detectable_slowdown(0.0, crit, se),
+    })
 }
 
 /// Residual variance of the width × round interaction of the per-round log

@@ -258,12 +258,16 @@ fn secs(s: f64) -> Duration {
     Duration::try_from_secs_f64(s).unwrap_or(Duration::MAX)
 }
 
+/// A step of an arm: `Err` ends the arm with that reason (a finding of the
+/// arm, not an error of the tuner).
+type Step<T> = std::result::Result<T, String>;
+
 /// Runs one served arm: request lines into `w` as they complete; the
 /// returned `arm_end` says whether the arm is a measurement and, if not, why.
+/// The steps: the startup event, `/health`, the request passes, the stop.
 pub fn run(a: &ServedArm<'_>, w: &mut RawWriter) -> Result<ArmEnd> {
     let run = &a.run;
-    let arm = run.arm;
-    let (mut end, started) = super::start(run.dir, arm.index, run.attempt, run.argv, run.env)?;
+    let (mut end, started) = super::start(run.dir, run.arm.index, run.attempt, run.argv, run.env)?;
     let Some(super::Started { mut child, stdout_log: out_file, t0 }) = started else { return Ok(end) };
     let stderr_log = end.stderr_log.clone();
     let pid = child.id();
@@ -278,24 +282,12 @@ pub fn run(a: &ServedArm<'_>, w: &mut RawWriter) -> Result<ArmEnd> {
     let health_deadline = t0 + secs(a.served.health_timeout_s);
     let failure: Option<String> = 'run: {
         let Some(child) = server.child.as_mut() else { break 'run Some("the server process is gone".into()) };
-        // 1. The typed startup event: what the server resolved, and where it listens.
-        while events.startup.is_none() {
-            if Instant::now() >= health_deadline {
-                break 'run Some(format!(
-                    "no startup event within {:.0} s of starting the server (--health-timeout); its log: {stderr_log}",
-                    a.served.health_timeout_s
-                ));
-            }
-            if !events.pump(Duration::from_millis(100)) && events.closed {
-                let status = child.wait().map_or_else(|e| e.to_string(), |s| s.to_string());
-                break 'run Some(format!(
-                    "the server exited ({status}) before its startup event (stderr: {stderr_log})"
-                ));
-            }
-        }
-        let Some(startup) = events.startup.clone() else { break 'run Some("no startup event".into()) };
+        let startup = match await_startup(a, &mut events, child, health_deadline, &stderr_log) {
+            Ok(s) => s,
+            Err(why) => break 'run Some(why),
+        };
         let served_info = startup.server.clone();
-        w.write(&RawLine::from(ArmStartup { arm: arm.index, attempt: run.attempt, startup }))?;
+        w.write(&RawLine::from(ArmStartup { arm: run.arm.index, attempt: run.attempt, startup }))?;
         let Some(si) = served_info else {
             break 'run Some(
                 "the startup event has no `server` address: this runtime predates `tuner sweep --served`; \
@@ -304,90 +296,17 @@ pub fn run(a: &ServedArm<'_>, w: &mut RawWriter) -> Result<ArmEnd> {
             );
         };
         info.address = Some(si.address.clone());
-        let addr = match si.address.parse::<SocketAddr>() {
-            Ok(x) if x.ip().is_loopback() => x,
-            Ok(x) => {
-                break 'run Some(format!(
-                    "the server listens on {x}, not loopback; the tuner starts it with --host 127.0.0.1"
-                ));
-            }
-            Err(e) => break 'run Some(format!("the startup event's server.address {:?}: {e}", si.address)),
+        let addr = match loopback(&si.address) {
+            Ok(addr) => addr,
+            Err(why) => break 'run Some(why),
         };
-        // 2. Ready when /health answers 200.
-        loop {
-            if let Ok(Some(st)) = child.try_wait() {
-                break 'run Some(format!("the server exited ({st}) before it was healthy (stderr: {stderr_log})"));
-            }
-            let left = health_deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                break 'run Some(format!(
-                    "the server at {addr} did not answer GET /health with 200 within {:.0} s of starting \
-                     (--health-timeout); its log: {stderr_log}",
-                    a.served.health_timeout_s
-                ));
-            }
-            if let Ok((200, _)) = crate::http::get(addr, "/health", left.min(HEALTH_REQUEST_TIMEOUT)) {
-                break;
-            }
-            std::thread::sleep(HEALTH_POLL.min(left));
+        if let Err(why) = await_health(a, child, addr, health_deadline, &stderr_log) {
+            break 'run Some(why);
         }
         info.ready_ms = Some(t0.elapsed().as_millis() as u64);
-        // 3. Warm-up passes, then the bursts: every prompt in file order, one request at a time.
-        let s = a.settings;
-        let request_timeout = secs(a.served.request_timeout_s);
-        for pass in 0..s.design.warmup + s.design.bursts_of(arm.width) {
-            let warmup = pass < s.design.warmup;
-            for p in a.prompts {
-                let what = if warmup {
-                    format!("warm-up pass {} of prompt {}", pass + 1, p.id)
-                } else {
-                    format!("burst {} of prompt {}", pass - s.design.warmup, p.id)
-                };
-                let got = match stream::complete(addr, &si.model, &p.kind, s.design.max_tokens, request_timeout) {
-                    Ok(g) => g,
-                    Err(e) => break 'run Some(format!("{what}: {} {}: {e}", "POST", Endpoint::of(&p.kind).path())),
-                };
-                let (completion, extra) = events.take(&got.id, arm.width.is_some());
-                let Some(c) = completion else {
-                    break 'run Some(format!(
-                        "{what}: no `completion` event for response {} on the server's stdout within {} s",
-                        got.id,
-                        EVENT_WAIT.as_secs()
-                    ));
-                };
-                if warmup {
-                    end.warmup_requests += 1;
-                    continue;
-                }
-                let text_sha256 = runtime::events::sha256_hex(got.text.as_bytes());
-                problems.extend(rules::served_disagreements(&what, &got, &c, &text_sha256));
-                let prompt_type = super::prompt_type(run.types, &p.id);
-                let mut row = run.rows.row(c, prompt_type, pass - s.design.warmup);
-                row.prompt_id = p.id.clone();
-                row.outcome.usage = got.usage.clone();
-                row.outcome.finish_reason = got.finish_reason;
-                row.outcome.text_sha256 = text_sha256;
-                if let Some(sp) = extra {
-                    row.join(sp);
-                }
-                let e2e_s = got.e2e_ms / 1e3;
-                row.served = Some(ServedSample {
-                    endpoint: Endpoint::of(&p.kind).path().to_string(),
-                    response_id: got.id.clone(),
-                    ttft_ms: got.ttft_ms,
-                    e2e_ms: got.e2e_ms,
-                    e2e_tok_per_s: (got.usage.completion_tokens > 0 && e2e_s > 0.0)
-                        .then(|| got.usage.completion_tokens as f64 / e2e_s),
-                    chunks: got.chunks,
-                    server: got.draftwise.map(|d| ServedTimings { token_ids: None, ..d }),
-                });
-                w.write(&RawLine::from(row))?;
-                end.requests += 1;
-            }
-        }
-        None
+        send_passes(a, w, &mut events, addr, &si.model, &mut end, &mut problems)?.err()
     };
-    // 4. Stop it, whatever happened, and say how it ended.
+    // Stop it, whatever happened, and say how it ended.
     let stop_timeout = secs(a.served.stop_timeout_s);
     let stopped = match server.child.as_mut() {
         Some(c) => stop_server(c, stop_timeout).context("stopping the server")?,
@@ -414,4 +333,132 @@ pub fn run(a: &ServedArm<'_>, w: &mut RawWriter) -> Result<ArmEnd> {
     super::finish(&mut end, status, t0, errors);
     drop(server);
     Ok(end)
+}
+
+/// Step 1: the typed startup event, which says what the server resolved
+/// and where it listens.
+fn await_startup(
+    a: &ServedArm<'_>,
+    events: &mut Events,
+    child: &mut Child,
+    deadline: Instant,
+    stderr_log: &str,
+) -> Step<Startup> {
+    while events.startup.is_none() {
+        if Instant::now() >= deadline {
+            return Err(format!(
+                "no startup event within {:.0} s of starting the server (--health-timeout); its log: {stderr_log}",
+                a.served.health_timeout_s
+            ));
+        }
+        if !events.pump(Duration::from_millis(100)) && events.closed {
+            let status = child.wait().map_or_else(|e| e.to_string(), |s| s.to_string());
+            return Err(format!("the server exited ({status}) before its startup event (stderr: {stderr_log})"));
+        }
+    }
+    events.startup.clone().ok_or_else(|| "no startup event".to_string())
+}
+
+/// The server's address, which must be a loopback socket address.
+fn loopback(address: &str) -> Step<SocketAddr> {
+    match address.parse::<SocketAddr>() {
+        Ok(x) if x.ip().is_loopback() => Ok(x),
+        Ok(x) => Err(format!("the server listens on {x}, not loopback; the tuner starts it with --host 127.0.0.1")),
+        Err(e) => Err(format!("the startup event's server.address {address:?}: {e}")),
+    }
+}
+
+/// Step 2: ready when `/health` answers 200.
+fn await_health(
+    a: &ServedArm<'_>,
+    child: &mut Child,
+    addr: SocketAddr,
+    deadline: Instant,
+    stderr_log: &str,
+) -> Step<()> {
+    loop {
+        if let Ok(Some(st)) = child.try_wait() {
+            return Err(format!("the server exited ({st}) before it was healthy (stderr: {stderr_log})"));
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(format!(
+                "the server at {addr} did not answer GET /health with 200 within {:.0} s of starting \
+                 (--health-timeout); its log: {stderr_log}",
+                a.served.health_timeout_s
+            ));
+        }
+        if let Ok((200, _)) = crate::http::get(addr, "/health", left.min(HEALTH_REQUEST_TIMEOUT)) {
+            return Ok(());
+        }
+        std::thread::sleep(HEALTH_POLL.min(left));
+    }
+}
+
+/// Step 3: the warm-up passes, then the bursts: every prompt in file order,
+/// one streamed request at a time, each joined to its `completion` event
+/// and written to `w` as a request line.
+fn send_passes(
+    a: &ServedArm<'_>,
+    w: &mut RawWriter,
+    events: &mut Events,
+    addr: SocketAddr,
+    model: &str,
+    end: &mut ArmEnd,
+    problems: &mut Vec<String>,
+) -> Result<Step<()>> {
+    let (run, s) = (&a.run, a.settings);
+    let arm = run.arm;
+    let request_timeout = secs(a.served.request_timeout_s);
+    for pass in 0..s.design.warmup + s.design.bursts_of(arm.width) {
+        let warmup = pass < s.design.warmup;
+        for p in a.prompts {
+            let what = if warmup {
+                format!("warm-up pass {} of prompt {}", pass + 1, p.id)
+            } else {
+                format!("burst {} of prompt {}", pass - s.design.warmup, p.id)
+            };
+            let got = match stream::complete(addr, model, &p.kind, s.design.max_tokens, request_timeout) {
+                Ok(g) => g,
+                Err(e) => return Ok(Err(format!("{what}: {} {}: {e}", "POST", Endpoint::of(&p.kind).path()))),
+            };
+            let (completion, extra) = events.take(&got.id, arm.width.is_some());
+            let Some(c) = completion else {
+                return Ok(Err(format!(
+                    "{what}: no `completion` event for response {} on the server's stdout within {} s",
+                    got.id,
+                    EVENT_WAIT.as_secs()
+                )));
+            };
+            if warmup {
+                end.warmup_requests += 1;
+                continue;
+            }
+            let text_sha256 = runtime::events::sha256_hex(got.text.as_bytes());
+            problems.extend(rules::served_disagreements(&what, &got, &c, &text_sha256));
+            let prompt_type = super::prompt_type(run.types, &p.id);
+            let mut row = run.rows.row(c, prompt_type, pass - s.design.warmup);
+            row.prompt_id = p.id.clone();
+            row.outcome.usage = got.usage.clone();
+            row.outcome.finish_reason = got.finish_reason;
+            row.outcome.text_sha256 = text_sha256;
+            if let Some(sp) = extra {
+                row.join(sp);
+            }
+            let e2e_s = got.e2e_ms / 1e3;
+            row.served = Some(ServedSample {
+                endpoint: Endpoint::of(&p.kind).path().to_string(),
+                response_id: got.id.clone(),
+                ttft_ms: got.ttft_ms,
+                e2e_ms: got.e2e_ms,
+                e2e_tok_per_s: (got.usage.completion_tokens > 0 && e2e_s > 0.0)
+                    .then(|| got.usage.completion_tokens as f64 / e2e_s),
+                chunks: got.chunks,
+                server: got.draftwise.map(|d| ServedTimings { token_ids: None, ..d }),
+            });
+            w.write(&RawLine::from(row))?;
+            end.requests += 1;
+        }
+    }
+    Ok(Ok(()))
 }

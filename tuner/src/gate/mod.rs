@@ -363,11 +363,7 @@ pub fn check(cfg: &GateConfig) -> GateReport {
 
 /// The one-line summary used for progress and text output.
 pub fn summary_line(r: &GateReport) -> String {
-    let d = match r.verdict.decision {
-        Decision::Pass => "pass",
-        Decision::Wait => "wait",
-        Decision::Halt => "halt",
-    };
+    let d = r.verdict.decision.word();
     if r.verdict.reasons.is_empty() {
         return d.to_string();
     }

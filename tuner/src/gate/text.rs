@@ -2,16 +2,7 @@
 //! report itself, serialised).
 use std::fmt::Write;
 
-use super::{Decision, GateRun, Status};
-
-fn status_word(s: Status) -> &'static str {
-    match s {
-        Status::Pass => "pass",
-        Status::Wait => "wait",
-        Status::Halt => "halt",
-        Status::Unknown => "unknown",
-    }
-}
+use super::{GateRun, Status};
 
 /// The gate's verdict as `tuner gate` prints it: the decision, how it was
 /// reached, a line per source with its reading, the reasons and the
@@ -19,11 +10,7 @@ fn status_word(s: Status) -> &'static str {
 pub fn report_text(run: &GateRun) -> String {
     let mut out = String::new();
     let r = &run.report;
-    let d = match run.decision {
-        Decision::Pass => "PASS",
-        Decision::Wait => "WAIT",
-        Decision::Halt => "HALT",
-    };
+    let d = run.decision.word().to_ascii_uppercase();
     let how = if run.timed_out {
         format!(" (gave up after {} checks, {:.1} s: --wait ran out)", run.attempts, run.waited_ms as f64 / 1e3)
     } else if run.attempts > 1 {
@@ -90,7 +77,7 @@ pub fn report_text(run: &GateRun) -> String {
         ("nvrm", c.nvrm.status, nvrm),
         ("memory", c.memory.status, memory),
     ] {
-        let _ = writeln!(out, "  {name:<8} {:<8} {line}", status_word(status));
+        let _ = writeln!(out, "  {name:<8} {:<8} {line}", Status::word(status));
     }
     if !r.verdict.reasons.is_empty() {
         out.push_str("reasons:\n");

@@ -57,6 +57,18 @@ pub enum Status {
     Unknown,
 }
 
+impl Status {
+    /// The status as the reports print it (its serialised name).
+    pub fn word(self) -> &'static str {
+        match self {
+            Status::Pass => "pass",
+            Status::Wait => "wait",
+            Status::Halt => "halt",
+            Status::Unknown => "unknown",
+        }
+    }
+}
+
 /// One source's result, its reasons, and what was read.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Check<R> {
@@ -98,6 +110,18 @@ pub enum Decision {
     Pass,
     Wait,
     Halt,
+}
+
+impl Decision {
+    /// The decision as the reports print it (its serialised name; `tuner
+    /// gate`'s headline upper-cases it).
+    pub fn word(self) -> &'static str {
+        match self {
+            Decision::Pass => "pass",
+            Decision::Wait => "wait",
+            Decision::Halt => "halt",
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
