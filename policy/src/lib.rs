@@ -16,7 +16,10 @@
 //!   `runtime/build.rs`, the runtime and `tuner propose`.
 //! - [`fingerprint`]: the verify-path parts and their hashing.
 //! - [`resolve`]: [`Resolver`], [`Resolution`] and [`Provenance`].
+//! - [`adaptive`]: the per-request draft length from acceptance and the
+//!   entry's measured verify cost (the rule; not yet in the decode loop).
 
+pub mod adaptive;
 pub mod declared;
 pub mod fingerprint;
 pub mod host;

@@ -47,6 +47,33 @@ pub struct PromptSet {
     pub sha256: String,
 }
 
+/// The cost of a verify pass at one context length, as a sweep measured
+/// it: `relative[i]` is a pass of `i + 1` rows over a one-row pass (so
+/// `relative[0]` is 1), the geometric mean over the sweep's rounds.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct CostCurve {
+    /// Positions in the cache before the pass (the prompt's length).
+    pub context: usize,
+    pub relative: Vec<f64>,
+}
+
+impl CostCurve {
+    /// `context 64: 2 rows 1.08x, 3 rows 1.15x, ...` (a one-row pass is 1).
+    pub fn describe(&self) -> String {
+        let rows: Vec<String> =
+            self.relative.iter().enumerate().skip(1).map(|(i, x)| format!("{} rows {x:.2}x", i + 1)).collect();
+        format!("context {}: {}", self.context, rows.join(", "))
+    }
+}
+
+/// The most cost curves an entry may carry.
+pub const MAX_COST_CURVES: usize = 4;
+/// The longest context a cost curve may name.
+pub const MAX_COST_CONTEXT: usize = 1 << 20;
+/// The largest relative cost a curve may state (a pass of 33 rows costing
+/// 1,000 one-row passes is not a measurement of this engine).
+pub const MAX_RELATIVE_COST: f64 = 1000.0;
+
 /// One measured entry.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Entry {
@@ -82,6 +109,10 @@ pub struct Entry {
     pub host: String,
     /// The verify-path fingerprint of the measuring build for this key.
     pub verify_fingerprint: String,
+    /// The verify pass's cost against a one-row pass, per context length
+    /// measured, increasing; empty in entries of sweeps that did not
+    /// measure it.
+    pub verify_cost: Vec<CostCurve>,
     /// 1-based line of the entry's `[[entry]]` header, when known.
     pub line: Option<usize>,
 }
@@ -274,6 +305,8 @@ struct RawEntry {
     drafter_settings: toml::Value,
     weight_formats: Vec<toml::Value>,
     verify_fingerprint: String,
+    #[serde(default)]
+    verify_cost: Vec<toml::Value>,
     /// Free text for reviewers; not compiled in.
     #[serde(default)]
     #[allow(dead_code)]
@@ -501,6 +534,7 @@ fn entry(t: toml::Table, line: Option<usize>, records: RecordCheck<'_>) -> Resul
     }
     weight_formats.sort();
     weight_formats.dedup();
+    let verify_cost = cost_curves(&r.verify_cost)?;
     let key = PolicyKey {
         drafter,
         device,
@@ -524,8 +558,72 @@ fn entry(t: toml::Table, line: Option<usize>, records: RecordCheck<'_>) -> Resul
         ratio_interval: [lo, hi],
         host: r.host,
         verify_fingerprint: r.verify_fingerprint,
+        verify_cost,
         line,
     })
+}
+
+/// `verify_cost = [{ context = 64, relative = [1.0, 1.1, ...] }, ...]`:
+/// at most [`MAX_COST_CURVES`] curves, contexts 1..=[`MAX_COST_CONTEXT`]
+/// and increasing, each with 2..=`MAX_WIDTH + 1` relative costs, the first
+/// exactly 1, every one a positive number up to [`MAX_RELATIVE_COST`].
+fn cost_curves(raw: &[toml::Value]) -> Result<Vec<CostCurve>, Problem> {
+    if raw.len() > MAX_COST_CURVES {
+        return Err(bad("verify_cost", format!("has {} curves; at most {MAX_COST_CURVES}", raw.len())));
+    }
+    let mut out: Vec<CostCurve> = Vec::with_capacity(raw.len());
+    for v in raw {
+        let Some(t) = v.as_table() else {
+            return Err(bad("verify_cost", format!("{v} is not a table {{ context = N, relative = [...] }}")));
+        };
+        if let Some(k) = t.keys().find(|k| *k != "context" && *k != "relative") {
+            return Err(bad("verify_cost", format!("unknown field `{k}` (a curve has `context` and `relative`)")));
+        }
+        let context = match t.get("context") {
+            Some(toml::Value::Integer(n)) if (1..=MAX_COST_CONTEXT as i64).contains(n) => *n as usize,
+            Some(other) => {
+                return Err(bad("verify_cost", format!("context {other} is not 1..={MAX_COST_CONTEXT} positions")));
+            }
+            None => return Err(bad("verify_cost", "a curve has no `context`")),
+        };
+        if out.last().is_some_and(|c| c.context >= context) {
+            return Err(bad("verify_cost", format!("context {context} does not increase on the curve before it")));
+        }
+        let values = match t.get("relative") {
+            Some(toml::Value::Array(a)) => a,
+            Some(other) => return Err(bad("verify_cost", format!("relative {other} is not an array of numbers"))),
+            None => return Err(bad("verify_cost", format!("the curve at context {context} has no `relative`"))),
+        };
+        if !(2..=MAX_WIDTH + 1).contains(&values.len()) {
+            return Err(bad(
+                "verify_cost",
+                format!(
+                    "the curve at context {context} has {} values; give 2..={} (rows 1, 2, ...)",
+                    values.len(),
+                    MAX_WIDTH + 1
+                ),
+            ));
+        }
+        let mut relative = Vec::with_capacity(values.len());
+        for x in values {
+            let x = number("verify_cost", x)?;
+            if x > MAX_RELATIVE_COST {
+                return Err(bad("verify_cost", format!("relative cost {x} is above {MAX_RELATIVE_COST}")));
+            }
+            relative.push(x);
+        }
+        if relative[0] != 1.0 {
+            return Err(bad(
+                "verify_cost",
+                format!(
+                    "the curve at context {context} starts at {}: a one-row pass costs 1 by definition",
+                    relative[0]
+                ),
+            ));
+        }
+        out.push(CostCurve { context, relative });
+    }
+    Ok(out)
 }
 
 /// The most records one entry may say it rests on.

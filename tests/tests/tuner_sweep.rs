@@ -41,6 +41,20 @@ fn a_real_sweep_records_identical_outputs_and_a_decision() {
     }
     let record = std::fs::read_to_string(out.join("record.md")).unwrap();
     assert!(record.contains("## Decision rule") && record.contains("byte-identical"), "{record}");
+    // The round's verify-cost processes (`--cost-contexts 16,48`): passes of
+    // 1..=4 rows (the widest width 3, plus one), one row costing 1.
+    let costs: Vec<&Value> = lines.iter().filter(|l| l["kind"] == "cost").collect();
+    assert_eq!(costs.len(), 2, "{costs:?}");
+    assert!(costs.iter().all(|c| c["ok"] == true && c["relative"].as_array().unwrap().len() == 4), "{costs:?}");
+    let curves = s["verify_cost"].as_array().unwrap();
+    assert_eq!(curves.iter().map(|c| c["context"].as_u64().unwrap()).collect::<Vec<_>>(), [16, 48]);
+    for c in curves {
+        let p = c["points"].as_array().unwrap();
+        assert_eq!((p.len(), p[0]["relative"].as_f64()), (4, Some(1.0)), "{c}");
+        assert!(p[1..].iter().all(|x| x["relative"].as_f64().unwrap() > 0.0), "{c}");
+    }
+    assert!(record.contains("### Verify cost"), "{record}");
+    assert!(!raw.contains("\"--model\",\"/"), "a cost process's model path is named, not absolute");
 }
 
 #[test]

@@ -27,6 +27,7 @@
 //! - [`propose`]: the policy entry, or a refusal with its remedy.
 //! - [`exit`]: the process exit codes, one place.
 pub mod arm;
+pub mod cost;
 pub mod estimate;
 pub mod gate;
 pub mod http;

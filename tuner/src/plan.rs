@@ -88,6 +88,12 @@ pub struct Design {
     pub warmup: usize,
     pub max_tokens: usize,
     pub threads: usize,
+    /// Context lengths at which each round also measures the verify pass's
+    /// cost (one `runtime bench --verify-cost` process each, after the
+    /// round's arms: [`crate::cost`]); empty: not measured, as in records
+    /// written before it was.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cost_contexts: Vec<usize>,
 }
 
 impl Design {

@@ -178,6 +178,11 @@ impl PathNames {
                     *x = self.name(x);
                 }
             }
+            RawLine::Cost(c) => {
+                for x in &mut c.argv {
+                    *x = self.name(x);
+                }
+            }
             RawLine::Startup(st) => {
                 // The runtime's event names files in more than one place
                 // (the target's path, the file that declared its

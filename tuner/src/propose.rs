@@ -177,9 +177,29 @@ pub fn entry_fields(raw: &RawFile, s: &Summary, record: &str) -> Result<Fields, 
         ("ratio_interval", format!("[{lo}, {hi}]")),
         ("host", toml_str(&short_host(raw))),
         ("verify_fingerprint", toml_str(fp)),
-        ("note", toml_str(&note)),
     ]);
+    if let Some(curves) = verify_cost_text(&s.verify_cost) {
+        fields.push(("verify_cost", curves));
+    }
+    fields.push(("note", toml_str(&note)));
     Ok(fields)
+}
+
+/// The record's verify-cost curves as the entry writes them, `[{ context =
+/// 64, relative = [1.0, 1.083, ...] }, ...]` (three decimals); `None` when
+/// the sweep measured none. A curve is written only with every pass size
+/// measured from one row up.
+fn verify_cost_text(curves: &[crate::cost::CostCurve]) -> Option<String> {
+    let written: Vec<String> = curves
+        .iter()
+        .filter(|c| c.points.len() >= 2 && c.points.iter().enumerate().all(|(i, p)| p.rows == i + 1))
+        .map(|c| {
+            let rel: Vec<String> =
+                c.points.iter().map(|p| format!("{:?}", (p.relative * 1000.0).round() / 1000.0)).collect();
+            format!("{{ context = {}, relative = [{}] }}", c.context, rel.join(", "))
+        })
+        .collect();
+    (!written.is_empty()).then(|| format!("[{}]", written.join(", ")))
 }
 
 /// `{ ngram_min = 3, ngram_max = 4 }`: the settings as a TOML inline table.
@@ -987,6 +1007,39 @@ verify_fingerprint = \"0123456789abcdef\"\n"
             ),
             "{d}"
         );
+    }
+
+    #[test]
+    fn verify_cost_curves_are_written_as_the_compiler_reads_them() {
+        use crate::cost::{CostCurve, CostPoint};
+        let point = |rows: usize, relative: f64| CostPoint { rows, relative, interval: None, per_round: vec![] };
+        let curve = |context: usize, points: Vec<CostPoint>| CostCurve {
+            context,
+            rounds: 2,
+            one_row_ms: Some(10.0),
+            points,
+            missing: vec![],
+        };
+        let curves = vec![
+            curve(64, vec![point(1, 1.0), point(2, 1.08349), point(3, 1.2)]),
+            // One pass size is no curve; a gap is none either.
+            curve(128, vec![point(1, 1.0)]),
+            curve(512, vec![point(1, 1.0), point(3, 1.5)]),
+            curve(2048, vec![point(1, 1.0), point(2, 1.5)]),
+        ];
+        let text = verify_cost_text(&curves).unwrap();
+        assert_eq!(text, "[{ context = 64, relative = [1.0, 1.083, 1.2] }, { context = 2048, relative = [1.0, 1.5] }]");
+        assert_eq!(verify_cost_text(&[]), None);
+        let mut f = fields("4");
+        f.push(("verify_cost", text));
+        let t = runtime::policy::table::compile(
+            "t",
+            &format!("schema_version = 3\n{}", entry_table_text(&f)),
+            runtime::policy::table::RecordCheck::Skip,
+        )
+        .unwrap();
+        assert_eq!(t.entries[0].verify_cost[0].relative, vec![1.0, 1.083, 1.2]);
+        assert_eq!(t.entries[0].verify_cost[1].context, 2048);
     }
 
     #[test]

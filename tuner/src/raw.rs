@@ -53,6 +53,8 @@ pub enum RawLine {
     Halt(Halt),
     /// `--rounds auto`: the sweep stopped adding rounds (before `done`).
     Settled(Settled),
+    /// A verify-cost process after a round ([`crate::cost`]).
+    Cost(Box<crate::cost::CostRun>),
     Done(Done),
 }
 
@@ -65,7 +67,14 @@ macro_rules! boxed_line {
         }
     )*};
 }
-boxed_line!(Sweep(SweepHeader), ArmStart(ArmStart), Startup(ArmStartup), Request(RequestRow), ArmEnd(ArmEnd));
+boxed_line!(
+    Sweep(SweepHeader),
+    ArmStart(ArmStart),
+    Startup(ArmStartup),
+    Request(RequestRow),
+    ArmEnd(ArmEnd),
+    Cost(crate::cost::CostRun)
+);
 
 /// A prompt of the set and its task type.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

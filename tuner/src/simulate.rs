@@ -139,6 +139,7 @@ impl Template {
                 warmup: 1,
                 max_tokens: 48,
                 threads: 2,
+                cost_contexts: vec![],
             },
             prompts: "/sim/prompts.jsonl".into(),
             prompts_source: "simulated".into(),
@@ -586,5 +587,64 @@ mod tests {
         let st = s.stability.as_ref().unwrap();
         assert!(st.same < 0.95, "{st:?}");
         assert!((st.choices.iter().map(|c| c.1).sum::<f64>() - 1.0).abs() < 1e-9);
+    }
+
+    fn cost_line(round: usize, context: usize, attempt: usize, ok: bool, relative: Vec<f64>) -> RawLine {
+        let mut c = crate::arm::cost::not_run(round, context, attempt, "pass".into(), "x".into());
+        c.ok = ok;
+        c.error = (!ok).then(|| "ran through contention".to_string());
+        c.one_row_s = ok.then_some(0.01 * (round + 1) as f64);
+        c.relative = relative;
+        RawLine::from(c)
+    }
+
+    #[test]
+    // summarize/cost.rs's verify-cost curves, on a simulated sweep.
+    fn verify_cost_curves_are_geometric_means_over_rounds_and_a_missing_round_is_named() {
+        let c = SimConfig::default_plan(0.03, 0.05, 3);
+        let mut raw = crate::simulate::sweep(&Template::new(), &c);
+        raw.header.settings.design.cost_contexts = vec![64, 2048];
+        let n = raw.header.settings.design.rounds;
+        for r in 0..n {
+            let k = 1.0 + 0.1 * r as f64;
+            raw.lines.push(cost_line(r, 64, 0, true, vec![1.0, 1.1 * k, 1.2 * k]));
+            // Context 2048: round 0's first attempt was contended, its second counts; the last round has none.
+            if r == 0 {
+                raw.lines.push(cost_line(r, 2048, 0, false, vec![]));
+            }
+            if r + 1 < n {
+                raw.lines.push(cost_line(r, 2048, one_if(r == 0), true, vec![1.0, 2.0]));
+            }
+        }
+        let s = crate::summarize::summarize(&raw).unwrap();
+        let v: &Vec<crate::cost::CostCurve> = &s.verify_cost;
+        assert_eq!(v.iter().map(|c| c.context).collect::<Vec<_>>(), [64, 2048]);
+        let short = &v[0];
+        assert_eq!((short.rounds, short.points.len()), (n, 3));
+        assert_eq!(short.points[0].relative, 1.0);
+        let gm = |x: f64| ((0..n).map(|r| (x * (1.0 + 0.1 * r as f64)).ln()).sum::<f64>() / n as f64).exp();
+        assert!((short.points[1].relative - gm(1.1)).abs() < 1e-12);
+        assert!(short.points[2].interval.is_some_and(|(lo, hi)| lo < short.points[2].relative && hi > gm(1.2)));
+        let long = &v[1];
+        assert_eq!((long.rounds, long.points.len()), (n - 1, 2));
+        assert_eq!(long.missing.len(), 1);
+        assert_eq!(long.missing[0].0, n - 1);
+        assert!(long.missing[0].1.contains("not run"), "{:?}", long.missing);
+        // The record states the table and names the missing round.
+        let md = crate::record::markdown(&raw, &s, "dir");
+        assert!(md.contains("### Verify cost: a pass of R rows against a one-row pass"), "{md}");
+        assert!(md.contains(&format!("| 2 | {:.3} [", gm(1.1))), "{md}");
+        assert!(md.contains(&format!("Context 2048, round {n}: no measurement: not run")), "{md}");
+        // Old records (no cost contexts) have no curves, and the summary
+        // serializes without the field.
+        raw.header.settings.design.cost_contexts.clear();
+        let s = crate::summarize::summarize(&raw).unwrap();
+        assert!(s.verify_cost.is_empty());
+        assert!(!serde_json::to_string(&s).unwrap().contains("verify_cost"));
+        assert!(!crate::record::markdown(&raw, &s, "dir").contains("Verify cost"));
+    }
+
+    fn one_if(b: bool) -> usize {
+        usize::from(b)
     }
 }

@@ -342,6 +342,10 @@ pub struct Summary {
     /// Requests with no valid rate: each makes its width not a measurement
     /// (a classic one is a data problem).
     pub requests_without_rate: usize,
+    /// The verify pass's cost against a one-row pass, per context length of
+    /// the design ([`crate::cost`]); empty when the sweep did not measure it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub verify_cost: Vec<crate::cost::CostCurve>,
 }
 
 /// Arms whose latest attempt ended ok: arm → (attempt, its `arm_end`).

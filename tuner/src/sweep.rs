@@ -24,7 +24,7 @@ use crate::raw::{
     ArmEnd, ArmStart, Done, Halt, HaltKind, PlannedArm, PromptTag, RawLine, RawWriter, ResumeMark, SweepHeader,
     read_raw,
 };
-use crate::{arm, rules};
+use crate::{arm, cost, rules};
 
 /// Largest prompt set read.
 pub const MAX_PROMPTS_BYTES: u64 = 16 << 20;
@@ -194,6 +194,7 @@ fn check_options(opts: &SweepOptions) -> Result<()> {
             bail!("{flag} {x} is out of range {lo}..={hi}");
         }
     }
+    cost::check_contexts(&d.cost_contexts).map_err(anyhow::Error::msg)?;
     if let Some(a) = &d.auto_rounds {
         if !(2..=a.max_rounds).contains(&a.min_rounds) || a.max_rounds != d.rounds {
             bail!(
@@ -398,6 +399,15 @@ fn drive(
     };
     let todo: Vec<&PlannedArm> = header.plan.iter().filter(|a| !done.contains(&a.index)).collect();
     let mut d = Driver::new(dir, header, w, prior_deltas, prior_attempts, done.len())?;
+    // A resumed sweep first measures the cost of the rounds it had finished
+    // without it (an interruption between a round's last arm and its cost).
+    let finished: Vec<usize> = (0..header.settings.design.rounds)
+        .filter(|r| header.plan.iter().filter(|a| a.round == *r).all(|a| done.contains(&a.index)))
+        .filter(|r| header.plan.iter().any(|a| a.round == *r))
+        .collect();
+    for r in finished {
+        d.costs(r)?;
+    }
     let mut clock = RoundClock::default();
     for (k, arm) in todo.iter().enumerate() {
         clock.arm_starts(arm.round);
@@ -408,6 +418,9 @@ fn drive(
                 Attempt::Halt(h) => return halt_line(&mut d.w, h, &mut d.progress),
             }
         }
+        if d.last_of_round(arm) {
+            d.costs(arm.round)?;
+        }
         if let Some(stop) = d.round_end(arm, &mut clock)? {
             d.progress.note(&format!("--rounds auto: stopping after {} round(s): {}", stop.rounds, stop.reason));
             d.w.write(&RawLine::Settled(stop))?;
@@ -417,6 +430,22 @@ fn drive(
     d.w.write(&RawLine::Done(Done { at_unix_ms: now_ms() }))?;
     d.progress.finish();
     Ok(Outcome::Complete)
+}
+
+/// The verify-cost lines raw.jsonl already holds, per (round, context):
+/// how many attempts, and whether one was a measurement.
+fn prior_costs(dir: &Path) -> BTreeMap<(usize, usize), (usize, bool)> {
+    let mut out: BTreeMap<(usize, usize), (usize, bool)> = BTreeMap::new();
+    if let Ok(r) = read_raw(&dir.join("raw.jsonl")) {
+        for l in &r.lines {
+            if let RawLine::Cost(c) = l {
+                let e = out.entry((c.round, c.context)).or_insert((0, false));
+                e.0 = e.0.max(c.attempt + 1);
+                e.1 |= c.ok;
+            }
+        }
+    }
+    out
 }
 
 /// When each round started and the longest a finished round took (the
@@ -471,6 +500,8 @@ struct Driver<'a> {
     served_prompts: Vec<runtime::prompts::PromptItem>,
     prior_attempts: &'a [usize],
     attempts_here: BTreeMap<usize, usize>,
+    /// Verify-cost lines so far per (round, context): attempts, and whether one was a measurement.
+    costs: BTreeMap<(usize, usize), (usize, bool)>,
 }
 
 impl<'a> Driver<'a> {
@@ -503,7 +534,78 @@ impl<'a> Driver<'a> {
             served_prompts,
             prior_attempts,
             attempts_here: BTreeMap::new(),
+            costs: prior_costs(dir),
         })
+    }
+
+    /// Whether `arm` is the last of its round in the plan.
+    fn last_of_round(&self, arm: &PlannedArm) -> bool {
+        self.header.plan.iter().filter(|a| a.round == arm.round).map(|a| a.index).max() == Some(arm.index)
+    }
+
+    /// The verify-cost processes of `round` that raw.jsonl does not yet hold
+    /// a measurement of ([`crate::cost`]): each gated like an arm, run again
+    /// (up to [`cost::COST_ATTEMPTS`]) after contention, and written whatever
+    /// came of it. A failure is the record's to state, not the sweep's halt.
+    fn costs(&mut self, round: usize) -> Result<()> {
+        let s = &self.header.settings;
+        for &context in &s.design.cost_contexts {
+            let (mut attempt, done) = self.costs.get(&(round, context)).copied().unwrap_or((0, false));
+            if done {
+                continue;
+            }
+            let what = format!("verify cost (round {}, context {context})", round + 1);
+            for _ in 0..cost::COST_ATTEMPTS {
+                self.progress.message(&format!("{what}: gate"));
+                let progress = &self.progress;
+                let gate_run = self.gate.wait(
+                    Duration::from_secs_f64(s.gate_wait_s),
+                    Duration::from_secs_f64(s.gate_interval_s),
+                    |r, waited| {
+                        progress.note(&format!(
+                            "gate before {what}: waiting ({:.0} s of {:.0} s): {}",
+                            waited.as_secs_f64(),
+                            s.gate_wait_s,
+                            crate::gate::summary_line(r)
+                        ))
+                    },
+                );
+                let gate_line = crate::gate::summary_line(&gate_run.report);
+                let line = if gate_run.decision != Decision::Pass {
+                    let why = format!("not run: the gate said {gate_line}");
+                    arm::cost::not_run(round, context, attempt, gate_line, why)
+                } else {
+                    self.progress.message(&format!("{what}: running"));
+                    let mut argv = vec![s.runtime.display().to_string()];
+                    argv.extend(arm::cost::cost_args(s, context));
+                    let monitor = crate::gate::during::Monitor::start(&s.gate);
+                    let rows = arm::cost::max_rows(s);
+                    let mut line = arm::cost::run(self.dir, (round, context, attempt), &argv, &self.env, rows)?;
+                    let during = monitor.finish();
+                    if line.ok
+                        && let Some(why) = rules::arm::contention(&during)
+                    {
+                        line.ok = false;
+                        line.error = Some(why);
+                    }
+                    line.gate = gate_line;
+                    line.contention = Some(during);
+                    line
+                };
+                self.w.write(&RawLine::from(line.clone()))?;
+                attempt += 1;
+                self.costs.insert((round, context), (attempt, line.ok));
+                let contended = line.contention.as_ref().is_some_and(|c| c.contended());
+                if line.ok || !contended {
+                    if !line.ok {
+                        self.progress.note(&format!("{what}: {}", line.error.as_deref().unwrap_or("failed")));
+                    }
+                    break;
+                }
+                self.progress.note(&format!("{what}: contention during the run; running it again"));
+            }
+        }
+        Ok(())
     }
 
     /// One attempt at `arm`: the gate, the NVRM projection, the run, and

@@ -328,6 +328,9 @@ fn print_table(r: &Resolver<'_>, json: bool) {
                 e.weight_formats.join(", "),
                 e.host
             );
+            for c in &e.verify_cost {
+                println!("    verify pass against one row, {}", c.describe());
+            }
         }
     }
     let defaults: Vec<String> = DrafterKind::ALL.iter().map(|k| format!("{k} {}", k.default_width())).collect();

@@ -12,6 +12,7 @@
 //! Each arm is its own process because the variance between processes is
 //! larger than the variance within one (the design's lesson from a harness
 //! that measured n = 3 inside one server process).
+pub mod cost;
 pub mod generate;
 pub mod served;
 
@@ -297,6 +298,7 @@ mod tests {
                 warmup: 0,
                 max_tokens: 8,
                 threads: 1,
+                cost_contexts: vec![],
             },
             prompts: "p.jsonl".into(),
             prompts_source: "p.jsonl".into(),

@@ -18,6 +18,7 @@ pub fn markdown(raw: &RawFile, s: &Summary, dir_name: &str) -> String {
         widths(s),
         time_to_first_token(s),
         by_prompt_type(raw, s),
+        verify_cost(s),
         output_identity(s),
         validity(s),
         conclusions_section(s),
@@ -500,6 +501,44 @@ fn time_to_first_token(s: &Summary) -> String {
         let _ = writeln!(m, "| classic | {} |", ms(&s.classic_ttft_ms));
         for w in &s.widths {
             let _ = writeln!(m, "| width {} | {} |", w.width, ms(&w.ttft_ms));
+        }
+    }
+    m
+}
+
+/// The verify pass's cost against a one-row pass, per context length
+/// (absent when the sweep did not measure it).
+fn verify_cost(s: &Summary) -> String {
+    let mut m = String::new();
+    let Some(widest) = s.verify_cost.iter().map(|c| c.points.len()).max() else { return m };
+    let _ = writeln!(m, "\n### Verify cost: a pass of R rows against a one-row pass\n");
+    let _ = writeln!(
+        m,
+        "One `runtime bench --verify-cost` process per context length after each round's arms (the target's pass \
+         alone, logits for every row); each process's medians are one replicate, so the unit of every interval is \
+         the process, one a round. Geometric means over the rounds, {}% t intervals.\n",
+        (crate::estimate::INTERVAL_LEVEL * 100.0).round()
+    );
+    let _ = write!(m, "| rows |");
+    for c in &s.verify_cost {
+        let one = c.one_row_ms.map_or(String::new(), |x| format!(", one row {x:.1} ms"));
+        let _ = write!(m, " context {} ({} rounds{one}) |", c.context, c.rounds);
+    }
+    let _ = writeln!(m, "\n|---|{}", "---|".repeat(s.verify_cost.len()));
+    for r in 1..widest {
+        let _ = write!(m, "| {} |", r + 1);
+        for c in &s.verify_cost {
+            let cell = c.points.get(r).map_or("-".into(), |p| match p.interval {
+                Some((lo, hi)) => format!("{:.3} [{lo:.3}, {hi:.3}]", p.relative),
+                None => format!("{:.3}", p.relative),
+            });
+            let _ = write!(m, " {cell} |");
+        }
+        let _ = writeln!(m);
+    }
+    for c in &s.verify_cost {
+        for (round, why) in &c.missing {
+            let _ = writeln!(m, "\nContext {}, round {}: no measurement: {why}", c.context, round + 1);
         }
     }
     m

@@ -3,6 +3,7 @@
 //! the way. The types of a summary, the decision rule and its application
 //! ([`crate::summary::decide`]) are in [`crate::summary`], below the rules
 //! that read them.
+mod cost;
 mod host;
 mod key;
 mod widths;
@@ -191,6 +192,7 @@ pub fn summarize_with(raw: &RawFile, with_stability: bool) -> Result<Summary> {
         decision,
         stability,
         requests_without_rate: sc.reqs.iter().filter(|r| rate(r).is_none()).count(),
+        verify_cost: cost::curves(raw, sc.n_rounds),
     })
 }
 

@@ -165,6 +165,10 @@ impl Fixture {
             format!("{fake}/prompts.jsonl"),
             "--out".into(),
             self.out.display().to_string(),
+            // The fake replays arms in order and has no `bench`: the
+            // verify-cost processes run in the real sweep's test.
+            "--cost-contexts".into(),
+            "none".into(),
         ]
     }
 

@@ -228,3 +228,45 @@ fn a_schema_1_table_is_refused_with_how_to_migrate() {
         assert!(m.contains(want), "{want:?} missing from {m}");
     }
 }
+
+#[test]
+fn a_verify_cost_curve_is_read_and_every_bound_is_checked() {
+    let base = entry("ngram", "cpu:x86_64-avx2", "q4_1", "4", FP);
+    let with = |curves: &str| base.replace("host =", &format!("verify_cost = {curves}\nhost ="));
+    let t = compile(
+        "t",
+        &format!(
+            "{HEAD}{}",
+            with("[{ context = 64, relative = [1.0, 1.1, 1.25] }, { context = 2048, relative = [1, 1.3] }]")
+        ),
+        RecordCheck::Skip,
+    )
+    .unwrap();
+    let c = &t.entries[0].verify_cost;
+    assert_eq!((c.len(), c[0].context, c[1].context), (2, 64, 2048));
+    assert_eq!((c[0].relative.clone(), c[1].relative.clone()), (vec![1.0, 1.1, 1.25], vec![1.0, 1.3]));
+    // Absent: no curve (entries of sweeps before the cost was measured).
+    let t = compile("t", &format!("{HEAD}{base}"), RecordCheck::Skip).unwrap();
+    assert!(t.entries[0].verify_cost.is_empty());
+    let bad = |curves: &str, says: &str| {
+        let e = compile_err(&format!("{HEAD}{}", with(curves)));
+        assert!(
+            matches!(&e.problem, Problem::BadValue { field: "verify_cost", .. }) && e.to_string().contains(says),
+            "{curves}: {e}"
+        );
+    };
+    bad("[{ context = 64, relative = [1.1, 1.2] }]", "starts at 1.1");
+    bad("[{ context = 64, relative = [1.0] }]", "has 1 values");
+    bad(&format!("[{{ context = 64, relative = [{}] }}]", vec!["1.0"; 34].join(", ")), "has 34 values");
+    bad("[{ context = 0, relative = [1.0, 1.2] }]", "context 0");
+    bad("[{ context = 2000000, relative = [1.0, 1.2] }]", "context 2000000");
+    bad("[{ context = 64, relative = [1.0, -1.2] }]", "positive");
+    bad("[{ context = 64, relative = [1.0, 1e9] }]", "above 1000");
+    bad("[{ context = 64, relative = [1.0, \"x\"] }]", "not a number");
+    bad("[{ context = 64, relative = [1.0, 1.2] }, { context = 64, relative = [1.0, 1.2] }]", "does not increase");
+    bad("[{ context = 64, relative = [1.0, 1.2], rows = 2 }]", "unknown field `rows`");
+    bad("[{ relative = [1.0, 1.2] }]", "no `context`");
+    bad("[1, 2]", "is not a table");
+    let five = vec!["{ context = 64, relative = [1.0, 1.2] }"; 5].join(", ");
+    bad(&format!("[{five}]"), "has 5 curves");
+}

@@ -169,6 +169,12 @@ pub struct SweepArgs {
     /// Tokens generated per request.
     #[arg(long, default_value_t = tuner::plan::DEFAULT_MAX_TOKENS)]
     pub max_tokens: usize,
+    /// Context lengths at which each round also times the verify pass of
+    /// 1..=(widest width + 1) rows against a one-row pass (one `runtime bench
+    /// --verify-cost` process each, after the round's arms; the entry carries
+    /// the curve), or `none`. At most 4, each 1..=32768.
+    #[arg(long, value_name = "LIST", default_value = "64,2048")]
+    pub cost_contexts: String,
     /// Prompt set (JSONL, each line tagged with its `type`); default: the
     /// shipped prompts/sweep.jsonl (compiled into the tuner).
     #[arg(long, value_name = "FILE")]
@@ -323,6 +329,7 @@ impl SweepArgs {
                 warmup: a.warmup,
                 max_tokens: a.max_tokens,
                 threads,
+                cost_contexts: tuner::cost::parse_contexts(&a.cost_contexts).map_err(anyhow::Error::msg)?,
             },
             prompts: a.prompts,
             out,

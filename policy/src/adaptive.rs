@@ -1,0 +1,320 @@
+//! The adaptive draft length (issue 36): per request, before each verify
+//! pass, how many tokens to draft, from the acceptance seen so far in the
+//! request and the verify pass's measured cost on this host.
+//!
+//! A round that drafts `n` tokens emits `1 + (accepted drafts)` tokens and
+//! costs one pass of `n + 1` rows. With `a_i` the chance that draft token
+//! `i` is accepted given that the ones before it were, the expected tokens
+//! of the round are `E(n) = 1 + a_0 + a_0·a_1 + ... + a_0···a_{n-1}`, and
+//! its cost is `C(n) = relative(context, n + 1) + n·d` passes of one row
+//! (`relative` from the entry's curve, [`CostModel`]; `d` a drafted token's
+//! own cost, 0 for the weight-free drafters). [`Controller::choose`] takes
+//! the `n` in `0..=cap` with the most tokens per unit of cost, `E(n) /
+//! C(n)`; `n = 0` is a plain step, `E(0) / C(0) = 1`. Ties go to the shorter
+//! draft.
+//!
+//! The `a_i` are estimated per position ([`Acceptance`]): each round that
+//! drafted at least `i + 1` tokens and accepted the first `i` says whether
+//! token `i` was accepted; the estimate is a decayed mean (weight
+//! [`DECAY`] per observation, so the last few rounds dominate), starting
+//! from a prior of [`PRIOR`] worth [`PRIOR_WEIGHT`] observations. A
+//! position never observed borrows the estimate of the last one observed
+//! (acceptance rarely rises along a draft).
+//!
+//! A request whose drafts stop paying drafts nothing, and would never learn
+//! that they pay again: after [`PROBE_AFTER`] plain steps in a row the
+//! controller drafts once anyway, one token (the cheapest probe), so it
+//! recovers within a bounded cost: at most one pass of two rows in every
+//! `PROBE_AFTER + 1`.
+//!
+//! Which tokens come out never depends on the choice: greedy speculative
+//! output equals classic output at every draft length, so the controller
+//! may choose anything (the decode loop's contract, not this module's).
+//!
+//! Not yet called by the decode loop: this is the rule and its tests; the
+//! loop, the sweep's `adaptive` arm and the runtime's flag are the next
+//! step of issue 36.
+
+use crate::table::CostCurve;
+
+/// Decay of the acceptance estimates: an observation's weight is
+/// multiplied by this at each later observation of the same position.
+pub const DECAY: f64 = 0.8;
+/// The acceptance assumed before any observation.
+pub const PRIOR: f64 = 0.5;
+/// How many observations the prior is worth.
+pub const PRIOR_WEIGHT: f64 = 1.0;
+/// Plain steps in a row after which one token is drafted regardless.
+pub const PROBE_AFTER: usize = 8;
+
+/// The verify pass's cost against a one-row pass, as a function of the
+/// context length and the rows, from an entry's measured curves.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CostModel {
+    /// Increasing contexts, each with `relative[rows - 1]`.
+    curves: Vec<(usize, Vec<f64>)>,
+}
+
+impl CostModel {
+    /// A model over `curves` (as an entry carries them); `None` when there
+    /// is no curve with at least two pass sizes.
+    pub fn new(curves: &[CostCurve]) -> Option<Self> {
+        let mut c: Vec<(usize, Vec<f64>)> =
+            curves.iter().filter(|c| c.relative.len() >= 2).map(|c| (c.context, c.relative.clone())).collect();
+        c.sort_by_key(|(ctx, _)| *ctx);
+        c.dedup_by_key(|(ctx, _)| *ctx);
+        (!c.is_empty()).then_some(CostModel { curves: c })
+    }
+
+    /// One curve's cost of `rows` rows: measured, or past the widest pass
+    /// measured, extended along its last step (a pass grows about linearly
+    /// in its rows once the weights are shared).
+    fn at(rel: &[f64], rows: usize) -> f64 {
+        let rows = rows.max(1);
+        if rows <= rel.len() {
+            return rel[rows - 1];
+        }
+        let n = rel.len();
+        let step = (rel[n - 1] - rel[n - 2]).max(0.0);
+        rel[n - 1] + step * (rows - n) as f64
+    }
+
+    /// The cost of a pass of `rows` rows after `context` positions, against
+    /// a one-row pass at that context: the curves' costs interpolated
+    /// linearly in the context between the two measured around it, the
+    /// nearest one's outside them.
+    pub fn relative(&self, context: usize, rows: usize) -> f64 {
+        let c = &self.curves;
+        let i = c.partition_point(|(ctx, _)| *ctx <= context);
+        if i == 0 {
+            return Self::at(&c[0].1, rows);
+        }
+        if i == c.len() {
+            return Self::at(&c[c.len() - 1].1, rows);
+        }
+        let ((c0, r0), (c1, r1)) = (&c[i - 1], &c[i]);
+        let t = (context - c0) as f64 / (c1 - c0) as f64;
+        let (a, b) = (Self::at(r0, rows), Self::at(r1, rows));
+        a + (b - a) * t
+    }
+}
+
+/// The per-position acceptance estimates of one request.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Acceptance {
+    /// Decayed sums of accepted (1) / rejected (0) per position, and their weights.
+    sum: Vec<f64>,
+    weight: Vec<f64>,
+    /// Whether the position has been observed.
+    seen: Vec<bool>,
+}
+
+impl Acceptance {
+    /// Estimates for positions `0..cap`.
+    pub fn new(cap: usize) -> Self {
+        Acceptance { sum: vec![PRIOR * PRIOR_WEIGHT; cap], weight: vec![PRIOR_WEIGHT; cap], seen: vec![false; cap] }
+    }
+
+    /// A round drafted `drafted` tokens and `accepted` of them were
+    /// accepted (the first `accepted`, by the rule): positions
+    /// `0..accepted` were accepted, position `accepted` rejected when it was
+    /// drafted; later positions say nothing.
+    pub fn observe(&mut self, drafted: usize, accepted: usize) {
+        let drafted = drafted.min(self.sum.len());
+        let accepted = accepted.min(drafted);
+        let last = if accepted < drafted { accepted + 1 } else { accepted };
+        for i in 0..last {
+            let hit = if i < accepted { 1.0 } else { 0.0 };
+            self.sum[i] = self.sum[i] * DECAY + hit;
+            self.weight[i] = self.weight[i] * DECAY + 1.0;
+            self.seen[i] = true;
+        }
+    }
+
+    /// The estimate at position `i`: its own when observed, else the last
+    /// observed position's before it, else the prior.
+    pub fn at(&self, i: usize) -> f64 {
+        let top = i.min(self.sum.len().saturating_sub(1));
+        match (0..=top).rev().find(|&j| self.seen.get(j) == Some(&true)) {
+            Some(j) => self.sum[j] / self.weight[j],
+            None => PRIOR,
+        }
+    }
+
+    /// `E(n)`: the expected tokens a round drafting `n` emits.
+    pub fn expected_tokens(&self, n: usize) -> f64 {
+        let mut e = 1.0;
+        let mut p = 1.0;
+        for i in 0..n {
+            p *= self.at(i);
+            e += p;
+        }
+        e
+    }
+}
+
+/// The per-request choice of the draft length.
+#[derive(Clone, Debug)]
+pub struct Controller {
+    cost: CostModel,
+    acceptance: Acceptance,
+    cap: usize,
+    /// A drafted token's own cost, in one-row passes (0: weight-free drafters).
+    draft_cost: f64,
+    plain_streak: usize,
+}
+
+/// What [`Controller::choose`] decided, and why.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Choice {
+    /// Tokens to draft: 0 is a plain step.
+    pub draft: usize,
+    /// Expected tokens per one-row pass of the choice.
+    pub rate: f64,
+    /// The choice is a probe after [`PROBE_AFTER`] plain steps.
+    pub probe: bool,
+}
+
+impl Controller {
+    /// Drafts of at most `cap` tokens, each costing `draft_cost` one-row passes.
+    pub fn new(cost: CostModel, cap: usize, draft_cost: f64) -> Self {
+        Controller {
+            cost,
+            acceptance: Acceptance::new(cap),
+            cap,
+            draft_cost: if draft_cost.is_finite() { draft_cost.max(0.0) } else { 0.0 },
+            plain_streak: 0,
+        }
+    }
+
+    /// The draft length for the next round at `context` positions, at most
+    /// `budget` (what the request's token and context limits leave).
+    pub fn choose(&mut self, context: usize, budget: usize) -> Choice {
+        let cap = self.cap.min(budget);
+        let mut best = Choice { draft: 0, rate: 1.0, probe: false };
+        for n in 1..=cap {
+            let cost = self.cost.relative(context, n + 1) + n as f64 * self.draft_cost;
+            let rate = self.acceptance.expected_tokens(n) / cost;
+            if rate > best.rate {
+                best = Choice { draft: n, rate, probe: false };
+            }
+        }
+        if best.draft == 0 && cap > 0 && self.plain_streak >= PROBE_AFTER {
+            let cost = self.cost.relative(context, 2) + self.draft_cost;
+            best = Choice { draft: 1, rate: self.acceptance.expected_tokens(1) / cost, probe: true };
+        }
+        self.plain_streak = if best.draft == 0 { self.plain_streak + 1 } else { 0 };
+        best
+    }
+
+    /// The round drafted `drafted` tokens (the drafter may find fewer than
+    /// asked) and `accepted` were accepted.
+    pub fn observe(&mut self, drafted: usize, accepted: usize) {
+        self.acceptance.observe(drafted, accepted);
+    }
+
+    pub fn acceptance(&self) -> &Acceptance {
+        &self.acceptance
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn curve(context: usize, relative: &[f64]) -> CostCurve {
+        CostCurve { context, relative: relative.to_vec() }
+    }
+
+    /// Cheap rows at a short context, dear ones at a long one.
+    fn model() -> CostModel {
+        CostModel::new(&[curve(2048, &[1.0, 1.5, 2.0, 2.5]), curve(64, &[1.0, 1.05, 1.1, 1.15])]).unwrap()
+    }
+
+    #[test]
+    fn the_cost_is_interpolated_in_the_context_and_extended_in_the_rows() {
+        let m = model();
+        assert_eq!(m.relative(64, 2), 1.05);
+        assert_eq!(m.relative(10, 3), 1.1, "below the shortest context: its curve");
+        assert_eq!(m.relative(100_000, 2), 1.5, "above the longest: its curve");
+        let mid = m.relative(1056, 2);
+        assert!((mid - 1.275).abs() < 1e-12, "{mid}");
+        // Rows past the widest measured: along the last step.
+        assert!((m.relative(64, 6) - 1.25).abs() < 1e-12);
+        assert_eq!(m.relative(64, 1), 1.0);
+        assert!(CostModel::new(&[curve(64, &[1.0])]).is_none());
+        assert!(CostModel::new(&[]).is_none());
+    }
+
+    #[test]
+    fn acceptance_is_a_decayed_mean_per_position_from_the_prior() {
+        let mut a = Acceptance::new(4);
+        assert_eq!(a.at(0), PRIOR);
+        assert_eq!(a.expected_tokens(0), 1.0);
+        // Three drafted, two accepted: 0 and 1 hit, 2 missed, 3 unseen.
+        a.observe(3, 2);
+        let hit = (PRIOR * PRIOR_WEIGHT * DECAY + 1.0) / (PRIOR_WEIGHT * DECAY + 1.0);
+        let miss = (PRIOR * PRIOR_WEIGHT * DECAY) / (PRIOR_WEIGHT * DECAY + 1.0);
+        assert!((a.at(0) - hit).abs() < 1e-12 && (a.at(1) - hit).abs() < 1e-12);
+        assert!((a.at(2) - miss).abs() < 1e-12);
+        assert!((a.at(3) - miss).abs() < 1e-12, "unseen: the last observed position's");
+        let e = 1.0 + hit + hit * hit + hit * hit * miss;
+        assert!((a.expected_tokens(3) - e).abs() < 1e-12);
+        // Every draft accepted for a while: the estimates approach 1.
+        for _ in 0..40 {
+            a.observe(4, 4);
+        }
+        assert!(a.at(3) > 0.99, "{}", a.at(3));
+        // More drafted or accepted than the cap: clamped, no panic.
+        a.observe(10, 12);
+    }
+
+    #[test]
+    fn long_drafts_where_they_are_accepted_and_cheap_plain_steps_where_not() {
+        let mut c = Controller::new(model(), 3, 0.0);
+        for _ in 0..20 {
+            c.observe(3, 3);
+        }
+        assert_eq!(c.choose(64, 3).draft, 3, "accepted and cheap: the cap");
+        assert_eq!(c.choose(64, 1).draft, 1, "the budget bounds it");
+        // At 2,048 positions a row costs half a pass: three accepted
+        // drafts (4 tokens for 2.5 passes) still pay, one does not at 50%.
+        assert_eq!(c.choose(2048, 3).draft, 3);
+        let mut c = Controller::new(model(), 3, 0.0);
+        for _ in 0..20 {
+            c.observe(1, 0);
+        }
+        let ch = c.choose(64, 3);
+        assert_eq!((ch.draft, ch.rate), (0, 1.0), "never accepted: plain steps");
+        // A model drafter's own cost makes drafting dearer.
+        let mut c = Controller::new(model(), 3, 0.5);
+        for _ in 0..20 {
+            c.observe(3, 3);
+        }
+        assert_eq!(c.choose(2048, 3).draft, 0, "at 2,048 positions a drafted token's own cost eats the gain");
+        assert!(c.choose(64, 3).draft >= 1, "where rows are cheap it still pays");
+    }
+
+    #[test]
+    fn after_a_run_of_plain_steps_it_probes_with_one_token_and_can_recover() {
+        let mut c = Controller::new(model(), 4, 0.0);
+        for _ in 0..20 {
+            c.observe(1, 0);
+        }
+        let choices: Vec<Choice> = (0..PROBE_AFTER + 1).map(|_| c.choose(2048, 4)).collect();
+        assert!(choices[..PROBE_AFTER].iter().all(|x| x.draft == 0 && !x.probe), "{choices:?}");
+        assert_eq!((choices[PROBE_AFTER].draft, choices[PROBE_AFTER].probe), (1, true));
+        // The streak restarts after the probe.
+        assert_eq!(c.choose(2048, 4).draft, 0);
+        // Probes that are accepted bring drafting back.
+        for _ in 0..6 {
+            c.observe(1, 1);
+        }
+        assert!(c.choose(64, 4).draft >= 1);
+        // No budget: no probe.
+        let mut c = Controller::new(model(), 4, 0.0);
+        for _ in 0..3 * PROBE_AFTER {
+            assert_eq!(c.choose(64, 0).draft, 0);
+        }
+    }
+}

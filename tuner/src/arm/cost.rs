@@ -1,0 +1,129 @@
+//! One verify-cost process of a sweep ([`crate::cost`]): its command line
+//! and its run.
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+
+use crate::cost::{COST_REPS, CostRun, MAX_REPORT_BYTES, read_report};
+use crate::raw::Settings;
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+}
+
+/// Rows of the widest pass timed: the widest width's verify block.
+pub fn max_rows(s: &Settings) -> usize {
+    s.design.widths.iter().copied().max().unwrap_or(1) + 1
+}
+
+/// The cost process's command line: the arms' model and threads.
+pub fn cost_args(s: &Settings, context: usize) -> Vec<String> {
+    vec![
+        "bench".into(),
+        "--json".into(),
+        "--verify-cost".into(),
+        "--model".into(),
+        s.target.display().to_string(),
+        "--threads".into(),
+        s.design.threads.to_string(),
+        "--prompt-tokens".into(),
+        context.to_string(),
+        "--max-width".into(),
+        max_rows(s).to_string(),
+        "--reps".into(),
+        COST_REPS.to_string(),
+        "--warmup".into(),
+        "1".into(),
+    ]
+}
+
+/// A line for a cost process the gate kept from running.
+pub fn not_run(round: usize, context: usize, attempt: usize, gate: String, why: String) -> CostRun {
+    CostRun {
+        round,
+        context,
+        attempt,
+        started_at_unix_ms: now_ms(),
+        argv: Vec::new(),
+        gate,
+        ok: false,
+        error: Some(why),
+        duration_ms: 0,
+        stdout_log: String::new(),
+        stderr_log: String::new(),
+        one_row_s: None,
+        relative: Vec::new(),
+        contention: None,
+    }
+}
+
+/// Runs one cost process (logs `logs/cost-rNN-cC-attempt-K.{stdout.jsonl,
+/// stderr.log}` under `dir`) and reads its report; the line says whether
+/// it is a measurement. `Err` only for the tuner's own I/O.
+pub fn run(
+    dir: &Path,
+    (round, context, attempt): (usize, usize, usize),
+    argv: &[String],
+    env: &BTreeMap<String, String>,
+    rows: usize,
+) -> Result<CostRun> {
+    let stem = format!("cost-r{round:02}-c{context}-attempt-{attempt}");
+    let stdout_log = format!("logs/{stem}.stdout.jsonl");
+    let stderr_log = format!("logs/{stem}.stderr.log");
+    std::fs::create_dir_all(dir.join("logs"))?;
+    let err_file = std::fs::File::create(dir.join(&stderr_log)).with_context(|| format!("creating {stderr_log}"))?;
+    let mut out_file =
+        std::fs::File::create(dir.join(&stdout_log)).with_context(|| format!("creating {stdout_log}"))?;
+    let mut line = not_run(round, context, attempt, String::new(), String::new());
+    line.argv = argv.to_vec();
+    line.stdout_log = stdout_log;
+    line.stderr_log = stderr_log.clone();
+    let t0 = Instant::now();
+    let spawned = Command::new(&argv[0])
+        .args(&argv[1..])
+        .env_clear()
+        .envs(env)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::from(err_file))
+        .spawn();
+    let mut child = match spawned {
+        Ok(c) => c,
+        Err(e) => {
+            line.error = Some(format!("cannot start {}: {e}", argv[0]));
+            return Ok(line);
+        }
+    };
+    let mut bytes = Vec::new();
+    if let Some(out) = child.stdout.take() {
+        out.take(MAX_REPORT_BYTES + 1).read_to_end(&mut bytes)?;
+    }
+    out_file.write_all(&bytes)?;
+    // Past the cap the process may block on a full pipe: end it.
+    if bytes.len() as u64 > MAX_REPORT_BYTES {
+        let _ = child.kill();
+    }
+    let status = child.wait()?;
+    line.duration_ms = t0.elapsed().as_millis() as u64;
+    let verdict = if bytes.len() as u64 > MAX_REPORT_BYTES {
+        Err(format!("more than {MAX_REPORT_BYTES} bytes on stdout"))
+    } else if !status.success() {
+        Err(format!("the cost process exited with {status} (its log: {stderr_log})"))
+    } else {
+        read_report(&bytes, rows)
+    };
+    match verdict {
+        Ok((one_row_s, relative)) => {
+            line.ok = true;
+            line.one_row_s = Some(one_row_s);
+            line.relative = relative;
+            line.error = None;
+        }
+        Err(why) => line.error = Some(why),
+    }
+    Ok(line)
+}
