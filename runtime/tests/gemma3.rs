@@ -11,6 +11,8 @@
 //!
 //! The model is loaded once per thread count for the whole test binary.
 
+mod golden;
+
 use kernels::dispatch::KernelFamily;
 use runtime::generate::Engine;
 use runtime::model::llama::LogitRows;
@@ -117,62 +119,10 @@ fn prompt_ids_raw_and_chat_equal_llamacpps() {
     }
 }
 
-/// The one-token chain from `prompt`, fed `forced` (llama.cpp's tokens)
-/// and returning each step's logits.
-fn teacher_forced(prompt: &[u32], forced: &[u32]) -> Vec<Vec<f32>> {
-    let e = engine(1);
-    let m = &e.loaded.model;
-    e.install(|| {
-        let mut s = Session::new(&m.config);
-        let mut out = vec![m.forward(e.family, &mut s, prompt, LogitRows::Last).unwrap()];
-        for &t in forced {
-            out.push(m.forward(e.family, &mut s, &[t], LogitRows::Last).unwrap());
-        }
-        out
-    })
-}
-
 #[test]
 fn greedy_continuations_and_first_logits_agree_with_llamacpp() {
-    let mut worst = (0.0f32, String::new());
-    let mut compared = 0;
-    for p in reference()["greedy"].as_array().unwrap() {
-        let id = p["id"].as_str().unwrap();
-        let want = ids(&p["greedy_ids"]);
-        let margins: Vec<f32> = p["margins"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap() as f32).collect();
-        let prompt = ids(&p["prompt_ids"]);
-        let logits = teacher_forced(&prompt, &want);
-        // Greedy on our own logits: equal up to llama.cpp's first near-tie.
-        let g = engine(1).generate(&prompt, want.len(), &SamplingParams::default()).unwrap();
-        let agree = g.token_ids.iter().zip(&want).take_while(|(a, b)| a == b).count();
-        let first_tie = margins.iter().position(|&m| m < NEAR_TIE).unwrap_or(want.len());
-        compared += first_tie;
-        assert!(
-            agree >= first_tie.min(want.len()),
-            "{id}: our greedy tokens leave llama.cpp's at step {agree} (margin there {}), before its first near-tie \
-             (step {first_tie})",
-            margins.get(agree).copied().unwrap_or(f32::NAN)
-        );
-        for (step, top) in p["top_logits"].as_array().unwrap().iter().enumerate() {
-            for pair in top.as_array().unwrap() {
-                let (t, theirs) = (pair[0].as_u64().unwrap() as usize, pair[1].as_f64().unwrap() as f32);
-                let ours = logits[step][t];
-                if (ours - theirs).abs() > worst.0 {
-                    worst =
-                        ((ours - theirs).abs(), format!("{id} step {step} token {t}: {ours} vs llama.cpp {theirs}"));
-                }
-            }
-            if margins[step] >= NEAR_TIE {
-                assert_eq!(argmax(&logits[step]) as u64, top[0][0].as_u64().unwrap(), "{id} step {step}: top-1");
-            }
-        }
-    }
-    eprintln!(
-        "largest top-8 logit difference from llama.cpp: {} ({}); {compared} greedy steps compared",
-        worst.0, worst.1
-    );
-    assert!(compared >= 20, "only {compared} greedy steps before near-ties: the check would prove little");
-    assert!(worst.0 <= LOGIT_TOLERANCE, "largest difference {} over the tolerance: {}", worst.0, worst.1);
+    let g = golden::Golden { name: "gemma3-270m", near_tie: NEAR_TIE, tolerance: LOGIT_TOLERANCE, min_compared: 20 };
+    golden::check_greedy(engine(1), reference(), &g);
 }
 
 #[test]
@@ -273,7 +223,7 @@ fn logits_agree_with_the_float64_reference_at_every_step() {
     let (mut argmax_checked, mut flips_at_ties) = (0, 0);
     for p in float64()["prompts"].as_array().unwrap() {
         let id = p["id"].as_str().unwrap();
-        let logits = teacher_forced(&ids(&p["prompt_ids"]), &ids(&p["llamacpp_greedy_ids"]));
+        let logits = golden::teacher_forced(engine(1), &ids(&p["prompt_ids"]), &ids(&p["llamacpp_greedy_ids"]));
         for s in p["steps"].as_array().unwrap() {
             let step = s["step"].as_u64().unwrap() as usize;
             for pair in s["float64_top8"].as_array().unwrap() {

@@ -14,11 +14,13 @@
 //!
 //! Each model is loaded once per thread count for the whole test binary.
 
+mod golden;
+
 use kernels::dispatch::KernelFamily;
 use runtime::generate::Engine;
 use runtime::model::llama::LogitRows;
 use runtime::model::{Loaded, Session};
-use runtime::sampling::{SamplingParams, argmax};
+use runtime::sampling::SamplingParams;
 use runtime::spec::DrafterKind;
 use runtime::spec::drafter::{ModelDrafter, NgramDrafter, check_compatible};
 use runtime::tokenizer::chat::{Message, TemplateSource};
@@ -138,69 +140,13 @@ fn check_prompt_ids(size: Size) {
     }
 }
 
-/// The one-token chain from `prompt`, fed `forced` (llama.cpp's tokens)
-/// and returning each step's logits.
-fn teacher_forced(e: &Engine, prompt: &[u32], forced: &[u32]) -> Vec<Vec<f32>> {
-    let m = &e.loaded.model;
-    e.install(|| {
-        let mut s = Session::new(&m.config);
-        let mut out = vec![m.forward(e.family, &mut s, prompt, LogitRows::Last).unwrap()];
-        for &t in forced {
-            out.push(m.forward(e.family, &mut s, &[t], LogitRows::Last).unwrap());
-        }
-        out
-    })
-}
-
 fn check_greedy(size: Size) {
-    let e = engine(size, 2);
-    let mut worst = (0.0f32, String::new());
-    let mut compared = 0;
-    for p in reference(size)["greedy"].as_array().unwrap() {
-        let id = p["id"].as_str().unwrap();
-        let want = ids(&p["greedy_ids"]);
-        let margins: Vec<f32> = p["margins"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap() as f32).collect();
-        let prompt = ids(&p["prompt_ids"]);
-        let logits = teacher_forced(e, &prompt, &want);
-        // Greedy on our own logits: equal up to llama.cpp's first near-tie.
-        // A generation holds its ids without the end-of-generation token
-        // that llama.cpp's list ends with when it stopped (`Red<|im_end|>`):
-        // that token counts as agreed when ours stopped there too.
-        let g = e.generate(&prompt, want.len(), &SamplingParams::default()).unwrap();
-        let mut agree = g.token_ids.iter().zip(&want).take_while(|(a, b)| a == b).count();
-        let eog = &e.loaded.tokenizer.end_of_generation;
-        if agree == g.token_ids.len() && agree + 1 == want.len() && eog.contains(&want[agree]) {
-            assert_eq!(g.finish_reason, runtime::generate::FinishReason::Stop, "{size:?} {id}");
-            agree += 1;
-        }
-        let first_tie = margins.iter().position(|&m| m < NEAR_TIE).unwrap_or(want.len());
-        compared += first_tie;
-        assert!(
-            agree >= first_tie.min(want.len()),
-            "{size:?} {id}: our greedy tokens leave llama.cpp's at step {agree} (margin there {}), before its first \
-             near-tie (step {first_tie})",
-            margins.get(agree).copied().unwrap_or(f32::NAN)
-        );
-        for (step, top) in p["top_logits"].as_array().unwrap().iter().enumerate() {
-            for pair in top.as_array().unwrap() {
-                let (t, theirs) = (pair[0].as_u64().unwrap() as usize, pair[1].as_f64().unwrap() as f32);
-                let ours = logits[step][t];
-                if (ours - theirs).abs() > worst.0 {
-                    worst =
-                        ((ours - theirs).abs(), format!("{id} step {step} token {t}: {ours} vs llama.cpp {theirs}"));
-                }
-            }
-            if margins[step] >= NEAR_TIE {
-                assert_eq!(argmax(&logits[step]) as u64, top[0][0].as_u64().unwrap(), "{id} step {step}: top-1");
-            }
-        }
-    }
-    eprintln!(
-        "{size:?}: largest top-8 logit difference from llama.cpp: {} ({}); {compared} greedy steps compared",
-        worst.0, worst.1
-    );
-    assert!(compared >= 40, "only {compared} greedy steps before near-ties: the check would prove little");
-    assert!(worst.0 <= LOGIT_TOLERANCE, "largest difference {} over the tolerance: {}", worst.0, worst.1);
+    let name = match size {
+        Size::B05 => "qwen2.5-coder-0.5b",
+        Size::B15 => "qwen2.5-coder-1.5b",
+    };
+    let g = golden::Golden { name, near_tie: NEAR_TIE, tolerance: LOGIT_TOLERANCE, min_compared: 40 };
+    golden::check_greedy(engine(size, 2), reference(size), &g);
 }
 
 #[test]

@@ -186,33 +186,16 @@ fn every_family_equals_scalar_on_q5_1() {
 /// multi-row passes.
 #[test]
 fn every_family_equals_scalar_on_q5_at_extreme_values() {
-    let f16s: Vec<[u8; 2]> =
-        [65504.0f32, 1.0, -3.5, 6.0e-8, 0.0].iter().map(|&v| f16::from_f32(v).to_bits().to_le_bytes()).collect();
-    let rows = f16s.len() * 4;
     let cols = 33 * QK;
     let mut rng = Rng(0x55);
-    let signs: Vec<f32> = (0..cols).map(|i| if (i / 3) % 2 == 0 { 1.0 } else { -1.0 }).collect();
-    let xs: Vec<Vec<f32>> =
-        vec![vec![1.0; cols], vec![-2.0; cols], signs, (0..cols).map(|_| rng.f32() * 1e3).collect()];
+    let xs = extreme_inputs(cols, 3, &mut rng);
     for ty in [GgmlType::Q5_0, GgmlType::Q5_1] {
-        let bb = ty.block_bytes();
-        let mut raw = vec![0u8; rows * ty.row_bytes(cols).unwrap()];
-        for (i, blk) in raw.chunks_exact_mut(bb).enumerate() {
-            let r = i / (cols / QK);
-            let (dv, pattern) = (f16s[r % f16s.len()], r / f16s.len());
-            for v in blk.iter_mut() {
-                *v = match pattern {
-                    0 => 0xFF,
-                    1 => 0x00,
-                    2 => 0xAA,
-                    _ => rng.next() as u8,
-                };
-            }
-            blk[0..2].copy_from_slice(&dv);
+        let (raw, rows) = extreme_rows(ty, cols, &mut rng, |blk, r, _| {
+            blk[0..2].copy_from_slice(&extreme_f16(r));
             if ty == GgmlType::Q5_1 {
-                blk[2..4].copy_from_slice(&f16s[(r + 1) % f16s.len()]);
+                blk[2..4].copy_from_slice(&extreme_f16(r + 1));
             }
-        }
+        });
         for x in &xs {
             check_matrix(ty, &raw, rows, cols, x);
         }
@@ -271,59 +254,83 @@ fn every_family_equals_scalar_on_q6_k() {
 /// worst case), and a mixed random row.
 #[test]
 fn every_family_equals_scalar_on_k_quants_at_extreme_values() {
-    let f16s: Vec<[u8; 2]> =
-        [65504.0f32, 1.0, -3.5, 6.0e-8, 0.0].iter().map(|&v| f16::from_f32(v).to_bits().to_le_bytes()).collect();
-    let rows = f16s.len() * 4;
     let cols = 3 * QK_K;
     let mut rng = Rng(0xE77);
-    let signs: Vec<f32> = (0..cols).map(|i| if (i / 7) % 2 == 0 { 1.0 } else { -1.0 }).collect();
-    let xs: Vec<Vec<f32>> =
-        vec![vec![1.0; cols], vec![-2.0; cols], signs.clone(), (0..cols).map(|_| rng.f32() * 1e3).collect()];
+    let xs = extreme_inputs(cols, 7, &mut rng);
     for ty in [GgmlType::Q4K, GgmlType::Q5K, GgmlType::Q6K] {
-        let bb = ty.block_bytes();
-        let mut raw = vec![0u8; rows * ty.row_bytes(cols).unwrap()];
-        for (i, blk) in raw.chunks_exact_mut(bb).enumerate() {
-            let r = i / (cols / QK_K);
-            // Rows cycle the f16 scale over `f16s` and the quant and scale
-            // bytes over all-ones, all-zeros, alternating and random.
-            let (dv, pattern) = (f16s[r % f16s.len()], r / f16s.len());
-            for v in blk.iter_mut() {
-                *v = match pattern {
-                    0 => 0xFF,
-                    1 => 0x00,
-                    2 => 0xAA,
-                    _ => rng.next() as u8,
-                };
-            }
-            match ty {
-                GgmlType::Q6K => {
-                    blk[208..210].copy_from_slice(&dv);
-                    // Quants 31 against scale 127, −32 against −128 (the
-                    // largest |q·sc|), then alternating scales.
-                    for (k, s) in blk[192..208].iter_mut().enumerate() {
-                        *s = match pattern {
-                            0 => 0x7F,
-                            1 => 0x80,
-                            2 => [0x80, 0x7F][k % 2],
-                            _ => *s,
-                        };
-                    }
-                }
-                _ => {
-                    blk[0..2].copy_from_slice(&dv);
-                    blk[2..4].copy_from_slice(&f16s[(r + 1) % f16s.len()]);
-                    if pattern == 1 {
-                        // Zero quants under the largest scales and mins:
-                        // the min term alone.
-                        blk[4..16].fill(0xFF);
-                    }
+        let (raw, rows) = extreme_rows(ty, cols, &mut rng, |blk, r, pattern| match ty {
+            GgmlType::Q6K => {
+                blk[208..210].copy_from_slice(&extreme_f16(r));
+                // Quants 31 against scale 127, −32 against −128 (the
+                // largest |q·sc|), then alternating scales.
+                for (k, s) in blk[192..208].iter_mut().enumerate() {
+                    *s = match pattern {
+                        0 => 0x7F,
+                        1 => 0x80,
+                        2 => [0x80, 0x7F][k % 2],
+                        _ => *s,
+                    };
                 }
             }
-        }
+            _ => {
+                blk[0..2].copy_from_slice(&extreme_f16(r));
+                blk[2..4].copy_from_slice(&extreme_f16(r + 1));
+                if pattern == 1 {
+                    // Zero quants under the largest scales and mins:
+                    // the min term alone.
+                    blk[4..16].fill(0xFF);
+                }
+            }
+        });
         for x in &xs {
             check_matrix(ty, &raw, rows, cols, x);
         }
     }
+}
+
+/// The f16 scales the extreme-value tests cycle through, as file bytes:
+/// the largest finite, one, a negative, a subnormal and zero.
+fn extreme_f16(i: usize) -> [u8; 2] {
+    const VALUES: [f32; 5] = [65504.0, 1.0, -3.5, 6.0e-8, 0.0];
+    f16::from_f32(VALUES[i % VALUES.len()]).to_bits().to_le_bytes()
+}
+
+/// Activation rows at the extremes: every element 1 and every element −2
+/// (each block quantizes to ±32767 throughout: the integer sums' worst
+/// case), signs alternating every `period` elements, and a random row.
+fn extreme_inputs(cols: usize, period: usize, rng: &mut Rng) -> Vec<Vec<f32>> {
+    let signs: Vec<f32> = (0..cols).map(|i| if (i / period).is_multiple_of(2) { 1.0 } else { -1.0 }).collect();
+    vec![vec![1.0; cols], vec![-2.0; cols], signs, (0..cols).map(|_| rng.f32() * 1e3).collect()]
+}
+
+/// Twenty rows of `ty` blocks at the extremes: row `r`'s every byte is all
+/// ones, all zeros, alternating or random (pattern `r / 5`), then `scales`
+/// sets the format's scale fields (given the block, `r` and the pattern;
+/// [`extreme_f16`]`(r)` cycles the f16 scales). Returns the bytes and the
+/// row count.
+fn extreme_rows(
+    ty: GgmlType,
+    cols: usize,
+    rng: &mut Rng,
+    scales: impl Fn(&mut [u8], usize, usize),
+) -> (Vec<u8>, usize) {
+    let rows = 5 * 4;
+    let per_row = cols / ty.block_elems();
+    let mut raw = vec![0u8; rows * ty.row_bytes(cols).unwrap()];
+    for (i, blk) in raw.chunks_exact_mut(ty.block_bytes()).enumerate() {
+        let r = i / per_row;
+        let pattern = r / 5;
+        for v in blk.iter_mut() {
+            *v = match pattern {
+                0 => 0xFF,
+                1 => 0x00,
+                2 => 0xAA,
+                _ => rng.next() as u8,
+            };
+        }
+        scales(blk, r, pattern);
+    }
+    (raw, rows)
 }
 
 #[test]
