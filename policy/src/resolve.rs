@@ -502,6 +502,14 @@ pub struct Resolution {
 }
 
 impl Resolution {
+    /// The measured entry the width came from, if one decided it.
+    pub fn entry(&self) -> Option<&Entry> {
+        match &self.provenance {
+            Provenance::Measured { entry, .. } | Provenance::PolicyOn { entry, .. } => Some(entry),
+            _ => None,
+        }
+    }
+
     fn new(drafter: Option<DrafterKind>, width: Option<Width>, provenance: Provenance, steps: Vec<Step>) -> Self {
         let drafter_settings = match &provenance {
             Provenance::Measured { entry, .. } | Provenance::PolicyOn { entry, .. } => {

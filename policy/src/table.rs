@@ -113,6 +113,10 @@ pub struct Entry {
     /// measured, increasing; empty in entries of sweeps that did not
     /// measure it.
     pub verify_cost: Vec<CostCurve>,
+    /// Tokens a verify pass emitted at this width on the measured prompts
+    /// (the record's median over requests): what a server's live traffic
+    /// is compared with. `None` in older entries and `off` ones.
+    pub emitted_per_verify: Option<f64>,
     /// 1-based line of the entry's `[[entry]]` header, when known.
     pub line: Option<usize>,
 }
@@ -307,6 +311,8 @@ struct RawEntry {
     verify_fingerprint: String,
     #[serde(default)]
     verify_cost: Vec<toml::Value>,
+    #[serde(default)]
+    emitted_per_verify: Option<toml::Value>,
     /// Free text for reviewers; not compiled in.
     #[serde(default)]
     #[allow(dead_code)]
@@ -535,6 +541,21 @@ fn entry(t: toml::Table, line: Option<usize>, records: RecordCheck<'_>) -> Resul
     weight_formats.sort();
     weight_formats.dedup();
     let verify_cost = cost_curves(&r.verify_cost)?;
+    let emitted_per_verify = match &r.emitted_per_verify {
+        None => None,
+        Some(v) => {
+            let x = number("emitted_per_verify", v)?;
+            // A verify pass emits its own token and at most `width` drafts.
+            let most = width.map_or(1.0, |w| (w.get() + 1) as f64);
+            if !(1.0..=most).contains(&x) {
+                return Err(bad(
+                    "emitted_per_verify",
+                    format!("{x} is not 1..={most} (the width's pass emits 1..=width + 1)"),
+                ));
+            }
+            Some(x)
+        }
+    };
     let key = PolicyKey {
         drafter,
         device,
@@ -559,6 +580,7 @@ fn entry(t: toml::Table, line: Option<usize>, records: RecordCheck<'_>) -> Resul
         host: r.host,
         verify_fingerprint: r.verify_fingerprint,
         verify_cost,
+        emitted_per_verify,
         line,
     })
 }

@@ -116,11 +116,20 @@ fn a_measured_entry_turns_speculation_on_with_its_drafter_width_and_settings() {
         "{why}"
     );
     assert!(s.probe.as_ref().is_some_and(|p| p.passed));
+    // The entry that decided is the resolution's (its tokens per verify
+    // pass reach the startup event and /metrics); this one predates the field.
+    assert_eq!(
+        d.resolution.entry().map(|e| (e.record.as_str(), e.emitted_per_verify)),
+        Some(("records/test-record", None))
+    );
+    let with = table(&[entry("3", 1.2, [1.1, 1.3], 2).replace("host =", "emitted_per_verify = 2.5\nhost =")]);
+    assert_eq!(decide(&with, &no_flags()).resolution.entry().and_then(|e| e.emitted_per_verify), Some(2.5));
     // Speculation changes speed only: the tokens are classic decoding's.
     let spec = tokens(&mut d);
     let mut classic = decide(&t, &SpecSettings { drafter: Some("none".into()), ..no_flags() });
     assert!(classic.speculation.is_none());
     assert_eq!(classic.resolution.width_from, "speculation off: --drafter none");
+    assert!(classic.resolution.entry().is_none());
     assert_eq!(spec, tokens(&mut classic));
 }
 

@@ -175,14 +175,26 @@ pub fn entry_fields(raw: &RawFile, s: &Summary, record: &str) -> Result<Fields, 
         ("date", s.date.clone()),
         ("ratio", ratio.to_string()),
         ("ratio_interval", format!("[{lo}, {hi}]")),
-        ("host", toml_str(&short_host(raw))),
-        ("verify_fingerprint", toml_str(fp)),
     ]);
+    if let Some(e) = emitted_per_verify(s, s.decision.width) {
+        fields.push(("emitted_per_verify", e));
+    }
+    fields.extend([("host", toml_str(&short_host(raw))), ("verify_fingerprint", toml_str(fp))]);
     if let Some(curves) = verify_cost_text(&s.verify_cost) {
         fields.push(("verify_cost", curves));
     }
     fields.push(("note", toml_str(&note)));
     Ok(fields)
+}
+
+/// The record's tokens per verify pass at `width` (its median over
+/// requests), as the entry writes it (three decimals); `None` for `off` or
+/// a width the record did not measure.
+fn emitted_per_verify(s: &Summary, width: Option<usize>) -> Option<String> {
+    let w = width?;
+    let e = s.widths.iter().find(|x| x.width == w)?.emitted_per_verify?;
+    let e = ((e * 1000.0).round() / 1000.0).clamp(1.0, (w + 1) as f64);
+    Some(format!("{e:?}"))
 }
 
 /// The record's verify-cost curves as the entry writes them, `[{ context =
@@ -634,8 +646,14 @@ pub fn gather_pool(
 /// Puts the pooled decision into the entry's fields: the verdict's width,
 /// its pooled ratio and interval, the records it rests on, and the verdict
 /// in the note.
-pub fn apply_pool(fields: &mut Fields, pooled: &crate::pool::Pooled, verdict: &crate::pool::Verdict) {
+pub fn apply_pool(fields: &mut Fields, s: &Summary, pooled: &crate::pool::Pooled, verdict: &crate::pool::Verdict) {
     let width = verdict.width();
+    // The tokens per verify pass are the proposed record's at the pooled width.
+    fields.retain(|(k, _)| *k != "emitted_per_verify");
+    if let (Some(e), Some(i)) = (emitted_per_verify(s, width), fields.iter().position(|(k, _)| *k == "ratio_interval"))
+    {
+        fields.insert(i + 1, ("emitted_per_verify", e));
+    }
     let shown = width.or(pooled.best).and_then(|w| pooled.width(w));
     let set = |fields: &mut Fields, k: &str, v: String| {
         if let Some((_, x)) = fields.iter_mut().find(|(key, _)| *key == k) {
@@ -725,7 +743,7 @@ pub fn propose(dir: &Path, table_path: Option<&Path>, dry_run: bool, allow: Allo
     let current = existing.filter(|e| e.verify_fingerprint == fp).map(|e| e.width.map(|w| w.get()));
     let verdict = crate::pool::hysteresis(current, &pooled, &pool_records);
     let mut fields = entry_fields(&raw, &s, &record)?;
-    apply_pool(&mut fields, &pooled, &verdict);
+    apply_pool(&mut fields, &s, &pooled, &verdict);
     // The entry says what the reviewer allowed, each override in its note.
     let mut allowed: Vec<&str> = PROVENANCE_NOTES
         .iter()

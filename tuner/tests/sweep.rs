@@ -285,6 +285,9 @@ fn a_clean_sweep_writes_a_record_and_proposes_the_best_qualified_width() {
     assert_eq!(t.entries[0].drafter_settings, runtime::policy::DrafterSettings::ngram(3, 4));
     assert_eq!(t.entries[0].weight_formats, FORMATS);
     assert_eq!(t.entries[0].target_quant_format.as_deref(), Some("gguf"));
+    // The chosen width's tokens per verify pass (the fake's 1 + width / 2),
+    // for the server's /metrics to set live traffic against.
+    assert_eq!(t.entries[0].emitted_per_verify, Some(1.5));
     // The record and the entry name the processor beyond its model name
     // (which hosts of different generations can share).
     if let Some(sig) = std::fs::read_to_string("/proc/cpuinfo").ok().and_then(|c| tuner::identity::cpu_signature(&c)) {

@@ -89,6 +89,12 @@ pub struct Startup {
     /// entry's record and ratio or the key that had no measurement.
     #[serde(default, alias = "block_size_from")]
     pub width_from: String,
+    /// Tokens a verify pass emitted at this width when the policy entry
+    /// that chose it was measured (its `emitted_per_verify`); absent when
+    /// no entry chose the width or it predates the field. `/metrics` sets
+    /// live traffic against it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub entry_emitted_per_verify: Option<f64>,
     /// The CPU class of this host (the policy key's host part,
     /// [`crate::policy::HostClass`]); null in events before schema 2, or
     /// when `/proc/cpuinfo` names no family and model.
@@ -152,6 +158,7 @@ pub fn startup_event(
         width: spec.and_then(|s| s.width),
         host_class: Some(crate::policy::host_class_here().to_string()),
         width_from: decoding.resolution.width_from.clone(),
+        entry_emitted_per_verify: decoding.resolution.entry().and_then(|e| e.emitted_per_verify),
         kernel_fingerprint: crate::policy::KERNEL_FINGERPRINT.into(),
         verify_fingerprint,
         exactness_probe: spec.and_then(|s| s.probe.clone()),

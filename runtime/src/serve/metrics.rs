@@ -14,6 +14,9 @@ pub const TTFT_BUCKETS_S: &[f64] = &[0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5
 /// Upper bounds of the per-output-token latency buckets, seconds.
 pub const TOKEN_BUCKETS_S: &[f64] = &[0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5];
 
+/// Draft positions counted per position: the widest width.
+pub const MAX_POSITIONS: usize = crate::policy::MAX_WIDTH;
+
 /// A cumulative histogram with fixed buckets.
 #[derive(Debug)]
 pub struct Histogram {
@@ -58,6 +61,14 @@ pub struct Metrics {
     pub completion_tokens: AtomicU64,
     pub drafted_tokens: AtomicU64,
     pub accepted_tokens: AtomicU64,
+    /// Target passes that carried a draft (verify passes), the tokens they
+    /// emitted, and the passes with an empty draft (plain steps).
+    pub verify_passes: AtomicU64,
+    pub verify_tokens: AtomicU64,
+    pub plain_steps: AtomicU64,
+    /// `accepted_by_position[i]`: verify passes whose draft token `i` was
+    /// accepted (positions past the width stay 0).
+    pub accepted_by_position: [AtomicU64; MAX_POSITIONS],
     /// Requests refused 400/404/413 (bad input).
     pub invalid: AtomicU64,
     /// Queue wait plus prefill: until the first token is emitted.
@@ -78,6 +89,10 @@ impl Default for Metrics {
             completion_tokens: AtomicU64::new(0),
             drafted_tokens: AtomicU64::new(0),
             accepted_tokens: AtomicU64::new(0),
+            verify_passes: AtomicU64::new(0),
+            verify_tokens: AtomicU64::new(0),
+            plain_steps: AtomicU64::new(0),
+            accepted_by_position: std::array::from_fn(|_| AtomicU64::new(0)),
             invalid: AtomicU64::new(0),
             ttft_s: Histogram::new(TTFT_BUCKETS_S),
             per_token_s: Histogram::new(TOKEN_BUCKETS_S),
@@ -128,6 +143,9 @@ pub struct Gauges<'a> {
     pub drafter: &'a str,
     /// The resolved draft width; 0 when the server decodes classically.
     pub width: usize,
+    /// The tokens per verify pass the policy entry that chose the width
+    /// measured (`None`: no entry chose it, or it predates the field).
+    pub entry_emitted_per_verify: Option<f64>,
     /// `draftwise_build_info`'s labels: this build's version and commit,
     /// and the kernel family it runs.
     pub version: &'a str,
@@ -203,6 +221,45 @@ pub fn render(stats: &Stats, g: &Gauges<'_>) -> String {
         "Drafted tokens the verifier accepted.",
         load(&m.accepted_tokens),
     );
+    counter(&mut out, "draftwise_verify_passes_total", "Target passes that carried a draft.", load(&m.verify_passes));
+    counter(
+        &mut out,
+        "draftwise_verify_tokens_total",
+        "Tokens emitted by verify passes (accepted drafts plus each pass's own token).",
+        load(&m.verify_tokens),
+    );
+    counter(
+        &mut out,
+        "draftwise_plain_steps_total",
+        "Target passes with an empty draft (the drafter had nothing).",
+        load(&m.plain_steps),
+    );
+    let name = "draftwise_accepted_by_position_total";
+    let _ = writeln!(
+        out,
+        "# HELP {name} Verify passes whose draft token at this position (1 = first) was accepted.\n# TYPE {name} counter"
+    );
+    for (i, a) in m.accepted_by_position.iter().enumerate().take(g.width.clamp(1, MAX_POSITIONS)) {
+        let _ = writeln!(out, "{name}{{position=\"{}\"}} {}", i + 1, load(a));
+    }
+    let (passes, tokens) = (load(&m.verify_passes), load(&m.verify_tokens));
+    if passes > 0 {
+        let name = "draftwise_tokens_per_verify";
+        let _ = writeln!(
+            out,
+            "# HELP {name} Tokens per verify pass since the server started (verify tokens over verify passes).\n\
+             # TYPE {name} gauge\n{name} {}",
+            tokens as f64 / passes as f64
+        );
+    }
+    if let Some(x) = g.entry_emitted_per_verify {
+        let name = "draftwise_entry_tokens_per_verify";
+        let _ = writeln!(
+            out,
+            "# HELP {name} Tokens per verify pass the policy entry that chose the width measured on its prompts; \
+             live traffic far from it no longer matches the measurement.\n# TYPE {name} gauge\n{name} {x}"
+        );
+    }
     let name = "draftwise_draft_width";
     let _ = writeln!(
         out,
@@ -244,11 +301,15 @@ mod tests {
         let stats = Stats::default();
         stats.completed.store(3, Ordering::Relaxed);
         stats.metrics.e2e_s.observe(0.2);
+        stats.metrics.verify_passes.store(5, Ordering::Relaxed);
+        stats.metrics.verify_tokens.store(12, Ordering::Relaxed);
+        stats.metrics.accepted_by_position[0].store(4, Ordering::Relaxed);
         let g = Gauges {
             waiting: 2,
             running: true,
             drafter: "ngram",
             width: 3,
+            entry_emitted_per_verify: Some(2.25),
             version: "0.1.0",
             commit: "abc",
             kernels: "avx2",
@@ -265,6 +326,14 @@ mod tests {
         assert!(text.contains("draftwise_requests_total{outcome=\"completed\"} 3\n"));
         assert!(text.contains("draftwise_queue_waiting 2\n"));
         assert!(text.contains("draftwise_draft_width{drafter=\"ngram\"} 3\n"));
+        // The speculative counters: per position up to the width, the live
+        // tokens per verify pass beside the entry's.
+        assert!(text.contains("draftwise_accepted_by_position_total{position=\"1\"} 4\n"), "{text}");
+        assert!(text.contains("draftwise_accepted_by_position_total{position=\"3\"} 0\n"), "{text}");
+        assert!(!text.contains("position=\"4\""), "{text}");
+        assert!(text.contains("draftwise_verify_passes_total 5\n"), "{text}");
+        assert!(text.contains("draftwise_tokens_per_verify 2.4\n"), "{text}");
+        assert!(text.contains("draftwise_entry_tokens_per_verify 2.25\n"), "{text}");
         assert!(text.contains("draftwise_request_duration_seconds_bucket{le=\"0.25\"} 1\n"), "{text}");
         assert!(text.contains("draftwise_queue_wait_seconds_count 0\n"), "{text}");
         assert!(

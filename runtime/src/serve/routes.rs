@@ -305,6 +305,7 @@ async fn metrics(State(app): State<Arc<App>>) -> Response {
         running: app.stats.running.load(Ordering::SeqCst),
         drafter: spec["drafter"].as_str().unwrap_or("none"),
         width: spec["width"].as_u64().unwrap_or(0) as usize,
+        entry_emitted_per_verify: spec["entry_emitted_per_verify"].as_f64(),
         version: env!("CARGO_PKG_VERSION"),
         commit: spec["build"]["git_commit"].as_str().unwrap_or("unknown"),
         kernels: spec["kernel_family"].as_str().unwrap_or("unknown"),

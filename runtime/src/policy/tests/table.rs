@@ -257,7 +257,7 @@ fn a_verify_cost_curve_is_read_and_every_bound_is_checked() {
     };
     bad("[{ context = 64, relative = [1.1, 1.2] }]", "starts at 1.1");
     bad("[{ context = 64, relative = [1.0] }]", "has 1 values");
-    bad(&format!("[{{ context = 64, relative = [{}] }}]", vec!["1.0"; 34].join(", ")), "has 34 values");
+    bad(&format!("[{{ context = 64, relative = [{}] }}]", ["1.0"; 34].join(", ")), "has 34 values");
     bad("[{ context = 0, relative = [1.0, 1.2] }]", "context 0");
     bad("[{ context = 2000000, relative = [1.0, 1.2] }]", "context 2000000");
     bad("[{ context = 64, relative = [1.0, -1.2] }]", "positive");
@@ -267,6 +267,24 @@ fn a_verify_cost_curve_is_read_and_every_bound_is_checked() {
     bad("[{ context = 64, relative = [1.0, 1.2], rows = 2 }]", "unknown field `rows`");
     bad("[{ relative = [1.0, 1.2] }]", "no `context`");
     bad("[1, 2]", "is not a table");
-    let five = vec!["{ context = 64, relative = [1.0, 1.2] }"; 5].join(", ");
+    let five = ["{ context = 64, relative = [1.0, 1.2] }"; 5].join(", ");
     bad(&format!("[{five}]"), "has 5 curves");
+}
+
+#[test]
+fn emitted_per_verify_is_read_and_bounded_by_the_width() {
+    let base = entry("ngram", "cpu:x86_64-avx2", "q4_1", "4", FP);
+    let with = |v: &str| base.replace("host =", &format!("emitted_per_verify = {v}\nhost ="));
+    let t = compile("t", &format!("{HEAD}{}", with("2.31")), RecordCheck::Skip).unwrap();
+    assert_eq!(t.entries[0].emitted_per_verify, Some(2.31));
+    let t = compile("t", &format!("{HEAD}{base}"), RecordCheck::Skip).unwrap();
+    assert_eq!(t.entries[0].emitted_per_verify, None);
+    // Width 4: a pass emits 1..=5 tokens.
+    for (v, says) in [("5.5", "not 1..=5"), ("0.5", "not 1..=5"), ("-1", "positive"), ("\"x\"", "not a number")] {
+        let e = compile_err(&format!("{HEAD}{}", with(v)));
+        assert!(
+            matches!(&e.problem, Problem::BadValue { field: "emitted_per_verify", .. }) && e.to_string().contains(says),
+            "{v}: {e}"
+        );
+    }
 }
