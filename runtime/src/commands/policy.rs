@@ -197,21 +197,24 @@ pub fn show(json: bool) -> Result<ExitCode> {
 /// `--target`'s file: a path, or a known model's name (`qwen2.5-coder-1.5b`)
 /// for its file in the model cache. Explaining never downloads: a known
 /// model that is not cached names the command that fetches it.
-fn explain_target(target: &Path) -> Result<PathBuf> {
-    if target.exists() {
-        return Ok(target.to_path_buf());
+/// A model flag's value as `policy explain` reads it: an existing path is
+/// itself, a known model's name its file in the cache (explain reads files,
+/// it never fetches); anything else is an error naming `flag`.
+fn explain_model(flag: &str, value: &Path) -> Result<PathBuf> {
+    if value.exists() {
+        return Ok(value.to_path_buf());
     }
-    let Some(spec) = target.to_str().and_then(crate::fetch::find_model) else {
+    let Some(spec) = value.to_str().and_then(crate::fetch::find_model) else {
         bail!(
-            "--target {}: no such file or directory (nor a known model: {})",
-            target.display(),
+            "{flag} {}: no such file or directory (nor a known model: {})",
+            value.display(),
             crate::fetch::model_names()
         );
     };
     let p = crate::fetch::default_cache_dir()?.join(spec.file_name);
     if !p.is_file() {
         bail!(
-            "--target {}: the known model is not in the cache ({}); fetch it with `runtime fetch-model --model {}`",
+            "{flag} {}: the known model is not in the cache ({}); fetch it with `runtime fetch-model --model {}`",
             spec.name,
             p.display(),
             spec.name
@@ -248,11 +251,13 @@ pub fn explain_command(a: ExplainSettings) -> Result<ExitCode> {
         Some(h) => (HostClass::parse(h).map_err(|e| anyhow::anyhow!("--host-class: {e}"))?, "--host-class".to_string()),
         None => (policy::host_class_here(), "this host's CPU signature (/proc/cpuinfo)".to_string()),
     };
-    let target = explain_target(&a.target)?;
+    let target = explain_model("--target", &a.target)?;
+    // The drafter checkpoint by name too, as `generate --drafter-model` takes it.
+    let drafter_model = a.drafter_model.as_deref().map(|p| explain_model("--drafter-model", p)).transpose()?;
     let env = env_override()?;
     let q = Question {
         target: &target,
-        drafter_model: a.drafter_model.as_deref(),
+        drafter_model: drafter_model.as_deref(),
         drafter: a.drafter.as_deref(),
         device_class: &device,
         device_from: &device_from,
@@ -400,6 +405,19 @@ pub fn render(e: &Explanation) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_model_flag_takes_a_path_or_a_known_name_and_names_itself_when_neither() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("m.gguf");
+        std::fs::write(&f, b"x").unwrap();
+        assert_eq!(explain_model("--drafter-model", &f).unwrap(), f);
+        let e = explain_model("--drafter-model", Path::new("no-such-model")).unwrap_err().to_string();
+        assert!(
+            e.starts_with("--drafter-model no-such-model: no such file") && e.contains("qwen2.5-coder-0.5b"),
+            "{e}"
+        );
+    }
 
     #[test]
     fn a_target_is_a_path_or_a_known_models_name() {
