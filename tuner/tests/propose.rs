@@ -394,13 +394,19 @@ fn the_upgraded_record_has_a_key_with_threads_settings_and_formats() {
     // Its entry has the fields of the committed table, in its order.
     let f = propose::entry_fields(raw, s, "records/r").unwrap();
     let names: Vec<&str> = f.iter().map(|(k, _)| *k).collect();
-    let want: Vec<&str> = fields(RECORD_KEY, "1", RECORD_DATE).iter().map(|(k, _)| *k).collect();
+    let mut want: Vec<&str> = fields(RECORD_KEY, "1", RECORD_DATE).iter().map(|(k, _)| *k).collect();
+    // The chosen width's tokens per verify pass, an optional field, stand after the interval.
+    let at = want.iter().position(|k| *k == "ratio_interval").unwrap() + 1;
+    want.insert(at, "emitted_per_verify");
     assert_eq!(names, want);
     let value = |k: &str| f.iter().find(|(n, _)| *n == k).map(|(_, v)| v.as_str()).unwrap();
     assert_eq!(value("threads"), "2");
     assert_eq!(value("drafter_settings"), "{ ngram_min = 3, ngram_max = 4 }");
     assert_eq!(value("weight_formats"), "[\"q4_1\", \"q8_0\"]");
     assert_eq!(value("verify_fingerprint"), format!("\"{}\"", current()));
+    let chosen =
+        s.widths.iter().find(|w| Some(w.width) == s.decision.width).and_then(|w| w.emitted_per_verify).unwrap();
+    assert_eq!(value("emitted_per_verify").parse::<f64>().unwrap(), (chosen * 1000.0).round() / 1000.0);
 }
 
 #[test]

@@ -407,27 +407,17 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_model_flag_takes_a_path_or_a_known_name_and_names_itself_when_neither() {
-        let dir = tempfile::tempdir().unwrap();
-        let f = dir.path().join("m.gguf");
-        std::fs::write(&f, b"x").unwrap();
-        assert_eq!(explain_model("--drafter-model", &f).unwrap(), f);
-        let e = explain_model("--drafter-model", Path::new("no-such-model")).unwrap_err().to_string();
-        assert!(
-            e.starts_with("--drafter-model no-such-model: no such file") && e.contains("qwen2.5-coder-0.5b"),
-            "{e}"
-        );
-    }
-
-    #[test]
-    fn a_target_is_a_path_or_a_known_models_name() {
+    fn a_target_or_drafter_model_is_a_path_or_a_known_models_name() {
         let f = tempfile::NamedTempFile::new().unwrap();
-        assert_eq!(explain_target(f.path()).unwrap(), f.path());
-        let e = explain_target(Path::new("no-such-model")).unwrap_err().to_string();
+        assert_eq!(explain_model("--target", f.path()).unwrap(), f.path());
+        let e = explain_model("--target", Path::new("no-such-model")).unwrap_err().to_string();
         assert!(e.contains("no such file or directory (nor a known model: smollm2-135m, gemma3-270m"), "{e}");
+        // The drafter checkpoint is read the same way, and the message names its flag.
+        let e = explain_model("--drafter-model", Path::new("no-such-model")).unwrap_err().to_string();
+        assert!(e.starts_with("--drafter-model no-such-model: no such file"), "{e}");
         // A known name is its file in the cache, or a refusal naming the
         // command that fetches it: never a download.
-        match explain_target(Path::new("qwen2.5-coder-1.5b")) {
+        match explain_model("--target", Path::new("qwen2.5-coder-1.5b")) {
             Ok(p) => assert!(p.ends_with("qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"), "{}", p.display()),
             Err(e) => assert!(e.to_string().contains("runtime fetch-model --model qwen2.5-coder-1.5b"), "{e}"),
         }
