@@ -556,20 +556,7 @@ impl<'a> Driver<'a> {
             }
             let what = format!("verify cost (round {}, context {context})", round + 1);
             for _ in 0..cost::COST_ATTEMPTS {
-                self.progress.message(&format!("{what}: gate"));
-                let progress = &self.progress;
-                let gate_run = self.gate.wait(
-                    Duration::from_secs_f64(s.gate_wait_s),
-                    Duration::from_secs_f64(s.gate_interval_s),
-                    |r, waited| {
-                        progress.note(&format!(
-                            "gate before {what}: waiting ({:.0} s of {:.0} s): {}",
-                            waited.as_secs_f64(),
-                            s.gate_wait_s,
-                            crate::gate::summary_line(r)
-                        ))
-                    },
-                );
+                let gate_run = self.wait_gate(&what);
                 let gate_line = crate::gate::summary_line(&gate_run.report);
                 let line = if gate_run.decision != Decision::Pass {
                     let why = format!("not run: the gate said {gate_line}");
@@ -655,24 +642,30 @@ impl<'a> Driver<'a> {
         Ok(Attempt::Passed)
     }
 
-    /// Waits for the gate and checks the NVRM projection; `Err` is the halt.
-    fn clear(&mut self, arm: &PlannedArm, arms_left: usize, what: &str) -> std::result::Result<Cleared, Box<Halt>> {
+    /// The gate before `what` (an arm or a cost process), waited for as
+    /// the settings allow, each wait noted.
+    fn wait_gate(&mut self, what: &str) -> crate::gate::GateRun {
         let s = &self.header.settings;
         self.progress.message(&format!("{what}: gate"));
         let progress = &self.progress;
-        let gate_run = self.gate.wait(
+        self.gate.wait(
             Duration::from_secs_f64(s.gate_wait_s),
             Duration::from_secs_f64(s.gate_interval_s),
             |r, waited| {
                 progress.note(&format!(
-                    "gate before arm {}: waiting ({:.0} s of {:.0} s): {}",
-                    arm.index,
+                    "gate before {what}: waiting ({:.0} s of {:.0} s): {}",
                     waited.as_secs_f64(),
                     s.gate_wait_s,
                     crate::gate::summary_line(r)
                 ))
             },
-        );
+        )
+    }
+
+    /// Waits for the gate and checks the NVRM projection; `Err` is the halt.
+    fn clear(&mut self, arm: &PlannedArm, arms_left: usize, what: &str) -> std::result::Result<Cleared, Box<Halt>> {
+        let s = &self.header.settings;
+        let gate_run = self.wait_gate(what);
         let nvrm_now =
             gate_run.report.checks.nvrm.reading.value.as_ref().filter(|r| r.applicable).and_then(|r| r.cumulative);
         let at = HaltAt { arm: arm.index, arms_left, nvrm_now, worst: self.worst_delta, budget: s.gate.nvrm_budget };

@@ -3,10 +3,8 @@
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::path::Path;
-use std::process::{Command, Stdio};
-use std::time::Instant;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 
 use crate::cost::{COST_REPS, CostRun, MAX_REPORT_BYTES, read_report};
 use crate::raw::Settings;
@@ -71,30 +69,16 @@ pub fn run(
     env: &BTreeMap<String, String>,
     rows: usize,
 ) -> Result<CostRun> {
-    let stem = format!("cost-r{round:02}-c{context}-attempt-{attempt}");
-    let stdout_log = format!("logs/{stem}.stdout.jsonl");
-    let stderr_log = format!("logs/{stem}.stderr.log");
-    std::fs::create_dir_all(dir.join("logs"))?;
-    let err_file = std::fs::File::create(dir.join(&stderr_log)).with_context(|| format!("creating {stderr_log}"))?;
-    let mut out_file =
-        std::fs::File::create(dir.join(&stdout_log)).with_context(|| format!("creating {stdout_log}"))?;
+    let logged = super::spawn_logged(dir, &format!("cost-r{round:02}-c{context}-attempt-{attempt}"), argv, env)?;
     let mut line = not_run(round, context, attempt, String::new(), String::new());
     line.argv = argv.to_vec();
-    line.stdout_log = stdout_log;
-    line.stderr_log = stderr_log.clone();
-    let t0 = Instant::now();
-    let spawned = Command::new(&argv[0])
-        .args(&argv[1..])
-        .env_clear()
-        .envs(env)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::from(err_file))
-        .spawn();
-    let mut child = match spawned {
-        Ok(c) => c,
-        Err(e) => {
-            line.error = Some(format!("cannot start {}: {e}", argv[0]));
+    line.stdout_log = logged.stdout_log;
+    line.stderr_log = logged.stderr_log.clone();
+    let stderr_log = logged.stderr_log;
+    let super::Started { mut child, stdout_log: mut out_file, t0 } = match logged.started {
+        Ok(s) => s,
+        Err(why) => {
+            line.error = Some(why);
             return Ok(line);
         }
     };

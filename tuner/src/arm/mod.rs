@@ -171,6 +171,38 @@ pub struct Started {
     pub t0: Instant,
 }
 
+/// A process started by [`spawn_logged`]: its log paths (relative to the
+/// record folder) and the process, or why it could not start.
+pub struct Logged {
+    pub stdout_log: String,
+    pub stderr_log: String,
+    pub started: std::result::Result<Started, String>,
+}
+
+/// Creates `logs/{stem}.stdout.jsonl` and `logs/{stem}.stderr.log` under
+/// `dir` and starts `argv` with exactly `env`, stdin closed, stdout piped
+/// and stderr in its log: every process of a sweep starts this way.
+pub fn spawn_logged(dir: &Path, stem: &str, argv: &[String], env: &BTreeMap<String, String>) -> Result<Logged> {
+    let stdout_log = format!("logs/{stem}.stdout.jsonl");
+    let stderr_log = format!("logs/{stem}.stderr.log");
+    std::fs::create_dir_all(dir.join("logs"))?;
+    let err_file = File::create(dir.join(&stderr_log)).with_context(|| format!("creating {stderr_log}"))?;
+    let out_file = File::create(dir.join(&stdout_log)).with_context(|| format!("creating {stdout_log}"))?;
+    let t0 = Instant::now();
+    let spawned = Command::new(&argv[0])
+        .args(&argv[1..])
+        .env_clear()
+        .envs(env)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::from(err_file))
+        .spawn();
+    let started = spawned
+        .map(|child| Started { child, stdout_log: out_file, t0 })
+        .map_err(|e| format!("cannot start {}: {e}; pass the runtime with --runtime PATH", argv[0]));
+    Ok(Logged { stdout_log, stderr_log, started })
+}
+
 /// Creates the arm's logs (`logs/arm-NNN-attempt-K.{stdout.jsonl,stderr.log}`
 /// under `dir`) and starts `argv` with exactly `env`. Returns the pending
 /// `arm_end` and the started process, or no process when it could not be
@@ -182,26 +214,12 @@ pub fn start(
     argv: &[String],
     env: &BTreeMap<String, String>,
 ) -> Result<(ArmEnd, Option<Started>)> {
-    let stem = format!("arm-{arm:03}-attempt-{attempt}");
-    let stdout_log = format!("logs/{stem}.stdout.jsonl");
-    let stderr_log = format!("logs/{stem}.stderr.log");
-    std::fs::create_dir_all(dir.join("logs"))?;
-    let err_file = File::create(dir.join(&stderr_log)).with_context(|| format!("creating {stderr_log}"))?;
-    let out_file = File::create(dir.join(&stdout_log)).with_context(|| format!("creating {stdout_log}"))?;
-    let mut end = ArmEnd::pending(arm, attempt, stdout_log, stderr_log);
-    let t0 = Instant::now();
-    let spawned = Command::new(&argv[0])
-        .args(&argv[1..])
-        .env_clear()
-        .envs(env)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::from(err_file))
-        .spawn();
-    match spawned {
-        Ok(child) => Ok((end, Some(Started { child, stdout_log: out_file, t0 }))),
-        Err(e) => {
-            end.error = Some(format!("cannot start {}: {e}; pass the runtime with --runtime PATH", argv[0]));
+    let l = spawn_logged(dir, &format!("arm-{arm:03}-attempt-{attempt}"), argv, env)?;
+    let mut end = ArmEnd::pending(arm, attempt, l.stdout_log, l.stderr_log);
+    match l.started {
+        Ok(s) => Ok((end, Some(s))),
+        Err(why) => {
+            end.error = Some(why);
             Ok((end, None))
         }
     }
