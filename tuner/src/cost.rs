@@ -29,6 +29,9 @@ use serde::{Deserialize, Serialize};
 /// 2,048 (a long editing request, where each row also reads the attention
 /// over two thousand cached positions: the case where the best width moves).
 pub const DEFAULT_COST_CONTEXTS: [usize; 2] = [64, 2048];
+/// [`DEFAULT_COST_CONTEXTS`] as `tuner sweep --cost-contexts` defaults to it
+/// (a test holds the two together).
+pub const DEFAULT_COST_CONTEXTS_ARG: &str = "64,2048";
 /// At most this many context lengths (an entry carries at most as many curves).
 pub const MAX_COST_CONTEXTS: usize = policy::table::MAX_COST_CURVES;
 /// The longest context a cost process is given (its prefill is paid every round).
@@ -164,6 +167,7 @@ mod tests {
         assert!(parse_contexts("1,2,3,4,5").unwrap_err().contains("at most 4"));
         assert!(parse_contexts("64,x").unwrap_err().contains("\"x\" is not a number"));
         assert!(check_contexts(&[64, 32]).is_err());
+        assert_eq!(parse_contexts(DEFAULT_COST_CONTEXTS_ARG).unwrap(), DEFAULT_COST_CONTEXTS);
     }
 
     fn report(widths: &[(usize, f64)]) -> String {

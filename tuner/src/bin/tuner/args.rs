@@ -173,7 +173,7 @@ pub struct SweepArgs {
     /// 1..=(widest width + 1) rows against a one-row pass (one `runtime bench
     /// --verify-cost` process each, after the round's arms; the entry carries
     /// the curve), or `none`. At most 4, each 1..=32768.
-    #[arg(long, value_name = "LIST", default_value = "64,2048")]
+    #[arg(long, value_name = "LIST", default_value = tuner::cost::DEFAULT_COST_CONTEXTS_ARG)]
     pub cost_contexts: String,
     /// Prompt set (JSONL, each line tagged with its `type`); default: the
     /// shipped prompts/sweep.jsonl (compiled into the tuner).
