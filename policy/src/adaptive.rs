@@ -31,9 +31,9 @@
 //! output equals classic output at every draft length, so the controller
 //! may choose anything (the decode loop's contract, not this module's).
 //!
-//! Not yet called by the decode loop: this is the rule and its tests; the
-//! loop, the sweep's `adaptive` arm and the runtime's flag are the next
-//! step of issue 36.
+//! The runtime's decode loop asks a [`Controller`] per round when the
+//! schedule is adaptive (`runtime/src/spec/schedule.rs`): an entry that
+//! chose it (`adaptive = true`), or `--adaptive on`.
 
 use crate::table::CostCurve;
 

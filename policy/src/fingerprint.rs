@@ -145,6 +145,8 @@ pub const VERIFY_PATH: &[Part] = &[
     part("runtime/src/spec/mod.rs", Devices::All, "the speculative decoder's shared types"),
     part("runtime/src/spec/decode.rs", Devices::All, "the speculative loop: draft, verify block, accept, roll back"),
     part("runtime/src/spec/drafter.rs", Devices::All, "the drafters, run once per verify"),
+    part("runtime/src/spec/schedule.rs", Devices::All, "each round's draft length, fixed or adaptive"),
+    part("policy/src/adaptive.rs", Devices::All, "the adaptive draft length's rule, once per verify"),
     part("runtime/src/tokenizer/mod.rs", Devices::All, "the end-of-generation check, once per emitted token"),
     part("runtime/src/device.rs", Devices::Cuda, "CUDA device selection and placement"),
 ];
@@ -183,7 +185,16 @@ pub const OFF_PATH: &[(&str, &str)] = &[
     ("runtime/src/wiring_tests.rs", "tests that join several modules"),
     ("runtime/src/test_models.rs", "tiny models for tests"),
     ("runtime/src/gguf/test_writer.rs", "writes GGUF files for tests"),
-    ("policy/src/", "the policy crate: which width runs, not what a width costs"),
+    ("policy/src/lib.rs", "the policy crate's module list"),
+    ("policy/src/declared.rs", "declared quantization, read once per process"),
+    ("policy/src/fingerprint.rs", "the verify-path lists and their hashes, at build time"),
+    ("policy/src/host.rs", "the host class, once per process"),
+    ("policy/src/key.rs", "the policy key's types"),
+    ("policy/src/kind.rs", "drafter kinds and their settings' bounds"),
+    ("policy/src/quant.rs", "quantization classes"),
+    ("policy/src/resolve.rs", "which width runs, once per process"),
+    ("policy/src/table.rs", "the table compiler, at build time and startup"),
+    ("policy/src/width.rs", "the width type"),
 ];
 
 /// The source trees [`VERIFY_PATH`] and [`OFF_PATH`] must cover.

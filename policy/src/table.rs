@@ -50,7 +50,7 @@ pub struct PromptSet {
 /// The cost of a verify pass at one context length, as a sweep measured
 /// it: `relative[i]` is a pass of `i + 1` rows over a one-row pass (so
 /// `relative[0]` is 1), the geometric mean over the sweep's rounds.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct CostCurve {
     /// Positions in the cache before the pass (the prompt's length).
     pub context: usize,
@@ -117,6 +117,12 @@ pub struct Entry {
     /// (the record's median over requests): what a server's live traffic
     /// is compared with. `None` in older entries and `off` ones.
     pub emitted_per_verify: Option<f64>,
+    /// The sweep chose the adaptive draft length over every fixed width
+    /// (it was tied with the best or better, issue 36): the runtime then
+    /// chooses each round's draft length in `0..=width` from the request's
+    /// acceptance and `verify_cost` ([`crate::adaptive`]). `false` in older
+    /// entries; `true` needs a `width` and a `verify_cost` curve.
+    pub adaptive: bool,
     /// 1-based line of the entry's `[[entry]]` header, when known.
     pub line: Option<usize>,
 }
@@ -313,6 +319,8 @@ struct RawEntry {
     verify_cost: Vec<toml::Value>,
     #[serde(default)]
     emitted_per_verify: Option<toml::Value>,
+    #[serde(default)]
+    adaptive: Option<toml::Value>,
     /// Free text for reviewers; not compiled in.
     #[serde(default)]
     #[allow(dead_code)]
@@ -556,6 +564,20 @@ fn entry(t: toml::Table, line: Option<usize>, records: RecordCheck<'_>) -> Resul
             Some(x)
         }
     };
+    let adaptive = match &r.adaptive {
+        None => false,
+        Some(toml::Value::Boolean(b)) => *b,
+        Some(v) => return Err(bad("adaptive", format!("{v} is not true or false"))),
+    };
+    if adaptive && width.is_none() {
+        return Err(bad("adaptive", "an `off` entry has no draft length to adapt"));
+    }
+    if adaptive && !verify_cost.iter().any(|c| c.relative.len() >= 2) {
+        return Err(bad(
+            "adaptive",
+            "the adaptive draft length needs a `verify_cost` curve of at least two pass sizes",
+        ));
+    }
     let key = PolicyKey {
         drafter,
         device,
@@ -581,6 +603,7 @@ fn entry(t: toml::Table, line: Option<usize>, records: RecordCheck<'_>) -> Resul
         verify_fingerprint: r.verify_fingerprint,
         verify_cost,
         emitted_per_verify,
+        adaptive,
         line,
     })
 }
@@ -645,6 +668,56 @@ fn cost_curves(raw: &[toml::Value]) -> Result<Vec<CostCurve>, Problem> {
         }
         out.push(CostCurve { context, relative });
     }
+    Ok(out)
+}
+
+/// The verify-cost curves an operator types (`runtime --cost-curve
+/// CONTEXT=R1,R2,...`, one per context), under the bounds of an entry's
+/// `verify_cost`: at most [`MAX_COST_CURVES`], contexts
+/// 1..=[`MAX_COST_CONTEXT`] and distinct, 2..=`MAX_WIDTH + 1` values each,
+/// the first exactly 1, every one positive and at most
+/// [`MAX_RELATIVE_COST`]. Returned sorted by context.
+pub fn parse_cost_curves(given: &[String]) -> Result<Vec<CostCurve>, String> {
+    if given.len() > MAX_COST_CURVES {
+        return Err(format!("--cost-curve given {} times; at most {MAX_COST_CURVES}", given.len()));
+    }
+    let mut out: Vec<CostCurve> = Vec::with_capacity(given.len());
+    for g in given {
+        let Some((ctx, values)) = g.split_once('=') else {
+            return Err(format!("--cost-curve {g:?}: give CONTEXT=R1,R2,... (the relative cost of 1, 2, ... rows)"));
+        };
+        let context: usize = match ctx.trim().parse() {
+            Ok(n) if (1..=MAX_COST_CONTEXT).contains(&n) => n,
+            _ => return Err(format!("--cost-curve {g:?}: context {ctx:?} is not 1..={MAX_COST_CONTEXT} positions")),
+        };
+        let parts: Vec<&str> = values.split(',').collect();
+        if !(2..=MAX_WIDTH + 1).contains(&parts.len()) {
+            return Err(format!(
+                "--cost-curve {g:?}: {} values; give 2..={} (rows 1, 2, ...)",
+                parts.len(),
+                MAX_WIDTH + 1
+            ));
+        }
+        let mut relative = Vec::with_capacity(parts.len());
+        for p in parts {
+            match p.trim().parse::<f64>() {
+                Ok(x) if x.is_finite() && x > 0.0 && x <= MAX_RELATIVE_COST => relative.push(x),
+                _ => {
+                    return Err(format!(
+                        "--cost-curve {g:?}: {p:?} is not a relative cost (a positive number up to {MAX_RELATIVE_COST})"
+                    ));
+                }
+            }
+        }
+        if relative[0] != 1.0 {
+            return Err(format!("--cost-curve {g:?}: starts at {}; a one-row pass costs 1 by definition", relative[0]));
+        }
+        if out.iter().any(|c| c.context == context) {
+            return Err(format!("--cost-curve: context {context} given twice"));
+        }
+        out.push(CostCurve { context, relative });
+    }
+    out.sort_by_key(|c| c.context);
     Ok(out)
 }
 

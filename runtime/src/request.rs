@@ -74,11 +74,11 @@ pub fn decode_opts(
     }
     match spec {
         Some(sp) if sp.active_width().is_some() => {
-            let width = sp.active_width().expect("the match guard saw a width");
+            let schedule = sp.schedule().expect("the match guard saw a width");
             let p = engine.prefill_cancellable(prompt, &|| sink.cancelled())?;
             let (g, stats) =
-                engine.decode_speculative_with(p, max_tokens, sampling, sp.drafter.as_mut(), width, sink)?;
-            let diag = SpeculativeDiagnostics::new(tag.id, tag.warmup, tag.repeat, sp.kind.as_str(), width, &stats);
+                engine.decode_speculative_with(p, max_tokens, sampling, sp.drafter.as_mut(), schedule.clone(), sink)?;
+            let diag = SpeculativeDiagnostics::new(tag.id, tag.warmup, tag.repeat, sp.kind.as_str(), &schedule, &stats);
             Ok((g, Some(Event::SpeculativeDiagnostics(diag))))
         }
         other => {

@@ -113,6 +113,116 @@ mod model {
         }
     }
 
+    /// The third emitted token's distribution under sampled speculative
+    /// decoding with the adaptive draft length equals classic sampling's,
+    /// computed exactly by enumerating the first two tokens on the tiny
+    /// model (the chi-square check of `spec::decode`'s tests, extended from
+    /// one verify position to the whole loop: drafts of every length,
+    /// plain steps by choice, rollbacks). The same samples checked against
+    /// another temperature's distribution must fail, or the check proves
+    /// nothing.
+    #[test]
+    fn sampled_adaptive_speculation_keeps_the_target_distribution() {
+        use crate::generate::Engine;
+        use crate::model::llama::LogitRows;
+        use crate::policy::adaptive::CostModel;
+        use crate::policy::table::CostCurve;
+        use crate::sampling::{SamplingParams, distribution};
+        use crate::spec::drafter::NgramDrafter;
+        use crate::spec::schedule::Schedule;
+        use statrs::distribution::{ChiSquared, ContinuousCDF};
+        use std::collections::BTreeMap;
+
+        let e = Engine::new(load_bytes(&gguf_bytes()), KernelFamily::best(), 1).unwrap();
+        // Every character once: whatever is sampled, the n-gram drafter
+        // finds an earlier occurrence to draft from (and the tiny model's
+        // 64 positions leave room for drafts after it).
+        let ids = e.loaded.tokenizer.encode(VOCAB_CHARS).unwrap();
+        let pre = e.prefill(&ids).unwrap();
+        let tok = &e.loaded.tokenizer;
+        let model = &e.loaded.model;
+        // Outcome of a run: the third token, or at which token it stopped
+        // (an end-of-generation token is not emitted): keys 0, 1, 2 for a
+        // stop before the first, second, third token; 3 + id otherwise.
+        let exact = |temperature: f32| -> BTreeMap<u64, f64> {
+            let p = SamplingParams { temperature, ..Default::default() };
+            let mut out: BTreeMap<u64, f64> = BTreeMap::new();
+            for (t1, p1) in distribution(&pre.logits, &p) {
+                if tok.is_end_of_generation(t1) {
+                    *out.entry(0).or_default() += p1;
+                    continue;
+                }
+                let mut s1 = pre.session.clone();
+                let l1 = model.forward(e.family, &mut s1, &[t1], LogitRows::Last).unwrap();
+                for (t2, p2) in distribution(&l1, &p) {
+                    if tok.is_end_of_generation(t2) {
+                        *out.entry(1).or_default() += p1 * p2;
+                        continue;
+                    }
+                    let mut s2 = s1.clone();
+                    let l2 = model.forward(e.family, &mut s2, &[t2], LogitRows::Last).unwrap();
+                    for (t3, p3) in distribution(&l2, &p) {
+                        let k = if tok.is_end_of_generation(t3) { 2 } else { 3 + u64::from(t3) };
+                        *out.entry(k).or_default() += p1 * p2 * p3;
+                    }
+                }
+            }
+            out
+        };
+        // Rows cheap enough that drafting pays at the prior, so every
+        // draft length is tried and the acceptance steers it.
+        let cost = CostModel::new(&[CostCurve { context: 8, relative: vec![1.0, 1.02, 1.04, 1.06, 1.08] }]).unwrap();
+        let schedule = Schedule::Adaptive { cap: crate::policy::Width::new(4).unwrap(), cost };
+        let n = 20_000;
+        let mut counts: BTreeMap<u64, usize> = BTreeMap::new();
+        let (mut lengths, mut rounds) = (vec![0usize; 5], 0);
+        for seed in 0..n {
+            let p = SamplingParams { temperature: 1.0, seed: seed as u64, ..Default::default() };
+            let mut d = NgramDrafter { max_n: 4, min_n: 1 };
+            // Eight tokens: the third is the one counted, the rest give the
+            // controller room to choose lengths up to the cap.
+            let (g, st) = e.decode_speculative(pre.clone(), 8, &p, &mut d, schedule.clone()).unwrap();
+            let k = match g.token_ids.get(2) {
+                Some(&t) => 3 + u64::from(t),
+                None => g.token_ids.len() as u64,
+            };
+            *counts.entry(k).or_default() += 1;
+            for (l, c) in lengths.iter_mut().zip(&st.draft_lengths) {
+                *l += c;
+            }
+            rounds += st.rounds;
+        }
+        assert!(rounds > n / 4, "too few verify rounds ran ({rounds}): the check would prove little");
+        assert!(lengths.iter().filter(|&&c| c > 0).count() >= 4, "the draft length hardly varied: {lengths:?}");
+        // Pearson's chi-square over the outcomes, those expected fewer than
+        // 5 times pooled into one bin.
+        let chi = |want: &BTreeMap<u64, f64>| -> (f64, f64) {
+            let (mut stat, mut bins) = (0.0, 0usize);
+            let (mut pooled_e, mut pooled_o) = (0.0, 0.0);
+            let keys: std::collections::BTreeSet<u64> = want.keys().chain(counts.keys()).copied().collect();
+            for k in keys {
+                let ex = want.get(&k).copied().unwrap_or(0.0) * n as f64;
+                let ob = counts.get(&k).copied().unwrap_or(0) as f64;
+                if ex < 5.0 {
+                    pooled_e += ex;
+                    pooled_o += ob;
+                } else {
+                    stat += (ob - ex).powi(2) / ex;
+                    bins += 1;
+                }
+            }
+            if pooled_e > 0.0 {
+                stat += (pooled_o - pooled_e).powi(2) / pooled_e;
+                bins += 1;
+            }
+            (stat, ChiSquared::new((bins - 1) as f64).unwrap().inverse_cdf(0.999))
+        };
+        let (stat, limit) = chi(&exact(1.0));
+        assert!(stat < limit, "chi-square {stat:.1} >= {limit:.1}: counts {counts:?}");
+        let (stat, limit) = chi(&exact(0.6));
+        assert!(stat > limit, "another temperature's distribution passed ({stat:.1} < {limit:.1}): no power");
+    }
+
     #[test]
     fn a_scaled_llama_on_a_cuda_device_is_refused_by_name() {
         use crate::device::{DeviceError, DeviceRequest, place};
@@ -259,5 +369,55 @@ mod policy {
         let ok = S { suffix_min_match: Some(2), suffix_max_match: Some(8), suffix_min_prob: Some(0.5), ..base };
         let e = crate::commands::policy::explain_command(ok).unwrap_err().to_string();
         assert!(e.contains("no such file"), "{e}");
+    }
+
+    /// Whether the draft length adapts: the entry's choice unless a flag
+    /// says otherwise, the cost from `--cost-curve` or the entry, and every
+    /// flag that would do nothing refused.
+    #[test]
+    fn the_adaptive_length_follows_the_entry_and_the_flags_and_refuses_what_would_be_ignored() {
+        use crate::spec::setup::{SpecSettings, adaptive_cost};
+        let curve = "verify_cost = [{ context = 64, relative = [1.0, 1.1, 1.2, 1.3, 1.4, 1.5, 1.6] }]\n";
+        let fixed = entry("ngram", "cpu:x86_64-avx2", "q4_1", "6", FP);
+        let adaptive = fixed.replace("host =", &format!("{curve}adaptive = true\nhost ="));
+        let with_curve = fixed.replace("host =", &format!("{curve}host ="));
+        let t_adaptive = table(&[adaptive]);
+        let t_fixed = table(&[with_curve]);
+        let t_bare = table(&[fixed]);
+        let i = In::new(crate::policy::DrafterKind::Ngram, "q4_1");
+        let r_adaptive = i.resolve(&t_adaptive).unwrap();
+        let r_fixed = i.resolve(&t_fixed).unwrap();
+        let r_bare = i.resolve(&t_bare).unwrap();
+        let args = |adaptive: Option<bool>, curves: &[&str], width: Option<&str>| SpecSettings {
+            adaptive,
+            cost_curves: curves.iter().map(|c| c.to_string()).collect(),
+            draft_width: width.map(str::to_string),
+            ..Default::default()
+        };
+        // The entry chose it: adaptive with its curve.
+        let (cost, why) = adaptive_cost(&args(None, &[], None), &r_adaptive).unwrap();
+        let cost = cost.expect("adaptive");
+        assert!((cost.relative(64, 2) - 1.1).abs() < 1e-12 && why.contains("the entry chose it"), "{why}");
+        // --adaptive off, or an entry that fixed the width: fixed.
+        assert!(adaptive_cost(&args(Some(false), &[], None), &r_adaptive).unwrap().0.is_none());
+        let (c, why) = adaptive_cost(&args(None, &[], None), &r_fixed).unwrap();
+        assert!(c.is_none() && why.contains("the entry fixed the width"), "{why}");
+        // --adaptive on over a fixed entry: the entry's curve; a given curve wins.
+        assert!(adaptive_cost(&args(Some(true), &[], None), &r_fixed).unwrap().0.is_some());
+        let (c, why) = adaptive_cost(&args(Some(true), &["64=1,2"], None), &r_fixed).unwrap();
+        assert!((c.unwrap().relative(64, 2) - 2.0).abs() < 1e-12 && why.contains("--cost-curve"), "{why}");
+        // No curve anywhere: --adaptive on is refused, saying what to give.
+        let e = adaptive_cost(&args(Some(true), &[], None), &r_bare).unwrap_err().to_string();
+        assert!(e.contains("--cost-curve CONTEXT=R1,R2"), "{e}");
+        // A flag that would do nothing is refused, not ignored.
+        assert!(adaptive_cost(&args(Some(false), &["64=1,2"], None), &r_adaptive).is_err());
+        assert!(adaptive_cost(&args(None, &["64=1,2"], None), &r_fixed).is_err());
+        assert!(adaptive_cost(&args(Some(true), &["64=1"], None), &r_fixed).is_err(), "a one-value curve");
+        // A flag width fixes the width even where the entry chose adaptive
+        // (the flag resolution is not the entry's, so no entry decides).
+        let mut flagged = In::new(crate::policy::DrafterKind::Ngram, "q4_1");
+        flagged.flag = Some("3");
+        let r = flagged.resolve(&t_adaptive).unwrap();
+        assert!(adaptive_cost(&args(None, &[], Some("3")), &r).unwrap().0.is_none());
     }
 }

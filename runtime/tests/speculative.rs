@@ -120,3 +120,55 @@ fn draft_model_output_equals_classic() {
         Box::new(ModelDrafter::new(runtime::spec::DrafterKind::DraftModel, model))
     });
 }
+
+/// A cost model for the adaptive tests: at the short context rows are
+/// cheap (drafting pays at the prior), at the long one dear (a draft pays
+/// only when it is accepted), so the controller both drafts and chooses
+/// plain steps.
+fn adaptive(cap: usize) -> runtime::spec::schedule::Schedule {
+    use runtime::policy::table::CostCurve;
+    let cost = runtime::policy::adaptive::CostModel::new(&[
+        CostCurve { context: 64, relative: vec![1.0, 1.05, 1.1, 1.15, 1.2] },
+        CostCurve { context: 1024, relative: vec![1.0, 1.6, 2.2, 2.8, 3.4] },
+    ])
+    .unwrap();
+    runtime::spec::schedule::Schedule::Adaptive { cap: runtime::policy::Width::new(cap).unwrap(), cost }
+}
+
+/// Greedy output with the adaptive draft length equals classic output on
+/// every prompt at 1 and 2 threads, and on a long prompt (past 1,000
+/// positions, where the cost model says rows are dear); the controller
+/// must have chosen several lengths, plain steps among them, or the test
+/// proves less than it says.
+#[test]
+fn adaptive_output_equals_classic_at_one_and_two_threads_short_and_long_contexts() {
+    let greedy = SamplingParams::default();
+    let mut ps = prompts();
+    // A long editing prompt: a list repeated past 1,000 tokens, then asked to continue.
+    let tok = &model().tokenizer;
+    let item = "- item: rename `count` to `total` in the loop body; keep the test names.\n";
+    let long = tok.encode_prompt(&format!("{}Continue the list:\n", item.repeat(60))).unwrap();
+    assert!(long.len() > 1000, "{}", long.len());
+    ps.push(("long-edit".into(), long));
+    let max_tokens = 32;
+    for threads in [1, 2] {
+        let e = engine(threads);
+        let mut lengths = vec![0usize; 9];
+        for (id, ids) in &ps {
+            let pre = e.prefill(ids).unwrap();
+            let classic = e.decode(pre.clone(), max_tokens, &greedy).unwrap();
+            for cap in [4, 8] {
+                let mut d = NgramDrafter { max_n: 4, min_n: 1 };
+                let (spec, st) = e.decode_speculative(pre.clone(), max_tokens, &greedy, &mut d, adaptive(cap)).unwrap();
+                assert_eq!(spec.token_ids, classic.token_ids, "{id}: adaptive up to {cap} at {threads} threads");
+                assert_eq!(spec.finish_reason, classic.finish_reason, "{id} adaptive up to {cap}");
+                assert_eq!(st.draft_lengths.len(), cap + 1);
+                for (l, c) in lengths.iter_mut().zip(&st.draft_lengths) {
+                    *l += c;
+                }
+            }
+        }
+        assert!(lengths[0] > 0, "no plain step by choice at {threads} threads: {lengths:?}");
+        assert!(lengths[1..].iter().filter(|&&c| c > 0).count() >= 3, "few draft lengths chosen: {lengths:?}");
+    }
+}

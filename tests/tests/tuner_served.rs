@@ -1,6 +1,6 @@
 //! End-to-end: `tuner sweep --served` driving the real `runtime serve` on
-//! the default model (widths 1 and 2, one round, one burst, a text prompt
-//! and a chat prompt, 8 tokens). What it pins: the server's typed `startup`
+//! the default model (widths 1 and 2 and the adaptive arm, one round, one
+//! burst, a text prompt and a chat prompt, 8 tokens). What it pins: the server's typed `startup`
 //! event is enough to find it on a free port, every streamed request is
 //! recorded with usage, time to first token and end-to-end tok/s, greedy
 //! speculative output through the server is byte-identical to classic, each
@@ -16,7 +16,7 @@ fn a_real_served_sweep_records_streamed_requests_and_stops_every_server() {
     let chat = r#"{"id": "chat", "type": "chat", "messages": [{"role": "user", "content": "What is the capital of France?"}]}"#;
     let (out, s) = real_sweep(dir.path(), &[REPEATING_PROMPT, chat], "1,2", &["--served", "--health-timeout", "60"]);
     assert_eq!((s["served"].as_bool(), s["complete"].as_bool()), (Some(true), Some(true)), "{s}");
-    assert_eq!(s["arms_complete"], 4);
+    assert_eq!(s["arms_complete"], 5);
     assert_eq!(s["identical"], true, "served speculative output differs from classic: {s}");
     assert_eq!(s["target_quant"], "q4_1");
     assert!(s["classic_ttft_ms"]["median"].as_f64().unwrap() > 0.0, "{s}");
@@ -24,7 +24,7 @@ fn a_real_served_sweep_records_streamed_requests_and_stops_every_server() {
     let raw = std::fs::read_to_string(out.join("raw.jsonl")).unwrap();
     let lines: Vec<Value> = raw.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     let requests: Vec<&Value> = lines.iter().filter(|l| l["kind"] == "request").collect();
-    assert_eq!(requests.len(), 4 * 2, "one burst of two prompts per arm, warm-ups excluded");
+    assert_eq!(requests.len(), 5 * 2, "one burst of two prompts per arm, warm-ups excluded");
     for r in &requests {
         let sv = &r["served"];
         assert!(r["usage"]["prompt_tokens"].as_u64().unwrap() > 0, "{r}");
@@ -38,7 +38,14 @@ fn a_real_served_sweep_records_streamed_requests_and_stops_every_server() {
         assert_eq!(sv["endpoint"], if chat { "/v1/chat/completions" } else { "/v1/completions" });
         if r["width"].is_number() {
             assert_eq!(r["diagnostics_present"], true, "{r}");
-            assert_eq!(sv["server"]["speculative"]["width"], r["width"], "{r}");
+            let spec = &sv["server"]["speculative"];
+            if r["width"] == 0 {
+                // The adaptive arm: up to the widest width, its draft lengths reported.
+                assert_eq!((spec["width"].as_u64(), spec["adaptive"].as_bool()), (Some(2), Some(true)), "{r}");
+                assert_eq!(spec["draft_lengths"].as_array().map(Vec::len), Some(3), "{r}");
+            } else {
+                assert_eq!(spec["width"], r["width"], "{r}");
+            }
         }
     }
     let startups: Vec<&Value> = lines.iter().filter(|l| l["kind"] == "startup").collect();

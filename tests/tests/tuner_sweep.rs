@@ -1,5 +1,6 @@
 //! End-to-end: `tuner sweep` driving the real `runtime` on the default model
-//! (a tiny sweep: widths 1 and 3, one round, one burst, 8 tokens), then
+//! (a tiny sweep: widths 1 and 3 and the adaptive arm, one round, one
+//! burst, 8 tokens), then
 //! `summarize` and `propose --dry-run`. What it pins: the runtime's events
 //! are everything the tuner needs (no log parsing), warm-ups stay out of the
 //! raw data, and greedy speculative output is byte-identical to classic
@@ -18,7 +19,7 @@ fn a_real_sweep_records_identical_outputs_and_a_decision() {
         &[],
     );
     assert_eq!(s["complete"], true, "{s}");
-    assert_eq!(s["arms_complete"], 4);
+    assert_eq!(s["arms_complete"], 5);
     assert_eq!(s["identical"], true, "speculative output differs from classic: {s}");
     assert!(s["device_class"].as_str().unwrap().starts_with("cpu:"));
     assert_eq!(s["target_quant"], "q4_1");
@@ -30,7 +31,7 @@ fn a_real_sweep_records_identical_outputs_and_a_decision() {
     let raw = std::fs::read_to_string(out.join("raw.jsonl")).unwrap();
     let lines: Vec<Value> = raw.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     let requests: Vec<&Value> = lines.iter().filter(|l| l["kind"] == "request").collect();
-    assert_eq!(requests.len(), 4 * 2, "one burst of two prompts per arm, warm-ups excluded");
+    assert_eq!(requests.len(), 5 * 2, "one burst of two prompts per arm, warm-ups excluded");
     let ends: Vec<&Value> = lines.iter().filter(|l| l["kind"] == "arm_end").collect();
     assert!(ends.iter().all(|e| e["ok"] == true && e["warmup_requests"] == 2), "{ends:?}");
     let startups: Vec<&Value> = lines.iter().filter(|l| l["kind"] == "startup").collect();
@@ -55,6 +56,27 @@ fn a_real_sweep_records_identical_outputs_and_a_decision() {
     }
     assert!(record.contains("### Verify cost"), "{record}");
     assert!(!raw.contains("\"--model\",\"/"), "a cost process's model path is named, not absolute");
+    // The adaptive arm (C 1 3 A C): up to width 3, weighing the curves
+    // measured before it (its round's cost processes ran first), and its
+    // requests' draft lengths in the diagnostics.
+    let starts: Vec<&Value> = lines.iter().filter(|l| l["kind"] == "arm_start").collect();
+    let a = starts.iter().find(|l| l["width"] == 0).expect("an adaptive arm");
+    let argv: Vec<&str> = a["argv"].as_array().unwrap().iter().map(|x| x.as_str().unwrap()).collect();
+    let line = argv.join(" ");
+    assert!(line.contains("--draft-width 3 --adaptive on") && line.contains("--cost-curve 16=1,"), "{line}");
+    let first_cost = raw.find("\"kind\":\"cost\"").unwrap();
+    let adaptive_start = raw.find("\"kind\":\"arm_start\",\"arm\":3").unwrap();
+    assert!(first_cost < adaptive_start, "the cost processes run before the adaptive arm");
+    assert_eq!(startups[3]["startup"]["adaptive"], true, "{}", startups[3]);
+    for r in requests.iter().filter(|r| r["width"] == 0) {
+        let d = &r["diagnostics"];
+        assert_eq!(
+            (d["adaptive"].as_bool(), d["draft_lengths"].as_array().map(Vec::len)),
+            (Some(true), Some(4)),
+            "{r}"
+        );
+    }
+    assert!(record.contains("| adaptive |"), "the widths table names the adaptive arm: {record}");
 }
 
 #[test]

@@ -44,6 +44,20 @@ pub const DEFAULT_AUTO_BUDGET_S: f64 = 900.0;
 /// The longest time budget an operator may give `--rounds auto` (a day).
 pub const MAX_AUTO_BUDGET_S: f64 = 86_400.0;
 
+/// The adaptive arm's place among a design's widths (issue 36): a
+/// speculative arm whose runtime chooses each round's draft length in
+/// `0..=cap` (`--adaptive on`, `cap` the widest fixed width,
+/// [`Design::adaptive_cap`]) from the verify-cost curves the sweep has
+/// measured so far. No fixed width is 0, so the number names the arm
+/// everywhere a width does (the plan, the rows, the estimates, the tie
+/// test, the decision); [`arm_label`] writes it for people.
+pub const ADAPTIVE_ARM: usize = 0;
+
+/// A width as a record writes it: the number, or `adaptive`.
+pub fn arm_label(w: usize) -> String {
+    if w == ADAPTIVE_ARM { "adaptive".to_string() } else { w.to_string() }
+}
+
 /// Which classic bracket of its round an arm is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -69,6 +83,8 @@ pub struct PlannedArm {
 /// (`tuner sweep`'s options) and what the raw data records ([`Settings`]).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Design {
+    /// The fixed widths, then [`ADAPTIVE_ARM`] when the sweep runs the
+    /// adaptive arm.
     pub widths: Vec<usize>,
     pub rounds: usize,
     /// Recorded passes over the prompt set per speculative arm (`runtime --repeat`).
@@ -103,6 +119,16 @@ impl Design {
             Some(_) => self.bursts,
             None => self.bracket_bursts.unwrap_or(self.bursts),
         }
+    }
+
+    /// Whether the sweep runs the adaptive arm.
+    pub fn has_adaptive_arm(&self) -> bool {
+        self.widths.contains(&ADAPTIVE_ARM)
+    }
+
+    /// The widest fixed width: the adaptive arm's cap.
+    pub fn adaptive_cap(&self) -> usize {
+        self.widths.iter().copied().filter(|w| *w != ADAPTIVE_ARM).max().unwrap_or(1)
     }
 
     /// The arm plan these numbers give ([`plan`]).

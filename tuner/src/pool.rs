@@ -312,7 +312,14 @@ pub fn pool(records: &[RecordRounds]) -> Pooled {
             not_measured: records.iter().any(|r| r.not_measured.contains(w)),
         });
     }
-    let best = out.iter().filter(|x| !x.not_measured).max_by(|a, b| a.ratio.total_cmp(&b.ratio)).map(|x| x.width);
+    // The best among the fixed widths; the adaptive arm (0, first in
+    // width order) is tested against it and, tied and above 1.0, chosen
+    // before any fixed width, as the record's rule does.
+    let best = out
+        .iter()
+        .filter(|x| !x.not_measured && x.width != crate::plan::ADAPTIVE_ARM)
+        .max_by(|a, b| a.ratio.total_cmp(&b.ratio))
+        .map(|x| x.width);
     if let Some(b) = best {
         let diffs = differences_from(records, b);
         for x in out.iter_mut() {
@@ -357,7 +364,15 @@ impl Verdict {
 
     /// One sentence for the reviewer (and the entry's note).
     pub fn say(&self) -> String {
-        let name = |w: &Option<usize>| w.map_or("off".to_string(), |w| format!("width {w}"));
+        let name = |w: &Option<usize>| {
+            w.map_or("off".to_string(), |w| {
+                if w == crate::plan::ADAPTIVE_ARM {
+                    "the adaptive draft length".to_string()
+                } else {
+                    format!("width {w}")
+                }
+            })
+        };
         match self {
             // One sentence for both, so that proposing a record again
             // writes the same bytes.
@@ -374,24 +389,27 @@ impl Verdict {
 pub fn hysteresis(current: Option<Option<usize>>, pooled: &Pooled, records: &[RecordRounds]) -> Verdict {
     let margin = (1.0 + HYSTERESIS_MARGIN).ln();
     let choice = pooled.choice;
+    let wl = |w: usize| {
+        if w == crate::plan::ADAPTIVE_ARM { "the adaptive arm".to_string() } else { format!("width {w}") }
+    };
     let Some(cur) = current else { return Verdict::First { width: choice } };
+    let nl = choice.map_or_else(|| "off".to_string(), wl);
+    let cl = cur.map_or_else(|| "off".to_string(), wl);
     if cur == choice {
         return Verdict::Same { width: cur };
     }
     let pct = 100.0 * HYSTERESIS_MARGIN;
     let iv = |d: &PooledLog| format!("{:.3} [{:.3}, {:.3}]", d.mean.exp(), d.low().exp(), d.high().exp());
     match (cur, choice) {
-        (Some(c), _) if pooled.width(c).is_none_or(|x| x.not_measured) => Verdict::Change {
-            from: cur,
-            to: choice,
-            why: format!("the pooled records have no measurement of width {c}"),
-        },
+        (Some(c), _) if pooled.width(c).is_none_or(|x| x.not_measured) => {
+            Verdict::Change { from: cur, to: choice, why: format!("the pooled records have no measurement of {cl}") }
+        }
         (Some(c), Some(n)) => match difference(records, n, c) {
             Some(d) if d.one_sided_low() > margin => Verdict::Change {
                 from: cur,
                 to: choice,
                 why: format!(
-                    "width {n} over width {c}, pooled: {} (one-sided {:.1}% lower end {:.3}) lies above {:.2}",
+                    "{nl} over {cl}, pooled: {} (one-sided {:.1}% lower end {:.3}) lies above {:.2}",
                     iv(&d),
                     100.0 * HYSTERESIS_CONFIDENCE,
                     d.one_sided_low().exp(),
@@ -402,8 +420,8 @@ pub fn hysteresis(current: Option<Option<usize>>, pooled: &Pooled, records: &[Re
                 width: cur,
                 choice,
                 why: format!(
-                    "width {n} over width {c}, pooled: {} (one-sided {:.1}% lower end {:.3}) does not lie above {:.2} \
-                     (width {c} is not credibly {pct:.0}% slower)",
+                    "{nl} over {cl}, pooled: {} (one-sided {:.1}% lower end {:.3}) does not lie above {:.2} \
+                     ({cl} is not credibly {pct:.0}% slower)",
                     iv(&d),
                     100.0 * HYSTERESIS_CONFIDENCE,
                     d.one_sided_low().exp(),
@@ -420,7 +438,7 @@ pub fn hysteresis(current: Option<Option<usize>>, pooled: &Pooled, records: &[Re
                     from: cur,
                     to: None,
                     why: format!(
-                        "width {c}'s pooled ratio {:.3} [{:.3}, {:.3}] lies wholly below 1.0",
+                        "{cl}'s pooled ratio {:.3} [{:.3}, {:.3}] lies wholly below 1.0",
                         x.ratio, x.interval.0, x.interval.1
                     ),
                 }
@@ -429,7 +447,7 @@ pub fn hysteresis(current: Option<Option<usize>>, pooled: &Pooled, records: &[Re
                     width: cur,
                     choice,
                     why: format!(
-                        "width {c}'s pooled ratio {:.3} [{:.3}, {:.3}] does not lie wholly below 1.0",
+                        "{cl}'s pooled ratio {:.3} [{:.3}, {:.3}] does not lie wholly below 1.0",
                         x.ratio, x.interval.0, x.interval.1
                     ),
                 }
@@ -443,7 +461,7 @@ pub fn hysteresis(current: Option<Option<usize>>, pooled: &Pooled, records: &[Re
                     from: None,
                     to: Some(n),
                     why: format!(
-                        "width {n}'s pooled ratio {:.3} [{lo:.3}, {:.3}] lies wholly above {:.2}",
+                        "{nl}'s pooled ratio {:.3} [{lo:.3}, {:.3}] lies wholly above {:.2}",
                         x.ratio,
                         x.interval.1,
                         1.0 + HYSTERESIS_MARGIN
@@ -454,7 +472,7 @@ pub fn hysteresis(current: Option<Option<usize>>, pooled: &Pooled, records: &[Re
                     width: None,
                     choice,
                     why: format!(
-                        "width {n}'s pooled ratio {:.3} [{lo:.3}, {:.3}] does not lie wholly above {:.2}",
+                        "{nl}'s pooled ratio {:.3} [{lo:.3}, {:.3}] does not lie wholly above {:.2}",
                         x.ratio,
                         x.interval.1,
                         1.0 + HYSTERESIS_MARGIN

@@ -123,10 +123,8 @@ pub fn entry_fields(raw: &RawFile, s: &Summary, record: &str) -> Result<Fields, 
     // Rounded outward, so the written interval still contains the written ratio.
     let r3 = |x: f64| (x * 1000.0).round() / 1000.0;
     let (ratio, lo, hi) = (r3(ratio), (lo * 1000.0).floor() / 1000.0, (hi * 1000.0).ceil() / 1000.0);
-    let width = match s.decision.width {
-        Some(w) => w.to_string(),
-        None => "\"off\"".to_string(),
-    };
+    let cap = raw.header.settings.design.adaptive_cap();
+    let width = width_text(s.decision.width, cap);
     let note = format!(
         "tuner propose: {}{}; {} rounds (the unit of the interval), each {} classic arm(s) a side x {} burst(s) \
          and one arm per width x {} burst(s) over {} prompts, widths {:?}",
@@ -170,13 +168,18 @@ pub fn entry_fields(raw: &RawFile, s: &Summary, record: &str) -> Result<Fields, 
         ("drafter_settings", settings_inline(settings)),
         ("weight_formats", format!("[{}]", formats.iter().map(|f| toml_str(f)).collect::<Vec<_>>().join(", "))),
         ("width", width),
+    ]);
+    if s.decision.width == Some(crate::plan::ADAPTIVE_ARM) {
+        fields.push(("adaptive", "true".into()));
+    }
+    fields.extend([
         ("record", toml_str(record)),
         // A TOML local date, unquoted (the compiler accepts it and the string form).
         ("date", s.date.clone()),
         ("ratio", ratio.to_string()),
         ("ratio_interval", format!("[{lo}, {hi}]")),
     ]);
-    if let Some(e) = emitted_per_verify(s, s.decision.width) {
+    if let Some(e) = emitted_per_verify(s, s.decision.width, cap) {
         fields.push(("emitted_per_verify", e));
     }
     fields.extend([("host", toml_str(&short_host(raw))), ("verify_fingerprint", toml_str(fp))]);
@@ -190,11 +193,23 @@ pub fn entry_fields(raw: &RawFile, s: &Summary, record: &str) -> Result<Fields, 
 /// The record's tokens per verify pass at `width` (its median over
 /// requests), as the entry writes it (three decimals); `None` for `off` or
 /// a width the record did not measure.
-fn emitted_per_verify(s: &Summary, width: Option<usize>) -> Option<String> {
+fn emitted_per_verify(s: &Summary, width: Option<usize>, cap: usize) -> Option<String> {
     let w = width?;
     let e = s.widths.iter().find(|x| x.width == w)?.emitted_per_verify?;
-    let e = ((e * 1000.0).round() / 1000.0).clamp(1.0, (w + 1) as f64);
+    let most = if w == crate::plan::ADAPTIVE_ARM { cap } else { w };
+    let e = ((e * 1000.0).round() / 1000.0).clamp(1.0, (most + 1) as f64);
     Some(format!("{e:?}"))
+}
+
+/// The entry's `width` for a decision: the number, `"off"`, or for the
+/// adaptive arm its cap (the widest fixed width; the entry then says
+/// `adaptive = true`).
+fn width_text(width: Option<usize>, cap: usize) -> String {
+    match width {
+        Some(crate::plan::ADAPTIVE_ARM) => cap.to_string(),
+        Some(w) => w.to_string(),
+        None => "\"off\"".to_string(),
+    }
 }
 
 /// The record's verify-cost curves as the entry writes them, `[{ context =
@@ -648,11 +663,17 @@ pub fn gather_pool(
 /// in the note.
 pub fn apply_pool(fields: &mut Fields, s: &Summary, pooled: &crate::pool::Pooled, verdict: &crate::pool::Verdict) {
     let width = verdict.width();
+    // The adaptive arm's cap: the widest fixed width the record measured.
+    let cap = s.widths.iter().map(|w| w.width).filter(|w| *w != crate::plan::ADAPTIVE_ARM).max().unwrap_or(1);
     // The tokens per verify pass are the proposed record's at the pooled width.
-    fields.retain(|(k, _)| *k != "emitted_per_verify");
-    if let (Some(e), Some(i)) = (emitted_per_verify(s, width), fields.iter().position(|(k, _)| *k == "ratio_interval"))
+    fields.retain(|(k, _)| *k != "emitted_per_verify" && *k != "adaptive");
+    if let (Some(e), Some(i)) =
+        (emitted_per_verify(s, width, cap), fields.iter().position(|(k, _)| *k == "ratio_interval"))
     {
         fields.insert(i + 1, ("emitted_per_verify", e));
+    }
+    if let (Some(crate::plan::ADAPTIVE_ARM), Some(i)) = (width, fields.iter().position(|(k, _)| *k == "width")) {
+        fields.insert(i + 1, ("adaptive", "true".into()));
     }
     let shown = width.or(pooled.best).and_then(|w| pooled.width(w));
     let set = |fields: &mut Fields, k: &str, v: String| {
@@ -660,7 +681,7 @@ pub fn apply_pool(fields: &mut Fields, s: &Summary, pooled: &crate::pool::Pooled
             *x = v;
         }
     };
-    set(fields, "width", width.map_or("\"off\"".to_string(), |w| w.to_string()));
+    set(fields, "width", width_text(width, cap));
     if let Some(x) = shown {
         let r3 = |v: f64| (v * 1000.0).round() / 1000.0;
         set(fields, "ratio", r3(x.ratio).to_string());
@@ -740,7 +761,9 @@ pub fn propose(dir: &Path, table_path: Option<&Path>, dry_run: bool, allow: Allo
     let pooled = crate::pool::pool(&pool_records);
     // An entry of another verify fingerprint rests on other code: the
     // pooled data decide afresh.
-    let current = existing.filter(|e| e.verify_fingerprint == fp).map(|e| e.width.map(|w| w.get()));
+    let current = existing
+        .filter(|e| e.verify_fingerprint == fp)
+        .map(|e| e.width.map(|w| if e.adaptive { crate::plan::ADAPTIVE_ARM } else { w.get() }));
     let verdict = crate::pool::hysteresis(current, &pooled, &pool_records);
     let mut fields = entry_fields(&raw, &s, &record)?;
     apply_pool(&mut fields, &s, &pooled, &verdict);

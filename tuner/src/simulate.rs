@@ -222,6 +222,10 @@ fn diagnostics(prompt: &str, repeat: usize, width: usize) -> SpeculativeDiagnost
         round_verify_ms: 6.0,
         round_verify_ms_mean: Some(0.6),
         sample_ms: 0.2,
+        adaptive: false,
+        draft_lengths: Vec::new(),
+        probes: 0,
+        emitted_in_rounds: 10 + 5 * width,
     }
 }
 

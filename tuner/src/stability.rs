@@ -67,7 +67,11 @@ fn drawn(widths: &[WidthSummary], picks: &[usize]) -> Vec<WidthSummary> {
         }
     }
     let valid = |w: usize| widths.iter().any(|x| x.width == w && x.not_a_measurement.is_none());
-    let best = est.ratio.iter().filter(|(w, _)| valid(**w)).max_by(|a, b| a.1.ratio.total_cmp(&b.1.ratio));
+    let best = est
+        .ratio
+        .iter()
+        .filter(|(w, _)| valid(**w) && **w != crate::plan::ADAPTIVE_ARM)
+        .max_by(|a, b| a.1.ratio.total_cmp(&b.1.ratio));
     let tie = best.map(|(b, _)| ties(&est, *b, valid)).unwrap_or_default();
     widths
         .iter()

@@ -42,6 +42,14 @@ accepted as unknown makes `tuner propose` refuse the entry."
 pub const DECISION_RULE: &str =
     concat!("Widths are compared by decode tok/s of `runtime generate` requests", rule_after_statistic!());
 
+/// The rule's last sentence when the sweep ran the adaptive arm (issue
+/// 36), appended to [`DECISION_RULE`] in such records only.
+pub const ADAPTIVE_RULE: &str = " The adaptive arm (the runtime choosing each round's draft length, up to the \
+widest width, from the request's acceptance and the verify-cost curves measured so far) enters the same \
+estimates but not the choice of the best: the best and the ties are among the fixed widths, and the adaptive \
+arm's tie test is against the best fixed width. The rule takes the adaptive arm when it is tied with or faster \
+than the best fixed width and its interval lies wholly above 1.0; otherwise the fixed widths' choice stands.";
+
 /// The decision rule of a served sweep (`tuner sweep --served`): the same
 /// rule over the statistic a client sees.
 pub const DECISION_RULE_SERVED: &str = concat!(
@@ -71,7 +79,14 @@ pub fn settled(s: &Summary) -> Option<String> {
         return None;
     }
     let d = &s.decision;
+    let adaptive = s.widths.iter().find(|x| x.width == crate::plan::ADAPTIVE_ARM);
     match d.width {
+        // The adaptive arm stays chosen while it is credibly at least as
+        // fast as the best fixed width.
+        Some(crate::plan::ADAPTIVE_ARM) => adaptive
+            .and_then(|a| a.tie.as_ref())
+            .is_some_and(|t| t.low >= 1.0)
+            .then(|| "the adaptive draft length is chosen with its interval above 1.0 and is credibly at least as fast as the best fixed width".to_string()),
         Some(w) => {
             let narrower_untied =
                 s.widths.iter().filter(|x| x.width < w).all(|x| x.tie.as_ref().is_some_and(|t| !t.tied));
@@ -356,6 +371,57 @@ pub(crate) type OkArms<'a> = BTreeMap<usize, (usize, &'a ArmEnd)>;
 /// and make `propose` refuse, since under the tie rule any width can change
 /// the decision.
 pub fn decide(widths: &[WidthSummary]) -> Decision {
+    use crate::plan::ADAPTIVE_ARM;
+    let fixed: Vec<WidthSummary> = widths.iter().filter(|w| w.width != ADAPTIVE_ARM).cloned().collect();
+    let d = decide_fixed(&fixed);
+    match widths.iter().find(|w| w.width == ADAPTIVE_ARM) {
+        Some(a) => with_adaptive(d, a),
+        None => d,
+    }
+}
+
+/// The adaptive arm against the fixed widths' decision `d`
+/// ([`DECISION_RULE`]): chosen when it is a measurement, tied with or
+/// better than the best fixed width (its tie test against it,
+/// `crate::summarize::widths`), and its interval lies wholly above 1.0;
+/// otherwise `d` stands and says why the adaptive arm was not chosen.
+fn with_adaptive(d: Decision, a: &WidthSummary) -> Decision {
+    let (Some(best), Some(br)) = (d.best_width, d.ratio) else { return d };
+    if d.ratio_interval.is_none() {
+        return d;
+    }
+    let not = |why: String| Decision { why: format!("{}; the adaptive arm is not chosen: {why}", d.why), ..d.clone() };
+    if let Some(why) = &a.not_a_measurement {
+        return not(format!("not a measurement ({why})"));
+    }
+    let (Some(r), Some(t)) = (&a.ratio, &a.tie) else {
+        return not("no ratio or tie test".into());
+    };
+    let Some((lo, hi)) = r.interval else { return not("no interval".into()) };
+    let vs = format!("{:.3} [{:.3}, {:.3}] of the best fixed width's", t.vs_best, t.low, t.high);
+    if !t.tied {
+        return not(format!("credibly slower than the best fixed width {best} ({vs})"));
+    }
+    if !r.above_one() {
+        return not(format!("its interval {:.3} [{lo:.3}, {hi:.3}] does not lie wholly above 1.0", r.ratio));
+    }
+    let fixed = d.width.map_or("off".to_string(), |w| format!("width {w}"));
+    Decision {
+        width: Some(crate::plan::ADAPTIVE_ARM),
+        best_width: d.best_width,
+        tied: d.tied.clone(),
+        ratio: Some(r.ratio),
+        ratio_interval: r.interval,
+        why: format!(
+            "the adaptive draft length is tied with or faster than the best fixed width {best} ({br:.3}): {vs}, \
+             and its interval lies wholly above 1.0: {:.3} [{lo:.3}, {hi:.3}] (the fixed widths alone: {fixed})",
+            r.ratio
+        ),
+    }
+}
+
+/// [`decide`] over the fixed widths alone.
+fn decide_fixed(widths: &[WidthSummary]) -> Decision {
     let valid: Vec<(&WidthSummary, &RatioEstimate)> = widths
         .iter()
         .filter(|w| w.not_a_measurement.is_none())

@@ -173,8 +173,22 @@ fn check_options(opts: &SweepOptions) -> Result<()> {
     if d.widths.is_empty() {
         bail!("--widths is empty; give at least one width, e.g. --widths 1-8");
     }
-    if let Some(w) = d.widths.iter().find(|w| **w == 0 || **w > runtime::policy::MAX_WIDTH) {
+    // The adaptive arm is the one 0, last (the tuner puts it there).
+    let fixed = match d.widths.split_last() {
+        Some((&crate::plan::ADAPTIVE_ARM, rest)) => rest,
+        _ => &d.widths[..],
+    };
+    if fixed.is_empty() {
+        bail!("--widths is empty; give at least one width, e.g. --widths 1-8");
+    }
+    if let Some(w) = fixed.iter().find(|w| **w == 0 || **w > runtime::policy::MAX_WIDTH) {
         bail!("--widths: {w} is out of range 1..={}", runtime::policy::MAX_WIDTH);
+    }
+    if d.has_adaptive_arm() && d.cost_contexts.is_empty() {
+        bail!(
+            "the adaptive arm weighs the verify pass's measured cost, and --cost-contexts none measures none: give \
+             cost contexts, or --adaptive-arm off"
+        );
     }
     if opts.drafter == DrafterKind::DraftModel && opts.drafter_model.is_none() {
         bail!("--drafter draft-model needs --drafter-model PATH (the draft checkpoint)");
@@ -411,6 +425,11 @@ fn drive(
     let mut clock = RoundClock::default();
     for (k, arm) in todo.iter().enumerate() {
         clock.arm_starts(arm.round);
+        // The adaptive arm weighs the verify cost: its round's is measured
+        // first (the processes run once a round whichever comes first).
+        if arm.width == Some(crate::plan::ADAPTIVE_ARM) {
+            d.costs(arm.round)?;
+        }
         loop {
             match d.attempt(arm, todo.len() - k)? {
                 Attempt::Passed => break,
@@ -432,18 +451,54 @@ fn drive(
     Ok(Outcome::Complete)
 }
 
+/// Per (round, context): the cost processes' attempts, and whether one was a measurement.
+type CostAttempts = BTreeMap<(usize, usize), (usize, bool)>;
+/// Per (round, context): a measurement's relative costs.
+type CostCurves = BTreeMap<(usize, usize), Vec<f64>>;
+
 /// The verify-cost lines raw.jsonl already holds, per (round, context):
-/// how many attempts, and whether one was a measurement.
-fn prior_costs(dir: &Path) -> BTreeMap<(usize, usize), (usize, bool)> {
+/// how many attempts, and whether one was a measurement; and the
+/// measurements' relative costs.
+fn prior_costs(dir: &Path) -> (CostAttempts, CostCurves) {
     let mut out: BTreeMap<(usize, usize), (usize, bool)> = BTreeMap::new();
+    let mut curves = BTreeMap::new();
     if let Ok(r) = read_raw(&dir.join("raw.jsonl")) {
         for l in &r.lines {
             if let RawLine::Cost(c) = l {
                 let e = out.entry((c.round, c.context)).or_insert((0, false));
                 e.0 = e.0.max(c.attempt + 1);
                 e.1 |= c.ok;
+                if c.ok {
+                    curves.insert((c.round, c.context), c.relative.clone());
+                }
             }
         }
+    }
+    (out, curves)
+}
+
+/// The adaptive arm's `--cost-curve` flags from the measured curves per
+/// (round, context): per context, the geometric mean over the rounds of
+/// each pass size (four decimals; a one-row pass is 1). Empty when none
+/// was measured.
+pub fn cost_curve_args(curves: &CostCurves) -> Vec<String> {
+    let mut by_context: BTreeMap<usize, Vec<&Vec<f64>>> = BTreeMap::new();
+    for ((_, context), rel) in curves {
+        by_context.entry(*context).or_default().push(rel);
+    }
+    let mut out = Vec::new();
+    for (context, rels) in by_context {
+        let rows = rels.iter().map(|r| r.len()).min().unwrap_or(0);
+        if rows < 2 {
+            continue;
+        }
+        let values: Vec<String> = (0..rows)
+            .map(|i| {
+                let g = (rels.iter().map(|r| r[i].ln()).sum::<f64>() / rels.len() as f64).exp();
+                if i == 0 { "1".to_string() } else { format!("{:.4}", g) }
+            })
+            .collect();
+        out.extend(["--cost-curve".to_string(), format!("{context}={}", values.join(","))]);
     }
     out
 }
@@ -501,7 +556,11 @@ struct Driver<'a> {
     prior_attempts: &'a [usize],
     attempts_here: BTreeMap<usize, usize>,
     /// Verify-cost lines so far per (round, context): attempts, and whether one was a measurement.
-    costs: BTreeMap<(usize, usize), (usize, bool)>,
+    costs: CostAttempts,
+    /// The measured relative costs per (round, context), for the adaptive arm.
+    curves: CostCurves,
+    /// (round, context) whose cost processes this process has run (once each).
+    costs_tried: std::collections::BTreeSet<(usize, usize)>,
 }
 
 impl<'a> Driver<'a> {
@@ -522,6 +581,7 @@ impl<'a> Driver<'a> {
             }
             None => Vec::new(),
         };
+        let (costs, curves) = prior_costs(dir);
         Ok(Driver {
             dir,
             header,
@@ -534,7 +594,9 @@ impl<'a> Driver<'a> {
             served_prompts,
             prior_attempts,
             attempts_here: BTreeMap::new(),
-            costs: prior_costs(dir),
+            costs,
+            curves,
+            costs_tried: Default::default(),
         })
     }
 
@@ -551,7 +613,7 @@ impl<'a> Driver<'a> {
         let s = &self.header.settings;
         for &context in &s.design.cost_contexts {
             let (mut attempt, done) = self.costs.get(&(round, context)).copied().unwrap_or((0, false));
-            if done {
+            if done || !self.costs_tried.insert((round, context)) {
                 continue;
             }
             let what = format!("verify cost (round {}, context {context})", round + 1);
@@ -582,6 +644,9 @@ impl<'a> Driver<'a> {
                 self.w.write(&RawLine::from(line.clone()))?;
                 attempt += 1;
                 self.costs.insert((round, context), (attempt, line.ok));
+                if line.ok {
+                    self.curves.insert((round, context), line.relative.clone());
+                }
                 let contended = line.contention.as_ref().is_some_and(|c| c.contended());
                 if line.ok || !contended {
                     if !line.ok {
@@ -599,7 +664,7 @@ impl<'a> Driver<'a> {
     /// the verdict on its end.
     fn attempt(&mut self, arm: &PlannedArm, arms_left: usize) -> Result<Attempt> {
         let what = match arm.width {
-            Some(wd) => format!("arm {} (round {}, width {wd})", arm.index, arm.round + 1),
+            Some(wd) => format!("arm {} (round {}, width {})", arm.index, arm.round + 1, crate::plan::arm_label(wd)),
             None => format!("arm {} (round {}, classic)", arm.index, arm.round + 1),
         };
         let cleared = match self.clear(arm, arms_left, &what) {
@@ -617,6 +682,14 @@ impl<'a> Driver<'a> {
         let attempt = self.prior_attempts.iter().filter(|&&a| a == arm.index).count()
             + self.attempts_here.get(&arm.index).copied().unwrap_or(0);
         *self.attempts_here.entry(arm.index).or_default() += 1;
+        if arm.width == Some(crate::plan::ADAPTIVE_ARM) && cost_curve_args(&self.curves).is_empty() {
+            let msg = format!(
+                "{what}: the adaptive arm weighs the verify pass's cost, and no cost process of this sweep has \
+                 measured it yet (raw.jsonl's `cost` lines say why); `tuner sweep --resume {}` measures it again",
+                self.dir.display()
+            );
+            return Ok(Attempt::Halt(before.halt(HaltKind::ArmFailed, msg)));
+        }
         let end = self.run(arm, attempt, &cleared, &what)?;
         let (ok, contended, error) = (end.ok, end.contended, end.error.unwrap_or_default());
         if !ok && contended {
@@ -704,6 +777,9 @@ impl<'a> Driver<'a> {
         match &s.served {
             Some(_) => argv.extend(arm::served::serve_args(s, arm.width)),
             None => argv.extend(arm::generate::arm_args(s, arm.width)),
+        }
+        if arm.width == Some(crate::plan::ADAPTIVE_ARM) {
+            argv.extend(cost_curve_args(&self.curves));
         }
         self.w.write(&RawLine::from(ArmStart {
             arm: arm.index,
@@ -847,6 +923,30 @@ fn auto_stop(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_adaptive_arm_weighs_the_geometric_mean_of_the_curves_measured_so_far() {
+        let mut c: BTreeMap<(usize, usize), Vec<f64>> = BTreeMap::new();
+        assert!(cost_curve_args(&c).is_empty(), "nothing measured: no flag");
+        c.insert((0, 64), vec![1.0, 1.1, 1.2]);
+        c.insert((1, 64), vec![1.0, 1.2, 1.4]);
+        c.insert((0, 2048), vec![1.0, 1.5]);
+        let a = cost_curve_args(&c);
+        let g = |x: f64, y: f64| format!("{:.4}", (x * y).sqrt());
+        assert_eq!(
+            a,
+            vec![
+                "--cost-curve".to_string(),
+                format!("64=1,{},{}", g(1.1, 1.2), g(1.2, 1.4)),
+                "--cost-curve".to_string(),
+                "2048=1,1.5000".to_string()
+            ]
+        );
+        // What it writes, the runtime reads (its bounds, the first value 1).
+        let given: Vec<String> = a.iter().skip(1).step_by(2).cloned().collect();
+        let curves = runtime::policy::table::parse_cost_curves(&given).unwrap();
+        assert_eq!(curves.len(), 2);
+    }
 
     #[test]
     fn utc_dates_are_civil() {

@@ -20,9 +20,11 @@
 
 use super::Summary;
 use crate::generate::{Engine, GenerateError, Halt, TokenSink};
+use crate::policy::adaptive::CostModel;
 use crate::sampling::SamplingParams;
 use crate::spec::drafter::Drafter;
 use crate::spec::probe::{PROBE_TEXT, block_vs_chain};
+use crate::spec::schedule::Schedule;
 use std::ops::ControlFlow;
 use std::time::Instant;
 
@@ -93,8 +95,14 @@ pub fn run(
     let greedy = SamplingParams { temperature: 0.0, top_k: 0, top_p: 1.0, seed: 0 };
     let model = &engine.loaded.model;
     let probe_ids = engine.loaded.tokenizer.encode(PROBE_TEXT).unwrap_or_default();
-    let mut declined: Vec<Option<String>> = Vec::with_capacity(spec.widths.len());
-    for &w in &spec.widths {
+    // The speculative arms: each fixed width, then the adaptive arm (up to
+    // the widest) when the spec carries its cost curves.
+    let mut schedules: Vec<Schedule> = spec.widths.iter().map(|&w| Schedule::Fixed(w)).collect();
+    if let (Some(cost), Some(&cap)) = (CostModel::new(&spec.adaptive_cost), spec.widths.iter().max()) {
+        schedules.push(Schedule::Adaptive { cap, cost });
+    }
+    let mut declined: Vec<Option<String>> = Vec::with_capacity(schedules.len());
+    for w in schedules.iter().map(Schedule::cap) {
         let p = engine.install(|| block_vs_chain(model, engine.family, engine.threads, &probe_ids, w.get()))?;
         declined.push((!p.passed).then(|| {
             format!(
@@ -103,7 +111,7 @@ pub fn run(
             )
         }));
     }
-    let n_arms = spec.widths.len() + 1;
+    let n_arms = schedules.len() + 1;
     let mut out = Vec::with_capacity(tasks.len());
     // Progress on stderr, one line per pass over a task's arms (a curve
     // takes minutes; the report itself is on stdout).
@@ -163,7 +171,7 @@ pub fn run(
                         }
                         g
                     } else {
-                        let w = spec.widths[arm - 1];
+                        let w = schedules[arm - 1].clone();
                         let (g, st) = engine.generate_speculative(ids, spec.max_tokens, &greedy, drafter, w)?;
                         if recorded {
                             let a = &mut accs[arm];
@@ -214,7 +222,8 @@ pub fn run(
                     _ => None,
                 },
                 verify_pass_ms: (a.rounds > 0).then(|| a.verify_s * 1e3 / a.rounds as f64),
-                width: (k > 0).then(|| spec.widths[k - 1]),
+                width: (k > 0).then(|| schedules[k - 1].cap()),
+                adaptive: k > 0 && schedules[k - 1].is_adaptive(),
                 ratio_vs_classic: match (&s, classic_median) {
                     (Some(s), Some(c)) if c > 0.0 => Some(s.median / c),
                     _ => None,
@@ -273,7 +282,11 @@ pub fn render(curves: &[TaskCurve], spec: &CurveSpec) -> String {
         );
         let _ = writeln!(o, "|---|---|---|---|---|---|---|---|---|");
         for a in &c.arms {
-            let w = a.width.map_or("classic".into(), |w| w.to_string());
+            let w = match a.width {
+                None => "classic".into(),
+                Some(w) if a.adaptive => format!("adaptive ≤{w}"),
+                Some(w) => w.to_string(),
+            };
             if let Some(r) = &a.declined {
                 let _ = writeln!(o, "| {w} | declined: {r} | | | | | | | |");
                 continue;

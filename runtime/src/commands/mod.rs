@@ -211,9 +211,25 @@ fn width_curve(args: &BenchSettings, kind: &str, engine: &Engine) -> Result<Exit
             None => tasks.push(Task { name, prompts: vec![(it.id.clone(), ids)] }),
         }
     }
+    // `--adaptive on` adds the adaptive arm, weighing the `--cost-curve`s given.
+    let adaptive_cost = crate::policy::table::parse_cost_curves(&args.spec.cost_curves).map_err(anyhow::Error::msg)?;
+    match (args.spec.adaptive, adaptive_cost.is_empty()) {
+        (Some(true), true) => bail!(
+            "bench --drafter --adaptive on weighs the verify pass's cost: give --cost-curve CONTEXT=R1,R2,... \
+             (an entry's verify_cost, or `runtime bench --verify-cost`)"
+        ),
+        (Some(true), false) | (None, true) => {}
+        _ => bail!("bench --drafter: --cost-curve goes with --adaptive on (which adds the adaptive arm)"),
+    }
     let (drafter_kind, mut drafter) = crate::spec::setup::build_drafter(kind, &args.spec, engine)?;
-    let spec =
-        CurveSpec { drafter: drafter_kind, widths, max_tokens: args.max_tokens, reps: args.reps, warmup: args.warmup };
+    let spec = CurveSpec {
+        drafter: drafter_kind,
+        widths,
+        max_tokens: args.max_tokens,
+        reps: args.reps,
+        warmup: args.warmup,
+        adaptive_cost,
+    };
     let curves = curve::run(engine, drafter.as_mut(), &tasks, &spec)?;
     if args.json {
         println!("{}", serde_json::to_string(&curve::report(engine, spec, curves))?);

@@ -97,13 +97,20 @@ pub struct CurveSpec {
     pub max_tokens: usize,
     pub reps: usize,
     pub warmup: usize,
+    /// The verify-cost curves of the adaptive arm (`--adaptive on`, up to
+    /// the widest width), when it ran; absent otherwise.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub adaptive_cost: Vec<crate::policy::table::CostCurve>,
 }
 
 /// One arm of one task of the width curve.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct CurveArm {
-    /// `None` for classic decoding.
+    /// `None` for classic decoding; the cap for the adaptive arm.
     pub width: Option<crate::policy::Width>,
+    /// The adaptive arm: each round's draft length chosen up to `width`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub adaptive: bool,
     /// Decode tok/s per recorded repetition; `None` when the width declined.
     pub decode_tok_per_s: Option<Summary>,
     /// `median / classic median`.
@@ -236,6 +243,7 @@ mod tests {
                 max_tokens: 8,
                 reps: 3,
                 warmup: 1,
+                adaptive_cost: vec![],
             },
             tasks: vec![TaskCurve {
                 task: "code".into(),
@@ -243,6 +251,7 @@ mod tests {
                 arms: vec![
                     CurveArm {
                         width: None,
+                        adaptive: false,
                         decode_tok_per_s: Some(summary()),
                         ratio_vs_classic: Some(1.0),
                         rounds: 0,
@@ -260,6 +269,7 @@ mod tests {
                     },
                     CurveArm {
                         width: Some(crate::policy::Width::new(2).unwrap()),
+                        adaptive: false,
                         decode_tok_per_s: None,
                         ratio_vs_classic: None,
                         rounds: 0,

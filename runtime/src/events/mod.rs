@@ -95,6 +95,14 @@ pub struct Startup {
     /// live traffic against it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub entry_emitted_per_verify: Option<f64>,
+    /// Each round's draft length is chosen per request in `0..=width` (the
+    /// adaptive schedule), not fixed at `width`; absent when false.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub adaptive: bool,
+    /// Where the adaptive choice came from (`--adaptive on`, the entry, or
+    /// why it is off); empty without a drafter.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub adaptive_from: String,
     /// The CPU class of this host (the policy key's host part,
     /// [`crate::policy::HostClass`]); null in events before schema 2, or
     /// when `/proc/cpuinfo` names no family and model.
@@ -159,6 +167,8 @@ pub fn startup_event(
         host_class: Some(crate::policy::host_class_here().to_string()),
         width_from: decoding.resolution.width_from.clone(),
         entry_emitted_per_verify: decoding.resolution.entry().and_then(|e| e.emitted_per_verify),
+        adaptive: spec.is_some_and(|s| s.cost.is_some()),
+        adaptive_from: spec.map_or(String::new(), |s| s.adaptive_from.clone()),
         kernel_fingerprint: crate::policy::KERNEL_FINGERPRINT.into(),
         verify_fingerprint,
         exactness_probe: spec.and_then(|s| s.probe.clone()),
@@ -364,6 +374,27 @@ pub struct SpeculativeDiagnostics {
     pub round_verify_ms_mean: Option<f64>,
     #[serde(default)]
     pub sample_ms: f64,
+    /// The draft lengths were chosen per round (the adaptive schedule, up
+    /// to `width`), not fixed at `width`. Absent (false) in older events,
+    /// as are the three fields after it (empty, zero): older records
+    /// write back byte for byte.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub adaptive: bool,
+    /// `draft_lengths[n]`: target passes whose round asked for `n` drafted
+    /// tokens (0: a plain step by choice).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub draft_lengths: Vec<usize>,
+    /// Adaptive rounds that drafted one token to probe after a run of
+    /// plain steps.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub probes: usize,
+    /// Tokens emitted by rounds (the integer behind `emitted_per_verify`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub emitted_in_rounds: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 impl SpeculativeDiagnostics {
@@ -372,7 +403,7 @@ impl SpeculativeDiagnostics {
         warmup: bool,
         repeat: usize,
         drafter: &str,
-        width: crate::policy::Width,
+        schedule: &crate::spec::schedule::Schedule,
         s: &SpecStats,
     ) -> Self {
         let passes = s.rounds + s.plain_steps;
@@ -383,7 +414,7 @@ impl SpeculativeDiagnostics {
             warmup,
             repeat,
             drafter: drafter.to_string(),
-            width,
+            width: schedule.cap(),
             rounds: s.rounds,
             plain_steps: s.plain_steps,
             drafted: s.drafted,
@@ -402,6 +433,10 @@ impl SpeculativeDiagnostics {
             round_verify_ms: s.round_verify_s * 1e3,
             round_verify_ms_mean: (s.rounds > 0).then(|| s.round_verify_s * 1e3 / s.rounds as f64),
             sample_ms: s.sample_s * 1e3,
+            adaptive: schedule.is_adaptive(),
+            draft_lengths: s.draft_lengths.clone(),
+            probes: s.probes,
+            emitted_in_rounds: s.emitted_in_rounds,
         }
     }
 }

@@ -41,6 +41,15 @@ pub enum ServedSpeculative {
         accepted: usize,
         acceptance_rate: Option<f64>,
         emitted_per_verify: Option<f64>,
+        /// Rounds whose draft token `i` was accepted.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        accepted_per_position: Vec<usize>,
+        /// Target passes whose round asked for `n` drafted tokens.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        draft_lengths: Vec<usize>,
+        /// The draft length was chosen per round (up to `width`).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        adaptive: bool,
     },
     Declined {
         drafter: String,
@@ -74,6 +83,9 @@ impl ServedTimings {
                     accepted: d.accepted,
                     acceptance_rate: d.acceptance_rate,
                     emitted_per_verify: d.emitted_per_verify,
+                    accepted_per_position: d.accepted_per_position.clone(),
+                    draft_lengths: d.draft_lengths.clone(),
+                    adaptive: d.adaptive,
                 },
                 SpeculationReport::Declined(d) => ServedSpeculative::Declined {
                     drafter: d.drafter.clone(),

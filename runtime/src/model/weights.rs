@@ -213,6 +213,21 @@ impl LlamaWeights {
             .chain(std::iter::once(head))
     }
 
+    /// Bytes of weight matrices one decode step streams: every layer's
+    /// matrices and the head, as stored (the embedding row a step looks up
+    /// is not counted). A one-row step is bound by reading them, so the
+    /// ratio of two models' values is about the ratio of their step times
+    /// on one device ([`crate::spec::drafter::Drafter::step_cost`]).
+    pub fn step_bytes(&self) -> u64 {
+        let layers: u64 = self
+            .layers
+            .iter()
+            .flat_map(|l| [&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down])
+            .map(|w| w.bytes().len() as u64)
+            .sum();
+        layers + self.head().bytes().len() as u64
+    }
+
     /// Elements of every weight: the embedding, each layer's matrices,
     /// norms and biases, the output norm and an untied head (a tied head
     /// counted once). A Hugging Face checkpoint's parameter count in its

@@ -69,6 +69,9 @@ pub struct Metrics {
     /// `accepted_by_position[i]`: verify passes whose draft token `i` was
     /// accepted (positions past the width stay 0).
     pub accepted_by_position: [AtomicU64; MAX_POSITIONS],
+    /// `draft_lengths[n]`: target passes whose round asked the drafter for
+    /// `n` tokens (0: a plain step the adaptive schedule chose).
+    pub draft_lengths: [AtomicU64; MAX_POSITIONS + 1],
     /// Requests refused 400/404/413 (bad input).
     pub invalid: AtomicU64,
     /// Queue wait plus prefill: until the first token is emitted.
@@ -93,6 +96,7 @@ impl Default for Metrics {
             verify_tokens: AtomicU64::new(0),
             plain_steps: AtomicU64::new(0),
             accepted_by_position: std::array::from_fn(|_| AtomicU64::new(0)),
+            draft_lengths: std::array::from_fn(|_| AtomicU64::new(0)),
             invalid: AtomicU64::new(0),
             ttft_s: Histogram::new(TTFT_BUCKETS_S),
             per_token_s: Histogram::new(TOKEN_BUCKETS_S),
@@ -242,6 +246,15 @@ pub fn render(stats: &Stats, g: &Gauges<'_>) -> String {
     for (i, a) in m.accepted_by_position.iter().enumerate().take(g.width.clamp(1, MAX_POSITIONS)) {
         let _ = writeln!(out, "{name}{{position=\"{}\"}} {}", i + 1, load(a));
     }
+    let name = "draftwise_draft_length_total";
+    let _ = writeln!(
+        out,
+        "# HELP {name} Target passes whose round asked the drafter for this many tokens (0 = a plain step by \
+         choice of the adaptive schedule).\n# TYPE {name} counter"
+    );
+    for (n, c) in m.draft_lengths.iter().enumerate().take(g.width.clamp(1, MAX_POSITIONS) + 1) {
+        let _ = writeln!(out, "{name}{{length=\"{n}\"}} {}", load(c));
+    }
     let (passes, tokens) = (load(&m.verify_passes), load(&m.verify_tokens));
     if passes > 0 {
         let name = "draftwise_tokens_per_verify";
@@ -304,6 +317,8 @@ mod tests {
         stats.metrics.verify_passes.store(5, Ordering::Relaxed);
         stats.metrics.verify_tokens.store(12, Ordering::Relaxed);
         stats.metrics.accepted_by_position[0].store(4, Ordering::Relaxed);
+        stats.metrics.draft_lengths[0].store(7, Ordering::Relaxed);
+        stats.metrics.draft_lengths[3].store(2, Ordering::Relaxed);
         let g = Gauges {
             waiting: 2,
             running: true,
@@ -330,6 +345,10 @@ mod tests {
         // tokens per verify pass beside the entry's.
         assert!(text.contains("draftwise_accepted_by_position_total{position=\"1\"} 4\n"), "{text}");
         assert!(text.contains("draftwise_accepted_by_position_total{position=\"3\"} 0\n"), "{text}");
+        // The draft lengths asked for, 0 (plain steps by choice) to the width.
+        assert!(text.contains("draftwise_draft_length_total{length=\"0\"} 7\n"), "{text}");
+        assert!(text.contains("draftwise_draft_length_total{length=\"3\"} 2\n"), "{text}");
+        assert!(!text.contains("length=\"4\""), "{text}");
         assert!(!text.contains("position=\"4\""), "{text}");
         assert!(text.contains("draftwise_verify_passes_total 5\n"), "{text}");
         assert!(text.contains("draftwise_tokens_per_verify 2.4\n"), "{text}");

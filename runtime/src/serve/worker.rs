@@ -163,10 +163,11 @@ impl Worker {
             m.accepted_tokens.fetch_add(d.accepted as u64, Ordering::Relaxed);
             m.verify_passes.fetch_add(d.rounds as u64, Ordering::Relaxed);
             m.plain_steps.fetch_add(d.plain_steps as u64, Ordering::Relaxed);
-            // `emitted_per_verify` is the request's tokens over its rounds: back to the whole count.
-            let tokens = d.emitted_per_verify.map_or(0, |e| (e * d.rounds as f64).round() as u64);
-            m.verify_tokens.fetch_add(tokens, Ordering::Relaxed);
+            m.verify_tokens.fetch_add(d.emitted_in_rounds as u64, Ordering::Relaxed);
             for (c, &n) in m.accepted_by_position.iter().zip(&d.accepted_per_position) {
+                c.fetch_add(n as u64, Ordering::Relaxed);
+            }
+            for (c, &n) in m.draft_lengths.iter().zip(&d.draft_lengths) {
                 c.fetch_add(n as u64, Ordering::Relaxed);
             }
         }

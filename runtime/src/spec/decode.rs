@@ -12,9 +12,13 @@
 //! sampling, draft tokens are accepted with probability `min(1, p/q)` and a
 //! rejection resamples from `max(0, p − q)` (Leviathan et al. 2023; Chen et
 //! al. 2023), which preserves the target distribution.
+//!
+//! How many tokens a round drafts is the [`Schedule`]'s: a fixed width, or
+//! the adaptive length chosen per round (a round asked for 0 is a plain
+//! step); either way the tokens that come out are the same.
 
-use crate::policy::Width;
 use super::drafter::{Drafter, Proposal};
+use super::schedule::Schedule;
 use crate::generate::{Engine, FinishReason, GenerateError, Generation, Halt, NoSink, Prefilled, TokenSink, at_limit};
 use crate::model::llama::LogitRows;
 use crate::sampling::{Rng, SamplingParams, distribution, draw, sample};
@@ -55,6 +59,16 @@ pub struct SpecStats {
     /// field.
     #[serde(skip)]
     pub plain_at: Vec<(usize, f64)>,
+    /// `draft_lengths[n]`: target passes whose round asked the drafter for
+    /// `n` tokens (0: the schedule chose a plain step), of those where the
+    /// request's limits left room to draft. A fixed width asks for the
+    /// width wherever the limits allow.
+    #[serde(default)]
+    pub draft_lengths: Vec<usize>,
+    /// Rounds the adaptive schedule drafted only to probe, after a run of
+    /// plain steps.
+    #[serde(default)]
+    pub probes: usize,
 }
 
 impl SpecStats {
@@ -75,19 +89,19 @@ enum Pending {
 }
 
 impl Engine {
-    /// Speculative decoding of `prompt` with `drafter`, drafting up to
-    /// `width` tokens per round. Greedy output equals
-    /// [`Engine::generate`]'s token for token.
+    /// Speculative decoding of `prompt` with `drafter`, drafting per round
+    /// what `schedule` says (a [`crate::policy::Width`] is a fixed one).
+    /// Greedy output equals [`Engine::generate`]'s token for token.
     pub fn generate_speculative(
         &self,
         prompt: &[u32],
         max_tokens: usize,
         sampling: &SamplingParams,
         drafter: &mut dyn Drafter,
-        width: Width,
+        schedule: impl Into<Schedule>,
     ) -> Result<(Generation, SpecStats), GenerateError> {
         let p = self.prefill(prompt)?;
-        self.decode_speculative(p, max_tokens, sampling, drafter, width)
+        self.decode_speculative(p, max_tokens, sampling, drafter, schedule)
     }
 
     /// Speculative decoding after a prefill.
@@ -97,9 +111,9 @@ impl Engine {
         max_tokens: usize,
         sampling: &SamplingParams,
         drafter: &mut dyn Drafter,
-        width: Width,
+        schedule: impl Into<Schedule>,
     ) -> Result<(Generation, SpecStats), GenerateError> {
-        self.decode_speculative_with(p, max_tokens, sampling, drafter, width, &mut NoSink)
+        self.decode_speculative_with(p, max_tokens, sampling, drafter, schedule, &mut NoSink)
     }
 
     /// [`Engine::decode_speculative`], reporting each emitted token to
@@ -111,9 +125,10 @@ impl Engine {
         max_tokens: usize,
         sampling: &SamplingParams,
         drafter: &mut dyn Drafter,
-        width: Width,
+        schedule: impl Into<Schedule>,
         sink: &mut dyn TokenSink,
     ) -> Result<(Generation, SpecStats), GenerateError> {
+        let schedule: Schedule = schedule.into();
         let model = &self.loaded.model;
         let tok = &self.loaded.tokenizer;
         let ctx_limit = model.config.context_length;
@@ -121,7 +136,13 @@ impl Engine {
         let Prefilled { prompt, mut session, logits, prefill_s } = p;
         self.install(|| {
             let mut rng = Rng::new(sampling.seed);
-            let mut stats = SpecStats { accepted_per_position: vec![0; width.get()], ..Default::default() };
+            let cap = schedule.cap().get();
+            let mut rounds = schedule.start(drafter.step_cost(model));
+            let mut stats = SpecStats {
+                accepted_per_position: vec![0; cap],
+                draft_lengths: vec![0; cap + 1],
+                ..Default::default()
+            };
             let mut pending = Pending::Logits(logits);
             let t1 = Instant::now();
             let mut context: Vec<u32> = prompt.clone();
@@ -151,9 +172,15 @@ impl Engine {
                 if full(&out) {
                     break FinishReason::Length;
                 }
-                // This round's width: no further than the budget and the
-                // context allow.
-                let round_width = width.get().min(max_tokens - out.len()).min(ctx_limit - session.len() - 1);
+                // This round's draft: the schedule's, no further than the
+                // budget and the context allow.
+                let room = cap.min(max_tokens - out.len()).min(ctx_limit - session.len() - 1);
+                let ask = rounds.ask(session.len(), room);
+                let round_width = ask.draft.min(room);
+                if room > 0 {
+                    stats.draft_lengths[round_width] += 1;
+                }
+                stats.probes += usize::from(ask.probe);
                 let td = Instant::now();
                 let mut proposal = if round_width > 0 {
                     drafter.propose(fam, &context, round_width, sampling, &mut rng)?
@@ -235,6 +262,9 @@ impl Engine {
                     }
                 }
                 stats.emitted_in_rounds += 1 + k;
+                // A rejection tested one draft more than it accepted; a
+                // request that ended inside the round tested only `k`.
+                rounds.observe(k + usize::from(next.is_some()), k);
                 session.truncate(base + 1 + k);
                 pending = next.unwrap_or_else(|| Pending::Logits(row(k).to_vec()));
                 stats.accept_s += ta.elapsed().as_secs_f64();

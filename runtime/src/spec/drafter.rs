@@ -42,6 +42,16 @@ pub trait Drafter: Send {
         sampling: &SamplingParams,
         rng: &mut Rng,
     ) -> Result<Proposal, ForwardError>;
+
+    /// What drafting one token costs, in one-row passes of `target`: 0 for
+    /// the weight-free drafters (a lookup in the context), the ratio of the
+    /// weights streamed per step for a drafter that runs a model
+    /// ([`crate::model::weights::LlamaWeights::step_bytes`]). A fixed
+    /// number, not a timing, so the adaptive draft lengths (and a seeded
+    /// sampled run) do not depend on the host's load.
+    fn step_cost(&self, _target: &Model) -> f64 {
+        0.0
+    }
 }
 
 /// Prompt-lookup drafting (Saxena 2023): find the most recent earlier
@@ -292,6 +302,11 @@ impl ModelDrafter {
 impl Drafter for ModelDrafter {
     fn kind(&self) -> DrafterKind {
         self.kind
+    }
+
+    fn step_cost(&self, target: &Model) -> f64 {
+        let t = target.weights.step_bytes();
+        if t == 0 { 0.0 } else { self.model.weights.step_bytes() as f64 / t as f64 }
     }
 
     fn propose(

@@ -5,11 +5,13 @@
 //! - [`DrafterKind`], [`drafter::Drafter`] and its kinds ([`drafter::NgramDrafter`],
 //!   [`drafter::SuffixDrafter`], [`drafter::ModelDrafter`] for `layerskip` and `draft-model`);
 //! - [`decode`]: the loop ([`crate::generate::Engine::generate_speculative`]) and its [`decode::SpecStats`];
+//! - [`schedule`]: how many tokens each round drafts (a fixed width, or the adaptive length);
 //! - [`probe`]: the block-vs-chain exactness probe run before speculating.
 
 pub mod decode;
 pub mod drafter;
 pub mod probe;
+pub mod schedule;
 pub mod setup;
 
 /// Drafter kinds are defined with the policy that keys on them.

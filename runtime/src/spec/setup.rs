@@ -7,9 +7,11 @@ use super::drafter::{
     Drafter, ModelDrafter, NgramDrafter, SuffixDrafter, check_compatible,
 };
 use super::probe::{PROBE_TEXT, ProbeReport, block_vs_chain};
+use super::schedule::Schedule;
 use crate::generate::Engine;
 use crate::policy;
 use crate::policy::DrafterSettings;
+use crate::policy::adaptive::CostModel;
 use crate::policy::kind::{MAX_NGRAM, MAX_SUFFIX_MATCH, Probability};
 use anyhow::{Context, Result, bail};
 use std::path::PathBuf;
@@ -43,6 +45,12 @@ pub struct SpecSettings {
     /// `--policy FILE`: a draft-width table read at startup in place of the
     /// compiled one (to try an entry before a rebuild).
     pub policy: Option<PathBuf>,
+    /// `--adaptive on|off`: choose each round's draft length (up to the
+    /// width) per request, or fix it; unset: the measured entry's choice.
+    pub adaptive: Option<bool>,
+    /// `--cost-curve CONTEXT=R1,R2,...`, each as given: the verify pass's
+    /// cost the adaptive length weighs, in place of the entry's.
+    pub cost_curves: Vec<String>,
 }
 
 /// A `--policy` table, read and checked as `build.rs` checks the compiled
@@ -80,6 +88,12 @@ pub struct Speculation {
     /// Why the probe could not run (speculation is then declined).
     pub probe_error: Option<String>,
     pub allow_inexact: bool,
+    /// The verify pass's cost when the draft length adapts per round
+    /// (up to `width`); `None`: every round drafts up to `width`.
+    pub cost: Option<CostModel>,
+    /// Why the draft length adapts or not, in words (the `startup` event's
+    /// `adaptive_from`).
+    pub adaptive_from: String,
 }
 
 /// How a process decodes: the speculation it runs, if any, and the
@@ -305,6 +319,50 @@ pub fn run_of<'a>(
     }
 }
 
+/// Whether the draft length adapts, with the cost model it weighs and why:
+/// `--adaptive on` (the cost from `--cost-curve`, else the entry's curve;
+/// neither is an error), `--adaptive off`, or unset: adaptive when the
+/// measured entry that decided the width chose it and no `--draft-width`
+/// fixed the width. `--cost-curve` where nothing adapts is an error (a flag
+/// is never ignored).
+pub fn adaptive_cost(args: &SpecSettings, resolution: &policy::Resolution) -> Result<(Option<CostModel>, String)> {
+    let given = policy::table::parse_cost_curves(&args.cost_curves).map_err(anyhow::Error::msg)?;
+    let entry = resolution.entry();
+    let curve_of = |why: &str| -> Result<(Option<CostModel>, String)> {
+        if !given.is_empty() {
+            let m = CostModel::new(&given).context("--cost-curve: no curve of two pass sizes")?;
+            return Ok((Some(m), format!("{why}, verify cost from --cost-curve")));
+        }
+        match entry.and_then(|e| CostModel::new(&e.verify_cost)) {
+            Some(m) => {
+                Ok((Some(m), format!("{why}, verify cost from the entry's record {}", entry.map_or("", |e| &e.record))))
+            }
+            None => bail!(
+                "--adaptive on weighs the verify pass's measured cost, and no entry decided this width with a \
+                 verify_cost curve: give --cost-curve CONTEXT=R1,R2,... (`runtime bench --verify-cost` measures \
+                 one) or run `tuner sweep`"
+            ),
+        }
+    };
+    match args.adaptive {
+        Some(true) => curve_of("on (--adaptive on)"),
+        Some(false) if !given.is_empty() => {
+            bail!("--cost-curve is for the adaptive draft length; --adaptive off fixes it")
+        }
+        Some(false) => Ok((None, "off (--adaptive off)".into())),
+        None => match entry {
+            Some(e) if e.adaptive && args.draft_width.is_none() => curve_of("on (the entry chose it)"),
+            _ if !given.is_empty() => bail!(
+                "--cost-curve is for the adaptive draft length, which is off here: give --adaptive on, or \
+                 leave the width to an entry that chose adaptive"
+            ),
+            Some(e) if e.adaptive => Ok((None, "off (--draft-width fixes the width)".into())),
+            Some(_) => Ok((None, "off (the entry fixed the width)".into())),
+            None => Ok((None, "off (no measured entry chose it)".into())),
+        },
+    }
+}
+
 impl Speculation {
     /// How this process decodes, resolved with the compiled policy.
     /// With `--policy FILE`, that table instead, and the provenance says so.
@@ -344,10 +402,11 @@ impl Speculation {
         let env = policy::env_override()?;
         let (kind, settings, resolution) = match args.drafter.as_deref() {
             Some("none") => {
-                if given(args) {
+                if given(args) || args.adaptive.is_some() || !args.cost_curves.is_empty() {
                     bail!(
                         "--drafter none decodes classically: --draft-width, --drafter-model, \
-                         --layerskip-layers, --ngram-min/--ngram-max and --suffix-* do not apply"
+                         --layerskip-layers, --ngram-min/--ngram-max, --suffix-*, --adaptive and --cost-curve \
+                         do not apply"
                     );
                 }
                 return Ok(Decoding { speculation: None, resolution: policy::Resolution::no_drafter() });
@@ -369,6 +428,10 @@ impl Speculation {
                 let r = resolver.auto(&run);
                 match (r.drafter, r.drafter_settings.clone()) {
                     (Some(k), Some(s)) => (k, s, r),
+                    _ if args.adaptive == Some(true) || !args.cost_curves.is_empty() => bail!(
+                        "--adaptive on / --cost-curve: no drafter runs here ({}); give --drafter KIND",
+                        r.summary()
+                    ),
                     _ => return Ok(Decoding { speculation: None, resolution: r }),
                 }
             }
@@ -426,8 +489,19 @@ impl Speculation {
                 );
             }
         }
-        let spec =
-            Speculation { kind, drafter, settings, width: Some(width), width_from, probe, probe_error, allow_inexact };
+        let (cost, adaptive_from) = adaptive_cost(args, &resolution)?;
+        let spec = Speculation {
+            kind,
+            drafter,
+            settings,
+            width: Some(width),
+            width_from,
+            probe,
+            probe_error,
+            allow_inexact,
+            cost,
+            adaptive_from,
+        };
         Ok(Decoding { speculation: Some(spec), resolution })
     }
 
@@ -442,7 +516,18 @@ impl Speculation {
             probe: None,
             probe_error: None,
             allow_inexact: false,
+            cost: None,
+            adaptive_from: "off: the policy turned speculation off".into(),
         }
+    }
+
+    /// How each round's draft length is chosen, when requests speculate.
+    pub fn schedule(&self) -> Option<Schedule> {
+        let cap = self.active_width()?;
+        Some(match &self.cost {
+            Some(cost) => Schedule::Adaptive { cap, cost: cost.clone() },
+            None => Schedule::Fixed(cap),
+        })
     }
 
     /// The width to speculate at, when requests speculate at all.
@@ -480,11 +565,14 @@ impl Speculation {
             Some(e) => format!(", speculation declined ({e})"),
             None => probe,
         };
+        let width = match (&self.cost, self.width) {
+            (Some(_), Some(w)) => format!("adaptive 0..={w}"),
+            _ => policy::width::label(self.width),
+        };
         format!(
-            "speculative: drafter {} ({}), width {} ({}){probe}{}",
+            "speculative: drafter {} ({}), width {width} ({}){probe}{}",
             self.kind,
             self.settings.describe(),
-            policy::width::label(self.width),
             self.width_from,
             if self.allow_inexact { ", exactness forfeited (--allow-inexact)" } else { "" }
         )

@@ -57,7 +57,14 @@ pub fn drafter_args(s: &crate::raw::Settings, width: Option<usize>) -> Vec<Strin
     let Some(w) = width else {
         return vec!["--drafter".into(), "none".into()];
     };
+    let adaptive = w == crate::plan::ADAPTIVE_ARM;
+    let w = if adaptive { s.design.adaptive_cap() } else { w };
     let mut a: Vec<String> = vec!["--drafter".into(), s.drafter.to_string(), "--draft-width".into(), w.to_string()];
+    // The adaptive arm's cost curves are the sweep's so far: the caller's
+    // (`Driver::run`), appended after these.
+    if adaptive {
+        a.extend(["--adaptive".into(), "on".into()]);
+    }
     if let Some(d) = &s.drafter_settings {
         if let Some(n) = d.ngram_min {
             a.extend(["--ngram-min".into(), n.to_string()]);

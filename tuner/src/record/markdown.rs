@@ -61,7 +61,11 @@ pub fn stability_line(s: &Summary) -> String {
     let Some(st) = &s.stability else {
         return "**Stability**: not stated (fewer than two rounds with ratios).".to_string();
     };
-    let name = |w: Option<usize>| w.map_or("off".to_string(), |w| format!("width {w}"));
+    let name = |w: Option<usize>| {
+        w.map_or("off".to_string(), |w| {
+            if w == crate::plan::ADAPTIVE_ARM { "the adaptive draft length".to_string() } else { format!("width {w}") }
+        })
+    };
     let choices: Vec<String> =
         st.choices.iter().take(6).map(|(w, x)| format!("{} {:.0}%", name(*w), 100.0 * x)).collect();
     format!(
@@ -217,11 +221,13 @@ fn method(raw: &RawFile, s: &Summary) -> String {
         .plan
         .iter()
         .map(|a| match a.width {
+            Some(crate::plan::ADAPTIVE_ARM) => "A".into(),
             Some(w) => w.to_string(),
             None => "C".into(),
         })
         .collect();
-    let _ = writeln!(m, "- arm order (C = classic): {}", order.join(" "));
+    let legend = if st.design.has_adaptive_arm() { "C = classic, A = adaptive" } else { "C = classic" };
+    let _ = writeln!(m, "- arm order ({legend}): {}", order.join(" "));
     let _ = writeln!(
         m,
         "- requests per arm: {} prompts x {} bursts = {} (speculative), x {} = {} (bracket)",
@@ -470,7 +476,7 @@ fn widths(s: &Summary) -> String {
         let _ = writeln!(
             m,
             "| {} | {pooled} | {per_round} | {vs_best} | {tied} | {} | {} | {n} | {med} | {rg} | {} | {} | {} | {} | {} | {} |",
-            w.width,
+            crate::plan::arm_label(w.width),
             ratio(&w.ratio_vs_open),
             ratio(&w.ratio_vs_close),
             opt(w.acceptance, 3),
@@ -500,7 +506,7 @@ fn time_to_first_token(s: &Summary) -> String {
         };
         let _ = writeln!(m, "| classic | {} |", ms(&s.classic_ttft_ms));
         for w in &s.widths {
-            let _ = writeln!(m, "| width {} | {} |", w.width, ms(&w.ttft_ms));
+            let _ = writeln!(m, "| width {} | {} |", crate::plan::arm_label(w.width), ms(&w.ttft_ms));
         }
     }
     m
@@ -554,7 +560,7 @@ fn by_prompt_type(raw: &RawFile, s: &Summary) -> String {
     types.dedup();
     let _ = write!(m, "| type | classic |");
     for w in &st.widths {
-        let _ = write!(m, " W={w} |");
+        let _ = write!(m, " W={} |", crate::plan::arm_label(*w));
     }
     let _ = writeln!(m, "\n|---|---|{}", "---|".repeat(st.widths.len()));
     for t in &types {
@@ -598,7 +604,7 @@ fn output_identity(s: &Summary) -> String {
                 m,
                 "| {} | {} | {} | {} | {} | {} |",
                 d.arm,
-                d.width.map_or("classic".into(), |w| w.to_string()),
+                d.width.map_or("classic".into(), crate::plan::arm_label),
                 d.prompt_id,
                 d.burst,
                 d.first_differing_token,
@@ -731,7 +737,7 @@ fn validity(s: &Summary) -> String {
         let _ = writeln!(
             m,
             "- Width {} is not a measurement: {}.",
-            w.width,
+            crate::plan::arm_label(w.width),
             w.not_a_measurement.as_deref().unwrap_or_default()
         );
     }

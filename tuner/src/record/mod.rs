@@ -72,6 +72,11 @@ pub fn headline(s: &Summary) -> String {
         ""
     };
     match (d.width, d.ratio, d.ratio_interval) {
+        (Some(crate::plan::ADAPTIVE_ARM), Some(r), Some((lo, hi))) => format!(
+            "**Decision: the adaptive draft length** (each round's draft chosen up to the widest width), {r:.3}x classic [{lo:.3}, {hi:.3}] (95%, {} rounds; the process is the unit), tied with or faster than the best fixed width ({}). Fixed widths tied with the best: {tied}.{validity}",
+            s.complete_rounds,
+            d.best_width.map_or("none".into(), |b| b.to_string())
+        ),
         (Some(w), Some(r), Some((lo, hi))) => format!(
             "**Decision: width {w}**, {r:.3}x classic [{lo:.3}, {hi:.3}] (95%, {} rounds; the process is the unit). Tied with the best (width {}): {tied}.{validity}",
             s.complete_rounds,
@@ -120,6 +125,9 @@ pub fn conclusions(s: &Summary) -> Vec<String> {
     }
     let d = &s.decision;
     match (d.width, d.ratio, d.ratio_interval) {
+        (Some(crate::plan::ADAPTIVE_ARM), Some(_), Some(_)) => {
+            out.push(format!("By the decision rule the entry is the adaptive draft length: {}.", d.why))
+        }
         (Some(w), Some(r), Some((lo, hi))) => out.push(format!(
             "By the decision rule the width is {w}: ratio {r:.3}, interval [{lo:.3}, {hi:.3}] wholly above 1.0; the narrowest of the tied widths {:?} that qualifies.",
             d.tied
@@ -128,7 +136,7 @@ pub fn conclusions(s: &Summary) -> Vec<String> {
         _ => out.push(format!("No decision: {}.", d.why)),
     }
     let widths_where = |f: fn(&RatioEstimate) -> bool| -> Vec<String> {
-        s.widths.iter().filter(|w| w.ratio.as_ref().is_some_and(f)).map(|w| w.width.to_string()).collect()
+        s.widths.iter().filter(|w| w.ratio.as_ref().is_some_and(f)).map(|w| crate::plan::arm_label(w.width)).collect()
     };
     let faster = widths_where(RatioEstimate::above_one);
     let slower = widths_where(RatioEstimate::below_one);
@@ -139,7 +147,7 @@ pub fn conclusions(s: &Summary) -> Vec<String> {
         out.push(format!("Slower than classic (interval wholly below 1.0): width(s) {}.", slower.join(", ")));
     }
     let bad: Vec<String> =
-        s.widths.iter().filter(|w| w.not_a_measurement.is_some()).map(|w| w.width.to_string()).collect();
+        s.widths.iter().filter(|w| w.not_a_measurement.is_some()).map(|w| crate::plan::arm_label(w.width)).collect();
     if !bad.is_empty() {
         out.push(format!(
             "Width(s) {} are not measurements: under the tie rule any width can change the decision, so no entry can be proposed.",
@@ -206,7 +214,7 @@ pub fn write_csv(path: &Path, s: &Summary) -> Result<()> {
     w.write_record(&row)?;
     for ws in &s.widths {
         let WidthSummary { width, tok_per_s, ratio, ratio_vs_open, ratio_vs_close, tie, .. } = ws;
-        let mut row = vec!["speculative".to_string(), width.to_string()];
+        let mut row = vec!["speculative".to_string(), crate::plan::arm_label(*width)];
         row.extend(st(tok_per_s));
         row.push(ratio.as_ref().map_or(String::new(), |r| r.rounds.to_string()));
         row.push(f(ratio.as_ref().map(|r| r.ratio)));
@@ -260,6 +268,8 @@ pub fn write_plot(path: &Path, s: &Summary, widths: &[usize]) -> Result<()> {
     let xmin = widths.iter().copied().min().unwrap_or(1) as f64 - 0.5;
     let chosen = s.decision.width;
     let measured: Vec<usize> = widths.to_vec();
+    let measured_adaptive = widths.contains(&crate::plan::ADAPTIVE_ARM);
+    const ADAPTIVE_X: f64 = crate::plan::ADAPTIVE_ARM as f64;
     let mut chart = ChartBuilder::on(&plot_area)
         .caption(format!("ratio to classic ({}) by width", statistic(s)), ("sans-serif", 17))
         .margin(12)
@@ -271,7 +281,11 @@ pub fn write_plot(path: &Path, s: &Summary, widths: &[usize]) -> Result<()> {
     let steps = ((xmax - xmin) * 2.0).round() as usize + 1;
     let tick = move |x: &f64| {
         let n = x.round();
-        if (x - n).abs() < 1e-9 && measured.contains(&(n as usize)) { format!("{}", n as usize) } else { String::new() }
+        if (x - n).abs() < 1e-9 && measured.contains(&(n as usize)) {
+            if n as usize == crate::plan::ADAPTIVE_ARM { "A".to_string() } else { format!("{}", n as usize) }
+        } else {
+            String::new()
+        }
     };
     chart
         .configure_mesh()
@@ -280,6 +294,8 @@ pub fn write_plot(path: &Path, s: &Summary, widths: &[usize]) -> Result<()> {
         .disable_x_mesh()
         .light_line_style(BLACK.mix(0.05))
         .x_desc(match chosen {
+            Some(crate::plan::ADAPTIVE_ARM) => "draft width (tokens per verify; A = adaptive); chosen: A".to_string(),
+            Some(w) if measured_adaptive => format!("draft width (tokens per verify; A = adaptive); chosen: {w}"),
             Some(w) => format!("draft width (tokens per verify); chosen: {w}"),
             None => "draft width (tokens per verify); decision: off".to_string(),
         })
@@ -313,6 +329,7 @@ pub fn write_plot(path: &Path, s: &Summary, widths: &[usize]) -> Result<()> {
         let color = Palette99::pick(i).to_rgba().mix(0.7);
         let pts: Vec<(f64, f64)> = widths
             .iter()
+            .filter(|w| **w != crate::plan::ADAPTIVE_ARM)
             .filter_map(|w| {
                 s.type_ratios.iter().find(|x| x.prompt_type == *t && x.width == *w).map(|x| (*w as f64, x.ratio))
             })
@@ -333,8 +350,17 @@ pub fn write_plot(path: &Path, s: &Summary, widths: &[usize]) -> Result<()> {
             iv.map(|(lo, hi)| PathElement::new(vec![(*x, lo.max(ylo)), (*x, hi.min(yhi))], BLACK.stroke_width(2)))
         }))
         .map_err(|e| err(&e))?;
+    // The fixed widths joined by a line; the adaptive arm (at A) a point of its own.
     chart
-        .draw_series(LineSeries::new(all.iter().map(|(x, y, _)| (*x, *y)), BLACK.stroke_width(2)))
+        .draw_series(LineSeries::new(
+            all.iter().filter(|(x, _, _)| *x != ADAPTIVE_X).map(|(x, y, _)| (*x, *y)),
+            BLACK.stroke_width(2),
+        ))
+        .map_err(|e| err(&e))?;
+    chart
+        .draw_series(
+            all.iter().filter(|(x, _, _)| *x == ADAPTIVE_X).map(|(x, y, _)| Circle::new((*x, *y), 4, BLACK.filled())),
+        )
         .map_err(|e| err(&e))?;
     legend.insert(0, ("all prompts: ratio and 95% interval".into(), LegendMark::Line(BLACK.to_rgba(), 2)));
     legend.insert(1, ("classic decoding (1.0)".into(), LegendMark::Dashed));
@@ -351,7 +377,7 @@ pub fn write_plot(path: &Path, s: &Summary, widths: &[usize]) -> Result<()> {
         && let Some((x, y, _)) = all.iter().find(|(x, _, _)| *x == w as f64)
     {
         chart.draw_series(std::iter::once(Circle::new((*x, *y), 9, RED.stroke_width(3)))).map_err(|e| err(&e))?;
-        legend.push((format!("chosen width {w}"), LegendMark::Ring));
+        legend.push((format!("chosen width {}", crate::plan::arm_label(w)), LegendMark::Ring));
     }
     draw_legend(&legend_area, &legend, clipped, &title(s)).map_err(|e| err(&e))?;
     root.present().map_err(|e| err(&e))?;

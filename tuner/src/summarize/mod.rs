@@ -163,7 +163,14 @@ pub fn summarize_with(raw: &RawFile, with_stability: bool) -> Result<Summary> {
         arms_failed: sc.arms_failed,
         expected_requests_per_arm: h.prompts.len() * st.bursts_of(Some(1)),
         expected_requests_per_bracket_arm: h.prompts.len() * st.bursts_of(None),
-        decision_rule: if served { DECISION_RULE_SERVED } else { DECISION_RULE }.to_string(),
+        decision_rule: {
+            let rule = if served { DECISION_RULE_SERVED } else { DECISION_RULE };
+            if raw.header.settings.design.has_adaptive_arm() {
+                format!("{rule}{}", crate::summary::ADAPTIVE_RULE)
+            } else {
+                rule.to_string()
+            }
+        },
         classic: stats(&classic_reqs().filter_map(rate).collect::<Vec<f64>>()),
         classic_ttft_ms: widths::ttft(classic_reqs()),
         complete_rounds: rounds.iter().filter(|r| !r.incomplete).count(),
@@ -276,6 +283,46 @@ mod tests {
         assert_eq!(d.best_width, Some(2));
         assert!(d.why.contains("no width"), "{}", d.why);
         assert_eq!(decide(&[]).width, None);
+    }
+
+    #[test]
+    fn the_adaptive_arm_is_chosen_only_when_tied_with_the_best_fixed_width_and_above_one() {
+        use crate::plan::ADAPTIVE_ARM as A;
+        let fixed = || vec![ws(1, 1.10, 0.98, 1.2, true), ws(2, 1.20, 1.12, 1.30, true), ws(3, 1.25, 1.1, 1.4, true)];
+        // Tied with the best fixed width (3) and above 1.0: chosen, though
+        // its ratio is below the best's and width 2 qualifies.
+        let mut w = fixed();
+        w.push(ws(A, 1.22, 1.15, 1.30, true));
+        let d = decide(&w);
+        assert_eq!((d.width, d.best_width, d.ratio), (Some(A), Some(3), Some(1.22)));
+        assert!(d.why.contains("the fixed widths alone: width 2"), "{}", d.why);
+        // Faster than every fixed width: still the best is the best fixed one.
+        let mut w = fixed();
+        w.push(ws(A, 1.40, 1.3, 1.5, true));
+        let d = decide(&w);
+        assert_eq!((d.width, d.best_width), (Some(A), Some(3)));
+        // Credibly slower than the best fixed width: the fixed choice stands, saying why.
+        let mut w = fixed();
+        w.push(ws(A, 1.15, 1.1, 1.2, false));
+        let d = decide(&w);
+        assert_eq!(d.width, Some(2));
+        assert!(d.why.contains("the adaptive arm is not chosen: credibly slower"), "{}", d.why);
+        // Tied but its interval reaches 1.0: not chosen.
+        let mut w = fixed();
+        w.push(ws(A, 1.1, 0.99, 1.3, true));
+        assert_eq!(decide(&w).width, Some(2));
+        // Not a measurement: not chosen, and named.
+        let mut a = ws(A, 1.3, 1.2, 1.4, true);
+        a.not_a_measurement = Some("declined".into());
+        let mut w = fixed();
+        w.push(a);
+        let d = decide(&w);
+        assert_eq!(d.width, Some(2));
+        assert!(d.why.contains("not a measurement (declined)"), "{}", d.why);
+        // The fixed widths off, the adaptive arm tied and above 1.0: chosen.
+        let d = decide(&[ws(1, 1.02, 0.97, 1.08, true), ws(A, 1.05, 1.01, 1.09, true)]);
+        assert_eq!(d.width, Some(A));
+        assert!(d.why.contains("the fixed widths alone: off"), "{}", d.why);
     }
 
     #[test]

@@ -170,10 +170,11 @@ pub(super) fn widths(
             width(w, arms.map(|a| a.index).collect(), &mine, est, identity, served)
         })
         .collect();
-    // Ties against the best width that is a measurement.
+    // Ties against the best fixed width that is a measurement (the
+    // adaptive arm is tested against it too, but is never the best).
     let best = widths
         .iter()
-        .filter(|w| w.not_a_measurement.is_none())
+        .filter(|w| w.not_a_measurement.is_none() && w.width != crate::plan::ADAPTIVE_ARM)
         .filter_map(|w| w.ratio.as_ref().map(|r| (w.width, r.ratio)))
         .max_by(|a, b| a.1.total_cmp(&b.1))
         .map(|(w, _)| w);

@@ -166,9 +166,12 @@ impl Fixture {
             "--out".into(),
             self.out.display().to_string(),
             // The fake replays arms in order and has no `bench`: the
-            // verify-cost processes run in the real sweep's test.
+            // verify-cost processes and the adaptive arm (which weighs
+            // them) run in the real sweep's test.
             "--cost-contexts".into(),
             "none".into(),
+            "--adaptive-arm".into(),
+            "off".into(),
         ]
     }
 

@@ -154,6 +154,24 @@ pub struct SpecArgs {
     /// checks the compiled one, and the startup line names it.
     #[arg(long, value_name = "FILE")]
     pub policy: Option<PathBuf>,
+    /// Choose each round's draft length (0 up to the width) per request from the acceptance seen
+    /// and the verify pass's measured cost (on), or draft the width every round (off). Default:
+    /// what the measured entry chose; --draft-width alone fixes the width.
+    #[arg(long, value_name = "on|off", value_parser = parse_on_off, action = clap::ArgAction::Set)]
+    pub adaptive: Option<bool>,
+    /// The verify pass's cost for --adaptive, in place of the entry's: CONTEXT=R1,R2,... (a pass
+    /// of 1, 2, ... rows after CONTEXT positions, against one row; `runtime bench --verify-cost`
+    /// measures it). Up to 4, one per context.
+    #[arg(long, value_name = "CONTEXT=R1,R2,...")]
+    pub cost_curve: Vec<String>,
+}
+
+fn parse_on_off(s: &str) -> Result<bool, String> {
+    match s {
+        "on" => Ok(true),
+        "off" => Ok(false),
+        _ => Err(format!("{s:?}: give on or off")),
+    }
 }
 
 #[derive(Args, Debug, Clone)]
@@ -323,6 +341,8 @@ impl From<SpecArgs> for SpecSettings {
             suffix_min_prob: a.drafter_flags.suffix_min_prob,
             allow_inexact: a.allow_inexact,
             policy: a.policy,
+            adaptive: a.adaptive,
+            cost_curves: a.cost_curve,
         }
     }
 }

@@ -123,12 +123,12 @@ pub(crate) struct In<'a> {
     threads: usize,
     formats: Vec<String>,
     settings: DrafterSettings,
-    flag: Option<&'a str>,
+    pub(crate) flag: Option<&'a str>,
     env: Option<&'a str>,
 }
 
 impl<'a> In<'a> {
-    fn new(drafter: DrafterKind, quant: &str) -> Self {
+    pub(crate) fn new(drafter: DrafterKind, quant: &str) -> Self {
         In {
             drafter,
             declared: no_decl(),
@@ -170,7 +170,7 @@ impl<'a> In<'a> {
         })
     }
 
-    fn resolve(&self, t: &Table) -> Result<Resolution, PolicyError> {
+    pub(crate) fn resolve(&self, t: &Table) -> Result<Resolution, PolicyError> {
         self.resolve_with(&resolver(t))
     }
 

@@ -288,3 +288,53 @@ fn emitted_per_verify_is_read_and_bounded_by_the_width() {
         );
     }
 }
+
+#[test]
+fn an_adaptive_entry_needs_a_width_and_a_cost_curve() {
+    let curve = "verify_cost = [{ context = 64, relative = [1.0, 1.1, 1.2] }]\n";
+    let base = entry("ngram", "cpu:x86_64-avx2", "q4_1", "4", FP);
+    let with = |b: &str, extra: &str| b.replace("host =", &format!("{extra}host ="));
+    let t = compile("t", &format!("{HEAD}{}", with(&base, &format!("{curve}adaptive = true\n"))), RecordCheck::Skip)
+        .unwrap();
+    assert!(t.entries[0].adaptive);
+    let t = compile("t", &format!("{HEAD}{base}"), RecordCheck::Skip).unwrap();
+    assert!(!t.entries[0].adaptive, "absent: a fixed width, as in every older entry");
+    let bad = |text: String, says: &str| {
+        let e = compile_err(&format!("{HEAD}{text}"));
+        assert!(
+            matches!(&e.problem, Problem::BadValue { field: "adaptive", .. }) && e.to_string().contains(says),
+            "{text}: {e}"
+        );
+    };
+    bad(with(&base, "adaptive = true\n"), "needs a `verify_cost` curve");
+    bad(with(&base, &format!("{curve}adaptive = 1\n")), "not true or false");
+    let off = entry("ngram", "cpu:x86_64-avx2", "q4_1", "\"off\"", FP);
+    bad(with(&off, &format!("{curve}adaptive = true\n")), "`off` entry");
+}
+
+#[test]
+fn cost_curves_typed_on_the_command_line_are_bounded_like_an_entrys() {
+    use crate::policy::table::parse_cost_curves;
+    let v = |xs: &[&str]| xs.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+    let c = parse_cost_curves(&v(&["2048=1,1.3", "64=1, 1.05,1.1"])).unwrap();
+    assert_eq!((c[0].context, c[0].relative.clone(), c[1].context), (64, vec![1.0, 1.05, 1.1], 2048));
+    assert!(parse_cost_curves(&[]).unwrap().is_empty());
+    for (bad, says) in [
+        ("64", "CONTEXT=R1,R2"),
+        ("0=1,1.1", "not 1..="),
+        ("x=1,1.1", "not 1..="),
+        ("64=1", "1 values"),
+        ("64=1.1,1.2", "starts at 1.1"),
+        ("64=1,-2", "not a relative cost"),
+        ("64=1,NaN", "not a relative cost"),
+        ("64=1,inf", "not a relative cost"),
+        ("64=1,2000", "not a relative cost"),
+    ] {
+        let e = parse_cost_curves(&v(&[bad])).unwrap_err();
+        assert!(e.contains(says), "{bad}: {e}");
+    }
+    let long = format!("64=1{}", ",1.1".repeat(33));
+    assert!(parse_cost_curves(&v(&[&long])).unwrap_err().contains("34 values"));
+    assert!(parse_cost_curves(&v(&["64=1,2", "64=1,3"])).unwrap_err().contains("given twice"));
+    assert!(parse_cost_curves(&v(&["1=1,2", "2=1,2", "3=1,2", "4=1,2", "5=1,2"])).unwrap_err().contains("at most 4"));
+}

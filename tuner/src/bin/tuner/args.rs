@@ -175,6 +175,12 @@ pub struct SweepArgs {
     /// the curve), or `none`. At most 4, each 1..=32768.
     #[arg(long, value_name = "LIST", default_value = tuner::cost::DEFAULT_COST_CONTEXTS_ARG)]
     pub cost_contexts: String,
+    /// Also run the adaptive arm in every round (the runtime choosing each
+    /// round's draft length, up to the widest width, from the verify-cost
+    /// curves measured so far): the rule chooses it where it is tied with
+    /// or better than the best fixed width. `off` needs no cost curves.
+    #[arg(long, value_name = "on|off", default_value = "on", value_parser = parse_on_off, action = clap::ArgAction::Set)]
+    pub adaptive_arm: bool,
     /// Prompt set (JSONL, each line tagged with its `type`); default: the
     /// shipped prompts/sweep.jsonl (compiled into the tuner).
     #[arg(long, value_name = "FILE")]
@@ -320,7 +326,13 @@ impl SweepArgs {
             )?,
             drafter_model: a.drafter_model,
             design: tuner::raw::Design {
-                widths: parse_widths(&a.widths)?,
+                widths: {
+                    let mut w = parse_widths(&a.widths)?;
+                    if a.adaptive_arm {
+                        w.push(tuner::plan::ADAPTIVE_ARM);
+                    }
+                    w
+                },
                 rounds,
                 bursts: a.bursts,
                 bracket_arms: a.bracket_arms,
@@ -344,6 +356,14 @@ impl SweepArgs {
             }),
         };
         Ok(opts)
+    }
+}
+
+fn parse_on_off(s: &str) -> Result<bool, String> {
+    match s {
+        "on" => Ok(true),
+        "off" => Ok(false),
+        _ => Err(format!("{s:?}: give on or off")),
     }
 }
 
