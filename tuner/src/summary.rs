@@ -375,7 +375,7 @@ pub fn decide(widths: &[WidthSummary]) -> Decision {
     let fixed: Vec<WidthSummary> = widths.iter().filter(|w| w.width != ADAPTIVE_ARM).cloned().collect();
     let d = decide_fixed(&fixed);
     match widths.iter().find(|w| w.width == ADAPTIVE_ARM) {
-        Some(a) => with_adaptive(d, a),
+        Some(a) => with_adaptive(d, a, &fixed),
         None => d,
     }
 }
@@ -385,8 +385,11 @@ pub fn decide(widths: &[WidthSummary]) -> Decision {
 /// better than the best fixed width (its tie test against it,
 /// `crate::summarize::widths`), and its interval lies wholly above 1.0;
 /// otherwise `d` stands and says why the adaptive arm was not chosen.
-fn with_adaptive(d: Decision, a: &WidthSummary) -> Decision {
-    let (Some(best), Some(br)) = (d.best_width, d.ratio) else { return d };
+fn with_adaptive(d: Decision, a: &WidthSummary, fixed: &[WidthSummary]) -> Decision {
+    let Some(best) = d.best_width else { return d };
+    let Some(br) = fixed.iter().find(|w| w.width == best).and_then(|w| w.ratio.as_ref()).map(|r| r.ratio) else {
+        return d;
+    };
     if d.ratio_interval.is_none() {
         return d;
     }

@@ -296,6 +296,7 @@ mod tests {
         let d = decide(&w);
         assert_eq!((d.width, d.best_width, d.ratio), (Some(A), Some(3), Some(1.22)));
         assert!(d.why.contains("the fixed widths alone: width 2"), "{}", d.why);
+        assert!(d.why.contains("the best fixed width 3 (1.250)"), "{}", d.why);
         // Faster than every fixed width: still the best is the best fixed one.
         let mut w = fixed();
         w.push(ws(A, 1.40, 1.3, 1.5, true));
