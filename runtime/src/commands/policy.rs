@@ -320,7 +320,7 @@ fn print_table(r: &Resolver<'_>, json: bool) {
                 "  {}: width {}, {:.2}x [{:.2}, {:.2}], {}; model {} (sha256 {}), prompts {}; {}, {}; formats [{}]; \
                  {state}  ({})",
                 e.key,
-                width::label(e.width),
+                if e.adaptive { format!("adaptive 0..={}", width::label(e.width)) } else { width::label(e.width) },
                 e.ratio,
                 e.ratio_interval[0],
                 e.ratio_interval[1],
@@ -381,6 +381,9 @@ pub fn render(e: &Explanation) -> String {
     let _ = writeln!(s, "table         {}, {} entries", e.table_file, e.table_entries);
     let g = &e.generate;
     let what = match (g.drafter, g.width) {
+        (Some(k), Some(n)) if g.entry().is_some_and(|x| x.adaptive) => {
+            format!("speculate with {k}, each round's draft length chosen in 0..={n} (the entry chose adaptive)")
+        }
         (Some(k), Some(n)) => format!("speculate with {k} at width {n}"),
         (Some(k), None) => format!("load {k} but decode classically"),
         (None, _) => "decode classically".to_string(),
@@ -393,7 +396,11 @@ pub fn render(e: &Explanation) -> String {
     }
     for r in &e.resolutions {
         let kind = r.drafter.map_or("none", |k| k.as_str());
-        let _ = writeln!(s, "\n{kind}: width {}\n  from: {}", width::label(r.width), r.width_from);
+        let w = match (r.width, r.entry().is_some_and(|x| x.adaptive)) {
+            (Some(n), true) => format!("adaptive 0..={n}"),
+            _ => width::label(r.width),
+        };
+        let _ = writeln!(s, "\n{kind}: width {w}\n  from: {}", r.width_from);
         for (i, st) in r.steps.iter().enumerate() {
             let mark = if st.decided { "->" } else { "  " };
             let _ = writeln!(s, "  {mark} {}. {:<28} {}", i + 1, st.step.label(), st.detail);
