@@ -15,11 +15,18 @@
 //!
 //! The `a_i` are estimated per position ([`Acceptance`]): each round that
 //! drafted at least `i + 1` tokens and accepted the first `i` says whether
-//! token `i` was accepted; the estimate is a decayed mean (weight
-//! [`DECAY`] per observation, so the last few rounds dominate), starting
-//! from a prior of [`PRIOR`] worth [`PRIOR_WEIGHT`] observations. A
-//! position never observed borrows the estimate of the last one observed
-//! (acceptance rarely rises along a draft).
+//! token `i` was accepted. Every round that drafted decays every
+//! position's evidence by [`DECAY`] (so the last few rounds dominate), and
+//! the tested positions gain their verdicts. Position `i`'s estimate
+//! shrinks its evidence toward position `i - 1`'s estimate, worth
+//! [`PRIOR_WEIGHT`] observations (position 0 toward [`PRIOR`], worth as
+//! much at first and fading like evidence, so a drafter that is never
+//! right is soon estimated near 0): a position
+//! never tested borrows the one before it (acceptance rarely rises along a
+//! draft), and one tested long ago drifts back to it as its evidence
+//! fades. Without that fading, one early miss at a deep position would cap
+//! the draft for the rest of the request: a position the controller no
+//! longer drafts is never tested again.
 //!
 //! A request whose drafts stop paying drafts nothing, and would never learn
 //! that they pay again: after [`PROBE_AFTER`] plain steps in a row the
@@ -37,9 +44,11 @@
 
 use crate::table::CostCurve;
 
-/// Decay of the acceptance estimates: an observation's weight is
-/// multiplied by this at each later observation of the same position.
-pub const DECAY: f64 = 0.8;
+/// Decay of the acceptance evidence: every round that drafted multiplies
+/// each position's evidence by this (memory of about two rounds: a request's
+/// acceptance comes in runs, copied stretches and edit points, and the
+/// draft should follow them).
+pub const DECAY: f64 = 0.5;
 /// The acceptance assumed before any observation.
 pub const PRIOR: f64 = 0.5;
 /// How many observations the prior is worth.
@@ -102,51 +111,65 @@ impl CostModel {
 /// The per-position acceptance estimates of one request.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Acceptance {
-    /// Decayed sums of accepted (1) / rejected (0) per position, and their weights.
+    /// Decayed sums of accepted (1) / rejected (0) verdicts per position,
+    /// and their decayed weights.
     sum: Vec<f64>,
     weight: Vec<f64>,
-    /// Whether the position has been observed.
-    seen: Vec<bool>,
+    /// The weight of [`PRIOR`] at position 0, fading like evidence.
+    prior_weight: f64,
 }
 
 impl Acceptance {
     /// Estimates for positions `0..cap`.
     pub fn new(cap: usize) -> Self {
-        Acceptance { sum: vec![PRIOR * PRIOR_WEIGHT; cap], weight: vec![PRIOR_WEIGHT; cap], seen: vec![false; cap] }
+        Acceptance { sum: vec![0.0; cap], weight: vec![0.0; cap], prior_weight: PRIOR_WEIGHT }
     }
 
     /// A round drafted `drafted` tokens and `accepted` of them were
     /// accepted (the first `accepted`, by the rule): positions
     /// `0..accepted` were accepted, position `accepted` rejected when it was
-    /// drafted; later positions say nothing.
+    /// drafted; later positions say nothing, and every position's earlier
+    /// evidence fades by [`DECAY`].
     pub fn observe(&mut self, drafted: usize, accepted: usize) {
         let drafted = drafted.min(self.sum.len());
         let accepted = accepted.min(drafted);
-        let last = if accepted < drafted { accepted + 1 } else { accepted };
-        for i in 0..last {
-            let hit = if i < accepted { 1.0 } else { 0.0 };
-            self.sum[i] = self.sum[i] * DECAY + hit;
-            self.weight[i] = self.weight[i] * DECAY + 1.0;
-            self.seen[i] = true;
+        let tested = if accepted < drafted { accepted + 1 } else { accepted };
+        self.prior_weight *= DECAY;
+        for i in 0..self.sum.len() {
+            self.sum[i] *= DECAY;
+            self.weight[i] *= DECAY;
+            if i < tested {
+                self.sum[i] += if i < accepted { 1.0 } else { 0.0 };
+                self.weight[i] += 1.0;
+            }
         }
     }
 
-    /// The estimate at position `i`: its own when observed, else the last
-    /// observed position's before it, else the prior.
+    /// The estimates at positions `0..n` (at most the cap; past it, the
+    /// last position's): each position's evidence shrunk toward the
+    /// estimate before it ([`PRIOR`] for position 0).
+    fn estimates(&self, n: usize) -> impl Iterator<Item = f64> + '_ {
+        let mut prev = PRIOR;
+        (0..n).map(move |i| {
+            if let (Some(s), Some(w)) = (self.sum.get(i), self.weight.get(i)) {
+                let k = if i == 0 { self.prior_weight } else { PRIOR_WEIGHT };
+                prev = (s + k * prev) / (w + k);
+            }
+            prev
+        })
+    }
+
+    /// The estimate at position `i`.
     pub fn at(&self, i: usize) -> f64 {
-        let top = i.min(self.sum.len().saturating_sub(1));
-        match (0..=top).rev().find(|&j| self.seen.get(j) == Some(&true)) {
-            Some(j) => self.sum[j] / self.weight[j],
-            None => PRIOR,
-        }
+        self.estimates(i + 1).last().unwrap_or(PRIOR)
     }
 
     /// `E(n)`: the expected tokens a round drafting `n` emits.
     pub fn expected_tokens(&self, n: usize) -> f64 {
         let mut e = 1.0;
         let mut p = 1.0;
-        for i in 0..n {
-            p *= self.at(i);
+        for a in self.estimates(n) {
+            p *= a;
             e += p;
         }
         e
@@ -247,26 +270,63 @@ mod tests {
     }
 
     #[test]
-    fn acceptance_is_a_decayed_mean_per_position_from_the_prior() {
+    fn acceptance_is_a_decayed_mean_per_position_shrunk_toward_the_position_before() {
         let mut a = Acceptance::new(4);
         assert_eq!(a.at(0), PRIOR);
+        assert_eq!(a.at(3), PRIOR, "nothing seen: the prior all along");
         assert_eq!(a.expected_tokens(0), 1.0);
-        // Three drafted, two accepted: 0 and 1 hit, 2 missed, 3 unseen.
+        // Three drafted, two accepted: 0 and 1 hit, 2 missed, 3 untested.
         a.observe(3, 2);
-        let hit = (PRIOR * PRIOR_WEIGHT * DECAY + 1.0) / (PRIOR_WEIGHT * DECAY + 1.0);
-        let miss = (PRIOR * PRIOR_WEIGHT * DECAY) / (PRIOR_WEIGHT * DECAY + 1.0);
-        assert!((a.at(0) - hit).abs() < 1e-12 && (a.at(1) - hit).abs() < 1e-12);
-        assert!((a.at(2) - miss).abs() < 1e-12);
-        assert!((a.at(3) - miss).abs() < 1e-12, "unseen: the last observed position's");
-        let e = 1.0 + hit + hit * hit + hit * hit * miss;
+        let k0 = PRIOR_WEIGHT * DECAY;
+        let p0 = (1.0 + k0 * PRIOR) / (1.0 + k0);
+        let p1 = (1.0 + PRIOR_WEIGHT * p0) / (1.0 + PRIOR_WEIGHT);
+        let p2 = (0.0 + PRIOR_WEIGHT * p1) / (1.0 + PRIOR_WEIGHT);
+        assert!((a.at(0) - p0).abs() < 1e-12 && (a.at(1) - p1).abs() < 1e-12, "{} {}", a.at(0), a.at(1));
+        assert!((a.at(2) - p2).abs() < 1e-12, "{}", a.at(2));
+        assert!((a.at(3) - p2).abs() < 1e-12, "untested: the position before it");
+        let e = 1.0 + p0 + p0 * p1 + p0 * p1 * p2;
         assert!((a.expected_tokens(3) - e).abs() < 1e-12);
         // Every draft accepted for a while: the estimates approach 1.
         for _ in 0..40 {
             a.observe(4, 4);
         }
-        assert!(a.at(3) > 0.99, "{}", a.at(3));
-        // More drafted or accepted than the cap: clamped, no panic.
+        assert!(a.at(3) > 0.9, "{}", a.at(3));
+        // More drafted or accepted than the cap: clamped, no panic; past
+        // the cap, the last position's estimate.
         a.observe(10, 12);
+        assert_eq!(a.at(9), a.at(3));
+    }
+
+    #[test]
+    fn a_miss_at_a_deep_position_fades_when_the_position_is_no_longer_drafted() {
+        // Accepted at positions 0-2 every round, one early miss at 3.
+        let mut a = Acceptance::new(4);
+        for _ in 0..5 {
+            a.observe(3, 3);
+        }
+        a.observe(4, 3);
+        let after_miss = a.at(3);
+        assert!(after_miss < 0.6 * a.at(2), "{after_miss} vs {}", a.at(2));
+        // Rounds that draft three tokens, all accepted: position 3 is never
+        // tested, and its estimate returns toward position 2's.
+        for _ in 0..12 {
+            a.observe(3, 3);
+        }
+        assert!(a.at(3) > 0.9 * a.at(2), "{} vs {}", a.at(3), a.at(2));
+        // With rows cheap enough, the controller drafts past 3 again.
+        let cost = CostModel::new(&[curve(64, &[1.0, 1.05, 1.1, 1.15, 1.2])]).unwrap();
+        let mut c = Controller::new(cost, 4, 0.0);
+        for _ in 0..5 {
+            c.observe(3, 3);
+        }
+        c.observe(4, 3);
+        let mut lengths = Vec::new();
+        for _ in 0..12 {
+            let n = c.choose(64, 4).draft;
+            lengths.push(n);
+            c.observe(n.min(3), n.min(3));
+        }
+        assert!(lengths.contains(&4), "never drafted past the early miss again: {lengths:?}");
     }
 
     #[test]
