@@ -201,12 +201,9 @@ fn shift256(v: __m256i, n: i32) -> __m256i {
 unsafe fn group_avx512<const F: u8, const W: usize>(tiles: *const u8, nsb: usize, xs: &[Input], out: Outs<W>) {
     let fmt = fmt_of(F);
     let (tb, qo, ho, so) = (fmt.tile_bytes(), fmt.qs_offset(), fmt.qh_offset(), fmt.scales_offset());
-    // Independent accumulator chains per activation row at W = 1 and 2 (a
-    // `vpdpwssd` has a latency of several cycles: one set leaves two rows
-    // four chains, latency-bound, and the two-row verify pass cost more
-    // than the three-row one; the records' verify-cost curves, issue 33).
-    // The integer sums are exact, so the sets change no result.
-    let sets = if W <= 2 { 2 } else { 1 };
+    // Independent accumulator chains per activation row at W = 1 (a
+    // `vpdpwssd` has a latency of several cycles).
+    let sets = if W == 1 { 2 } else { 1 };
     let xq: [*const i16; W] = std::array::from_fn(|i| xs[i].q.pairs.as_ptr().cast::<i16>());
     let dx: [*const f32; W] = std::array::from_fn(|i| xs[i].q.d.as_ptr());
     let sx: [*const f32; W] = std::array::from_fn(|i| xs[i].q.s.as_ptr());
