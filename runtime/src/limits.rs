@@ -116,6 +116,16 @@ pub fn check_ms(flag: &str, ms: u64, lo: u64, hi: u64) -> Result<Duration, Strin
     check_range(flag, ms, lo, hi).map(Duration::from_millis)
 }
 
+/// `on` or `off`, as the `--adaptive` flags take them (`runtime` and
+/// `tuner sweep --adaptive-arm`).
+pub fn parse_on_off(s: &str) -> Result<bool, String> {
+    match s {
+        "on" => Ok(true),
+        "off" => Ok(false),
+        _ => Err(format!("{s:?}: give on or off")),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -213,11 +213,33 @@ fn unknown_or_unloadable_drafters_and_bad_widths_are_refused_clearly() {
         (vec!["--drafter", "ngram", "--suffix-max-match", "8"], "settings of --drafter suffix, not of ngram"),
         (vec!["--drafter", "suffix", "--suffix-max-match", "65"], "--suffix-max-match 65: give 1..=64"),
         (vec!["--drafter", "suffix", "--suffix-min-prob", "1.5"], "--suffix-min-prob 1.5"),
+        (vec!["--drafter", "none", "--adaptive", "on"], "decodes classically"),
+        (vec!["--drafter", "ngram", "--draft-width", "4", "--adaptive", "on"], "give --cost-curve CONTEXT=R1,R2"),
+        (vec!["--drafter", "ngram", "--draft-width", "4", "--cost-curve", "64=1,1.1"], "--cost-curve is for the adaptive"),
+        (vec!["--drafter", "ngram", "--adaptive", "off", "--cost-curve", "64=1,1.1"], "--adaptive off fixes it"),
+        (vec!["--drafter", "ngram", "--adaptive", "on", "--cost-curve", "64=1"], "1 values"),
     ] {
         let out = run(generate().args(["--prompt", "hi"]).args(&args));
         assert_eq!(out.status.code(), Some(1), "{args:?}");
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(err.contains(needle), "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn the_width_curve_refuses_an_adaptive_arm_without_its_cost_and_a_cost_without_the_arm() {
+    let bench = || {
+        let mut c = Command::new(bin("runtime"));
+        c.args(["bench", "--model"]).arg(model_path()).args(["--drafter", "ngram", "--widths", "2"]);
+        c
+    };
+    for (args, needle) in [
+        (vec!["--adaptive", "on"], "give --cost-curve CONTEXT=R1,R2"),
+        (vec!["--cost-curve", "64=1,1.1"], "goes with --adaptive on"),
+    ] {
+        let out = run(bench().args(&args));
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {}", output_text(&out));
+        assert!(output_text(&out).contains(needle), "{args:?}: {}", output_text(&out));
     }
 }
 

@@ -845,6 +845,8 @@ fn every_number_a_sweep_is_given_is_bounded_with_a_clear_error() {
         (&["--rounds", "auto", "--auto-min-rounds", "1"][..], "the minimum (1) must be at least 2"),
         (&["--rounds", "auto", "--auto-min-rounds", "6", "--auto-max-rounds", "5"][..], "at most the maximum (5)"),
         (&["--rounds", "auto", "--auto-budget", "0"][..], "--auto-budget 0"),
+        (&["--adaptive-arm", "on"][..], "--cost-contexts none measures none"),
+        (&["--adaptive-arm", "maybe"][..], "give on or off"),
     ] {
         let o = f.sweep(args);
         let err = String::from_utf8_lossy(&o.stderr);

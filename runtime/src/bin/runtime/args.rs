@@ -157,21 +157,13 @@ pub struct SpecArgs {
     /// Choose each round's draft length (0 up to the width) per request from the acceptance seen
     /// and the verify pass's measured cost (on), or draft the width every round (off). Default:
     /// what the measured entry chose; --draft-width alone fixes the width.
-    #[arg(long, value_name = "on|off", value_parser = parse_on_off, action = clap::ArgAction::Set)]
+    #[arg(long, value_name = "on|off", value_parser = runtime::limits::parse_on_off, action = clap::ArgAction::Set)]
     pub adaptive: Option<bool>,
     /// The verify pass's cost for --adaptive, in place of the entry's: CONTEXT=R1,R2,... (a pass
     /// of 1, 2, ... rows after CONTEXT positions, against one row; `runtime bench --verify-cost`
     /// measures it). Up to 4, one per context.
     #[arg(long, value_name = "CONTEXT=R1,R2,...")]
     pub cost_curve: Vec<String>,
-}
-
-fn parse_on_off(s: &str) -> Result<bool, String> {
-    match s {
-        "on" => Ok(true),
-        "off" => Ok(false),
-        _ => Err(format!("{s:?}: give on or off")),
-    }
 }
 
 #[derive(Args, Debug, Clone)]

@@ -179,7 +179,7 @@ pub struct SweepArgs {
     /// round's draft length, up to the widest width, from the verify-cost
     /// curves measured so far): the rule chooses it where it is tied with
     /// or better than the best fixed width. `off` needs no cost curves.
-    #[arg(long, value_name = "on|off", default_value = "on", value_parser = parse_on_off, action = clap::ArgAction::Set)]
+    #[arg(long, value_name = "on|off", default_value = "on", value_parser = runtime::limits::parse_on_off, action = clap::ArgAction::Set)]
     pub adaptive_arm: bool,
     /// Prompt set (JSONL, each line tagged with its `type`); default: the
     /// shipped prompts/sweep.jsonl (compiled into the tuner).
@@ -356,14 +356,6 @@ impl SweepArgs {
             }),
         };
         Ok(opts)
-    }
-}
-
-fn parse_on_off(s: &str) -> Result<bool, String> {
-    match s {
-        "on" => Ok(true),
-        "off" => Ok(false),
-        _ => Err(format!("{s:?}: give on or off")),
     }
 }
 
