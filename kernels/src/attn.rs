@@ -38,7 +38,7 @@
 //! moves no value, so no bit depends on it.
 
 use crate::dispatch::KernelFamily;
-use crate::ops::F16;
+use crate::quant::F16;
 
 /// Positions per key tile. A tile of one KV head is `hd` columns of
 /// sixteen halves (32 bytes each): one AVX-512 register per column.

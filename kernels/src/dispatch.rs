@@ -150,7 +150,6 @@ pub const AVX512_MAX_ROWS: usize = 8;
 /// aligns its per-thread bands of output rows to it, so no group is split
 /// between threads.
 pub const ROW_TILE: usize = 16;
-const _: () = assert!(ROW_TILE.is_multiple_of(crate::matvec::r16::GROUP));
 
 /// K-quant weight rows a SIMD pass interleaves for `w` activation rows: each
 /// (weight row, activation row) output is its own accumulator chain, and a

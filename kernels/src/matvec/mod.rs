@@ -32,7 +32,7 @@
 //! sixteen outputs: the serial chain of [`scalar`]. The per-activation-row
 //! work is the integer products plus about three instructions per
 //! sixteen rows and block, which is what lets a verify block of several
-//! rows cost little more than one row. Q5_0 / Q5_1 (`x86_r16_q5`) add each
+//! rows cost little more than one row. Q5_0 / Q5_1 (`x86/interleaved_q5.rs`) add each
 //! row's fifth bits to the widened nibbles with one shift of the tile's
 //! permuted bit words per chunk ([`r16`] docs), shared by all activation
 //! rows.
@@ -49,13 +49,13 @@
 //! scales are byte planes, widened to one lane per row and multiplied by
 //! `d` once per tile. Q5_K's fifth bits and Q6_K's top two bits are merged
 //! into the widened nibbles once per chunk for all activation rows
-//! (`x86_r16::k`).
+//! (`x86/interleaved_k.rs`).
 //!
 //! ## SIMD data flow (Q2_K, Q3_K)
 //!
 //! These keep GGUF's layout and the lane specification of [`scalar`]. Their
 //! sixteen 16-element sub-blocks carry small integer scales that the
-//! kernels (`x86_k23`) fold into the integer weights: a half
+//! kernels (`x86/q2k_q3k.rs`) fold into the integer weights: a half
 //! super-block decodes at byte level into four 32-byte sub-blocks of
 //! signed quants (Q2_K's 2-bit ones, Q3_K's 2 low bits and the `hmask` bit),
 //! each 16-element half is widened and multiplied by its scale, and the
@@ -67,7 +67,7 @@
 //!
 //! Half-precision matrices multiply the f32 activation ([`scalar::dot_f16`]:
 //! [`scalar::dot_f32`]'s eight lanes over the widened weights, which are
-//! exact). The x86 kernels (`x86_f16`) widen eight weights per step
+//! exact). The x86 kernels (`x86/half.rs`) widen eight weights per step
 //! (`vcvtph2ps`, or a 16-bit shift for BF16) once for up to eight
 //! activation rows, each row its own accumulator chain, so a `W`-row call
 //! streams a weight row once.
@@ -76,14 +76,6 @@ pub mod r16;
 pub mod scalar;
 #[cfg(target_arch = "x86_64")]
 mod x86;
-#[cfg(target_arch = "x86_64")]
-mod x86_f16;
-#[cfg(target_arch = "x86_64")]
-mod x86_k23;
-#[cfg(target_arch = "x86_64")]
-mod x86_r16;
-#[cfg(target_arch = "x86_64")]
-mod x86_r16_q5;
 
 use crate::act::QRow;
 use crate::dispatch::{self, KernelFamily};

@@ -66,6 +66,9 @@ use k::KFormat;
 
 /// Rows per group.
 pub const GROUP: usize = 16;
+// A row tile of the multi-row pass and a thread's band of output rows
+// ([`crate::dispatch::ROW_TILE`]) hold whole groups.
+const _: () = assert!(crate::dispatch::ROW_TILE.is_multiple_of(GROUP));
 
 /// The formats with a row-interleaved layout.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -2,6 +2,8 @@
 
 pub mod blocks;
 pub mod dequant;
+pub mod half;
 
 pub use blocks::*;
 pub use dequant::{DequantError, dequantize_row};
+pub use half::F16;

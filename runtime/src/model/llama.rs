@@ -22,7 +22,8 @@ use kernels::act::{ActRow, QRow};
 use kernels::attn::{self, KvLayer};
 use kernels::dispatch::KernelFamily;
 use kernels::matvec::{Input, matmul_rows};
-use kernels::ops::{self, F16};
+use kernels::ops;
+use kernels::quant::F16;
 
 /// A model ready to run: shape plus weights, and optionally a copy of the
 /// weights on a CUDA device that then runs every forward pass.

@@ -40,7 +40,7 @@
 //!
 //! The specification these layouts serve is in [`crate::matvec::scalar`]
 //! (a serial chain per output, one FMA per sub-block, in the order a chunk
-//! walk meets them); the kernels are `x86_r16::k`.
+//! walk meets them); the kernels are `x86/interleaved_k.rs`.
 
 use super::GROUP;
 use crate::quant::{BlockQ4K, BlockQ5K, BlockQ6K, QK_K};

@@ -38,7 +38,7 @@ fn every_source_file_is_on_the_verify_path_or_off_it_and_none_is_both() {
         assert!(!why.is_empty(), "{p}");
     }
     // The forward pass, the pool and the speculative loop are on the path.
-    for f in ["runtime/src/model/llama.rs", "runtime/src/pool.rs", "runtime/src/spec/decode.rs", "kernels/src/ops.rs"] {
+    for f in ["runtime/src/model/llama.rs", "runtime/src/pool.rs", "runtime/src/spec/decode.rs", "kernels/src/ops/softmax.rs"] {
         assert!(VERIFY_PATH.iter().any(|p| covers(p.path, f)), "{f}");
     }
 }
@@ -99,24 +99,28 @@ fn a_changed_part_stales_only_the_keys_it_applies_to() {
     let q4_1 = ["q4_1", "q8_0"];
     let k_quants = ["q4_k", "q6_k"];
     // The K-quant kernels: a Q4_1 target stays fresh, a Q4_K one goes stale.
-    let h = changed("kernels/src/matvec/x86_r16/k.rs");
+    let h = changed("kernels/src/matvec/x86/interleaved_k.rs");
     assert_eq!(key(&h, cpu, &q4_1), key(&base, cpu, &q4_1));
     assert_ne!(key(&h, cpu, &k_quants), key(&base, cpu, &k_quants));
+    // The Q4 / Q8 kernels: the other way round.
+    let h = changed("kernels/src/matvec/x86/interleaved_q4_q8.rs");
+    assert_ne!(key(&h, cpu, &q4_1), key(&base, cpu, &q4_1));
+    assert_eq!(key(&h, cpu, &k_quants), key(&base, cpu, &k_quants));
     // The Q5 kernels: Q4_1 and K-quant targets stay fresh, a Q5_0 one goes
     // stale.
     let q5_0 = ["q5_0", "q8_0"];
-    let h = changed("kernels/src/matvec/x86_r16_q5.rs");
+    let h = changed("kernels/src/matvec/x86/interleaved_q5.rs");
     assert_eq!(key(&h, cpu, &q4_1), key(&base, cpu, &q4_1));
     assert_eq!(key(&h, cpu, &k_quants), key(&base, cpu, &k_quants));
     assert_ne!(key(&h, cpu, &q5_0), key(&base, cpu, &q5_0));
     // The Q2_K / Q3_K kernels and the 16-bit float ones: only targets with
     // those formats go stale.
     let (q3_k, f16) = (["q3_k", "q6_k"], ["f16"]);
-    let h = changed("kernels/src/matvec/x86_k23.rs");
+    let h = changed("kernels/src/matvec/x86/q2k_q3k.rs");
     assert_eq!(key(&h, cpu, &q4_1), key(&base, cpu, &q4_1));
     assert_eq!(key(&h, cpu, &f16), key(&base, cpu, &f16));
     assert_ne!(key(&h, cpu, &q3_k), key(&base, cpu, &q3_k));
-    let h = changed("kernels/src/matvec/x86_f16.rs");
+    let h = changed("kernels/src/matvec/x86/half.rs");
     assert_eq!(key(&h, cpu, &q4_1), key(&base, cpu, &q4_1));
     assert_eq!(key(&h, cpu, &q3_k), key(&base, cpu, &q3_k));
     assert_ne!(key(&h, cpu, &f16), key(&base, cpu, &f16));

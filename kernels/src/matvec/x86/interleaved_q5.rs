@@ -1,10 +1,11 @@
-//! x86_64 kernels for the row-interleaved layout ([`super::r16`]) of Q5_0
+//! x86_64 kernels for the row-interleaved layout ([`crate::matvec::r16`]) of Q5_0
 //! and Q5_1: AVX-512 VNNI (one `zmm` = sixteen rows) and AVX2 (one `ymm` =
 //! eight rows, a group in two halves), the Q4 kernels of
-//! [`super::x86_r16`] with each row's fifth bits added to the widened
+//! [`super::interleaved_q4_q8`] with each row's fifth bits added to the widened
 //! nibbles. The group driver (chunks of activation rows, groups cut by the
-//! row range, GGUF-layout matrices repacked on the way) and the prefetching
-//! are that file's; only the passes live here.
+//! row range, GGUF-layout matrices repacked on the way) is the dispatcher's
+//! ([`super`]), the prefetching [`super::shared`]'s; only the passes live
+//! here.
 //!
 //! Per tile and chunk `s`, the tile's sixteen permuted fifth-bit words
 //! (one register for AVX-512, one per half for AVX2), shifted once by
@@ -19,7 +20,7 @@
 //! Q5_0's weights are `q − 16`: the kernels multiply `q` and take
 //! `16 · Σ qx` (the activation block's exact integer sum,
 //! [`crate::act::QRow::sum`]) off each block's integer sum — the same
-//! integer as [`super::scalar`]'s `Σ (q − 16)·qx`, for one subtraction per
+//! integer as [`crate::matvec::scalar`]'s `Σ (q − 16)·qx`, for one subtraction per
 //! activation row and block instead of two per chunk. Then the chain of
 //! the specification, lane by lane: one conversion, one scale product and
 //! one FMA per block (a second FMA for Q5_1's min).
@@ -35,9 +36,9 @@
 // accumulators) with the same counter.
 #![allow(clippy::needless_range_loop)]
 
-use super::Input;
-use super::r16::{R16Format, q5_shift};
-use super::x86_r16::{Outs, dpwssd_bcast, prefetch_ahead, x_offset};
+use super::shared::{Outs, dpwssd_bcast, prefetch_ahead, x_offset};
+use crate::matvec::Input;
+use crate::matvec::r16::{R16Format, q5_shift};
 use crate::dispatch::KernelFamily;
 use std::arch::x86_64::*;
 
@@ -50,7 +51,7 @@ const fn fmt_of(f: u8) -> R16Format {
 }
 
 /// The bits of a shifted row word that complete the low nibbles (4 and 20)
-/// and the high nibbles kept as `byte & 0xF0` (8 and 24): [`super::r16`].
+/// and the high nibbles kept as `byte & 0xF0` (8 and 24): [`crate::matvec::r16`].
 const LOW_TOPS: i32 = 0x0010_0010;
 const HIGH_TOPS: i32 = 0x0100_0100;
 
@@ -131,7 +132,7 @@ unsafe fn group_avx512<const F: u8, const W: usize>(
 ) {
     let fmt = fmt_of(F);
     let (tb, qo, ho, mo) = (fmt.tile_bytes(), fmt.qs_offset(), fmt.qh_offset(), fmt.min_offset());
-    // As in x86_r16: two accumulator sets for one row (independent
+    // As in interleaved_q4_q8: two accumulator sets for one row (independent
     // `vpdpwssd` chains), and high nibbles in accumulators of their own
     // (as 16·q) for four rows or fewer, shifted down into the same ones
     // for wider passes, short of registers.

@@ -1,16 +1,18 @@
-//! x86_64 kernels for the row-interleaved layout ([`super::r16`]) of Q4_0,
-//! Q4_1 and Q8_0, and the group driver that Q5_0 and Q5_1
-//! ([`super::x86_r16_q5`]) share: AVX-512 VNNI (one `zmm` = sixteen rows, `vpdpwssd` against
-//! a broadcast pair of activation quants) and AVX2 (one `ymm` = eight rows,
-//! `vpmaddwd` + `vpaddd`, a group in two halves).
+//! x86_64 kernels for the row-interleaved layout ([`crate::matvec::r16`])
+//! of Q4_0, Q4_1 and Q8_0: AVX-512 VNNI (one `zmm` = sixteen rows,
+//! `vpdpwssd` against a broadcast pair of activation quants) and AVX2 (one
+//! `ymm` = eight rows, `vpmaddwd` + `vpaddd`, a group in two halves). The
+//! group driver (chunks of activation rows, groups cut by the row range,
+//! GGUF-layout matrices repacked on the way) is the dispatcher's
+//! ([`super`]); the passes live here.
 //!
 //! Per tile (sixteen rows × one block) and activation row: the block's
 //! integer sums of all sixteen rows accumulate in one register (split over
 //! two to four registers for independent dependency chains, summed exactly
 //! afterwards), then one conversion, one scale product and one FMA (two for
 //! Q4_1) apply the block to the sixteen outputs: the serial chain of
-//! [`super::scalar`], lane by lane. Widened weights are shared by all the
-//! activation rows of a pass.
+//! [`crate::matvec::scalar`], lane by lane. Widened weights are shared by
+//! all the activation rows of a pass.
 //!
 //! Nibble formats take the high nibbles as `byte & 0xF0`, i.e. sixteen
 //! times the quant: their products accumulate in registers of their own,
@@ -19,21 +21,15 @@
 //! saves a shift per chunk, which on Intel cores would share port 0 with the
 //! `vpdpwssd`s, at the cost of twice the accumulators; passes of more than
 //! four rows, short of registers, shift the weights instead.
-//!
-//! GGUF-layout matrices of these formats and of the K-quants (the runtime
-//! repacks its weights at load; tests and benchmarks may not) are repacked
-//! one group at a time into per-thread scratch and run through the same
-//! kernels. The K-quants' kernels are in [`k`].
 
 // Register-blocked loops index parallel arrays (activation rows ×
 // accumulators) with the same counter.
 #![allow(clippy::needless_range_loop)]
 
-mod k;
-
-use super::Input;
-use super::r16::{GROUP, R16, R16Format, repack_group};
-use crate::dispatch::{KernelFamily, max_rows_per_pass};
+use super::shared::{Outs, dpwssd_bcast, prefetch_ahead, x_offset};
+use crate::dispatch::KernelFamily;
+use crate::matvec::Input;
+use crate::matvec::r16::{GROUP, R16Format};
 use std::arch::x86_64::*;
 
 /// Format tags of the const-generic kernels.
@@ -49,141 +45,12 @@ const fn fmt_of(f: u8) -> R16Format {
     }
 }
 
-/// How far ahead of the tile being computed the kernels prefetch (into L1):
-/// about nineteen Q4_1 tiles or eleven Q8_0 ones. Alternating
-/// `runtime bench --verify-cost --max-width 4` runs of builds with 2048,
-/// 4096, 6144 and 8192 bytes (and 4096/8192 into L2 only) on the default
-/// model: no prefetch cost about 25% at W = 1; 2048 gave 10.2–10.7 ms per
-/// W = 1 pass and 6144 8.6–9.9 ms (1 thread), the rest in between or
-/// noisier. The host's noise (±10%) is about the size of the differences
-/// between 4096 and 8192.
-const PREFETCH_AHEAD: usize = 6144;
-
-/// Where the outputs of one pass go: `W` pointers to sixteen floats each.
-pub(super) type Outs<const W: usize> = [*mut f32; W];
-
-/// `i16` offset, in a [`crate::act::QPair`] array, of element `e` of block `b`.
-#[inline(always)]
-pub(super) const fn x_offset(b: usize, e: usize) -> usize {
-    (b / 2) * 64 + (e / 16) * 32 + (b % 2) * 16 + e % 16
-}
-
-/// Computes rows `row0 .. row0 + n` (`n = outs.len() / inputs.len()`) of a
-/// row-interleaved matrix for every input: the AVX2 or AVX-512 pass per
-/// group of sixteen rows and chunk of activation rows.
+/// Picks the const-generic instance for (family, format, width).
 ///
 /// # Safety
-/// The CPU supports `family` (an x86 SIMD family); shapes were checked by
-/// the caller: `row0 + n` rows exist, every input has `m.nb` blocks.
-pub(super) unsafe fn matmul_r16(family: KernelFamily, m: &R16, inputs: &[Input], row0: usize, outs: &mut [f32]) {
-    let tb = m.fmt.tile_bytes();
-    let group_bytes = m.nb * tb;
-    let n = outs.len() / inputs.len();
-    let (g0, g1) = (row0 / GROUP, (row0 + n).div_ceil(GROUP));
-    // SAFETY: `g1` groups exist (the matrix has at least row0 + n rows in
-    // `rows.div_ceil(16)` groups), so the end pointer is inside or one past
-    // the data.
-    let end = unsafe { m.data.as_ptr().add(g1 * group_bytes) };
-    for g in g0..g1 {
-        // SAFETY: group g < g1 lies in the data.
-        let tiles = unsafe { m.data.as_ptr().add(g * group_bytes) };
-        // SAFETY: forwarded.
-        unsafe { run_group(family, m.fmt, tiles, m.nb, end, inputs, row0, g, outs) };
-    }
-}
-
-thread_local! {
-    /// One group of a GGUF-layout matrix, repacked.
-    static PACK: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
-}
-
-/// [`matmul_r16`] for a GGUF-layout matrix of `rows` rows at `native`: each
-/// group is repacked into per-thread scratch first.
-///
-/// # Safety
-/// As [`matmul_r16`]; `native` holds `rows` rows of `nb` GGUF blocks of `fmt`.
+/// As [`group_avx2`] / [`group_avx512`]; `fmt` is Q4_0, Q4_1 or Q8_0.
 #[allow(clippy::too_many_arguments)]
-pub(super) unsafe fn matmul_native(
-    family: KernelFamily,
-    fmt: R16Format,
-    native: &[u8],
-    rows: usize,
-    nb: usize,
-    inputs: &[Input],
-    row0: usize,
-    outs: &mut [f32],
-) {
-    let n = outs.len() / inputs.len();
-    let row_bytes = nb * fmt.native_block_bytes();
-    PACK.with_borrow_mut(|pack| {
-        pack.clear();
-        pack.resize(nb * fmt.tile_bytes(), 0);
-        for g in row0 / GROUP..(row0 + n).div_ceil(GROUP) {
-            let live = (rows - g * GROUP).min(GROUP);
-            repack_group(fmt, &native[g * GROUP * row_bytes..], live, nb, pack);
-            let tiles = pack.as_ptr();
-            // SAFETY: forwarded; `pack` holds the group's nb tiles.
-            unsafe { run_group(family, fmt, tiles, nb, tiles.add(pack.len()), inputs, row0, g, outs) };
-        }
-    });
-}
-
-/// Group `g`'s rows that fall in `row0 .. row0 + n`, for every input, in
-/// chunks of the family's widest pass. Whole groups are written in place;
-/// a group cut by the range goes through a buffer.
-///
-/// # Safety
-/// `tiles` points at the group's `nb` tiles of `fmt`; `end` bounds
-/// prefetching; otherwise as [`matmul_r16`].
-#[allow(clippy::too_many_arguments)]
-unsafe fn run_group(
-    family: KernelFamily,
-    fmt: R16Format,
-    tiles: *const u8,
-    nb: usize,
-    end: *const u8,
-    inputs: &[Input],
-    row0: usize,
-    g: usize,
-    outs: &mut [f32],
-) {
-    let n = outs.len() / inputs.len();
-    let (lo, hi) = ((g * GROUP).max(row0), (g * GROUP + GROUP).min(row0 + n));
-    let whole = lo == g * GROUP && hi == g * GROUP + GROUP;
-    let max_w = max_rows_per_pass(family);
-    let mut buf = [[0.0f32; GROUP]; 8];
-    let mut i0 = 0;
-    while i0 < inputs.len() {
-        let w = (inputs.len() - i0).min(max_w);
-        let xs = &inputs[i0..i0 + w];
-        let mut ptrs = [std::ptr::null_mut::<f32>(); 8];
-        for i in 0..w {
-            ptrs[i] = if whole {
-                // SAFETY: output (i0 + i, g*16 - row0 .. + 16) lies in outs.
-                unsafe { outs.as_mut_ptr().add((i0 + i) * n + g * GROUP - row0) }
-            } else {
-                buf[i].as_mut_ptr()
-            };
-        }
-        // SAFETY: forwarded; every pointer has sixteen writable floats.
-        unsafe { run_pass(family, fmt, w, tiles, nb, end, xs, &ptrs) };
-        if !whole {
-            for i in 0..w {
-                let dst = (i0 + i) * n + lo - row0;
-                outs[dst..dst + hi - lo].copy_from_slice(&buf[i][lo - g * GROUP..hi - g * GROUP]);
-            }
-        }
-        i0 += w;
-    }
-}
-
-/// Picks the const-generic instance for (family, format, width); the Q5
-/// formats' are in [`super::x86_r16_q5`], the K-quants' in [`k`].
-///
-/// # Safety
-/// As [`group_avx2`] / [`group_avx512`].
-#[allow(clippy::too_many_arguments)]
-unsafe fn run_pass(
+pub(super) unsafe fn run_pass(
     family: KernelFamily,
     fmt: R16Format,
     w: usize,
@@ -208,17 +75,9 @@ unsafe fn run_pass(
                 R16Format::Q4_0 => widths!($kern, Q4_0, $ws),
                 R16Format::Q4_1 => widths!($kern, Q4_1, $ws),
                 R16Format::Q8_0 => widths!($kern, Q8_0, $ws),
-                R16Format::Q5_0 | R16Format::Q5_1 | R16Format::K(_) => unreachable!("handled above"),
+                R16Format::Q5_0 | R16Format::Q5_1 | R16Format::K(_) => unreachable!("not a Q4 or Q8 format"),
             }
         };
-    }
-    if fmt.has_high_bits() {
-        // SAFETY: forwarded from the caller.
-        return unsafe { super::x86_r16_q5::run_pass(family, fmt, w, tiles, nb, end, xs, o) };
-    }
-    if let R16Format::K(kf) = fmt {
-        // SAFETY: forwarded from the caller (`nb` counts super-blocks).
-        return unsafe { k::run_pass(family, kf, w, tiles, nb, xs, o) };
     }
     const _: () = assert!(
         crate::dispatch::AVX2_MAX_ROWS == 4 && crate::dispatch::AVX512_MAX_ROWS == 8,
@@ -229,45 +88,6 @@ unsafe fn run_pass(
         KernelFamily::Avx512Vnni => formats!(group_avx512, [1, 2, 3, 4, 5, 6, 7, 8]),
         KernelFamily::Scalar => unreachable!("scalar has no SIMD pass"),
     }
-}
-
-/// Prefetches the lines of the tile `PREFETCH_AHEAD` bytes past `t`, if it
-/// lies before `end`.
-#[inline(always)]
-pub(super) fn prefetch_ahead(t: *const u8, tb: usize, end: *const u8) {
-    let ahead = t.wrapping_add(PREFETCH_AHEAD);
-    let mut off = 0;
-    while off < tb {
-        let p = ahead.wrapping_add(off);
-        if p >= end {
-            return;
-        }
-        // SAFETY: a prefetch has no architectural effect and cannot fault;
-        // the address lies inside the matrix (below `end`).
-        unsafe { _mm_prefetch::<_MM_HINT_T0>(p.cast()) };
-        off += 64;
-    }
-}
-
-/// `vpdpwssd acc, w, [x]{1to16}`: every 32-bit lane of `acc` gains
-/// `w[2j]·x[0] + w[2j+1]·x[1]`.
-///
-/// # Safety
-/// AVX-512 VNNI; `x` points at two readable `i16`.
-#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-#[inline]
-pub(super) unsafe fn dpwssd_bcast(mut acc: __m512i, w: __m512i, x: *const i16) -> __m512i {
-    // SAFETY: the caller guarantees the four bytes at x.
-    unsafe {
-        std::arch::asm!(
-            "vpdpwssd {acc}, {w}, dword ptr [{x}]{{1to16}}",
-            acc = inout(zmm_reg) acc,
-            w = in(zmm_reg) w,
-            x = in(reg) x,
-            options(pure, readonly, nostack, preserves_flags),
-        );
-    }
-    acc
 }
 
 /// Sixteen outputs (one group) × `W` activation rows, AVX-512 VNNI.

@@ -1,7 +1,7 @@
 //! x86_64 kernels for the row-interleaved K-quants ([`crate::matvec::r16::k`]):
 //! AVX-512 VNNI (one `zmm` = sixteen rows, `vpdpwssd` against a broadcast
 //! pair of activation quants) and AVX2 (one `ymm` = eight rows, a group in
-//! two halves), as [`super`] does for Q4_0 / Q4_1 / Q8_0.
+//! two halves), as [`super::interleaved_q4_q8`] does for Q4_0 / Q4_1 / Q8_0.
 //!
 //! A chunk's low nibbles are one sub-block's elements and its high nibbles
 //! another's (the layout's docs), so every activation row keeps two integer
@@ -35,7 +35,7 @@
 // accumulators) with the same counter.
 #![allow(clippy::needless_range_loop)]
 
-use super::{Outs, x_offset};
+use super::shared::{Outs, x_offset};
 use crate::dispatch::KernelFamily;
 use crate::matvec::Input;
 use crate::matvec::r16::k::KFormat;

@@ -1,5 +1,5 @@
 //! x86_64 kernels for F16 and BF16 weights against the f32 activation:
-//! [`super::scalar::dot_f16`] with one 256-bit register holding its eight
+//! [`crate::matvec::scalar::dot_f16`] with one 256-bit register holding its eight
 //! lanes per activation row.
 //!
 //! A step loads eight weights of one row and widens them once (`vcvtph2ps`
@@ -16,9 +16,9 @@
 // counter.
 #![allow(clippy::needless_range_loop)]
 
-use super::Input;
-use super::scalar::{bf16_to_f32, f16_to_f32};
-use super::x86::reduce8_ymm;
+use super::shared::reduce8_ymm;
+use crate::matvec::Input;
+use crate::matvec::scalar::{bf16_to_f32, f16_to_f32};
 use crate::dispatch::{AVX2_MAX_ROWS, AVX512_MAX_ROWS, KernelFamily};
 use std::arch::x86_64::*;
 

@@ -1,6 +1,6 @@
 //! x86_64 SIMD mat-vec kernels for Q2_K and Q3_K: AVX2 and AVX-512 VNNI,
 //! register-blocked over `W` activation rows and `R` weight rows on
-//! [`super::x86`]'s tiles, following [`super::scalar`]'s 16-element
+//! [`super::shared`]'s tiles, following [`crate::matvec::scalar`]'s 16-element
 //! sub-block specification lane for lane.
 //!
 //! A half super-block (128 elements) decodes at byte level into four
@@ -12,7 +12,7 @@
 //! exact: |sc·q| ≤ 128), so the integer lanes carry the scales and the
 //! float factor per activation block is `d·dx`, as for Q6_K. Those lanes
 //! reach 2^24 and convert with `vcvtdq2ps` (the `Q8_0` instance of
-//! [`super::x86::dot_pair`]).
+//! [`super::shared::dot_pair`]).
 //!
 //! Q2_K's mins are a second set of integer lanes: each 16-element half's
 //! 4-bit min, broadcast to its sixteen 16-bit lanes, against the same
@@ -24,8 +24,8 @@
 // activation rows) with the same counter; iterator chains would hide that.
 #![allow(clippy::needless_range_loop)]
 
-use super::Input;
-use super::x86::{Acts, Q2K, Q4_1, Q8_0, Tile, dot_pair, prefetch_rows, reduce8_ymm, reduce16_zmm};
+use crate::matvec::Input;
+use super::shared::{Acts, Q2K, Q4_1, Q8_0, Tile, dot_pair, prefetch_rows, reduce8_ymm, reduce16_zmm};
 use crate::quant::{QK, QK_K};
 use std::arch::x86_64::*;
 
