@@ -300,7 +300,7 @@ impl CudaModel {
     ) -> Result<Vec<f32>, CudaError> {
         let dev = &*self.dev;
         let n = tokens.len();
-        let (d, qd, kvd, hd, f) = (c.dim, c.q_dim(), c.kv_dim(), c.head_dim, c.ffn_dim);
+        let (d, hd) = (c.dim, c.head_dim);
         let half = hd / 2;
         let ctx = start + n;
         kv.reserve(c, ctx)?;
@@ -324,75 +324,13 @@ impl CudaModel {
         }
         dev.upload_into(&cos, &mut s.cos.slice_mut(0..n * half))?;
         dev.upload_into(&sin, &mut s.sin.slice_mut(0..n * half))?;
-        let adjacent = c.rope_pairing == RopePairing::Adjacent;
 
         dev.embed(&self.embed, &s.tokens.slice(0..n), n, &mut s.x.slice_mut(0..n * d))?;
 
+        let rows = Rows { n, start, adjacent: c.rope_pairing == RopePairing::Adjacent };
         for (li, lw) in self.layers.iter().enumerate() {
-            // Attention.
-            dev.rmsnorm(
-                &s.x.slice(0..n * d),
-                &lw.attn_norm.slice(0..d),
-                &mut s.xn.slice_mut(0..n * d),
-                n,
-                d,
-                c.rms_eps,
-            )?;
-            quantize_for(dev, s, n, d, [&lw.wq, &lw.wk, &lw.wv], Src::Xn)?;
-            {
-                let qv = quant_view!(s, n, d);
-                let xn = s.xn.slice(0..n * d);
-                dev.matmul(&lw.wq, n, &xn, Some(&qv), &mut s.q.slice_mut(0..n * qd))?;
-                dev.matmul(&lw.wk, n, &xn, Some(&qv), &mut s.k.slice_mut(0..n * kvd))?;
-                dev.matmul(&lw.wv, n, &xn, Some(&qv), &mut s.v.slice_mut(0..n * kvd))?;
-            }
-            let (cs, sn) = (s.cos.slice(0..n * half), s.sin.slice(0..n * half));
-            dev.rope(&mut s.q.slice_mut(0..n * qd), &cs, &sn, n, c.n_heads, hd, adjacent)?;
-            dev.rope(&mut s.k.slice_mut(0..n * kvd), &cs, &sn, n, c.n_kv_heads, hd, adjacent)?;
-            dev.copy(&s.k.slice(0..n * kvd), &mut kv.k[li].slice_mut(start * kvd..ctx * kvd))?;
-            dev.copy(&s.v.slice(0..n * kvd), &mut kv.v[li].slice_mut(start * kvd..ctx * kvd))?;
-            dev.attention(
-                &s.q.slice(0..n * qd),
-                &kv.k[li].slice(0..ctx * kvd),
-                &kv.v[li].slice(0..ctx * kvd),
-                &mut s.att.slice_mut(0..n * qd),
-                &mut s.scores.slice_mut(0..n * c.n_heads * ctx),
-                n,
-                start,
-                c.n_heads,
-                c.n_kv_heads,
-                hd,
-            )?;
-            quantize_for(dev, s, n, qd, [&lw.wo, &lw.wo, &lw.wo], Src::Att)?;
-            {
-                let qv = quant_view!(s, n, qd);
-                dev.matmul(&lw.wo, n, &s.att.slice(0..n * qd), Some(&qv), &mut s.proj.slice_mut(0..n * d))?;
-            }
-            dev.add(&mut s.x.slice_mut(0..n * d), &s.proj.slice(0..n * d), n * d)?;
-
-            // Feed-forward (SwiGLU).
-            dev.rmsnorm(
-                &s.x.slice(0..n * d),
-                &lw.ffn_norm.slice(0..d),
-                &mut s.xn.slice_mut(0..n * d),
-                n,
-                d,
-                c.rms_eps,
-            )?;
-            quantize_for(dev, s, n, d, [&lw.w_gate, &lw.w_up, &lw.w_up], Src::Xn)?;
-            {
-                let qv = quant_view!(s, n, d);
-                let xn = s.xn.slice(0..n * d);
-                dev.matmul(&lw.w_gate, n, &xn, Some(&qv), &mut s.gate.slice_mut(0..n * f))?;
-                dev.matmul(&lw.w_up, n, &xn, Some(&qv), &mut s.up.slice_mut(0..n * f))?;
-            }
-            dev.swiglu(&mut s.gate.slice_mut(0..n * f), &s.up.slice(0..n * f), n * f)?;
-            quantize_for(dev, s, n, f, [&lw.w_down, &lw.w_down, &lw.w_down], Src::Gate)?;
-            {
-                let qv = quant_view!(s, n, f);
-                dev.matmul(&lw.w_down, n, &s.gate.slice(0..n * f), Some(&qv), &mut s.proj.slice_mut(0..n * d))?;
-            }
-            dev.add(&mut s.x.slice_mut(0..n * d), &s.proj.slice(0..n * d), n * d)?;
+            Self::attention(dev, c, lw, &rows, s, &mut kv.k[li], &mut kv.v[li])?;
+            Self::feed_forward(dev, c, lw, n, s)?;
         }
         kv.len = ctx;
 
@@ -418,6 +356,84 @@ impl CudaModel {
         }
         dev.download(&s.logits.slice(0..m * c.vocab))
     }
+
+    /// One layer's attention block on the device: norm, Q/K/V, RoPE, the
+    /// rows' keys and values into the cache (`k`, `v`), attention, the
+    /// output projection, added to the residual stream.
+    fn attention(
+        dev: &CudaDevice,
+        c: &LlamaConfig,
+        lw: &DevLayer,
+        rows: &Rows,
+        s: &mut Scratch,
+        k: &mut cudarc::driver::CudaSlice<f32>,
+        v: &mut cudarc::driver::CudaSlice<f32>,
+    ) -> Result<(), CudaError> {
+        let (n, start) = (rows.n, rows.start);
+        let (d, qd, kvd, hd) = (c.dim, c.q_dim(), c.kv_dim(), c.head_dim);
+        let (half, ctx) = (hd / 2, start + n);
+        dev.rmsnorm(&s.x.slice(0..n * d), &lw.attn_norm.slice(0..d), &mut s.xn.slice_mut(0..n * d), n, d, c.rms_eps)?;
+        quantize_for(dev, s, n, d, [&lw.wq, &lw.wk, &lw.wv], Src::Xn)?;
+        {
+            let qv = quant_view!(s, n, d);
+            let xn = s.xn.slice(0..n * d);
+            dev.matmul(&lw.wq, n, &xn, Some(&qv), &mut s.q.slice_mut(0..n * qd))?;
+            dev.matmul(&lw.wk, n, &xn, Some(&qv), &mut s.k.slice_mut(0..n * kvd))?;
+            dev.matmul(&lw.wv, n, &xn, Some(&qv), &mut s.v.slice_mut(0..n * kvd))?;
+        }
+        let (cs, sn) = (s.cos.slice(0..n * half), s.sin.slice(0..n * half));
+        dev.rope(&mut s.q.slice_mut(0..n * qd), &cs, &sn, n, c.n_heads, hd, rows.adjacent)?;
+        dev.rope(&mut s.k.slice_mut(0..n * kvd), &cs, &sn, n, c.n_kv_heads, hd, rows.adjacent)?;
+        dev.copy(&s.k.slice(0..n * kvd), &mut k.slice_mut(start * kvd..ctx * kvd))?;
+        dev.copy(&s.v.slice(0..n * kvd), &mut v.slice_mut(start * kvd..ctx * kvd))?;
+        dev.attention(
+            &s.q.slice(0..n * qd),
+            &k.slice(0..ctx * kvd),
+            &v.slice(0..ctx * kvd),
+            &mut s.att.slice_mut(0..n * qd),
+            &mut s.scores.slice_mut(0..n * c.n_heads * ctx),
+            n,
+            start,
+            c.n_heads,
+            c.n_kv_heads,
+            hd,
+        )?;
+        quantize_for(dev, s, n, qd, [&lw.wo, &lw.wo, &lw.wo], Src::Att)?;
+        {
+            let qv = quant_view!(s, n, qd);
+            dev.matmul(&lw.wo, n, &s.att.slice(0..n * qd), Some(&qv), &mut s.proj.slice_mut(0..n * d))?;
+        }
+        dev.add(&mut s.x.slice_mut(0..n * d), &s.proj.slice(0..n * d), n * d)
+    }
+
+    /// One layer's feed-forward block (SwiGLU) on the device, added to the
+    /// residual stream.
+    fn feed_forward(dev: &CudaDevice, c: &LlamaConfig, lw: &DevLayer, n: usize, s: &mut Scratch) -> Result<(), CudaError> {
+        let (d, f) = (c.dim, c.ffn_dim);
+        dev.rmsnorm(&s.x.slice(0..n * d), &lw.ffn_norm.slice(0..d), &mut s.xn.slice_mut(0..n * d), n, d, c.rms_eps)?;
+        quantize_for(dev, s, n, d, [&lw.w_gate, &lw.w_up, &lw.w_up], Src::Xn)?;
+        {
+            let qv = quant_view!(s, n, d);
+            let xn = s.xn.slice(0..n * d);
+            dev.matmul(&lw.w_gate, n, &xn, Some(&qv), &mut s.gate.slice_mut(0..n * f))?;
+            dev.matmul(&lw.w_up, n, &xn, Some(&qv), &mut s.up.slice_mut(0..n * f))?;
+        }
+        dev.swiglu(&mut s.gate.slice_mut(0..n * f), &s.up.slice(0..n * f), n * f)?;
+        quantize_for(dev, s, n, f, [&lw.w_down, &lw.w_down, &lw.w_down], Src::Gate)?;
+        {
+            let qv = quant_view!(s, n, f);
+            dev.matmul(&lw.w_down, n, &s.gate.slice(0..n * f), Some(&qv), &mut s.proj.slice_mut(0..n * d))?;
+        }
+        dev.add(&mut s.x.slice_mut(0..n * d), &s.proj.slice(0..n * d), n * d)
+    }
+}
+
+/// The rows of one device pass: `n` of them at positions `start..`, and
+/// how RoPE pairs a head's elements.
+struct Rows {
+    n: usize,
+    start: usize,
+    adjacent: bool,
 }
 
 /// Which scratch buffer a quantization reads.

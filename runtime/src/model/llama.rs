@@ -15,7 +15,7 @@
 //! split over output rows and heads, never over a reduction.
 
 use super::config::{Ffn, LlamaConfig, RopeScaling};
-use super::weights::{LlamaWeights, WeightMatrix};
+use super::weights::{LayerWeights, LlamaWeights, WeightMatrix};
 pub use super::{ForwardError, LogitRows};
 use crate::pool::{self, Pool};
 use kernels::act::{ActRow, QRow};
@@ -509,164 +509,189 @@ impl Model {
             session.n_pos = start + n;
             return Ok(logits);
         }
-        let (d, qd, kvd, hd) = (c.dim, c.q_dim(), c.kv_dim(), c.head_dim);
-        let w = &self.weights;
         let pool = pool::current();
         let pool = &*pool;
+        let mut x = self.embed(tokens);
+        let rope = RopeTables::new(c, start, n);
+        let mut buf = PassBuffers::new(c, n);
+        for (li, lw) in self.weights.layers.iter().enumerate() {
+            let layer = PassLayer { li, lw, local: c.block.is_local(li), start, n };
+            self.attention(family, pool, &layer, &rope, session, &mut x, &mut buf);
+            self.feed_forward(family, pool, lw, &mut x, &mut buf);
+        }
+        session.n_pos = start + n;
+        Ok(self.logits(family, pool, &x, which, &mut buf.xq))
+    }
 
-        // (n, dim) residual stream.
-        let mut x = vec![0.0f32; n * d];
+    /// The residual stream's first value: each token's embedding row (scaled
+    /// where the architecture scales it), `(n, dim)`.
+    fn embed(&self, tokens: &[u32]) -> Vec<f32> {
+        let d = self.config.dim;
+        let mut x = vec![0.0f32; tokens.len() * d];
         for (row, &t) in x.chunks_exact_mut(d).zip(tokens) {
-            w.embed.row_f32(t as usize, row);
-            if let Some(scale) = c.block.embed_scale {
+            self.weights.embed.row_f32(t as usize, row);
+            if let Some(scale) = self.config.block.embed_scale {
                 row.iter_mut().for_each(|v| *v *= scale);
             }
         }
-        // Rotation of each row's position, shared by every layer and head
-        // of one kind (global layers, and local ones with their own base).
-        let half = hd / 2;
-        let angles = |base: f32| {
-            let mut cos = vec![0.0f32; n * half];
-            let mut sin = vec![0.0f32; n * half];
-            for i in 0..n {
-                rope_angles(c, start + i, base, &mut cos[i * half..][..half], &mut sin[i * half..][..half]);
-            }
-            (cos, sin)
-        };
-        let global_angles = angles(c.rope_base);
-        let local_angles = c.block.sliding.and_then(|sl| sl.rope_base).map(angles);
+        x
+    }
 
-        let mut xn = vec![0.0f32; n * d];
-        let mut xq: Vec<ActRow> = Vec::new();
-        let mut q = vec![0.0f32; n * qd];
-        let mut k = vec![0.0f32; n * kvd];
-        let mut v = vec![0.0f32; n * kvd];
-        let mut att = vec![0.0f32; n * qd];
-        let mut proj = vec![0.0f32; n * d];
-        let mut gate = vec![0.0f32; n * c.ffn_dim];
-        let group = c.n_heads / c.n_kv_heads;
-        let mut head_tmp = vec![0.0f32; hd];
-
-        for (li, lw) in w.layers.iter().enumerate() {
-            let local = c.block.is_local(li);
-            let (cos, sin) = match (&local_angles, local) {
-                (Some(a), true) => a,
-                _ => &global_angles,
-            };
-            let window = if local { c.block.sliding.map(|sl| sl.window) } else { None };
-            // Attention.
-            for (xr, or) in x.chunks_exact(d).zip(xn.chunks_exact_mut(d)) {
-                ops::rmsnorm(family, xr, &lw.attn_norm, c.rms_eps, or);
-            }
-            // A group of matrices reading one input may mix formats (Gemma
-            // files: Q5_0 queries, Q8_0 values); f32 ones ignore the quants.
-            let quantized = [&lw.wq, &lw.wk, &lw.wv].iter().any(|m| m.matrix().wants_quantized_input());
-            if quantized {
-                quantize_rows(pool, &xn, d, &mut xq);
-            }
-            let ins = inputs(&xn, d, &xq, quantized);
-            par_matmul(
-                pool,
-                family,
-                &mut [(&lw.wq, q.as_mut_slice()), (&lw.wk, k.as_mut_slice()), (&lw.wv, v.as_mut_slice())],
-                &ins,
-            );
-            add_bias(lw.extra.q_bias.as_deref(), &mut q);
-            add_bias(lw.extra.k_bias.as_deref(), &mut k);
-            add_bias(lw.extra.v_bias.as_deref(), &mut v);
-            for (norm, t) in [(&lw.extra.q_norm, &mut q), (&lw.extra.k_norm, &mut k)] {
-                if let Some(nw) = norm {
-                    for head in t.chunks_exact_mut(hd) {
-                        ops::rmsnorm(family, head, nw, c.rms_eps, &mut head_tmp);
-                        head.copy_from_slice(&head_tmp);
-                    }
+    /// One layer's attention block: norm, the Q/K/V projections (biases,
+    /// per-head norms, RoPE), the rows' keys and values into the cache,
+    /// attention, the output projection, added to the residual stream.
+    #[allow(clippy::too_many_arguments)]
+    fn attention(
+        &self,
+        family: KernelFamily,
+        pool: &Pool,
+        layer: &PassLayer,
+        rope: &RopeTables,
+        session: &mut Session,
+        x: &mut [f32],
+        buf: &mut PassBuffers,
+    ) {
+        let c = &self.config;
+        let (d, qd, kvd, hd) = (c.dim, c.q_dim(), c.kv_dim(), c.head_dim);
+        let (lw, start, n) = (layer.lw, layer.start, layer.n);
+        let PassBuffers { xn, xq, q, k, v, att, proj, head_tmp, .. } = buf;
+        for (xr, or) in x.chunks_exact(d).zip(xn.chunks_exact_mut(d)) {
+            ops::rmsnorm(family, xr, &lw.attn_norm, c.rms_eps, or);
+        }
+        // A group of matrices reading one input may mix formats (Gemma
+        // files: Q5_0 queries, Q8_0 values); f32 ones ignore the quants.
+        let quantized = [&lw.wq, &lw.wk, &lw.wv].iter().any(|m| m.matrix().wants_quantized_input());
+        if quantized {
+            quantize_rows(pool, xn, d, xq);
+        }
+        let ins = inputs(xn, d, xq, quantized);
+        par_matmul(
+            pool,
+            family,
+            &mut [(&lw.wq, q.as_mut_slice()), (&lw.wk, k.as_mut_slice()), (&lw.wv, v.as_mut_slice())],
+            &ins,
+        );
+        add_bias(lw.extra.q_bias.as_deref(), q);
+        add_bias(lw.extra.k_bias.as_deref(), k);
+        add_bias(lw.extra.v_bias.as_deref(), v);
+        for (norm, t) in [(&lw.extra.q_norm, &mut *q), (&lw.extra.k_norm, &mut *k)] {
+            if let Some(nw) = norm {
+                for head in t.chunks_exact_mut(hd) {
+                    ops::rmsnorm(family, head, nw, c.rms_eps, head_tmp);
+                    head.copy_from_slice(head_tmp);
                 }
-            }
-            for i in 0..n {
-                let (cs, sn) = (&cos[i * half..][..half], &sin[i * half..][..half]);
-                ops::rope(&mut q[i * qd..(i + 1) * qd], hd, c.rope_pairing, cs, sn);
-                ops::rope(&mut k[i * kvd..(i + 1) * kvd], hd, c.rope_pairing, cs, sn);
-            }
-            let keys = &mut session.k[li];
-            keys.resize(attn::key_cache_len(kvd, start + n), F16::default());
-            for (i, row) in k.chunks_exact(kvd).enumerate() {
-                for (col, &x) in row.iter().enumerate() {
-                    keys[attn::key_index(kvd, start + i, col)] = F16::from_f32(x);
-                }
-            }
-            session.v[li].extend(v.iter().map(|&x| F16::from_f32(x)));
-            let layer = KvLayer { keys: &session.k[li], values: &session.v[li], kvd, n_pos: start + n };
-            // The pairs (row, query head) of the pass, in order of (block of
-            // up to ATTEND_ROWS rows, KV head, row, head): row i sees
-            // positions 0..=start+i (on a local layer, the last `window` of
-            // them). A chunk is a contiguous run of that list, attended in
-            // one call per (block, KV head) it touches, so each call reads
-            // a key tile and value row once for all its pairs. Every pair's
-            // result is a function of its query, its range and the cache
-            // alone (`kernels::attn`), so how pairs are grouped, which
-            // depends on the thread count, cannot change it.
-            let plan = AttendPlan::new(n, c.n_kv_heads, group, pool.threads());
-            let att_out = Out(att.as_mut_ptr());
-            pool.for_each(plan.chunks(), &|j| {
-                ATTEND_SCRATCH.with_borrow_mut(|sc| {
-                    for call in plan.calls(j) {
-                        sc.qs.clear();
-                        sc.ranges.clear();
-                        for (i, h) in call.pairs() {
-                            sc.qs.extend_from_slice(&q[i * qd + h * hd..][..hd]);
-                            let end = start + i + 1;
-                            sc.ranges.push((window.map_or(0, |w| end.saturating_sub(w)), end));
-                        }
-                        let outs = grown(&mut sc.outs, sc.ranges.len() * hd);
-                        attn::attend(family, layer, call.kv_head, hd, &sc.qs, &sc.ranges, &mut sc.scores, outs);
-                        for (r, (i, h)) in call.pairs().enumerate() {
-                            // SAFETY: head h of row i owns att[i * qd + h * hd ..][..hd],
-                            // and the pair (i, h) belongs to this chunk alone
-                            // (chunks are disjoint runs of the pair list).
-                            let out = unsafe { std::slice::from_raw_parts_mut(att_out.ptr().add(i * qd + h * hd), hd) };
-                            out.copy_from_slice(&outs[r * hd..(r + 1) * hd]);
-                        }
-                    }
-                })
-            });
-            let quantized = lw.wo.matrix().wants_quantized_input();
-            if quantized {
-                quantize_rows(pool, &att, qd, &mut xq);
-            }
-            par_matmul(pool, family, &mut [(&lw.wo, proj.as_mut_slice())], &inputs(&att, qd, &xq, quantized));
-            post_norm(family, lw.extra.post_attn.as_deref(), c.rms_eps, &mut proj, &mut xn);
-            for (a, b) in x.iter_mut().zip(&proj) {
-                *a += b;
-            }
-
-            // Feed-forward (SwiGLU, or GeGLU).
-            for (xr, or) in x.chunks_exact(d).zip(xn.chunks_exact_mut(d)) {
-                ops::rmsnorm(family, xr, &lw.ffn_norm, c.rms_eps, or);
-            }
-            let quantized = [&lw.w_gate, &lw.w_up].iter().any(|m| m.matrix().wants_quantized_input());
-            if quantized {
-                quantize_rows(pool, &xn, d, &mut xq);
-            }
-            let ins = inputs(&xn, d, &xq, quantized);
-            par_glu(pool, family, c.block.ffn, &lw.w_gate, &lw.w_up, &ins, &mut gate);
-            let quantized = lw.w_down.matrix().wants_quantized_input();
-            if quantized {
-                quantize_rows(pool, &gate, c.ffn_dim, &mut xq);
-            }
-            par_matmul(
-                pool,
-                family,
-                &mut [(&lw.w_down, proj.as_mut_slice())],
-                &inputs(&gate, c.ffn_dim, &xq, quantized),
-            );
-            post_norm(family, lw.extra.post_ffn.as_deref(), c.rms_eps, &mut proj, &mut xn);
-            for (a, b) in x.iter_mut().zip(&proj) {
-                *a += b;
             }
         }
-        session.n_pos = start + n;
+        let (cos, sin) = rope.for_layer(layer.local);
+        let half = hd / 2;
+        for i in 0..n {
+            let (cs, sn) = (&cos[i * half..][..half], &sin[i * half..][..half]);
+            ops::rope(&mut q[i * qd..(i + 1) * qd], hd, c.rope_pairing, cs, sn);
+            ops::rope(&mut k[i * kvd..(i + 1) * kvd], hd, c.rope_pairing, cs, sn);
+        }
+        let li = layer.li;
+        let keys = &mut session.k[li];
+        keys.resize(attn::key_cache_len(kvd, start + n), F16::default());
+        for (i, row) in k.chunks_exact(kvd).enumerate() {
+            for (col, &x) in row.iter().enumerate() {
+                keys[attn::key_index(kvd, start + i, col)] = F16::from_f32(x);
+            }
+        }
+        session.v[li].extend(v.iter().map(|&x| F16::from_f32(x)));
+        let cache = KvLayer { keys: &session.k[li], values: &session.v[li], kvd, n_pos: start + n };
+        let window = if layer.local { c.block.sliding.map(|sl| sl.window) } else { None };
+        self.attend(family, pool, cache, start, n, window, q, att);
+        let quantized = lw.wo.matrix().wants_quantized_input();
+        if quantized {
+            quantize_rows(pool, att, qd, xq);
+        }
+        par_matmul(pool, family, &mut [(&lw.wo, proj.as_mut_slice())], &inputs(att, qd, xq, quantized));
+        post_norm(family, lw.extra.post_attn.as_deref(), c.rms_eps, proj, xn);
+        for (a, b) in x.iter_mut().zip(proj.iter()) {
+            *a += b;
+        }
+    }
 
-        // Final norm and head on the rows that need logits.
+    /// Attention of the pass's `n` rows (queries `q`, `(n, q_dim)`) over
+    /// `cache` into `att`. The pairs (row, query head) of the pass, in order
+    /// of (block of up to ATTEND_ROWS rows, KV head, row, head): row i sees
+    /// positions 0..=start+i (on a local layer, the last `window` of them).
+    /// A chunk is a contiguous run of that list, attended in one call per
+    /// (block, KV head) it touches, so each call reads a key tile and value
+    /// row once for all its pairs. Every pair's result is a function of its
+    /// query, its range and the cache alone (`kernels::attn`), so how pairs
+    /// are grouped, which depends on the thread count, cannot change it.
+    #[allow(clippy::too_many_arguments)]
+    fn attend(
+        &self,
+        family: KernelFamily,
+        pool: &Pool,
+        cache: KvLayer,
+        start: usize,
+        n: usize,
+        window: Option<usize>,
+        q: &[f32],
+        att: &mut [f32],
+    ) {
+        let c = &self.config;
+        let (qd, hd) = (c.q_dim(), c.head_dim);
+        let plan = AttendPlan::new(n, c.n_kv_heads, c.n_heads / c.n_kv_heads, pool.threads());
+        let att_out = Out(att.as_mut_ptr());
+        pool.for_each(plan.chunks(), &|j| {
+            ATTEND_SCRATCH.with_borrow_mut(|sc| {
+                for call in plan.calls(j) {
+                    sc.qs.clear();
+                    sc.ranges.clear();
+                    for (i, h) in call.pairs() {
+                        sc.qs.extend_from_slice(&q[i * qd + h * hd..][..hd]);
+                        let end = start + i + 1;
+                        sc.ranges.push((window.map_or(0, |w| end.saturating_sub(w)), end));
+                    }
+                    let outs = grown(&mut sc.outs, sc.ranges.len() * hd);
+                    attn::attend(family, cache, call.kv_head, hd, &sc.qs, &sc.ranges, &mut sc.scores, outs);
+                    for (r, (i, h)) in call.pairs().enumerate() {
+                        // SAFETY: head h of row i owns att[i * qd + h * hd ..][..hd],
+                        // and the pair (i, h) belongs to this chunk alone
+                        // (chunks are disjoint runs of the pair list).
+                        let out = unsafe { std::slice::from_raw_parts_mut(att_out.ptr().add(i * qd + h * hd), hd) };
+                        out.copy_from_slice(&outs[r * hd..(r + 1) * hd]);
+                    }
+                }
+            })
+        });
+    }
+
+    /// One layer's feed-forward block (SwiGLU, or GeGLU): norm, gate and up,
+    /// down, added to the residual stream.
+    fn feed_forward(&self, family: KernelFamily, pool: &Pool, lw: &LayerWeights, x: &mut [f32], buf: &mut PassBuffers) {
+        let c = &self.config;
+        let d = c.dim;
+        let PassBuffers { xn, xq, proj, gate, .. } = buf;
+        for (xr, or) in x.chunks_exact(d).zip(xn.chunks_exact_mut(d)) {
+            ops::rmsnorm(family, xr, &lw.ffn_norm, c.rms_eps, or);
+        }
+        let quantized = [&lw.w_gate, &lw.w_up].iter().any(|m| m.matrix().wants_quantized_input());
+        if quantized {
+            quantize_rows(pool, xn, d, xq);
+        }
+        let ins = inputs(xn, d, xq, quantized);
+        par_glu(pool, family, c.block.ffn, &lw.w_gate, &lw.w_up, &ins, gate);
+        let quantized = lw.w_down.matrix().wants_quantized_input();
+        if quantized {
+            quantize_rows(pool, gate, c.ffn_dim, xq);
+        }
+        par_matmul(pool, family, &mut [(&lw.w_down, proj.as_mut_slice())], &inputs(gate, c.ffn_dim, xq, quantized));
+        post_norm(family, lw.extra.post_ffn.as_deref(), c.rms_eps, proj, xn);
+        for (a, b) in x.iter_mut().zip(proj.iter()) {
+            *a += b;
+        }
+    }
+
+    /// Final norm and head on the rows `which` names of the residual stream.
+    fn logits(&self, family: KernelFamily, pool: &Pool, x: &[f32], which: LogitRows, xq: &mut Vec<ActRow>) -> Vec<f32> {
+        let (c, w) = (&self.config, &self.weights);
+        let d = c.dim;
+        let n = x.len() / d;
         let first = match which {
             LogitRows::Last => n - 1,
             LogitRows::All => 0,
@@ -680,10 +705,86 @@ impl Model {
         let head = w.head();
         let quantized = head.matrix().wants_quantized_input();
         if quantized {
-            quantize_rows(pool, &xf, d, &mut xq);
+            quantize_rows(pool, &xf, d, xq);
         }
         let mut logits = vec![0.0f32; m * c.vocab];
-        par_matmul(pool, family, &mut [(head, logits.as_mut_slice())], &inputs(&xf, d, &xq, quantized));
-        Ok(logits)
+        par_matmul(pool, family, &mut [(head, logits.as_mut_slice())], &inputs(&xf, d, xq, quantized));
+        logits
+    }
+}
+
+/// Where one layer of a CPU pass is: its index and weights, whether it is a
+/// local (sliding-window) layer, and the pass's rows `start..start + n`.
+struct PassLayer<'a> {
+    li: usize,
+    lw: &'a LayerWeights,
+    local: bool,
+    start: usize,
+    n: usize,
+}
+
+/// The buffers of one CPU pass of `n` rows, reused by every layer.
+struct PassBuffers {
+    /// A normed copy of the residual stream, `(n, dim)`.
+    xn: Vec<f32>,
+    /// The quantized rows of the current matrices' input.
+    xq: Vec<ActRow>,
+    q: Vec<f32>,
+    k: Vec<f32>,
+    v: Vec<f32>,
+    /// Attention's output, `(n, q_dim)`.
+    att: Vec<f32>,
+    /// A block's output projection, `(n, dim)`.
+    proj: Vec<f32>,
+    /// The gated feed-forward activation, `(n, ffn_dim)`.
+    gate: Vec<f32>,
+    head_tmp: Vec<f32>,
+}
+
+impl PassBuffers {
+    fn new(c: &LlamaConfig, n: usize) -> Self {
+        let (d, qd, kvd) = (c.dim, c.q_dim(), c.kv_dim());
+        PassBuffers {
+            xn: vec![0.0; n * d],
+            xq: Vec::new(),
+            q: vec![0.0; n * qd],
+            k: vec![0.0; n * kvd],
+            v: vec![0.0; n * kvd],
+            att: vec![0.0; n * qd],
+            proj: vec![0.0; n * d],
+            gate: vec![0.0; n * c.ffn_dim],
+            head_tmp: vec![0.0; c.head_dim],
+        }
+    }
+}
+
+/// The rotation of each row's position, shared by every layer and head of
+/// one kind: global layers, and local ones where they have their own base.
+struct RopeTables {
+    global: (Vec<f32>, Vec<f32>),
+    local: Option<(Vec<f32>, Vec<f32>)>,
+}
+
+impl RopeTables {
+    fn new(c: &LlamaConfig, start: usize, n: usize) -> Self {
+        let half = c.head_dim / 2;
+        let angles = |base: f32| {
+            let mut cos = vec![0.0f32; n * half];
+            let mut sin = vec![0.0f32; n * half];
+            for i in 0..n {
+                rope_angles(c, start + i, base, &mut cos[i * half..][..half], &mut sin[i * half..][..half]);
+            }
+            (cos, sin)
+        };
+        RopeTables { global: angles(c.rope_base), local: c.block.sliding.and_then(|sl| sl.rope_base).map(angles) }
+    }
+
+    /// `(cos, sin)`, `(n, head_dim / 2)`, for a local or a global layer.
+    fn for_layer(&self, local: bool) -> (&[f32], &[f32]) {
+        let (cos, sin) = match (&self.local, local) {
+            (Some(a), true) => a,
+            _ => &self.global,
+        };
+        (cos, sin)
     }
 }
