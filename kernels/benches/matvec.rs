@@ -148,7 +148,7 @@ fn bench_matvec(c: &mut Criterion) {
         group.sample_size(30);
         for &fam in &families {
             // The scalar specification only at W = 1: it is the fallback, not a contender.
-            let widths = if fam == KernelFamily::Scalar { 1..=1 } else { 1..=8 };
+            let widths = if fam == KernelFamily::SCALAR { 1..=1 } else { 1..=8 };
             for w in widths {
                 let mut out = vec![0.0f32; w * rows];
                 group.bench_function(BenchmarkId::new(format!("{}/multirow", fam.name()), w), |b| {

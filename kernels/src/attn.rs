@@ -37,7 +37,7 @@
 //! ahead while they compute (`prefetcht0`); a prefetch
 //! moves no value, so no bit depends on it.
 
-use crate::dispatch::KernelFamily;
+use crate::dispatch::{FamilyKind, KernelFamily};
 use crate::quant::F16;
 
 /// Positions per key tile. A tile of one KV head is `hd` columns of
@@ -104,8 +104,9 @@ pub fn attend(
 ) {
     let geo = check(layer, kv_head, hd, qs, ranges, outs);
     #[cfg(target_arch = "x86_64")]
-    if family != KernelFamily::Scalar && family.is_supported() {
-        // SAFETY: the family is supported (checked), so AVX2, FMA and F16C
+    if family.kind() != FamilyKind::Scalar {
+        // SAFETY: the family runs here (a `KernelFamily` is checked when
+        // made), so AVX2, FMA and F16C
         // are (every non-scalar x86 family includes them), and AVX-512 F for
         // Avx512Vnni; shapes were checked by `check`.
         unsafe { x86::attend(family, layer, geo, qs, ranges, scores, outs) };
@@ -177,7 +178,7 @@ fn attend_scalar_checked(
             }
             scores[t] = s * scale;
         }
-        crate::ops::softmax_in(KernelFamily::Scalar, &mut scores[first..n]);
+        crate::ops::softmax_in(KernelFamily::SCALAR, &mut scores[first..n]);
         let out = &mut outs[i * hd..(i + 1) * hd];
         out.fill(0.0);
         for t in first..n {
@@ -204,7 +205,7 @@ mod x86 {
     #![allow(clippy::needless_range_loop)]
 
     use super::{Geo, KEY_TILE, KvLayer, PREFETCH_ROWS, PREFETCH_TILES, key_index};
-    use crate::dispatch::KernelFamily;
+    use crate::dispatch::{FamilyKind, KernelFamily};
     use std::arch::x86_64::*;
 
     /// # Safety
@@ -221,7 +222,7 @@ mod x86 {
     ) {
         let (hd, stride) = (geo.hd, geo.stride);
         let pairs = ranges.len();
-        let wide = family == KernelFamily::Avx512Vnni;
+        let wide = family.kind() == FamilyKind::Avx512Vnni;
         // The register width in positions / columns.
         let lanes = if wide { 16 } else { 8 };
         // Every score a pair reads is written first (positions lo..hi of
@@ -701,6 +702,6 @@ mod tests {
     fn a_range_past_the_cache_is_refused() {
         let (keys, values) = cache(4, 16, 1);
         let layer = KvLayer { keys: &keys, values: &values, kvd: 16, n_pos: 4 };
-        attend(KernelFamily::Scalar, layer, 0, 16, &[0.0; 16], &[(0, 5)], &mut Vec::new(), &mut [0.0; 16]);
+        attend(KernelFamily::SCALAR, layer, 0, 16, &[0.0; 16], &[(0, 5)], &mut Vec::new(), &mut [0.0; 16]);
     }
 }

@@ -12,11 +12,13 @@
 
 use std::sync::OnceLock;
 
-/// A family of CPU kernels. Every family computes exactly the same numbers
-/// (integer dot products are exact and float sums run in one fixed order), so
-/// the family decides speed, never output.
+/// The name of a family of CPU kernels: what `DRAFTWISE_KERNELS` says and
+/// a device class carries. Every family computes exactly the same numbers
+/// (integer dot products are exact and float sums run in one fixed order),
+/// so the family decides speed, never output. Naming a family does not make
+/// it runnable here: a [`KernelFamily`] does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum KernelFamily {
+pub enum FamilyKind {
     /// Portable Rust: the specification every other family is tested against.
     Scalar,
     /// x86_64 AVX2 + FMA + F16C.
@@ -25,7 +27,7 @@ pub enum KernelFamily {
     Avx512Vnni,
 }
 
-impl KernelFamily {
+impl FamilyKind {
     pub fn name(self) -> &'static str {
         match self {
             Self::Scalar => "scalar",
@@ -65,15 +67,43 @@ impl KernelFamily {
             _ => false,
         }
     }
+}
+
+/// A family of CPU kernels that this CPU was checked to run. Only this
+/// module makes one, and only after the check ([`KernelFamily::of`],
+/// [`best`](KernelFamily::best), [`all_supported`](KernelFamily::all_supported),
+/// [`select`]; [`KernelFamily::SCALAR`] runs everywhere), so every kernel
+/// entry that takes one runs the family's instructions without checking
+/// again: running them on a CPU without them would be undefined behaviour,
+/// and a value that says they are there is the proof that they are.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct KernelFamily(FamilyKind);
+
+impl KernelFamily {
+    /// The portable family, which every CPU runs.
+    pub const SCALAR: KernelFamily = KernelFamily(FamilyKind::Scalar);
+
+    /// The family `kind`, if this CPU can run it.
+    pub fn of(kind: FamilyKind) -> Option<Self> {
+        kind.is_supported().then_some(KernelFamily(kind))
+    }
+
+    pub fn kind(self) -> FamilyKind {
+        self.0
+    }
+
+    pub fn name(self) -> &'static str {
+        self.0.name()
+    }
 
     /// Every family this CPU supports, scalar first.
     pub fn all_supported() -> Vec<Self> {
-        [Self::Scalar, Self::Avx2, Self::Avx512Vnni].into_iter().filter(|f| f.is_supported()).collect()
+        [FamilyKind::Scalar, FamilyKind::Avx2, FamilyKind::Avx512Vnni].into_iter().filter_map(Self::of).collect()
     }
 
     /// The fastest family this CPU supports.
     pub fn best() -> Self {
-        *Self::all_supported().last().unwrap_or(&Self::Scalar)
+        *Self::all_supported().last().unwrap_or(&Self::SCALAR)
     }
 
     /// The device-class string of the policy table for this family
@@ -104,11 +134,11 @@ pub fn select(forced: Option<&str>) -> Result<Selection, DispatchError> {
     match forced.map(str::trim).filter(|s| !s.is_empty()) {
         None => Ok(Selection { family: KernelFamily::best(), forced: false }),
         Some(name) => {
-            let family = KernelFamily::from_name(name).ok_or_else(|| DispatchError::Unknown(name.to_string()))?;
-            if !family.is_supported() {
+            let kind = FamilyKind::from_name(name).ok_or_else(|| DispatchError::Unknown(name.to_string()))?;
+            let Some(family) = KernelFamily::of(kind) else {
                 let here: Vec<_> = KernelFamily::all_supported().iter().map(|f| f.name()).collect();
-                return Err(DispatchError::Unsupported(family.name(), here.join(", ")));
-            }
+                return Err(DispatchError::Unsupported(kind.name(), here.join(", ")));
+            };
             Ok(Selection { family, forced: true })
         }
     }
@@ -162,10 +192,10 @@ pub const ROW_TILE: usize = 16;
 /// 8 min-term accumulators and 8 scale vectors). AVX2 needs two accumulators
 /// per output in sixteen registers: at `w = 1` four rows spilled; two and
 /// one measured the same.
-pub const fn interleaved_rows(family: KernelFamily, w: usize) -> usize {
+pub const fn interleaved_rows(family: FamilyKind, w: usize) -> usize {
     match (family, w) {
-        (KernelFamily::Avx512Vnni, 1) => 4,
-        (KernelFamily::Avx512Vnni, 2 | 3) | (KernelFamily::Avx2, 1) => 2,
+        (FamilyKind::Avx512Vnni, 1) => 4,
+        (FamilyKind::Avx512Vnni, 2 | 3) | (FamilyKind::Avx2, 1) => 2,
         _ => 1,
     }
 }
@@ -173,10 +203,10 @@ pub const fn interleaved_rows(family: KernelFamily, w: usize) -> usize {
 /// The widest register-blocked pass of a family: a call with more
 /// activation rows runs in chunks of this many.
 pub fn max_rows_per_pass(family: KernelFamily) -> usize {
-    match family {
-        KernelFamily::Scalar => 1,
-        KernelFamily::Avx2 => AVX2_MAX_ROWS,
-        KernelFamily::Avx512Vnni => AVX512_MAX_ROWS,
+    match family.kind() {
+        FamilyKind::Scalar => 1,
+        FamilyKind::Avx2 => AVX2_MAX_ROWS,
+        FamilyKind::Avx512Vnni => AVX512_MAX_ROWS,
     }
 }
 
@@ -206,7 +236,21 @@ mod tests {
     #[test]
     fn scalar_is_always_supported_and_listed_first() {
         let all = KernelFamily::all_supported();
-        assert_eq!(all[0], KernelFamily::Scalar);
+        assert_eq!(all[0], KernelFamily::SCALAR);
+    }
+
+    #[test]
+    fn a_family_is_made_only_where_this_cpu_runs_it() {
+        for kind in [FamilyKind::Scalar, FamilyKind::Avx2, FamilyKind::Avx512Vnni] {
+            assert_eq!(KernelFamily::of(kind).is_some(), kind.is_supported(), "{kind:?}");
+            assert_eq!(KernelFamily::of(kind).map(KernelFamily::kind), kind.is_supported().then_some(kind));
+        }
+        assert!(KernelFamily::all_supported().iter().all(|f| f.kind().is_supported()));
+        // Forcing a family the CPU lacks is refused, not made.
+        for kind in [FamilyKind::Avx2, FamilyKind::Avx512Vnni] {
+            let r = select(Some(kind.name()));
+            assert_eq!(r.is_ok(), kind.is_supported(), "{kind:?}");
+        }
     }
 
     #[test]
@@ -218,7 +262,7 @@ mod tests {
     #[test]
     fn forcing_scalar_is_reported_as_forced() {
         let s = select(Some("scalar")).unwrap();
-        assert_eq!(s, Selection { family: KernelFamily::Scalar, forced: true });
+        assert_eq!(s, Selection { family: KernelFamily::SCALAR, forced: true });
         assert!(!select(None).unwrap().forced);
     }
 }

@@ -204,7 +204,7 @@ fn gpu_matvec_matches_the_cpu_scalar_reference_within_tolerance() {
                 act.quantize(&x);
             }
             let mut want = vec![0.0f32; rows];
-            matvec_rows(KernelFamily::Scalar, &m, Input { x: &x, q: act.view() }, 0, &mut want);
+            matvec_rows(KernelFamily::SCALAR, &m, Input { x: &x, q: act.view() }, 0, &mut want);
             let rb = ty.row_bytes(cols).unwrap();
             let mut w = vec![0.0f32; cols];
             for r in 0..rows {
@@ -318,7 +318,7 @@ fn gpu_rmsnorm_rope_swiglu_and_argmax_match_the_cpu() {
     let got = dev.download(&out).unwrap();
     for r in 0..rows {
         let mut want = vec![0.0; n];
-        ops::rmsnorm(KernelFamily::Scalar, &x[r * n..(r + 1) * n], &w, 1e-5, &mut want);
+        ops::rmsnorm(KernelFamily::SCALAR, &x[r * n..(r + 1) * n], &w, 1e-5, &mut want);
         for (g, c) in got[r * n..(r + 1) * n].iter().zip(&want) {
             // The sum of squares (positive terms) is ordered differently: CPU
             // eight lanes of n/8 terms, GPU 256 threads and a tree; each errs
@@ -359,7 +359,7 @@ fn gpu_rmsnorm_rope_swiglu_and_argmax_match_the_cpu() {
     dev.swiglu(&mut gd.as_view_mut(), &ud.as_view(), g.len()).unwrap();
     let got = dev.download(&gd).unwrap();
     let mut want = g.clone();
-    ops::swiglu(KernelFamily::Scalar, &mut want, &u);
+    ops::swiglu(KernelFamily::SCALAR, &mut want, &u);
     for (a, b) in got.iter().zip(&want) {
         assert!((a - b).abs() <= 8.0 * f32::EPSILON * b.abs().max(1e-30), "swiglu {a} vs {b}");
     }
@@ -385,7 +385,7 @@ fn cpu_attention(q: &[f32], k: &[f32], v: &[f32], heads: usize, kv_heads: usize,
     for h in 0..heads {
         let off = (h / (heads / kv_heads)) * hd;
         ops::attend_head(
-            KernelFamily::Scalar,
+            KernelFamily::SCALAR,
             &q[h * hd..(h + 1) * hd],
             k,
             v,

@@ -25,12 +25,12 @@ mod model {
         let tokens = vocab();
         std::fs::write(&p, gguf_bytes_with(&tokens[..tokens.len() - 2], 64)).unwrap();
         let loaded = load(&p).expect("the file itself is readable");
-        let e = crate::generate::Engine::new(loaded, KernelFamily::Scalar, 1).err().expect("refused");
+        let e = crate::generate::Engine::new(loaded, KernelFamily::SCALAR, 1).err().expect("refused");
         let m = e.to_string();
         assert!(m.contains(&format!("{} tokens but the embedding has {} rows", tokens.len() - 2, tokens.len())), "{m}");
         // The same model with every token is accepted.
         std::fs::write(&p, gguf_bytes_with(&tokens, 64)).unwrap();
-        assert!(crate::generate::Engine::new(load(&p).unwrap(), KernelFamily::Scalar, 1).is_ok());
+        assert!(crate::generate::Engine::new(load(&p).unwrap(), KernelFamily::SCALAR, 1).is_ok());
     }
 
     #[test]

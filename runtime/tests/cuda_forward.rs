@@ -42,7 +42,7 @@ fn bits(v: &[f32]) -> Vec<u32> {
     v.iter().map(|f| f.to_bits()).collect()
 }
 
-const FAM: KernelFamily = KernelFamily::Scalar; // ignored on the GPU
+const FAM: KernelFamily = KernelFamily::SCALAR; // ignored on the GPU
 
 #[test]
 fn gpu_verify_blocks_equal_the_one_token_chain_bit_for_bit_at_widths_1_to_16() {

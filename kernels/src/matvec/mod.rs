@@ -78,7 +78,7 @@ pub mod scalar;
 mod x86;
 
 use crate::act::QRow;
-use crate::dispatch::{self, KernelFamily};
+use crate::dispatch::{self, FamilyKind, KernelFamily};
 use crate::quant::{
     BlockQ2K, BlockQ3K, BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ5_0, BlockQ5_1, BlockQ5K, BlockQ6K, BlockQ8_0, GgmlType,
     QK,
@@ -270,7 +270,8 @@ pub fn matmul_rows_with(
 /// Shapes checked; runs the family's kernel, or the scalar one.
 fn kernel(family: KernelFamily, m: &Matrix, inputs: &[Input], row0: usize, outs: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
-    if family != KernelFamily::Scalar && x86::matmul_rows(family, m, inputs, row0, outs) {
+    if family.kind() != FamilyKind::Scalar {
+        x86::matmul_rows(family, m, inputs, row0, outs);
         return;
     }
     let _ = family;

@@ -5,7 +5,7 @@
 
 use super::dot;
 use super::softmax::softmax_in;
-use crate::dispatch::KernelFamily;
+use crate::dispatch::{FamilyKind, KernelFamily};
 use crate::quant::F16;
 
 /// An element of the KV cache: `f32`, or an IEEE half stored as its bits
@@ -53,9 +53,9 @@ impl KvElem for f32 {
         out: &mut [f32],
     ) {
         #[cfg(target_arch = "x86_64")]
-        if family != KernelFamily::Scalar && family.is_supported() {
-            // SAFETY: every non-scalar x86 family includes AVX2 (checked
-            // above); `attend_head` asserted the value rows lie inside `values`.
+        if family.kind() != FamilyKind::Scalar {
+            // SAFETY: every non-scalar x86 family includes AVX2 (a family is checked
+            // when made); `attend_head` asserted the value rows lie inside `values`.
             unsafe { weighted_sum_avx2::<f32>(scores, values, row_stride, offset, out) };
             return;
         }
@@ -74,9 +74,9 @@ impl KvElem for F16 {
     fn widen(family: KernelFamily, src: &[F16], dst: &mut [f32]) {
         debug_assert_eq!(src.len(), dst.len());
         #[cfg(target_arch = "x86_64")]
-        if family != KernelFamily::Scalar && family.is_supported() {
+        if family.kind() != FamilyKind::Scalar {
             // SAFETY: every non-scalar x86 family includes AVX2 and F16C
-            // (`KernelFamily::is_supported` checks both); lengths are equal.
+            // (a `KernelFamily` is checked for both when made); lengths are equal.
             unsafe { widen_f16c(src, dst) };
             return;
         }
@@ -95,7 +95,7 @@ impl KvElem for F16 {
         out: &mut [f32],
     ) {
         #[cfg(target_arch = "x86_64")]
-        if family != KernelFamily::Scalar && family.is_supported() {
+        if family.kind() != FamilyKind::Scalar {
             // SAFETY: as for `widen`; `attend_head` asserted the value rows
             // lie inside `values`.
             unsafe { weighted_sum_avx2::<F16>(scores, values, row_stride, offset, out) };
@@ -163,7 +163,7 @@ pub fn attend_head<T: KvElem>(
     let mut kb = vec![0.0f32; 4 * hd];
     let mut t0 = 0;
     #[cfg(target_arch = "x86_64")]
-    if family != KernelFamily::Scalar && family.is_supported() {
+    if family.kind() != FamilyKind::Scalar {
         // Four keys per step: independent dependency chains, each key's
         // dot exactly `dot`'s (the same bits).
         while t0 + 4 <= n_ctx {
@@ -171,8 +171,8 @@ pub fn attend_head<T: KvElem>(
                 T::widen(family, key(t0 + k), &mut kb[k * hd..(k + 1) * hd]);
             }
             let rows: [&[f32]; 4] = std::array::from_fn(|k| &kb[k * hd..(k + 1) * hd]);
-            // SAFETY: every non-scalar x86 family includes AVX2 (checked
-            // above); every key row has `hd` elements.
+            // SAFETY: every non-scalar x86 family includes AVX2 (a family is checked
+            // when made); every key row has `hd` elements.
             let d = unsafe { crate::matvec::x86_dot4_f32(q, rows) };
             for k in 0..4 {
                 scores[t0 + k] = d[k] * scale;

@@ -1,7 +1,7 @@
 //! The gated linear units of the feed-forward block: SwiGLU (SiLU gate)
 //! and GeGLU (tanh-approximated GELU gate), with their AVX2 twins.
 
-use crate::dispatch::KernelFamily;
+use crate::dispatch::{FamilyKind, KernelFamily};
 #[cfg(target_arch = "x86_64")]
 use super::softmax::exp_nonpositive_avx2;
 use super::softmax::exp_nonpositive;
@@ -51,7 +51,7 @@ fn glu(
     assert_eq!(gate.len(), up.len(), "gated activation: gate and up differ in length");
     let mut done = 0;
     #[cfg(target_arch = "x86_64")]
-    if family != KernelFamily::Scalar && family.is_supported() {
+    if family.kind() != FamilyKind::Scalar {
         // SAFETY: every non-scalar x86 family includes AVX2 and FMA.
         done = unsafe { simd(gate, up) };
     }

@@ -21,15 +21,16 @@ pub use norm::rmsnorm;
 pub use rope::{RopePairing, rope, rope_angles};
 pub use softmax::{exp_nonpositive, softmax, softmax_in};
 
-use crate::dispatch::KernelFamily;
+use crate::dispatch::{FamilyKind, KernelFamily};
 use crate::matvec::scalar::dot_f32;
 
 /// `Σ a·b` in [`dot_f32`]'s order, using the family's SIMD twin when present.
 #[inline]
 pub fn dot(family: KernelFamily, a: &[f32], b: &[f32]) -> f32 {
     #[cfg(target_arch = "x86_64")]
-    if family != KernelFamily::Scalar && family.is_supported() {
-        // SAFETY: every non-scalar x86 family includes AVX2 (checked above).
+    if family.kind() != FamilyKind::Scalar {
+        // SAFETY: every non-scalar x86 family includes AVX2, and a
+        // `KernelFamily` is checked when made.
         return unsafe { crate::matvec::x86_dot_f32(a, b) };
     }
     let _ = family;

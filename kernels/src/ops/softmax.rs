@@ -1,14 +1,14 @@
 //! Softmax in place, with the deterministic vectorised `exp` every family
 //! shares bit for bit ([`exp_nonpositive`] is the specification).
 
-use crate::dispatch::KernelFamily;
+use crate::dispatch::{FamilyKind, KernelFamily};
 
 /// In-place softmax: subtract the max, exponentiate ([`exp_nonpositive`]),
 /// divide by the sum. The sum is [`dot_f32`]'s shape: eight lanes in index
 /// order, reduced by [`reduce8`], then the tail; so the family's SIMD twin
 /// gives the same bits.
 pub fn softmax(x: &mut [f32]) {
-    softmax_in(KernelFamily::Scalar, x)
+    softmax_in(KernelFamily::SCALAR, x)
 }
 
 /// [`softmax`], with the family's SIMD twin when present (the same bits).
@@ -17,13 +17,13 @@ pub fn softmax_in(family: KernelFamily, x: &mut [f32]) {
         return;
     }
     #[cfg(target_arch = "x86_64")]
-    if family == KernelFamily::Avx512Vnni && family.is_supported() {
+    if family.kind() == FamilyKind::Avx512Vnni {
         // SAFETY: the AVX-512 family includes AVX-512 F, AVX2 and FMA.
         unsafe { softmax_avx512(x, max_avx512(x)) };
         return;
     }
     #[cfg(target_arch = "x86_64")]
-    if family != KernelFamily::Scalar && family.is_supported() {
+    if family.kind() != FamilyKind::Scalar {
         // SAFETY: every non-scalar x86 family includes AVX2 and FMA.
         unsafe { softmax_avx2(x, max_avx2(x)) };
         return;

@@ -6,7 +6,7 @@ fn rmsnorm_of_constant_row_is_the_weight() {
     let x = [2.0f32; 8];
     let w: Vec<f32> = (0..8).map(|i| i as f32).collect();
     let mut out = [0.0; 8];
-    rmsnorm(KernelFamily::Scalar, &x, &w, 0.0, &mut out);
+    rmsnorm(KernelFamily::SCALAR, &x, &w, 0.0, &mut out);
     for i in 0..8 {
         assert!((out[i] - w[i]).abs() < 1e-6);
     }
@@ -58,15 +58,15 @@ fn glu_gates_equal_across_families_and_stay_near_libm() {
     for fam in KernelFamily::all_supported() {
         for (glu, name) in [(swiglu as fn(KernelFamily, &mut [f32], &[f32]), "swiglu"), (geglu_tanh, "geglu")] {
             let (mut a, mut b) = (xs.clone(), xs.clone());
-            glu(KernelFamily::Scalar, &mut a, &up);
+            glu(KernelFamily::SCALAR, &mut a, &up);
             glu(fam, &mut b, &up);
             assert_eq!(bits(&a), bits(&b), "{name} {fam:?}");
         }
     }
     let mut s = xs.clone();
-    swiglu(KernelFamily::Scalar, &mut s, &up);
+    swiglu(KernelFamily::SCALAR, &mut s, &up);
     let mut g = xs.clone();
-    geglu_tanh(KernelFamily::Scalar, &mut g, &up);
+    geglu_tanh(KernelFamily::SCALAR, &mut g, &up);
     for (i, &x) in xs.iter().enumerate() {
         let xd = x as f64;
         let silu = xd / (1.0 + (-xd).exp());
@@ -109,7 +109,7 @@ fn exp_is_within_two_ulp_of_libm_and_every_family_softmaxes_alike() {
     for base in [signed_zeros, masked, tail_max].into_iter().chain(sized) {
         let n = base.len();
         let mut want = base.clone();
-        softmax_in(KernelFamily::Scalar, &mut want);
+        softmax_in(KernelFamily::SCALAR, &mut want);
         for fam in KernelFamily::all_supported() {
             let mut got = base.clone();
             softmax_in(fam, &mut got);
@@ -140,7 +140,7 @@ fn attention_over_one_position_returns_its_value() {
     let v = [3.0f32, 4.0, 7.0, 7.0];
     let mut scores = [0.0; 1];
     let mut out = [0.0; 2];
-    attend_head::<f32>(KernelFamily::Scalar, &q, &k, &v, 4, 0, 1, &mut scores, &mut out);
+    attend_head::<f32>(KernelFamily::SCALAR, &q, &k, &v, 4, 0, 1, &mut scores, &mut out);
     assert_eq!(out, [3.0, 4.0]);
 }
 
@@ -150,7 +150,7 @@ fn f16_widening_is_exact_and_the_same_in_every_family() {
     // payloads are not part of the contract).
     let all: Vec<F16> = (0..=u16::MAX).map(F16).filter(|h| !h.to_f32().is_nan()).collect();
     let mut want = vec![0.0f32; all.len()];
-    F16::widen(KernelFamily::Scalar, &all, &mut want);
+    F16::widen(KernelFamily::SCALAR, &all, &mut want);
     for (h, w) in all.iter().zip(&want) {
         assert_eq!(F16::from_f32(*w), *h, "round trip of {:#06x}", h.0);
     }
@@ -172,12 +172,12 @@ fn every_family_attends_bit_identically_over_an_f16_cache() {
         let v: Vec<F16> = (0..n * hd * 3).map(|i| F16::from_f32((i as f32 * 0.07).sin())).collect();
         let mut want = vec![0.0; hd];
         let mut scores = vec![0.0; n];
-        attend_head(KernelFamily::Scalar, &q, &k, &v, hd * 3, hd, n, &mut scores, &mut want);
+        attend_head(KernelFamily::SCALAR, &q, &k, &v, hd * 3, hd, n, &mut scores, &mut want);
         // The f16 cache is read as exactly the f32 values it holds.
         let kf: Vec<f32> = k.iter().map(|h| h.to_f32()).collect();
         let vf: Vec<f32> = v.iter().map(|h| h.to_f32()).collect();
         let mut as_f32 = vec![0.0; hd];
-        attend_head(KernelFamily::Scalar, &q, &kf, &vf, hd * 3, hd, n, &mut scores, &mut as_f32);
+        attend_head(KernelFamily::SCALAR, &q, &kf, &vf, hd * 3, hd, n, &mut scores, &mut as_f32);
         assert_eq!(want, as_f32, "hd {hd} n {n}");
         for fam in KernelFamily::all_supported() {
             let mut got = vec![0.0; hd];
@@ -201,7 +201,7 @@ fn every_family_attends_bit_identically() {
         let v: Vec<f32> = (0..n * hd * 3).map(|i| (i as f32 * 0.07).sin()).collect();
         let mut want = vec![0.0; hd];
         let mut scores = vec![0.0; n];
-        attend_head(KernelFamily::Scalar, &q, &k, &v, hd * 3, hd, n, &mut scores, &mut want);
+        attend_head(KernelFamily::SCALAR, &q, &k, &v, hd * 3, hd, n, &mut scores, &mut want);
         for fam in KernelFamily::all_supported() {
             let mut got = vec![0.0; hd];
             attend_head(fam, &q, &k, &v, hd * 3, hd, n, &mut scores, &mut got);

@@ -186,7 +186,7 @@ fn q5_layer_matrices_give_the_same_logits_in_every_family_and_their_f32_twins() 
             let mut s = Session::new(&q.model.config);
             q.model.forward(fam, &mut s, ids, rows).unwrap()
         };
-        let want = forward(KernelFamily::Scalar, &ids, LogitRows::All);
+        let want = forward(KernelFamily::SCALAR, &ids, LogitRows::All);
         let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
         for fam in KernelFamily::all_supported() {
             let block = forward(fam, &ids, LogitRows::All);
@@ -452,7 +452,7 @@ fn q2_k_and_q3_k_models_load_generate_and_keep_block_equal_to_chain() {
         let n = ids.len();
         let want = {
             let mut s = Session::new(&m.model.config);
-            m.model.forward(KernelFamily::Scalar, &mut s, &ids, LogitRows::All).unwrap()
+            m.model.forward(KernelFamily::SCALAR, &mut s, &ids, LogitRows::All).unwrap()
         };
         for fam in KernelFamily::all_supported() {
             // Blocks of every width 1..=16 after a one-token prefix.

@@ -513,7 +513,7 @@ mod tests {
         let ctx = [1, 2, 3, 7, 5, 2, 3, 8, 9, 1, 2, 3];
         let mut d = SuffixDrafter::default();
         assert_eq!(d.kind(), DrafterKind::Suffix);
-        let p = d.propose(KernelFamily::Scalar, &ctx, 3, &SamplingParams::default(), &mut Rng::new(1)).unwrap();
+        let p = d.propose(KernelFamily::SCALAR, &ctx, 3, &SamplingParams::default(), &mut Rng::new(1)).unwrap();
         assert_eq!(p, Proposal { tokens: vec![7, 5, 2], dists: None });
     }
 

@@ -19,7 +19,7 @@
 use super::shared::reduce8_ymm;
 use crate::matvec::Input;
 use crate::matvec::scalar::{bf16_to_f32, f16_to_f32};
-use crate::dispatch::{AVX2_MAX_ROWS, AVX512_MAX_ROWS, KernelFamily};
+use crate::dispatch::{AVX2_MAX_ROWS, AVX512_MAX_ROWS, FamilyKind, KernelFamily};
 use std::arch::x86_64::*;
 
 /// Eight weights at `p` widened to f32.
@@ -97,7 +97,7 @@ unsafe fn pass<const BF: bool, const W: usize>(
         let wr = &w[(row0 + r) * cols..(row0 + r + 1) * cols];
         // SAFETY: forwarded; every input has `cols` elements.
         let y = unsafe {
-            if family == KernelFamily::Avx512Vnni { row_avx512::<BF, W>(wr, &x) } else { row_avx2::<BF, W>(wr, &x) }
+            if family.kind() == FamilyKind::Avx512Vnni { row_avx512::<BF, W>(wr, &x) } else { row_avx2::<BF, W>(wr, &x) }
         };
         for i in 0..W {
             o[i * n + r] = y[i];
@@ -121,7 +121,7 @@ pub(super) unsafe fn matmul(
     outs: &mut [f32],
 ) {
     let n = outs.len() / inputs.len();
-    let max_w = if family == KernelFamily::Avx512Vnni { AVX512_MAX_ROWS } else { AVX2_MAX_ROWS };
+    let max_w = if family.kind() == FamilyKind::Avx512Vnni { AVX512_MAX_ROWS } else { AVX2_MAX_ROWS };
     let mut i0 = 0;
     while i0 < inputs.len() {
         let wn = (inputs.len() - i0).min(max_w);

@@ -36,7 +36,7 @@
 #![allow(clippy::needless_range_loop)]
 
 use super::shared::{Outs, x_offset};
-use crate::dispatch::KernelFamily;
+use crate::dispatch::{FamilyKind, KernelFamily};
 use crate::matvec::Input;
 use crate::matvec::r16::k::KFormat;
 use std::arch::x86_64::*;
@@ -95,10 +95,10 @@ pub(super) unsafe fn run_pass(
         crate::dispatch::AVX2_MAX_ROWS == 4 && crate::dispatch::AVX512_MAX_ROWS == 8,
         "update the width lists below"
     );
-    match family {
-        KernelFamily::Avx2 => formats!(group_avx2, [1, 2, 3, 4]),
-        KernelFamily::Avx512Vnni => formats!(group_avx512, [1, 2, 3, 4, 5, 6, 7, 8]),
-        KernelFamily::Scalar => unreachable!("scalar has no SIMD pass"),
+    match family.kind() {
+        FamilyKind::Avx2 => formats!(group_avx2, [1, 2, 3, 4]),
+        FamilyKind::Avx512Vnni => formats!(group_avx512, [1, 2, 3, 4, 5, 6, 7, 8]),
+        FamilyKind::Scalar => unreachable!("scalar has no SIMD pass"),
     }
 }
 

@@ -39,7 +39,7 @@
 use super::shared::{Outs, dpwssd_bcast, prefetch_ahead, x_offset};
 use crate::matvec::Input;
 use crate::matvec::r16::{R16Format, q5_shift};
-use crate::dispatch::KernelFamily;
+use crate::dispatch::{FamilyKind, KernelFamily};
 use std::arch::x86_64::*;
 
 /// Format tags of the const-generic kernels.
@@ -92,10 +92,10 @@ pub(super) unsafe fn run_pass(
         crate::dispatch::AVX2_MAX_ROWS == 4 && crate::dispatch::AVX512_MAX_ROWS == 8,
         "update the width lists below"
     );
-    match family {
-        KernelFamily::Avx2 => formats!(group_avx2, [1, 2, 3, 4]),
-        KernelFamily::Avx512Vnni => formats!(group_avx512, [1, 2, 3, 4, 5, 6, 7, 8]),
-        KernelFamily::Scalar => unreachable!("scalar has no SIMD pass"),
+    match family.kind() {
+        FamilyKind::Avx2 => formats!(group_avx2, [1, 2, 3, 4]),
+        FamilyKind::Avx512Vnni => formats!(group_avx512, [1, 2, 3, 4, 5, 6, 7, 8]),
+        FamilyKind::Scalar => unreachable!("scalar has no SIMD pass"),
     }
 }
 

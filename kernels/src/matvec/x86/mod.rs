@@ -30,22 +30,19 @@ mod shared;
 pub(super) use dot_f32::{dot_f32_avx2, dot4_f32_avx2};
 use q2k_q3k::{rows_k23_avx2, rows_k23_avx512};
 use shared::{Q2K, Q3K, Tile, block_bytes};
-use crate::dispatch::{AVX2_MAX_ROWS, AVX512_MAX_ROWS, KernelFamily, ROW_TILE, interleaved_rows, max_rows_per_pass};
+use crate::dispatch::{
+    AVX2_MAX_ROWS, AVX512_MAX_ROWS, FamilyKind, KernelFamily, ROW_TILE, interleaved_rows, max_rows_per_pass,
+};
 use crate::matvec::r16::k::KFormat;
 use crate::matvec::r16::{GROUP, R16, R16Format, repack_group};
 use crate::matvec::{Input, Matrix, Weights};
 use crate::quant::QK_K;
 
-/// Runs the family's kernel for `m` if it has one; `false` means the caller
-/// should use the scalar kernel (only when the CPU lacks the family).
-/// `outs` is (inputs.len(), n) with `n = outs.len() / inputs.len()`; shapes
-/// were checked by the caller.
-pub(super) fn matmul_rows(family: KernelFamily, m: &Matrix, inputs: &[Input], row0: usize, outs: &mut [f32]) -> bool {
-    // A family value can be built by anyone; running its instructions on a
-    // CPU without them would be undefined behaviour, so check (cached).
-    if !family.is_supported() {
-        return false;
-    }
+/// Runs the family's kernel for `m`: every x86 family has one for every
+/// format. `outs` is (inputs.len(), n) with `n = outs.len() / inputs.len()`;
+/// shapes were checked by the caller. `family` is an x86 family (not the
+/// scalar one), which this CPU runs: a [`KernelFamily`] is checked when made.
+pub(super) fn matmul_rows(family: KernelFamily, m: &Matrix, inputs: &[Input], row0: usize, outs: &mut [f32]) {
     let n = outs.len() / inputs.len();
     // K-quant tiles count super-blocks of 256 elements, the others blocks of 32.
     let nsb = m.cols / QK_K;
@@ -54,10 +51,9 @@ pub(super) fn matmul_rows(family: KernelFamily, m: &Matrix, inputs: &[Input], ro
         // SAFETY: `base` is the matrix's `rows * nb` GGUF blocks of `fmt`
         // (a typed slice of them, viewed as its bytes).
         let bytes = unsafe { std::slice::from_raw_parts(base, m.rows * nb * fmt.native_block_bytes()) };
-        // SAFETY: the CPU supports the family (checked above); shapes were
+        // SAFETY: the CPU supports the family (a `KernelFamily` is checked when made); shapes were
         // checked by the caller.
         unsafe { matmul_native(family, fmt, bytes, m.rows, nb, inputs, row0, outs) };
-        true
     };
     let (f, base, nb) = match m.w {
         Weights::Q4_0(w) => return native(R16Format::Q4_0, w.as_ptr().cast::<u8>(), outs),
@@ -68,7 +64,7 @@ pub(super) fn matmul_rows(family: KernelFamily, m: &Matrix, inputs: &[Input], ro
         Weights::R16(v) => {
             // SAFETY: as above.
             unsafe { matmul_r16(family, &v, inputs, row0, outs) };
-            return true;
+            return;
         }
         Weights::Q2K(w) => (Q2K, w.as_ptr().cast::<u8>(), nsb),
         Weights::Q3K(w) => (Q3K, w.as_ptr().cast::<u8>(), nsb),
@@ -79,18 +75,18 @@ pub(super) fn matmul_rows(family: KernelFamily, m: &Matrix, inputs: &[Input], ro
             for (inp, out) in inputs.iter().zip(outs.chunks_exact_mut(n)) {
                 for (i, o) in out.iter_mut().enumerate() {
                     let r = row0 + i;
-                    // SAFETY: every x86 family includes AVX2 (checked above).
+                    // SAFETY: every x86 family includes AVX2 (a `KernelFamily` is checked when made).
                     *o = unsafe { dot_f32_avx2(&w[r * m.cols..(r + 1) * m.cols], inp.x) };
                 }
             }
-            return true;
+            return;
         }
         Weights::F16(w) | Weights::BF16(w) => {
             let bf = matches!(m.w, Weights::BF16(_));
-            // SAFETY: the CPU supports the family (checked above); the
+            // SAFETY: the CPU supports the family (a `KernelFamily` is checked when made); the
             // caller checked the shapes (`row0 + n <= rows`, inputs of `cols`).
             unsafe { half::matmul(family, bf, w, m.cols, inputs, row0, outs) };
-            return true;
+            return;
         }
     };
     let max_w = max_rows_per_pass(family);
@@ -111,7 +107,7 @@ pub(super) fn matmul_rows(family: KernelFamily, m: &Matrix, inputs: &[Input], ro
             };
             let xs = &inputs[i0..i0 + w];
             let o = &mut outs[i0 * n..(i0 + w) * n];
-            // SAFETY: the CPU supports the family (checked above); the
+            // SAFETY: the CPU supports the family (a `KernelFamily` is checked when made); the
             // caller checked `row0 + n <= m.rows`, so the tile's rows lie in
             // the weights (`rows * nb` blocks of format `f`, super-blocks for
             // the K-quants), and every input's quantized row has `m.cols / 32`
@@ -121,7 +117,6 @@ pub(super) fn matmul_rows(family: KernelFamily, m: &Matrix, inputs: &[Input], ro
         }
         t0 = t1;
     }
-    true
 }
 
 /// Picks the const-generic instance for (family, format, width).
@@ -147,10 +142,10 @@ unsafe fn run_gguf_pass(family: KernelFamily, f: u8, w: usize, t: &Tile, xs: &[I
         };
     }
     const _: () = assert!(AVX2_MAX_ROWS == 4 && AVX512_MAX_ROWS == 8, "update the width lists below");
-    match family {
-        KernelFamily::Avx2 => formats!(rows_k23_avx2, KernelFamily::Avx2, [1, 2, 3, 4]),
-        KernelFamily::Avx512Vnni => formats!(rows_k23_avx512, KernelFamily::Avx512Vnni, [1, 2, 3, 4, 5, 6, 7, 8]),
-        KernelFamily::Scalar => unreachable!("scalar has no SIMD pass"),
+    match family.kind() {
+        FamilyKind::Avx2 => formats!(rows_k23_avx2, FamilyKind::Avx2, [1, 2, 3, 4]),
+        FamilyKind::Avx512Vnni => formats!(rows_k23_avx512, FamilyKind::Avx512Vnni, [1, 2, 3, 4, 5, 6, 7, 8]),
+        FamilyKind::Scalar => unreachable!("scalar has no SIMD pass"),
     }
 }
 
