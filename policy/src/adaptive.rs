@@ -39,7 +39,7 @@
 //! may choose anything (the decode loop's contract, not this module's).
 //!
 //! The runtime's decode loop asks a [`Controller`] per round when the
-//! schedule is adaptive (`runtime/src/spec/schedule.rs`): an entry that
+//! schedule is adaptive (`runtime/src/speculative/schedule.rs`): an entry that
 //! chose it (`adaptive = true`), or `--adaptive on`.
 
 use crate::table::CostCurve;

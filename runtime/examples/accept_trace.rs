@@ -19,9 +19,9 @@
 //! One JSON line per prompt: `{"id", "type", "prompt_tokens", "out", "avail", "agree"}`
 //! (`avail` and `agree` indexed by `p`, from 1: the first token comes from the prefill).
 
-use runtime::generate::Engine;
+use runtime::engine::Engine;
 use runtime::sampling::SamplingParams;
-use runtime::spec::drafter::NgramDrafter;
+use runtime::speculative::drafter::NgramDrafter;
 
 const LOOKAHEAD: usize = 16;
 

@@ -11,8 +11,8 @@
 //! Each line is one mode: the mean milliseconds of the step (or the control
 //! loop) at each of 24 positions after the cache is built, over 8 runs.
 
-use runtime::generate::Engine;
-use runtime::model::llama::{LogitRows, Session};
+use runtime::engine::Engine;
+use runtime::model::forward::{LogitRows, Session};
 use std::time::{Duration, Instant};
 
 const STEPS: usize = 24;

@@ -3,7 +3,7 @@
 //! Principal types: [`gguf::GgufFile`] (GGUF reader), [`model::Model`]
 //! (weights + config + forward pass) and [`model::Session`] (KV cache),
 //! [`tokenizer::Tokenizer`] (byte-level BPE and chat templates),
-//! [`generate::Engine`] (classic decoding on a thread pool) and
+//! [`engine::Engine`] (classic decoding on a thread pool) and
 //! [`events::Event`] (the typed JSONL schema shared with the tuner),
 //! [`policy::Resolution`] (the draft width and where it came from) and
 //! [`serve`] (the OpenAI-compatible HTTP server).
@@ -16,7 +16,7 @@ pub mod device;
 pub mod events;
 pub mod exit;
 pub mod fetch;
-pub mod generate;
+pub mod engine;
 pub mod gguf;
 pub mod limits;
 pub mod model;
@@ -28,7 +28,7 @@ pub mod prompts;
 pub mod request;
 pub mod sampling;
 pub mod serve;
-pub mod spec;
+pub mod speculative;
 pub mod tokenizer;
 
 #[cfg(test)]

@@ -6,7 +6,7 @@
 
 use crate::device::{CudaReport, DeviceRequest};
 use crate::fetch;
-use crate::generate::Engine;
+use crate::engine::Engine;
 use crate::model;
 use anyhow::{Context, Result};
 use kernels::dispatch;
@@ -98,7 +98,7 @@ const CPU_ATTENTION_HEAD_DIM_MULTIPLE: usize = 16;
 
 /// Refuses, before any forward pass, a model whose head dimension the CPU
 /// attention kernels cannot take (they would panic on it).
-pub fn check_cpu_attention(cfg: &crate::model::config::LlamaConfig) -> Result<()> {
+pub fn check_cpu_attention(cfg: &crate::model::config::ModelConfig) -> Result<()> {
     let hd = cfg.head_dim;
     if hd == 0 || !hd.is_multiple_of(CPU_ATTENTION_HEAD_DIM_MULTIPLE) {
         anyhow::bail!(
@@ -136,8 +136,8 @@ pub fn open(s: OpenSettings<'_>) -> Result<Opened> {
 mod attention_shape_tests {
     #[test]
     fn a_head_dimension_the_cpu_attention_cannot_take_is_refused_naming_it() {
-        use crate::model::config::{Block, LlamaConfig, RopeScaling};
-        let mut cfg = LlamaConfig {
+        use crate::model::config::{Block, ModelConfig, RopeScaling};
+        let mut cfg = ModelConfig {
             block: Block::LLAMA,
             n_layers: 1,
             dim: 576,

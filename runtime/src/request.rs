@@ -5,9 +5,9 @@
 //! per-request events.
 
 use crate::events::{Declined, Event, SCHEMA_VERSION, SpeculativeDiagnostics};
-use crate::generate::{Engine, GenerateError, Generation, TokenSink};
+use crate::engine::{Engine, GenerateError, Generation, TokenSink};
 use crate::sampling::SamplingParams;
-use crate::spec::setup::Speculation;
+use crate::speculative::setup::Speculation;
 
 /// Which request this is, for its events.
 #[derive(Clone, Copy, Debug)]

@@ -25,12 +25,12 @@ mod model {
         let tokens = vocab();
         std::fs::write(&p, gguf_bytes_with(&tokens[..tokens.len() - 2], 64)).unwrap();
         let loaded = load(&p).expect("the file itself is readable");
-        let e = crate::generate::Engine::new(loaded, KernelFamily::SCALAR, 1).err().expect("refused");
+        let e = crate::engine::Engine::new(loaded, KernelFamily::SCALAR, 1).err().expect("refused");
         let m = e.to_string();
         assert!(m.contains(&format!("{} tokens but the embedding has {} rows", tokens.len() - 2, tokens.len())), "{m}");
         // The same model with every token is accepted.
         std::fs::write(&p, gguf_bytes_with(&tokens, 64)).unwrap();
-        assert!(crate::generate::Engine::new(load(&p).unwrap(), KernelFamily::SCALAR, 1).is_ok());
+        assert!(crate::engine::Engine::new(load(&p).unwrap(), KernelFamily::SCALAR, 1).is_ok());
     }
 
     #[test]
@@ -41,19 +41,19 @@ mod model {
         let l = load(&p).unwrap();
         let fam = KernelFamily::best();
         // Width 8 needs 10 positions: nothing can be compared.
-        let r = crate::spec::probe::block_vs_chain(&l.model, fam, 1, &[5, 6, 7], 8).expect("no error");
+        let r = crate::speculative::probe::block_vs_chain(&l.model, fam, 1, &[5, 6, 7], 8).expect("no error");
         assert!(!r.passed && r.compared_bytes == 0, "{r:?}");
         // Width 3 fits (a shorter prefix) and passes.
-        let r = crate::spec::probe::block_vs_chain(&l.model, fam, 1, &[5, 6, 7], 3).expect("no error");
+        let r = crate::speculative::probe::block_vs_chain(&l.model, fam, 1, &[5, 6, 7], 3).expect("no error");
         assert!(r.passed && r.compared_bytes > 0, "{r:?}");
         // Through the setup, the drafter is declined with the reason.
-        let engine = crate::generate::Engine::new(l, fam, 1).unwrap();
-        let args = crate::spec::setup::SpecSettings {
+        let engine = crate::engine::Engine::new(l, fam, 1).unwrap();
+        let args = crate::speculative::setup::SpecSettings {
             drafter: Some("ngram".into()),
             draft_width: Some("8".into()),
             ..Default::default()
         };
-        let d = crate::spec::setup::Speculation::from_settings(&args, &engine).unwrap();
+        let d = crate::speculative::setup::Speculation::from_settings(&args, &engine).unwrap();
         let s = d.speculation.expect("a drafter");
         assert!(s.declined_reason().is_some(), "{:?}", s.probe);
         assert_eq!(s.active_width(), None);
@@ -75,9 +75,9 @@ mod model {
     /// at one and two threads.
     #[test]
     fn speculative_output_equals_classic_on_the_new_weight_types_at_one_and_two_threads() {
-        use crate::generate::Engine;
+        use crate::engine::Engine;
         use crate::sampling::SamplingParams;
-        use crate::spec::drafter::NgramDrafter;
+        use crate::speculative::drafter::NgramDrafter;
         let dir = tempfile::tempdir().unwrap();
         let files = [
             ("f16.gguf", gguf_bytes_typed(&vocab(), 64, GgmlType::F16)),
@@ -116,20 +116,20 @@ mod model {
     /// The third emitted token's distribution under sampled speculative
     /// decoding with the adaptive draft length equals classic sampling's,
     /// computed exactly by enumerating the first two tokens on the tiny
-    /// model (the chi-square check of `spec::decode`'s tests, extended from
+    /// model (the chi-square check of `speculative::decode`'s tests, extended from
     /// one verify position to the whole loop: drafts of every length,
     /// plain steps by choice, rollbacks). The same samples checked against
     /// another temperature's distribution must fail, or the check proves
     /// nothing.
     #[test]
     fn sampled_adaptive_speculation_keeps_the_target_distribution() {
-        use crate::generate::Engine;
-        use crate::model::llama::LogitRows;
+        use crate::engine::Engine;
+        use crate::model::forward::LogitRows;
         use crate::policy::adaptive::CostModel;
         use crate::policy::table::CostCurve;
         use crate::sampling::{SamplingParams, distribution};
-        use crate::spec::drafter::NgramDrafter;
-        use crate::spec::schedule::Schedule;
+        use crate::speculative::drafter::NgramDrafter;
+        use crate::speculative::schedule::Schedule;
         use statrs::distribution::{ChiSquared, ContinuousCDF};
         use std::collections::BTreeMap;
 
@@ -376,7 +376,7 @@ mod policy {
     /// flag that would do nothing refused.
     #[test]
     fn the_adaptive_length_follows_the_entry_and_the_flags_and_refuses_what_would_be_ignored() {
-        use crate::spec::setup::{SpecSettings, adaptive_cost};
+        use crate::speculative::setup::{SpecSettings, adaptive_cost};
         let curve = "verify_cost = [{ context = 64, relative = [1.0, 1.1, 1.2, 1.3, 1.4, 1.5, 1.6] }]\n";
         let fixed = entry("ngram", "cpu:x86_64-avx2", "q4_1", "6", FP);
         let adaptive = fixed.replace("host =", &format!("{curve}adaptive = true\nhost ="));

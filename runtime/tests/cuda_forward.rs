@@ -9,7 +9,7 @@ mod common;
 
 use kernels::cuda::device::CudaDevice;
 use kernels::dispatch::KernelFamily;
-use runtime::model::llama::LogitRows;
+use runtime::model::forward::LogitRows;
 use runtime::model::{Loaded, Session};
 use std::sync::OnceLock;
 

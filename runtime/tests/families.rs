@@ -13,12 +13,12 @@
 //! Each checkpoint is loaded once per thread count for the test binary.
 
 use kernels::dispatch::KernelFamily;
-use runtime::generate::Engine;
+use runtime::engine::Engine;
 use runtime::model::config::{Arch, Block, RopeScaling};
-use runtime::model::llama::LogitRows;
+use runtime::model::forward::LogitRows;
 use runtime::model::{Loaded, Session};
 use runtime::sampling::{SamplingParams, argmax};
-use runtime::spec::drafter::NgramDrafter;
+use runtime::speculative::drafter::NgramDrafter;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;

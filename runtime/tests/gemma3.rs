@@ -14,11 +14,11 @@
 mod golden;
 
 use kernels::dispatch::KernelFamily;
-use runtime::generate::Engine;
-use runtime::model::llama::LogitRows;
+use runtime::engine::Engine;
+use runtime::model::forward::LogitRows;
 use runtime::model::{Loaded, Session};
 use runtime::sampling::{SamplingParams, argmax};
-use runtime::spec::drafter::NgramDrafter;
+use runtime::speculative::drafter::NgramDrafter;
 use runtime::tokenizer::chat::{Message, TemplateSource};
 use serde_json::Value;
 use std::path::PathBuf;

@@ -7,7 +7,7 @@ mod common;
 
 use common::model;
 use kernels::dispatch::KernelFamily;
-use runtime::generate::{Engine, GenerateError, PREFILL_CHUNK};
+use runtime::engine::{Engine, GenerateError, PREFILL_CHUNK};
 use runtime::sampling::SamplingParams;
 use std::cell::Cell;
 

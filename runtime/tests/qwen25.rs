@@ -17,12 +17,12 @@
 mod golden;
 
 use kernels::dispatch::KernelFamily;
-use runtime::generate::Engine;
-use runtime::model::llama::LogitRows;
+use runtime::engine::Engine;
+use runtime::model::forward::LogitRows;
 use runtime::model::{Loaded, Session};
 use runtime::sampling::SamplingParams;
-use runtime::spec::DrafterKind;
-use runtime::spec::drafter::{ModelDrafter, NgramDrafter, check_compatible};
+use runtime::speculative::DrafterKind;
+use runtime::speculative::drafter::{ModelDrafter, NgramDrafter, check_compatible};
 use runtime::tokenizer::chat::{Message, TemplateSource};
 use serde_json::Value;
 use std::path::PathBuf;

@@ -11,7 +11,7 @@ mod common;
 use common::model;
 use kernels::dispatch::KernelFamily;
 use runtime::model::Session;
-use runtime::model::llama::LogitRows;
+use runtime::model::forward::LogitRows;
 use runtime::sampling::argmax;
 use runtime::tokenizer::chat::Message;
 use serde_json::Value;
@@ -123,11 +123,11 @@ fn the_chat_prompt_answers_paris() {
     let text = m.tokenizer.render_chat(&msgs, true).unwrap();
     let prompt = m.tokenizer.encode_prompt(&text).unwrap();
     let engine =
-        runtime::generate::Engine::new(runtime::model::load(&m.info.path).unwrap(), KernelFamily::best(), 2).unwrap();
+        runtime::engine::Engine::new(runtime::model::load(&m.info.path).unwrap(), KernelFamily::best(), 2).unwrap();
     let g = engine.generate(&prompt, 32, &Default::default()).unwrap();
     let answer = m.tokenizer.decode(&g.token_ids).unwrap();
     assert_eq!(answer, "The capital of France is Paris.");
-    assert_eq!(g.finish_reason, runtime::generate::FinishReason::Stop);
+    assert_eq!(g.finish_reason, runtime::engine::FinishReason::Stop);
 }
 
 #[test]

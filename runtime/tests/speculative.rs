@@ -8,10 +8,10 @@ mod common;
 
 use common::model;
 use kernels::dispatch::KernelFamily;
-use runtime::generate::Engine;
+use runtime::engine::Engine;
 use runtime::prompts::{PromptKind, parse_prompts};
 use runtime::sampling::SamplingParams;
-use runtime::spec::drafter::{Drafter, ModelDrafter, NgramDrafter, SuffixDrafter};
+use runtime::speculative::drafter::{Drafter, ModelDrafter, NgramDrafter, SuffixDrafter};
 use std::path::Path;
 
 /// Tokens per completion: enough for drafts to hit and miss many times.
@@ -114,10 +114,10 @@ fn draft_model_output_equals_classic() {
     let ps: Vec<_> = prompts().into_iter().step_by(13).collect();
     let e = engine(2);
     let d = runtime::model::load(&model().info.path).unwrap();
-    runtime::spec::drafter::check_compatible(&e.loaded, &d).unwrap();
+    runtime::speculative::drafter::check_compatible(&e.loaded, &d).unwrap();
     check_drafter(&e, &ps, &[2, 5], &|| {
         let model = runtime::model::load(&model().info.path).unwrap().model;
-        Box::new(ModelDrafter::new(runtime::spec::DrafterKind::DraftModel, model))
+        Box::new(ModelDrafter::new(runtime::speculative::DrafterKind::DraftModel, model))
     });
 }
 
@@ -125,14 +125,14 @@ fn draft_model_output_equals_classic() {
 /// cheap (drafting pays at the prior), at the long one dear (a draft pays
 /// only when it is accepted), so the controller both drafts and chooses
 /// plain steps.
-fn adaptive(cap: usize) -> runtime::spec::schedule::Schedule {
+fn adaptive(cap: usize) -> runtime::speculative::schedule::Schedule {
     use runtime::policy::table::CostCurve;
     let cost = runtime::policy::adaptive::CostModel::new(&[
         CostCurve { context: 64, relative: vec![1.0, 1.05, 1.1, 1.15, 1.2] },
         CostCurve { context: 1024, relative: vec![1.0, 1.6, 2.2, 2.8, 3.4] },
     ])
     .unwrap();
-    runtime::spec::schedule::Schedule::Adaptive { cap: runtime::policy::Width::new(cap).unwrap(), cost }
+    runtime::speculative::schedule::Schedule::Adaptive { cap: runtime::policy::Width::new(cap).unwrap(), cost }
 }
 
 /// Greedy output with the adaptive draft length equals classic output on

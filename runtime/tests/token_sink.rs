@@ -7,9 +7,9 @@ mod common;
 
 use common::model;
 use kernels::dispatch::KernelFamily;
-use runtime::generate::{Engine, FinishReason, GenerateError, Halt, TokenSink};
+use runtime::engine::{Engine, FinishReason, GenerateError, Halt, TokenSink};
 use runtime::sampling::SamplingParams;
-use runtime::spec::drafter::NgramDrafter;
+use runtime::speculative::drafter::NgramDrafter;
 use std::ops::ControlFlow;
 
 const MAX_TOKENS: usize = 32;

@@ -38,12 +38,12 @@ pub fn model_path() -> PathBuf {
 
 /// The default model loaded in this test process, once per test binary, on
 /// 2 threads with this host's kernel family.
-pub fn default_engine() -> &'static runtime::generate::Engine {
-    static E: OnceLock<runtime::generate::Engine> = OnceLock::new();
+pub fn default_engine() -> &'static runtime::engine::Engine {
+    static E: OnceLock<runtime::engine::Engine> = OnceLock::new();
     E.get_or_init(|| {
         let loaded = runtime::model::load(&model_path()).expect("loading the default model");
         let family = kernels::dispatch::selected().expect("a kernel family").family;
-        runtime::generate::Engine::new(loaded, family, 2).expect("an engine")
+        runtime::engine::Engine::new(loaded, family, 2).expect("an engine")
     })
 }
 

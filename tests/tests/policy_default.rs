@@ -9,11 +9,11 @@
 //! says, and byte-identical output is checked either way.
 
 use draftwise_tests::{bin, json_lines, model_path, output_text, run};
-use runtime::generate::{Engine, NoSink};
+use runtime::engine::{Engine, NoSink};
 use runtime::policy::table::{RecordCheck, Table, compile};
 use runtime::policy::{DeviceClass, DrafterKind, DrafterSettings, Resolver, Run, Width};
 use runtime::sampling::SamplingParams;
-use runtime::spec::setup::{Decoding, SpecSettings, Speculation};
+use runtime::speculative::setup::{Decoding, SpecSettings, Speculation};
 use std::process::Command;
 
 /// The default model, loaded once for this binary, on 2 threads.

@@ -5,7 +5,7 @@
 
 use draftwise_tests::model_path;
 use draftwise_tests::serve::Server;
-use runtime::generate::Engine;
+use runtime::engine::Engine;
 use serde_json::{Value, json};
 use std::path::PathBuf;
 use std::process::Command;

@@ -19,12 +19,12 @@
 //! forfeited in a benchmark).
 
 use super::Summary;
-use crate::generate::{Engine, GenerateError, Halt, TokenSink};
+use crate::engine::{Engine, GenerateError, Halt, TokenSink};
 use crate::policy::adaptive::CostModel;
 use crate::sampling::SamplingParams;
-use crate::spec::drafter::Drafter;
-use crate::spec::probe::{PROBE_TEXT, block_vs_chain};
-use crate::spec::schedule::Schedule;
+use crate::speculative::drafter::Drafter;
+use crate::speculative::probe::{PROBE_TEXT, block_vs_chain};
+use crate::speculative::schedule::Schedule;
 use std::ops::ControlFlow;
 use std::time::Instant;
 

@@ -26,9 +26,9 @@
 pub mod curve;
 pub mod stats;
 
-use crate::generate::Engine;
+use crate::engine::Engine;
 use crate::model::Session;
-use crate::model::llama::{ForwardError, LogitRows};
+use crate::model::forward::{ForwardError, LogitRows};
 
 use crate::events::bench::BenchEventKind;
 pub use crate::events::bench::{BENCH_SCHEMA_VERSION, BenchReport, BenchSpec, Rep, Summary, WidthCost};

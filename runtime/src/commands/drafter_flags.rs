@@ -4,7 +4,7 @@
 //! sweep`. Unset is `None`: the runtime's commands then take the measured
 //! entry's settings (else the defaults named in the help), and `tuner
 //! sweep` the defaults, which it records.
-use crate::spec::drafter::{
+use crate::speculative::drafter::{
     DEFAULT_NGRAM_MAX, DEFAULT_NGRAM_MIN, DEFAULT_SUFFIX_MAX_MATCH, DEFAULT_SUFFIX_MIN_MATCH, DEFAULT_SUFFIX_MIN_PROB,
 };
 

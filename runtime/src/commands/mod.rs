@@ -9,11 +9,11 @@ pub mod policy;
 use crate::build_info::BuildInfo;
 use crate::events::{Completion, Event, SpeculationReport, startup_event};
 use crate::fetch;
-use crate::generate::{Engine, NoSink};
+use crate::engine::{Engine, NoSink};
 use crate::open::{OpenSettings, Opened, open};
 use crate::prompts::{PromptItem, PromptKind, parse_prompts};
 use crate::sampling::SamplingParams;
-use crate::spec::setup::SpecSettings;
+use crate::speculative::setup::SpecSettings;
 use crate::tokenizer::chat::Message;
 use anyhow::{Context, Result, bail};
 use kernels::dispatch;
@@ -221,7 +221,7 @@ fn width_curve(args: &BenchSettings, kind: &str, engine: &Engine) -> Result<Exit
         (Some(true), false) | (None, true) => {}
         _ => bail!("bench --drafter: --cost-curve goes with --adaptive on (which adds the adaptive arm)"),
     }
-    let (drafter_kind, mut drafter) = crate::spec::setup::build_drafter(kind, &args.spec, engine)?;
+    let (drafter_kind, mut drafter) = crate::speculative::setup::build_drafter(kind, &args.spec, engine)?;
     let spec = CurveSpec {
         drafter: drafter_kind,
         widths,
@@ -258,8 +258,8 @@ struct TerminalSink<'a> {
     printed: String,
 }
 
-impl crate::generate::TokenSink for TerminalSink<'_> {
-    fn token(&mut self, id: u32) -> std::ops::ControlFlow<crate::generate::Halt> {
+impl crate::engine::TokenSink for TerminalSink<'_> {
+    fn token(&mut self, id: u32) -> std::ops::ControlFlow<crate::engine::Halt> {
         self.ids.push(id);
         // A piece that fails to decode only waits: the end prints the rest.
         let piece = self.detok.next(self.tok, &self.ids).unwrap_or_default();
@@ -316,7 +316,7 @@ pub fn generate(args: GenerateSettings) -> Result<ExitCode> {
         prompts.push((it.id.clone(), it.encode(tok)?));
     }
 
-    let decoding = crate::spec::setup::Speculation::from_settings(&args.spec, &engine)?;
+    let decoding = crate::speculative::setup::Speculation::from_settings(&args.spec, &engine)?;
     // Stdout is locked per write, never across a decode: the terminal
     // sink writes from the engine's threads while tokens are decoded.
     let out = || std::io::stdout().lock();
@@ -336,7 +336,7 @@ pub fn generate(args: GenerateSettings) -> Result<ExitCode> {
             // the JSON events are written whole, as before.
             let mut terminal = TerminalSink { tok, ids: Vec::new(), detok: Default::default(), printed: String::new() };
             let mut quiet = NoSink;
-            let sink: &mut dyn crate::generate::TokenSink =
+            let sink: &mut dyn crate::engine::TokenSink =
                 if args.json || warmup { &mut quiet } else { &mut terminal };
             let (g, extra) = crate::request::decode(&engine, spec.as_mut(), ids, args.max_tokens, &sampling, sink, tag)
                 .with_context(|| format!("prompt {id}"))?;

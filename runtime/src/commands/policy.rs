@@ -228,8 +228,8 @@ pub fn explain_command(a: ExplainSettings) -> Result<ExitCode> {
     if threads == 0 || threads > MAX_THREADS {
         bail!("--threads {threads}: give 1..={MAX_THREADS}");
     }
-    crate::spec::setup::bound_ngram_flags(a.ngram_min, a.ngram_max)?;
-    crate::spec::setup::bound_suffix_flags(a.suffix_min_match, a.suffix_max_match, a.suffix_min_prob)?;
+    crate::speculative::setup::bound_ngram_flags(a.ngram_min, a.ngram_max)?;
+    crate::speculative::setup::bound_suffix_flags(a.suffix_min_match, a.suffix_max_match, a.suffix_min_prob)?;
     let settings = DrafterSettings {
         ngram_min: a.ngram_min,
         ngram_max: a.ngram_max,

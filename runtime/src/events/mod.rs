@@ -13,15 +13,15 @@
 pub mod bench;
 mod served;
 
-pub use crate::generate::FinishReason;
+pub use crate::engine::FinishReason;
 pub use served::{ServedSpeculative, ServedTimings};
 
 use crate::build_info::BuildInfo;
-use crate::generate::{Engine, Generation};
+use crate::engine::{Engine, Generation};
 use crate::model::ModelInfo;
 use crate::sampling::SamplingParams;
-use crate::spec::decode::SpecStats;
-use crate::spec::probe::ProbeReport;
+use crate::speculative::decode::SpecStats;
+use crate::speculative::probe::ProbeReport;
 use kernels::dispatch;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -139,7 +139,7 @@ pub struct Startup {
 pub fn startup_event(
     engine: &Engine,
     selection: &dispatch::Selection,
-    decoding: &crate::spec::setup::Decoding,
+    decoding: &crate::speculative::setup::Decoding,
     sampling: SamplingParams,
     max_tokens: usize,
     cuda: Option<crate::device::CudaReport>,
@@ -403,7 +403,7 @@ impl SpeculativeDiagnostics {
         warmup: bool,
         repeat: usize,
         drafter: &str,
-        schedule: &crate::spec::schedule::Schedule,
+        schedule: &crate::speculative::schedule::Schedule,
         s: &SpecStats,
     ) -> Self {
         let passes = s.rounds + s.plain_steps;

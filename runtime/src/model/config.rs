@@ -125,7 +125,7 @@ impl Block {
 
 /// Shape and numerics of a decoder.
 #[derive(Clone, Debug, PartialEq)]
-pub struct LlamaConfig {
+pub struct ModelConfig {
     pub block: Block,
     pub n_layers: usize,
     /// Residual width (`hidden_size`, GGUF `embedding_length`).
@@ -244,7 +244,7 @@ pub fn implied_head_dim(dim: usize, n_heads: usize) -> Result<usize, ConfigError
     Ok(dim / n_heads)
 }
 
-impl LlamaConfig {
+impl ModelConfig {
     pub fn q_dim(&self) -> usize {
         self.n_heads * self.head_dim
     }
@@ -353,8 +353,8 @@ mod tests {
         assert!(implied_head_dim(576, 0).is_err());
     }
 
-    pub fn smollm2() -> LlamaConfig {
-        LlamaConfig {
+    pub fn smollm2() -> ModelConfig {
+        ModelConfig {
             block: Block::LLAMA,
             n_layers: 30,
             dim: 576,
@@ -378,7 +378,7 @@ mod tests {
         let globals: Vec<usize> = (0..18).filter(|&l| !local[l]).collect();
         assert_eq!(globals, [5, 11, 17]);
         assert!(!Block::LLAMA.is_local(0));
-        let c = LlamaConfig { block: Block::gemma3(576, 0), ..smollm2() };
+        let c = ModelConfig { block: Block::gemma3(576, 0), ..smollm2() };
         assert_eq!(c.validate().unwrap_err().field, "sliding_window");
     }
 
@@ -389,15 +389,15 @@ mod tests {
 
     #[test]
     fn kv_heads_that_do_not_divide_heads_are_refused_by_name() {
-        let c = LlamaConfig { n_kv_heads: 4, ..smollm2() };
+        let c = ModelConfig { n_kv_heads: 4, ..smollm2() };
         assert!(c.validate().unwrap_err().to_string().contains("n_kv_heads = 4"));
     }
 
     #[test]
     fn absurd_sizes_are_refused_before_allocation() {
-        let c = LlamaConfig { n_layers: 1 << 30, ..smollm2() };
+        let c = ModelConfig { n_layers: 1 << 30, ..smollm2() };
         assert_eq!(c.validate().unwrap_err().field, "n_layers");
-        let c = LlamaConfig { rope_base: f32::NAN, ..smollm2() };
+        let c = ModelConfig { rope_base: f32::NAN, ..smollm2() };
         assert_eq!(c.validate().unwrap_err().field, "rope_base");
     }
 
@@ -405,7 +405,7 @@ mod tests {
     fn mistral_windows_every_layer() {
         let b = Block::mistral(8);
         assert!((0..40).all(|l| b.is_local(l)));
-        assert_eq!(LlamaConfig { block: b, ..smollm2() }.cuda_unsupported(), Some("its sliding-window attention"));
+        assert_eq!(ModelConfig { block: b, ..smollm2() }.cuda_unsupported(), Some("its sliding-window attention"));
         assert_eq!(smollm2().cuda_unsupported(), None);
     }
 
@@ -428,9 +428,9 @@ mod tests {
         assert!(!mid.is_empty() && mid.windows(2).all(|w| w[0] < w[1]), "{f:?}");
         let bad = Llama3Scaling { high_freq_factor: 1.0, ..s };
         assert_eq!(bad.freq_factors(128, 500_000.0).unwrap_err().field, "rope_scaling.high_freq_factor");
-        let c = LlamaConfig { rope_scaling: RopeScaling::FreqFactors(vec![1.0; 3]), ..smollm2() };
+        let c = ModelConfig { rope_scaling: RopeScaling::FreqFactors(vec![1.0; 3]), ..smollm2() };
         assert_eq!(c.validate().unwrap_err().field, "rope_freqs");
-        let c = LlamaConfig { rope_scaling: RopeScaling::Linear { factor: 0.0 }, ..smollm2() };
+        let c = ModelConfig { rope_scaling: RopeScaling::Linear { factor: 0.0 }, ..smollm2() };
         assert_eq!(c.validate().unwrap_err().field, "rope_scaling.factor");
     }
 }

@@ -3,7 +3,7 @@
 //! [`CudaModel`] holds the weights uploaded once (the file's block bytes as
 //! they are; norms as f32) and reusable scratch buffers; a session's KV
 //! cache lives on the device ([`DeviceKv`]). [`CudaModel::forward`] mirrors
-//! the CPU pass in `llama.rs` step for step — embedding gather, per layer
+//! the CPU pass in `forward.rs` step for step — embedding gather, per layer
 //! RMSNorm, 16-bit activation quantization, Q/K/V mat-vec, RoPE (angles
 //! from the host, as the CPU), cache append, causal attention, output
 //! projection, residual, RMSNorm, gate/up, SwiGLU, down, residual; final
@@ -16,8 +16,8 @@
 //! is only forgetting positions ([`DeviceKv::truncate`]): later appends
 //! overwrite them, and earlier ones were never touched.
 
-use super::config::LlamaConfig;
-use super::weights::{LlamaWeights, WeightMatrix};
+use super::config::ModelConfig;
+use super::weights::{ModelWeights, WeightMatrix};
 use super::{ForwardError, LogitRows};
 use kernels::cuda::CudaError;
 use kernels::cuda::device::{CudaDevice, DevMatrix, QuantView};
@@ -96,7 +96,7 @@ struct Scratch {
 }
 
 impl Scratch {
-    fn new(dev: &CudaDevice, c: &LlamaConfig, rows: usize, ctx: usize) -> Result<Self, CudaError> {
+    fn new(dev: &CudaDevice, c: &ModelConfig, rows: usize, ctx: usize) -> Result<Self, CudaError> {
         let (d, qd, kvd, f) = (c.dim, c.q_dim(), c.kv_dim(), c.ffn_dim);
         let widest = d.max(qd).max(f);
         Ok(Scratch {
@@ -181,13 +181,13 @@ impl PartialEq for DeviceKv {
 }
 
 impl DeviceKv {
-    fn new(dev: &Arc<CudaDevice>, c: &LlamaConfig) -> Self {
+    fn new(dev: &Arc<CudaDevice>, c: &ModelConfig) -> Self {
         DeviceKv { dev: Arc::clone(dev), k: Vec::new(), v: Vec::new(), cap: 0, len: 0, kv_dim: c.kv_dim() }
     }
 
     /// Room for `positions` positions, keeping the valid ones: capacity
     /// doubles (at least 256 positions, at most the context length).
-    fn reserve(&mut self, c: &LlamaConfig, positions: usize) -> Result<(), CudaError> {
+    fn reserve(&mut self, c: &ModelConfig, positions: usize) -> Result<(), CudaError> {
         if positions <= self.cap {
             return Ok(());
         }
@@ -241,7 +241,7 @@ fn upload(dev: &CudaDevice, w: &WeightMatrix) -> Result<DevMatrix, CudaError> {
 impl CudaModel {
     /// Uploads `w` to `dev`. Fails (and the caller falls back to the CPU)
     /// when a weight type has no CUDA kernel or the device is out of memory.
-    pub fn upload(dev: Arc<CudaDevice>, w: &LlamaWeights) -> Result<Self, CudaError> {
+    pub fn upload(dev: Arc<CudaDevice>, w: &ModelWeights) -> Result<Self, CudaError> {
         let mut layers = Vec::with_capacity(w.layers.len());
         for l in &w.layers {
             layers.push(DevLayer {
@@ -266,7 +266,7 @@ impl CudaModel {
     }
 
     /// A new, empty device cache for a session of this model.
-    pub fn new_kv(&self, c: &LlamaConfig) -> DeviceKv {
+    pub fn new_kv(&self, c: &ModelConfig) -> DeviceKv {
         DeviceKv::new(&self.dev, c)
     }
 
@@ -275,7 +275,7 @@ impl CudaModel {
     /// Returns the logits of the rows `which` names, (rows, vocab).
     pub fn forward(
         &self,
-        c: &LlamaConfig,
+        c: &ModelConfig,
         kv: &mut DeviceKv,
         start: usize,
         tokens: &[u32],
@@ -292,7 +292,7 @@ impl CudaModel {
 
     fn run(
         &self,
-        c: &LlamaConfig,
+        c: &ModelConfig,
         kv: &mut DeviceKv,
         start: usize,
         tokens: &[u32],
@@ -362,7 +362,7 @@ impl CudaModel {
     /// output projection, added to the residual stream.
     fn attention(
         dev: &CudaDevice,
-        c: &LlamaConfig,
+        c: &ModelConfig,
         lw: &DevLayer,
         rows: &Rows,
         s: &mut Scratch,
@@ -408,7 +408,7 @@ impl CudaModel {
 
     /// One layer's feed-forward block (SwiGLU) on the device, added to the
     /// residual stream.
-    fn feed_forward(dev: &CudaDevice, c: &LlamaConfig, lw: &DevLayer, n: usize, s: &mut Scratch) -> Result<(), CudaError> {
+    fn feed_forward(dev: &CudaDevice, c: &ModelConfig, lw: &DevLayer, n: usize, s: &mut Scratch) -> Result<(), CudaError> {
         let (d, f) = (c.dim, c.ffn_dim);
         dev.rmsnorm(&s.x.slice(0..n * d), &lw.ffn_norm.slice(0..d), &mut s.xn.slice_mut(0..n * d), n, d, c.rms_eps)?;
         quantize_for(dev, s, n, d, [&lw.w_gate, &lw.w_up, &lw.w_up], Src::Xn)?;

@@ -1,10 +1,10 @@
-//! Building a model from a GGUF file: metadata → [`LlamaConfig`], tensors
-//! → [`LlamaWeights`] viewed in place in the map. Tensor names follow
+//! Building a model from a GGUF file: metadata → [`ModelConfig`], tensors
+//! → [`ModelWeights`] viewed in place in the map. Tensor names follow
 //! llama.cpp's (`blk.N.attn_q.weight`, ...).
 
 use super::ModelError;
-use super::config::{Arch, Block, LlamaConfig, RopeScaling};
-use super::weights::{ExtraNorms, LayerWeights, LlamaWeights, WeightMatrix};
+use super::config::{Arch, Block, ModelConfig, RopeScaling};
+use super::weights::{ExtraNorms, LayerWeights, ModelWeights, WeightMatrix};
 use crate::gguf::{GgufError, GgufFile};
 use kernels::ops::RopePairing;
 use kernels::quant::dequantize_row;
@@ -22,7 +22,7 @@ fn opt<T>(r: Result<T, GgufError>) -> Result<Option<T>, GgufError> {
 }
 
 /// Reads the hyper-parameters of a GGUF model.
-pub fn config_from_gguf(f: &GgufFile) -> Result<LlamaConfig, ModelError> {
+pub fn config_from_gguf(f: &GgufFile) -> Result<ModelConfig, ModelError> {
     let arch = f.get_str("general.architecture")?;
     let kind = match arch {
         "llama" => Arch::Llama,
@@ -110,7 +110,7 @@ pub fn config_from_gguf(f: &GgufFile) -> Result<LlamaConfig, ModelError> {
     }
     let embd = f.tensor("token_embd.weight").ok_or(ModelError::MissingTensor("token_embd.weight".into()))?;
     let vocab = embd.n_rows() as usize;
-    let cfg = LlamaConfig {
+    let cfg = ModelConfig {
         block,
         n_layers,
         dim,
@@ -163,7 +163,7 @@ fn vector(f: &GgufFile, name: &str, len: usize) -> Result<Vec<f32>, ModelError> 
 }
 
 /// Loads every weight of a GGUF model; tensors are checked against `cfg`'s shapes.
-pub fn weights_from_gguf(f: &Arc<GgufFile>, cfg: &LlamaConfig) -> Result<LlamaWeights, ModelError> {
+pub fn weights_from_gguf(f: &Arc<GgufFile>, cfg: &ModelConfig) -> Result<ModelWeights, ModelError> {
     let (d, q, kv, ff) = (cfg.dim, cfg.q_dim(), cfg.kv_dim(), cfg.ffn_dim);
     let mut layers = Vec::with_capacity(cfg.n_layers);
     for i in 0..cfg.n_layers {
@@ -204,7 +204,7 @@ pub fn weights_from_gguf(f: &Arc<GgufFile>, cfg: &LlamaConfig) -> Result<LlamaWe
         Some(_) => Some(matrix(f, "output.weight", cfg.vocab, d)?),
         None => None,
     };
-    Ok(LlamaWeights {
+    Ok(ModelWeights {
         embed: matrix(f, "token_embd.weight", cfg.vocab, d)?,
         layers,
         out_norm: vector(f, "output_norm.weight", d)?,
@@ -221,7 +221,7 @@ pub fn parameters(f: &GgufFile) -> u64 {
 
 /// The storage formats of the matrices a GGUF target's forward pass reads
 /// (the embedding, the layers' matrices, the head), lowercase ggml names,
-/// sorted, each once: what [`LlamaWeights::formats`] reports once loaded,
+/// sorted, each once: what [`ModelWeights::formats`] reports once loaded,
 /// read from the tensor infos alone.
 pub fn weight_formats(f: &GgufFile) -> Vec<String> {
     let mut out: Vec<String> = f

@@ -8,8 +8,8 @@
 //! each tensor is stored in memory is decided in one place,
 //! [`weight_matrix`] (today: converted to f32).
 
-use super::config::{Arch, Block, Llama3Scaling, LlamaConfig, RopeScaling};
-use super::weights::{ExtraNorms, LayerWeights, LlamaWeights, WeightMatrix};
+use super::config::{Arch, Block, Llama3Scaling, ModelConfig, RopeScaling};
+use super::weights::{ExtraNorms, LayerWeights, ModelWeights, WeightMatrix};
 use super::{Loaded, Model, ModelError, ModelInfo};
 use crate::tokenizer::Tokenizer;
 use kernels::ops::RopePairing;
@@ -117,7 +117,7 @@ fn rope_scaling(
 /// Reads and checks `config.json`.
 /// Returns the config, whether the head is tied to the embedding, and the
 /// architecture's name (the `model_type`).
-pub fn config_from_json(path: &Path, bytes: &[u8]) -> Result<(LlamaConfig, bool, &'static str), ModelError> {
+pub fn config_from_json(path: &Path, bytes: &[u8]) -> Result<(ModelConfig, bool, &'static str), ModelError> {
     let hf: HfConfig = serde_json::from_slice(bytes).map_err(|e| invalid(path, e.to_string()))?;
     let family = FAMILIES.iter().find(|(mt, a, _)| match hf.model_type.as_deref() {
         Some(t) => t == *mt,
@@ -155,7 +155,7 @@ pub fn config_from_json(path: &Path, bytes: &[u8]) -> Result<(LlamaConfig, bool,
         },
         _ => Block::LLAMA,
     };
-    let cfg = LlamaConfig {
+    let cfg = ModelConfig {
         block,
         n_layers: hf.num_hidden_layers,
         dim: hf.hidden_size,
@@ -413,7 +413,7 @@ pub fn load_dir(dir: &Path) -> Result<Loaded, ModelError> {
     };
     let layer_dtypes: Vec<String> = dtypes.into_iter().collect();
     let out_norm = vector("model.norm.weight".into(), d)?;
-    let weights = LlamaWeights { embed, layers, out_norm, head };
+    let weights = ModelWeights { embed, layers, out_norm, head };
     drop(st);
     drop(maps);
 

@@ -7,11 +7,11 @@ pub mod config;
 pub mod cuda;
 pub mod gguf_load;
 pub mod hf;
-pub mod llama;
+pub mod forward;
 pub mod weights;
 
-pub use config::LlamaConfig;
-pub use llama::{Model, Session};
+pub use config::ModelConfig;
+pub use forward::{Model, Session};
 
 #[cfg(test)]
 mod tests;

@@ -3,7 +3,7 @@
 //! rows permuted into adjacent RoPE pairs the way llama.cpp's converter
 //! does) — must give the same logits through both loaders.
 
-use super::llama::LogitRows;
+use super::forward::LogitRows;
 use super::{Loaded, Session, load};
 use crate::gguf::Value;
 use crate::test_models::*;
@@ -89,7 +89,7 @@ fn block_forward_equals_the_one_token_chain_bit_for_bit() {
 /// decode step are balanced to one pair.
 #[test]
 fn attention_chunks_cover_every_pair_once() {
-    use super::llama::AttendPlan;
+    use super::forward::AttendPlan;
     for n in [1usize, 2, 4, 5, 15, 16, 17, 40, 300] {
         for (n_kv, group) in [(1usize, 1usize), (1, 4), (3, 3), (5, 3), (2, 8)] {
             for threads in 1..=5 {
@@ -233,7 +233,7 @@ fn forward_refuses_out_of_vocabulary_ids_and_a_full_context_without_touching_the
     let long = vec![5u32; 65];
     assert!(matches!(
         gg.model.forward(fam, &mut s, &long, LogitRows::Last),
-        Err(super::llama::ForwardError::ContextFull { .. })
+        Err(super::forward::ForwardError::ContextFull { .. })
     ));
     assert_eq!(s.len(), 0);
 }

@@ -185,7 +185,7 @@ pub struct ExtraNorms {
 
 /// All weights of a Llama decoder.
 #[derive(Debug, Clone)]
-pub struct LlamaWeights {
+pub struct ModelWeights {
     /// (vocab, dim)
     pub embed: WeightMatrix,
     pub layers: Vec<LayerWeights>,
@@ -195,7 +195,7 @@ pub struct LlamaWeights {
     pub head: Option<WeightMatrix>,
 }
 
-impl LlamaWeights {
+impl ModelWeights {
     pub fn head(&self) -> &WeightMatrix {
         self.head.as_ref().unwrap_or(&self.embed)
     }
@@ -217,7 +217,7 @@ impl LlamaWeights {
     /// matrices and the head, as stored (the embedding row a step looks up
     /// is not counted). A one-row step is bound by reading them, so the
     /// ratio of two models' values is about the ratio of their step times
-    /// on one device ([`crate::spec::drafter::Drafter::step_cost`]).
+    /// on one device ([`crate::speculative::drafter::Drafter::step_cost`]).
     pub fn step_bytes(&self) -> u64 {
         let layers: u64 = self
             .layers

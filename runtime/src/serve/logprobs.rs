@@ -12,7 +12,7 @@
 //! model's own distribution (log-softmax of the raw logits), before
 //! temperature, top-k or top-p, as vLLM reports them.
 
-use crate::generate::Engine;
+use crate::engine::Engine;
 use crate::model::{LogitRows, Session};
 use crate::tokenizer::Tokenizer;
 use serde_json::{Value, json};

@@ -1,6 +1,6 @@
-//! `runtime serve`: an OpenAI-compatible HTTP server over one [`Engine`](crate::generate::Engine).
+//! `runtime serve`: an OpenAI-compatible HTTP server over one [`Engine`](crate::engine::Engine).
 //!
-//! - [`api`]: request bodies checked into an [`api::Request`];
+//! - [`parse`]: request bodies checked into a [`parse::Request`];
 //! - [`error`]: the OpenAI-shaped [`error::ApiError`] every refusal is sent as;
 //! - [`queue`]: the bounded first-in-first-out wait queue;
 //! - [`worker`]: the engine thread, which decodes one request at a time
@@ -12,7 +12,7 @@
 //! concurrently, then wait in arrival order. Speculative settings are fixed
 //! at startup. See docs/serve.md.
 
-pub mod api;
+pub mod parse;
 pub mod conn;
 pub mod error;
 pub mod logprobs;
@@ -26,7 +26,7 @@ pub mod worker;
 use crate::events::{Event, startup_event};
 use crate::open::{OpenSettings, Opened, open};
 use crate::sampling::SamplingParams;
-use crate::spec::setup::{SpecSettings, Speculation};
+use crate::speculative::setup::{SpecSettings, Speculation};
 use anyhow::{Context, Result, bail};
 use metrics::Stats;
 use queue::Queue;
@@ -185,7 +185,7 @@ pub fn run(args: ServeSettings) -> Result<ExitCode> {
     // The settings a request gets when it gives none (OpenAI's defaults).
     let defaults = SamplingParams { temperature: 1.0, ..SamplingParams::default() };
     let mut startup =
-        startup_event(&engine, &selection, &decoding, defaults, api::COMPLETIONS_DEFAULT_MAX_TOKENS, cuda);
+        startup_event(&engine, &selection, &decoding, defaults, parse::COMPLETIONS_DEFAULT_MAX_TOKENS, cuda);
     // Typed, so a program that asked for `--port 0` learns the port without reading the log.
     startup.server = Some(crate::events::ServerInfo { address: addr.to_string(), model: model_id.clone() });
 
@@ -242,7 +242,7 @@ pub fn run(args: ServeSettings) -> Result<ExitCode> {
         fingerprint: format!("draftwise-{}-{}", env!("CARGO_PKG_VERSION"), crate::policy::KERNEL_FINGERPRINT),
         next_id: AtomicU64::new(0),
         next_request: AtomicU64::new(0),
-        unknown_fields: if args.strict_params { api::UnknownFields::Refuse } else { api::UnknownFields::Ignore },
+        unknown_fields: if args.strict_params { parse::UnknownFields::Refuse } else { parse::UnknownFields::Ignore },
         allowed_origins: args.allowed_origins.clone(),
         shutting_down: AtomicBool::new(false),
     });

@@ -1,14 +1,14 @@
 //! The HTTP side: handlers for each endpoint, the OpenAI response and
 //! chunk bodies, and the server-sent-event stream.
 
-use super::api::{self, Endpoint};
+use super::parse::{self, Endpoint};
 use super::conn::Peer;
 use super::error::ApiError;
 use super::metrics::Stats;
 use super::queue::{PushError, Queue};
 use super::worker::{Finished, Job, Msg};
 use crate::events::ServedTimings;
-use crate::generate::{Engine, FinishReason};
+use crate::engine::{Engine, FinishReason};
 use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::extract::Request;
@@ -60,7 +60,7 @@ pub struct App {
     /// Request ids made for requests without a usable `X-Request-Id`.
     pub next_request: AtomicU64,
     /// Unknown request fields: ignored and logged, or refused (`--strict-params`).
-    pub unknown_fields: api::UnknownFields,
+    pub unknown_fields: parse::UnknownFields,
     /// `--allowed-origins`: browser origins answered with CORS headers
     /// (`*` is any); empty: no CORS headers, preflights get no answer of their own.
     pub allowed_origins: Vec<String>,
@@ -209,7 +209,7 @@ async fn tokenize(
 ) -> Response {
     let r = async {
         let bytes = read_body(&headers, body, app.max_body_bytes).await?;
-        let t = api::parse_tokenize(&bytes, &app.model_id, app.unknown_fields)?;
+        let t = parse::parse_tokenize(&bytes, &app.model_id, app.unknown_fields)?;
         log_ignored(id.as_ref().map(|e| &e.0), &t.ignored);
         let ids = off_the_workers(&app, "tokenizing", move |engine| t.run(engine)).await?;
         let context = app.engine.loaded.info.context_length;
@@ -233,7 +233,7 @@ async fn detokenize(
     let r = async {
         let bytes = read_body(&headers, body, app.max_body_bytes).await?;
         let (ids, ignored) =
-            api::parse_detokenize(&bytes, &app.model_id, app.engine.loaded.info.vocab, app.unknown_fields)?;
+            parse::parse_detokenize(&bytes, &app.model_id, app.engine.loaded.info.vocab, app.unknown_fields)?;
         log_ignored(id.as_ref().map(|e| &e.0), &ignored);
         let text = off_the_workers(&app, "detokenizing", move |engine| {
             engine
@@ -449,7 +449,7 @@ async fn handle(
         return Err(ApiError::shutting_down());
     }
     let bytes = read_body(&headers, body, app.max_body_bytes).await?;
-    let request = api::parse(endpoint, &bytes, &app.model_id, app.unknown_fields)?;
+    let request = parse::parse(endpoint, &bytes, &app.model_id, app.unknown_fields)?;
     drop(bytes);
     log_ignored(request_id.as_ref(), &request.ignored);
     // A prompt too long by its byte length alone never takes a turn.

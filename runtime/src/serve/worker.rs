@@ -5,15 +5,15 @@
 //! handler is gone (the client disconnected) is skipped if it is still
 //! waiting, and cancelled at the next token if it is running.
 
-use super::api::Prepared;
+use super::parse::Prepared;
 use super::error::ApiError;
 use super::metrics::Stats;
 use super::queue::Queue;
 use super::text::{Detokenizer, StopText};
 use crate::events::{Completion, Event, SpeculationReport};
-use crate::generate::{Engine, FinishReason, GenerateError, Halt, TokenSink};
+use crate::engine::{Engine, FinishReason, GenerateError, Halt, TokenSink};
 use crate::sampling::SamplingParams;
-use crate::spec::setup::Speculation;
+use crate::speculative::setup::Speculation;
 use crate::tokenizer::Tokenizer;
 use std::io::Write;
 use std::ops::ControlFlow;
@@ -226,7 +226,7 @@ impl Worker {
             Some(top) => Some(self.logprobs(p, &g.token_ids, top, text.len())?),
         };
         let echo = p.request.echo.then(|| match &p.request.prompt {
-            super::api::Prompt::Text(t) => t.clone(),
+            super::parse::Prompt::Text(t) => t.clone(),
             _ => tok.decode(&p.prompt_ids).unwrap_or_default(),
         });
         let completion = Completion::new(&job.id, false, 0, g, full);
@@ -262,10 +262,10 @@ impl Worker {
             score(engine, &seq, from, top).map_err(|e| Failure::Error(format!("scoring log probabilities: {e}")))?;
         Ok(match p.request.endpoint {
             // With `echo`, the prompt's tokens come first, the first unscored.
-            super::api::Endpoint::Completions => {
+            super::parse::Endpoint::Completions => {
                 completions_json(tok, if echo { &p.prompt_ids[..1] } else { &[] }, &scored)
             }
-            super::api::Endpoint::Chat => chat_json(tok, &scored),
+            super::parse::Endpoint::Chat => chat_json(tok, &scored),
         })
     }
 

@@ -5,9 +5,9 @@
 //! logits lie within a tolerance of ours on the same (teacher-forced)
 //! tokens.
 
-use runtime::generate::{Engine, FinishReason};
+use runtime::engine::{Engine, FinishReason};
 use runtime::model::Session;
-use runtime::model::llama::LogitRows;
+use runtime::model::forward::LogitRows;
 use runtime::sampling::{SamplingParams, argmax};
 use serde_json::Value;
 

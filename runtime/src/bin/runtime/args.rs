@@ -7,7 +7,7 @@ use runtime::commands::drafter_flags::DrafterFlags;
 use runtime::commands::policy::ExplainSettings;
 use runtime::commands::{BenchSettings, FetchModelSettings, GenerateSettings};
 use runtime::serve::ServeSettings;
-use runtime::spec::setup::SpecSettings;
+use runtime::speculative::setup::SpecSettings;
 use std::path::PathBuf;
 
 #[derive(Args, Debug, Clone)]

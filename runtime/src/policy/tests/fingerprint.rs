@@ -38,7 +38,7 @@ fn every_source_file_is_on_the_verify_path_or_off_it_and_none_is_both() {
         assert!(!why.is_empty(), "{p}");
     }
     // The forward pass, the pool and the speculative loop are on the path.
-    for f in ["runtime/src/model/llama.rs", "runtime/src/pool.rs", "runtime/src/spec/decode.rs", "kernels/src/ops/softmax.rs"] {
+    for f in ["runtime/src/model/forward.rs", "runtime/src/pool.rs", "runtime/src/speculative/decode.rs", "kernels/src/ops/softmax.rs"] {
         assert!(VERIFY_PATH.iter().any(|p| covers(p.path, f)), "{f}");
     }
 }
@@ -129,7 +129,7 @@ fn a_changed_part_stales_only_the_keys_it_applies_to() {
     assert_eq!(key(&h, cpu, &q4_1), key(&base, cpu, &q4_1));
     assert_ne!(key(&h, "cuda:sm_90", &q4_1), key(&base, "cuda:sm_90", &q4_1));
     // The forward pass and the speculative loop: every key.
-    for shared in ["runtime/src/model/llama.rs", "runtime/src/spec/decode.rs", "runtime/src/pool.rs"] {
+    for shared in ["runtime/src/model/forward.rs", "runtime/src/speculative/decode.rs", "runtime/src/pool.rs"] {
         let h = changed(shared);
         for (d, f) in [(cpu, &q4_1[..]), (cpu, &k_quants[..]), ("cuda:sm_90", &q4_1[..])] {
             assert_ne!(key(&h, d, f), key(&base, d, f), "{shared} on {d} {f:?}");

@@ -438,7 +438,7 @@ fn drafter_settings(
             };
             // The runtime's parser: a count K (the first K layers) or an
             // increasing list, every layer one the target has.
-            DrafterSettings::layerskip(runtime::spec::setup::parse_layers(l, n_layers)?)
+            DrafterSettings::layerskip(runtime::speculative::setup::parse_layers(l, n_layers)?)
         }
         _ => DrafterSettings::default(),
     })

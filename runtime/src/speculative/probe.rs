@@ -4,7 +4,7 @@
 //! speculative output could drift from classic output, so speculation
 //! declines (unless the operator forfeits exactness).
 
-use crate::model::llama::{ForwardError, LogitRows};
+use crate::model::forward::{ForwardError, LogitRows};
 use crate::model::{Model, Session};
 use kernels::dispatch::KernelFamily;
 use serde::{Deserialize, Serialize};

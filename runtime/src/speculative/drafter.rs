@@ -3,7 +3,7 @@
 //! separate checkpoint (`draft-model`).
 
 use super::DrafterKind;
-use crate::model::llama::{ForwardError, LogitRows};
+use crate::model::forward::{ForwardError, LogitRows};
 use crate::model::{Loaded, Model, Session};
 use crate::sampling::{Rng, SamplingParams, argmax, distribution, draw};
 use kernels::dispatch::KernelFamily;
@@ -46,7 +46,7 @@ pub trait Drafter: Send {
     /// What drafting one token costs, in one-row passes of `target`: 0 for
     /// the weight-free drafters (a lookup in the context), the ratio of the
     /// weights streamed per step for a drafter that runs a model
-    /// ([`crate::model::weights::LlamaWeights::step_bytes`]). A fixed
+    /// ([`crate::model::weights::ModelWeights::step_bytes`]). A fixed
     /// number, not a timing, so the adaptive draft lengths (and a seeded
     /// sampled run) do not depend on the host's load.
     fn step_cost(&self, _target: &Model) -> f64 {
@@ -289,7 +289,7 @@ impl ModelDrafter {
         }
         let mut config = target.config.clone();
         config.n_layers = layers.len();
-        let weights = crate::model::weights::LlamaWeights {
+        let weights = crate::model::weights::ModelWeights {
             embed: target.weights.embed.clone(),
             layers: layers.iter().map(|&l| target.weights.layers[l].clone()).collect(),
             out_norm: target.weights.out_norm.clone(),

@@ -6,7 +6,7 @@
 //! and `serde_json` bounds nesting depth.
 
 use super::error::ApiError;
-use crate::generate::Engine;
+use crate::engine::Engine;
 use crate::sampling::SamplingParams;
 use crate::tokenizer::chat::{Message, Turn};
 use serde_json::{Map, Value};

@@ -4,7 +4,7 @@
 //!
 //! - [`DrafterKind`], [`drafter::Drafter`] and its kinds ([`drafter::NgramDrafter`],
 //!   [`drafter::SuffixDrafter`], [`drafter::ModelDrafter`] for `layerskip` and `draft-model`);
-//! - [`decode`]: the loop ([`crate::generate::Engine::generate_speculative`]) and its [`decode::SpecStats`];
+//! - [`decode`]: the loop ([`crate::engine::Engine::generate_speculative`]) and its [`decode::SpecStats`];
 //! - [`schedule`]: how many tokens each round drafts (a fixed width, or the adaptive length);
 //! - [`probe`]: the block-vs-chain exactness probe run before speculating.
 

@@ -19,8 +19,8 @@
 
 use super::drafter::{Drafter, Proposal};
 use super::schedule::Schedule;
-use crate::generate::{Engine, FinishReason, GenerateError, Generation, Halt, NoSink, Prefilled, TokenSink, at_limit};
-use crate::model::llama::LogitRows;
+use crate::engine::{Engine, FinishReason, GenerateError, Generation, Halt, NoSink, Prefilled, TokenSink, at_limit};
+use crate::model::forward::LogitRows;
 use crate::sampling::{Rng, SamplingParams, distribution, draw, sample};
 use serde::{Deserialize, Serialize};
 use std::ops::ControlFlow;

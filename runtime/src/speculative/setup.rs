@@ -8,7 +8,7 @@ use super::drafter::{
 };
 use super::probe::{PROBE_TEXT, ProbeReport, block_vs_chain};
 use super::schedule::Schedule;
-use crate::generate::Engine;
+use crate::engine::Engine;
 use crate::policy;
 use crate::policy::DrafterSettings;
 use crate::policy::adaptive::CostModel;

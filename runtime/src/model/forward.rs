@@ -14,8 +14,8 @@
 //! logits equal the chain's bit for bit, at any thread count — work is
 //! split over output rows and heads, never over a reduction.
 
-use super::config::{Ffn, LlamaConfig, RopeScaling};
-use super::weights::{LayerWeights, LlamaWeights, WeightMatrix};
+use super::config::{Ffn, ModelConfig, RopeScaling};
+use super::weights::{LayerWeights, ModelWeights, WeightMatrix};
 pub use super::{ForwardError, LogitRows};
 use crate::pool::{self, Pool};
 use kernels::act::{ActRow, QRow};
@@ -29,8 +29,8 @@ use kernels::quant::F16;
 /// weights on a CUDA device that then runs every forward pass.
 #[derive(Debug)]
 pub struct Model {
-    pub config: LlamaConfig,
-    pub weights: LlamaWeights,
+    pub config: ModelConfig,
+    pub weights: ModelWeights,
     /// Set by [`Model::attach_cuda`]: forward passes run on this device.
     #[cfg(feature = "cuda")]
     pub cuda: Option<std::sync::Arc<super::cuda::CudaModel>>,
@@ -60,7 +60,7 @@ pub struct Session {
 }
 
 impl Session {
-    pub fn new(cfg: &LlamaConfig) -> Self {
+    pub fn new(cfg: &ModelConfig) -> Self {
         Session {
             k: vec![Vec::new(); cfg.n_layers],
             v: vec![Vec::new(); cfg.n_layers],
@@ -369,7 +369,7 @@ fn post_norm(family: KernelFamily, w: Option<&[f32]>, eps: f32, x: &mut [f32], t
 /// position divided by the linear factor (Hugging Face divides the
 /// frequencies, llama.cpp multiplies the position by `1/factor`: the same
 /// angle) or each frequency divided by its factor (llama3).
-fn rope_angles(c: &LlamaConfig, pos: usize, base: f32, cos: &mut [f32], sin: &mut [f32]) {
+fn rope_angles(c: &ModelConfig, pos: usize, base: f32, cos: &mut [f32], sin: &mut [f32]) {
     let hd = c.head_dim;
     let scaled = |p: f64, divisor: &dyn Fn(usize) -> f64, cos: &mut [f32], sin: &mut [f32]| {
         for i in 0..hd / 2 {
@@ -436,7 +436,7 @@ fn inputs<'a>(x: &'a [f32], width: usize, q: &'a [ActRow], quantized: bool) -> V
 }
 
 impl Model {
-    pub fn new(config: LlamaConfig, weights: LlamaWeights) -> Self {
+    pub fn new(config: ModelConfig, weights: ModelWeights) -> Self {
         Model {
             config,
             weights,
@@ -742,7 +742,7 @@ struct PassBuffers {
 }
 
 impl PassBuffers {
-    fn new(c: &LlamaConfig, n: usize) -> Self {
+    fn new(c: &ModelConfig, n: usize) -> Self {
         let (d, qd, kvd) = (c.dim, c.q_dim(), c.kv_dim());
         PassBuffers {
             xn: vec![0.0; n * d],
@@ -766,7 +766,7 @@ struct RopeTables {
 }
 
 impl RopeTables {
-    fn new(c: &LlamaConfig, start: usize, n: usize) -> Self {
+    fn new(c: &ModelConfig, start: usize, n: usize) -> Self {
         let half = c.head_dim / 2;
         let angles = |base: f32| {
             let mut cos = vec![0.0f32; n * half];

@@ -1,7 +1,7 @@
 //! Classic decoding: prefill the prompt, then one forward pass per token,
 //! stopping at an end-of-generation token or at the token budget.
 
-use crate::model::llama::{ForwardError, LogitRows};
+use crate::model::forward::{ForwardError, LogitRows};
 use crate::model::{Loaded, Session};
 use crate::pool::Pool;
 use crate::sampling::{Rng, SamplingParams, sample};
