@@ -55,19 +55,8 @@ pub fn decode_opts(
     tag: Tag<'_>,
 ) -> Result<(Generation, Option<Event>), GenerateError> {
     if ignore_eos {
-        let declined = spec.and_then(|sp| {
-            let width = sp.active_width()?;
-            Some(Event::Declined(Declined {
-                schema_version: SCHEMA_VERSION,
-                prompt_id: tag.id.to_string(),
-                warmup: tag.warmup,
-                repeat: tag.repeat,
-                drafter: sp.kind.to_string(),
-                width,
-                reason: IGNORE_EOS_DECLINE.to_string(),
-                probe: sp.probe.clone(),
-            }))
-        });
+        let declined =
+            spec.and_then(|sp| Some(declined(sp, &tag, sp.active_width()?, IGNORE_EOS_DECLINE.to_string())));
         let p = engine.prefill_cancellable(prompt, &|| sink.cancelled())?;
         let g = engine.decode_with_eos(p, max_tokens, sampling, sink, true)?;
         return Ok((g, declined));
@@ -83,16 +72,7 @@ pub fn decode_opts(
         }
         other => {
             let declined = other.and_then(|sp| match (sp.declined_reason(), sp.width) {
-                (Some(reason), Some(width)) => Some(Event::Declined(Declined {
-                    schema_version: SCHEMA_VERSION,
-                    prompt_id: tag.id.to_string(),
-                    warmup: tag.warmup,
-                    repeat: tag.repeat,
-                    drafter: sp.kind.to_string(),
-                    width,
-                    reason,
-                    probe: sp.probe.clone(),
-                })),
+                (Some(reason), Some(width)) => Some(declined(sp, &tag, width, reason)),
                 _ => None,
             });
             let p = engine.prefill_cancellable(prompt, &|| sink.cancelled())?;
@@ -100,4 +80,19 @@ pub fn decode_opts(
             Ok((g, declined))
         }
     }
+}
+
+/// The `declined` event of a request that decoded classically on an engine
+/// set up for speculation at `width`.
+fn declined(sp: &Speculation, tag: &Tag<'_>, width: crate::policy::Width, reason: String) -> Event {
+    Event::Declined(Declined {
+        schema_version: SCHEMA_VERSION,
+        prompt_id: tag.id.to_string(),
+        warmup: tag.warmup,
+        repeat: tag.repeat,
+        drafter: sp.kind.to_string(),
+        width,
+        reason,
+        probe: sp.probe.clone(),
+    })
 }

@@ -54,6 +54,31 @@ pub trait Drafter: Send {
     }
 }
 
+/// A drafter that copies from the context alone (no weights, no state
+/// between rounds): its proposal is a point mass on each looked-up token.
+pub trait ContextLookup: Send {
+    const KIND: DrafterKind;
+    /// Up to `max` tokens proposed to follow `context`.
+    fn lookup(&self, context: &[u32], max: usize) -> Vec<u32>;
+}
+
+impl<T: ContextLookup> Drafter for T {
+    fn kind(&self) -> DrafterKind {
+        T::KIND
+    }
+
+    fn propose(
+        &mut self,
+        _family: KernelFamily,
+        context: &[u32],
+        max: usize,
+        _sampling: &SamplingParams,
+        _rng: &mut Rng,
+    ) -> Result<Proposal, ForwardError> {
+        Ok(Proposal { tokens: self.lookup(context, max), dists: None })
+    }
+}
+
 /// Prompt-lookup drafting (Saxena 2023): find the most recent earlier
 /// occurrence of the context's last `n` tokens, for `n` from `max_n` down to
 /// `min_n`, and propose the tokens that followed it.
@@ -101,20 +126,11 @@ impl NgramDrafter {
     }
 }
 
-impl Drafter for NgramDrafter {
-    fn kind(&self) -> DrafterKind {
-        DrafterKind::Ngram
-    }
+impl ContextLookup for NgramDrafter {
+    const KIND: DrafterKind = DrafterKind::Ngram;
 
-    fn propose(
-        &mut self,
-        _family: KernelFamily,
-        context: &[u32],
-        max: usize,
-        _sampling: &SamplingParams,
-        _rng: &mut Rng,
-    ) -> Result<Proposal, ForwardError> {
-        Ok(Proposal { tokens: self.lookup(context, max), dists: None })
+    fn lookup(&self, context: &[u32], max: usize) -> Vec<u32> {
+        NgramDrafter::lookup(self, context, max)
     }
 }
 
@@ -240,20 +256,11 @@ impl SuffixDrafter {
     }
 }
 
-impl Drafter for SuffixDrafter {
-    fn kind(&self) -> DrafterKind {
-        DrafterKind::Suffix
-    }
+impl ContextLookup for SuffixDrafter {
+    const KIND: DrafterKind = DrafterKind::Suffix;
 
-    fn propose(
-        &mut self,
-        _family: KernelFamily,
-        context: &[u32],
-        max: usize,
-        _sampling: &SamplingParams,
-        _rng: &mut Rng,
-    ) -> Result<Proposal, ForwardError> {
-        Ok(Proposal { tokens: self.lookup(context, max), dists: None })
+    fn lookup(&self, context: &[u32], max: usize) -> Vec<u32> {
+        SuffixDrafter::lookup(self, context, max)
     }
 }
 
