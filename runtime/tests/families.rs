@@ -12,13 +12,14 @@
 //!
 //! Each checkpoint is loaded once per thread count for the test binary.
 
+mod common;
+
 use kernels::dispatch::KernelFamily;
 use runtime::engine::Engine;
 use runtime::model::config::{Arch, Block, RopeScaling};
 use runtime::model::forward::LogitRows;
 use runtime::model::{Loaded, Session};
-use runtime::sampling::{SamplingParams, argmax};
-use runtime::speculative::drafter::NgramDrafter;
+use runtime::sampling::argmax;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
@@ -456,23 +457,7 @@ fn a_verify_block_equals_the_chain_at_every_width_in_every_family() {
         for threads in [1, 2] {
             for hf in [false, true] {
                 let e = engine(f, hf, threads);
-                let m = &e.loaded.model;
-                let v = m.config.vocab;
-                e.install(|| {
-                    let mut base = Session::new(&m.config);
-                    m.forward(e.family, &mut base, &prompt, LogitRows::Last).unwrap();
-                    let mut s = base.clone();
-                    let chain: Vec<f32> = cont[..16]
-                        .iter()
-                        .flat_map(|&t| m.forward(e.family, &mut s, &[t], LogitRows::Last).unwrap())
-                        .collect();
-                    for w in 1..=16 {
-                        let mut s = base.clone();
-                        let block = m.forward(e.family, &mut s, &cont[..w], LogitRows::All).unwrap();
-                        let same = block.iter().zip(&chain[..w * v]).all(|(a, b)| a.to_bits() == b.to_bits());
-                        assert!(same, "{f} (hf: {hf}) width {w} at {threads} threads: block differs from chain");
-                    }
-                });
+                common::assert_blocks_equal_chain(e, &prompt, &cont, &format!("{f} (hf: {hf}) at {threads} threads"));
             }
         }
     }
@@ -480,7 +465,6 @@ fn a_verify_block_equals_the_chain_at_every_width_in_every_family() {
 
 #[test]
 fn speculative_output_equals_classic_in_every_family() {
-    let greedy = SamplingParams::default();
     for f in FAMILIES {
         let mut rounds = 0;
         for threads in [1, 2] {
@@ -488,16 +472,8 @@ fn speculative_output_equals_classic_in_every_family() {
             // A repeated pattern, so the n-gram drafter drafts.
             let pattern = &ids(&reference()["families"][f]["prompts"][0]["prompt_ids"]);
             let prompt: Vec<u32> = pattern.iter().cycle().take(5 * pattern.len()).copied().collect();
-            let pre = e.prefill(&prompt).unwrap();
-            let classic = e.decode(pre.clone(), 24, &greedy).unwrap();
-            for w in [1, 2, 3, 4, 6, 8, 12, 16] {
-                let mut d = NgramDrafter { max_n: 4, min_n: 1 };
-                let (spec, stats) = e
-                    .decode_speculative(pre.clone(), 24, &greedy, &mut d, runtime::policy::Width::new(w).unwrap())
-                    .unwrap();
-                assert_eq!(spec.token_ids, classic.token_ids, "{f} width {w} at {threads} threads");
-                rounds += stats.rounds;
-            }
+            let what = format!("{f} at {threads} threads");
+            rounds += common::ngram_speculation_equals_classic(e, &prompt, 24, &[1, 2, 3, 4, 6, 8, 12, 16], &what);
         }
         assert!(rounds > 0, "{f}: no speculative round ran");
     }

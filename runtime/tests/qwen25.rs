@@ -14,15 +14,15 @@
 //!
 //! Each model is loaded once per thread count for the whole test binary.
 
+mod common;
 mod golden;
 
 use kernels::dispatch::KernelFamily;
 use runtime::engine::Engine;
-use runtime::model::forward::LogitRows;
-use runtime::model::{Loaded, Session};
+use runtime::model::Loaded;
 use runtime::sampling::SamplingParams;
 use runtime::speculative::DrafterKind;
-use runtime::speculative::drafter::{ModelDrafter, NgramDrafter, check_compatible};
+use runtime::speculative::drafter::{ModelDrafter, check_compatible};
 use runtime::tokenizer::chat::{Message, TemplateSource};
 use serde_json::Value;
 use std::path::PathBuf;
@@ -197,21 +197,7 @@ fn a_05b_verify_block_equals_the_chain_at_every_width_and_thread_count() {
     assert!(cont.len() >= 16);
     for threads in [1, 2] {
         let e = engine(Size::B05, threads);
-        let m = &e.loaded.model;
-        let v = m.config.vocab;
-        e.install(|| {
-            let mut base = Session::new(&m.config);
-            m.forward(e.family, &mut base, &prompt, LogitRows::Last).unwrap();
-            let mut s = base.clone();
-            let chain: Vec<f32> =
-                cont[..16].iter().flat_map(|&t| m.forward(e.family, &mut s, &[t], LogitRows::Last).unwrap()).collect();
-            for w in 1..=16 {
-                let mut s = base.clone();
-                let block = m.forward(e.family, &mut s, &cont[..w], LogitRows::All).unwrap();
-                let same = block.iter().zip(&chain[..w * v]).all(|(a, b)| a.to_bits() == b.to_bits());
-                assert!(same, "width {w} at {threads} threads: the block's logits differ from the chain's");
-            }
-        });
+        common::assert_blocks_equal_chain(e, &prompt, &cont, &format!("{threads} threads"));
     }
 }
 
@@ -224,22 +210,13 @@ const SPEC_PROMPTS: [&str; 2] = [
 #[test]
 fn the_05b_ngram_speculative_output_equals_classic_at_one_and_two_threads() {
     let tok = &loaded(Size::B05).tokenizer;
-    let greedy = SamplingParams::default();
     for threads in [1, 2] {
         let e = engine(Size::B05, threads);
         let mut rounds = 0;
         for text in SPEC_PROMPTS {
             let ids = tok.encode_prompt(text).unwrap();
-            let pre = e.prefill(&ids).unwrap();
-            let classic = e.decode(pre.clone(), 20, &greedy).unwrap();
-            for w in [1, 2, 3, 4, 6, 8] {
-                let mut d = NgramDrafter { max_n: 4, min_n: 1 };
-                let (spec, stats) = e
-                    .decode_speculative(pre.clone(), 20, &greedy, &mut d, runtime::policy::Width::new(w).unwrap())
-                    .unwrap();
-                assert_eq!(spec.token_ids, classic.token_ids, "{text:?} width {w} at {threads} threads");
-                rounds += stats.rounds;
-            }
+            let what = format!("{text:?} at {threads} threads");
+            rounds += common::ngram_speculation_equals_classic(e, &ids, 20, &[1, 2, 3, 4, 6, 8], &what);
         }
         assert!(rounds > 0, "no speculative round ran");
     }

@@ -80,8 +80,8 @@ pub fn endpoints() -> Vec<(&'static str, MethodRouter<Arc<App>>)> {
         ("/metrics", get(metrics)),
         ("/v1/models", get(models)),
         ("/v1/draftwise/config", get(config)),
-        ("/v1/completions", post(completions)),
-        ("/v1/chat/completions", post(chat_completions)),
+        ("/v1/completions", post(generation::<false>)),
+        ("/v1/chat/completions", post(generation::<true>)),
         ("/tokenize", post(tokenize)),
         ("/detokenize", post(detokenize)),
         ("/version", get(version)),
@@ -356,26 +356,18 @@ async fn config(State(app): State<Arc<App>>) -> Response {
     json_response(StatusCode::OK, &app.config)
 }
 
-async fn completions(
+/// `POST /v1/completions` (`CHAT` false) and `POST /v1/chat/completions`
+/// (`CHAT` true): one handler, the endpoint a type parameter.
+async fn generation<const CHAT: bool>(
     State(app): State<Arc<App>>,
     peer: Option<axum::Extension<Peer>>,
     id: Option<axum::Extension<RequestId>>,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
+    let endpoint = if CHAT { Endpoint::Chat } else { Endpoint::Completions };
     let id = id.map(|e| e.0);
-    answer(&app, handle(app.clone(), Endpoint::Completions, peer.map(|p| p.0), id, headers, body).await)
-}
-
-async fn chat_completions(
-    State(app): State<Arc<App>>,
-    peer: Option<axum::Extension<Peer>>,
-    id: Option<axum::Extension<RequestId>>,
-    headers: HeaderMap,
-    body: Body,
-) -> Response {
-    let id = id.map(|e| e.0);
-    answer(&app, handle(app.clone(), Endpoint::Chat, peer.map(|p| p.0), id, headers, body).await)
+    answer(&app, handle(app.clone(), endpoint, peer.map(|p| p.0), id, headers, body).await)
 }
 
 /// The response, counting refusals of bad input for `/metrics`.
