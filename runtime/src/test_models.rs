@@ -165,6 +165,31 @@ pub(crate) fn quantize_q5(ty: GgmlType, x: &[f32]) -> Vec<u8> {
     out
 }
 
+/// The tiny Llama's metadata: `[dim, ffn, heads, kv_heads]`, `LAYERS`
+/// blocks, `context` positions, a byte-level vocabulary of `tokens` with
+/// the [`SPECIALS`] first and token 2 ending generation.
+fn llama_metadata(b: &mut Builder, tokens: &[String], [dim, ffn, heads, kv_heads]: [usize; 4], context: u32) {
+    let s = |x: &str| Value::String(x.to_string());
+    b.kv("general.architecture", &s("llama"))
+        .kv("llama.block_count", &Value::U32(LAYERS as u32))
+        .kv("llama.embedding_length", &Value::U32(dim as u32))
+        .kv("llama.feed_forward_length", &Value::U32(ffn as u32))
+        .kv("llama.attention.head_count", &Value::U32(heads as u32))
+        .kv("llama.attention.head_count_kv", &Value::U32(kv_heads as u32))
+        .kv("llama.rope.freq_base", &Value::F32(10000.0))
+        .kv("llama.attention.layer_norm_rms_epsilon", &Value::F32(1e-5))
+        .kv("llama.context_length", &Value::U32(context))
+        .kv("tokenizer.ggml.model", &s("gpt2"))
+        .kv("tokenizer.ggml.pre", &s("default"))
+        .kv("tokenizer.ggml.tokens", &Value::Array(tokens.iter().cloned().map(Value::String).collect()))
+        .kv(
+            "tokenizer.ggml.token_type",
+            &Value::Array((0..tokens.len()).map(|i| Value::I32(if i < SPECIALS.len() { 3 } else { 1 })).collect()),
+        )
+        .kv("tokenizer.ggml.merges", &Value::Array(vec![]))
+        .kv("tokenizer.ggml.eos_token_id", &Value::U32(2));
+}
+
 /// [`gguf_bytes_with`] with the layers' matrices stored as `layer_ty` (F32,
 /// Q5_0, Q5_1, F16 or BF16); the embedding and the norms stay F32.
 pub(crate) fn gguf_bytes_typed(tokens: &[String], context: u32, layer_ty: GgmlType) -> Vec<u8> {
@@ -192,25 +217,7 @@ pub(crate) fn gguf_bytes_stored(
         let bytes: Vec<u8> = vals.iter().flat_map(|x| x.to_le_bytes()).collect();
         b.tensor(name, &[vals.len() as u64], GgmlType::F32, &bytes);
     }
-    let s = |x: &str| Value::String(x.to_string());
-    b.kv("general.architecture", &s("llama"))
-        .kv("llama.block_count", &Value::U32(LAYERS as u32))
-        .kv("llama.embedding_length", &Value::U32(DIM as u32))
-        .kv("llama.feed_forward_length", &Value::U32(FFN as u32))
-        .kv("llama.attention.head_count", &Value::U32(HEADS as u32))
-        .kv("llama.attention.head_count_kv", &Value::U32(KV_HEADS as u32))
-        .kv("llama.rope.freq_base", &Value::F32(10000.0))
-        .kv("llama.attention.layer_norm_rms_epsilon", &Value::F32(1e-5))
-        .kv("llama.context_length", &Value::U32(context))
-        .kv("tokenizer.ggml.model", &s("gpt2"))
-        .kv("tokenizer.ggml.pre", &s("default"))
-        .kv("tokenizer.ggml.tokens", &Value::Array(tokens.iter().cloned().map(Value::String).collect()))
-        .kv(
-            "tokenizer.ggml.token_type",
-            &Value::Array((0..tokens.len()).map(|i| Value::I32(if i < SPECIALS.len() { 3 } else { 1 })).collect()),
-        )
-        .kv("tokenizer.ggml.merges", &Value::Array(vec![]))
-        .kv("tokenizer.ggml.eos_token_id", &Value::U32(2));
+    llama_metadata(&mut b, tokens, [DIM, FFN, HEADS, KV_HEADS], context);
     let gguf_name = |hf: &str| -> String {
         let map = [
             ("model.embed_tokens.weight", "token_embd.weight".to_string()),
@@ -369,25 +376,7 @@ pub(crate) fn k16_gguf(ty: GgmlType, dequantized: bool) -> Vec<u8> {
     const FF: usize = 256;
     let tokens = vocab();
     let mut b = Builder::new();
-    let s = |x: &str| Value::String(x.to_string());
-    b.kv("general.architecture", &s("llama"))
-        .kv("llama.block_count", &Value::U32(LAYERS as u32))
-        .kv("llama.embedding_length", &Value::U32(D as u32))
-        .kv("llama.feed_forward_length", &Value::U32(FF as u32))
-        .kv("llama.attention.head_count", &Value::U32(H as u32))
-        .kv("llama.attention.head_count_kv", &Value::U32(KV as u32))
-        .kv("llama.rope.freq_base", &Value::F32(10000.0))
-        .kv("llama.attention.layer_norm_rms_epsilon", &Value::F32(1e-5))
-        .kv("llama.context_length", &Value::U32(64))
-        .kv("tokenizer.ggml.model", &s("gpt2"))
-        .kv("tokenizer.ggml.pre", &s("default"))
-        .kv("tokenizer.ggml.tokens", &Value::Array(tokens.iter().cloned().map(Value::String).collect()))
-        .kv(
-            "tokenizer.ggml.token_type",
-            &Value::Array((0..tokens.len()).map(|i| Value::I32(if i < SPECIALS.len() { 3 } else { 1 })).collect()),
-        )
-        .kv("tokenizer.ggml.merges", &Value::Array(vec![]))
-        .kv("tokenizer.ggml.eos_token_id", &Value::U32(2));
+    llama_metadata(&mut b, &tokens, [D, FF, H, KV], 64);
     let mut rng = Rng(0x0023_0023);
     let mut byte = move || (rng.f32().to_bits() >> 3) as u8;
     let mut matrix = |b: &mut Builder, name: &str, rows: usize, cols: usize| {

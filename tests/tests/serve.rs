@@ -437,23 +437,27 @@ fn long_request(stream: bool) -> Value {
            "stream": stream})
 }
 
+/// A connection that has sent a long non-streaming completion request and
+/// not read its answer (dropping it hangs up).
+fn send_long_completion(addr: std::net::SocketAddr) -> std::net::TcpStream {
+    let mut conn = std::net::TcpStream::connect(addr).unwrap();
+    let body = long_request(false).to_string();
+    let bytes = draftwise_tests::serve::request_bytes(
+        "POST",
+        "/v1/completions",
+        &[("Content-Type", "application/json")],
+        Some(body.as_bytes()),
+    );
+    std::io::Write::write_all(&mut conn, &bytes).unwrap();
+    conn
+}
+
 #[test]
 fn a_full_queue_is_refused_with_503_and_recovers() {
     let s = Server::start(&["--max-queue", "1"]);
     // A runs, B waits, C finds the queue full.
     let (a, _) = stream_until(s.addr, "/v1/completions", &long_request(true), "data:", Duration::from_secs(60));
-    let mut b = std::net::TcpStream::connect(s.addr).unwrap();
-    let body = long_request(false).to_string();
-    std::io::Write::write_all(
-        &mut b,
-        &draftwise_tests::serve::request_bytes(
-            "POST",
-            "/v1/completions",
-            &[("Content-Type", "application/json")],
-            Some(body.as_bytes()),
-        ),
-    )
-    .unwrap();
+    let b = send_long_completion(s.addr);
     wait_for(Duration::from_secs(30), "B to wait in the queue", || s.get("/health").json()["waiting"] == 1);
     let r = s.post("/v1/completions", &json!({"model": model(), "prompt": "x", "max_tokens": 1}));
     let e = assert_error(&r, 503, None, "queue_full");
@@ -478,18 +482,7 @@ fn a_client_that_disconnects_cancels_its_generation() {
     wait_for(Duration::from_secs(10), "the streamed generation to be cancelled", || s.counter("cancelled") == 1);
     assert_eq!(s.get("/health").json()["running"], false);
     // Not streaming: hang up while it runs.
-    let mut conn = std::net::TcpStream::connect(s.addr).unwrap();
-    let body = long_request(false).to_string();
-    std::io::Write::write_all(
-        &mut conn,
-        &draftwise_tests::serve::request_bytes(
-            "POST",
-            "/v1/completions",
-            &[("Content-Type", "application/json")],
-            Some(body.as_bytes()),
-        ),
-    )
-    .unwrap();
+    let conn = send_long_completion(s.addr);
     wait_for(Duration::from_secs(30), "the request to run", || s.get("/health").json()["running"] == true);
     drop(conn);
     wait_for(Duration::from_secs(10), "the blocking generation to be cancelled", || s.counter("cancelled") == 2);
