@@ -18,7 +18,7 @@ use kernels::dispatch::KernelFamily;
 use runtime::engine::Engine;
 use runtime::model::Loaded;
 use runtime::sampling::{SamplingParams, argmax};
-use runtime::tokenizer::chat::{Message, TemplateSource};
+use runtime::tokenizer::chat::TemplateSource;
 use serde_json::Value;
 use std::path::PathBuf;
 use std::sync::OnceLock;
@@ -80,15 +80,7 @@ fn ids(v: &Value) -> Vec<u32> {
 }
 
 fn prompt_ids(p: &Value) -> Vec<u32> {
-    let tok = &model().tokenizer;
-    match p.get("messages") {
-        Some(m) => {
-            let msgs: Vec<Message> = serde_json::from_value(m.clone()).unwrap();
-            assert_eq!(tok.render_chat(&msgs, true).unwrap(), p["rendered"].as_str().unwrap(), "{}", p["id"]);
-            tok.encode_chat(&msgs, usize::MAX).unwrap()
-        }
-        None => tok.encode_prompt(p["text"].as_str().unwrap()).unwrap(),
-    }
+    golden::prompt_ids(&model().tokenizer, p)
 }
 
 #[test]

@@ -23,7 +23,7 @@ use runtime::model::Loaded;
 use runtime::sampling::SamplingParams;
 use runtime::speculative::DrafterKind;
 use runtime::speculative::drafter::{ModelDrafter, check_compatible};
-use runtime::tokenizer::chat::{Message, TemplateSource};
+use runtime::tokenizer::chat::TemplateSource;
 use serde_json::Value;
 use std::path::PathBuf;
 use std::sync::OnceLock;
@@ -106,15 +106,7 @@ fn ids(v: &Value) -> Vec<u32> {
 }
 
 fn prompt_ids(size: Size, p: &Value) -> Vec<u32> {
-    let tok = &loaded(size).tokenizer;
-    match p.get("messages") {
-        Some(m) => {
-            let msgs: Vec<Message> = serde_json::from_value(m.clone()).unwrap();
-            assert_eq!(tok.render_chat(&msgs, true).unwrap(), p["rendered"].as_str().unwrap(), "{}", p["id"]);
-            tok.encode_chat(&msgs, usize::MAX).unwrap()
-        }
-        None => tok.encode_prompt(p["text"].as_str().unwrap()).unwrap(),
-    }
+    golden::prompt_ids(&loaded(size).tokenizer, p)
 }
 
 fn check_file(size: Size) {

@@ -9,7 +9,23 @@ use runtime::engine::{Engine, FinishReason};
 use runtime::model::Session;
 use runtime::model::forward::LogitRows;
 use runtime::sampling::{SamplingParams, argmax};
+use runtime::tokenizer::Tokenizer;
+use runtime::tokenizer::chat::Message;
 use serde_json::Value;
+
+/// A reference prompt's ids: a chat's through the file's template (its
+/// rendering checked against the reference's `rendered` text first), or a
+/// text prompt's.
+pub fn prompt_ids(tok: &Tokenizer, p: &Value) -> Vec<u32> {
+    match p.get("messages") {
+        Some(m) => {
+            let msgs: Vec<Message> = serde_json::from_value(m.clone()).unwrap();
+            assert_eq!(tok.render_chat(&msgs, true).unwrap(), p["rendered"].as_str().unwrap(), "{}", p["id"]);
+            tok.encode_chat(&msgs, usize::MAX).unwrap()
+        }
+        None => tok.encode_prompt(p["text"].as_str().unwrap()).unwrap(),
+    }
+}
 
 /// What one model's check allows.
 pub struct Golden {
