@@ -46,12 +46,14 @@ fn main() -> anyhow::Result<()> {
         let out = &g.token_ids;
         let mut avail = vec![0usize];
         let mut agree = vec![0usize];
+        // The drafter's context at point p: the prompt and out[..p].
+        let mut context = ids.clone();
+        context.extend(out.first());
         for p in 1..out.len() {
-            let mut context = ids.clone();
-            context.extend_from_slice(&out[..p]);
             let d = drafter.lookup(&context, LOOKAHEAD);
             avail.push(d.len());
             agree.push(d.iter().zip(&out[p..]).take_while(|(a, b)| a == b).count());
+            context.push(out[p]);
         }
         let line = serde_json::json!({
             "id": it.id, "type": it.task_type(), "prompt_tokens": ids.len(),

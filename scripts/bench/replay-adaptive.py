@@ -148,6 +148,12 @@ def main():
     curves = sorted(curves) or DEFAULT_CURVES
     cap = int(kw.pop("cap", 8))
     max_tokens = int(kw.pop("max_tokens", 96))
+    known = {"decay", "prior", "start_weight", "prior_weight", "probe_after"}
+    if set(kw) - known or not files:
+        sys.exit(f"replay-adaptive: unknown option(s) {sorted(set(kw) - known)} or no trace file; "
+                 f"options: --curve CTX=R1,... --cap N --max-tokens N " + " ".join('--' + k.replace('_', '-') + ' X' for k in sorted(known)))
+    if not 1 <= cap <= 32 or max_tokens < 1:
+        sys.exit("replay-adaptive: --cap must be 1..=32 and --max-tokens at least 1")
     for f in files:
         trs = [json.loads(l) for l in open(f)]
         types = defaultdict(list)
@@ -158,9 +164,8 @@ def main():
         for ty, ts in types.items():
             res = {}
             for w in range(1, 9):
-                tok = sum(replay(t, Fixed(w), curves, max_tokens)[0] for t in ts)
-                c = sum(replay(t, Fixed(w), curves, max_tokens)[1] for t in ts)
-                res[w] = tok / c
+                runs = [replay(t, Fixed(w), curves, max_tokens) for t in ts]
+                res[w] = sum(r[0] for r in runs) / sum(r[1] for r in runs)
             tok = c = 0
             for t in ts:
                 a, b, _ = replay(t, Adaptive(curves, cap, **kw), curves, max_tokens)
