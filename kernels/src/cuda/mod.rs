@@ -32,6 +32,27 @@ pub mod dispatch;
 #[cfg(feature = "cuda")]
 pub mod nvrtc;
 
+/// What a CUDA test does with `device` (a device, a model placed on one, or
+/// why there is none): without one it says on stderr why it is skipped and
+/// goes on as passed (`None`), unless `DRAFTWISE_REQUIRE_CUDA=1`
+/// (scripts/device-check.sh) makes the missing device a failure.
+pub fn or_skip_test<T>(device: Result<T, String>) -> Option<T> {
+    match device {
+        Ok(d) => Some(d),
+        Err(e) => {
+            if std::env::var("DRAFTWISE_REQUIRE_CUDA").is_ok_and(|v| v == "1") {
+                panic!("DRAFTWISE_REQUIRE_CUDA=1 but the CUDA device cannot be used: {e}");
+            }
+            // Straight to stderr: the harness captures eprintln! of passing tests.
+            let _ = std::io::Write::write_all(
+                &mut std::io::stderr(),
+                format!("SKIPPED: no usable CUDA device: {e}\n").as_bytes(),
+            );
+            None
+        }
+    }
+}
+
 /// The kernel sources, in program order: (file name, text).
 pub const SOURCES: [(&str, &str); 5] = [
     ("common.cuh", include_str!("../../cuda/common.cuh")),

@@ -152,31 +152,6 @@ fn legacy_cols() -> Vec<usize> {
     AWKWARD.iter().map(|nb| nb * QK).chain([576, 1536]).collect()
 }
 
-#[test]
-fn every_family_equals_scalar_on_q4_0() {
-    check_type(GgmlType::Q4_0, &legacy_cols());
-}
-
-#[test]
-fn every_family_equals_scalar_on_q4_1() {
-    check_type(GgmlType::Q4_1, &legacy_cols());
-}
-
-#[test]
-fn every_family_equals_scalar_on_q8_0() {
-    check_type(GgmlType::Q8_0, &legacy_cols());
-}
-
-#[test]
-fn every_family_equals_scalar_on_q5_0() {
-    check_type(GgmlType::Q5_0, &legacy_cols());
-}
-
-#[test]
-fn every_family_equals_scalar_on_q5_1() {
-    check_type(GgmlType::Q5_1, &legacy_cols());
-}
-
 /// Q5_0 / Q5_1 blocks at the extremes: every quant 31 (all nibble and
 /// fifth bits set), every quant 0, alternating bits and random ones, under
 /// f16 scales and mins from the largest finite to subnormal and negative,
@@ -201,26 +176,9 @@ fn every_family_equals_scalar_on_q5_at_extreme_values() {
         }
         let store = aligned(&raw);
         let m = Matrix::from_bytes(ty, as_bytes(&store, raw.len()), rows, cols).unwrap();
-        let qs: Vec<ActRow> = xs
-            .iter()
-            .map(|x| {
-                let mut q = ActRow::default();
-                q.quantize(x);
-                q
-            })
-            .collect();
-        let inputs: Vec<Input> = xs.iter().zip(&qs).map(|(x, q)| Input { x, q: q.view() }).collect();
         let packed = r16::Repacked::from_native(ty, &raw, rows, cols).unwrap().unwrap();
         for m in [m, packed.matrix()] {
-            let mut want = vec![0.0f32; inputs.len() * rows];
-            for (inp, out) in inputs.iter().zip(want.chunks_exact_mut(rows)) {
-                scalar::matvec_rows(&m, *inp, 0, out);
-            }
-            for fam in KernelFamily::all_supported() {
-                let mut got = vec![f32::NAN; inputs.len() * rows];
-                matmul_rows_with(fam, true, &m, &inputs, 0, &mut got);
-                assert_eq!(bits(&got), bits(&want), "{ty:?} {fam:?} multi-row at extremes");
-            }
+            assert_multi_row_equals_scalar(ty, &m, &xs);
         }
     }
 }
@@ -232,19 +190,30 @@ fn k_cols() -> Vec<usize> {
     [1, 2, 3, 5, 6, 9].iter().map(|nsb| nsb * QK_K).collect()
 }
 
-#[test]
-fn every_family_equals_scalar_on_q4_k() {
-    check_type(GgmlType::Q4K, &k_cols());
+/// One test per format: every family gives the scalar kernel's outputs
+/// bit for bit over that format's awkward column counts ([`check_type`]).
+macro_rules! every_family_equals_scalar {
+    ($($name:ident: $ty:ident over $cols:ident;)*) => {
+        $(
+            #[test]
+            fn $name() {
+                check_type(GgmlType::$ty, &$cols());
+            }
+        )*
+    };
 }
 
-#[test]
-fn every_family_equals_scalar_on_q5_k() {
-    check_type(GgmlType::Q5K, &k_cols());
-}
-
-#[test]
-fn every_family_equals_scalar_on_q6_k() {
-    check_type(GgmlType::Q6K, &k_cols());
+every_family_equals_scalar! {
+    every_family_equals_scalar_on_q4_0: Q4_0 over legacy_cols;
+    every_family_equals_scalar_on_q4_1: Q4_1 over legacy_cols;
+    every_family_equals_scalar_on_q8_0: Q8_0 over legacy_cols;
+    every_family_equals_scalar_on_q5_0: Q5_0 over legacy_cols;
+    every_family_equals_scalar_on_q5_1: Q5_1 over legacy_cols;
+    every_family_equals_scalar_on_q4_k: Q4K over k_cols;
+    every_family_equals_scalar_on_q5_k: Q5K over k_cols;
+    every_family_equals_scalar_on_q6_k: Q6K over k_cols;
+    every_family_equals_scalar_on_q2_k: Q2K over k_cols;
+    every_family_equals_scalar_on_q3_k: Q3K over k_cols;
 }
 
 /// K-quant super-blocks at the extremes of every field: the largest and
@@ -285,6 +254,34 @@ fn every_family_equals_scalar_on_k_quants_at_extreme_values() {
         for x in &xs {
             check_matrix(ty, &raw, rows, cols, x);
         }
+    }
+}
+
+/// Each row of `xs` quantized as a verify block's activations are.
+fn quantized(xs: &[Vec<f32>]) -> Vec<ActRow> {
+    xs.iter()
+        .map(|x| {
+            let mut q = ActRow::default();
+            q.quantize(x);
+            q
+        })
+        .collect()
+}
+
+/// Every family's multi-row pass of `m` over the rows `xs` (quantized as a
+/// verify block's are) gives the scalar kernel's outputs bit for bit.
+fn assert_multi_row_equals_scalar(ty: GgmlType, m: &Matrix, xs: &[Vec<f32>]) {
+    let rows = m.rows;
+    let qs = quantized(xs);
+    let inputs: Vec<Input> = xs.iter().zip(&qs).map(|(x, q)| Input { x, q: q.view() }).collect();
+    let mut want = vec![0.0f32; inputs.len() * rows];
+    for (inp, out) in inputs.iter().zip(want.chunks_exact_mut(rows)) {
+        scalar::matvec_rows(m, *inp, 0, out);
+    }
+    for fam in KernelFamily::all_supported() {
+        let mut got = vec![f32::NAN; inputs.len() * rows];
+        matmul_rows_with(fam, true, m, &inputs, 0, &mut got);
+        assert_eq!(bits(&got), bits(&want), "{ty:?} {fam:?} multi-row at extremes");
     }
 }
 
@@ -331,16 +328,6 @@ fn extreme_rows(
         scales(blk, r, pattern);
     }
     (raw, rows)
-}
-
-#[test]
-fn every_family_equals_scalar_on_q2_k() {
-    check_type(GgmlType::Q2K, &k_cols());
-}
-
-#[test]
-fn every_family_equals_scalar_on_q3_k() {
-    check_type(GgmlType::Q3K, &k_cols());
 }
 
 #[test]
@@ -396,24 +383,7 @@ fn every_family_equals_scalar_on_q2_k_and_q3_k_at_extreme_values() {
         }
         let store = aligned(&raw);
         let m = Matrix::from_bytes(ty, as_bytes(&store, raw.len()), rows, cols).unwrap();
-        let qs: Vec<ActRow> = xs
-            .iter()
-            .map(|x| {
-                let mut q = ActRow::default();
-                q.quantize(x);
-                q
-            })
-            .collect();
-        let inputs: Vec<Input> = xs.iter().zip(&qs).map(|(x, q)| Input { x, q: q.view() }).collect();
-        let mut want = vec![0.0f32; inputs.len() * rows];
-        for (inp, out) in inputs.iter().zip(want.chunks_exact_mut(rows)) {
-            scalar::matvec_rows(&m, *inp, 0, out);
-        }
-        for fam in KernelFamily::all_supported() {
-            let mut got = vec![f32::NAN; inputs.len() * rows];
-            matmul_rows_with(fam, true, &m, &inputs, 0, &mut got);
-            assert_eq!(bits(&got), bits(&want), "{ty:?} {fam:?} multi-row at extremes");
-        }
+        assert_multi_row_equals_scalar(ty, &m, &xs);
     }
 }
 
@@ -486,14 +456,7 @@ fn check_multirow(ty: GgmlType, shapes: &[(usize, usize)]) {
         let store = aligned(&raw);
         let m = Matrix::from_bytes(ty, as_bytes(&store, raw.len()), rows, cols).unwrap();
         let xs: Vec<Vec<f32>> = (0..17).map(|_| (0..cols).map(|_| rng.f32()).collect()).collect();
-        let qs: Vec<ActRow> = xs
-            .iter()
-            .map(|x| {
-                let mut q = ActRow::default();
-                q.quantize(x);
-                q
-            })
-            .collect();
+        let qs = quantized(&xs);
         let all: Vec<Input> = xs.iter().zip(&qs).map(|(x, q)| Input { x, q: q.view() }).collect();
         let row0 = rows / 3;
         let n = rows - row0;

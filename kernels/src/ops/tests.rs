@@ -179,15 +179,22 @@ fn every_family_attends_bit_identically_over_an_f16_cache() {
         let mut as_f32 = vec![0.0; hd];
         attend_head(KernelFamily::SCALAR, &q, &kf, &vf, hd * 3, hd, n, &mut scores, &mut as_f32);
         assert_eq!(want, as_f32, "hd {hd} n {n}");
-        for fam in KernelFamily::all_supported() {
-            let mut got = vec![0.0; hd];
-            attend_head(fam, &q, &k, &v, hd * 3, hd, n, &mut scores, &mut got);
-            assert_eq!(
-                got.iter().map(|f| f.to_bits()).collect::<Vec<_>>(),
-                want.iter().map(|f| f.to_bits()).collect::<Vec<_>>(),
-                "{fam:?} hd {hd} n {n}"
-            );
-        }
+        assert_every_family_attends_as(&want, &q, &k, &v, hd, n);
+    }
+}
+
+/// Every family's attention of `q` over `n` cache rows of `k`, `v` (the
+/// middle of three heads of `hd` per row) is `want`, bit for bit.
+fn assert_every_family_attends_as<T: KvElem>(want: &[f32], q: &[f32], k: &[T], v: &[T], hd: usize, n: usize) {
+    let mut scores = vec![0.0; n];
+    for fam in KernelFamily::all_supported() {
+        let mut got = vec![0.0; hd];
+        attend_head(fam, q, k, v, hd * 3, hd, n, &mut scores, &mut got);
+        assert_eq!(
+            got.iter().map(|f| f.to_bits()).collect::<Vec<_>>(),
+            want.iter().map(|f| f.to_bits()).collect::<Vec<_>>(),
+            "{fam:?} hd {hd} n {n}"
+        );
     }
 }
 
@@ -202,14 +209,6 @@ fn every_family_attends_bit_identically() {
         let mut want = vec![0.0; hd];
         let mut scores = vec![0.0; n];
         attend_head(KernelFamily::SCALAR, &q, &k, &v, hd * 3, hd, n, &mut scores, &mut want);
-        for fam in KernelFamily::all_supported() {
-            let mut got = vec![0.0; hd];
-            attend_head(fam, &q, &k, &v, hd * 3, hd, n, &mut scores, &mut got);
-            assert_eq!(
-                got.iter().map(|f| f.to_bits()).collect::<Vec<_>>(),
-                want.iter().map(|f| f.to_bits()).collect::<Vec<_>>(),
-                "{fam:?} hd {hd} n {n}"
-            );
-        }
+        assert_every_family_attends_as(&want, &q, &k, &v, hd, n);
     }
 }

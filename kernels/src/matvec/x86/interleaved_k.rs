@@ -35,7 +35,7 @@
 // accumulators) with the same counter.
 #![allow(clippy::needless_range_loop)]
 
-use super::shared::{Outs, x_offset};
+use super::shared::{Outs, Pass, act_ptrs, x_offset};
 use crate::dispatch::{FamilyKind, KernelFamily};
 use crate::matvec::Input;
 use crate::matvec::r16::k::KFormat;
@@ -63,16 +63,8 @@ const Q6K_LOW_BLOCK: [usize; 4] = [0, 1, 4, 5];
 /// # Safety
 /// As [`group_avx512`] / [`group_avx2`]; `o[..w]` each have sixteen
 /// writable floats.
-#[allow(clippy::too_many_arguments)]
-pub(super) unsafe fn run_pass(
-    family: KernelFamily,
-    fmt: KFormat,
-    w: usize,
-    tiles: *const u8,
-    nsb: usize,
-    xs: &[Input],
-    o: &[*mut f32; 8],
-) {
+pub(super) unsafe fn run_pass(family: KernelFamily, fmt: KFormat, w: usize, pass: Pass) {
+    let Pass { tiles, nb: nsb, xs, o, .. } = pass;
     macro_rules! widths {
         ($kern:ident, $f:expr, [$($w:literal),*]) => {
             match w {
@@ -204,9 +196,7 @@ unsafe fn group_avx512<const F: u8, const W: usize>(tiles: *const u8, nsb: usize
     // Independent accumulator chains per activation row at W = 1 (a
     // `vpdpwssd` has a latency of several cycles).
     let sets = if W == 1 { 2 } else { 1 };
-    let xq: [*const i16; W] = std::array::from_fn(|i| xs[i].q.pairs.as_ptr().cast::<i16>());
-    let dx: [*const f32; W] = std::array::from_fn(|i| xs[i].q.d.as_ptr());
-    let sx: [*const f32; W] = std::array::from_fn(|i| xs[i].q.s.as_ptr());
+    let (xq, dx, sx) = act_ptrs::<W>(xs);
     // SAFETY (whole body): tile sb < nsb lies at tiles + sb*tb and every
     // read below is inside it (offsets from the layout); the activation
     // quants of block b < 8·nsb lie at x_offset(b, e < 32) and its scales at
@@ -340,9 +330,7 @@ unsafe fn group_avx512<const F: u8, const W: usize>(tiles: *const u8, nsb: usize
 unsafe fn group_avx2<const F: u8, const W: usize>(tiles: *const u8, nsb: usize, xs: &[Input], out: Outs<W>) {
     let fmt = fmt_of(F);
     let (tb, qo, ho, so) = (fmt.tile_bytes(), fmt.qs_offset(), fmt.qh_offset(), fmt.scales_offset());
-    let xq: [*const i16; W] = std::array::from_fn(|i| xs[i].q.pairs.as_ptr().cast::<i16>());
-    let dx: [*const f32; W] = std::array::from_fn(|i| xs[i].q.d.as_ptr());
-    let sx: [*const f32; W] = std::array::from_fn(|i| xs[i].q.s.as_ptr());
+    let (xq, dx, sx) = act_ptrs::<W>(xs);
     let pair = |x: *const i16| -> __m256i {
         // SAFETY: the callers pass in-bounds element offsets (two i16).
         _mm256_set1_epi32(unsafe { x.cast::<i32>().read_unaligned() })

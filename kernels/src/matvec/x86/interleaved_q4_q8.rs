@@ -26,9 +26,8 @@
 // accumulators) with the same counter.
 #![allow(clippy::needless_range_loop)]
 
-use super::shared::{Outs, dpwssd_bcast, prefetch_ahead, x_offset};
+use super::shared::{Outs, Pass, act_ptrs, dpwssd_bcast, prefetch_ahead, x_offset};
 use crate::dispatch::{FamilyKind, KernelFamily};
-use crate::matvec::Input;
 use crate::matvec::r16::{GROUP, R16Format};
 use std::arch::x86_64::*;
 
@@ -49,22 +48,12 @@ const fn fmt_of(f: u8) -> R16Format {
 ///
 /// # Safety
 /// As [`group_avx2`] / [`group_avx512`]; `fmt` is Q4_0, Q4_1 or Q8_0.
-#[allow(clippy::too_many_arguments)]
-pub(super) unsafe fn run_pass(
-    family: KernelFamily,
-    fmt: R16Format,
-    w: usize,
-    tiles: *const u8,
-    nb: usize,
-    end: *const u8,
-    xs: &[Input],
-    o: &[*mut f32; 8],
-) {
+pub(super) unsafe fn run_pass(family: KernelFamily, fmt: R16Format, w: usize, pass: Pass) {
     macro_rules! widths {
         ($kern:ident, $f:expr, [$($w:literal),*]) => {
             match w {
-                // SAFETY: forwarded from the caller; `xs.len() == w`.
-                $($w => unsafe { $kern::<$f, $w>(tiles, nb, end, xs, std::array::from_fn(|i| o[i])) },)*
+                // SAFETY: forwarded from the caller; `pass.xs.len() == w`.
+                $($w => unsafe { $kern::<$f, $w>(pass, std::array::from_fn(|i| pass.o[i])) },)*
                 _ => unreachable!("width {w} above the family's maximum"),
             }
         };
@@ -93,17 +82,12 @@ pub(super) unsafe fn run_pass(
 /// Sixteen outputs (one group) × `W` activation rows, AVX-512 VNNI.
 ///
 /// # Safety
-/// AVX-512 F/BW/VL/VNNI, FMA, F16C; `tiles` points at `nb` tiles of format
+/// AVX-512 F/BW/VL/VNNI, FMA, F16C; `pass.tiles` points at `pass.nb` tiles of format
 /// `F`; every input has `nb` quantized blocks; each `out[i]` has sixteen
 /// writable floats.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-unsafe fn group_avx512<const F: u8, const W: usize>(
-    tiles: *const u8,
-    nb: usize,
-    end: *const u8,
-    xs: &[Input],
-    out: Outs<W>,
-) {
+unsafe fn group_avx512<const F: u8, const W: usize>(pass: Pass, out: Outs<W>) {
+    let Pass { tiles, nb, end, xs, .. } = pass;
     let fmt = fmt_of(F);
     let (tb, qo) = (fmt.tile_bytes(), fmt.qs_offset());
     // Independent accumulator sets per activation row: a `vpdpwssd` has a
@@ -113,9 +97,7 @@ unsafe fn group_avx512<const F: u8, const W: usize>(
     // Nibble formats: high nibbles as 16·q in their own accumulators (four
     // rows or fewer), or shifted down into the same ones (wider passes).
     let split = F != Q8_0 && W <= 4;
-    let xq: [*const i16; W] = std::array::from_fn(|i| xs[i].q.pairs.as_ptr().cast::<i16>());
-    let dx: [*const f32; W] = std::array::from_fn(|i| xs[i].q.d.as_ptr());
-    let sx: [*const f32; W] = std::array::from_fn(|i| xs[i].q.s.as_ptr());
+    let (xq, dx, sx) = act_ptrs::<W>(xs);
     // SAFETY (whole body): tiles b < nb lie at tiles + b*tb; the activation
     // quants of block b < nb lie at the offsets x_offset(b, e < 32), and its
     // scales at index b; out pointers are the caller's.
@@ -191,18 +173,11 @@ unsafe fn group_avx512<const F: u8, const W: usize>(
 /// # Safety
 /// AVX2, FMA, F16C; otherwise as [`group_avx512`].
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn group_avx2<const F: u8, const W: usize>(
-    tiles: *const u8,
-    nb: usize,
-    end: *const u8,
-    xs: &[Input],
-    out: Outs<W>,
-) {
+unsafe fn group_avx2<const F: u8, const W: usize>(pass: Pass, out: Outs<W>) {
+    let Pass { tiles, nb, end, xs, .. } = pass;
     let fmt = fmt_of(F);
     let (tb, qo) = (fmt.tile_bytes(), fmt.qs_offset());
-    let xq: [*const i16; W] = std::array::from_fn(|i| xs[i].q.pairs.as_ptr().cast::<i16>());
-    let dx: [*const f32; W] = std::array::from_fn(|i| xs[i].q.d.as_ptr());
-    let sx: [*const f32; W] = std::array::from_fn(|i| xs[i].q.s.as_ptr());
+    let (xq, dx, sx) = act_ptrs::<W>(xs);
     let pair = |x: *const i16| -> __m256i {
         // SAFETY: the callers pass in-bounds element offsets (two i16).
         _mm256_set1_epi32(unsafe { x.cast::<i32>().read_unaligned() })

@@ -36,8 +36,7 @@
 // accumulators) with the same counter.
 #![allow(clippy::needless_range_loop)]
 
-use super::shared::{Outs, dpwssd_bcast, prefetch_ahead, x_offset};
-use crate::matvec::Input;
+use super::shared::{Outs, Pass, act_ptrs, dpwssd_bcast, prefetch_ahead, x_offset};
 use crate::matvec::r16::{R16Format, q5_shift};
 use crate::dispatch::{FamilyKind, KernelFamily};
 use std::arch::x86_64::*;
@@ -62,23 +61,13 @@ const OR_AND: i32 = 0xF8;
 ///
 /// # Safety
 /// As [`group_avx2`] / [`group_avx512`]; `fmt` is Q5_0 or Q5_1.
-#[allow(clippy::too_many_arguments)]
-pub(super) unsafe fn run_pass(
-    family: KernelFamily,
-    fmt: R16Format,
-    w: usize,
-    tiles: *const u8,
-    nb: usize,
-    end: *const u8,
-    xs: &[Input],
-    o: &[*mut f32; 8],
-) {
+pub(super) unsafe fn run_pass(family: KernelFamily, fmt: R16Format, w: usize, pass: Pass) {
     debug_assert!(fmt.has_high_bits());
     macro_rules! widths {
         ($kern:ident, $f:expr, [$($w:literal),*]) => {
             match w {
-                // SAFETY: forwarded from the caller; `xs.len() == w`.
-                $($w => unsafe { $kern::<$f, $w>(tiles, nb, end, xs, std::array::from_fn(|i| o[i])) },)*
+                // SAFETY: forwarded from the caller; `pass.xs.len() == w`.
+                $($w => unsafe { $kern::<$f, $w>(pass, std::array::from_fn(|i| pass.o[i])) },)*
                 _ => unreachable!("width {w} above the family's maximum"),
             }
         };
@@ -119,17 +108,12 @@ fn shift_words_ymm(words: __m256i, s: usize) -> __m256i {
 /// Sixteen outputs (one group) × `W` activation rows, AVX-512 VNNI.
 ///
 /// # Safety
-/// AVX-512 F/BW/VL/VNNI, FMA, F16C; `tiles` points at `nb` tiles of format
+/// AVX-512 F/BW/VL/VNNI, FMA, F16C; `pass.tiles` points at `pass.nb` tiles of format
 /// `F`; every input has `nb` quantized blocks; each `out[i]` has sixteen
 /// writable floats.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-unsafe fn group_avx512<const F: u8, const W: usize>(
-    tiles: *const u8,
-    nb: usize,
-    end: *const u8,
-    xs: &[Input],
-    out: Outs<W>,
-) {
+unsafe fn group_avx512<const F: u8, const W: usize>(pass: Pass, out: Outs<W>) {
+    let Pass { tiles, nb, end, xs, .. } = pass;
     let fmt = fmt_of(F);
     let (tb, qo, ho, mo) = (fmt.tile_bytes(), fmt.qs_offset(), fmt.qh_offset(), fmt.min_offset());
     // As in interleaved_q4_q8: two accumulator sets for one row (independent
@@ -138,9 +122,7 @@ unsafe fn group_avx512<const F: u8, const W: usize>(
     // for wider passes, short of registers.
     let sets = if W == 1 { 2 } else { 1 };
     let split = W <= 4;
-    let xq: [*const i16; W] = std::array::from_fn(|i| xs[i].q.pairs.as_ptr().cast::<i16>());
-    let dx: [*const f32; W] = std::array::from_fn(|i| xs[i].q.d.as_ptr());
-    let sx: [*const f32; W] = std::array::from_fn(|i| xs[i].q.s.as_ptr());
+    let (xq, dx, sx) = act_ptrs::<W>(xs);
     let xsum: [*const i32; W] = std::array::from_fn(|i| xs[i].q.sum.as_ptr());
     // SAFETY (whole body): tiles b < nb lie at tiles + b*tb, each holding
     // its scales, mins, sixteen words and quant chunks at the format's
@@ -201,18 +183,11 @@ unsafe fn group_avx512<const F: u8, const W: usize>(
 /// # Safety
 /// AVX2, FMA, F16C; otherwise as [`group_avx512`].
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn group_avx2<const F: u8, const W: usize>(
-    tiles: *const u8,
-    nb: usize,
-    end: *const u8,
-    xs: &[Input],
-    out: Outs<W>,
-) {
+unsafe fn group_avx2<const F: u8, const W: usize>(pass: Pass, out: Outs<W>) {
+    let Pass { tiles, nb, end, xs, .. } = pass;
     let fmt = fmt_of(F);
     let (tb, qo, ho, mo) = (fmt.tile_bytes(), fmt.qs_offset(), fmt.qh_offset(), fmt.min_offset());
-    let xq: [*const i16; W] = std::array::from_fn(|i| xs[i].q.pairs.as_ptr().cast::<i16>());
-    let dx: [*const f32; W] = std::array::from_fn(|i| xs[i].q.d.as_ptr());
-    let sx: [*const f32; W] = std::array::from_fn(|i| xs[i].q.s.as_ptr());
+    let (xq, dx, sx) = act_ptrs::<W>(xs);
     let xsum: [*const i32; W] = std::array::from_fn(|i| xs[i].q.sum.as_ptr());
     let pair = |x: *const i16| -> __m256i {
         // SAFETY: the callers pass in-bounds element offsets (two i16).

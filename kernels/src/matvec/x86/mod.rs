@@ -29,7 +29,7 @@ mod shared;
 
 pub(super) use dot_f32::{dot_f32_avx2, dot4_f32_avx2};
 use q2k_q3k::{rows_k23_avx2, rows_k23_avx512};
-use shared::{Q2K, Q3K, Tile, block_bytes};
+use shared::{Pass, Q2K, Q3K, Tile, block_bytes};
 use crate::dispatch::{
     AVX2_MAX_ROWS, AVX512_MAX_ROWS, FamilyKind, KernelFamily, ROW_TILE, interleaved_rows, max_rows_per_pass,
 };
@@ -247,7 +247,7 @@ unsafe fn run_group(
             };
         }
         // SAFETY: forwarded; every pointer has sixteen writable floats.
-        unsafe { run_interleaved_pass(family, fmt, w, tiles, nb, end, xs, &ptrs) };
+        unsafe { run_interleaved_pass(family, fmt, w, Pass { tiles, nb, end, xs, o: &ptrs }) };
         if !whole {
             for i in 0..w {
                 let dst = (i0 + i) * n + lo - row0;
@@ -262,27 +262,17 @@ unsafe fn run_group(
 /// Q5_0 / Q5_1 ([`interleaved_q5`]) or the K-quants ([`interleaved_k`]).
 ///
 /// # Safety
-/// As the passes: the CPU supports `family`; `tiles` points at the group's
-/// `nb` tiles of `fmt` (super-blocks for the K-quants), `end` bounds
-/// prefetching, `xs.len() == w`, every `o[i]` (i < w) has sixteen writable
-/// floats.
-#[allow(clippy::too_many_arguments)]
-unsafe fn run_interleaved_pass(
-    family: KernelFamily,
-    fmt: R16Format,
-    w: usize,
-    tiles: *const u8,
-    nb: usize,
-    end: *const u8,
-    xs: &[Input],
-    o: &[*mut f32; 8],
-) {
+/// As the passes: the CPU supports `family`; `pass.tiles` points at the
+/// group's `pass.nb` tiles of `fmt` (super-blocks for the K-quants),
+/// `pass.end` bounds prefetching, `pass.xs.len() == w`, every `pass.o[i]`
+/// (i < w) has sixteen writable floats.
+unsafe fn run_interleaved_pass(family: KernelFamily, fmt: R16Format, w: usize, pass: Pass) {
     // SAFETY (all three): forwarded from the caller.
     if fmt.has_high_bits() {
-        unsafe { interleaved_q5::run_pass(family, fmt, w, tiles, nb, end, xs, o) }
+        unsafe { interleaved_q5::run_pass(family, fmt, w, pass) }
     } else if let R16Format::K(kf) = fmt {
-        unsafe { interleaved_k::run_pass(family, kf, w, tiles, nb, xs, o) }
+        unsafe { interleaved_k::run_pass(family, kf, w, pass) }
     } else {
-        unsafe { interleaved_q4_q8::run_pass(family, fmt, w, tiles, nb, end, xs, o) }
+        unsafe { interleaved_q4_q8::run_pass(family, fmt, w, pass) }
     }
 }

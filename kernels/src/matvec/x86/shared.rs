@@ -12,6 +12,19 @@ use crate::act::QRow;
 use crate::matvec::Input;
 use std::arch::x86_64::*;
 
+/// What one pass of a row-interleaved kernel reads and writes: a group's
+/// `nb` tiles (super-blocks for the K-quants) from `tiles`, prefetching no
+/// further than `end` (the K-quant passes do not prefetch), against the
+/// activation rows `xs`, into `o[..xs.len()]` (sixteen floats each).
+#[derive(Clone, Copy)]
+pub(super) struct Pass<'p, 'a> {
+    pub tiles: *const u8,
+    pub nb: usize,
+    pub end: *const u8,
+    pub xs: &'p [Input<'a>],
+    pub o: &'p [*mut f32; 8],
+}
+
 /// Tags of [`dot_pair`]'s two conversions, and of the const-generic kernels.
 pub(super) const Q4_1: u8 = 1;
 pub(super) const Q8_0: u8 = 2;
@@ -73,6 +86,18 @@ impl<const W: usize> Acts<W> {
             d: std::array::from_fn(|i| q(i).d.as_ptr()),
         }
     }
+}
+
+/// Raw pointers into `W` quantized activation rows as the row-interleaved
+/// kernels read them: the pair-interleaved quants, the block scales and the
+/// block sums' scaled values ([`crate::act::QRow`]).
+#[inline(always)]
+pub(super) fn act_ptrs<const W: usize>(xs: &[Input]) -> ([*const i16; W], [*const f32; W], [*const f32; W]) {
+    (
+        std::array::from_fn(|i| xs[i].q.pairs.as_ptr().cast::<i16>()),
+        std::array::from_fn(|i| xs[i].q.d.as_ptr()),
+        std::array::from_fn(|i| xs[i].q.s.as_ptr()),
+    )
 }
 
 /// Prefetches `bytes` bytes of weights from row `r` on (the next step's
