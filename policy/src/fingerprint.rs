@@ -66,8 +66,23 @@ pub struct Part {
 }
 
 const fn part(path: &'static str, devices: Devices, why: &'static str) -> Part {
-    Part { path, devices, formats: &[], why }
+    format_part(path, devices, &[], why)
 }
+
+/// A part whose change moves only the cost of the weight formats it names.
+const fn format_part(path: &'static str, devices: Devices, formats: &'static [&'static str], why: &'static str) -> Part {
+    Part { path, devices, formats, why }
+}
+
+/// The weight formats of the format-aware parts: the row-interleaved
+/// layouts (every format `r16.rs` repacks), the K-quants, and the x86_64
+/// kernel files' own formats.
+const INTERLEAVED: &[&str] = &["q4_0", "q4_1", "q8_0", "q5_0", "q5_1", "q4_k", "q5_k", "q6_k"];
+const K_QUANTS: &[&str] = &["q4_k", "q5_k", "q6_k"];
+const Q4_Q8: &[&str] = &["q4_0", "q4_1", "q8_0"];
+const Q5: &[&str] = &["q5_0", "q5_1"];
+const Q2K_Q3K: &[&str] = &["q2_k", "q3_k"];
+const HALF: &[&str] = &["f16", "bf16"];
 
 /// Every source file whose change can move the cost of a verify block or of
 /// a classic step.
@@ -87,51 +102,16 @@ pub const VERIFY_PATH: &[Part] = &[
     part("kernels/src/matvec/mod.rs", Devices::All, "the mat-vec entry points and the multi-row dispatch"),
     // kernels, CPU
     part("kernels/src/matvec/scalar.rs", Devices::Cpu, "the scalar kernel family (and the specification)"),
-    Part {
-        path: "kernels/src/matvec/r16.rs",
-        devices: Devices::Cpu,
-        formats: &["q4_0", "q4_1", "q8_0", "q5_0", "q5_1", "q4_k", "q5_k", "q6_k"],
-        why: "the row-interleaved layout of Q4_0, Q4_1, Q8_0, Q5_0 and Q5_1, its portable kernels, the repacking of every layout",
-    },
-    Part {
-        path: "kernels/src/matvec/r16/k.rs",
-        devices: Devices::Cpu,
-        formats: &["q4_k", "q5_k", "q6_k"],
-        why: "the row-interleaved layout of the K-quants",
-    },
+    format_part("kernels/src/matvec/r16.rs", Devices::Cpu, INTERLEAVED, "the row-interleaved layout of Q4_0, Q4_1, Q8_0, Q5_0 and Q5_1, its portable kernels, the repacking of every layout"),
+    format_part("kernels/src/matvec/r16/k.rs", Devices::Cpu, K_QUANTS, "the row-interleaved layout of the K-quants"),
     part("kernels/src/matvec/x86/mod.rs", Devices::CpuX86, "the x86_64 dispatcher: each format's passes, the group driver, the row tiles"),
     part("kernels/src/matvec/x86/shared.rs", Devices::CpuX86, "the tiles, reductions, prefetches and integer steps every x86_64 kernel uses"),
     part("kernels/src/matvec/x86/dot_f32.rs", Devices::CpuX86, "the x86_64 f32 dot products (f32 matrices, and the ops of every row)"),
-    Part {
-        path: "kernels/src/matvec/x86/interleaved_q4_q8.rs",
-        devices: Devices::CpuX86,
-        formats: &["q4_0", "q4_1", "q8_0"],
-        why: "x86_64 kernels of the row-interleaved Q4_0, Q4_1 and Q8_0 layout",
-    },
-    Part {
-        path: "kernels/src/matvec/x86/interleaved_q5.rs",
-        devices: Devices::CpuX86,
-        formats: &["q5_0", "q5_1"],
-        why: "x86_64 kernels of the row-interleaved Q5_0 and Q5_1 layout",
-    },
-    Part {
-        path: "kernels/src/matvec/x86/interleaved_k.rs",
-        devices: Devices::CpuX86,
-        formats: &["q4_k", "q5_k", "q6_k"],
-        why: "x86_64 kernels of the row-interleaved K-quants",
-    },
-    Part {
-        path: "kernels/src/matvec/x86/q2k_q3k.rs",
-        devices: Devices::CpuX86,
-        formats: &["q2_k", "q3_k"],
-        why: "x86_64 kernels of Q2_K and Q3_K",
-    },
-    Part {
-        path: "kernels/src/matvec/x86/half.rs",
-        devices: Devices::CpuX86,
-        formats: &["f16", "bf16"],
-        why: "x86_64 kernels of F16 and BF16 matrices",
-    },
+    format_part("kernels/src/matvec/x86/interleaved_q4_q8.rs", Devices::CpuX86, Q4_Q8, "x86_64 kernels of the row-interleaved Q4_0, Q4_1 and Q8_0 layout"),
+    format_part("kernels/src/matvec/x86/interleaved_q5.rs", Devices::CpuX86, Q5, "x86_64 kernels of the row-interleaved Q5_0 and Q5_1 layout"),
+    format_part("kernels/src/matvec/x86/interleaved_k.rs", Devices::CpuX86, K_QUANTS, "x86_64 kernels of the row-interleaved K-quants"),
+    format_part("kernels/src/matvec/x86/q2k_q3k.rs", Devices::CpuX86, Q2K_Q3K, "x86_64 kernels of Q2_K and Q3_K"),
+    format_part("kernels/src/matvec/x86/half.rs", Devices::CpuX86, HALF, "x86_64 kernels of F16 and BF16 matrices"),
     // kernels, CUDA
     part("kernels/src/cuda/", Devices::Cuda, "the CUDA launcher: device buffers, streams, NVRTC, dispatch"),
     part("kernels/cuda/", Devices::Cuda, "the CUDA kernels"),
@@ -188,6 +168,7 @@ pub const OFF_PATH: &[(&str, &str)] = &[
     ("runtime/src/tokenizer/chat.rs", "the chat template, once per request"),
     ("runtime/src/tokenizer/spm.rs", "SentencePiece encoding of prompts, once per request"),
     ("runtime/src/tokenizer/bpe.rs", "byte-level BPE encoding of prompts, once per request"),
+    ("runtime/src/tokenizer/vocab.rs", "the token table of both GGUF encoders, read once per request"),
     ("runtime/src/tokenizer/pretok.rs", "the BPE pre-tokenizers' word splits, once per request"),
     ("runtime/src/model/tests.rs", "tests"),
     ("runtime/src/wiring_tests.rs", "tests that join several modules"),

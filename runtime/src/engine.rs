@@ -37,6 +37,22 @@ pub struct Generation {
     pub decode_steps: usize,
 }
 
+impl Generation {
+    /// A generation that ended for `finish_reason`, its decoding begun at
+    /// `decode_start` (now is its end).
+    pub(crate) fn finished(
+        prompt_tokens: usize,
+        token_ids: Vec<u32>,
+        finish_reason: FinishReason,
+        prefill_s: f64,
+        decode_start: Instant,
+        decode_steps: usize,
+    ) -> Self {
+        let decode_s = decode_start.elapsed().as_secs_f64();
+        Generation { prompt_tokens, token_ids, finish_reason, prefill_s, decode_s, decode_steps }
+    }
+}
+
 /// Why a [`TokenSink`] ends a generation early.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Halt {
@@ -246,14 +262,7 @@ impl Engine {
                 logits = model.forward(self.family, &mut session, &[next], LogitRows::Last)?;
                 steps += 1;
             };
-            Ok(Generation {
-                prompt_tokens: prompt.len(),
-                token_ids: out,
-                finish_reason: finish,
-                prefill_s,
-                decode_s: t1.elapsed().as_secs_f64(),
-                decode_steps: steps,
-            })
+            Ok(Generation::finished(prompt.len(), out, finish, prefill_s, t1, steps))
         })
     }
 }

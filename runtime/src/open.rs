@@ -12,24 +12,26 @@ use anyhow::{Context, Result};
 use kernels::dispatch;
 use std::path::{Path, PathBuf};
 
-/// Where the model comes from and where it runs.
-#[derive(Clone, Copy, Debug)]
-pub struct OpenSettings<'a> {
-    /// A GGUF file or a Hugging Face checkpoint directory; `None` is the
-    /// default model.
-    pub model: Option<&'a Path>,
-    /// The model cache (`None`: the default one).
-    pub cache_dir: Option<&'a Path>,
+/// Which model a command runs and how it is opened, as given
+/// (`--model`, `--device`, `--threads`, `--cache-dir`, `--ctx-size`,
+/// `--chat-template`: the flags `generate`, `bench` and `serve` share).
+#[derive(Clone, Debug, Default)]
+pub struct ModelSettings {
+    /// A GGUF file, a Hugging Face checkpoint directory or a known model's
+    /// name; `None` is the default model.
+    pub model: Option<PathBuf>,
     /// `cpu`, `cuda` or `cuda:N`; `None` chooses.
-    pub device: Option<&'a str>,
-    /// Worker threads, already resolved.
-    pub threads: usize,
+    pub device: Option<String>,
+    /// `None`: the CPUs available to this process.
+    pub threads: Option<usize>,
+    /// The model cache (`None`: the default one).
+    pub cache_dir: Option<PathBuf>,
     /// `--ctx-size`: the most positions a sequence may hold (prompt and
     /// completion together), at most the model's own context length;
     /// `None` keeps the model's.
     pub ctx_size: Option<usize>,
     /// `--chat-template`: a Jinja template file used in place of the model's.
-    pub chat_template: Option<&'a Path>,
+    pub chat_template: Option<PathBuf>,
 }
 
 /// Largest `--chat-template` file read (templates are a few KiB; the
@@ -110,10 +112,12 @@ pub fn check_cpu_attention(cfg: &crate::model::config::ModelConfig) -> Result<()
     Ok(())
 }
 
-pub fn open(s: OpenSettings<'_>) -> Result<Opened> {
+/// Opens the model `s` names on `threads` worker threads (already resolved
+/// from `s.threads`, so a bad count fails before anything loads).
+pub fn open(s: &ModelSettings, threads: usize) -> Result<Opened> {
     let selection = dispatch::selected()?;
-    let device = DeviceRequest::parse(s.device)?;
-    let path = resolve_model(s.model, s.cache_dir)?;
+    let device = DeviceRequest::parse(s.device.as_deref())?;
+    let path = resolve_model(s.model.as_deref(), s.cache_dir.as_deref())?;
     tracing::info!(model = %path.display(), "loading");
     // Files whose declared contents would cost memory out of proportion
     // to what the runtime keeps are refused before they are parsed
@@ -123,12 +127,12 @@ pub fn open(s: OpenSettings<'_>) -> Result<Opened> {
         .with_context(|| format!("loading {}", path.display()))?;
     let mut loaded = model::load(&path).with_context(|| format!("loading {}", path.display()))?;
     apply_ctx_size(&mut loaded, s.ctx_size)?;
-    apply_chat_template(&mut loaded, s.chat_template)?;
+    apply_chat_template(&mut loaded, s.chat_template.as_deref())?;
     let cuda = crate::device::place(&mut loaded, device)?;
     if cuda.is_none() {
         check_cpu_attention(&loaded.model.config).with_context(|| format!("loading {}", path.display()))?;
     }
-    let engine = Engine::new(loaded, selection.family, s.threads)?;
+    let engine = Engine::new(loaded, selection.family, threads)?;
     Ok(Opened { engine, selection, cuda, path })
 }
 
@@ -136,22 +140,7 @@ pub fn open(s: OpenSettings<'_>) -> Result<Opened> {
 mod attention_shape_tests {
     #[test]
     fn a_head_dimension_the_cpu_attention_cannot_take_is_refused_naming_it() {
-        use crate::model::config::{Block, ModelConfig, RopeScaling};
-        let mut cfg = ModelConfig {
-            block: Block::LLAMA,
-            n_layers: 1,
-            dim: 576,
-            n_heads: 9,
-            n_kv_heads: 3,
-            head_dim: 64,
-            ffn_dim: 1536,
-            vocab: 49152,
-            rope_base: 10000.0,
-            rope_pairing: kernels::ops::RopePairing::Adjacent,
-            rope_scaling: RopeScaling::default(),
-            rms_eps: 1e-5,
-            context_length: 2048,
-        };
+        let mut cfg = crate::model::config::tests::smollm2();
         assert!(super::check_cpu_attention(&cfg).is_ok(), "head dimension {}", cfg.head_dim);
         for hd in [0, 8, 24, 40] {
             cfg.head_dim = hd;

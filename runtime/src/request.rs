@@ -66,7 +66,7 @@ pub fn decode_opts(
             let schedule = sp.schedule().expect("the match guard saw a width");
             let p = engine.prefill_cancellable(prompt, &|| sink.cancelled())?;
             let (g, stats) =
-                engine.decode_speculative_with(p, max_tokens, sampling, sp.drafter.as_mut(), schedule.clone(), sink)?;
+                engine.decode_speculative(p, max_tokens, sampling, sp.drafter.as_mut(), schedule.clone(), sink)?;
             let diag = SpeculativeDiagnostics::new(tag.id, tag.warmup, tag.repeat, sp.kind.as_str(), &schedule, &stats);
             Ok((g, Some(Event::SpeculativeDiagnostics(diag))))
         }

@@ -91,7 +91,18 @@ pub(crate) fn write_hf(dir: &Path) {
         .enumerate()
         .map(|(i, s)| serde_json::json!({"id": i, "content": s, "single_word": false, "lstrip": false, "rstrip": false, "normalized": false, "special": true}))
         .collect();
-    let tokenizer = serde_json::json!({
+    std::fs::write(dir.join("tokenizer.json"), byte_level_tokenizer_json(added, vocab_map.into()).to_string()).unwrap();
+    let tcfg = serde_json::json!({
+        "eos_token": "<|im_end|>", "bos_token": "<|im_start|>", "add_bos_token": false,
+        "chat_template": "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+    });
+    std::fs::write(dir.join("tokenizer_config.json"), tcfg.to_string()).unwrap();
+}
+
+/// A byte-level BPE tokenizer.json with no merges: `added` tokens over
+/// `vocab` (a JSON object of token to id).
+pub(crate) fn byte_level_tokenizer_json(added: Vec<serde_json::Value>, vocab: serde_json::Value) -> serde_json::Value {
+    serde_json::json!({
         "version": "1.0", "truncation": null, "padding": null, "added_tokens": added,
         "normalizer": null,
         "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": true},
@@ -99,14 +110,8 @@ pub(crate) fn write_hf(dir: &Path) {
         "decoder": {"type": "ByteLevel", "add_prefix_space": true, "trim_offsets": true, "use_regex": true},
         "model": {"type": "BPE", "dropout": null, "unk_token": null, "continuing_subword_prefix": null,
                   "end_of_word_suffix": null, "fuse_unk": false, "byte_fallback": false, "ignore_merges": false,
-                  "vocab": vocab_map, "merges": []}
-    });
-    std::fs::write(dir.join("tokenizer.json"), tokenizer.to_string()).unwrap();
-    let tcfg = serde_json::json!({
-        "eos_token": "<|im_end|>", "bos_token": "<|im_start|>", "add_bos_token": false,
-        "chat_template": "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-    });
-    std::fs::write(dir.join("tokenizer_config.json"), tcfg.to_string()).unwrap();
+                  "vocab": vocab, "merges": []}
+    })
 }
 
 /// llama.cpp's converter reorders each head's Q/K output rows from

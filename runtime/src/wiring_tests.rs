@@ -103,7 +103,8 @@ mod model {
                     for w in [1, 2, 3, 4, 8, 16] {
                         let mut d = NgramDrafter { max_n: 4, min_n: 1 };
                         let width = crate::policy::Width::new(w).unwrap();
-                        let (spec, stats) = e.decode_speculative(pre.clone(), 24, &greedy, &mut d, width).unwrap();
+                        let sink = &mut crate::engine::NoSink;
+                        let (spec, stats) = e.decode_speculative(pre.clone(), 24, &greedy, &mut d, width, sink).unwrap();
                         assert_eq!(spec.token_ids, classic.token_ids, "{name} {text:?} width {w} at {threads} threads");
                         rounds += stats.rounds;
                     }
@@ -181,7 +182,8 @@ mod model {
             let mut d = NgramDrafter { max_n: 4, min_n: 1 };
             // Eight tokens: the third is the one counted, the rest give the
             // controller room to choose lengths up to the cap.
-            let (g, st) = e.decode_speculative(pre.clone(), 8, &p, &mut d, schedule.clone()).unwrap();
+            let sink = &mut crate::engine::NoSink;
+            let (g, st) = e.decode_speculative(pre.clone(), 8, &p, &mut d, schedule.clone(), sink).unwrap();
             let k = match g.token_ids.get(2) {
                 Some(&t) => 3 + u64::from(t),
                 None => g.token_ids.len() as u64,

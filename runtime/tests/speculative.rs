@@ -8,7 +8,7 @@ mod common;
 
 use common::model;
 use kernels::dispatch::KernelFamily;
-use runtime::engine::Engine;
+use runtime::engine::{Engine, NoSink};
 use runtime::prompts::{PromptKind, parse_prompts};
 use runtime::sampling::SamplingParams;
 use runtime::speculative::drafter::{Drafter, ModelDrafter, NgramDrafter, SuffixDrafter};
@@ -60,6 +60,7 @@ fn check_drafter(
                     &greedy,
                     d.as_mut(),
                     runtime::policy::Width::new(w).unwrap(),
+                    &mut NoSink,
                 )
                 .unwrap();
             assert_eq!(
@@ -159,7 +160,7 @@ fn adaptive_output_equals_classic_at_one_and_two_threads_short_and_long_contexts
             let classic = e.decode(pre.clone(), max_tokens, &greedy).unwrap();
             for cap in [4, 8] {
                 let mut d = NgramDrafter { max_n: 4, min_n: 1 };
-                let (spec, st) = e.decode_speculative(pre.clone(), max_tokens, &greedy, &mut d, adaptive(cap)).unwrap();
+                let (spec, st) = e.decode_speculative(pre.clone(), max_tokens, &greedy, &mut d, adaptive(cap), &mut NoSink).unwrap();
                 assert_eq!(spec.token_ids, classic.token_ids, "{id}: adaptive up to {cap} at {threads} threads");
                 assert_eq!(spec.finish_reason, classic.finish_reason, "{id} adaptive up to {cap}");
                 assert_eq!(st.draft_lengths.len(), cap + 1);

@@ -49,7 +49,7 @@ fn run(e: &Engine, width: Option<usize>, halt: Option<(usize, Halt)>) -> (Outcom
         None => e.decode_with(pre, MAX_TOKENS, &greedy, &mut sink).map(|g| (g, 0)),
         Some(w) => {
             let mut d = NgramDrafter::default();
-            e.decode_speculative_with(
+            e.decode_speculative(
                 pre,
                 MAX_TOKENS,
                 &greedy,

@@ -10,7 +10,7 @@ use crate::build_info::BuildInfo;
 use crate::events::{Completion, Event, SpeculationReport, startup_event};
 use crate::fetch;
 use crate::engine::{Engine, NoSink};
-use crate::open::{OpenSettings, Opened, open};
+use crate::open::{ModelSettings, Opened, open};
 use crate::prompts::{PromptItem, PromptKind, parse_prompts};
 use crate::sampling::SamplingParams;
 use crate::speculative::setup::SpecSettings;
@@ -25,11 +25,8 @@ use std::process::ExitCode;
 /// what each field is; [`bench`] checks them).
 #[derive(Debug, Clone)]
 pub struct BenchSettings {
-    /// A GGUF file, a Hugging Face directory or a known model's name; `None`
-    /// is the default model.
-    pub model: Option<PathBuf>,
-    /// `None`: the CPUs available to this process.
-    pub threads: Option<usize>,
+    /// The model and how it is opened.
+    pub load: ModelSettings,
     pub prompt_tokens: usize,
     pub gen_tokens: usize,
     pub reps: usize,
@@ -44,12 +41,6 @@ pub struct BenchSettings {
     pub prompts: Option<PathBuf>,
     /// Width curve: tokens generated per prompt.
     pub max_tokens: usize,
-    /// `cpu`, `cuda` or `cuda:N`; `None` chooses.
-    pub device: Option<String>,
-    /// The model cache (`None`: the default one).
-    pub cache_dir: Option<PathBuf>,
-    /// `--ctx-size`: the context cap (`None`: the model's own length).
-    pub ctx_size: Option<usize>,
     /// A drafter here asks for the width curve.
     pub spec: SpecSettings,
 }
@@ -70,9 +61,8 @@ pub struct FetchModelSettings {
 /// what each field is; [`generate`] checks them).
 #[derive(Debug, Clone)]
 pub struct GenerateSettings {
-    /// A GGUF file, a Hugging Face directory or a known model's name; `None`
-    /// is the default model.
-    pub model: Option<PathBuf>,
+    /// The model and how it is opened.
+    pub load: ModelSettings,
     /// One prompt; exactly one of `prompt` and `prompts` is given.
     pub prompt: Option<String>,
     /// A JSONL prompt set.
@@ -80,8 +70,6 @@ pub struct GenerateSettings {
     /// Render `prompt` as a user message through the chat template.
     pub chat: bool,
     pub max_tokens: usize,
-    /// `None`: the CPUs available to this process.
-    pub threads: Option<usize>,
     pub temperature: f32,
     pub top_k: usize,
     pub top_p: f32,
@@ -91,14 +79,6 @@ pub struct GenerateSettings {
     /// Unrecorded passes first.
     pub warmup: usize,
     pub json: bool,
-    /// `cpu`, `cuda` or `cuda:N`; `None` chooses.
-    pub device: Option<String>,
-    /// The model cache (`None`: the default one).
-    pub cache_dir: Option<PathBuf>,
-    /// `--ctx-size`: the context cap (`None`: the model's own length).
-    pub ctx_size: Option<usize>,
-    /// `--chat-template`: a Jinja template file in place of the model's.
-    pub chat_template: Option<PathBuf>,
     pub spec: SpecSettings,
 }
 
@@ -134,7 +114,7 @@ pub fn build_info(json: bool) -> Result<ExitCode> {
 /// `runtime bench`: the throughput report, or with a drafter the width curve.
 pub fn bench(args: BenchSettings) -> Result<ExitCode> {
     use crate::limits::{MAX_BENCH_TOKENS, MAX_PASSES, MAX_VERIFY_WIDTH, MAX_WARMUP_PASSES, check_range};
-    let threads = crate::limits::resolve_threads(args.threads)?;
+    let threads = crate::limits::resolve_threads(args.load.threads)?;
     for (flag, v, lo, hi) in [
         ("--reps", args.reps, 1, MAX_PASSES),
         ("--warmup", args.warmup, 0, MAX_WARMUP_PASSES),
@@ -145,14 +125,7 @@ pub fn bench(args: BenchSettings) -> Result<ExitCode> {
     ] {
         check_range(flag, v as u64, lo, hi).map_err(anyhow::Error::msg)?;
     }
-    let Opened { engine, path, .. } = open(OpenSettings {
-        model: args.model.as_deref(),
-        cache_dir: args.cache_dir.as_deref(),
-        device: args.device.as_deref(),
-        threads,
-        ctx_size: args.ctx_size,
-        chat_template: None,
-    })?;
+    let Opened { engine, path, .. } = open(&args.load, threads)?;
     // The prefill and what follows it must fit the model's context.
     let context = engine.loaded.model.config.context_length;
     let (after, flag) =
@@ -284,7 +257,7 @@ pub fn generate(args: GenerateSettings) -> Result<ExitCode> {
     ] {
         crate::limits::check_range(flag, v as u64, lo, hi).map_err(anyhow::Error::msg)?;
     }
-    let threads = crate::limits::resolve_threads(args.threads)?;
+    let threads = crate::limits::resolve_threads(args.load.threads)?;
     let items = match (&args.prompt, &args.prompts) {
         (Some(p), _) => {
             let kind = if args.chat {
@@ -300,14 +273,7 @@ pub fn generate(args: GenerateSettings) -> Result<ExitCode> {
         }
         (None, None) => bail!("give --prompt or --prompts"),
     };
-    let Opened { engine, selection, cuda, .. } = open(OpenSettings {
-        model: args.model.as_deref(),
-        cache_dir: args.cache_dir.as_deref(),
-        device: args.device.as_deref(),
-        threads,
-        ctx_size: args.ctx_size,
-        chat_template: args.chat_template.as_deref(),
-    })?;
+    let Opened { engine, selection, cuda, .. } = open(&args.load, threads)?;
     let tok = &engine.loaded.tokenizer;
 
     // Tokenize everything up front: a bad prompt fails before any work.

@@ -341,7 +341,7 @@ impl ModelConfig {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     #[test]
@@ -353,7 +353,8 @@ mod tests {
         assert!(implied_head_dim(576, 0).is_err());
     }
 
-    pub fn smollm2() -> ModelConfig {
+    /// SmolLM2-135M's shape (tests change one field of it).
+    pub(crate) fn smollm2() -> ModelConfig {
         ModelConfig {
             block: Block::LLAMA,
             n_layers: 30,

@@ -35,8 +35,10 @@ macro_rules! quant_view {
     }};
 }
 
-fn dev_err(e: CudaError) -> ForwardError {
-    ForwardError::Device(e.to_string())
+impl From<CudaError> for ForwardError {
+    fn from(e: CudaError) -> Self {
+        ForwardError::Device(e.to_string())
+    }
 }
 
 /// One transformer block on the device (shapes as [`super::weights::LayerWeights`]).
@@ -287,17 +289,6 @@ impl CudaModel {
                 kv.len
             )));
         }
-        self.run(c, kv, start, tokens, which).map_err(dev_err)
-    }
-
-    fn run(
-        &self,
-        c: &ModelConfig,
-        kv: &mut DeviceKv,
-        start: usize,
-        tokens: &[u32],
-        which: LogitRows,
-    ) -> Result<Vec<f32>, CudaError> {
         let dev = &*self.dev;
         let n = tokens.len();
         let (d, hd) = (c.dim, c.head_dim);
@@ -354,7 +345,7 @@ impl CudaModel {
             let qv = quant_view!(s, m, d);
             dev.matmul(head, m, &s.xn.slice(0..m * d), Some(&qv), &mut s.logits.slice_mut(0..m * c.vocab))?;
         }
-        dev.download(&s.logits.slice(0..m * c.vocab))
+        Ok(dev.download(&s.logits.slice(0..m * c.vocab))?)
     }
 
     /// One layer's attention block on the device: norm, Q/K/V, RoPE, the
@@ -372,8 +363,7 @@ impl CudaModel {
         let (n, start) = (rows.n, rows.start);
         let (d, qd, kvd, hd) = (c.dim, c.q_dim(), c.kv_dim(), c.head_dim);
         let (half, ctx) = (hd / 2, start + n);
-        dev.rmsnorm(&s.x.slice(0..n * d), &lw.attn_norm.slice(0..d), &mut s.xn.slice_mut(0..n * d), n, d, c.rms_eps)?;
-        quantize_for(dev, s, n, d, [&lw.wq, &lw.wk, &lw.wv], Src::Xn)?;
+        norm_for(dev, c, s, n, &lw.attn_norm, [&lw.wq, &lw.wk, &lw.wv])?;
         {
             let qv = quant_view!(s, n, d);
             let xn = s.xn.slice(0..n * d);
@@ -398,20 +388,14 @@ impl CudaModel {
             c.n_kv_heads,
             hd,
         )?;
-        quantize_for(dev, s, n, qd, [&lw.wo, &lw.wo, &lw.wo], Src::Att)?;
-        {
-            let qv = quant_view!(s, n, qd);
-            dev.matmul(&lw.wo, n, &s.att.slice(0..n * qd), Some(&qv), &mut s.proj.slice_mut(0..n * d))?;
-        }
-        dev.add(&mut s.x.slice_mut(0..n * d), &s.proj.slice(0..n * d), n * d)
+        project_into_residual(dev, s, n, qd, d, &lw.wo, Src::Att)
     }
 
     /// One layer's feed-forward block (SwiGLU) on the device, added to the
     /// residual stream.
     fn feed_forward(dev: &CudaDevice, c: &ModelConfig, lw: &DevLayer, n: usize, s: &mut Scratch) -> Result<(), CudaError> {
         let (d, f) = (c.dim, c.ffn_dim);
-        dev.rmsnorm(&s.x.slice(0..n * d), &lw.ffn_norm.slice(0..d), &mut s.xn.slice_mut(0..n * d), n, d, c.rms_eps)?;
-        quantize_for(dev, s, n, d, [&lw.w_gate, &lw.w_up, &lw.w_up], Src::Xn)?;
+        norm_for(dev, c, s, n, &lw.ffn_norm, [&lw.w_gate, &lw.w_up, &lw.w_up])?;
         {
             let qv = quant_view!(s, n, d);
             let xn = s.xn.slice(0..n * d);
@@ -419,12 +403,7 @@ impl CudaModel {
             dev.matmul(&lw.w_up, n, &xn, Some(&qv), &mut s.up.slice_mut(0..n * f))?;
         }
         dev.swiglu(&mut s.gate.slice_mut(0..n * f), &s.up.slice(0..n * f), n * f)?;
-        quantize_for(dev, s, n, f, [&lw.w_down, &lw.w_down, &lw.w_down], Src::Gate)?;
-        {
-            let qv = quant_view!(s, n, f);
-            dev.matmul(&lw.w_down, n, &s.gate.slice(0..n * f), Some(&qv), &mut s.proj.slice_mut(0..n * d))?;
-        }
-        dev.add(&mut s.x.slice_mut(0..n * d), &s.proj.slice(0..n * d), n * d)
+        project_into_residual(dev, s, n, f, d, &lw.w_down, Src::Gate)
     }
 }
 
@@ -442,6 +421,47 @@ enum Src {
     Xn,
     Att,
     Gate,
+}
+
+/// A block's first step: RMSNorm (weights `norm`) of `n` rows of the
+/// residual stream into `xn`, quantized where any of `mats` reads
+/// quantized input.
+fn norm_for(
+    dev: &CudaDevice,
+    c: &ModelConfig,
+    s: &mut Scratch,
+    n: usize,
+    norm: &cudarc::driver::CudaSlice<f32>,
+    mats: [&DevMatrix; 3],
+) -> Result<(), CudaError> {
+    let d = c.dim;
+    dev.rmsnorm(&s.x.slice(0..n * d), &norm.slice(0..d), &mut s.xn.slice_mut(0..n * d), n, d, c.rms_eps)?;
+    quantize_for(dev, s, n, d, mats, Src::Xn)
+}
+
+/// A block's last step: `w` applied to `n` rows of `cols` from `src`
+/// (quantized first where `w` reads quantized input) into `proj`, `d`
+/// wide, added to the residual stream.
+fn project_into_residual(
+    dev: &CudaDevice,
+    s: &mut Scratch,
+    n: usize,
+    cols: usize,
+    d: usize,
+    w: &DevMatrix,
+    src: Src,
+) -> Result<(), CudaError> {
+    quantize_for(dev, s, n, cols, [w, w, w], src)?;
+    {
+        let qv = quant_view!(s, n, cols);
+        let input = match src {
+            Src::Xn => s.xn.slice(0..n * cols),
+            Src::Att => s.att.slice(0..n * cols),
+            Src::Gate => s.gate.slice(0..n * cols),
+        };
+        dev.matmul(w, n, &input, Some(&qv), &mut s.proj.slice_mut(0..n * d))?;
+    }
+    dev.add(&mut s.x.slice_mut(0..n * d), &s.proj.slice(0..n * d), n * d)
 }
 
 /// Quantizes `rows` rows of `cols` from `src` into the activation scratch

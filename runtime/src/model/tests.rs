@@ -11,8 +11,41 @@ use kernels::dispatch::KernelFamily;
 use kernels::quant::GgmlType;
 
 fn logits(l: &Loaded, ids: &[u32]) -> Vec<f32> {
+    forward_with(l, KernelFamily::best(), ids)
+}
+
+/// Every row's logits of `ids` in one pass of family `fam`, from an empty session.
+fn forward_with(l: &Loaded, fam: KernelFamily, ids: &[u32]) -> Vec<f32> {
     let mut s = Session::new(&l.model.config);
-    l.model.forward(KernelFamily::best(), &mut s, ids, LogitRows::All).unwrap()
+    l.model.forward(fam, &mut s, ids, LogitRows::All).unwrap()
+}
+
+fn bits(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|f| f.to_bits()).collect()
+}
+
+/// Feeding `ids` one token at a time gives `block`'s rows bit for bit.
+fn assert_chain_equals_block(l: &Loaded, fam: KernelFamily, ids: &[u32], block: &[f32], what: &str) {
+    let v = l.model.config.vocab;
+    let mut s = Session::new(&l.model.config);
+    for (i, &t) in ids.iter().enumerate() {
+        let one = l.model.forward(fam, &mut s, &[t], LogitRows::Last).unwrap();
+        assert_eq!(bits(&one), bits(&block[i * v..(i + 1) * v]), "{what} {fam:?} row {i}");
+    }
+}
+
+/// `got`'s largest distance from `exact`, and `exact`'s largest magnitude.
+fn max_diff_and_scale(got: &[f32], exact: &[f32]) -> (f32, f32) {
+    let max_abs = exact.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+    let diff = got.iter().zip(exact).fold(0.0f32, |m, (a, b)| m.max((a - b).abs()));
+    (diff, max_abs)
+}
+
+/// Writes `bytes` as `name` in `dir` and loads it.
+fn load_named(dir: &tempfile::TempDir, name: &str, bytes: Vec<u8>) -> Loaded {
+    let p = dir.path().join(name);
+    std::fs::write(&p, bytes).unwrap();
+    load(&p).unwrap()
 }
 
 #[test]
@@ -64,23 +97,12 @@ fn chat_template_from_tokenizer_config_renders_and_encodes_specials() {
 
 #[test]
 fn block_forward_equals_the_one_token_chain_bit_for_bit() {
-    let gg = {
-        let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("tiny.gguf");
-        std::fs::write(&p, gguf_bytes()).unwrap();
-        load(&p).unwrap()
-    };
+    let dir = tempfile::tempdir().unwrap();
+    let gg = load_named(&dir, "tiny.gguf", gguf_bytes());
     let ids = gg.tokenizer.encode("the quick brown fox").unwrap();
     for fam in KernelFamily::all_supported() {
-        let mut s = Session::new(&gg.model.config);
-        let block = gg.model.forward(fam, &mut s, &ids, LogitRows::All).unwrap();
-        let mut s2 = Session::new(&gg.model.config);
-        let v = gg.model.config.vocab;
-        for (i, &t) in ids.iter().enumerate() {
-            let one = gg.model.forward(fam, &mut s2, &[t], LogitRows::Last).unwrap();
-            let want: Vec<u32> = block[i * v..(i + 1) * v].iter().map(|f| f.to_bits()).collect();
-            assert_eq!(one.iter().map(|f| f.to_bits()).collect::<Vec<_>>(), want, "{fam:?} row {i}");
-        }
+        let block = forward_with(&gg, fam, &ids);
+        assert_chain_equals_block(&gg, fam, &ids, &block, "tiny llama");
     }
 }
 
@@ -167,39 +189,23 @@ fn block_equals_chain_at_widths_1_to_16_over_short_and_long_caches_and_thread_co
 #[test]
 fn q5_layer_matrices_give_the_same_logits_in_every_family_and_their_f32_twins() {
     let dir = tempfile::tempdir().unwrap();
-    let load_bytes = |name: &str, bytes: Vec<u8>| {
-        let p = dir.path().join(name);
-        std::fs::write(&p, bytes).unwrap();
-        load(&p).unwrap()
-    };
     for ty in [GgmlType::Q5_0, GgmlType::Q5_1] {
         let class = ty.name().to_ascii_lowercase();
-        let twin = load_bytes(&format!("{class}-f32.gguf"), gguf_bytes_stored(&vocab(), 64, ty, true, &[], &[]));
+        let twin = load_named(&dir, &format!("{class}-f32.gguf"), gguf_bytes_stored(&vocab(), 64, ty, true, &[], &[]));
         let ids = twin.tokenizer.encode("the quick brown fox").unwrap();
         let exact = logits(&twin, &ids);
-        let max_abs = exact.iter().fold(0.0f32, |m, v| m.max(v.abs()));
-        let q = load_bytes(&format!("{class}.gguf"), gguf_bytes_typed(&vocab(), 64, ty));
+        let q = load_named(&dir, &format!("{class}.gguf"), gguf_bytes_typed(&vocab(), 64, ty));
         assert_eq!(q.info.quant.class, class);
         assert_eq!(q.info.weight_formats, vec!["f32".to_string(), class.clone()]);
-        let v = q.model.config.vocab;
-        let forward = |fam: KernelFamily, ids: &[u32], rows: LogitRows| {
-            let mut s = Session::new(&q.model.config);
-            q.model.forward(fam, &mut s, ids, rows).unwrap()
-        };
-        let want = forward(KernelFamily::SCALAR, &ids, LogitRows::All);
-        let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+        let want = forward_with(&q, KernelFamily::SCALAR, &ids);
         for fam in KernelFamily::all_supported() {
-            let block = forward(fam, &ids, LogitRows::All);
+            let block = forward_with(&q, fam, &ids);
             assert_eq!(bits(&block), bits(&want), "{ty:?} {fam:?}");
-            let mut s = Session::new(&q.model.config);
-            for (i, &t) in ids.iter().enumerate() {
-                let one = q.model.forward(fam, &mut s, &[t], LogitRows::Last).unwrap();
-                assert_eq!(bits(&one), bits(&block[i * v..(i + 1) * v]), "{ty:?} {fam:?} row {i}");
-            }
+            assert_chain_equals_block(&q, fam, &ids, &block, &format!("{ty:?}"));
         }
         // Measured: 6.3e-4 (Q5_0) and 2.9e-4 (Q5_1) of the largest logit; the
         // same model's layers in Q8_0 against their twin give 4.2e-4.
-        let diff = want.iter().zip(&exact).fold(0.0f32, |m, (a, b)| m.max((a - b).abs()));
+        let (diff, max_abs) = max_diff_and_scale(&want, &exact);
         assert!(diff <= 2e-3 * max_abs, "{ty:?}: max |q5 - f32 twin| {diff} of max |logit| {max_abs}");
     }
 }
@@ -380,31 +386,18 @@ fn gemma3_features_this_runtime_does_not_run_are_refused_by_name() {
 #[test]
 fn f16_and_bf16_layer_matrices_give_their_f32_twins_logits_bit_for_bit_in_every_family() {
     let dir = tempfile::tempdir().unwrap();
-    let load_bytes = |name: &str, bytes: Vec<u8>| {
-        let p = dir.path().join(name);
-        std::fs::write(&p, bytes).unwrap();
-        load(&p).unwrap()
-    };
-    let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
     for ty in [GgmlType::F16, GgmlType::BF16] {
         let class = ty.name().to_ascii_lowercase();
-        let m = load_bytes(&format!("{class}.gguf"), gguf_bytes_typed(&vocab(), 64, ty));
-        let twin = load_bytes(&format!("{class}-f32.gguf"), gguf_bytes_stored(&vocab(), 64, ty, true, &[], &[]));
+        let m = load_named(&dir, &format!("{class}.gguf"), gguf_bytes_typed(&vocab(), 64, ty));
+        let twin = load_named(&dir, &format!("{class}-f32.gguf"), gguf_bytes_stored(&vocab(), 64, ty, true, &[], &[]));
         assert_eq!(m.info.quant.class, class);
         assert_eq!(m.info.weight_formats, vec![class.clone(), "f32".to_string()]);
         let ids = m.tokenizer.encode("the quick brown fox").unwrap();
-        let v = m.model.config.vocab;
         for fam in KernelFamily::all_supported() {
-            let mut s = Session::new(&m.model.config);
-            let block = m.model.forward(fam, &mut s, &ids, LogitRows::All).unwrap();
-            let mut s = Session::new(&twin.model.config);
-            let want = twin.model.forward(fam, &mut s, &ids, LogitRows::All).unwrap();
+            let block = forward_with(&m, fam, &ids);
+            let want = forward_with(&twin, fam, &ids);
             assert_eq!(bits(&block), bits(&want), "{ty:?} {fam:?} against the f32 twin");
-            let mut s = Session::new(&m.model.config);
-            for (i, &t) in ids.iter().enumerate() {
-                let one = m.model.forward(fam, &mut s, &[t], LogitRows::Last).unwrap();
-                assert_eq!(bits(&one), bits(&block[i * v..(i + 1) * v]), "{ty:?} {fam:?} row {i}");
-            }
+            assert_chain_equals_block(&m, fam, &ids, &block, &format!("{ty:?}"));
         }
     }
 }
@@ -426,16 +419,10 @@ fn hf_bf16_matrices_are_kept_in_16_bits() {
 #[test]
 fn q2_k_and_q3_k_models_load_generate_and_keep_block_equal_to_chain() {
     let dir = tempfile::tempdir().unwrap();
-    let load_bytes = |name: &str, bytes: Vec<u8>| {
-        let p = dir.path().join(name);
-        std::fs::write(&p, bytes).unwrap();
-        load(&p).unwrap()
-    };
-    let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
     for ty in [GgmlType::Q2K, GgmlType::Q3K] {
         let class = ty.name().to_ascii_lowercase();
-        let m = load_bytes(&format!("{class}.gguf"), k16_gguf(ty, false));
-        let twin = load_bytes(&format!("{class}-f32.gguf"), k16_gguf(ty, true));
+        let m = load_named(&dir, &format!("{class}.gguf"), k16_gguf(ty, false));
+        let twin = load_named(&dir, &format!("{class}-f32.gguf"), k16_gguf(ty, true));
         assert_eq!(m.info.quant.class, class);
         assert_eq!(m.info.weight_formats, vec![class.clone()]);
         let v = m.model.config.vocab;
@@ -450,10 +437,7 @@ fn q2_k_and_q3_k_models_load_generate_and_keep_block_equal_to_chain() {
             logits = m.model.forward(KernelFamily::best(), &mut s, &[next], LogitRows::Last).unwrap();
         }
         let n = ids.len();
-        let want = {
-            let mut s = Session::new(&m.model.config);
-            m.model.forward(KernelFamily::SCALAR, &mut s, &ids, LogitRows::All).unwrap()
-        };
+        let want = forward_with(&m, KernelFamily::SCALAR, &ids);
         for fam in KernelFamily::all_supported() {
             // Blocks of every width 1..=16 after a one-token prefix.
             for w in 1..=16.min(n - 1) {
@@ -468,12 +452,7 @@ fn q2_k_and_q3_k_models_load_generate_and_keep_block_equal_to_chain() {
                 assert_eq!(bits(&got), bits(&want), "{ty:?} {fam:?} width {w}");
             }
         }
-        let exact = {
-            let mut s = Session::new(&twin.model.config);
-            twin.model.forward(KernelFamily::best(), &mut s, &ids, LogitRows::All).unwrap()
-        };
-        let max_abs = exact.iter().fold(0.0f32, |m, v| m.max(v.abs()));
-        let diff = want.iter().zip(&exact).fold(0.0f32, |m, (a, b)| m.max((a - b).abs()));
+        let (diff, max_abs) = max_diff_and_scale(&want, &forward_with(&twin, KernelFamily::best(), &ids));
         // Measured: 1.1e-4 (Q2_K) and 5.8e-4 (Q3_K) of the largest logit.
         assert!(diff <= 2e-3 * max_abs, "{ty:?}: max |quantized - f32 twin| {diff} of max |logit| {max_abs}");
     }

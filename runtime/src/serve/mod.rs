@@ -24,7 +24,7 @@ pub mod text;
 pub mod worker;
 
 use crate::events::{Event, startup_event};
-use crate::open::{OpenSettings, Opened, open};
+use crate::open::{ModelSettings, Opened, open};
 use crate::sampling::SamplingParams;
 use crate::speculative::setup::{SpecSettings, Speculation};
 use anyhow::{Context, Result, bail};
@@ -34,7 +34,7 @@ use routes::App;
 use serde_json::json;
 use std::io::Write;
 use std::net::{IpAddr, SocketAddr};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -49,19 +49,14 @@ pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 /// each field is; [`ServeLimits::from_settings`] and [`run`] check them).
 #[derive(Debug, Clone)]
 pub struct ServeSettings {
+    /// The model and how it is opened.
+    pub load: ModelSettings,
     /// An IP address to listen on.
     pub host: String,
     /// 0 picks a free port.
     pub port: u16,
-    /// A GGUF file, a Hugging Face directory or a known model's name; `None`
-    /// is the default model.
-    pub model: Option<PathBuf>,
-    /// `cpu`, `cuda` or `cuda:N`; `None` chooses.
-    pub device: Option<String>,
     /// The name clients pass as `model` (`None`: [`default_model_id`]).
     pub served_model_name: Option<String>,
-    /// `None`: the CPUs available to this process.
-    pub threads: Option<usize>,
     pub max_queue: usize,
     /// `None`: a quarter of `max_queue` ([`ServeSettings::waiting_per_client`]).
     pub max_waiting_per_client: Option<usize>,
@@ -83,12 +78,6 @@ pub struct ServeSettings {
     pub strict_params: bool,
     /// `--allowed-origins`: browser origins answered with CORS headers.
     pub allowed_origins: Vec<String>,
-    /// `--ctx-size`: the context cap (`None`: the model's own length).
-    pub ctx_size: Option<usize>,
-    /// `--chat-template`: a Jinja template file that replaces the model's.
-    pub chat_template: Option<PathBuf>,
-    /// The model cache (`None`: the default one).
-    pub cache_dir: Option<PathBuf>,
     pub spec: SpecSettings,
 }
 
@@ -158,7 +147,7 @@ pub fn default_model_id(path: &Path) -> String {
 
 /// `runtime serve`: load, bind, serve until SIGTERM or SIGINT, shut down cleanly.
 pub fn run(args: ServeSettings) -> Result<ExitCode> {
-    let threads = crate::limits::resolve_threads(args.threads)?;
+    let threads = crate::limits::resolve_threads(args.load.threads)?;
     let limits = ServeLimits::from_settings(&args).map_err(anyhow::Error::msg)?;
     let ip: IpAddr = args
         .host
@@ -169,14 +158,7 @@ pub fn run(args: ServeSettings) -> Result<ExitCode> {
         .with_context(|| format!("listening on {ip} port {} (pick another with --port, or 0 for any)", args.port))?;
     listener.set_nonblocking(true)?;
     let addr = listener.local_addr()?;
-    let Opened { engine, selection, cuda, path } = open(OpenSettings {
-        model: args.model.as_deref(),
-        cache_dir: args.cache_dir.as_deref(),
-        device: args.device.as_deref(),
-        threads,
-        ctx_size: args.ctx_size,
-        chat_template: args.chat_template.as_deref(),
-    })?;
+    let Opened { engine, selection, cuda, path } = open(&args.load, threads)?;
     let decoding = Speculation::from_settings(&args.spec, &engine)?;
     let model_id = args.served_model_name.clone().unwrap_or_else(|| default_model_id(&path));
     if model_id.is_empty() {

@@ -85,6 +85,15 @@ fn take(obj: &mut Map<String, Value>, name: &str) -> Option<Value> {
     obj.remove(name).filter(|v| !v.is_null())
 }
 
+/// A message field only `owner` messages carry (`tool_calls`: assistant,
+/// `tool_call_id`: tool): refused, naming `path`, on another role's message.
+fn only_for_role<T>(value: Option<T>, role: &str, owner: &str, path: &str) -> Result<Option<T>, ApiError> {
+    if value.is_some() && role != owner {
+        return Err(ApiError::invalid(format!("{path} is only for {owner} messages"), Some(path), "invalid_value"));
+    }
+    Ok(value)
+}
+
 fn type_error(name: &str, want: &str) -> ApiError {
     ApiError::invalid(format!("{name} must be {want}"), Some(name), "invalid_type")
 }
@@ -430,29 +439,15 @@ fn parse_messages(v: Option<Value>, unknown: UnknownFields, ignored: &mut Vec<St
                 ));
             }
         };
-        let tool_calls = match take(&mut m, "tool_calls") {
+        let tool_calls = only_for_role(take(&mut m, "tool_calls"), &role, "assistant", &at("tool_calls"))?
+            .map(|v| tool_calls(v, &at("tool_calls")))
+            .transpose()?;
+        let id = match take(&mut m, "tool_call_id") {
             None | Some(Value::Null) => None,
-            Some(v) if role == "assistant" => Some(tool_calls(v, &at("tool_calls"))?),
-            Some(_) => {
-                return Err(ApiError::invalid(
-                    format!("{} is only for assistant messages", at("tool_calls")),
-                    Some(&at("tool_calls")),
-                    "invalid_value",
-                ));
-            }
-        };
-        let tool_call_id = match take(&mut m, "tool_call_id") {
-            None | Some(Value::Null) => None,
-            Some(Value::String(id)) if role == "tool" => Some(id),
-            Some(Value::String(_)) => {
-                return Err(ApiError::invalid(
-                    format!("{} is only for tool messages", at("tool_call_id")),
-                    Some(&at("tool_call_id")),
-                    "invalid_value",
-                ));
-            }
+            Some(Value::String(id)) => Some(id),
             Some(_) => return Err(type_error(&at("tool_call_id"), "a string")),
         };
+        let tool_call_id = only_for_role(id, &role, "tool", &at("tool_call_id"))?;
         let content = match take(&mut m, "content") {
             Some(Value::String(s)) => s,
             Some(Value::Array(parts)) => text_parts(parts, &at("content"))?,
@@ -917,8 +912,11 @@ mod tests {
         assert!(e.message.contains("\"m\""), "{}", e.message);
     }
 
+    /// Settings out of range (the first group) and sampling settings this
+    /// server does not run at a non-neutral value (the second) are refused
+    /// with 400, naming the field in `param` and in the message.
     #[test]
-    fn out_of_range_settings_name_their_field() {
+    fn out_of_range_and_unsupported_settings_name_their_field() {
         let base = r#""model": "m", "prompt": "x""#;
         for (extra, param) in [
             (r#""max_tokens": 0"#, "max_tokens"),
@@ -931,10 +929,17 @@ mod tests {
             (r#""stop": [""]"#, "stop"),
             (r#""stream": "yes""#, "stream"),
             (r#""stream_options": {"include_usage": true}"#, "stream_options"),
+            // Not neutral: not run here.
+            (r#""repetition_penalty": 1.1"#, "repetition_penalty"),
+            (r#""frequency_penalty": 0.2"#, "frequency_penalty"),
+            (r#""min_p": 0.05"#, "min_p"),
+            (r#""min_tokens": 3"#, "min_tokens"),
+            (r#""top_k": -2"#, "top_k"),
+            (r#""ignore_eos": "yes""#, "ignore_eos"),
         ] {
             let e = completions(&format!("{{{base}, {extra}}}")).unwrap_err();
-            assert_eq!(e.param.as_deref(), Some(param), "{extra}: {e:?}");
-            assert_eq!(e.status, StatusCode::BAD_REQUEST);
+            assert_eq!((e.status, e.param.as_deref()), (StatusCode::BAD_REQUEST, Some(param)), "{extra}: {e:?}");
+            assert!(e.message.contains(param), "{extra}: {}", e.message);
         }
     }
 
@@ -1063,22 +1068,6 @@ mod tests {
         assert_eq!(completions(&format!("{{{base}, \"top_k\": 5}}")).unwrap().sampling.top_k, 5);
     }
 
-    #[test]
-    fn non_neutral_unsupported_sampling_values_name_their_field() {
-        let base = r#""model": "m", "prompt": "x""#;
-        for (extra, param) in [
-            (r#""repetition_penalty": 1.1"#, "repetition_penalty"),
-            (r#""frequency_penalty": 0.2"#, "frequency_penalty"),
-            (r#""min_p": 0.05"#, "min_p"),
-            (r#""min_tokens": 3"#, "min_tokens"),
-            (r#""top_k": -2"#, "top_k"),
-            (r#""ignore_eos": "yes""#, "ignore_eos"),
-        ] {
-            let e = completions(&format!("{{{base}, {extra}}}")).unwrap_err();
-            assert_eq!((e.status, e.param.as_deref()), (StatusCode::BAD_REQUEST, Some(param)), "{extra}: {e:?}");
-            assert!(e.message.contains(param), "{}", e.message);
-        }
-    }
 
     /// The bodies of vLLM's serving benchmark client
     /// (`benchmarks/backend_request_func.py`, `async_request_openai_completions`

@@ -207,19 +207,15 @@ async fn tokenize(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let r = async {
-        let bytes = read_body(&headers, body, app.max_body_bytes).await?;
-        let t = parse::parse_tokenize(&bytes, &app.model_id, app.unknown_fields)?;
-        log_ignored(id.as_ref().map(|e| &e.0), &t.ignored);
-        let ids = off_the_workers(&app, "tokenizing", move |engine| t.run(engine)).await?;
-        let context = app.engine.loaded.info.context_length;
-        Ok::<_, ApiError>(json_response(
-            StatusCode::OK,
-            &json!({"tokens": ids, "count": ids.len(), "max_model_len": context}),
-        ))
-    }
-    .await;
-    answer(&app, r)
+    let parse = |bytes: &[u8], app: &App| {
+        let mut t = parse::parse_tokenize(bytes, &app.model_id, app.unknown_fields)?;
+        let ignored = std::mem::take(&mut t.ignored);
+        Ok((t, ignored))
+    };
+    let reply = |app: &App, ids: Vec<u32>| {
+        json!({"tokens": ids, "count": ids.len(), "max_model_len": app.engine.loaded.info.context_length})
+    };
+    tokenizer_call(&app, id, &headers, body, "tokenizing", parse, |engine, t| t.run(engine), reply).await
 }
 
 /// `POST /detokenize`: `{"tokens": [ids]}` back to text, answered as both
@@ -230,23 +226,44 @@ async fn detokenize(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
+    let parse = |bytes: &[u8], app: &App| {
+        parse::parse_detokenize(bytes, &app.model_id, app.engine.loaded.info.vocab, app.unknown_fields)
+    };
+    let run = |engine: &Engine, ids: Vec<u32>| {
+        engine
+            .loaded
+            .tokenizer
+            .decode(&ids)
+            .map_err(|e| ApiError::invalid(format!("tokens: {e}"), Some("tokens"), "invalid_value"))
+    };
+    let reply = |_: &App, text: String| json!({"prompt": text, "content": text});
+    tokenizer_call(&app, id, &headers, body, "detokenizing", parse, run, reply).await
+}
+
+/// The tokenizer endpoints' one shape: the body read within its bound,
+/// `parse`d into a request and its ignored fields (logged), `run` off the
+/// workers (`what` names the work in a busy answer) and answered 200 with
+/// `reply`'s JSON.
+#[allow(clippy::too_many_arguments)]
+async fn tokenizer_call<T: Send + 'static, R: Send + 'static>(
+    app: &Arc<App>,
+    id: Option<axum::Extension<RequestId>>,
+    headers: &HeaderMap,
+    body: Body,
+    what: &'static str,
+    parse: impl FnOnce(&[u8], &App) -> Result<(T, Vec<String>), ApiError>,
+    run: impl FnOnce(&Engine, T) -> Result<R, ApiError> + Send + 'static,
+    reply: impl FnOnce(&App, R) -> serde_json::Value,
+) -> Response {
     let r = async {
-        let bytes = read_body(&headers, body, app.max_body_bytes).await?;
-        let (ids, ignored) =
-            parse::parse_detokenize(&bytes, &app.model_id, app.engine.loaded.info.vocab, app.unknown_fields)?;
+        let bytes = read_body(headers, body, app.max_body_bytes).await?;
+        let (request, ignored) = parse(&bytes, app)?;
         log_ignored(id.as_ref().map(|e| &e.0), &ignored);
-        let text = off_the_workers(&app, "detokenizing", move |engine| {
-            engine
-                .loaded
-                .tokenizer
-                .decode(&ids)
-                .map_err(|e| ApiError::invalid(format!("tokens: {e}"), Some("tokens"), "invalid_value"))
-        })
-        .await?;
-        Ok::<_, ApiError>(json_response(StatusCode::OK, &json!({"prompt": text, "content": text})))
+        let out = off_the_workers(app, what, move |engine| run(engine, request)).await?;
+        Ok::<_, ApiError>(json_response(StatusCode::OK, &reply(app, out)))
     }
     .await;
-    answer(&app, r)
+    answer(app, r)
 }
 
 /// Unknown fields a request sent, accepted and ignored: one warning line.

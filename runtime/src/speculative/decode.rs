@@ -101,25 +101,13 @@ impl Engine {
         schedule: impl Into<Schedule>,
     ) -> Result<(Generation, SpecStats), GenerateError> {
         let p = self.prefill(prompt)?;
-        self.decode_speculative(p, max_tokens, sampling, drafter, schedule)
+        self.decode_speculative(p, max_tokens, sampling, drafter, schedule, &mut NoSink)
     }
 
-    /// Speculative decoding after a prefill.
-    pub fn decode_speculative(
-        &self,
-        p: Prefilled,
-        max_tokens: usize,
-        sampling: &SamplingParams,
-        drafter: &mut dyn Drafter,
-        schedule: impl Into<Schedule>,
-    ) -> Result<(Generation, SpecStats), GenerateError> {
-        self.decode_speculative_with(p, max_tokens, sampling, drafter, schedule, &mut NoSink)
-    }
-
-    /// [`Engine::decode_speculative`], reporting each emitted token to
-    /// `sink` as soon as it is accepted (so a sink sees a round's tokens one
+    /// Speculative decoding after a prefill, reporting each emitted token to
+    /// `sink` ([`crate::engine::NoSink`] for none) as soon as it is accepted (so a sink sees a round's tokens one
     /// by one, in order, before the next round is drafted).
-    pub fn decode_speculative_with(
+    pub fn decode_speculative(
         &self,
         p: Prefilled,
         max_tokens: usize,
@@ -276,17 +264,7 @@ impl Engine {
                     break 'outer f;
                 }
             };
-            Ok((
-                Generation {
-                    prompt_tokens: prompt.len(),
-                    token_ids: out,
-                    finish_reason: finish,
-                    prefill_s,
-                    decode_s: t1.elapsed().as_secs_f64(),
-                    decode_steps: steps,
-                },
-                stats,
-            ))
+            Ok((Generation::finished(prompt.len(), out, finish, prefill_s, t1, steps), stats))
         })
     }
 }

@@ -13,7 +13,8 @@
 //! is dropped (llama.cpp does the same).
 
 use super::pretok::Pre;
-use super::spm::{Fragment, Specials, TYPE_CONTROL, TYPE_UNKNOWN, TYPE_USER_DEFINED, partition};
+use super::vocab::{Vocab, VocabError};
+use super::spm::{Fragment, Specials, Symbol, TYPE_CONTROL, TYPE_UNKNOWN, TYPE_USER_DEFINED, join, partition};
 use std::cmp::Ordering;
 use std::collections::{BinaryHeap, HashMap};
 
@@ -62,18 +63,15 @@ pub fn byte_char(b: u8) -> char {
 #[derive(Debug)]
 pub struct Bpe {
     /// Token texts as the file writes them (byte characters for normal
-    /// tokens, plain text for control and user-defined ones).
-    tokens: Vec<Box<str>>,
-    types: Vec<i32>,
-    ids: HashMap<Box<str>, u32>,
+    /// tokens, plain text for control and user-defined ones); their
+    /// specials split a text first.
+    vocab: Vocab,
     /// (left, right) -> (rank, merged token).
     merges: HashMap<(u32, u32), (u32, u32)>,
     /// The token of each byte's byte character, where there is one.
     byte_ids: Box<[Option<u32>; 256]>,
     /// Byte character -> byte, for decoding.
     char_bytes: HashMap<char, u8>,
-    /// Control, unknown and user-defined tokens, longest text first.
-    specials: Vec<(Box<str>, u32, i32)>,
     pre: Pre,
     ignore_merges: bool,
     /// Merges skipped at load because a side or the result is no token.
@@ -104,17 +102,6 @@ impl PartialOrd for Bigram {
     }
 }
 
-/// A symbol of a word's merge chain: bytes `start..start + len` of the
-/// word, its token (`None`: no token, written as bytes), and its neighbours.
-#[derive(Clone, Copy, Debug)]
-struct Symbol {
-    start: usize,
-    len: usize,
-    id: Option<u32>,
-    prev: Option<usize>,
-    next: Option<usize>,
-}
-
 impl Bpe {
     /// A vocabulary from its tokens, token types (same length), merges
     /// (`"left right"`, best first) and pre-tokenizer.
@@ -122,21 +109,11 @@ impl Bpe {
         if types.len() != tokens.len() {
             return Err(BpeError::Lengths { tokens: tokens.len(), types: types.len() });
         }
-        let mut ids = HashMap::with_capacity(tokens.len());
-        let mut specials = Vec::new();
-        for (i, t) in tokens.iter().enumerate() {
-            if t.is_empty() {
-                return Err(BpeError::Empty(i));
-            }
-            if ids.insert(t.clone().into_boxed_str(), i as u32).is_some() {
-                return Err(BpeError::Duplicate(i, t.clone()));
-            }
-            if matches!(types[i], TYPE_CONTROL | TYPE_UNKNOWN | TYPE_USER_DEFINED) {
-                specials.push((t.clone().into_boxed_str(), i as u32, types[i]));
-            }
-        }
-        // Longest first; equal lengths by id, so the order is fixed.
-        specials.sort_by(|a, b| b.0.len().cmp(&a.0.len()).then(a.1.cmp(&b.1)));
+        let vocab = Vocab::new(tokens, types).map_err(|e| match e {
+            VocabError::Empty(i) => BpeError::Empty(i),
+            VocabError::Duplicate(i, t) => BpeError::Duplicate(i, t),
+        })?;
+        let ids = &vocab.ids;
         let mut byte_ids = Box::new([None; 256]);
         let mut char_bytes = HashMap::with_capacity(256);
         for b in 0..=255u8 {
@@ -164,42 +141,23 @@ impl Bpe {
             }
         }
         Ok(Bpe {
-            tokens: tokens.into_iter().map(String::into_boxed_str).collect(),
-            types,
-            ids,
+            vocab,
             merges: table,
             byte_ids,
             char_bytes,
-            specials,
             pre,
             ignore_merges: pre.ignore_merges(),
             skipped_merges,
         })
     }
 
-    pub fn len(&self) -> usize {
-        self.tokens.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.tokens.is_empty()
-    }
-
-    pub fn token(&self, id: u32) -> Option<&str> {
-        self.tokens.get(id as usize).map(|t| &**t)
-    }
-
-    pub fn id(&self, token: &str) -> Option<u32> {
-        self.ids.get(token).copied()
+    /// The tokens (texts, types, ids, special tokens).
+    pub fn vocab(&self) -> &Vocab {
+        &self.vocab
     }
 
     pub fn pre(&self) -> Pre {
         self.pre
-    }
-
-    /// Control, unknown and user-defined tokens: text, id, type.
-    pub fn special_tokens(&self) -> impl Iterator<Item = (&str, u32, i32)> {
-        self.specials.iter().map(|(t, id, ty)| (&**t, *id, *ty))
     }
 
     /// The most bytes of text one token stands for, as [`Bpe::token_bytes`]
@@ -213,14 +171,14 @@ impl Bpe {
                 t.chars().map(|c| if self.char_bytes.contains_key(&c) { 1 } else { c.len_utf8() }).sum()
             }
         };
-        self.tokens.iter().zip(&self.types).map(|(t, &ty)| bytes(t, ty)).max().unwrap_or(1)
+        self.vocab.texts_and_types().map(|(t, ty)| bytes(t, ty)).max().unwrap_or(1)
     }
 
     /// The ids of `text`, without BOS.
     pub fn encode(&self, text: &str, specials: Specials) -> Vec<u32> {
         let mut out = Vec::new();
         let mut word = String::new();
-        for frag in partition(text, &self.specials, specials) {
+        for frag in partition(text, &self.vocab.specials, specials) {
             match frag {
                 Fragment::Token(id) => out.push(id),
                 Fragment::Text(t) => {
@@ -238,7 +196,7 @@ impl Bpe {
     /// Merges one word (in byte characters) and appends its tokens.
     fn encode_word(&self, word: &str, out: &mut Vec<u32>) {
         if self.ignore_merges
-            && let Some(id) = self.id(word)
+            && let Some(id) = self.vocab.id(word)
         {
             out.push(id);
             return;
@@ -246,7 +204,7 @@ impl Bpe {
         let mut syms: Vec<Symbol> = Vec::with_capacity(word.len());
         for (i, (start, c)) in word.char_indices().enumerate() {
             let len = c.len_utf8();
-            let id = self.ids.get(&word[start..start + len]).copied();
+            let id = self.vocab.ids.get(&word[start..start + len]).copied();
             syms.push(Symbol {
                 start,
                 len,
@@ -273,13 +231,8 @@ impl Bpe {
                 continue;
             }
             let merged = self.merges.get(&bg.ids).map(|m| m.1);
-            syms[bg.left].len += r.len;
+            join(&mut syms, bg.left, bg.right);
             syms[bg.left].id = merged;
-            syms[bg.left].next = r.next;
-            syms[bg.right].len = 0;
-            if let Some(n) = r.next {
-                syms[n].prev = Some(bg.left);
-            }
             push(&mut heap, &syms, l.prev, Some(bg.left));
             push(&mut heap, &syms, Some(bg.left), r.next);
         }
@@ -303,8 +256,8 @@ impl Bpe {
     /// The bytes `id` stands for: a normal token's byte characters as
     /// bytes, control and user-defined tokens verbatim.
     pub fn token_bytes(&self, id: u32, out: &mut Vec<u8>) {
-        let Some(t) = self.token(id) else { return };
-        if matches!(self.types[id as usize], TYPE_CONTROL | TYPE_USER_DEFINED | TYPE_UNKNOWN) {
+        let Some(t) = self.vocab.text(id) else { return };
+        if matches!(self.vocab.types[id as usize], TYPE_CONTROL | TYPE_USER_DEFINED | TYPE_UNKNOWN) {
             out.extend_from_slice(t.as_bytes());
             return;
         }
@@ -345,7 +298,7 @@ mod tests {
     }
 
     fn texts(v: &Bpe, ids: &[u32]) -> Vec<String> {
-        ids.iter().map(|&i| v.token(i).unwrap().to_string()).collect()
+        ids.iter().map(|&i| v.vocab().text(i).unwrap().to_string()).collect()
     }
 
     #[test]

@@ -8,6 +8,7 @@ pub mod bpe;
 pub mod chat;
 pub mod pretok;
 pub mod spm;
+pub mod vocab;
 
 use crate::gguf::{GgufError, GgufFile};
 use std::path::Path;
@@ -229,6 +230,67 @@ fn hf_chat_template(dir: &Path, cfg: &serde_json::Value, cfg_path: &Path) -> Res
     }
 }
 
+/// A GGUF key's value, `None` where the file does not have the key.
+fn absent_as_none<T>(r: Result<T, GgufError>) -> Result<Option<T>, TokenizerError> {
+    match r {
+        Ok(v) => Ok(Some(v)),
+        Err(GgufError::MissingKey { .. }) => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// A token id under `key` (a vocabulary of `n`), where the file has one.
+fn vocab_id(f: &GgufFile, key: &str, n: usize) -> Result<Option<u32>, TokenizerError> {
+    match absent_as_none(f.get_u32(key))? {
+        Some(v) if v as usize >= n => Err(TokenizerError::Invalid(format!("{key} = {v} is outside the vocabulary"))),
+        v => Ok(v),
+    }
+}
+
+/// What both GGUF tokenizers read beside their vocabulary (of `n` tokens).
+struct GgufSettings {
+    bos: Option<u32>,
+    eos: Option<u32>,
+    eot: Option<u32>,
+    add_bos: bool,
+    chat_template: Option<String>,
+}
+
+impl GgufSettings {
+    /// `tokenizer.ggml.add_bos_token` is `default_add_bos` where absent.
+    fn read(f: &GgufFile, n: usize, default_add_bos: bool) -> Result<Self, TokenizerError> {
+        Ok(GgufSettings {
+            bos: vocab_id(f, "tokenizer.ggml.bos_token_id", n)?,
+            eos: vocab_id(f, "tokenizer.ggml.eos_token_id", n)?,
+            eot: vocab_id(f, "tokenizer.ggml.eot_token_id", n)?,
+            add_bos: absent_as_none(f.get_bool("tokenizer.ggml.add_bos_token"))?.unwrap_or(default_add_bos),
+            chat_template: absent_as_none(f.get_str("tokenizer.chat_template"))?.map(str::to_string),
+        })
+    }
+}
+
+/// The control tokens among a vocabulary's special tokens (text, id, by
+/// id), and the ids that end a generation: `eos`, `eot`, then every control
+/// token named in [`END_OF_GENERATION_TEXTS`].
+fn control_tokens<'a>(
+    special_tokens: impl Iterator<Item = (&'a str, u32, i32)>,
+    eos: Option<u32>,
+    eot: Option<u32>,
+) -> (Vec<(String, u32)>, Vec<u32>) {
+    let mut end_of_generation: Vec<u32> = eos.into_iter().chain(eot).collect();
+    let mut specials = Vec::new();
+    for (text, id, ty) in special_tokens {
+        if ty == spm::TYPE_CONTROL {
+            specials.push((text.to_string(), id));
+            if END_OF_GENERATION_TEXTS.contains(&text) && !end_of_generation.contains(&id) {
+                end_of_generation.push(id);
+            }
+        }
+    }
+    specials.sort_by_key(|s| s.1);
+    (specials, end_of_generation)
+}
+
 impl Tokenizer {
     /// Builds the tokenizer a GGUF file describes (`tokenizer.ggml.*`).
     pub fn from_gguf(f: &GgufFile) -> Result<Self, TokenizerError> {
@@ -239,11 +301,7 @@ impl Tokenizer {
         if model != "gpt2" {
             return Err(TokenizerError::UnsupportedModel(model.to_string()));
         }
-        let pre_name = match f.get_str("tokenizer.ggml.pre") {
-            Ok(p) => p,
-            Err(GgufError::MissingKey { .. }) => "default",
-            Err(e) => return Err(e.into()),
-        };
+        let pre_name = absent_as_none(f.get_str("tokenizer.ggml.pre"))?.unwrap_or("default");
         let pre = pretok::Pre::from_gguf_name(pre_name)
             .ok_or_else(|| TokenizerError::UnsupportedPre(pre_name.to_string()))?;
         let tokens = f.get_str_array("tokenizer.ggml.tokens")?;
@@ -263,27 +321,7 @@ impl Tokenizer {
             Err(e) => return Err(e.into()),
         };
         let merges = f.get_str_array("tokenizer.ggml.merges")?;
-        let id = |key: &str| -> Result<Option<u32>, TokenizerError> {
-            match f.get_u32(key) {
-                Ok(v) if (v as usize) < tokens.len() => Ok(Some(v)),
-                Ok(v) => Err(TokenizerError::Invalid(format!("{key} = {v} is outside the vocabulary"))),
-                Err(GgufError::MissingKey { .. }) => Ok(None),
-                Err(e) => Err(e.into()),
-            }
-        };
-        let bos = id("tokenizer.ggml.bos_token_id")?;
-        let eos = id("tokenizer.ggml.eos_token_id")?;
-        let eot = id("tokenizer.ggml.eot_token_id")?;
-        let add_bos = match f.get_bool("tokenizer.ggml.add_bos_token") {
-            Ok(b) => b,
-            Err(GgufError::MissingKey { .. }) => pre.default_add_bos(),
-            Err(e) => return Err(e.into()),
-        };
-        let chat_template = match f.get_str("tokenizer.chat_template") {
-            Ok(s) => Some(s.to_string()),
-            Err(GgufError::MissingKey { .. }) => None,
-            Err(e) => return Err(e.into()),
-        };
+        let settings = GgufSettings::read(f, tokens.len(), pre.default_add_bos())?;
         let texts: Vec<String> = tokens.iter().map(|t| t.to_string()).collect();
         drop(tokens);
         let b = bpe::Bpe::new(texts, types, &merges, pre)?;
@@ -291,32 +329,8 @@ impl Tokenizer {
         if b.skipped_merges > 0 {
             tracing::debug!(skipped = b.skipped_merges, "BPE merges whose sides or result are no tokens were skipped");
         }
-        let mut end_of_generation: Vec<u32> = eos.into_iter().chain(eot).collect();
-        let mut specials = Vec::new();
-        let mut chunkable = true;
-        for (text, id, ty) in b.special_tokens() {
-            chunkable &= !text.chars().any(char::is_whitespace);
-            if ty == spm::TYPE_CONTROL {
-                specials.push((text.to_string(), id));
-                if END_OF_GENERATION_TEXTS.contains(&text) && !end_of_generation.contains(&id) {
-                    end_of_generation.push(id);
-                }
-            }
-        }
-        specials.sort_by_key(|s| s.1);
-        Ok(Tokenizer {
-            longest_token_bytes: Some(b.longest_token_bytes()),
-            specials,
-            chunkable,
-            inner: Inner::Bpe(b),
-            bos,
-            eos,
-            end_of_generation,
-            add_bos,
-            chat_template_from: chat::TemplateSource::of_file(chat_template.is_some()),
-            chat_template,
-            source: format!("gguf ({model}, pre {pre_name})"),
-        })
+        let chunkable = b.vocab().special_tokens().all(|(text, _, _)| !text.chars().any(char::is_whitespace));
+        Ok(Self::from_gguf_parts(Inner::Bpe(b), settings, chunkable, format!("gguf ({model}, pre {pre_name})")))
     }
 
     /// Builds a SentencePiece tokenizer (`tokenizer.ggml.model = llama`)
@@ -332,63 +346,41 @@ impl Tokenizer {
             Err(GgufError::MissingKey { .. }) => vec![spm::TYPE_NORMAL; tokens.len()],
             Err(e) => return Err(e.into()),
         };
-        let id = |key: &str| -> Result<Option<u32>, TokenizerError> {
-            match f.get_u32(key) {
-                Ok(v) if (v as usize) < tokens.len() => Ok(Some(v)),
-                Ok(v) => Err(TokenizerError::Invalid(format!("{key} = {v} is outside the vocabulary"))),
-                Err(GgufError::MissingKey { .. }) => Ok(None),
-                Err(e) => Err(e.into()),
-            }
-        };
-        let flag = |key: &str, default: bool| -> Result<bool, TokenizerError> {
-            match f.get_bool(key) {
-                Ok(b) => Ok(b),
-                Err(GgufError::MissingKey { .. }) => Ok(default),
-                Err(e) => Err(e.into()),
-            }
-        };
-        let (bos, eos, eot, unk) = (
-            id("tokenizer.ggml.bos_token_id")?,
-            id("tokenizer.ggml.eos_token_id")?,
-            id("tokenizer.ggml.eot_token_id")?,
-            id("tokenizer.ggml.unknown_token_id")?,
-        );
+        let unk = vocab_id(f, "tokenizer.ggml.unknown_token_id", tokens.len())?;
         // SentencePiece's own default is a space before the text (Llama 2,
         // Mistral); Gemma's files say `false`.
-        let add_space_prefix = flag("tokenizer.ggml.add_space_prefix", true)?;
-        let add_bos = flag("tokenizer.ggml.add_bos_token", true)?;
+        let add_space_prefix = absent_as_none(f.get_bool("tokenizer.ggml.add_space_prefix"))?.unwrap_or(true);
+        let settings = GgufSettings::read(f, tokens.len(), true)?;
         let pieces: Vec<String> = tokens.iter().map(|t| t.to_string()).collect();
         drop(tokens);
         let s = spm::Spm::new(pieces, scores, types, unk, add_space_prefix)?;
-        let mut end_of_generation: Vec<u32> = eos.into_iter().chain(eot).collect();
-        let mut specials = Vec::new();
-        for (text, id, ty) in s.special_tokens() {
-            if ty == spm::TYPE_CONTROL {
-                specials.push((text.to_string(), id));
-                if END_OF_GENERATION_TEXTS.contains(&text) && !end_of_generation.contains(&id) {
-                    end_of_generation.push(id);
-                }
-            }
-        }
-        specials.sort_by_key(|s| s.1);
-        let chat_template = match f.get_str("tokenizer.chat_template") {
-            Ok(t) => Some(t.to_string()),
-            Err(GgufError::MissingKey { .. }) => None,
-            Err(e) => return Err(e.into()),
+        let source = format!("gguf (llama: SentencePiece, space prefix {add_space_prefix})");
+        Ok(Self::from_gguf_parts(Inner::Spm(s), settings, false, source))
+    }
+
+    /// A GGUF file's tokenizer from its encoder (BPE or SentencePiece) and
+    /// the settings beside it; `chunkable`: whether a text may be encoded
+    /// piece by piece (the field of that name).
+    fn from_gguf_parts(inner: Inner, g: GgufSettings, chunkable: bool, source: String) -> Self {
+        let (vocab, longest) = match &inner {
+            Inner::Bpe(b) => (b.vocab(), b.longest_token_bytes()),
+            Inner::Spm(s) => (s.vocab(), s.longest_token_bytes()),
+            Inner::Hf { .. } => unreachable!("a GGUF tokenizer is BPE or SentencePiece"),
         };
-        Ok(Tokenizer {
-            longest_token_bytes: Some(s.longest_token_bytes()),
+        let (specials, end_of_generation) = control_tokens(vocab.special_tokens(), g.eos, g.eot);
+        Tokenizer {
+            longest_token_bytes: Some(longest),
             specials,
-            chunkable: false,
-            inner: Inner::Spm(s),
-            bos,
-            eos,
+            chunkable,
+            inner,
+            bos: g.bos,
+            eos: g.eos,
             end_of_generation,
-            add_bos,
-            chat_template_from: chat::TemplateSource::of_file(chat_template.is_some()),
-            chat_template,
-            source: format!("gguf (llama: SentencePiece, space prefix {add_space_prefix})"),
-        })
+            add_bos: g.add_bos,
+            chat_template_from: chat::TemplateSource::of_file(g.chat_template.is_some()),
+            chat_template: g.chat_template,
+            source,
+        }
     }
 
     /// Loads `tokenizer.json` (and, when present, `tokenizer_config.json`
@@ -447,8 +439,8 @@ impl Tokenizer {
     pub fn vocab_size(&self) -> usize {
         match &self.inner {
             Inner::Hf { tok, .. } => tok.get_vocab_size(true),
-            Inner::Spm(s) => s.len(),
-            Inner::Bpe(b) => b.len(),
+            Inner::Spm(s) => s.vocab().len(),
+            Inner::Bpe(b) => b.vocab().len(),
         }
     }
 
@@ -548,16 +540,16 @@ impl Tokenizer {
     pub fn token_to_id(&self, token: &str) -> Option<u32> {
         match &self.inner {
             Inner::Hf { tok, .. } => tok.token_to_id(token),
-            Inner::Spm(s) => s.id(token),
-            Inner::Bpe(b) => b.id(token),
+            Inner::Spm(s) => s.vocab().id(token),
+            Inner::Bpe(b) => b.vocab().id(token),
         }
     }
 
     pub fn id_to_token(&self, id: u32) -> Option<String> {
         match &self.inner {
             Inner::Hf { tok, .. } => tok.id_to_token(id),
-            Inner::Spm(s) => s.piece(id).map(str::to_string),
-            Inner::Bpe(b) => b.token(id).map(str::to_string),
+            Inner::Spm(s) => s.vocab().text(id).map(str::to_string),
+            Inner::Bpe(b) => b.vocab().text(id).map(str::to_string),
         }
     }
 
@@ -585,26 +577,21 @@ mod tests {
     /// The same, with `chat_template` in tokenizer_config.json set to `template`.
     fn hf_dir_with(template: serde_json::Value) -> tempfile::TempDir {
         let dir = tempfile::tempdir().unwrap();
-        let tokenizer = serde_json::json!({
-            "version": "1.0", "truncation": null, "padding": null,
-            "added_tokens": [{"id": 2, "content": "<|im_end|>", "single_word": false, "lstrip": false,
-                              "rstrip": false, "normalized": false, "special": true}],
-            "normalizer": null,
-            "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": true},
-            "post_processor": null,
-            "decoder": {"type": "ByteLevel", "add_prefix_space": true, "trim_offsets": true, "use_regex": true},
-            "model": {"type": "BPE", "dropout": null, "unk_token": null, "continuing_subword_prefix": null,
-                      "end_of_word_suffix": null, "fuse_unk": false, "byte_fallback": false, "ignore_merges": false,
-                      "vocab": {"a": 0, "b": 1}, "merges": []}
-        });
+        let added = vec![serde_json::json!({"id": 2, "content": "<|im_end|>", "single_word": false, "lstrip": false,
+                                            "rstrip": false, "normalized": false, "special": true})];
+        let tokenizer = crate::test_models::byte_level_tokenizer_json(added, serde_json::json!({"a": 0, "b": 1}));
         std::fs::write(dir.path().join("tokenizer.json"), tokenizer.to_string()).unwrap();
         let cfg = serde_json::json!({"eos_token": "<|im_end|>", "chat_template": template});
         std::fs::write(dir.path().join("tokenizer_config.json"), cfg.to_string()).unwrap();
         dir
     }
 
-    fn msg(role: &str, content: &str) -> Message {
-        Message { role: role.into(), content: content.into() }
+    /// `turns` (role, content) rendered by `template` through a tokenizer directory.
+    fn render(template: &str, turns: &[(&str, &str)], add_generation_prompt: bool) -> String {
+        let tok = Tokenizer::from_hf_dir(hf_dir(template).path()).unwrap();
+        let msgs: Vec<Message> =
+            turns.iter().map(|(role, content)| Message { role: (*role).into(), content: (*content).into() }).collect();
+        tok.render_chat(&msgs, add_generation_prompt).unwrap()
     }
 
     /// A Qwen-style template calling Python string and dict methods.
@@ -642,37 +629,29 @@ mod tests {
 
     #[test]
     fn a_qwen_style_template_with_python_string_methods_renders() {
-        let tok = Tokenizer::from_hf_dir(hf_dir(QWEN_STYLE).path()).unwrap();
-        let msgs = [
-            msg("system", "  Be brief. \n"),
-            msg("user", "hi"),
-            msg("assistant", "<think>hmm</think>\n\nHello!"),
-            msg("user", "<tool_response>42  "),
+        let turns = [
+            ("system", "  Be brief. \n"),
+            ("user", "hi"),
+            ("assistant", "<think>hmm</think>\n\nHello!"),
+            ("user", "<tool_response>42  "),
         ];
         assert_eq!(
-            tok.render_chat(&msgs, true).unwrap(),
+            render(QWEN_STYLE, &turns, true),
             "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n\
              <|im_start|>assistant\nHello!<|im_end|>\n<|im_start|>tool\n42<|im_end|>\n\
              LANG=en[trailing]<|im_start|>assistant\n"
         );
-        let msgs = [msg("user", "hi")];
         assert_eq!(
-            tok.render_chat(&msgs, false).unwrap(),
+            render(QWEN_STYLE, &[("user", "hi")], false),
             "<|im_start|>system\nYou are helpful.<|im_end|>\n<|im_start|>user\nhi<|im_end|>\nLANG=en"
         );
     }
 
     #[test]
     fn a_deepseek_style_template_cuts_reasoning_with_split() {
-        let tok = Tokenizer::from_hf_dir(hf_dir(DEEPSEEK_STYLE).path()).unwrap();
-        let msgs = [
-            msg("system", "S."),
-            msg("user", "2+2?"),
-            msg("assistant", "<think>add</think> 4 "),
-            msg("user", "and 3+3?"),
-        ];
+        let turns = [("system", "S."), ("user", "2+2?"), ("assistant", "<think>add</think> 4 "), ("user", "and 3+3?")];
         assert_eq!(
-            tok.render_chat(&msgs, true).unwrap(),
+            render(DEEPSEEK_STYLE, &turns, true),
             "S.<｜User｜>2+2?<｜Assistant｜>4<｜end▁of▁sentence｜><｜User｜>and 3+3?<｜Assistant｜><think>\n"
         );
     }

@@ -12,7 +12,8 @@
 //! Decoding reverses it: `▁` becomes a space, byte tokens become bytes.
 
 use std::cmp::Ordering;
-use std::collections::{BinaryHeap, HashMap};
+use super::vocab::{Vocab, VocabError};
+use std::collections::BinaryHeap;
 
 /// GGUF token types (llama.cpp's `llama_token_type`).
 pub const TYPE_NORMAL: i32 = 1;
@@ -37,16 +38,12 @@ pub enum Specials {
 /// A SentencePiece vocabulary with its scores and token types.
 #[derive(Debug)]
 pub struct Spm {
-    pieces: Vec<Box<str>>,
+    /// The pieces (their specials split a text first: [`partition`]).
+    vocab: Vocab,
     scores: Vec<f32>,
-    types: Vec<i32>,
-    ids: HashMap<Box<str>, u32>,
     /// The `<0xXX>` token of each byte, where the vocabulary has one
     /// (boxed: the tokenizer holds an `Spm` beside two pointers).
     bytes: Box<[Option<u32>; 256]>,
-    /// Control, unknown and user-defined tokens, longest text first: the
-    /// order in which they split a text ([`partition`]).
-    specials: Vec<(Box<str>, u32, i32)>,
     unk: Option<u32>,
     /// Whether a space is written before the text (and after each special
     /// token) before tokenizing (`tokenizer.ggml.add_space_prefix`).
@@ -98,13 +95,29 @@ impl Ord for Bigram {
     }
 }
 
-/// A symbol of the merge chain: bytes `start..start + len` of the text.
+/// A symbol of a merge chain (both encoders'): bytes `start..start + len`
+/// of the text, its token where the encoder tracks one (BPE: `None` is no
+/// token, written as bytes; SentencePiece looks pieces up by text), and its
+/// neighbours.
 #[derive(Clone, Copy, Debug)]
-struct Symbol {
-    start: usize,
-    len: usize,
-    prev: Option<usize>,
-    next: Option<usize>,
+pub(crate) struct Symbol {
+    pub(crate) start: usize,
+    pub(crate) len: usize,
+    pub(crate) id: Option<u32>,
+    pub(crate) prev: Option<usize>,
+    pub(crate) next: Option<usize>,
+}
+
+/// Merges symbol `right` into its left neighbour `left`: `left` spans both,
+/// `right` is emptied (a queued pair that names it is stale) and unlinked.
+pub(crate) fn join(syms: &mut [Symbol], left: usize, right: usize) {
+    let r = syms[right];
+    syms[left].len += r.len;
+    syms[left].next = r.next;
+    syms[right].len = 0;
+    if let Some(n) = r.next {
+        syms[n].prev = Some(left);
+    }
 }
 
 impl Spm {
@@ -120,43 +133,20 @@ impl Spm {
         if scores.len() != pieces.len() || types.len() != pieces.len() {
             return Err(SpmError::Lengths { pieces: pieces.len(), scores: scores.len(), types: types.len() });
         }
-        let mut ids = HashMap::with_capacity(pieces.len());
+        if let Some(i) = scores.iter().position(|s| !s.is_finite()) {
+            return Err(SpmError::Score(i, scores[i]));
+        }
+        let vocab = Vocab::new(pieces, types).map_err(|e| match e {
+            VocabError::Empty(i) => SpmError::Empty(i),
+            VocabError::Duplicate(i, p) => SpmError::Duplicate(i, p),
+        })?;
         let mut bytes = Box::new([None; 256]);
-        let mut specials = Vec::new();
-        for (i, p) in pieces.iter().enumerate() {
-            if p.is_empty() {
-                return Err(SpmError::Empty(i));
-            }
-            if !scores[i].is_finite() {
-                return Err(SpmError::Score(i, scores[i]));
-            }
-            if ids.insert(p.clone().into_boxed_str(), i as u32).is_some() {
-                return Err(SpmError::Duplicate(i, p.clone()));
-            }
-            match types[i] {
-                TYPE_BYTE => {
-                    if let Some(b) = parse_byte_piece(p) {
-                        bytes[b as usize] = Some(i as u32);
-                    }
-                }
-                TYPE_CONTROL | TYPE_UNKNOWN | TYPE_USER_DEFINED => {
-                    specials.push((p.clone().into_boxed_str(), i as u32, types[i]))
-                }
-                _ => {}
+        for (i, (p, ty)) in vocab.texts_and_types().enumerate() {
+            if let (TYPE_BYTE, Some(b)) = (ty, parse_byte_piece(p)) {
+                bytes[b as usize] = Some(i as u32);
             }
         }
-        // Longest first; equal lengths by id, so the order is fixed.
-        specials.sort_by(|a, b| b.0.len().cmp(&a.0.len()).then(a.1.cmp(&b.1)));
-        let spm = Spm {
-            pieces: pieces.into_iter().map(String::into_boxed_str).collect(),
-            scores,
-            types,
-            ids,
-            bytes,
-            specials,
-            unk,
-            add_space_prefix,
-        };
+        let spm = Spm { vocab, scores, bytes, unk, add_space_prefix };
         for b in 0..=255u8 {
             if spm.byte_token(b).is_none() {
                 return Err(SpmError::NoByte(b));
@@ -165,35 +155,15 @@ impl Spm {
         Ok(spm)
     }
 
-    pub fn len(&self) -> usize {
-        self.pieces.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.pieces.is_empty()
-    }
-
-    pub fn piece(&self, id: u32) -> Option<&str> {
-        self.pieces.get(id as usize).map(|p| &**p)
-    }
-
-    pub fn id(&self, piece: &str) -> Option<u32> {
-        self.ids.get(piece).copied()
-    }
-
-    pub fn token_type(&self, id: u32) -> Option<i32> {
-        self.types.get(id as usize).copied()
+    /// The pieces (texts, types, ids, special tokens).
+    pub fn vocab(&self) -> &Vocab {
+        &self.vocab
     }
 
     /// The longest text one token stands for, in bytes (a byte token: one;
     /// a piece: its text with `▁` as one space).
     pub fn longest_token_bytes(&self) -> usize {
-        self.pieces.iter().zip(&self.types).map(|(p, &t)| if t == TYPE_BYTE { 1 } else { p.len() }).max().unwrap_or(1)
-    }
-
-    /// Special tokens (control and user-defined) with their ids.
-    pub fn special_tokens(&self) -> impl Iterator<Item = (&str, u32, i32)> {
-        self.specials.iter().map(|(t, id, ty)| (&**t, *id, *ty))
+        self.vocab.texts_and_types().map(|(p, t)| if t == TYPE_BYTE { 1 } else { p.len() }).max().unwrap_or(1)
     }
 
     /// The token of byte `b`: its `<0xXX>` token, else a piece that is
@@ -201,7 +171,7 @@ impl Spm {
     fn byte_token(&self, b: u8) -> Option<u32> {
         self.bytes[b as usize].or_else(|| {
             let s = [b];
-            std::str::from_utf8(&s).ok().and_then(|s| self.id(s))
+            std::str::from_utf8(&s).ok().and_then(|s| self.vocab.id(s))
         })
     }
 
@@ -214,7 +184,7 @@ impl Spm {
             return out;
         }
         let mut prev_special = true;
-        for frag in partition(text, &self.specials, specials) {
+        for frag in partition(text, &self.vocab.specials, specials) {
             match frag {
                 Fragment::Text(t) => {
                     let mut s = String::with_capacity(t.len() + 3);
@@ -243,14 +213,15 @@ impl Spm {
         let mut syms: Vec<Symbol> = Vec::with_capacity(text.len());
         for (i, (start, c)) in text.char_indices().enumerate() {
             let len = c.len_utf8();
-            syms.push(Symbol { start, len, prev: i.checked_sub(1), next: (start + len < text.len()).then_some(i + 1) });
+            let next = (start + len < text.len()).then_some(i + 1);
+            syms.push(Symbol { start, len, id: None, prev: i.checked_sub(1), next });
         }
         let mut heap = BinaryHeap::new();
         let push = |heap: &mut BinaryHeap<Bigram>, syms: &[Symbol], left: Option<usize>, right: Option<usize>| {
             let (Some(l), Some(r)) = (left, right) else { return };
             let (a, b) = (syms[l], syms[r]);
             let merged = &text[a.start..b.start + b.len];
-            if let Some(&id) = self.ids.get(merged) {
+            if let Some(&id) = self.vocab.ids.get(merged) {
                 heap.push(Bigram { left: l, right: r, score: self.scores[id as usize], len: merged.len() });
             }
         };
@@ -262,12 +233,7 @@ impl Spm {
             if l.len == 0 || r.len == 0 || l.len + r.len != bg.len || l.next != Some(bg.right) {
                 continue;
             }
-            syms[bg.left].len += r.len;
-            syms[bg.left].next = r.next;
-            syms[bg.right].len = 0;
-            if let Some(n) = r.next {
-                syms[n].prev = Some(bg.left);
-            }
+            join(&mut syms, bg.left, bg.right);
             push(&mut heap, &syms, l.prev, Some(bg.left));
             push(&mut heap, &syms, Some(bg.left), r.next);
         }
@@ -275,7 +241,7 @@ impl Spm {
         while let Some(i) = at {
             let s = syms[i];
             let piece = &text[s.start..s.start + s.len];
-            match self.ids.get(piece) {
+            match self.vocab.ids.get(piece) {
                 Some(&id) => out.push(id),
                 None => {
                     for &b in piece.as_bytes() {
@@ -295,8 +261,8 @@ impl Spm {
     /// The bytes `id` stands for: a piece with `▁` as a space, a byte
     /// token as its byte, special tokens verbatim.
     pub fn token_bytes(&self, id: u32, out: &mut Vec<u8>) {
-        let Some(p) = self.piece(id) else { return };
-        match self.types[id as usize] {
+        let Some(p) = self.vocab.text(id) else { return };
+        match self.vocab.types[id as usize] {
             TYPE_BYTE => match parse_byte_piece(p) {
                 Some(b) => out.push(b),
                 None => out.extend_from_slice(p.as_bytes()),
@@ -405,7 +371,7 @@ mod tests {
     }
 
     fn pieces(v: &Spm, ids: &[u32]) -> Vec<String> {
-        ids.iter().map(|&i| v.piece(i).unwrap().to_string()).collect()
+        ids.iter().map(|&i| v.vocab().text(i).unwrap().to_string()).collect()
     }
 
     #[test]

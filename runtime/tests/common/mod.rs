@@ -4,6 +4,7 @@
 // Each test binary uses some of these.
 #![allow(dead_code)]
 
+use runtime::engine::NoSink;
 use runtime::model::Loaded;
 use std::path::PathBuf;
 use std::sync::OnceLock;
@@ -63,7 +64,7 @@ pub fn ngram_speculation_equals_classic(
     for &w in widths {
         let mut d = runtime::speculative::drafter::NgramDrafter { max_n: 4, min_n: 1 };
         let width = runtime::policy::Width::new(w).unwrap();
-        let (spec, stats) = e.decode_speculative(pre.clone(), max_tokens, &greedy, &mut d, width).unwrap();
+        let (spec, stats) = e.decode_speculative(pre.clone(), max_tokens, &greedy, &mut d, width, &mut NoSink).unwrap();
         assert_eq!(spec.token_ids, classic.token_ids, "{what}: width {w}");
         rounds += stats.rounds;
     }

@@ -6,12 +6,14 @@ use clap::{Args, Subcommand};
 use runtime::commands::drafter_flags::DrafterFlags;
 use runtime::commands::policy::ExplainSettings;
 use runtime::commands::{BenchSettings, FetchModelSettings, GenerateSettings};
+use runtime::open::ModelSettings;
 use runtime::serve::ServeSettings;
 use runtime::speculative::setup::SpecSettings;
 use std::path::PathBuf;
 
+/// The flags that name the model and how it is opened (`generate`, `bench`, `serve`).
 #[derive(Args, Debug, Clone)]
-pub struct GenerateArgs {
+pub struct ModelArgs {
     /// A GGUF file, a Hugging Face checkpoint directory, or a known model by name (smollm2-135m,
     /// gemma3-270m, qwen2.5-coder-0.5b, qwen2.5-coder-1.5b: fetched on first use); default: smollm2-135m.
     #[arg(short = 'm', long)]
@@ -20,6 +22,37 @@ pub struct GenerateArgs {
     /// vLLM's --max-model-len); at most the model's own context length, which is the default.
     #[arg(short = 'c', long, alias = "max-model-len")]
     pub ctx_size: Option<usize>,
+    /// A Jinja chat template file used in place of the model's (for chat prompts and requests).
+    #[arg(long, alias = "chat-template-file")]
+    pub chat_template: Option<PathBuf>,
+    /// Worker threads (default: the CPUs available to this process).
+    #[arg(short = 't', long)]
+    pub threads: Option<usize>,
+    /// Where forward passes run: cpu, cuda or cuda:N (default: CUDA device 0 when this build has
+    /// CUDA and it is usable, else the CPU).
+    #[arg(long, env = "DRAFTWISE_DEVICE")]
+    pub device: Option<String>,
+    #[command(flatten)]
+    pub cache: CacheArgs,
+}
+
+impl From<ModelArgs> for ModelSettings {
+    fn from(a: ModelArgs) -> Self {
+        ModelSettings {
+            model: a.model,
+            device: a.device,
+            threads: a.threads,
+            cache_dir: a.cache.cache_dir,
+            ctx_size: a.ctx_size,
+            chat_template: a.chat_template,
+        }
+    }
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct GenerateArgs {
+    #[command(flatten)]
+    pub load: ModelArgs,
     /// The prompt text.
     #[arg(short = 'p', long, conflicts_with = "prompts", required_unless_present = "prompts")]
     pub prompt: Option<String>,
@@ -29,15 +62,9 @@ pub struct GenerateArgs {
     /// Render --prompt as a user message through the model's chat template.
     #[arg(long)]
     pub chat: bool,
-    /// A Jinja chat template file used in place of the model's (for --chat and chat prompt sets).
-    #[arg(long, alias = "chat-template-file")]
-    pub chat_template: Option<PathBuf>,
     /// Tokens to generate at most (llama.cpp's -n / --n-predict).
     #[arg(short = 'n', long, alias = "n-predict", default_value_t = 128)]
     pub max_tokens: usize,
-    /// Worker threads (default: the CPUs available to this process).
-    #[arg(short = 't', long)]
-    pub threads: Option<usize>,
     /// 0 is greedy.
     #[arg(long, visible_alias = "temp", default_value_t = 0.0)]
     pub temperature: f32,
@@ -58,29 +85,14 @@ pub struct GenerateArgs {
     /// JSONL events on stdout (startup, completion); human logs stay on stderr.
     #[arg(long)]
     pub json: bool,
-    /// Where forward passes run: cpu, cuda or cuda:N (default: CUDA device 0 when this build has
-    /// CUDA and it is usable, else the CPU).
-    #[arg(long, env = "DRAFTWISE_DEVICE")]
-    pub device: Option<String>,
-    #[command(flatten)]
-    pub cache: CacheArgs,
     #[command(flatten)]
     pub spec: SpecArgs,
 }
 
 #[derive(Args, Debug, Clone)]
 pub struct BenchArgs {
-    /// A GGUF file, a Hugging Face checkpoint directory, or a known model by name (smollm2-135m,
-    /// gemma3-270m, qwen2.5-coder-0.5b, qwen2.5-coder-1.5b: fetched on first use); default: smollm2-135m.
-    #[arg(short = 'm', long)]
-    pub model: Option<PathBuf>,
-    /// The most positions a sequence may hold, prompt and completion together (llama.cpp's -c,
-    /// vLLM's --max-model-len); at most the model's own context length, which is the default.
-    #[arg(short = 'c', long, alias = "max-model-len")]
-    pub ctx_size: Option<usize>,
-    /// Worker threads (default: the CPUs available to this process).
-    #[arg(short = 't', long)]
-    pub threads: Option<usize>,
+    #[command(flatten)]
+    pub load: ModelArgs,
     /// Prompt length: one prefill forward pass of this many tokens.
     #[arg(long, default_value_t = 128)]
     pub prompt_tokens: usize,
@@ -112,12 +124,6 @@ pub struct BenchArgs {
     /// Width curve: tokens generated per prompt.
     #[arg(long, default_value_t = 96)]
     pub max_tokens: usize,
-    /// Where forward passes run: cpu, cuda or cuda:N (default: CUDA device 0 when this build has
-    /// CUDA and it is usable, else the CPU).
-    #[arg(long, env = "DRAFTWISE_DEVICE")]
-    pub device: Option<String>,
-    #[command(flatten)]
-    pub cache: CacheArgs,
     #[command(flatten)]
     pub spec: SpecArgs,
 }
@@ -186,6 +192,8 @@ pub struct FetchModelArgs {
 /// Serve the model over HTTP with OpenAI's completions and chat completions API.
 #[derive(Args, Debug, Clone)]
 pub struct ServeArgs {
+    #[command(flatten)]
+    pub load: ModelArgs,
     /// Address to listen on (an IP address). Loopback by default: the server has no authentication.
     #[arg(long, default_value = "127.0.0.1")]
     pub host: String,
@@ -193,27 +201,9 @@ pub struct ServeArgs {
     /// with --json the `startup` event's `server.address`).
     #[arg(long, default_value_t = 8080)]
     pub port: u16,
-    /// A GGUF file, a Hugging Face checkpoint directory, or a known model by name (smollm2-135m,
-    /// gemma3-270m, qwen2.5-coder-0.5b, qwen2.5-coder-1.5b: fetched on first use); default: smollm2-135m.
-    #[arg(short = 'm', long)]
-    pub model: Option<PathBuf>,
-    /// The most positions a sequence may hold, prompt and completion together (llama.cpp's -c,
-    /// vLLM's --max-model-len); at most the model's own context length, which is the default.
-    #[arg(short = 'c', long, alias = "max-model-len")]
-    pub ctx_size: Option<usize>,
-    /// Where forward passes run: cpu, cuda or cuda:N (default: CUDA device 0 when this build has
-    /// CUDA and it is usable, else the CPU).
-    #[arg(long, env = "DRAFTWISE_DEVICE")]
-    pub device: Option<String>,
     /// The name clients pass as `model` (default: the model's file or directory name, without `.gguf`).
     #[arg(long)]
     pub served_model_name: Option<String>,
-    /// Worker threads of the engine (default: the CPUs available to this process).
-    #[arg(short = 't', long)]
-    pub threads: Option<usize>,
-    /// A Jinja chat template file used in place of the model's for chat requests.
-    #[arg(long, alias = "chat-template-file")]
-    pub chat_template: Option<PathBuf>,
     /// Refuse requests with fields this server does not know (400 `unknown_parameter`); by
     /// default they are accepted, ignored and named in a warning line.
     #[arg(long)]
@@ -269,8 +259,6 @@ pub struct ServeArgs {
     /// `declined`) per finished request, as `runtime generate --json` writes them.
     #[arg(long)]
     pub json: bool,
-    #[command(flatten)]
-    pub cache: CacheArgs,
     #[command(flatten)]
     pub spec: SpecArgs,
 }
@@ -342,12 +330,11 @@ impl From<SpecArgs> for SpecSettings {
 impl From<GenerateArgs> for GenerateSettings {
     fn from(a: GenerateArgs) -> Self {
         GenerateSettings {
-            model: a.model,
+            load: a.load.into(),
             prompt: a.prompt,
             prompts: a.prompts,
             chat: a.chat,
             max_tokens: a.max_tokens,
-            threads: a.threads,
             temperature: a.temperature,
             top_k: a.top_k,
             top_p: a.top_p,
@@ -355,10 +342,6 @@ impl From<GenerateArgs> for GenerateSettings {
             repeat: a.repeat,
             warmup: a.warmup,
             json: a.json,
-            device: a.device,
-            cache_dir: a.cache.cache_dir,
-            ctx_size: a.ctx_size,
-            chat_template: a.chat_template,
             spec: a.spec.into(),
         }
     }
@@ -367,8 +350,7 @@ impl From<GenerateArgs> for GenerateSettings {
 impl From<BenchArgs> for BenchSettings {
     fn from(a: BenchArgs) -> Self {
         BenchSettings {
-            model: a.model,
-            threads: a.threads,
+            load: a.load.into(),
             prompt_tokens: a.prompt_tokens,
             gen_tokens: a.gen_tokens,
             reps: a.reps,
@@ -379,9 +361,6 @@ impl From<BenchArgs> for BenchSettings {
             widths: a.widths,
             prompts: a.prompts,
             max_tokens: a.max_tokens,
-            device: a.device,
-            cache_dir: a.cache.cache_dir,
-            ctx_size: a.ctx_size,
             spec: a.spec.into(),
         }
     }
@@ -396,12 +375,10 @@ impl From<FetchModelArgs> for FetchModelSettings {
 impl From<ServeArgs> for ServeSettings {
     fn from(a: ServeArgs) -> Self {
         ServeSettings {
+            load: a.load.into(),
             host: a.host,
             port: a.port,
-            model: a.model,
-            device: a.device,
             served_model_name: a.served_model_name,
-            threads: a.threads,
             max_queue: a.max_queue,
             max_waiting_per_client: a.max_waiting_per_client,
             half_close: a.half_close,
@@ -416,9 +393,6 @@ impl From<ServeArgs> for ServeSettings {
             json: a.json,
             strict_params: a.strict_params,
             allowed_origins: a.allowed_origins,
-            ctx_size: a.ctx_size,
-            chat_template: a.chat_template,
-            cache_dir: a.cache.cache_dir,
             spec: a.spec.into(),
         }
     }

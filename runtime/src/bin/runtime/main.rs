@@ -115,9 +115,9 @@ mod tests {
         ])
         .unwrap();
         let super::Command::Generate(g) = cli.command else { panic!("not generate") };
-        assert_eq!(g.model.as_deref(), Some(std::path::Path::new("x.gguf")));
+        assert_eq!(g.load.model.as_deref(), Some(std::path::Path::new("x.gguf")));
         assert_eq!(g.prompt.as_deref(), Some("hi"));
-        assert_eq!((g.max_tokens, g.threads, g.ctx_size, g.seed), (16, Some(2), Some(512), 7));
+        assert_eq!((g.max_tokens, g.load.threads, g.load.ctx_size, g.seed), (16, Some(2), Some(512), 7));
         assert_eq!(g.temperature, 0.5);
         assert_eq!(g.spec.draft_width.as_deref(), Some("4"));
         assert_eq!(g.spec.drafter_model.as_deref(), Some(std::path::Path::new("d.gguf")));
