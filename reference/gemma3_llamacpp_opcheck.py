@@ -52,54 +52,15 @@ DEFAULT_IDS = "2,818,5279,529,7001,563,506,5279"  # <bos>The capital of France i
 
 # ----------------------------------------------------------------------------- capture
 def capture(model: str, ids: list[int], out: str):
-    import ctypes
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import llamacpp_capture
 
-    import llama_cpp
-    import llama_cpp.llama as _ll
-
-    class _GgmlTensor(ctypes.Structure):  # struct ggml_tensor of the vendored ggml
-        _fields_ = [
-            ("type", ctypes.c_int), ("buffer", ctypes.c_void_p), ("ne", ctypes.c_int64 * 4),
-            ("nb", ctypes.c_size_t * 4), ("op", ctypes.c_int), ("op_params", ctypes.c_int32 * 16),
-            ("flags", ctypes.c_int32), ("src", ctypes.c_void_p * 10), ("view_src", ctypes.c_void_p),
-            ("view_offs", ctypes.c_size_t), ("data", ctypes.c_void_p), ("name", ctypes.c_char * 64),
-            ("extra", ctypes.c_void_p), ("padding", ctypes.c_char * 8),
-        ]
-
-    cap: dict[str, np.ndarray] = {}
-    count: dict[str, int] = {}
-
-    @llama_cpp.ggml_backend_sched_eval_callback
-    def cb(t, ask, _ud):
-        if ask:
-            return True
-        tt = ctypes.cast(t, ctypes.POINTER(_GgmlTensor)).contents
-        ne = [int(v) for v in tt.ne]
-        name = tt.name.decode()
-        contiguous = tt.nb[1] == 4 * ne[0] and tt.nb[2] == tt.nb[1] * ne[1] and tt.nb[3] == tt.nb[2] * ne[2]
-        if tt.type == 0 and contiguous:  # f32
-            n = ne[0] * ne[1] * ne[2] * ne[3]
-            arr = np.ctypeslib.as_array(ctypes.cast(tt.data, ctypes.POINTER(ctypes.c_float)), shape=(n,))
-            k = count.get(name, 0)
-            count[name] = k + 1
-            cap[f"{name}#{k}"] = arr.astype(np.float64).reshape(ne[::-1]).copy()  # #k: k-th tensor of that name
-        return True
-
-    orig = llama_cpp.llama_context_default_params
-
-    def cparams():
-        p = orig()
-        p.cb_eval = cb
-        return p
-
-    _ll.llama_cpp.llama_context_default_params = cparams
-    try:
-        ll = llama_cpp.Llama(model_path=model, n_ctx=max(64, len(ids) + 8), n_batch=512, logits_all=True,
-                             verbose=False, type_k=0, type_v=0, flash_attn=False, n_threads=1, n_threads_batch=1)
-        ll.eval(ids)
-        cap["__logits"] = np.array(ll.scores[: len(ids)], dtype=np.float64)
-    finally:
-        _ll.llama_cpp.llama_context_default_params = orig
+    tensors, logits = llamacpp_capture.capture(
+        model, ids, n_ctx=max(64, len(ids) + 8), n_batch=512, n_threads=1, n_threads_batch=1
+    )
+    # "name#k": the k-th tensor of that name, in eval order.
+    cap = {f"{name}#{k}": a for name, arrs in tensors.items() for k, a in enumerate(arrs)}
+    cap["__logits"] = logits
     np.savez(out, **cap)
 
 

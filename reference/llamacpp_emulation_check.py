@@ -38,12 +38,12 @@ import os
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import argparse
-import ctypes
 import sys
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import llamacpp_capture  # noqa: E402
 from numpy_forward import DEFAULT_MODEL, LlamaRef  # noqa: E402
 
 
@@ -95,61 +95,10 @@ class EmulatedRef(LlamaRef):
         return y
 
 
-class _GgmlTensor(ctypes.Structure):
-    # mirrors struct ggml_tensor in ggml.h (GGML_MAX_DIMS 4, GGML_MAX_SRC 10,
-    # GGML_MAX_OP_PARAMS 64, GGML_MAX_NAME 64) of the vendored llama.cpp
-    _fields_ = [
-        ("type", ctypes.c_int), ("buffer", ctypes.c_void_p), ("ne", ctypes.c_int64 * 4),
-        ("nb", ctypes.c_size_t * 4), ("op", ctypes.c_int), ("op_params", ctypes.c_int32 * 16),
-        ("flags", ctypes.c_int32), ("src", ctypes.c_void_p * 10), ("view_src", ctypes.c_void_p),
-        ("view_offs", ctypes.c_size_t), ("data", ctypes.c_void_p), ("name", ctypes.c_char * 64),
-        ("extra", ctypes.c_void_p), ("padding", ctypes.c_char * 8),
-    ]
-
-
 def capture_llama_cpp(ids, no_extra_bufts: bool):
     """Run llama.cpp on ids, return ({name: [arrays in eval order]}, logits)."""
-    import llama_cpp
-    import llama_cpp.llama as _ll
-
-    cap: dict[str, list] = {}
-
-    @llama_cpp.ggml_backend_sched_eval_callback
-    def cb(t, ask, _ud):
-        if ask:
-            return True
-        tt = ctypes.cast(t, ctypes.POINTER(_GgmlTensor)).contents
-        ne = [int(v) for v in tt.ne]
-        if tt.type == 0 and tt.nb[1] == 4 * ne[0] and tt.nb[2] == tt.nb[1] * ne[1]:  # contiguous f32
-            n = ne[0] * ne[1] * ne[2] * ne[3]
-            arr = np.ctypeslib.as_array(ctypes.cast(tt.data, ctypes.POINTER(ctypes.c_float)), shape=(n,))
-            cap.setdefault(tt.name.decode(), []).append(arr.astype(np.float64).reshape(ne[::-1]))
-        return True
-
-    orig_m, orig_c = llama_cpp.llama_model_default_params, llama_cpp.llama_context_default_params
-
-    def mparams():
-        p = orig_m()
-        if no_extra_bufts:
-            p.use_extra_bufts = False
-        return p
-
-    def cparams():
-        p = orig_c()
-        p.cb_eval = cb
-        return p
-
-    _ll.llama_cpp.llama_model_default_params = mparams
-    _ll.llama_cpp.llama_context_default_params = cparams
-    try:
-        ll = llama_cpp.Llama(model_path=DEFAULT_MODEL, n_ctx=64, n_batch=64, logits_all=True, verbose=False,
-                             type_k=0, type_v=0, flash_attn=False)
-        ll.eval(ids)
-        logits = np.array(ll.scores[: len(ids)], dtype=np.float64)
-    finally:
-        _ll.llama_cpp.llama_model_default_params = orig_m
-        _ll.llama_cpp.llama_context_default_params = orig_c
-    return cap, logits
+    edit = llamacpp_capture.no_extra_bufts if no_extra_bufts else None
+    return llamacpp_capture.capture(DEFAULT_MODEL, ids, model_params=edit, n_ctx=64, n_batch=64)
 
 
 def attention(m: LlamaRef, q, k, v):

@@ -42,105 +42,90 @@ import sys
 import numpy as np
 import llama_cpp
 
-HARD_STRINGS = [
+# Strings every tokenizer is checked on (the model-specific lists add
+# their own special tokens and cases, in this order).
+BASIC = [
     "The capital of France is",
     "Hello, world!",
     "  two leading spaces and   three inside",
     "trailing spaces   ",
     "tabs\tand\nnewlines\n\n\nthree",
-    "\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n",
+]
+CODE = [
     "digits 0123456789 and 3.14159 and 1,000,000",
     "fn main() { println!(\"{}\", x + 1); }  // code",
     "    indented(code):\n        return [a for a in b if a]",
+]
+UNICODE = [
     "Ünïcödé: naïve café, Straße, Ελληνικά, русский, 日本語のテキスト, 中文, 한국어",
     "emoji 🦀🚀👩‍👩‍👧 and symbols ∑∫√ ≠ ≤ ™ ©",
     "rare characters: \u0e47\u0e48 \U0001f9ec \u2603 \U00010348 \x07\x1b",
+]
+EMPTY = [
+    "",
+    " ",
+]
+
+HARD_STRINGS = BASIC + [
+    "\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n",
+] + CODE + UNICODE + [
     "<start_of_turn>user\nhi<end_of_turn>\n<start_of_turn>model\n",
     "text<end_of_turn>more<eos><bos>",
     "<unused0> and [multimodal] and <mask>",
     "mixed ▁ marker and ▁▁ double",
-    "",
-    " ",
-]
+] + EMPTY
+
+def chat(pid: str, messages, max_tokens: int) -> dict:
+    """A chat prompt: `messages` a user message's text or a list of messages."""
+    if isinstance(messages, str):
+        messages = [{"role": "user", "content": messages}]
+    return {"id": pid, "messages": messages, "max_tokens": max_tokens}
+
+
+# Every model's system-prompted chat.
+CHAT_SYSTEM = chat(
+    "chat-system",
+    [{"role": "system", "content": "You answer in one word."}, {"role": "user", "content": "Name a color."}],
+    12,
+)
+
+# Longer than the 512-position sliding window of Gemma 3's local layers, so
+# the window decides these logits.
+LONG_GEMMA = "".join(
+    f"Entry {i}: the {c} box on shelf {i % 7} holds {i * 3 % 11} {t}.\n"
+    for i, (c, t) in enumerate(
+        [("red", "apples"), ("blue", "pens"), ("green", "cups"), ("white", "books"), ("black", "keys")] * 10
+    )
+) + "Entry 50: the"
 
 PROMPTS = [
     {"id": "capital", "text": "The capital of France is", "max_tokens": 16},
     {"id": "story", "text": "Once upon a time, in a small village,", "max_tokens": 24},
     {"id": "code", "text": "def fibonacci(n):\n    ", "max_tokens": 24},
-    # Longer than the 512-position sliding window of Gemma 3's local
-    # layers, so the window decides these logits.
-    {
-        "id": "long",
-        "text": "".join(
-            f"Entry {i}: the {c} box on shelf {i % 7} holds {i * 3 % 11} {t}.\n"
-            for i, (c, t) in enumerate(
-                [("red", "apples"), ("blue", "pens"), ("green", "cups"), ("white", "books"), ("black", "keys")] * 10
-            )
-        )
-        + "Entry 50: the",
-        "max_tokens": 12,
-    },
-    {
-        "id": "chat",
-        "messages": [{"role": "user", "content": "What is the capital of France?"}],
-        "max_tokens": 24,
-    },
-    {
-        "id": "chat-system",
-        "messages": [
-            {"role": "system", "content": "You answer in one word."},
-            {"role": "user", "content": "Name a color."},
-        ],
-        "max_tokens": 12,
-    },
+    {"id": "long", "text": LONG_GEMMA, "max_tokens": 12},
+    chat("chat", "What is the capital of France?", 24),
+    CHAT_SYSTEM,
 ]
 
-HARD_STRINGS_QWEN = [
-    "The capital of France is",
-    "Hello, world!",
-    "  two leading spaces and   three inside",
-    "trailing spaces   ",
-    "tabs\tand\nnewlines\n\n\nthree",
-    "digits 0123456789 and 3.14159 and 1,000,000",
-    "fn main() { println!(\"{}\", x + 1); }  // code",
-    "    indented(code):\n        return [a for a in b if a]",
+HARD_STRINGS_QWEN = BASIC + CODE + [
     "def f(x):\n\treturn x**2  # square\n\n\n",
-    "Ünïcödé: naïve café, Straße, Ελληνικά, русский, 日本語のテキスト, 中文, 한국어",
-    "emoji 🦀🚀👩‍👩‍👧 and symbols ∑∫√ ≠ ≤ ™ ©",
-    "rare characters: \u0e47\u0e48 \U0001f9ec \u2603 \U00010348 \x07\x1b",
+] + UNICODE + [
     "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n",
     "text<|im_end|>more<|endoftext|><|fim_prefix|>a<|fim_suffix|>b<|fim_middle|>",
     "I'm sure they'll've done it; it's 'quoted' isn't it",
-    "",
-    " ",
-]
+] + EMPTY
+
+LONG_QWEN = "".join(
+    f"item_{i} = {{'name': '{c}', 'count': {i * 3 % 11}}}\n" for i, c in enumerate(["red", "blue", "green", "white", "black"] * 6)
+) + "item_30 ="
 
 PROMPTS_QWEN = [
     {"id": "capital", "text": "The capital of France is", "max_tokens": 16},
     {"id": "fib", "text": "def fibonacci(n):\n    ", "max_tokens": 32},
     {"id": "rust", "text": "// Reverse a string in Rust\nfn reverse(s: &str) -> String {\n", "max_tokens": 24},
-    {
-        "id": "long",
-        "text": "".join(
-            f"item_{i} = {{'name': '{c}', 'count': {i * 3 % 11}}}\n"
-            for i, c in enumerate(["red", "blue", "green", "white", "black"] * 6)
-        )
-        + "item_30 =",
-        "max_tokens": 16,
-    },
-    {
-        "id": "chat",
-        "messages": [{"role": "user", "content": "Write a Python function that returns the square of a number."}],
-        "max_tokens": 32,
-    },
-    {
-        "id": "chat-system",
-        "messages": [
-            {"role": "system", "content": "You answer in one word."},
-            {"role": "user", "content": "Name a color."},
-        ],
-        "max_tokens": 12,
-    },
+    {"id": "long", "text": LONG_QWEN, "max_tokens": 16},
+    chat("chat", "Write a Python function that returns the square of a number.", 32),
+    CHAT_SYSTEM,
 ]
 
 TOP_STEPS = 4

@@ -179,18 +179,11 @@ def main():
     # ---- llama.cpp logits cross-check (teacher-forced on prompt + greedy ids) ----
     crosscheck = None
     if not a.no_llama_cpp_logits:
-        if a.no_extra_bufts:
-            import llama_cpp.llama as _ll
+        import llamacpp_capture
 
-            _orig = llama_cpp.llama_model_default_params
-
-            def _params():
-                p = _orig()
-                p.use_extra_bufts = False
-                return p
-
-            _ll.llama_cpp.llama_model_default_params = _params
-        ll = llama_cpp.Llama(model_path=a.model, n_ctx=512, n_batch=512, logits_all=True, verbose=False, seed=0)
+        edit = llamacpp_capture.no_extra_bufts if a.no_extra_bufts else None
+        with llamacpp_capture.patched_defaults(model=edit):
+            ll = llama_cpp.Llama(model_path=a.model, n_ctx=512, n_batch=512, logits_all=True, verbose=False, seed=0)
         crosscheck = []
         for p in prompts:
             seq = p["prompt_ids"] + p["greedy_ids"]

@@ -73,6 +73,19 @@ def _field(reader: GGUFReader, key: str, default=None):
     return f.contents()
 
 
+
+def bytes_to_unicode():
+    """GPT-2's map from bytes to printable characters."""
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return dict(zip(bs, map(chr, cs)))
+
 class LlamaRef:
     """float64 Llama forward with a KV cache."""
 
@@ -226,15 +239,7 @@ class LlamaRef:
 
     def detok_approx(self, ids) -> str:
         """Rough GPT-2 byte-level detokenizer (for eyeballing only)."""
-        bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
-        cs = bs[:]
-        n = 0
-        for b in range(256):
-            if b not in bs:
-                bs.append(b)
-                cs.append(256 + n)
-                n += 1
-        dec = {chr(c): b for b, c in zip(bs, cs)}
+        dec = {c: b for b, c in bytes_to_unicode().items()}
         buf = bytearray()
         for i in ids:
             s = self.tokens[i]

@@ -47,6 +47,9 @@ from collections import Counter
 import numpy as np
 import gguf
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from numpy_forward import bytes_to_unicode  # noqa: E402
+
 DIM = 64
 N_MERGES = 61
 CORPUS = (
@@ -83,17 +86,6 @@ FAMILIES = {
 }
 
 
-def bytes_to_unicode():
-    """GPT-2's map from bytes to printable characters."""
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
-    cs = bs[:]
-    n = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return dict(zip(bs, map(chr, cs)))
 
 
 def vocabulary():

@@ -14,7 +14,7 @@ import json
 import sys
 
 import openai
-from openai import OpenAI
+from server_client import connect
 
 
 def usage_dict(u):
@@ -61,9 +61,8 @@ def run_case(client, model, case, stream):
 
 
 def main():
-    base_url, model = sys.argv[1], sys.argv[2]
+    client, model, _ = connect()
     cases = json.load(sys.stdin)
-    client = OpenAI(base_url=base_url, api_key="not-needed", max_retries=0, timeout=300)
     out = {"openai_version": openai.__version__, "models": [m.id for m in client.models.list()], "results": []}
     for i, case in enumerate(cases):
         for stream in (False, True):

@@ -10,28 +10,20 @@ raised (status, code, param, message).
 """
 
 import json
-import sys
 
 import openai
-from openai import OpenAI
+from server_client import ask_capital, connect
 
 
 def main():
-    base_url, model = sys.argv[1], sys.argv[2]
-    client = OpenAI(base_url=base_url, api_key="not-needed", max_retries=0, timeout=300)
+    client, model, _ = connect()
     extra = {
         "chat_template_kwargs": {"enable_thinking": False},
         "skip_special_tokens": True,
         "cache_prompt": True,
     }
     try:
-        r = client.chat.completions.create(
-            model=model,
-            messages=[{"role": "user", "content": "What is the capital of France?"}],
-            max_tokens=8,
-            temperature=0,
-            extra_body=extra,
-        )
+        r = ask_capital(client, model, max_tokens=8, extra_body=extra)
         out = {"text": r.choices[0].message.content, "completion_tokens": r.usage.completion_tokens}
     except openai.BadRequestError as e:
         out = {"error": {"status": e.status_code, "code": e.code, "param": e.param, "message": e.message}}

@@ -9,22 +9,13 @@ stdout gets one JSON object with what the client parsed.
 """
 
 import json
-import sys
 
-from openai import OpenAI
+from server_client import ask_capital, connect
 
 
 def main():
-    base_url, model = sys.argv[1], sys.argv[2]
-    client = OpenAI(base_url=base_url, api_key="not-needed", max_retries=0, timeout=300)
-    r = client.chat.completions.create(
-        model=model,
-        messages=[{"role": "user", "content": "What is the capital of France?"}],
-        max_tokens=6,
-        temperature=0,
-        logprobs=True,
-        top_logprobs=2,
-    )
+    client, model, _ = connect()
+    r = ask_capital(client, model, max_tokens=6, logprobs=True, top_logprobs=2)
     c = r.choices[0]
     chat = {
         "text": c.message.content,

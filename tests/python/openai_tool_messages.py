@@ -13,10 +13,9 @@ usage, or the error the client raised (status, code, param, message);
 """
 
 import json
-import sys
 
 import openai
-from openai import OpenAI
+from server_client import connect
 
 MESSAGES = [
     {"role": "user", "content": "What is 2 + 3? Use the add tool."},
@@ -42,8 +41,7 @@ def call(f):
 
 
 def main():
-    base_url, model, rendered = sys.argv[1], sys.argv[2], sys.argv[3]
-    client = OpenAI(base_url=base_url, api_key="not-needed", max_retries=0, timeout=300)
+    client, model, (rendered,) = connect()
     out = {
         "chat": call(
             lambda: client.chat.completions.create(model=model, messages=MESSAGES, max_tokens=8, temperature=0)
