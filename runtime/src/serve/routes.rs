@@ -82,8 +82,8 @@ pub fn endpoints() -> Vec<(&'static str, MethodRouter<Arc<App>>)> {
         ("/v1/draftwise/config", get(config)),
         ("/v1/completions", post(generation::<false>)),
         ("/v1/chat/completions", post(generation::<true>)),
-        ("/tokenize", post(tokenize)),
-        ("/detokenize", post(detokenize)),
+        ("/tokenize", post(tokenizer_endpoint::<false>)),
+        ("/detokenize", post(tokenizer_endpoint::<true>)),
         ("/version", get(version)),
     ]
 }
@@ -197,73 +197,48 @@ async fn version() -> Response {
     )
 }
 
-/// `POST /tokenize` (vLLM's and llama-server's): the ids the completions
+/// `POST /tokenize` (`DETOKENIZE` false; vLLM's and llama-server's): the ids the completions
 /// endpoint would run for `prompt` (llama-server: `content`), or for
 /// `messages` through the chat template with the generation prompt, as
 /// the chat endpoint would. Bounded like a completion's prompt.
-async fn tokenize(
+/// `POST /detokenize` (`DETOKENIZE` true): `{"tokens": [ids]}` back to
+/// text, answered as both vLLM's `prompt` and llama-server's `content`.
+async fn tokenizer_endpoint<const DETOKENIZE: bool>(
     State(app): State<Arc<App>>,
     id: Option<axum::Extension<RequestId>>,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let parse = |bytes: &[u8], app: &App| {
-        let mut t = parse::parse_tokenize(bytes, &app.model_id, app.unknown_fields)?;
-        let ignored = std::mem::take(&mut t.ignored);
-        Ok((t, ignored))
-    };
-    let reply = |app: &App, ids: Vec<u32>| {
-        json!({"tokens": ids, "count": ids.len(), "max_model_len": app.engine.loaded.info.context_length})
-    };
-    tokenizer_call(&app, id, &headers, body, "tokenizing", parse, |engine, t| t.run(engine), reply).await
+    let r = async {
+        let bytes = read_body(&headers, body, app.max_body_bytes).await?;
+        let id = id.as_ref().map(|e| &e.0);
+        let reply = if DETOKENIZE { detokenize(&app, id, &bytes).await? } else { tokenize(&app, id, &bytes).await? };
+        Ok::<_, ApiError>(json_response(StatusCode::OK, &reply))
+    }
+    .await;
+    answer(&app, r)
 }
 
-/// `POST /detokenize`: `{"tokens": [ids]}` back to text, answered as both
-/// vLLM's `prompt` and llama-server's `content`.
-async fn detokenize(
-    State(app): State<Arc<App>>,
-    id: Option<axum::Extension<RequestId>>,
-    headers: HeaderMap,
-    body: Body,
-) -> Response {
-    let parse = |bytes: &[u8], app: &App| {
-        parse::parse_detokenize(bytes, &app.model_id, app.engine.loaded.info.vocab, app.unknown_fields)
-    };
-    let run = |engine: &Engine, ids: Vec<u32>| {
+async fn tokenize(app: &App, id: Option<&RequestId>, bytes: &[u8]) -> Result<serde_json::Value, ApiError> {
+    let t = parse::parse_tokenize(bytes, &app.model_id, app.unknown_fields)?;
+    log_ignored(id, &t.ignored);
+    let ids = off_the_workers(app, "tokenizing", move |engine| t.run(engine)).await?;
+    Ok(json!({"tokens": ids, "count": ids.len(), "max_model_len": app.engine.loaded.info.context_length}))
+}
+
+async fn detokenize(app: &App, id: Option<&RequestId>, bytes: &[u8]) -> Result<serde_json::Value, ApiError> {
+    let (ids, ignored) =
+        parse::parse_detokenize(bytes, &app.model_id, app.engine.loaded.info.vocab, app.unknown_fields)?;
+    log_ignored(id, &ignored);
+    let text = off_the_workers(app, "detokenizing", move |engine| {
         engine
             .loaded
             .tokenizer
             .decode(&ids)
             .map_err(|e| ApiError::invalid(format!("tokens: {e}"), Some("tokens"), "invalid_value"))
-    };
-    let reply = |_: &App, text: String| json!({"prompt": text, "content": text});
-    tokenizer_call(&app, id, &headers, body, "detokenizing", parse, run, reply).await
-}
-
-/// The tokenizer endpoints' one shape: the body read within its bound,
-/// `parse`d into a request and its ignored fields (logged), `run` off the
-/// workers (`what` names the work in a busy answer) and answered 200 with
-/// `reply`'s JSON.
-#[allow(clippy::too_many_arguments)]
-async fn tokenizer_call<T: Send + 'static, R: Send + 'static>(
-    app: &Arc<App>,
-    id: Option<axum::Extension<RequestId>>,
-    headers: &HeaderMap,
-    body: Body,
-    what: &'static str,
-    parse: impl FnOnce(&[u8], &App) -> Result<(T, Vec<String>), ApiError>,
-    run: impl FnOnce(&Engine, T) -> Result<R, ApiError> + Send + 'static,
-    reply: impl FnOnce(&App, R) -> serde_json::Value,
-) -> Response {
-    let r = async {
-        let bytes = read_body(headers, body, app.max_body_bytes).await?;
-        let (request, ignored) = parse(&bytes, app)?;
-        log_ignored(id.as_ref().map(|e| &e.0), &ignored);
-        let out = off_the_workers(app, what, move |engine| run(engine, request)).await?;
-        Ok::<_, ApiError>(json_response(StatusCode::OK, &reply(app, out)))
-    }
-    .await;
-    answer(app, r)
+    })
+    .await?;
+    Ok(json!({"prompt": text, "content": text}))
 }
 
 /// Unknown fields a request sent, accepted and ignored: one warning line.

@@ -27,6 +27,7 @@
 #![allow(clippy::needless_range_loop)]
 
 use super::shared::{Outs, Pass, act_ptrs, dpwssd_bcast, prefetch_ahead, x_offset};
+use crate::matvec::Input;
 use crate::dispatch::{FamilyKind, KernelFamily};
 use crate::matvec::r16::{GROUP, R16Format};
 use std::arch::x86_64::*;
@@ -53,7 +54,7 @@ pub(super) unsafe fn run_pass(family: KernelFamily, fmt: R16Format, w: usize, pa
         ($kern:ident, $f:expr, [$($w:literal),*]) => {
             match w {
                 // SAFETY: forwarded from the caller; `pass.xs.len() == w`.
-                $($w => unsafe { $kern::<$f, $w>(pass, std::array::from_fn(|i| pass.o[i])) },)*
+                $($w => unsafe { $kern::<$f, $w>(pass.tiles, pass.nb, pass.end, pass.xs, std::array::from_fn(|i| pass.o[i])) },)*
                 _ => unreachable!("width {w} above the family's maximum"),
             }
         };
@@ -86,8 +87,13 @@ pub(super) unsafe fn run_pass(family: KernelFamily, fmt: R16Format, w: usize, pa
 /// `F`; every input has `nb` quantized blocks; each `out[i]` has sixteen
 /// writable floats.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-unsafe fn group_avx512<const F: u8, const W: usize>(pass: Pass, out: Outs<W>) {
-    let Pass { tiles, nb, end, xs, .. } = pass;
+unsafe fn group_avx512<const F: u8, const W: usize>(
+    tiles: *const u8,
+    nb: usize,
+    end: *const u8,
+    xs: &[Input],
+    out: Outs<W>,
+) {
     let fmt = fmt_of(F);
     let (tb, qo) = (fmt.tile_bytes(), fmt.qs_offset());
     // Independent accumulator sets per activation row: a `vpdpwssd` has a
@@ -173,8 +179,13 @@ unsafe fn group_avx512<const F: u8, const W: usize>(pass: Pass, out: Outs<W>) {
 /// # Safety
 /// AVX2, FMA, F16C; otherwise as [`group_avx512`].
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn group_avx2<const F: u8, const W: usize>(pass: Pass, out: Outs<W>) {
-    let Pass { tiles, nb, end, xs, .. } = pass;
+unsafe fn group_avx2<const F: u8, const W: usize>(
+    tiles: *const u8,
+    nb: usize,
+    end: *const u8,
+    xs: &[Input],
+    out: Outs<W>,
+) {
     let fmt = fmt_of(F);
     let (tb, qo) = (fmt.tile_bytes(), fmt.qs_offset());
     let (xq, dx, sx) = act_ptrs::<W>(xs);
