@@ -13,8 +13,8 @@
 //! is dropped (llama.cpp does the same).
 
 use super::pretok::Pre;
-use super::vocab::{Vocab, VocabError};
-use super::spm::{Fragment, Specials, Symbol, TYPE_CONTROL, TYPE_UNKNOWN, TYPE_USER_DEFINED, join, partition};
+use super::vocab::{TYPE_CONTROL, TYPE_UNKNOWN, TYPE_USER_DEFINED, Vocab, VocabError};
+use super::spm::{Fragment, Specials, Symbol, join, partition};
 use std::cmp::Ordering;
 use std::collections::{BinaryHeap, HashMap};
 

@@ -11,17 +11,12 @@
 //! vocabulary) is written as its bytes' `<0xXX>` tokens (byte fallback).
 //! Decoding reverses it: `▁` becomes a space, byte tokens become bytes.
 
-use std::cmp::Ordering;
 use super::vocab::{Vocab, VocabError};
+use std::cmp::Ordering;
 use std::collections::BinaryHeap;
 
-/// GGUF token types (llama.cpp's `llama_token_type`).
-pub const TYPE_NORMAL: i32 = 1;
-pub const TYPE_UNKNOWN: i32 = 2;
-pub const TYPE_CONTROL: i32 = 3;
-pub const TYPE_USER_DEFINED: i32 = 4;
-pub const TYPE_UNUSED: i32 = 5;
-pub const TYPE_BYTE: i32 = 6;
+/// GGUF token types (llama.cpp's `llama_token_type`), defined with the token table.
+pub use super::vocab::{TYPE_BYTE, TYPE_CONTROL, TYPE_NORMAL, TYPE_UNKNOWN, TYPE_UNUSED, TYPE_USER_DEFINED};
 
 /// The space marker of SentencePiece vocabularies.
 const SPACE: &str = "\u{2581}";

@@ -3,8 +3,15 @@
 //! special tokens (control, unknown, user-defined) in the order that splits
 //! a text at them.
 
-use super::spm::{TYPE_CONTROL, TYPE_UNKNOWN, TYPE_USER_DEFINED};
 use std::collections::HashMap;
+
+/// GGUF token types (llama.cpp's `llama_token_type`).
+pub const TYPE_NORMAL: i32 = 1;
+pub const TYPE_UNKNOWN: i32 = 2;
+pub const TYPE_CONTROL: i32 = 3;
+pub const TYPE_USER_DEFINED: i32 = 4;
+pub const TYPE_UNUSED: i32 = 5;
+pub const TYPE_BYTE: i32 = 6;
 
 /// Why a token table was refused (each encoder names it in its own terms).
 #[derive(Debug, Clone, PartialEq)]
