@@ -24,12 +24,17 @@
 //! The sub-block scales come from the tile's planes: sixteen rows' bytes
 //! widened to one 32-bit lane each, converted and multiplied by `d` (exact).
 //!
-//! No software prefetch: a group's tiles are one sequential stream, which
-//! the hardware prefetchers follow, and asking for each tile's lines 6,144
-//! bytes ahead (what the Q4 kernels do) cost a third of the decode speed on
-//! the Zen 4 host (Qwen2.5-Coder-1.5B Q4_K_M, `runtime bench -t 1`,
-//! alternating: 15.0 and 14.6 tok/s without, 10.2 and 10.3 with; 12,288 and
-//! 24,576 bytes ahead were no better; 2 threads: 24–27 against 19–20).
+//! Each tile asks for the next one (`tile_bytes` on, the next super-block
+//! of the group or the first of the next group) into L2 before it starts
+//! ([`prefetch_next_tile`]). On the Intel host (family 6 model 167, 2
+//! vCPUs, Qwen2.5-Coder-1.5B Q4_K_M) that made the decode 8–12% faster on
+//! one thread and 12–20% on two, and every verify width faster (W = 3 62–66
+//! ms a pass against 82); into L1 (`prefetcht0`) it gained less, with the
+//! non-temporal hint it lost a third (docs/performance.md, "Prefetching the
+//! K-quant tiles"). Prefetching each tile 6,144 bytes ahead into L1 had
+//! cost a third of the decode speed on the Zen 4 host of 2026-12-05, which
+//! was bound by the multiplies rather than by memory; this L2 form is not
+//! measured there.
 
 // Register-blocked loops index parallel arrays (activation rows ×
 // accumulators) with the same counter.
@@ -64,12 +69,12 @@ const Q6K_LOW_BLOCK: [usize; 4] = [0, 1, 4, 5];
 /// As [`group_avx512`] / [`group_avx2`]; `o[..w]` each have sixteen
 /// writable floats.
 pub(super) unsafe fn run_pass(family: KernelFamily, fmt: KFormat, w: usize, pass: Pass) {
-    let Pass { tiles, nb: nsb, xs, o, .. } = pass;
+    let Pass { tiles, nb: nsb, end, xs, o } = pass;
     macro_rules! widths {
         ($kern:ident, $f:expr, [$($w:literal),*]) => {
             match w {
                 // SAFETY: forwarded from the caller; `xs.len() == w`.
-                $($w => unsafe { $kern::<$f, $w>(tiles, nsb, xs, std::array::from_fn(|i| o[i])) },)*
+                $($w => unsafe { $kern::<$f, $w>(tiles, nsb, end, xs, std::array::from_fn(|i| o[i])) },)*
                 _ => unreachable!("width {w} above the family's maximum"),
             }
         };
@@ -91,6 +96,25 @@ pub(super) unsafe fn run_pass(family: KernelFamily, fmt: KFormat, w: usize, pass
         FamilyKind::Avx2 => formats!(group_avx2, [1, 2, 3, 4]),
         FamilyKind::Avx512Vnni => formats!(group_avx512, [1, 2, 3, 4, 5, 6, 7, 8]),
         FamilyKind::Scalar => unreachable!("scalar has no SIMD pass"),
+    }
+}
+
+/// Asks for the lines of the tile after `t` (`tb` bytes on) into L2
+/// (`prefetcht2`), if it lies before `end`: why L2 and one tile, in the
+/// module docs.
+#[inline(always)]
+fn prefetch_next_tile(t: *const u8, tb: usize, end: *const u8) {
+    let next = t.wrapping_add(tb);
+    let mut off = 0;
+    while off < tb {
+        let p = next.wrapping_add(off);
+        if p >= end {
+            return;
+        }
+        // SAFETY: a prefetch has no architectural effect and cannot fault;
+        // the address lies inside the matrix (below `end`).
+        unsafe { _mm_prefetch::<_MM_HINT_T2>(p.cast()) };
+        off += 64;
     }
 }
 
@@ -187,10 +211,16 @@ fn shift256(v: __m256i, n: i32) -> __m256i {
 ///
 /// # Safety
 /// AVX-512 F/BW/VL/VNNI, FMA, F16C; `tiles` points at `nsb` tiles of format
-/// `F`; every input has `8 · nsb` quantized blocks; each `out[i]` has
+/// `F`, `end` at most one past the call's last tile; every input has `8 · nsb` quantized blocks; each `out[i]` has
 /// sixteen writable floats.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-unsafe fn group_avx512<const F: u8, const W: usize>(tiles: *const u8, nsb: usize, xs: &[Input], out: Outs<W>) {
+unsafe fn group_avx512<const F: u8, const W: usize>(
+    tiles: *const u8,
+    nsb: usize,
+    end: *const u8,
+    xs: &[Input],
+    out: Outs<W>,
+) {
     let fmt = fmt_of(F);
     let (tb, qo, ho, so) = (fmt.tile_bytes(), fmt.qs_offset(), fmt.qh_offset(), fmt.scales_offset());
     // Independent accumulator chains per activation row at W = 1 (a
@@ -211,6 +241,7 @@ unsafe fn group_avx512<const F: u8, const W: usize>(tiles: *const u8, nsb: usize
         };
         for sb in 0..nsb {
             let t = tiles.add(sb * tb);
+            prefetch_next_tile(t, tb, end);
             let d = _mm512_cvtph_ps(_mm256_loadu_si256(t.cast()));
             if F == Q6K {
                 let (c030f, c00f0) = (_mm512_set1_epi16(0x030F), _mm512_set1_epi16(0x00F0));
@@ -327,7 +358,13 @@ unsafe fn group_avx512<const F: u8, const W: usize>(tiles: *const u8, nsb: usize
 /// # Safety
 /// AVX2, FMA, F16C; otherwise as [`group_avx512`].
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn group_avx2<const F: u8, const W: usize>(tiles: *const u8, nsb: usize, xs: &[Input], out: Outs<W>) {
+unsafe fn group_avx2<const F: u8, const W: usize>(
+    tiles: *const u8,
+    nsb: usize,
+    end: *const u8,
+    xs: &[Input],
+    out: Outs<W>,
+) {
     let fmt = fmt_of(F);
     let (tb, qo, ho, so) = (fmt.tile_bytes(), fmt.qs_offset(), fmt.qh_offset(), fmt.scales_offset());
     let (xq, dx, sx) = act_ptrs::<W>(xs);
@@ -345,6 +382,10 @@ unsafe fn group_avx2<const F: u8, const W: usize>(tiles: *const u8, nsb: usize, 
             let chunk = |t: *const u8, at: usize| _mm256_cvtepu8_epi16(_mm_loadu_si128(t.add(at + 16 * h).cast()));
             for sb in 0..nsb {
                 let t = tiles.add(sb * tb);
+                if h == 0 {
+                    // The second half finds the group in L2.
+                    prefetch_next_tile(t, tb, end);
+                }
                 let d = _mm256_cvtph_ps(_mm_loadu_si128(t.add(16 * h).cast()));
                 if F == Q6K {
                     let (c0f, c30, cf0, c300) = (
