@@ -266,14 +266,7 @@ impl Fallback {
                 )
             }
             Fallback::Off { entry: e } => {
-                let [lo, hi] = e.ratio_interval;
-                format!(
-                    "measured off {}: speculation ran {:.2}x classic [{lo:.2}, {hi:.2}] ({}, {})",
-                    for_key(e.key.drafter.as_str(), &e.key),
-                    e.ratio,
-                    e.record,
-                    e.date
-                )
+                format!("measured off {}: {} ({}, {})", for_key(e.key.drafter.as_str(), &e.key), off_ran(e), e.record, e.date)
             }
             Fallback::NotAboveClassic { entry: e } => {
                 let [lo, hi] = e.ratio_interval;
@@ -408,10 +401,24 @@ fn measured_phrase(e: &Entry, fit: &Fit) -> String {
             "measured {key} ({settings}): {:.2}x classic [{lo:.2}, {hi:.2}] ({}, {}){differs}",
             e.ratio, e.record, e.date
         ),
-        None => format!(
-            "measured off {key} ({settings}): speculation ran {:.2}x classic [{lo:.2}, {hi:.2}] ({}, {}){differs}",
-            e.ratio, e.record, e.date
-        ),
+        None => format!("measured off {key} ({settings}): {} ({}, {}){differs}", off_ran(e), e.record, e.date),
+    }
+}
+
+/// What an `off` entry measured: its best width's ratio to classic, and,
+/// when even that interval lies wholly above 1.0, why the entry is off all
+/// the same (`tuner propose` kept an earlier `off` that the pooled data did
+/// not credibly beat by its margin; the entry's note has the numbers).
+fn off_ran(e: &Entry) -> String {
+    let [lo, hi] = e.ratio_interval;
+    let ran = format!("speculation ran {:.2}x classic [{lo:.2}, {hi:.2}]", e.ratio);
+    if lo > 1.0 {
+        format!(
+            "{ran} at its best width, yet the entry is off: `tuner propose` kept an earlier off, which the \
+             pooled records did not credibly beat by its margin (the entry's note says by how much)"
+        )
+    } else {
+        ran
     }
 }
 

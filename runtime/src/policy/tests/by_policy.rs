@@ -132,6 +132,25 @@ fn an_off_entry_keeps_classic_without_a_drafter_flag() {
 }
 
 #[test]
+fn an_off_entry_above_classic_says_why_it_is_off() {
+    // `tuner propose` keeps an earlier `off` that the pooled records do not
+    // credibly beat by its margin; the entry's ratio is then its best
+    // width's, above 1.0, and the reason must say why the runtime is off.
+    let off = entry("ngram", "cpu:x86_64-avx2", "q4_1", "\"off\"", FP)
+        .replace("ratio = 1.5", "ratio = 1.15")
+        .replace("ratio_interval = [1.4, 1.6]", "ratio_interval = [1.04, 1.27]");
+    let r = In::new(DrafterKind::Ngram, "q4_1").auto(&table(&[off]));
+    assert_eq!((r.drafter, r.width.map(Width::get)), (None, None));
+    assert!(
+        r.width_from.contains(
+            "speculation ran 1.15x classic [1.04, 1.27] at its best width, yet the entry is off: `tuner propose` kept"
+        ),
+        "{}",
+        r.width_from
+    );
+}
+
+#[test]
 fn a_width_whose_interval_reaches_classic_does_not_turn_speculation_on() {
     let e = entry("ngram", "cpu:x86_64-avx2", "q4_1", "2", FP)
         .replace("ratio_interval = [1.4, 1.6]", "ratio_interval = [0.99, 1.6]");
