@@ -17,7 +17,9 @@
 //! - [`fingerprint`]: the verify-path parts and their hashing.
 //! - [`resolve`]: [`Resolver`], [`Resolution`] and [`Provenance`].
 //! - [`adaptive`]: the per-request draft length from acceptance and the
-//!   entry's measured verify cost (the rule; not yet in the decode loop).
+//!   entry's measured verify cost: the controller the runtime's speculative
+//!   loop runs (`runtime/src/speculative/schedule.rs`) for an adaptive entry
+//!   or `--adaptive on`.
 
 pub mod adaptive;
 pub mod declared;

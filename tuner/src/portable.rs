@@ -15,6 +15,7 @@
 //! - inside other values (an arm's arguments and environment), a known
 //!   file's absolute path by its name, the repository's by `.` and the home
 //!   folder's by `~`.
+use std::collections::BTreeMap;
 use std::path::{Component, Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
@@ -83,6 +84,14 @@ pub struct PathNames {
 }
 
 impl PathNames {
+    /// Names from `(absolute, name)` pairs (longest absolute first, as every
+    /// constructor keeps them).
+    pub fn from_pairs(mut pairs: Vec<(String, String)>) -> PathNames {
+        pairs.sort_by(|a, b| b.0.len().cmp(&a.0.len()).then_with(|| a.0.cmp(&b.0)));
+        pairs.dedup();
+        PathNames { pairs }
+    }
+
     /// The names of a sweep's files, from its settings with real paths.
     pub fn for_sweep(dir: &Path, h: &SweepHeader) -> PathNames {
         let base = base_of(dir);
@@ -111,9 +120,7 @@ impl PathNames {
         if let Some(h) = home() {
             pairs.push((h.display().to_string(), "~".into()));
         }
-        pairs.sort_by(|a, b| b.0.len().cmp(&a.0.len()).then_with(|| a.0.cmp(&b.0)));
-        pairs.dedup();
-        PathNames { pairs }
+        PathNames::from_pairs(pairs)
     }
 
     /// The name of `p`: a known path's name, else `p` with a known path
@@ -146,6 +153,34 @@ impl PathNames {
             serde_json::Value::Object(m) => m.values_mut().for_each(|x| self.name_strings(x)),
             _ => {}
         }
+    }
+
+    /// These names and the absolute paths among `env`'s values that exist
+    /// here (an arm's environment: `DRAFTWISE_CUDA_CACHE`, say), each named
+    /// by the module's rules; for the logs, which carry whatever the
+    /// runtime prints.
+    pub fn with_env(mut self, dir: &Path, env: &BTreeMap<String, String>) -> PathNames {
+        let base = base_of(dir);
+        for v in env.values() {
+            let p = Path::new(v);
+            if p.is_absolute() && p.exists() && !self.pairs.iter().any(|(a, _)| a == v) {
+                self.pairs.push((v.clone(), name_of(p, &base, false)));
+            }
+        }
+        PathNames::from_pairs(self.pairs)
+    }
+
+    /// A log's text (a line of the runtime's stdout or stderr) as the
+    /// record keeps it: every known absolute path that stands whole in it
+    /// (not inside a longer name or path) by its name; and in the runtime's
+    /// `startup` event, a JSON string that is still an absolute path by its
+    /// file name, as [`PathNames::apply`] names that event in raw.jsonl.
+    pub fn name_log(&self, text: &str) -> String {
+        let mut out = text.to_string();
+        for (a, n) in &self.pairs {
+            out = replace_whole(&out, a, n);
+        }
+        if out.starts_with(r#"{"event":"startup""#) { name_absolute_json_strings(&out) } else { out }
     }
 
     fn path(&self, p: &Path) -> PathBuf {
@@ -199,6 +234,68 @@ impl PathNames {
         }
         l
     }
+}
+
+/// A byte that can continue a file name or path (so a match ending or
+/// starting beside one is part of a longer name).
+fn name_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-' | b'+' | b'~')
+}
+
+/// `text` with each occurrence of the absolute path `abs` that stands whole
+/// (not preceded by a name byte or `/`, not followed by a name byte) replaced
+/// by `name`: `/root` names `/root/x` but not `/rootfs` or `/a/root`.
+fn replace_whole(text: &str, abs: &str, name: &str) -> String {
+    if abs.is_empty() || !text.contains(abs) {
+        return text.to_string();
+    }
+    let (t, a) = (text.as_bytes(), abs.as_bytes());
+    let mut out = String::with_capacity(text.len());
+    let mut i = 0;
+    let mut copied = 0;
+    while let Some(k) = text[i..].find(abs) {
+        let at = i + k;
+        let end = at + a.len();
+        let before_ok = at == 0 || !(name_byte(t[at - 1]) || t[at - 1] == b'/');
+        let after_ok = end == t.len() || !name_byte(t[end]);
+        if before_ok && after_ok {
+            out.push_str(&text[copied..at]);
+            out.push_str(name);
+            copied = end;
+            i = end;
+        } else {
+            // `abs` starts with '/', so the next match starts past `at`.
+            i = at + 1;
+        }
+    }
+    out.push_str(&text[copied..]);
+    out
+}
+
+/// Every JSON string literal of `line` whose content is an absolute path
+/// (starts with `/`, no whitespace, no escape) replaced by its file name.
+fn name_absolute_json_strings(line: &str) -> String {
+    let b = line.as_bytes();
+    let mut out = String::with_capacity(line.len());
+    let mut copied = 0;
+    let mut i = 0;
+    while i + 1 < b.len() {
+        if b[i] == b'"' && b[i + 1] == b'/' && (i == 0 || b[i - 1] != b'\\') {
+            let start = i + 1;
+            let Some(len) = line[start..].find('"') else { break };
+            let content = &line[start..start + len];
+            if !content.contains(|c: char| c.is_whitespace() || c == '\\') {
+                out.push_str(&line[copied..start]);
+                out.push_str(&file_name(Path::new(content)));
+                copied = start + len;
+            }
+            i = start + len + 1;
+        } else {
+            i += 1;
+        }
+    }
+    out.push_str(&line[copied..]);
+    out
 }
 
 /// A header read from raw.jsonl with its files found again on this machine,
@@ -292,5 +389,109 @@ mod tests {
         assert_eq!(v["cuda"]["kernel_cache"], "c30b-sm_90.cubin");
         assert_eq!(v["cuda"]["name"], "NVIDIA H200");
         assert_eq!(v["target"]["path"], "m.gguf");
+    }
+
+    #[test]
+    fn a_log_names_whole_paths_only_and_a_startup_line_every_absolute_string() {
+        let n = PathNames::from_pairs(vec![
+            ("/home/u/.cache/draftwise/m.gguf".into(), "m.gguf".into()),
+            ("/home/u/repo".into(), ".".into()),
+            ("/home/u".into(), "~".into()),
+        ]);
+        // The longest known path first; the home folder for the rest of it.
+        assert_eq!(
+            n.name_log("INFO runtime::open: loading model=/home/u/.cache/draftwise/m.gguf\n"),
+            "INFO runtime::open: loading model=m.gguf\n"
+        );
+        assert_eq!(n.name_log("wrote /home/u/repo/records/x/p.jsonl"), "wrote ./records/x/p.jsonl");
+        assert_eq!(n.name_log("cache /home/u/.cache/other.bin"), "cache ~/.cache/other.bin");
+        // Not inside a longer name or path.
+        assert_eq!(n.name_log("/home/user2/x /srv/home/u/y /home/u"), "/home/user2/x /srv/home/u/y ~");
+        assert_eq!(n.name_log("8.1 tok/s, no path"), "8.1 tok/s, no path");
+        // The startup event: a string still absolute after the known names
+        // (a file the settings do not know) by its file name, as raw.jsonl
+        // names it; an escaped quote or a space leaves a string alone.
+        let line = r#"{"event":"startup","target":{"path":"/home/u/.cache/draftwise/m.gguf"},"cuda":{"kernel_cache":"/tmp/dc/kc/a-sm_90.cubin","note":"/x y"}}"#;
+        assert_eq!(
+            n.name_log(line),
+            r#"{"event":"startup","target":{"path":"m.gguf"},"cuda":{"kernel_cache":"a-sm_90.cubin","note":"/x y"}}"#
+        );
+        // Other events keep their strings (a completion's text is evidence).
+        let c = r#"{"event":"completion","text":"see /etc/hosts"}"#;
+        assert_eq!(n.name_log(c), c);
+        assert_eq!(name_absolute_json_strings(r#"{"a":"x \"/not/this\" y"}"#), r#"{"a":"x \"/not/this\" y"}"#);
+    }
+
+    /// Where a machine keeps the files a sweep runs (`/root/.cache/...`,
+    /// `/home/<user>/...`, a scratch `/tmp/...`): a log naming a path under
+    /// one names the machine that made it.
+    const MACHINE_ROOTS: &[&str] = &["/root/", "/home/", "/tmp/", "/work/", "/Users/", "/mnt/", "/srv/", "/var/", "/opt/"];
+
+    /// The machine paths in `text` (up to `max`), each as its first 80 bytes.
+    fn machine_paths(text: &str, max: usize) -> Vec<String> {
+        let b = text.as_bytes();
+        let mut found = Vec::new();
+        for root in MACHINE_ROOTS {
+            let mut i = 0;
+            while let Some(k) = text[i..].find(root) {
+                let at = i + k;
+                if at == 0 || !(name_byte(b[at - 1]) || b[at - 1] == b'/') {
+                    let end = (at + 80).min(text.len());
+                    let end = (end..=text.len()).find(|&e| text.is_char_boundary(e)).unwrap_or(text.len());
+                    found.push(text[at..end].to_string());
+                    if found.len() >= max {
+                        return found;
+                    }
+                }
+                i = at + 1;
+            }
+        }
+        found
+    }
+
+    #[test]
+    fn committed_logs_name_no_path_of_the_machine_that_made_them() {
+        assert_eq!(machine_paths("loading model=/root/.cache/draftwise/m.gguf", 5).len(), 1);
+        assert!(machine_paths("8.1 tok/s; a/tmp/b; ./records/x", 5).is_empty());
+        let records = Path::new(env!("CARGO_MANIFEST_DIR")).join("../records");
+        let mut logs = 0;
+        let mut bad = Vec::new();
+        for rec in std::fs::read_dir(&records).unwrap().flatten() {
+            let Ok(files) = std::fs::read_dir(rec.path().join("logs")) else { continue };
+            for f in files.flatten() {
+                let bytes = std::fs::read(f.path()).unwrap();
+                logs += 1;
+                // A completion's text is the model's (code can name /tmp).
+                let text = String::from_utf8_lossy(&bytes);
+                for line in text.lines().filter(|l| !l.starts_with(r#"{"event":"completion""#)) {
+                    for p in machine_paths(line, 1) {
+                        bad.push(format!("{}: {p}", f.path().strip_prefix(&records).unwrap_or(&f.path()).display()));
+                    }
+                }
+            }
+        }
+        assert!(logs > 0, "no committed logs under {}", records.display());
+        bad.truncate(10);
+        assert!(bad.is_empty(), "logs naming a machine path (scripts/records/name-log-paths.py):\n{}", bad.join("\n"));
+    }
+
+    #[test]
+    fn an_arms_environment_adds_the_paths_it_names() {
+        let d = tempfile::tempdir().unwrap();
+        let kc = d.path().canonicalize().unwrap().join("kc");
+        std::fs::create_dir_all(&kc).unwrap();
+        let env: BTreeMap<String, String> = [
+            ("DRAFTWISE_CUDA_CACHE".to_string(), kc.display().to_string()),
+            ("LANG".to_string(), "C.UTF-8".to_string()),
+            ("PATH".to_string(), "/usr/bin:/bin".to_string()),
+        ]
+        .into();
+        let n = PathNames::default().with_env(d.path(), &env);
+        let text = format!("{}/c30b-sm_90.cubin", kc.display());
+        let named = n.name_log(&text);
+        assert!(!named.contains(&d.path().canonicalize().unwrap().display().to_string()), "{named}");
+        assert!(named.ends_with("kc/c30b-sm_90.cubin") || named == "c30b-sm_90.cubin", "{named}");
+        // PATH is a list, not a path here: left as it is.
+        assert_eq!(n.name_log("/usr/bin:/bin"), "/usr/bin:/bin");
     }
 }

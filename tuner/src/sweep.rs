@@ -551,6 +551,9 @@ struct Driver<'a> {
     worst_delta: Option<u64>,
     types: BTreeMap<&'a str, &'a str>,
     env: BTreeMap<String, String>,
+    /// How the logs name this machine's paths: raw.jsonl's names and the
+    /// arms' environment's ([`crate::portable::PathNames::with_env`]).
+    log_names: std::sync::Arc<crate::portable::PathNames>,
     /// A served arm sends the prompts itself: the record's copy, read as `runtime generate` reads it.
     served_prompts: Vec<runtime::prompts::PromptItem>,
     prior_attempts: &'a [usize],
@@ -582,6 +585,8 @@ impl<'a> Driver<'a> {
             None => Vec::new(),
         };
         let (costs, curves) = prior_costs(dir);
+        let env = arm::arm_env();
+        let log_names = std::sync::Arc::new(crate::portable::PathNames::for_sweep(dir, header).with_env(dir, &env));
         Ok(Driver {
             dir,
             header,
@@ -590,7 +595,8 @@ impl<'a> Driver<'a> {
             gate: Gate::new(s.gate.clone()),
             worst_delta: prior_deltas.iter().copied().max(),
             types: header.prompts.iter().map(|p| (p.id.as_str(), p.kind.as_str())).collect(),
-            env: arm::arm_env(),
+            env,
+            log_names,
             served_prompts,
             prior_attempts,
             attempts_here: BTreeMap::new(),
@@ -629,7 +635,8 @@ impl<'a> Driver<'a> {
                     argv.extend(arm::cost::cost_args(s, context));
                     let monitor = crate::gate::during::Monitor::start(&s.gate);
                     let rows = arm::cost::max_rows(s);
-                    let mut line = arm::cost::run(self.dir, (round, context, attempt), &argv, &self.env, rows)?;
+                    let mut line =
+                        arm::cost::run(self.dir, (round, context, attempt), &argv, &self.env, &self.log_names, rows)?;
                     let during = monitor.finish();
                     if line.ok
                         && let Some(why) = rules::arm::contention(&during)
@@ -802,6 +809,7 @@ impl<'a> Driver<'a> {
             attempt,
             argv: &argv,
             env: &self.env,
+            names: &self.log_names,
             types: &self.types,
             rows: arm::RowContext::new(arm, attempt, &c.gate_run, c.nvrm_now),
         };

@@ -67,15 +67,17 @@ pub fn run(
     (round, context, attempt): (usize, usize, usize),
     argv: &[String],
     env: &BTreeMap<String, String>,
+    names: &std::sync::Arc<crate::portable::PathNames>,
     rows: usize,
 ) -> Result<CostRun> {
-    let logged = super::spawn_logged(dir, &format!("cost-r{round:02}-c{context}-attempt-{attempt}"), argv, env)?;
+    let stem = format!("cost-r{round:02}-c{context}-attempt-{attempt}");
+    let logged = super::spawn_logged(dir, &stem, argv, env, names)?;
     let mut line = not_run(round, context, attempt, String::new(), String::new());
     line.argv = argv.to_vec();
     line.stdout_log = logged.stdout_log;
     line.stderr_log = logged.stderr_log.clone();
     let stderr_log = logged.stderr_log;
-    let super::Started { mut child, stdout_log: mut out_file, t0 } = match logged.started {
+    let super::Started { mut child, stdout_log: mut out_file, stderr, t0 } = match logged.started {
         Ok(s) => s,
         Err(why) => {
             line.error = Some(why);
@@ -92,6 +94,7 @@ pub fn run(
         let _ = child.kill();
     }
     let status = child.wait()?;
+    stderr.finish();
     line.duration_ms = t0.elapsed().as_millis() as u64;
     let verdict = if bytes.len() as u64 > MAX_REPORT_BYTES {
         Err(format!("more than {MAX_REPORT_BYTES} bytes on stdout"))

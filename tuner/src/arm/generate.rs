@@ -39,7 +39,7 @@ pub fn arm_args(s: &crate::raw::Settings, width: Option<usize>) -> Vec<String> {
 /// Runs one generate arm: request lines into `w` as they complete; the
 /// returned `arm_end` says whether the arm is a measurement and, if not, why.
 pub fn run(a: &ArmRun<'_>, w: &mut RawWriter) -> Result<ArmEnd> {
-    let (mut end, started) = start(a.dir, a.arm.index, a.attempt, a.argv, a.env)?;
+    let (mut end, started) = start(a)?;
     let Some(mut p) = started else { return Ok(end) };
     let Some(stdout) = p.child.stdout.take() else {
         bail!("the runtime's stdout was not captured");
@@ -104,6 +104,7 @@ pub fn run(a: &ArmRun<'_>, w: &mut RawWriter) -> Result<ArmEnd> {
     }
     flush(pending.take(), w, &mut end.requests)?;
     let status = p.child.wait()?;
+    p.stderr.finish();
     crate::rules::arm::process_problems(&status, &end.stderr_log, startup_seen, end.requests, &mut problems);
     finish(&mut end, status, p.t0, problems);
     Ok(end)

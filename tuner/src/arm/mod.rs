@@ -21,11 +21,13 @@ use std::fs::File;
 use std::io::{BufRead, Read, Write};
 use std::path::Path;
 use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{Context, Result};
 use runtime::events::Event;
 
+use crate::portable::PathNames;
 use crate::raw::{ArmEnd, Bracket, PlannedArm, RequestRow, RowSpeculation};
 
 /// Longest stdout line accepted from the runtime (a completion with its
@@ -160,6 +162,8 @@ pub struct ArmRun<'a> {
     /// The full command line, the runtime first.
     pub argv: &'a [String],
     pub env: &'a BTreeMap<String, String>,
+    /// How the arm's logs name this machine's paths.
+    pub names: &'a Arc<PathNames>,
     /// Prompt id → task type, from the record's prompt set.
     pub types: &'a BTreeMap<&'a str, &'a str>,
     pub rows: RowContext,
@@ -170,12 +174,90 @@ pub fn prompt_type(types: &BTreeMap<&str, &str>, id: &str) -> String {
     types.get(id).map_or(runtime::prompts::UNTYPED, |t| *t).to_string()
 }
 
-/// A started arm: its process, with stdout piped and stderr in its log.
+/// A started arm: its process, with stdout piped and stderr copied into its
+/// log by a thread.
 pub struct Started {
     pub child: Child,
     /// Where the process's stdout goes as it is read.
-    pub stdout_log: File,
+    pub stdout_log: NamedLog,
+    /// The thread copying the process's stderr into its log.
+    pub stderr: StderrCopy,
     pub t0: Instant,
+}
+
+/// A log file of one process. Each write (a stdout line, a stderr line, a
+/// cost report: every write is whole) is written with this machine's paths
+/// named as raw.jsonl names them ([`PathNames::name_log`]), so a record's
+/// `logs/` name no absolute path of the machine that made it either. A
+/// line over the length cap is written in slices, each named alone.
+pub struct NamedLog {
+    file: File,
+    names: Arc<PathNames>,
+}
+
+impl NamedLog {
+    pub fn new(file: File, names: Arc<PathNames>) -> Self {
+        NamedLog { file, names }
+    }
+}
+
+impl Write for NamedLog {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        match std::str::from_utf8(buf) {
+            Ok(text) => self.file.write_all(self.names.name_log(text).as_bytes())?,
+            Err(_) => self.file.write_all(buf)?,
+        }
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.file.flush()
+    }
+}
+
+/// The longest stderr slice copied at once (a longer line is copied in
+/// slices, so a runaway line never sits in memory).
+const STDERR_SLICE_BYTES: u64 = 64 << 10;
+
+/// How long [`StderrCopy::finish`] waits for the copy to reach the end of
+/// the stream once the process has exited.
+const STDERR_FINISH_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// The thread that copies a process's stderr into its log line by line.
+/// It reads to the end of the stream even when the log cannot be written,
+/// so the process never blocks on a full pipe.
+pub struct StderrCopy {
+    done: Option<std::sync::mpsc::Receiver<()>>,
+}
+
+impl StderrCopy {
+    fn spawn(from: Option<std::process::ChildStderr>, mut log: NamedLog) -> StderrCopy {
+        let Some(from) = from else { return StderrCopy { done: None } };
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut r = std::io::BufReader::new(from);
+            let mut buf = Vec::new();
+            loop {
+                buf.clear();
+                match r.by_ref().take(STDERR_SLICE_BYTES).read_until(b'\n', &mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(_) => {
+                        let _ = log.write_all(&buf);
+                    }
+                }
+            }
+            let _ = tx.send(());
+        });
+        StderrCopy { done: Some(rx) }
+    }
+
+    /// After the process has exited: waits (up to a bound: a grandchild
+    /// could hold the stream open) until its last stderr line is in the log.
+    pub fn finish(self) {
+        if let Some(rx) = self.done {
+            let _ = rx.recv_timeout(STDERR_FINISH_WAIT);
+        }
+    }
 }
 
 /// A process started by [`spawn_logged`]: its log paths (relative to the
@@ -188,8 +270,15 @@ pub struct Logged {
 
 /// Creates `logs/{stem}.stdout.jsonl` and `logs/{stem}.stderr.log` under
 /// `dir` and starts `argv` with exactly `env`, stdin closed, stdout piped
-/// and stderr in its log: every process of a sweep starts this way.
-pub fn spawn_logged(dir: &Path, stem: &str, argv: &[String], env: &BTreeMap<String, String>) -> Result<Logged> {
+/// and stderr copied into its log: every process of a sweep starts this
+/// way. Both logs name paths by `names` ([`NamedLog`]).
+pub fn spawn_logged(
+    dir: &Path,
+    stem: &str,
+    argv: &[String],
+    env: &BTreeMap<String, String>,
+    names: &Arc<PathNames>,
+) -> Result<Logged> {
     let stdout_log = format!("logs/{stem}.stdout.jsonl");
     let stderr_log = format!("logs/{stem}.stderr.log");
     std::fs::create_dir_all(dir.join("logs"))?;
@@ -202,26 +291,24 @@ pub fn spawn_logged(dir: &Path, stem: &str, argv: &[String], env: &BTreeMap<Stri
         .envs(env)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(Stdio::from(err_file))
+        .stderr(Stdio::piped())
         .spawn();
     let started = spawned
-        .map(|child| Started { child, stdout_log: out_file, t0 })
+        .map(|mut child| {
+            let stderr = StderrCopy::spawn(child.stderr.take(), NamedLog::new(err_file, names.clone()));
+            Started { child, stdout_log: NamedLog::new(out_file, names.clone()), stderr, t0 }
+        })
         .map_err(|e| format!("cannot start {}: {e}; pass the runtime with --runtime PATH", argv[0]));
     Ok(Logged { stdout_log, stderr_log, started })
 }
 
 /// Creates the arm's logs (`logs/arm-NNN-attempt-K.{stdout.jsonl,stderr.log}`
-/// under `dir`) and starts `argv` with exactly `env`. Returns the pending
+/// under `a.dir`) and starts `a.argv` with exactly `a.env`. Returns the pending
 /// `arm_end` and the started process, or no process when it could not be
 /// started (the `arm_end` then says why).
-pub fn start(
-    dir: &Path,
-    arm: usize,
-    attempt: usize,
-    argv: &[String],
-    env: &BTreeMap<String, String>,
-) -> Result<(ArmEnd, Option<Started>)> {
-    let l = spawn_logged(dir, &format!("arm-{arm:03}-attempt-{attempt}"), argv, env)?;
+pub fn start(a: &ArmRun<'_>) -> Result<(ArmEnd, Option<Started>)> {
+    let (arm, attempt) = (a.arm.index, a.attempt);
+    let l = spawn_logged(a.dir, &format!("arm-{arm:03}-attempt-{attempt}"), a.argv, a.env, a.names)?;
     let mut end = ArmEnd::pending(arm, attempt, l.stdout_log, l.stderr_log);
     match l.started {
         Ok(s) => Ok((end, Some(s))),
@@ -357,6 +444,32 @@ mod tests {
         let c = served::serve_args(&s, None).join(" ");
         assert!(c.ends_with("--threads 2 --drafter none"), "{c}");
         assert!(!c.contains("--draft-width") && !c.contains("--ngram-"), "{c}");
+    }
+
+    #[test]
+    fn a_process_logs_name_this_machines_paths() {
+        let d = tempfile::tempdir().unwrap();
+        let names = Arc::new(PathNames::from_pairs(vec![("/srv/models/m.gguf".into(), "m.gguf".into())]));
+        let script = r#"echo "loading model=/srv/models/m.gguf" >&2
+echo '{"event":"startup","target":{"path":"/srv/models/m.gguf"},"kc":"/tmp/kc/a.cubin"}'
+echo '{"event":"completion","text":"/srv/models/m.gguf"}'"#;
+        let argv: Vec<String> = vec!["/bin/sh".into(), "-c".into(), script.into()];
+        let l = spawn_logged(d.path(), "p", &argv, &BTreeMap::new(), &names).unwrap();
+        let mut p = l.started.unwrap();
+        let mut r = std::io::BufReader::new(p.child.stdout.take().unwrap());
+        let mut lines = 0;
+        while next_line(&mut r, &mut p.stdout_log).unwrap().is_some() {
+            lines += 1;
+        }
+        assert_eq!(lines, 2);
+        assert!(p.child.wait().unwrap().success());
+        p.stderr.finish();
+        let out = std::fs::read_to_string(d.path().join(&l.stdout_log)).unwrap();
+        let err = std::fs::read_to_string(d.path().join(&l.stderr_log)).unwrap();
+        assert_eq!(err, "loading model=m.gguf\n");
+        assert!(!out.contains("/srv/") && !out.contains("/tmp/"), "{out}");
+        assert!(out.contains(r#""path":"m.gguf""#) && out.contains(r#""kc":"a.cubin""#), "{out}");
+        assert!(out.contains(r#""text":"m.gguf""#), "{out}");
     }
 
     #[test]

@@ -79,7 +79,7 @@ enum Line {
 /// A log that never fails a read: the first write error is kept for the
 /// reader to report, and reading (which the server's writes wait on) goes on.
 struct LossyLog {
-    file: std::fs::File,
+    file: super::NamedLog,
     failed: Option<std::io::Error>,
 }
 
@@ -98,7 +98,7 @@ impl Write for LossyLog {
 
 /// Reads the server's stdout on a thread: each line into `log` as emitted,
 /// each parsed event to the returned channel, which closes at end of file.
-fn spawn_reader(stdout: std::process::ChildStdout, log: std::fs::File) -> Receiver<Line> {
+fn spawn_reader(stdout: std::process::ChildStdout, log: super::NamedLog) -> Receiver<Line> {
     let (tx, rx) = channel();
     std::thread::spawn(move || {
         let mut r = std::io::BufReader::new(stdout);
@@ -267,8 +267,8 @@ type Step<T> = std::result::Result<T, String>;
 /// The steps: the startup event, `/health`, the request passes, the stop.
 pub fn run(a: &ServedArm<'_>, w: &mut RawWriter) -> Result<ArmEnd> {
     let run = &a.run;
-    let (mut end, started) = super::start(run.dir, run.arm.index, run.attempt, run.argv, run.env)?;
-    let Some(super::Started { mut child, stdout_log: out_file, t0 }) = started else { return Ok(end) };
+    let (mut end, started) = super::start(run)?;
+    let Some(super::Started { mut child, stdout_log: out_file, stderr, t0 }) = started else { return Ok(end) };
     let stderr_log = end.stderr_log.clone();
     let pid = child.id();
     let stdout = child.stdout.take();
@@ -313,6 +313,7 @@ pub fn run(a: &ServedArm<'_>, w: &mut RawWriter) -> Result<ArmEnd> {
         None => anyhow::bail!("the server process is gone"),
     };
     let (stop, stop_ms, status) = stopped;
+    stderr.finish();
     info.stop = stop;
     info.stop_ms = stop_ms;
     // Its last lines (events of a request cut short) into the log, and counted.
