@@ -9,9 +9,21 @@ pub const DEFAULT_MAX_TOKENS: usize = 48;
 
 /// The default plan spends its budget on rounds, not bursts: the variance
 /// that matters lies between processes, and only more processes shrink it.
-/// With 8 widths, 12 prompts and 1 warm-up pass: 4 x (8 + 2 x 9) = 104 arms,
-/// about 14 minutes on this 2-core host (docs/records.md).
+/// With 8 widths, the adaptive arm and 12 prompts: 4 x (9 + 2 x 9) = 108
+/// arms, 9–12 minutes on the 2-core hosts with a warm-up pass per arm
+/// (docs/records.md, "How long a default sweep takes"), less without.
 pub const DEFAULT_ROUNDS: usize = 4;
+/// Unrecorded warm-up passes per arm: none. A runtime process is warm
+/// before its first request (the weights are read and repacked at load, the
+/// exactness probe runs the kernels), and the committed records show it: in
+/// the 52 with a warm-up pass (SmolLM2, Gemma 3, the Qwen2.5-Coder 1.5B alone
+/// and with its draft model; Intel, Zen 2, Zen 4, Zen 5 and H200 hosts) an arm's
+/// recorded pass ran at 0.980–1.042 of its warm-up pass (per-record medians
+/// over arms), and what the warm-up changed in a speculative-to-classic ratio,
+/// over all 3,238 arms, is 1.0007 [0.9956, 1.0057]: it moved no decision and
+/// took half of every arm's requests (docs/records.md, "The warm-up pass";
+/// `scripts/warmup-effect.py`). `--warmup N` still runs N.
+pub const DEFAULT_WARMUP: usize = 0;
 /// Recorded passes per speculative arm: one. A second pass halves only the
 /// request part of a round's ratio variance, which on this host is under a
 /// third of the process part; the budget buys rounds instead.
@@ -22,8 +34,8 @@ pub const DEFAULT_BURSTS: usize = 1;
 /// and a side's variance estimate has 8 degrees of freedom, free of drift (the arms of a side run
 /// back to back). The simulation behind the choice is in docs/records.md
 /// ("Choosing the bracket plan"): per second of sweep, more arms of one
-/// pass beat fewer of four, since a pass costs as much as the process's
-/// start and warm-up and the process noise does not shrink with passes.
+/// pass beat fewer of four, since a pass costs about as much as the
+/// process's start and the process noise does not shrink with passes.
 pub const DEFAULT_BRACKET_ARMS: usize = 9;
 /// Recorded passes per bracket arm: one (above).
 pub const DEFAULT_BRACKET_BURSTS: usize = 1;

@@ -136,7 +136,7 @@ impl Template {
                 bracket_arms: 1,
                 bracket_bursts: None,
                 auto_rounds: None,
-                warmup: 1,
+                warmup: crate::plan::DEFAULT_WARMUP,
                 max_tokens: 48,
                 threads: 2,
                 cost_contexts: vec![],

@@ -187,7 +187,9 @@ impl Fixture {
         args.extend(
             ["--widths", "1,2", "--rounds", "2", "--bursts", b, "--bracket-arms", "1", "--bracket-bursts", b]
                 .into_iter()
-                .chain(["--max-tokens", m, "--threads", "2"])
+                // One warm-up pass (not the default): the fixtures emit one,
+                // with absurd rates, to show it never reaches a statistic.
+                .chain(["--max-tokens", m, "--threads", "2", "--warmup", "1"])
                 .map(String::from),
         );
         args.extend(fake_gate().into_iter().chain(extra.iter().copied()).map(String::from));

@@ -164,7 +164,9 @@ pub struct SweepArgs {
     #[arg(long, default_value_t = tuner::plan::DEFAULT_BRACKET_BURSTS)]
     pub bracket_bursts: usize,
     /// Unrecorded warm-up passes per arm (excluded from every statistic).
-    #[arg(long, default_value_t = 1)]
+    /// None by default: a runtime process is warm before its first request
+    /// (docs/records.md, "The warm-up pass").
+    #[arg(long, default_value_t = tuner::plan::DEFAULT_WARMUP)]
     pub warmup: usize,
     /// Tokens generated per request.
     #[arg(long, default_value_t = tuner::plan::DEFAULT_MAX_TOKENS)]
