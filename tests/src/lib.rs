@@ -164,7 +164,10 @@ pub fn real_sweep(dir: &Path, prompts: &[&str], widths: &str, extra: &[&str]) ->
         .arg("--prompts")
         .arg(&set)
         .args(["--widths", widths, "--rounds", "1", "--bracket-arms", "1", "--bracket-bursts", "1", "--bursts", "1"])
-        .args(["--max-tokens", "8", "--threads", "1", "--cost-contexts", "16,48", "--json", "--out"])
+        .args(["--max-tokens", "8", "--threads", "1", "--cost-contexts", "16,48", "--json"])
+        // One warm-up pass (not the default since 2026-12-06): the tests
+        // show warm-ups are run, counted and kept out of every statistic.
+        .args(["--warmup", "1", "--out"])
         .arg(&out)
         .args(test_gate())
         .args(exclude_other_runtimes())
