@@ -473,6 +473,21 @@ echo '{"event":"completion","text":"/srv/models/m.gguf"}'"#;
     }
 
     #[test]
+    fn a_grandchild_holding_stderr_open_does_not_hold_the_arm() {
+        let d = tempfile::tempdir().unwrap();
+        let names = Arc::new(PathNames::default());
+        // The process exits at once; its background child keeps stderr open.
+        let argv: Vec<String> = vec!["/bin/sh".into(), "-c".into(), "echo gone >&2; sleep 20 >&2 &".into()];
+        let l = spawn_logged(d.path(), "g", &argv, &BTreeMap::new(), &names).unwrap();
+        let mut p = l.started.unwrap();
+        assert!(p.child.wait().unwrap().success());
+        let t = Instant::now();
+        p.stderr.finish();
+        assert!(t.elapsed() < STDERR_FINISH_WAIT + std::time::Duration::from_secs(5), "{:?}", t.elapsed());
+        assert_eq!(std::fs::read_to_string(d.path().join(&l.stderr_log)).unwrap(), "gone\n");
+    }
+
+    #[test]
     fn suffix_arms_get_every_suffix_setting() {
         let s = settings(DrafterKind::Suffix, DrafterSettings::suffix(2, 32, 0.5));
         assert_eq!(
