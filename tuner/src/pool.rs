@@ -43,6 +43,20 @@ pub const HYSTERESIS_MARGIN: f64 = 0.03;
 /// 90 %: 92 %).
 pub const HYSTERESIS_CONFIDENCE: f64 = 0.925;
 
+/// The widening (log) a width's rounds carry into the pool: the record's
+/// own drift widening (the bias a linear drift of its bracket disagreement
+/// could cause) and, for a drifted record (`drifted`; pooled only when its
+/// decision survives the drift, [`crate::summary::DRIFT_SURVIVAL_RULE`]), at
+/// least half the gap between its ratios against either bracket alone: the
+/// bias were either bracket the truth.
+pub fn widening(w: &crate::summary::WidthSummary, drifted: bool) -> f64 {
+    let own = w.ratio.as_ref().map_or(0.0, |r| r.drift_widening_log);
+    match (&w.ratio_vs_open, &w.ratio_vs_close) {
+        (Some(o), Some(c)) if drifted => own.max((o.ratio.ln() - c.ratio.ln()).abs() / 2.0),
+        _ => own,
+    }
+}
+
 /// One record's rounds, as the pool reads them.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct RecordRounds {
@@ -68,7 +82,7 @@ impl RecordRounds {
             }
             if let Some(r) = &w.ratio {
                 rounds.insert(w.width, r.per_round.iter().map(|(k, x)| (*k, x.ln())).collect());
-                widen.insert(w.width, r.drift_widening_log);
+                widen.insert(w.width, widening(w, s.drift));
             }
         }
         RecordRounds { record: record.to_string(), date: s.date.clone(), rounds, widen, not_measured }

@@ -41,6 +41,12 @@ pub struct SimConfig {
     /// Every closing-bracket arm of every round runs `1 - fraction` as fast
     /// (a systematic drift: the host slows inside each round).
     pub close_slowdown_every_round: Option<f64>,
+    /// The host slows steadily through every round: an arm at fraction
+    /// `pos` of its round (0 the first arm, 1 the last) runs
+    /// `1 - fraction · pos` as fast, speculative arms too, so a width's true
+    /// ratio is against classic at its own place in the round (between the
+    /// brackets).
+    pub slowdown_through_round: Option<f64>,
     /// `--rounds auto` with `(min, max)` rounds: `rounds` is then the
     /// maximum, and [`calibrate`] applies the stopping rule after each round
     /// from the minimum on (time is not simulated: no budget).
@@ -65,6 +71,7 @@ impl SimConfig {
             request_noise,
             close_slowdown: None,
             close_slowdown_every_round: None,
+            slowdown_through_round: None,
             auto: None,
             seed,
         }
@@ -251,9 +258,17 @@ pub fn sweep(t: &Template, c: &SimConfig) -> RawFile {
             (runtime::events::sha256_hex(format!("{v:?}").as_bytes()), runtime::events::sha256_hex(&bytes))
         })
         .collect();
+    // Each arm's place in its round, 0 to 1, in plan order.
+    let mut place: BTreeMap<usize, f64> = BTreeMap::new();
+    for k in 0..c.rounds {
+        let arms: Vec<usize> = header.plan.iter().filter(|a| a.round == k).map(|a| a.index).collect();
+        let last = arms.len().saturating_sub(1).max(1) as f64;
+        place.extend(arms.iter().enumerate().map(|(i, a)| (*a, i as f64 / last)));
+    }
     let mut lines = Vec::new();
     for a in &header.plan {
-        let f = (c.process_spread * rng.normal()).exp();
+        let f = (c.process_spread * rng.normal()).exp()
+            * c.slowdown_through_round.map_or(1.0, |frac| 1.0 - frac * place.get(&a.index).copied().unwrap_or(0.0));
         let slow = match (c.close_slowdown, a.bracket) {
             (Some((k, frac)), Some(Bracket::Close)) if k == a.round => 1.0 - frac,
             _ => 1.0,
@@ -351,6 +366,16 @@ pub struct Calibration {
     pub spread_sum: f64,
     /// Chosen width (None = off) → sweeps.
     pub chosen: BTreeMap<Option<usize>, usize>,
+    /// Drifted sweeps whose decision survives the drift
+    /// ([`crate::summary::DRIFT_SURVIVAL_RULE`]), those of them whose
+    /// decision interval (widened) covers the true ratio of the chosen
+    /// width (for `off`, the best width), and their choices.
+    pub survived: usize,
+    pub survived_covered: usize,
+    /// Of those, the sweeps whose entry interval (the record's rounds
+    /// pooled alone, as `tuner propose` writes it) covers the same truth.
+    pub survived_pooled_covered: usize,
+    pub survived_chosen: BTreeMap<Option<usize>, usize>,
     /// `--rounds auto`: rounds at the stop → sweeps.
     pub stopped_after: BTreeMap<usize, usize>,
 }
@@ -372,6 +397,17 @@ impl Calibration {
     /// Mean stated detectable drift (sweep test) over the sweeps.
     pub fn mean_detectable(&self) -> f64 {
         self.detectable_sum / self.detectable_n.max(1) as f64
+    }
+
+    /// Of the sweeps whose decision survived the drift, the fraction whose
+    /// decision interval covers the truth (1 when none survived).
+    pub fn survived_coverage(&self) -> f64 {
+        if self.survived == 0 { 1.0 } else { self.survived_covered as f64 / self.survived as f64 }
+    }
+
+    /// [`Calibration::survived_coverage`] of the entry's (pooled) interval.
+    pub fn survived_pooled_coverage(&self) -> f64 {
+        if self.survived == 0 { 1.0 } else { self.survived_pooled_covered as f64 / self.survived as f64 }
     }
 
     pub fn mean_spread(&self) -> f64 {
@@ -439,6 +475,22 @@ pub fn calibrate(t: &Template, c: &SimConfig, n: usize, threads: usize) -> Calib
                                 usize::from(sum.rounds.iter().any(|r| r.round == k && r.drifted));
                         }
                         *cal.chosen.entry(sum.decision.width).or_default() += 1;
+                        if sum.drift_survival.as_ref().is_some_and(|d| d.survives) {
+                            cal.survived += 1;
+                            *cal.survived_chosen.entry(sum.decision.width).or_default() += 1;
+                            let shown = sum.decision.width.or(sum.decision.best_width);
+                            if let (Some(w), Some((lo, hi))) = (shown, sum.decision.ratio_interval) {
+                                let truth = cfg.truth[&w];
+                                cal.survived_covered += usize::from(lo <= truth && truth <= hi);
+                                // The entry `tuner propose` would write: the
+                                // record's rounds pooled alone.
+                                let pooled = crate::pool::pool(&[crate::pool::RecordRounds::of("sim", &sum)]);
+                                if let Some(p) = pooled.width(w) {
+                                    let (lo, hi) = p.interval;
+                                    cal.survived_pooled_covered += usize::from(lo <= truth && truth <= hi);
+                                }
+                            }
+                        }
                     }
                     cal
                 })
@@ -460,6 +512,12 @@ pub fn calibrate(t: &Template, c: &SimConfig, n: usize, threads: usize) -> Calib
         out.spread_sum += p.spread_sum;
         for (w, x) in p.chosen {
             *out.chosen.entry(w).or_default() += x;
+        }
+        out.survived += p.survived;
+        out.survived_covered += p.survived_covered;
+        out.survived_pooled_covered += p.survived_pooled_covered;
+        for (w, x) in p.survived_chosen {
+            *out.survived_chosen.entry(w).or_default() += x;
         }
         for (k, x) in p.stopped_after {
             *out.stopped_after.entry(k).or_default() += x;

@@ -350,6 +350,10 @@ pub struct Summary {
     pub inexact_arms: Vec<usize>,
     pub accepted_unknown: Vec<AcceptedUnknown>,
     pub decision: Decision,
+    /// A drifted record's decision against each bracket alone; null when
+    /// the record did not drift ([`DRIFT_SURVIVAL_RULE`]).
+    #[serde(default)]
+    pub drift_survival: Option<DriftSurvival>,
     /// How often a replicate sweep would choose the same width, and the
     /// expected regret of the choice (a bootstrap over the rounds).
     #[serde(default)]
@@ -495,6 +499,89 @@ fn decide_fixed(widths: &[WidthSummary]) -> Decision {
     }
 }
 
+/// The rule by which a drifted record may still propose its decision, as
+/// records print it (docs/records.md, "A decision that survives the drift").
+pub const DRIFT_SURVIVAL_RULE: &str = "A record that drifted proposes its decision only when the decision survives \
+the drift: the rule above, applied with every width's ratio taken against the opening brackets alone and again \
+against the closing brackets alone (the tie tests are paired by round, so the brackets cancel from them), makes the \
+same choice both times (the same width, or off both times), each with an interval. The decision's interval then \
+holds both one-sided intervals of its width, and when pooled the record's rounds carry half the gap between the \
+two one-sided ratios as their drift widening.";
+
+/// A drifted record's decision against each bracket alone
+/// ([`DRIFT_SURVIVAL_RULE`], [`drift_survival`]).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct DriftSurvival {
+    /// The rule with every width's ratio against the opening brackets alone.
+    pub vs_open: Decision,
+    /// The rule with every width's ratio against the closing brackets alone.
+    pub vs_close: Decision,
+    /// Both make the record's choice, each with an interval.
+    pub survives: bool,
+    /// The record's decision interval against both brackets, before it was
+    /// widened to hold the one-sided ones (the decision states the widened).
+    pub two_sided_interval: Option<(f64, f64)>,
+}
+
+impl DriftSurvival {
+    /// What the two one-sided decisions chose, in words.
+    pub fn say(&self) -> String {
+        format!(
+            "against the opening brackets alone the rule takes {}, against the closing brackets alone {}",
+            choice(&self.vs_open),
+            choice(&self.vs_close)
+        )
+    }
+}
+
+/// A decision's choice with its interval, in words.
+fn choice(d: &Decision) -> String {
+    let what = match d.width {
+        Some(crate::plan::ADAPTIVE_ARM) => "the adaptive draft length".to_string(),
+        Some(w) => format!("width {w}"),
+        None if d.ratio.is_some() => "off".to_string(),
+        None => return format!("no decision ({})", d.why),
+    };
+    match (d.ratio, d.ratio_interval) {
+        (Some(r), Some((lo, hi))) => format!("{what} ({r:.3} [{lo:.3}, {hi:.3}])"),
+        (Some(r), None) => format!("{what} ({r:.3}, no interval)"),
+        _ => what,
+    }
+}
+
+/// [`DRIFT_SURVIVAL_RULE`]: the rule ([`decide`]) over `widths` with each
+/// width's ratio against one bracket side, once per side, against the
+/// record's `decision`; and `decision` with its interval widened to hold the
+/// one-sided intervals of its width (for `off`, of the best width) when the
+/// choice survives.
+pub fn drift_survival(widths: &[WidthSummary], decision: &Decision) -> (DriftSurvival, Decision) {
+    let side = |pick: fn(&WidthSummary) -> Option<RatioEstimate>| {
+        let ws: Vec<WidthSummary> = widths.iter().map(|w| WidthSummary { ratio: pick(w), ..w.clone() }).collect();
+        decide(&ws)
+    };
+    let vs_open = side(|w| w.ratio_vs_open.clone());
+    let vs_close = side(|w| w.ratio_vs_close.clone());
+    let same = |d: &Decision| d.width == decision.width && d.ratio.is_some() && d.ratio_interval.is_some();
+    let survives = decision.ratio_interval.is_some() && same(&vs_open) && same(&vs_close);
+    let mut widened = decision.clone();
+    let shown = decision.width.or(decision.best_width);
+    if survives && let Some(w) = widths.iter().find(|w| Some(w.width) == shown) {
+        let ends =
+            [&w.ratio_vs_open, &w.ratio_vs_close].into_iter().filter_map(|r| r.as_ref().and_then(|r| r.interval));
+        widened.ratio_interval =
+            ends.fold(decision.ratio_interval, |acc, (lo, hi)| acc.map(|(a, b)| (a.min(lo), b.max(hi))));
+    }
+    let s = DriftSurvival { vs_open, vs_close, survives, two_sided_interval: decision.ratio_interval };
+    if survives {
+        widened.why = format!(
+            "{}; the host drifted and the choice survives it ({}), so its interval holds both",
+            decision.why,
+            s.say()
+        );
+    }
+    (s, widened)
+}
+
 /// Raw data that is not what the plan says: never dropped silently.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct DataProblem {
@@ -503,4 +590,110 @@ pub struct DataProblem {
     pub arm: Option<usize>,
     pub what: String,
     pub remedy: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::estimate::{TieTest, interval};
+
+    /// A width whose rounds give these ratios against both brackets, the
+    /// opening and the closing ones, tied with the best or not.
+    fn width(w: usize, both: &[f64], open: &[f64], close: &[f64], tied: bool) -> WidthSummary {
+        let est = |xs: &[f64]| interval(&xs.iter().enumerate().map(|(k, x)| (k, x.ln())).collect::<Vec<_>>(), 0.0);
+        WidthSummary {
+            width: w,
+            arms: vec![],
+            tok_per_s: None,
+            ttft_ms: None,
+            ratio: est(both),
+            ratio_vs_open: est(open),
+            ratio_vs_close: est(close),
+            tie: Some(TieTest { width: w, vs_best: 1.0, low: 0.9, high: if tied { 1.1 } else { 0.95 }, tied }),
+            acceptance: None,
+            emitted_per_verify: None,
+            verify_ms_per_round: None,
+            requests: 0,
+            declined: 0,
+            without_diagnostics: 0,
+            zero_round_requests: 0,
+            invalid_rate_requests: 0,
+            not_a_measurement: None,
+            differences: vec![],
+        }
+    }
+
+    #[test]
+    fn a_choice_made_against_either_bracket_survives_with_both_intervals() {
+        // Width 1 well above 1.0 against every baseline; width 2 slower.
+        let ws = [
+            width(1, &[1.30, 1.32, 1.31], &[1.28, 1.29, 1.285], &[1.33, 1.36, 1.34], true),
+            width(2, &[1.10, 1.12, 1.11], &[1.08, 1.09, 1.085], &[1.13, 1.16, 1.14], false),
+        ];
+        let d = decide(&ws);
+        assert_eq!(d.width, Some(1));
+        let (s, widened) = drift_survival(&ws, &d);
+        assert!(s.survives, "{}", s.say());
+        assert_eq!((s.vs_open.width, s.vs_close.width), (Some(1), Some(1)));
+        assert_eq!(s.two_sided_interval, d.ratio_interval);
+        let (lo, hi) = widened.ratio_interval.unwrap();
+        for r in [&ws[0].ratio, &ws[0].ratio_vs_open, &ws[0].ratio_vs_close] {
+            let (a, b) = r.as_ref().unwrap().interval.unwrap();
+            assert!(lo <= a && b <= hi, "[{lo}, {hi}] does not hold [{a}, {b}]");
+        }
+        assert_eq!(lo, ws[0].ratio_vs_open.as_ref().unwrap().interval.unwrap().0);
+        assert_eq!(hi, ws[0].ratio_vs_close.as_ref().unwrap().interval.unwrap().1);
+        assert!(widened.why.contains("survives"), "{}", widened.why);
+        assert_eq!((widened.width, widened.ratio), (d.width, d.ratio));
+    }
+
+    #[test]
+    fn a_choice_the_closing_brackets_alone_reverse_does_not_survive() {
+        // Against the closing brackets alone width 1 is not credibly above 1.0
+        // (one round's closing side ran fast), so the rule turns it off there.
+        let ws = [
+            width(1, &[1.10, 1.12, 1.11], &[1.15, 1.16, 1.155], &[1.05, 0.90, 1.07], true),
+            width(2, &[1.02, 1.03, 1.025], &[1.06, 1.07, 1.065], &[0.97, 0.84, 0.99], false),
+        ];
+        let d = decide(&ws);
+        assert_eq!(d.width, Some(1));
+        let (s, widened) = drift_survival(&ws, &d);
+        assert!(!s.survives, "{}", s.say());
+        assert_eq!((s.vs_open.width, s.vs_close.width), (Some(1), None));
+        assert!(s.say().contains("against the closing brackets alone off"), "{}", s.say());
+        // Not widened, not re-worded: the record proposes nothing.
+        assert_eq!(widened.ratio_interval, d.ratio_interval);
+        assert_eq!(widened.why, d.why);
+    }
+
+    #[test]
+    fn a_drifted_records_rounds_carry_half_the_one_sided_gap_into_the_pool() {
+        let w = width(1, &[1.30, 1.32, 1.31], &[1.25, 1.27, 1.26], &[1.35, 1.37, 1.36], true);
+        let (o, c) = (w.ratio_vs_open.as_ref().unwrap().ratio, w.ratio_vs_close.as_ref().unwrap().ratio);
+        let half_gap = (c / o).ln() / 2.0;
+        assert!((crate::pool::widening(&w, true) - half_gap).abs() < 1e-12);
+        // Not drifted: the record's own widening only (none here).
+        assert_eq!(crate::pool::widening(&w, false), 0.0);
+        // A larger own widening stands.
+        let mut wide = w.clone();
+        wide.ratio.as_mut().unwrap().drift_widening_log = 0.2;
+        assert_eq!(crate::pool::widening(&wide, true), 0.2);
+    }
+
+    #[test]
+    fn off_survives_only_when_both_sides_say_off() {
+        let ws = [width(1, &[0.95, 0.97, 0.96], &[0.93, 0.95, 0.94], &[0.97, 0.99, 0.98], true)];
+        let d = decide(&ws);
+        assert_eq!((d.width, d.best_width), (None, Some(1)));
+        let (s, widened) = drift_survival(&ws, &d);
+        assert!(s.survives, "{}", s.say());
+        assert!(widened.ratio_interval.unwrap().1 >= ws[0].ratio_vs_close.as_ref().unwrap().interval.unwrap().1);
+        // Against the opening side alone width 1 is faster: off does not survive.
+        let ws = [width(1, &[0.99, 1.01, 1.0], &[1.05, 1.06, 1.055], &[0.94, 0.96, 0.95], true)];
+        let d = decide(&ws);
+        assert_eq!(d.width, None);
+        let (s, _) = drift_survival(&ws, &d);
+        assert!(!s.survives, "{}", s.say());
+        assert_eq!(s.vs_open.width, Some(1));
+    }
 }

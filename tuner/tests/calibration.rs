@@ -37,6 +37,9 @@ const THREADS: usize = 2;
 /// points; the power is measured over 1,000.
 const CLEAN_SWEEPS: usize = 2000;
 const DRIFT_SWEEPS: usize = 1000;
+/// Sweeps per drift of the survival check: coverage near 95 % and a 90 %
+/// bound, over the sweeps that survive (most of them).
+const SURVIVAL_SWEEPS: usize = 400;
 
 #[test]
 fn intervals_cover_the_truth_and_drift_is_caught_without_false_alarms() {
@@ -114,6 +117,45 @@ fn intervals_cover_the_truth_and_drift_is_caught_without_false_alarms() {
     eprintln!("20% closing slowdown of one round, spread 0.03 noise 0.20: flagged {:.3}", cal.slowed_round_rate());
     if cal.slowed_round_rate() < 0.90 {
         failures.push(format!("a 20% slowdown of one round flagged in only {:.3}", cal.slowed_round_rate()));
+    }
+    assert!(failures.is_empty(), "{failures:#?}");
+}
+
+/// A drifted record proposes its decision only when the decision survives
+/// the drift (`tuner::summary::DRIFT_SURVIVAL_RULE`); such a decision's
+/// stated interval (widened to hold both one-sided intervals) must still
+/// cover the truth in at least 90 % of the sweeps that survive, under the
+/// two drifts the simulation knows: every closing side 10 % slower (the
+/// truth is the opening side's) and a host that slows by 10 % steadily
+/// through every round (the truth lies between the brackets).
+#[test]
+fn a_decision_that_survives_the_drift_still_covers_the_truth() {
+    let t = Template::new();
+    let mut failures = Vec::new();
+    for (k, spread) in [0.03, 0.075].into_iter().enumerate() {
+        let c = SimConfig::default_plan(spread, 0.11, 90_000_000 + k as u64 * 1_000_000);
+        for (name, cfg) in [
+            ("every closing side 10% slower", SimConfig { close_slowdown_every_round: Some(0.10), ..c.clone() }),
+            ("10% slower through every round", SimConfig { slowdown_through_round: Some(0.10), ..c.clone() }),
+        ] {
+            let cal = calibrate(&t, &cfg, SURVIVAL_SWEEPS, THREADS);
+            eprintln!(
+                "{name}, spread {spread}: drifted {:.3}, survived {:.3} of all, covered {:.3} of those (the entry's \
+                 pooled interval {:.3}); chosen when surviving {:?}, all {:?}",
+                cal.drift_rate(),
+                cal.survived as f64 / cal.sweeps as f64,
+                cal.survived_coverage(),
+                cal.survived_pooled_coverage(),
+                cal.survived_chosen,
+                cal.chosen
+            );
+            if cal.survived_coverage() < 0.90 {
+                failures.push(format!("{name}, spread {spread}: covered {:.3}", cal.survived_coverage()));
+            }
+            if cal.survived_pooled_coverage() < 0.90 {
+                failures.push(format!("{name}, spread {spread}: entry covered {:.3}", cal.survived_pooled_coverage()));
+            }
+        }
     }
     assert!(failures.is_empty(), "{failures:#?}");
 }

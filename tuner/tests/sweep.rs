@@ -368,7 +368,57 @@ fn a_drifted_host_prints_no_clean_table_and_propose_refuses() {
     assert!(hi(&r1) < 1.0 / 1.02, "{r1}");
     assert!(hi(&r2) >= 1.0 / 1.02, "{r2}");
     assert!(record.contains("against both brackets"));
-    assert_refused(&f.propose(true), "drifted");
+    // Against round 1's closing side alone width 1 is not credibly above 1.0
+    // (1.86 and 1.30 over two rounds), against the opening sides it is:
+    // the decision does not survive the drift.
+    assert_eq!(s["drift_survival"]["survives"], false, "{}", s["drift_survival"]);
+    assert!(record.contains("the decision does not survive it"), "{record}");
+    let o = f.propose(true);
+    assert_refused(&o, "drifted");
+    assert_refused(&o, "the decision does not survive it: against the opening brackets alone the rule takes width 1");
+}
+
+#[test]
+fn a_drift_the_decision_survives_is_proposed_with_an_interval_that_holds_both_brackets() {
+    let f = Fixture::new();
+    // Two bracket arms a side (C C 1 2 C C | C C 2 1 C C); every closing
+    // side runs 3% slower than its opening side: a systematic drift, which
+    // moves no choice (width 1 is the best and far above 1.0 against
+    // either side alone).
+    for (n, rate) in [(0, 100.0), (1, 101.0), (4, 97.0), (5, 98.0), (6, 100.0), (7, 101.5), (10, 97.0), (11, 98.5)] {
+        f.set_arm(n, &arm(None, rate, Spec::default()));
+    }
+    let o = f.sweep(&["--bracket-arms", "2"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let s = f.summary();
+    assert_eq!(s["drift"], true, "{}", s["sweep_drift"]);
+    let d = &s["drift_survival"];
+    assert_eq!(d["survives"], true, "{d}");
+    assert_eq!((d["vs_open"]["width"].as_u64(), d["vs_close"]["width"].as_u64()), (Some(1), Some(1)));
+    let w1 = &s["widths"][0];
+    assert_eq!(w1["width"], 1);
+    let iv = |v: &Value| (v[0].as_f64().unwrap(), v[1].as_f64().unwrap());
+    let (lo, hi) = iv(&s["decision"]["ratio_interval"]);
+    let (open, close) = (iv(&w1["ratio_vs_open"]["interval"]), iv(&w1["ratio_vs_close"]["interval"]));
+    assert!(lo <= open.0 && hi >= close.1, "[{lo}, {hi}] against {open:?} and {close:?}");
+    assert!(hi - lo > iv(&w1["ratio"]["interval"]).1 - iv(&w1["ratio"]["interval"]).0);
+    let record = f.record();
+    assert!(record.contains("**The host drifted, and the decision survives it**"), "{record}");
+    assert!(
+        record.contains("The decision survives the drift: against the opening brackets alone the rule takes width 1")
+    );
+    // Proposed: the entry's interval, pooled from this record's rounds with
+    // half the one-sided gap as widening, holds both one-sided ratios.
+    let o = f.propose(false);
+    assert!(o.status.success(), "{}", text(&o));
+    let t =
+        runtime::policy::table::compile("t", &f.table(), runtime::policy::table::RecordCheck::Under(&f.root)).unwrap();
+    let e = &t.entries[0];
+    assert_eq!(e.width.map(|w| w.get()), Some(1));
+    let [elo, ehi] = e.ratio_interval;
+    let (ro, rc) = (w1["ratio_vs_open"]["ratio"].as_f64().unwrap(), w1["ratio_vs_close"]["ratio"].as_f64().unwrap());
+    assert!(elo <= ro.min(rc) && ehi >= ro.max(rc), "entry [{elo}, {ehi}] against {ro} and {rc}");
+    assert!(f.table().contains("the host drifted and the choice survives it"), "{}", f.table());
 }
 
 #[test]

@@ -288,14 +288,15 @@ fn method(raw: &RawFile, s: &Summary) -> String {
     );
     let _ = writeln!(
         m,
-        "- drift rule: the sweep has drifted when the weighted mean over rounds of ln(close/open) lies beyond t x se of 0 (t at {}%, two-sided), or a round has when |ln(close/open)| - t x se > ln(1 + {}) (tolerance {}%, t at {}% over all rounds: Bonferroni); together a false verdict stays under {}% per sweep; se from the spread of the bracket arms within each side (process and request noise together). The plan must detect a {}% systematic drift with {}% power (`tuner propose` refuses a record that states more)",
+        "- drift rule: the sweep has drifted when the weighted mean over rounds of ln(close/open) lies beyond t x se of 0 (t at {:.1}%, two-sided), or a round has when |ln(close/open)| - t x se > ln(1 + {}) (tolerance {}%, t at {}% over all rounds: Bonferroni); together a false verdict stays under {}% per sweep; se from the spread of the bracket arms within each side (process and request noise together). The plan must detect a {}% systematic drift with {}% power (`tuner propose` refuses a record that states more). {}",
         100.0 * crate::estimate::SWEEP_DRIFT_FALSE_ALARM,
         s.drift_tolerance,
         100.0 * s.drift_tolerance,
         100.0 * crate::estimate::ROUND_DRIFT_FALSE_ALARM,
         100.0 * s.drift_false_alarm,
         100.0 * crate::estimate::DRIFT_TO_DETECT,
-        100.0 * crate::estimate::DRIFT_POWER
+        100.0 * crate::estimate::DRIFT_POWER,
+        crate::summary::DRIFT_SURVIVAL_RULE
     );
     m
 }

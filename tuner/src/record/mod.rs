@@ -42,6 +42,11 @@ fn opt(x: Option<f64>, digits: usize) -> String {
     x.map_or("none".into(), |v| format!("{v:.digits$}"))
 }
 
+/// `[lo, hi]`, or "no interval".
+fn opt_interval(iv: Option<(f64, f64)>) -> String {
+    iv.map_or("no interval".into(), |(lo, hi)| format!("[{lo:.3}, {hi:.3}]"))
+}
+
 /// The headline of a record: what was measured where (and, for a served
 /// sweep, that it was measured through the server).
 pub fn title(s: &Summary) -> String {
@@ -64,8 +69,12 @@ pub fn statistic(s: &Summary) -> &'static str {
 pub fn headline(s: &Summary) -> String {
     let d = &s.decision;
     let tied = d.tied.iter().map(usize::to_string).collect::<Vec<_>>().join(", ");
-    let validity = if s.drift {
-        " **The host drifted: the record proposes no entry.**"
+    let survives = s.drift_survival.as_ref().is_some_and(|d| d.survives);
+    let validity = if s.drift && survives {
+        " **The host drifted, and the decision survives it** (the same choice against either bracket alone; the \
+         interval holds both): the record proposes it."
+    } else if s.drift {
+        " **The host drifted, and the decision does not survive it: the record proposes no entry.**"
     } else if !s.data_problems.is_empty() {
         " **The raw data has problems (Validity): the record proposes no entry.**"
     } else {
@@ -120,7 +129,20 @@ pub fn conclusions(s: &Summary) -> Vec<String> {
                     .into(),
             );
         }
-        out.push("The record drifted, so it proposes no policy entry; re-run the sweep on a quiet host.".into());
+        match &s.drift_survival {
+            Some(d) if d.survives => out.push(format!(
+                "The decision survives the drift: {}. The record proposes it, its interval widened to hold both \
+                 ({}); pooled, its rounds carry half the gap between the two one-sided ratios as drift widening.",
+                d.say(),
+                opt_interval(s.decision.ratio_interval)
+            )),
+            Some(d) => out.push(format!(
+                "The decision does not survive the drift ({}), so the record proposes no policy entry; re-run the \
+                 sweep.",
+                d.say()
+            )),
+            None => out.push("The record drifted, so it proposes no policy entry; re-run the sweep.".into()),
+        }
         return out;
     }
     let d = &s.decision;

@@ -34,7 +34,7 @@ pub fn check(s: &Summary) -> Result<(), Refusal> {
     if s.complete_rounds < 2 {
         return Err(Refusal::TooFewRounds(s.complete_rounds));
     }
-    if s.drift {
+    if s.drift && !s.drift_survival.as_ref().is_some_and(|d| d.survives) {
         let mut r: Vec<String> =
             s.rounds.iter().filter(|r| r.drifted).map(|r| format!("round {}", r.round + 1)).collect();
         if let Some(d) = s.sweep_drift.as_ref().filter(|d| d.drifted) {
@@ -43,7 +43,11 @@ pub fn check(s: &Summary) -> Result<(), Refusal> {
                 d.drift, d.interval.0, d.interval.1, d.rounds
             ));
         }
-        return Err(Refusal::Drift(r.join("; ")));
+        let survival = s.drift_survival.as_ref().map_or_else(
+            || "the decision could not be tried against either bracket alone".to_string(),
+            |d| format!("the decision does not survive it: {}", d.say()),
+        );
+        return Err(Refusal::Drift(format!("{}; {survival}", r.join("; "))));
     }
     if s.drift_unjudged {
         let r: Vec<String> =

@@ -14,9 +14,9 @@ pub enum Refusal {
     #[error("the record's key is unknown: {0}; re-run the sweep with one runtime build and one target")]
     Key(String),
     #[error(
-        "the host drifted: in {0} the closing brackets' speed differs from the opening brackets' by credibly \
-         more than the test's tolerance, so no ratio in the record is clean; re-run `tuner sweep` (every run is \
-         in records/ledger.jsonl)"
+        "the host drifted: in {0} the closing brackets' speed differs from the opening brackets' by more than \
+         the drift tests allow (a round's by credibly more than their tolerance, the sweep's by more than the \
+         bracket arms' spread explains); re-run `tuner sweep` (every run is in records/ledger.jsonl)"
     )]
     Drift(String),
     #[error(

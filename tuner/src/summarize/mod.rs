@@ -130,7 +130,14 @@ pub fn summarize_with(raw: &RawFile, with_stability: bool) -> Result<Summary> {
     let host = host::host(raw, &sc.ok_arms);
     let complete = raw.lines.iter().any(|l| matches!(l, RawLine::Done(_)))
         && h.plan.iter().filter(|a| a.round < sc.n_rounds).all(|a| sc.ok_arms.contains_key(&a.index));
-    let decision = decide(&widths);
+    let drifted = rounds.iter().any(|r| r.drifted) || sweep_drift.as_ref().is_some_and(|d| d.drifted);
+    let (decision, drift_survival) = match drifted {
+        true => {
+            let (s, d) = drift_survival(&widths, &decide(&widths));
+            (d, Some(s))
+        }
+        false => (decide(&widths), None),
+    };
     let stability =
         if with_stability { crate::stability::stability(&widths, decision.width, h.started_at_unix_ms) } else { None };
     let served = h.settings.served.is_some();
@@ -174,7 +181,7 @@ pub fn summarize_with(raw: &RawFile, with_stability: bool) -> Result<Summary> {
         classic: stats(&classic_reqs().filter_map(rate).collect::<Vec<f64>>()),
         classic_ttft_ms: widths::ttft(classic_reqs()),
         complete_rounds: rounds.iter().filter(|r| !r.incomplete).count(),
-        drift: rounds.iter().any(|r| r.drifted) || sweep_drift.as_ref().is_some_and(|d| d.drifted),
+        drift: drifted,
         drift_unjudged: rounds.iter().any(|r| !r.incomplete && !r.judgeable),
         rounds,
         sweep_drift,
@@ -197,6 +204,7 @@ pub fn summarize_with(raw: &RawFile, with_stability: bool) -> Result<Summary> {
         inexact_arms: key.inexact_arms,
         accepted_unknown: host.accepted_unknown,
         decision,
+        drift_survival,
         stability,
         requests_without_rate: sc.reqs.iter().filter(|r| rate(r).is_none()).count(),
         verify_cost: cost::curves(raw, sc.n_rounds),
