@@ -186,6 +186,34 @@ pub struct WidthSummary {
     pub differences: Vec<Difference>,
 }
 
+#[cfg(test)]
+impl WidthSummary {
+    /// A width with a ratio and a tie test and nothing else measured (ten
+    /// requests, no arms): the decision rule's input in unit tests.
+    pub(crate) fn estimated(width: usize, ratio: Option<RatioEstimate>, tie: TieTest) -> WidthSummary {
+        WidthSummary {
+            width,
+            arms: vec![],
+            tok_per_s: None,
+            ttft_ms: None,
+            ratio,
+            ratio_vs_open: None,
+            ratio_vs_close: None,
+            tie: Some(tie),
+            acceptance: None,
+            emitted_per_verify: None,
+            verify_ms_per_round: None,
+            requests: 10,
+            declined: 0,
+            without_diagnostics: 0,
+            zero_round_requests: 0,
+            invalid_rate_requests: 0,
+            not_a_measurement: None,
+            differences: vec![],
+        }
+    }
+}
+
 /// Median decode tok/s per prompt type for one arm kind (classic: `None`).
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct TypeRow {
@@ -601,25 +629,11 @@ mod tests {
     /// opening and the closing ones, tied with the best or not.
     fn width(w: usize, both: &[f64], open: &[f64], close: &[f64], tied: bool) -> WidthSummary {
         let est = |xs: &[f64]| interval(&xs.iter().enumerate().map(|(k, x)| (k, x.ln())).collect::<Vec<_>>(), 0.0);
+        let tie = TieTest { width: w, vs_best: 1.0, low: 0.9, high: if tied { 1.1 } else { 0.95 }, tied };
         WidthSummary {
-            width: w,
-            arms: vec![],
-            tok_per_s: None,
-            ttft_ms: None,
-            ratio: est(both),
             ratio_vs_open: est(open),
             ratio_vs_close: est(close),
-            tie: Some(TieTest { width: w, vs_best: 1.0, low: 0.9, high: if tied { 1.1 } else { 0.95 }, tied }),
-            acceptance: None,
-            emitted_per_verify: None,
-            verify_ms_per_round: None,
-            requests: 0,
-            declined: 0,
-            without_diagnostics: 0,
-            zero_round_requests: 0,
-            invalid_rate_requests: 0,
-            not_a_measurement: None,
-            differences: vec![],
+            ..WidthSummary::estimated(w, est(both), tie)
         }
     }
 

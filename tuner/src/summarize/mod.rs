@@ -225,33 +225,16 @@ mod tests {
     use crate::estimate::{RatioEstimate, TieTest};
 
     fn ws(width: usize, ratio: f64, lo: f64, hi: f64, tied: bool) -> WidthSummary {
-        WidthSummary {
-            width,
-            arms: vec![],
-            tok_per_s: None,
-            ttft_ms: None,
-            ratio: Some(RatioEstimate {
-                ratio,
-                interval: Some((lo, hi)),
-                rounds: 4,
-                per_round: vec![],
-                sd_log: Some(0.01),
-                drift_widening_log: 0.0,
-            }),
-            ratio_vs_open: None,
-            ratio_vs_close: None,
-            tie: Some(TieTest { width, vs_best: 1.0, low: 0.9, high: if tied { 1.01 } else { 0.99 }, tied }),
-            acceptance: None,
-            emitted_per_verify: None,
-            verify_ms_per_round: None,
-            requests: 10,
-            declined: 0,
-            without_diagnostics: 0,
-            zero_round_requests: 0,
-            invalid_rate_requests: 0,
-            not_a_measurement: None,
-            differences: vec![],
-        }
+        let r = RatioEstimate {
+            ratio,
+            interval: Some((lo, hi)),
+            rounds: 4,
+            per_round: vec![],
+            sd_log: Some(0.01),
+            drift_widening_log: 0.0,
+        };
+        let tie = TieTest { width, vs_best: 1.0, low: 0.9, high: if tied { 1.01 } else { 0.99 }, tied };
+        WidthSummary::estimated(width, Some(r), tie)
     }
 
     #[test]
