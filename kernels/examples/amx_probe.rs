@@ -17,7 +17,8 @@
 //! `cargo run --release -p kernels --example amx_probe -- [ROWS] [COLS] [TOKENS] [REPS]`
 //! (default 8960 1536 1024 3: the 1.5B's FFN gate, a 1,024-token prompt),
 //! one thread. Prints both times, their ratio and whether every output bit
-//! agrees; exits 1 on a difference, 2 where the CPU or OS has no AMX.
+//! agrees; exits 1 on a difference, 2 where the CPU or OS has no AMX or an
+//! argument is not a count within its bounds.
 //!
 //! What it found (docs/performance.md, "Exact AMX for the K-quant
 //! prefill"): bit-identical output, at 1.04–1.17x the VNNI passes' speed,
@@ -336,10 +337,35 @@ fn main() {
     use kernels::quant::GgmlType;
     use std::time::Instant;
 
-    let args: Vec<usize> = std::env::args().skip(1).map(|a| a.parse().expect("a number")).collect();
+    // ROWS COLS TOKENS REPS: each bounded, so that a typo cannot ask for
+    // more memory than a probe needs (ROWS x COLS bytes of weights at most
+    // 64 Mi elements, TOKENS x COLS activation bytes twice).
+    let usage = |why: String| -> ! {
+        eprintln!(
+            "amx_probe: {why}; usage: amx_probe [ROWS (16..=65536, a multiple of 16)] [COLS (256..=65536, a \
+             multiple of 256)] [TOKENS (16..=4096, a multiple of 16)] [REPS (1..=100)], ROWS x COLS at most 2^26"
+        );
+        std::process::exit(2)
+    };
+    let mut args = Vec::new();
+    for a in std::env::args().skip(1) {
+        match a.parse::<usize>() {
+            Ok(v) => args.push(v),
+            Err(_) => usage(format!("{a:?} is not a count")),
+        }
+    }
     let arg = |i: usize, d: usize| args.get(i).copied().unwrap_or(d);
-    let (rows, cols, tokens, reps) = (arg(0, 8960), arg(1, 1536), arg(2, 1024), arg(3, 3).max(1));
-    assert!(rows % 16 == 0 && cols % 256 == 0 && tokens % 16 == 0 && tokens > 0, "ROWS % 16, COLS % 256, TOKENS % 16");
+    let (rows, cols, tokens, reps) = (arg(0, 8960), arg(1, 1536), arg(2, 1024), arg(3, 3));
+    let fits = |v: usize, lo: usize, hi: usize, of: usize| (lo..=hi).contains(&v) && v.is_multiple_of(of);
+    if args.len() > 4
+        || !fits(rows, 16, 65536, 16)
+        || !fits(cols, 256, 65536, 256)
+        || !fits(tokens, 16, 4096, 16)
+        || !fits(reps, 1, 100, 1)
+        || rows * cols > 1 << 26
+    {
+        usage(format!("{args:?} out of bounds"));
+    }
     if let Err(e) = amx::available() {
         eprintln!("amx_probe: {e}");
         std::process::exit(2);

@@ -399,15 +399,21 @@ impl Calibration {
         self.detectable_sum / self.detectable_n.max(1) as f64
     }
 
+    /// `covered` as a share of the sweeps whose decision survived the drift
+    /// (1 when none survived).
+    fn of_survived(&self, covered: usize) -> f64 {
+        if self.survived == 0 { 1.0 } else { covered as f64 / self.survived as f64 }
+    }
+
     /// Of the sweeps whose decision survived the drift, the fraction whose
-    /// decision interval covers the truth (1 when none survived).
+    /// decision interval covers the truth.
     pub fn survived_coverage(&self) -> f64 {
-        if self.survived == 0 { 1.0 } else { self.survived_covered as f64 / self.survived as f64 }
+        self.of_survived(self.survived_covered)
     }
 
     /// [`Calibration::survived_coverage`] of the entry's (pooled) interval.
     pub fn survived_pooled_coverage(&self) -> f64 {
-        if self.survived == 0 { 1.0 } else { self.survived_pooled_covered as f64 / self.survived as f64 }
+        self.of_survived(self.survived_pooled_covered)
     }
 
     pub fn mean_spread(&self) -> f64 {

@@ -131,12 +131,11 @@ pub fn summarize_with(raw: &RawFile, with_stability: bool) -> Result<Summary> {
     let complete = raw.lines.iter().any(|l| matches!(l, RawLine::Done(_)))
         && h.plan.iter().filter(|a| a.round < sc.n_rounds).all(|a| sc.ok_arms.contains_key(&a.index));
     let drifted = rounds.iter().any(|r| r.drifted) || sweep_drift.as_ref().is_some_and(|d| d.drifted);
-    let (decision, drift_survival) = match drifted {
-        true => {
-            let (s, d) = drift_survival(&widths, &decide(&widths));
-            (d, Some(s))
-        }
-        false => (decide(&widths), None),
+    let (decision, drift_survival) = if drifted {
+        let (s, d) = drift_survival(&widths, &decide(&widths));
+        (d, Some(s))
+    } else {
+        (decide(&widths), None)
     };
     let stability =
         if with_stability { crate::stability::stability(&widths, decision.width, h.started_at_unix_ms) } else { None };
