@@ -46,9 +46,63 @@ for f in sorted(root.rglob("*.rs")):
 
 
 def strip_comments(src: str) -> str:
-    src = re.sub(r"/\*.*?\*/", " ", src, flags=re.S)
-    src = re.sub(r'"(?:\\.|[^"\\])*"', '""', src)
-    return re.sub(r"//[^\n]*", "", src)
+    """The source with every comment and every string, byte-string and
+    character literal blanked, and line ends kept (so positions of the
+    code stay meaningful). A small lexer, not a regex: a string may span
+    lines (a backslash-continued message), raw strings (`r#"..."#`) may
+    hold quotes, block comments nest, and `'a` is a lifetime, not a
+    character. A regex that missed the backslash-continued line once
+    flipped the quote parity of a whole file and erased its real imports
+    as string text (scripts/test_import_circles.py pins this)."""
+    out, i, n = [], 0, len(src)
+
+    def blank(text):
+        return "".join("\n" if c == "\n" else " " for c in text)
+
+    while i < n:
+        c = src[i]
+        if src.startswith("//", i):
+            j = src.find("\n", i)
+            j = n if j < 0 else j
+            out.append(blank(src[i:j]))
+            i = j
+        elif src.startswith("/*", i):
+            depth, j = 1, i + 2
+            while j < n and depth:
+                if src.startswith("/*", j):
+                    depth, j = depth + 1, j + 2
+                elif src.startswith("*/", j):
+                    depth, j = depth - 1, j + 2
+                else:
+                    j += 1
+            out.append(blank(src[i:j]))
+            i = j
+        elif (m := re.match(r"(?:b|c)?r(#*)\"", src[i:])) and (i == 0 or not (src[i - 1].isalnum() or src[i - 1] == "_")):
+            close = '"' + m.group(1)
+            j = src.find(close, i + m.end())
+            j = n if j < 0 else j + len(close)
+            out.append('""' + blank(src[i + 2 : j]))
+            i = j
+        elif c == '"' or (src.startswith(('b"', 'c"'), i) and (i == 0 or not (src[i - 1].isalnum() or src[i - 1] == "_"))):
+            j = i + (1 if c == '"' else 2)
+            while j < n and src[j] != '"':
+                j += 2 if src[j] == "\\" else 1
+            j = min(j + 1, n)
+            out.append('""' + blank(src[i + 2 : j]))
+            i = j
+        elif c == "'":
+            # A character literal ('x', '\n', '\u{..}', b'x') or a lifetime / label ('a).
+            m = re.match(r"'(?:\\(?:u\{[0-9a-fA-F_]*\}|x[0-9a-fA-F]{2}|.)|[^\\'\n])'", src[i:])
+            if m:
+                out.append(" " * m.end())
+                i += m.end()
+            else:
+                out.append(c)
+                i += 1
+        else:
+            out.append(c)
+            i += 1
+    return "".join(out)
 
 
 def split_top(s: str) -> list:

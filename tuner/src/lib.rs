@@ -1,55 +1,59 @@
 //! `tuner`: measures draft widths on this host and refuses measurements it
-//! cannot trust.
+//! cannot trust. Folders by role in the pipeline (docs/layout.md): a reader
+//! knows from the folder whether a file looks at the host, holds data,
+//! reasons over it, runs processes or writes for a reviewer. Arrows point
+//! down this list only: `sweep` and `output` use `analysis`, which uses
+//! `data`, which uses `host`; none imports back (`scripts/import-circles.py
+//! tuner/src` in CI finds no circle).
 //!
-//! Modules:
-//! - [`gate`]: is the host fit to measure on now? ([`gate::GateConfig`],
-//!   [`gate::GateReport`], [`gate::Gate`]; `gate::check(&cfg)` for library use).
-//! - [`identity`]: what this host, toolchain and runtime build are
-//!   ([`identity::Identity`]).
-//! - [`reading`]: [`reading::Reading`], a value or an explicit null with its
-//!   reason, used by both.
-//! - [`procfs`]: capped readers and parsers for the `/proc` files used.
-//! - [`sweep`]: `tuner sweep`, the bracketed arm plan and its driver.
-//! - [`arm`]: one arm's process, logs and events ([`arm::generate`]: a
-//!   `runtime generate` arm; [`arm::served`]: `tuner sweep --served`, an arm
-//!   as a `runtime serve` process).
-//! - [`rules`]: every reason an arm, width or record is not a measurement,
-//!   and [`rules::Refusal`].
-//! - [`stream`]: one OpenAI streamed completion, timed from the client.
-//! - [`http`]: the loopback HTTP/1.1 client and server-sent-events reader.
-//! - [`raw`]: `raw.jsonl`, the sweep's raw data ([`raw::RawLine`]).
-//! - [`stats`]: descriptive statistics (median, range, MAD outlier flags).
-//! - [`estimate`]: per-round ratios (the process as the unit), the drift
-//!   test, the tie test.
-//! - [`simulate`]: synthetic sweeps with known truth, for the calibration test.
-//! - [`summary`]: raw data → [`summary::Summary`] and the decision rule.
-//! - [`record`]: `record.md`, `summary.csv`, `plot.svg`.
-//! - [`propose`]: the policy entry, or a refusal with its remedy.
+//! - [`host`]: is this host fit to measure on, and what is it?
+//!   - [`host::gate`]: the gate ([`host::gate::GateConfig`],
+//!     [`host::gate::GateReport`], [`host::gate::Gate`]; `gate::check(&cfg)`
+//!     for library use), its readers and verdict, the watch during an arm.
+//!   - [`host::identity`]: the host, toolchain and runtime build
+//!     ([`host::identity::Identity`]).
+//!   - [`host::procfs`]: capped readers and parsers for the `/proc` files used.
+//!   - [`host::reading`]: [`host::reading::Reading`], a value or an explicit
+//!     null with its reason.
+//! - [`data`]: what a sweep writes and reads back.
+//!   - [`data::plan`]: the design (`Design`: widths, rounds, passes,
+//!     brackets), its defaults and bounds, and the arm plan it gives.
+//!   - [`data::raw`]: `raw.jsonl` ([`data::raw::RawLine`]) and its reader.
+//!   - [`data::writer`]: [`data::writer::RawWriter`], raw.jsonl appended
+//!     line by line under the record's path names.
+//!   - [`data::path_names`]: paths as a record names them, and back.
+//!   - [`data::verify_cost`]: the verify-cost curve's raw line, summary types,
+//!     flag bounds and report reader.
+//!   - [`data::streamed`]: one streamed completion as the client saw it.
+//! - [`analysis`]: raw data to a decision.
+//!   - [`analysis::summary`]: the [`analysis::summary::Summary`] types.
+//!   - [`analysis::decision`]: the one decision rule, the adaptive choice,
+//!     drift survival and the auto-rounds stop.
+//!   - [`analysis::estimate`]: per-round ratios (the process as the unit),
+//!     the drift test, the tie test; [`analysis::stats`]: descriptive
+//!     statistics; [`analysis::stability`]: how often a replicate repeats
+//!     the choice; [`analysis::pool`]: every record of a key pooled.
+//!   - [`analysis::rules`]: every reason an arm, width or record is not a
+//!     measurement, and [`analysis::rules::Refusal`].
+//!   - [`analysis::summarize`]: raw data → summary, applying the rules.
+//!   - [`analysis::simulate`]: synthetic sweeps with known truth, for the
+//!     calibration test.
+//! - [`sweep`]: runs the processes.
+//!   - [`sweep::driver`]: `tuner sweep`, the bracketed arm plan and its driver.
+//!   - [`sweep::arm`]: one arm's process, logs and events
+//!     ([`sweep::arm::generate`], [`sweep::arm::served`], [`sweep::arm::cost`]).
+//!   - [`sweep::stream`] and [`sweep::http`]: one OpenAI streamed completion,
+//!     timed from the client, over the loopback HTTP client.
+//! - [`output`]: what a reviewer reads and commits.
+//!   - [`output::record`]: `record.md`, `summary.csv`, `plot.svg`.
+//!   - [`output::propose`]: the policy entry, or a refusal with its remedy.
+//!   - [`output::ledger`]: every sweep's line, kept or not.
 //! - [`exit`]: the process exit codes, one place.
-pub mod arm;
-pub mod cost;
-pub mod estimate;
-pub mod gate;
-pub mod http;
-pub mod identity;
-pub mod ledger;
-pub mod plan;
-pub mod pool;
-pub mod portable;
-pub mod procfs;
-pub mod propose;
-pub mod raw;
-pub mod reading;
-pub mod record;
-pub mod rules;
-pub mod simulate;
-pub mod stability;
-pub mod stats;
-pub mod stream;
-pub mod summarize;
-pub mod summary;
+pub mod analysis;
+pub mod data;
+pub mod host;
+pub mod output;
 pub mod sweep;
-
 /// Exit codes of `tuner gate` (and of errors in any subcommand).
 pub mod exit {
     /// The gate passed (or the subcommand succeeded).

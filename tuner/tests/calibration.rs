@@ -1,7 +1,7 @@
 //! Calibration of the sweep statistics, by simulation through the real
-//! summarizer (`tuner::summarize::summarize`): synthetic sweeps with a known
+//! summarizer (`tuner::analysis::summarize::summarize`): synthetic sweeps with a known
 //! true ratio per width, a per-process speed factor and request-level
-//! noise, run on the default plan (`tuner::simulate`).
+//! noise, run on the default plan (`tuner::analysis::simulate`).
 //!
 //! What it pins (docs/records.md, "Calibration"):
 //! - the nominal 95 % interval of every width covers its true ratio in at
@@ -21,7 +21,7 @@
 //! `cargo test --release -p tuner --test calibration -- --ignored --nocapture`
 //! prints the full tables docs/records.md reports (coverage per spread,
 //! the drift test's power curve).
-use tuner::simulate::{SimConfig, Template, calibrate};
+use tuner::analysis::simulate::{SimConfig, Template, calibrate};
 
 /// Sweeps per coverage setting: the coverage is near 95 % and its bound 90 %,
 /// 300 sweeps put its standard error at 1.3 points.
@@ -122,7 +122,7 @@ fn intervals_cover_the_truth_and_drift_is_caught_without_false_alarms() {
 }
 
 /// A drifted record proposes its decision only when the decision survives
-/// the drift (`tuner::summary::DRIFT_SURVIVAL_RULE`); such a decision's
+/// the drift (`tuner::analysis::decision::DRIFT_SURVIVAL_RULE`); such a decision's
 /// stated interval (widened to hold both one-sided intervals) must still
 /// cover the truth in at least 90 % of the sweeps that survive, under the
 /// two drifts the simulation knows: every closing side 10 % slower (the

@@ -1,7 +1,7 @@
 //! The bracket plan's drift power, by simulation through the real
 //! summarizer: the table docs/records.md ("Choosing the bracket plan")
 //! reports. `cargo test --release -p tuner --test drift_design -- --ignored --nocapture`
-use tuner::simulate::{SimConfig, Template, calibrate};
+use tuner::analysis::simulate::{SimConfig, Template, calibrate};
 
 #[test]
 #[ignore = "prints the bracket-plan table for docs/records.md (a few minutes)"]

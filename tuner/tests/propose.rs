@@ -15,16 +15,14 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;
 
-use runtime::policy::table::{self, RecordCheck};
-use runtime::policy::{
-    DeviceClass, DrafterKind, DrafterSettings, Entry, HostClass, KERNEL_FINGERPRINT, ModelClass, PolicyKey, TABLE_FILE,
-    Width,
-};
+use policy::table::{self, RecordCheck};
+use policy::{DeviceClass, DrafterKind, DrafterSettings, Entry, HostClass, ModelClass, PolicyKey, TABLE_FILE, Width};
+use runtime::policy::KERNEL_FINGERPRINT;
 use serde_json::Value;
-use tuner::propose::{self, Fields};
-use tuner::raw::{RawFile, RawLine};
-use tuner::rules::{self, Allow, Refusal};
-use tuner::summary::Summary;
+use tuner::analysis::rules::{self, Allow, Refusal};
+use tuner::analysis::summary::Summary;
+use tuner::data::raw::{RawFile, RawLine};
+use tuner::output::propose::{self, Fields};
 
 const RECORD: &str = "records/2026-11-29-cpu-x86_64-avx512vnni-ngram-r16";
 /// The committed record's date and key.
@@ -325,7 +323,9 @@ fn current() -> String {
 /// The committed record as committed, summarized once.
 fn committed() -> &'static (RawFile, Summary) {
     static R: OnceLock<(RawFile, Summary)> = OnceLock::new();
-    R.get_or_init(|| tuner::summarize::summarize_dir(&repo().join(RECORD)).expect("the committed record summarizes"))
+    R.get_or_init(|| {
+        tuner::analysis::summarize::summarize_dir(&repo().join(RECORD)).expect("the committed record summarizes")
+    })
 }
 
 /// The committed record with the startup fields this build's runtime
@@ -349,7 +349,7 @@ fn upgraded(raw: &RawFile, fingerprint: &str) -> (RawFile, Summary) {
         }
     }
     assert!(n > 0, "the record has startup events");
-    let s = tuner::summarize::summarize(&raw).expect("the upgraded record summarizes");
+    let s = tuner::analysis::summarize::summarize(&raw).expect("the upgraded record summarizes");
     (raw, s)
 }
 
@@ -443,7 +443,7 @@ fn a_missing_field_alone_is_a_key_problem() {
             a.startup.drafter_settings = None;
         }
     }
-    let s = tuner::summarize::summarize(&r).unwrap();
+    let s = tuner::analysis::summarize::summarize(&r).unwrap();
     let k = s.key_problem.expect("a key problem");
     assert!(k.contains("drafter settings") && k.contains("re-measure") && !k.contains("weight formats"), "{k}");
     // Arms that disagree on the thread count have no CPU key.
@@ -455,7 +455,7 @@ fn a_missing_field_alone_is_a_key_problem() {
             a.startup.threads = 1;
         }
     }
-    let s = tuner::summarize::summarize(&r).unwrap();
+    let s = tuner::analysis::summarize::summarize(&r).unwrap();
     assert!(s.key_problem.as_deref().is_some_and(|k| k.contains("thread count")), "{:?}", s.key_problem);
     assert_eq!(s.threads, None);
     assert!(matches!(rules::check(&s), Err(Refusal::Key(_))));
@@ -724,14 +724,14 @@ fn a_decision_for_the_widest_width_measured_is_refused_with_how_to_widen_the_ran
     let widest = *widths.iter().max().unwrap();
     let mut s = s.clone();
     s.decision.width = Some(widest);
-    let r = tuner::rules::plan::check_range(&s, &widths).unwrap_err();
+    let r = tuner::analysis::rules::plan::check_range(&s, &widths).unwrap_err();
     assert!(matches!(r, Refusal::WidestWidth { width, .. } if width == widest), "{r:?}");
     assert!(r.to_string().contains("--widths"), "{r}");
     // A narrower width, or the widest a width may be, is not refused.
     s.decision.width = Some(widths[0].min(widest - 1).max(1));
-    assert!(tuner::rules::plan::check_range(&s, &widths).is_ok());
-    s.decision.width = Some(runtime::policy::MAX_WIDTH);
-    assert!(tuner::rules::plan::check_range(&s, &[1, runtime::policy::MAX_WIDTH]).is_ok());
+    assert!(tuner::analysis::rules::plan::check_range(&s, &widths).is_ok());
+    s.decision.width = Some(policy::MAX_WIDTH);
+    assert!(tuner::analysis::rules::plan::check_range(&s, &[1, policy::MAX_WIDTH]).is_ok());
 }
 
 #[test]

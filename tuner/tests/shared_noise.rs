@@ -1,5 +1,5 @@
 //! Does every width of a record share one arm noise? The pooled difference
-//! (`tuner::pool`) and the record's tie test (`tuner::estimate::ties`) take
+//! (`tuner::analysis::pool`) and the record's tie test (`tuner::analysis::estimate::ties`) take
 //! a round's difference's variance from the whole width × round table,
 //! which assumes it. This reads every committed record with a full table
 //! (8 widths × 4 rounds), pools each width's share of the residual sum of
@@ -25,7 +25,7 @@ fn committed_records_show_one_arm_noise_across_widths() {
     let mut by_width: BTreeMap<usize, (f64, f64)> = BTreeMap::new();
     let mut used = 0;
     for d in dirs {
-        let Ok((_, s)) = tuner::summarize::summarize_dir(&d) else { continue };
+        let Ok((_, s)) = tuner::analysis::summarize::summarize_dir(&d) else { continue };
         let l: BTreeMap<usize, Vec<(usize, f64)>> = s
             .widths
             .iter()
@@ -48,7 +48,7 @@ fn committed_records_show_one_arm_noise_across_widths() {
         let (nw, nr) = (ws.len() as f64, ks.len() as f64);
         let grand: f64 = ws.iter().flat_map(|w| ks.iter().map(move |k| cell(*w, *k))).sum::<f64>() / (nw * nr);
         let km: Vec<f64> = ks.iter().map(|&k| ws.iter().map(|&w| cell(w, k)).sum::<f64>() / nw).collect();
-        let (_, total_df) = tuner::estimate::interaction_variance(&l, None).expect("a full table");
+        let (_, total_df) = tuner::analysis::estimate::interaction_variance(&l, None).expect("a full table");
         for &w in &ws {
             let wm: f64 = ks.iter().map(|&k| cell(w, k)).sum::<f64>() / nr;
             let ss: f64 = ks.iter().zip(&km).map(|(&k, m)| (cell(w, k) - wm - m + grand).powi(2)).sum();

@@ -1,8 +1,8 @@
 //! Decisions that hold still, by simulation through the real summarizer
-//! (`tuner::summarize::summarize_with`) and the rule `tuner propose` applies
-//! (`tuner::pool::pool` over every record so far, then
-//! `tuner::pool::hysteresis` against the entry's width): synthetic sweeps
-//! of the default plan (`tuner::simulate`), proposed in turn.
+//! (`tuner::analysis::summarize::summarize_with`) and the rule `tuner propose` applies
+//! (`tuner::analysis::pool::pool` over every record so far, then
+//! `tuner::analysis::pool::hysteresis` against the entry's width): synthetic sweeps
+//! of the default plan (`tuner::analysis::simulate`), proposed in turn.
 //!
 //! What it pins (docs/records.md, "Pooled decisions"):
 //! - with every width within 3 % of the best, an entry made by a first
@@ -20,8 +20,8 @@
 //! prints the tables docs/records.md reports.
 use std::collections::BTreeMap;
 
-use tuner::pool::{HYSTERESIS_CONFIDENCE, RecordRounds, difference, hysteresis, pool};
-use tuner::simulate::{SimConfig, Template, sweep};
+use tuner::analysis::pool::{HYSTERESIS_CONFIDENCE, RecordRounds, difference, hysteresis, pool};
+use tuner::analysis::simulate::{SimConfig, Template, sweep};
 
 const THREADS: usize = 2;
 const TRIALS: usize = 600;
@@ -50,7 +50,7 @@ fn trial(
     let mut out = Vec::new();
     for i in 0..sweeps {
         let c = SimConfig { truth: truth.clone(), ..SimConfig::default_plan(spread, 0.11, seed * 64 + i as u64) };
-        let s = tuner::summarize::summarize_with(&sweep(t, &c), false).expect("a synthetic sweep summarizes");
+        let s = tuner::analysis::summarize::summarize_with(&sweep(t, &c), false).expect("a synthetic sweep summarizes");
         records.push(RecordRounds::of(&format!("records/s{i}"), &s));
         let v = hysteresis(current, &pool(&records), &records);
         current = Some(v.width());
@@ -98,7 +98,8 @@ fn difference_coverage(t: &Template, spread: f64, base: u64) -> [f64; 4] {
         (0..2)
             .map(|i| {
                 let c = SimConfig { truth: one.clone(), ..SimConfig::default_plan(spread, 0.11, seed * 64 + i) };
-                let s = tuner::summarize::summarize_with(&sweep(t, &c), false).expect("a synthetic sweep summarizes");
+                let s = tuner::analysis::summarize::summarize_with(&sweep(t, &c), false)
+                    .expect("a synthetic sweep summarizes");
                 RecordRounds::of(&format!("records/s{i}"), &s)
             })
             .collect()

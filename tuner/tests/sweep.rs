@@ -271,10 +271,9 @@ fn a_clean_sweep_writes_a_record_and_proposes_the_best_qualified_width() {
     assert_eq!(f.table(), before, "--dry-run writes nothing");
     let o = f.propose(false);
     assert!(o.status.success(), "{}", text(&o));
-    let t =
-        runtime::policy::table::compile("t", &f.table(), runtime::policy::table::RecordCheck::Under(&f.root)).unwrap();
+    let t = policy::table::compile("t", &f.table(), policy::table::RecordCheck::Under(&f.root)).unwrap();
     assert_eq!(t.entries.len(), 1);
-    assert_eq!(t.entries[0].width, Some(runtime::policy::Width::new(1).unwrap()));
+    assert_eq!(t.entries[0].width, Some(policy::Width::new(1).unwrap()));
     assert_eq!(t.entries[0].verify_fingerprint, verify_fp());
     assert_eq!(t.entries[0].key.threads, Some(2));
     assert_eq!(t.entries[0].key.host.to_string(), common::host_class());
@@ -282,7 +281,7 @@ fn a_clean_sweep_writes_a_record_and_proposes_the_best_qualified_width() {
     // A prompt file given by path is named relative to the repository, never
     // by its absolute path.
     assert_eq!(t.entries[0].prompts.name, "fake/prompts.jsonl");
-    assert_eq!(t.entries[0].drafter_settings, runtime::policy::DrafterSettings::ngram(3, 4));
+    assert_eq!(t.entries[0].drafter_settings, policy::DrafterSettings::ngram(3, 4));
     assert_eq!(t.entries[0].weight_formats, FORMATS);
     assert_eq!(t.entries[0].target_quant_format.as_deref(), Some("gguf"));
     // The chosen width's tokens per verify pass (the fake's 1 + width / 2),
@@ -290,13 +289,15 @@ fn a_clean_sweep_writes_a_record_and_proposes_the_best_qualified_width() {
     assert_eq!(t.entries[0].emitted_per_verify, Some(1.5));
     // The record and the entry name the processor beyond its model name
     // (which hosts of different generations can share).
-    if let Some(sig) = std::fs::read_to_string("/proc/cpuinfo").ok().and_then(|c| tuner::identity::cpu_signature(&c)) {
+    if let Some(sig) =
+        std::fs::read_to_string("/proc/cpuinfo").ok().and_then(|c| tuner::host::identity::cpu_signature(&c))
+    {
         assert!(record.contains(&format!("| cpu signature | {sig} |")), "{record}");
         assert!(t.entries[0].host.contains(&format!("({sig})")), "{}", t.entries[0].host);
     }
     assert!(record.contains("| caches (cpu 0) | "), "{record}");
     // The sweep is in the ledger with its key and decision.
-    let ledger = tuner::ledger::read(&f.root.join("records")).unwrap();
+    let ledger = tuner::output::ledger::read(&f.root.join("records")).unwrap();
     assert_eq!(ledger.len(), 1, "{ledger:?}");
     assert_eq!(
         (ledger[0].folder.as_str(), ledger[0].decision.as_str(), ledger[0].outcome.as_str()),
@@ -307,7 +308,7 @@ fn a_clean_sweep_writes_a_record_and_proposes_the_best_qualified_width() {
     let mut earlier = ledger[0].clone();
     earlier.folder = "2026-01-01-earlier".into();
     earlier.decision = "width 3".into();
-    tuner::ledger::append(&f.root.join("records"), &earlier).unwrap();
+    tuner::output::ledger::append(&f.root.join("records"), &earlier).unwrap();
     let o = f.propose(true);
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(
@@ -319,8 +320,7 @@ fn a_clean_sweep_writes_a_record_and_proposes_the_best_qualified_width() {
     let o = f.propose(false);
     assert!(o.status.success(), "{}", text(&o));
     assert!(String::from_utf8_lossy(&o.stdout).contains("unchanged"));
-    let t =
-        runtime::policy::table::compile("t", &f.table(), runtime::policy::table::RecordCheck::Under(&f.root)).unwrap();
+    let t = policy::table::compile("t", &f.table(), policy::table::RecordCheck::Under(&f.root)).unwrap();
     assert_eq!(t.entries.len(), 1);
 }
 
@@ -411,8 +411,7 @@ fn a_drift_the_decision_survives_is_proposed_with_an_interval_that_holds_both_br
     // half the one-sided gap as widening, holds both one-sided ratios.
     let o = f.propose(false);
     assert!(o.status.success(), "{}", text(&o));
-    let t =
-        runtime::policy::table::compile("t", &f.table(), runtime::policy::table::RecordCheck::Under(&f.root)).unwrap();
+    let t = policy::table::compile("t", &f.table(), policy::table::RecordCheck::Under(&f.root)).unwrap();
     let e = &t.entries[0];
     assert_eq!(e.width.map(|w| w.get()), Some(1));
     let [elo, ehi] = e.ratio_interval;
@@ -554,7 +553,7 @@ fn a_crash_mid_arm_halts_with_the_partial_data_and_resume_reruns_the_arm() {
     let stderr_log = std::fs::read_to_string(f.out.join("logs/arm-001-attempt-0.stderr.log")).unwrap();
     assert!(stderr_log.contains("panicked"));
     // The halted sweep is in the ledger, with the hash of what it left.
-    let ledger = tuner::ledger::read(&f.root.join("records")).unwrap();
+    let ledger = tuner::output::ledger::read(&f.root.join("records")).unwrap();
     assert_eq!(ledger.len(), 1, "{ledger:?}");
     assert_eq!(ledger[0].folder, "sweep");
     assert!(ledger[0].outcome.starts_with("halted (ArmFailed)"), "{:?}", ledger[0]);
@@ -563,7 +562,7 @@ fn a_crash_mid_arm_halts_with_the_partial_data_and_resume_reruns_the_arm() {
 
     let o = f.resume();
     assert!(o.status.success(), "{}", text(&o));
-    let ledger = tuner::ledger::read(&f.root.join("records")).unwrap();
+    let ledger = tuner::output::ledger::read(&f.root.join("records")).unwrap();
     assert_eq!(ledger.len(), 2, "the resumed sweep adds its own line: {ledger:?}");
     assert_eq!(ledger[1].outcome, "complete");
     let lines = f.raw_lines();

@@ -23,7 +23,7 @@ const DEVICE: &str = "cpu:x86_64-avx2";
 /// This build's verify-path fingerprint for the fake arms' key: `propose`
 /// refuses a record measured under another.
 pub fn verify_fp() -> String {
-    let device = runtime::policy::DeviceClass::parse(DEVICE).expect("a device class");
+    let device = policy::DeviceClass::parse(DEVICE).expect("a device class");
     runtime::policy::verify_fingerprint(&device, Some(&FORMATS.map(String::from)))
 }
 

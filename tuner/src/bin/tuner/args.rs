@@ -5,11 +5,11 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
+use policy::DrafterKind;
 use runtime::commands::drafter_flags::DrafterFlags;
-use runtime::policy::DrafterKind;
-use tuner::gate::{GateConfig, Source};
-use tuner::identity;
-use tuner::sweep::SweepOptions;
+use tuner::host::gate::{GateConfig, Source};
+use tuner::host::identity;
+use tuner::sweep::driver::SweepOptions;
 
 /// Measure speculative draft widths on this host and write records and policy entries.
 #[derive(Parser)]
@@ -143,39 +143,39 @@ pub struct SweepArgs {
     /// unit of every interval (at least 2; docs/records.md). `auto`: from
     /// the default number up to --auto-max-rounds, stopping when the
     /// decision is settled or the time budget would be passed.
-    #[arg(long, value_name = "N|auto", default_value_t = tuner::plan::DEFAULT_ROUNDS.to_string())]
+    #[arg(long, value_name = "N|auto", default_value_t = tuner::data::plan::DEFAULT_ROUNDS.to_string())]
     pub rounds: String,
     /// `--rounds auto`: the most rounds.
-    #[arg(long, value_name = "N", default_value_t = tuner::plan::DEFAULT_AUTO_MAX_ROUNDS)]
+    #[arg(long, value_name = "N", default_value_t = tuner::data::plan::DEFAULT_AUTO_MAX_ROUNDS)]
     pub auto_max_rounds: usize,
     /// `--rounds auto`: the fewest rounds.
-    #[arg(long, value_name = "N", default_value_t = tuner::plan::DEFAULT_ROUNDS)]
+    #[arg(long, value_name = "N", default_value_t = tuner::data::plan::DEFAULT_ROUNDS)]
     pub auto_min_rounds: usize,
     /// `--rounds auto`: no round starts that would end past this many seconds of the sweep.
-    #[arg(long, value_name = "SECONDS", default_value_t = tuner::plan::DEFAULT_AUTO_BUDGET_S)]
+    #[arg(long, value_name = "SECONDS", default_value_t = tuner::data::plan::DEFAULT_AUTO_BUDGET_S)]
     pub auto_budget: f64,
     /// Recorded passes over the prompt set per speculative arm.
-    #[arg(long, default_value_t = tuner::plan::DEFAULT_BURSTS)]
+    #[arg(long, default_value_t = tuner::data::plan::DEFAULT_BURSTS)]
     pub bursts: usize,
     /// Classic arms on each side of a round.
-    #[arg(long, default_value_t = tuner::plan::DEFAULT_BRACKET_ARMS)]
+    #[arg(long, default_value_t = tuner::data::plan::DEFAULT_BRACKET_ARMS)]
     pub bracket_arms: usize,
     /// Recorded passes over the prompt set per classic bracket arm.
-    #[arg(long, default_value_t = tuner::plan::DEFAULT_BRACKET_BURSTS)]
+    #[arg(long, default_value_t = tuner::data::plan::DEFAULT_BRACKET_BURSTS)]
     pub bracket_bursts: usize,
     /// Unrecorded warm-up passes per arm (excluded from every statistic).
     /// None by default: a runtime process is warm before its first request
     /// (docs/records.md, "The warm-up pass").
-    #[arg(long, default_value_t = tuner::plan::DEFAULT_WARMUP)]
+    #[arg(long, default_value_t = tuner::data::plan::DEFAULT_WARMUP)]
     pub warmup: usize,
     /// Tokens generated per request.
-    #[arg(long, default_value_t = tuner::plan::DEFAULT_MAX_TOKENS)]
+    #[arg(long, default_value_t = tuner::data::plan::DEFAULT_MAX_TOKENS)]
     pub max_tokens: usize,
     /// Context lengths at which each round also times the verify pass of
     /// 1..=(widest width + 1) rows against a one-row pass (one `runtime bench
     /// --verify-cost` process each, after the round's arms; the entry carries
     /// the curve), or `none`. At most 4, each 1..=32768.
-    #[arg(long, value_name = "LIST", default_value = tuner::cost::DEFAULT_COST_CONTEXTS_ARG)]
+    #[arg(long, value_name = "LIST", default_value = tuner::data::verify_cost::DEFAULT_COST_CONTEXTS_ARG)]
     pub cost_contexts: String,
     /// Also run the adaptive arm in every round (the runtime choosing each
     /// round's draft length, up to the widest width, from the verify-cost
@@ -215,13 +215,13 @@ pub struct SweepArgs {
     #[arg(long)]
     pub served: bool,
     /// --served: how long a server may take from start to answering GET /health.
-    #[arg(long, value_name = "SECONDS", default_value_t = tuner::arm::served::DEFAULT_HEALTH_TIMEOUT_S, requires = "served")]
+    #[arg(long, value_name = "SECONDS", default_value_t = tuner::sweep::arm::served::DEFAULT_HEALTH_TIMEOUT_S, requires = "served")]
     pub health_timeout: f64,
     /// --served: how long a server may take to exit after SIGTERM before SIGKILL.
-    #[arg(long, value_name = "SECONDS", default_value_t = tuner::arm::served::DEFAULT_STOP_TIMEOUT_S, requires = "served")]
+    #[arg(long, value_name = "SECONDS", default_value_t = tuner::sweep::arm::served::DEFAULT_STOP_TIMEOUT_S, requires = "served")]
     pub stop_timeout: f64,
     /// --served: the limit of one streamed request, from connecting to `data: [DONE]`.
-    #[arg(long, value_name = "SECONDS", default_value_t = tuner::arm::served::DEFAULT_REQUEST_TIMEOUT_S, requires = "served")]
+    #[arg(long, value_name = "SECONDS", default_value_t = tuner::sweep::arm::served::DEFAULT_REQUEST_TIMEOUT_S, requires = "served")]
     pub request_timeout: f64,
     #[command(flatten)]
     pub gate: GateOpts,
@@ -302,12 +302,12 @@ impl SweepArgs {
         let n_layers = if drafter == DrafterKind::Layerskip { target_layers(&target)? } else { 0 };
         let out = match a.out {
             Some(o) => o,
-            None => tuner::sweep::default_out_dir(drafter),
+            None => tuner::sweep::driver::default_out_dir(drafter),
         };
         let (rounds, auto_rounds) = match a.rounds.trim() {
             "auto" => (
                 a.auto_max_rounds,
-                Some(tuner::raw::AutoRounds {
+                Some(tuner::data::raw::AutoRounds {
                     min_rounds: a.auto_min_rounds,
                     max_rounds: a.auto_max_rounds,
                     budget_s: a.auto_budget,
@@ -327,11 +327,11 @@ impl SweepArgs {
                 a.layerskip_layers.as_deref().map(|l| (l, n_layers)),
             )?,
             drafter_model: a.drafter_model,
-            design: tuner::raw::Design {
+            design: tuner::data::raw::Design {
                 widths: {
                     let mut w = parse_widths(&a.widths)?;
                     if a.adaptive_arm {
-                        w.push(tuner::plan::ADAPTIVE_ARM);
+                        w.push(tuner::data::plan::ADAPTIVE_ARM);
                     }
                     w
                 },
@@ -343,7 +343,8 @@ impl SweepArgs {
                 warmup: a.warmup,
                 max_tokens: a.max_tokens,
                 threads,
-                cost_contexts: tuner::cost::parse_contexts(&a.cost_contexts).map_err(anyhow::Error::msg)?,
+                cost_contexts: tuner::data::verify_cost::parse_contexts(&a.cost_contexts)
+                    .map_err(anyhow::Error::msg)?,
             },
             prompts: a.prompts,
             out,
@@ -351,7 +352,7 @@ impl SweepArgs {
             gate: a.gate.config(),
             gate_wait: seconds("--gate-wait", a.gate_wait)?,
             gate_interval: seconds("--gate-interval", a.gate_interval)?,
-            served: a.served.then_some(tuner::raw::ServedSettings {
+            served: a.served.then_some(tuner::data::raw::ServedSettings {
                 health_timeout_s: a.health_timeout,
                 stop_timeout_s: a.stop_timeout,
                 request_timeout_s: a.request_timeout,
@@ -374,8 +375,8 @@ pub fn parse_widths(s: &str) -> anyhow::Result<Vec<usize>> {
         match part.split_once('-') {
             Some((a, b)) => {
                 let (a, b) = (num(a)?, num(b)?);
-                if a > b || b > runtime::policy::MAX_WIDTH {
-                    anyhow::bail!("--widths {s:?}: {part} is not a range within 1..={}", runtime::policy::MAX_WIDTH);
+                if a > b || b > policy::MAX_WIDTH {
+                    anyhow::bail!("--widths {s:?}: {part} is not a range within 1..={}", policy::MAX_WIDTH);
                 }
                 out.extend(a..=b);
             }
@@ -417,8 +418,8 @@ fn drafter_settings(
     kind: DrafterKind,
     flags: &DrafterFlags,
     layers: Option<(&str, usize)>,
-) -> anyhow::Result<runtime::policy::DrafterSettings> {
-    use runtime::policy::DrafterSettings;
+) -> anyhow::Result<policy::DrafterSettings> {
+    use policy::DrafterSettings;
     Ok(match kind {
         DrafterKind::Ngram => {
             let (min, max) = flags.ngram_or_defaults();
@@ -449,8 +450,8 @@ fn drafter_settings(
 #[cfg(test)]
 mod tests {
     use super::{drafter_kind, parse_widths};
+    use policy::{DrafterKind, DrafterSettings};
     use runtime::commands::drafter_flags::DrafterFlags;
-    use runtime::policy::{DrafterKind, DrafterSettings};
 
     /// [`super::drafter_settings`] with the ngram pair and the suffix triple given as flags.
     fn drafter_settings(

@@ -6,10 +6,10 @@ mod args;
 use std::process::ExitCode;
 
 use clap::Parser;
-use tuner::gate;
-use tuner::identity::{self, IdentityOptions};
-use tuner::raw::HaltKind;
-use tuner::sweep::Outcome;
+use tuner::data::raw::HaltKind;
+use tuner::host::gate;
+use tuner::host::identity::{self, IdentityOptions};
+use tuner::sweep::driver::Outcome;
 
 use args::{Cli, Command, GateArgs, IdentityArgs, ProposeArgs, SummarizeArgs, SweepArgs, seconds};
 
@@ -95,25 +95,25 @@ fn run_sweep(mut a: SweepArgs) -> anyhow::Result<ExitCode> {
     let json = a.json;
     let (dir, outcome) = match a.resume.take() {
         Some(dir) => {
-            let o = tuner::sweep::resume(&dir)?;
+            let o = tuner::sweep::driver::resume(&dir)?;
             (dir, o)
         }
         None => {
             let opts = a.options()?;
-            let o = tuner::sweep::start(&opts)?;
+            let o = tuner::sweep::driver::start(&opts)?;
             (opts.out, o)
         }
     };
     // A halted sweep still gets its (incomplete) record, so the halt is reviewable.
-    let summary = tuner::summarize::summarize_dir(&dir).and_then(|(raw, s)| {
-        tuner::record::write_all(&dir, &raw, &s)?;
+    let summary = tuner::analysis::summarize::summarize_dir(&dir).and_then(|(raw, s)| {
+        tuner::output::record::write_all(&dir, &raw, &s)?;
         Ok(s)
     });
     match &summary {
         Ok(s) if json => println!("{}", serde_json::to_string(s)?),
         Ok(s) => {
             println!("record: {}", dir.join("record.md").display());
-            for c in tuner::record::conclusions(s) {
+            for c in tuner::output::record::conclusions(s) {
                 println!("  {c}");
             }
             if matches!(outcome, Outcome::Complete) {
@@ -130,10 +130,10 @@ fn run_sweep(mut a: SweepArgs) -> anyhow::Result<ExitCode> {
         Outcome::Complete => "complete".to_string(),
         Outcome::Halted(k) => format!("halted ({k:?})"),
     };
-    match tuner::ledger::for_sweep(&dir, ended, summary.as_ref().map_err(|e| format!("{e:#}"))) {
-        Some((records, line)) => match tuner::ledger::append(&records, &line) {
+    match tuner::output::ledger::for_sweep(&dir, ended, summary.as_ref().map_err(|e| format!("{e:#}"))) {
+        Some((records, line)) => match tuner::output::ledger::append(&records, &line) {
             // stderr: with --json, stdout holds the summary alone.
-            Ok(()) => eprintln!("ledger: {}", records.join(tuner::ledger::LEDGER_FILE).display()),
+            Ok(()) => eprintln!("ledger: {}", records.join(tuner::output::ledger::LEDGER_FILE).display()),
             Err(e) => eprintln!("tuner sweep: the ledger line was not written: {e}"),
         },
         None => eprintln!("tuner sweep: {} is not under a records/ folder: no ledger line written", dir.display()),
@@ -150,20 +150,20 @@ fn run_sweep(mut a: SweepArgs) -> anyhow::Result<ExitCode> {
 }
 
 fn run_summarize(a: SummarizeArgs) -> anyhow::Result<ExitCode> {
-    let (raw, s) = tuner::summarize::summarize_dir(&a.dir)?;
+    let (raw, s) = tuner::analysis::summarize::summarize_dir(&a.dir)?;
     if raw.partial_tail_bytes > 0 {
         eprintln!(
             "tuner summarize: ignored a partial last line of {} bytes in raw.jsonl (an interrupted write)",
             raw.partial_tail_bytes
         );
     }
-    tuner::record::write_all(&a.dir, &raw, &s)?;
+    tuner::output::record::write_all(&a.dir, &raw, &s)?;
     if a.json {
         println!("{}", serde_json::to_string(&s)?);
     } else {
         // The headline; the whole record is a file to read, not a screenful.
         println!("record: {}", a.dir.join("record.md").display());
-        for c in tuner::record::conclusions(&s) {
+        for c in tuner::output::record::conclusions(&s) {
             println!("  {c}");
         }
     }
@@ -171,8 +171,8 @@ fn run_summarize(a: SummarizeArgs) -> anyhow::Result<ExitCode> {
 }
 
 fn run_propose(a: ProposeArgs) -> anyhow::Result<ExitCode> {
-    use tuner::propose::ProposeError;
-    use tuner::rules::Allow;
+    use tuner::analysis::rules::Allow;
+    use tuner::output::propose::ProposeError;
     let allow = Allow {
         dirty: a.allow_dirty,
         stale_fingerprint: a.allow_stale_fingerprint,
@@ -180,7 +180,7 @@ fn run_propose(a: ProposeArgs) -> anyhow::Result<ExitCode> {
         loose_gate: a.allow_loose_gate,
         weak_plan: a.allow_weak_plan,
     };
-    match tuner::propose::propose(&a.dir, a.table.as_deref(), a.dry_run, allow) {
+    match tuner::output::propose::propose(&a.dir, a.table.as_deref(), a.dry_run, allow) {
         Ok(p) => {
             for o in &p.overridden {
                 eprintln!("tuner propose: warning: overridden by {o}");
@@ -206,7 +206,7 @@ fn run_propose(a: ProposeArgs) -> anyhow::Result<ExitCode> {
             for w in &p.pooled.widths {
                 eprintln!(
                     "  width {}: {:.3} [{:.3}, {:.3}] over {} round(s) of {} record(s), between-sweep sd {:.3}{}{}",
-                    tuner::plan::arm_label(w.width),
+                    tuner::data::plan::arm_label(w.width),
                     w.ratio,
                     w.interval.0,
                     w.interval.1,
@@ -233,7 +233,7 @@ fn run_propose(a: ProposeArgs) -> anyhow::Result<ExitCode> {
         // A file that could not be read or written (missing, no permission,
         // a full disk) is a failure, not a verdict on the record: exit 1.
         // One read but refused for its content (too large, not UTF-8) is a refusal.
-        Err(ProposeError::Refused(tuner::rules::Refusal::Io { path, source }))
+        Err(ProposeError::Refused(tuner::analysis::rules::Refusal::Io { path, source }))
             if source.kind() != std::io::ErrorKind::InvalidData =>
         {
             eprintln!("tuner propose: error: {}: {source}", path.display());

@@ -1,0 +1,5 @@
+pub struct Thing;
+
+pub fn g() -> &'static str {
+    crate::a::MESSAGE
+}

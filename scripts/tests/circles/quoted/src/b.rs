@@ -1,0 +1,4 @@
+pub struct Thing;
+pub fn g() -> crate::a::Here {
+    crate::a::Here
+}
