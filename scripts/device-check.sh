@@ -173,9 +173,9 @@ if timeout 150 "$RT" bench --device cuda --model "$MODEL" --prompt-tokens 64 --g
 else
     step bench-decode FAIL "see bench-decode.log"
 fi
-if timeout 150 "$RT" bench --device cuda --model "$MODEL" --verify-cost --max-width 16 --prompt-tokens 64 --reps 5 --json \
+if timeout 150 "$RT" bench --device cuda --model "$MODEL" --verify-cost --max-rows 16 --prompt-tokens 64 --reps 5 --json \
     > "$OUT/bench-verify-cost.json" 2> "$OUT/bench-verify-cost.log"; then
-    step bench-verify-cost PASS "$(python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print(" ".join("W%d=%.2fx" % (c["width"], c["relative_to_w1"]) for c in r["verify_cost"]))' "$OUT/bench-verify-cost.json")"
+    step bench-verify-cost PASS "$(python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print(" ".join("R%d=%.2fx" % (c["rows"], c["relative_to_one_row"]) for c in r["verify_cost"]))' "$OUT/bench-verify-cost.json")"
 else
     step bench-verify-cost FAIL "see bench-verify-cost.log"
 fi

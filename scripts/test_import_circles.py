@@ -30,23 +30,19 @@ def run(crate):
     return p.returncode, p.stdout + p.stderr
 
 
+# (crate, expected exit, text the output must hold, what a failure means)
+CASES = [
+    ("continued", 1, "circle: a, b", "the circle behind a backslash-continued string was not seen"),
+    ("literals", 1, "circle: a, b", "the circle behind char, raw and escaped quotes and lifetimes was not seen"),
+    ("quoted", 0, "no import circle", "imports inside strings and comments were read as code"),
+]
+
 failed = 0
-rc, out = run("continued")
-if rc != 1 or "circle: a, b" not in out:
-    print(f"FAIL continued: the circle behind a continued string was not seen (exit {rc}):\n{out}")
-    failed += 1
-else:
-    print("ok   continued: the circle behind a backslash-continued string is caught")
-rc, out = run("literals")
-if rc != 1 or "circle: a, b" not in out:
-    print(f"FAIL literals: the circle behind char, raw and escaped quotes was not seen (exit {rc}):\n{out}")
-    failed += 1
-else:
-    print("ok   literals: the circle behind char, raw and escaped quotes and lifetimes is caught")
-rc, out = run("quoted")
-if rc != 0:
-    print(f"FAIL quoted: imports inside strings and comments were read as code (exit {rc}):\n{out}")
-    failed += 1
-else:
-    print("ok   quoted: imports inside strings and comments are not edges")
+for crate, want_rc, want_text, meaning in CASES:
+    rc, out = run(crate)
+    if rc != want_rc or want_text not in out:
+        print(f"FAIL {crate}: {meaning} (exit {rc}, expected {want_rc}):\n{out}")
+        failed += 1
+    else:
+        print(f"ok   {crate}: exit {rc}, {want_text!r}")
 sys.exit(1 if failed else 0)

@@ -5,6 +5,8 @@
 //! - [`kind`]: [`DrafterKind`] and [`DrafterSettings`], the per-kind constants.
 //! - [`width`]: [`Width`], drafted tokens per verify pass (`1..=32`; a verify
 //!   pass runs `width + 1` rows), `Option<Width>` where `off` is possible.
+//! - [`drafting`]: [`Drafting`], fixed or adaptive (`Option<Drafting>`
+//!   where `off` is possible): the one drafting choice, table to tuner.
 //! - [`key`]: [`PolicyKey`] (drafter, [`DeviceClass`], [`HostClass`], target
 //!   quantization class, [`ModelClass`], threads), whose `Display` is the
 //!   phrase every message uses.
@@ -23,6 +25,7 @@
 
 pub mod adaptive;
 pub mod declared;
+pub mod drafting;
 pub mod fingerprint;
 pub mod host;
 pub mod key;
@@ -33,6 +36,7 @@ pub mod table;
 pub mod width;
 
 pub use declared::Declared;
+pub use drafting::Drafting;
 pub use host::HostClass;
 pub use key::{DeviceClass, ModelClass, PolicyKey};
 pub use kind::{DeclarationSource, DrafterKind, DrafterSettings, Probability};

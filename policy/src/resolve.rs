@@ -27,6 +27,7 @@
 //! key it looked for ([`PolicyKey`]'s phrase), or why there is none.
 
 use crate::declared::Declared;
+use crate::drafting::Drafting;
 use crate::host::HostClass;
 use crate::key::{DeviceClass, ModelClass, PolicyKey, at_threads};
 use crate::kind::{DeclarationSource, DrafterKind, DrafterSettings};
@@ -274,7 +275,7 @@ impl Fallback {
                     "the entry {} gives width {} at {:.2}x classic, but its interval [{lo:.2}, {hi:.2}] reaches \
                      1.0 ({})",
                     for_key(e.key.drafter.as_str(), &e.key),
-                    width::label(e.width),
+                    width::label(e.drafting.map(Drafting::max)),
                     e.ratio,
                     e.record
                 )
@@ -396,7 +397,7 @@ fn measured_phrase(e: &Entry, fit: &Fit) -> String {
     let key = for_key(e.key.drafter.as_str(), &e.key);
     let settings = e.drafter_settings.describe();
     let differs = fit.differences(e);
-    match e.width {
+    match e.drafting.map(Drafting::max) {
         Some(_) => format!(
             "measured {key} ({settings}): {:.2}x classic [{lo:.2}, {hi:.2}] ({}, {}){differs}",
             e.ratio, e.record, e.date
@@ -605,7 +606,7 @@ impl Resolver<'_> {
             let [lo, hi] = e.ratio_interval;
             return Some(format!(
                 "width {} at {:.2}x [{lo:.2}, {hi:.2}] is not wholly above 1.0",
-                width::label(e.width),
+                width::label(e.drafting.map(Drafting::max)),
                 e.ratio
             ));
         }
@@ -743,14 +744,14 @@ impl Resolver<'_> {
                 let detail = format!(
                     "entry {} gives {} ({}, {:.2}x classic, on {} with prompts {}){}",
                     e.key,
-                    width::label(e.width),
+                    width::label(e.drafting.map(Drafting::max)),
                     e.record,
                     e.ratio,
                     e.model.file,
                     e.prompts.name,
                     fit.differences(e)
                 );
-                found.push((StepKind::Table, Some((Provenance::Measured { entry: e.clone(), fit }, e.width)), detail));
+                found.push((StepKind::Table, Some((Provenance::Measured { entry: e.clone(), fit }, e.drafting.map(Drafting::max))), detail));
                 None
             }
             Lookup::Fallback(f) => {
@@ -805,7 +806,7 @@ impl Resolver<'_> {
                 }
                 found => {
                     let f = match found {
-                        Lookup::Fresh(e, _) if e.width.is_none() => Fallback::Off { entry: e.clone() },
+                        Lookup::Fresh(e, _) if e.drafting.is_none() => Fallback::Off { entry: e.clone() },
                         Lookup::Fresh(e, _) => Fallback::NotAboveClassic { entry: e.clone() },
                         Lookup::Fallback(f) => f,
                     };
@@ -820,7 +821,7 @@ impl Resolver<'_> {
             steps[i].decided = true;
             return Resolution::new(
                 Some(e.key.drafter),
-                e.width,
+                e.drafting.map(Drafting::max),
                 Provenance::PolicyOn { entry: e.clone(), fit },
                 steps,
             );

@@ -7,6 +7,7 @@
 //! the bytes the build validated. `tuner propose` compiles what it writes
 //! with it. Tests call it on bad inputs.
 
+use crate::drafting::Drafting;
 use crate::host::HostClass;
 use crate::key::{DeviceClass, MAX_THREADS, ModelClass, PolicyKey};
 use crate::kind::{DrafterKind, DrafterSettings};
@@ -74,6 +75,18 @@ pub const MAX_COST_CONTEXT: usize = 1 << 20;
 /// 1,000 one-row passes is not a measurement of this engine).
 pub const MAX_RELATIVE_COST: f64 = 1000.0;
 
+/// An entry's [`Drafting`] as its two fields: `width` (null for off) and
+/// `adaptive`.
+fn drafting_fields<S: serde::Serializer>(d: &Option<Drafting>, s: S) -> Result<S::Ok, S::Error> {
+    #[derive(Serialize)]
+    struct Fields {
+        width: Option<Width>,
+        adaptive: bool,
+    }
+    let (width, adaptive) = Drafting::fields(*d);
+    Fields { width, adaptive }.serialize(s)
+}
+
 /// One measured entry.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Entry {
@@ -88,8 +101,14 @@ pub struct Entry {
     /// The storage formats of the measured target's weight matrices
     /// (lowercase ggml names): which kernels its fingerprint covers.
     pub weight_formats: Vec<String>,
-    /// Drafted tokens per verify; `None` is `off` (speculation lost).
-    pub width: Option<Width>,
+    /// What the runs of this key draft; `None` is `off` (speculation lost).
+    /// Written as `width = N` (fixed), `width = N` with `adaptive = true`
+    /// (the adaptive draft length up to N: the sweep chose it over every
+    /// fixed width, issue 36; it needs a `verify_cost` curve), or
+    /// `width = "off"`. Serialized as the same two fields (`width`: a
+    /// number or null, `adaptive`), so JSON readers of an entry see no change.
+    #[serde(flatten, serialize_with = "drafting_fields")]
+    pub drafting: Option<Drafting>,
     pub model: ModelFile,
     pub prompts: PromptSet,
     /// The record the width came from, relative to the repository root.
@@ -117,12 +136,6 @@ pub struct Entry {
     /// (the record's median over requests): what a server's live traffic
     /// is compared with. `None` in older entries and `off` ones.
     pub emitted_per_verify: Option<f64>,
-    /// The sweep chose the adaptive draft length over every fixed width
-    /// (it was tied with the best or better, issue 36): the runtime then
-    /// chooses each round's draft length in `0..=width` from the request's
-    /// acceptance and `verify_cost` ([`crate::adaptive`]). `false` in older
-    /// entries; `true` needs a `width` and a `verify_cost` curve.
-    pub adaptive: bool,
     /// 1-based line of the entry's `[[entry]]` header, when known.
     pub line: Option<usize>,
 }
@@ -131,7 +144,7 @@ impl Entry {
     /// Whether a speculating run of this entry is expected to beat classic
     /// decoding: a width, with an interval wholly above 1.0.
     pub fn beats_classic(&self) -> bool {
-        self.width.is_some() && self.ratio_interval[0] > 1.0
+        self.drafting.is_some() && self.ratio_interval[0] > 1.0
     }
 }
 
@@ -569,9 +582,7 @@ fn entry(t: toml::Table, line: Option<usize>, records: RecordCheck<'_>) -> Resul
         Some(toml::Value::Boolean(b)) => *b,
         Some(v) => return Err(bad("adaptive", format!("{v} is not true or false"))),
     };
-    if adaptive && width.is_none() {
-        return Err(bad("adaptive", "an `off` entry has no draft length to adapt"));
-    }
+    let drafting = Drafting::from_fields(width, adaptive).map_err(|why| bad("adaptive", why))?;
     if adaptive && !verify_cost.iter().any(|c| c.relative.len() >= 2) {
         return Err(bad(
             "adaptive",
@@ -591,7 +602,7 @@ fn entry(t: toml::Table, line: Option<usize>, records: RecordCheck<'_>) -> Resul
         target_quant_format: r.target_quant_format,
         drafter_settings,
         weight_formats,
-        width,
+        drafting,
         model: ModelFile { file: r.model.file, sha256: r.model.sha256 },
         prompts: PromptSet { name: r.prompts.name, sha256: r.prompts.sha256 },
         record: r.record,
@@ -603,7 +614,6 @@ fn entry(t: toml::Table, line: Option<usize>, records: RecordCheck<'_>) -> Resul
         verify_fingerprint: r.verify_fingerprint,
         verify_cost,
         emitted_per_verify,
-        adaptive,
         line,
     })
 }

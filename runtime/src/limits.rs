@@ -99,9 +99,10 @@ pub const MAX_WARMUP_PASSES: u64 = 1_000;
 /// model is open) is known: no allocation is sized by a larger number.
 pub const MAX_BENCH_TOKENS: u64 = 1 << 20;
 
-/// `bench --verify-cost --max-width`: the widest verify block timed (the
-/// policy's widest draft is 32; the curve past it is still informative).
-pub const MAX_VERIFY_WIDTH: u64 = 256;
+/// `bench --verify-cost --max-rows`: the most rows of a verify pass timed
+/// (the policy's widest draft is 32, a pass of 33 rows; the curve past it is
+/// still informative).
+pub const MAX_VERIFY_ROWS: u64 = 256;
 
 /// A number flag checked against `lo..=hi`, naming the flag when it is not.
 pub fn check_range(flag: &str, v: u64, lo: u64, hi: u64) -> Result<u64, String> {

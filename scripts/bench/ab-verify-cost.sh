@@ -4,24 +4,25 @@
 # alternating and the first swapping every round, so drift of a shared host
 # spreads over both.
 #
-# Usage: scripts/bench/ab-verify-cost.sh A_BINARY B_BINARY PROMPT_TOKENS MAX_WIDTH THREADS ROUNDS [REPS]
+# Usage: scripts/bench/ab-verify-cost.sh A_BINARY B_BINARY PROMPT_TOKENS MAX_ROWS THREADS ROUNDS [REPS]
 # Each sample is one process's median pass time per width (REPS repetitions,
 # default 3, after one warm-up). Prints every sample and, per width, each
 # side's median over rounds, B / A, and each side's W / W1 ratio of medians.
 set -euo pipefail
 [ $# -ge 6 ] && [ $# -le 7 ] || {
-    echo "usage: $0 A_BINARY B_BINARY PROMPT_TOKENS MAX_WIDTH THREADS ROUNDS [REPS]" >&2
+    echo "usage: $0 A_BINARY B_BINARY PROMPT_TOKENS MAX_ROWS THREADS ROUNDS [REPS]" >&2
     exit 2
 }
 A=$1; B=$2; P=$3; W=$4; T=$5; R=$6; REPS=${7:-3}
 for n in "$P" "$W" "$T" "$R" "$REPS"; do
     [ "$n" -ge 1 ] 2>/dev/null || { echo "$0: $n is not a positive integer" >&2; exit 2; }
 done
-[ "$R" -le 100 ] && [ "$W" -le 16 ] || { echo "$0: at most 100 rounds and width 16" >&2; exit 2; }
+[ "$R" -le 100 ] && [ "$W" -le 16 ] || { echo "$0: at most 100 rounds and 16 rows" >&2; exit 2; }
 for r in $(seq 1 "$R"); do
     if [ $((r % 2)) -eq 1 ]; then order="A B"; else order="B A"; fi
     for side in $order; do
         bin=$A; [ "$side" = B ] && bin=$B
+        # `--max-width`, the old name of `--max-rows`: older builds, which an A/B compares with, know only it.
         "$bin" bench --verify-cost --prompt-tokens "$P" --max-width "$W" --threads "$T" --reps "$REPS" --warmup 1 --json 2>/dev/null |
             python3 -c "import json,sys; d=json.load(sys.stdin); print('$side', ' '.join(str(c['seconds']['median']) for c in d['verify_cost']))"
     done

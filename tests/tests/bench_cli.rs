@@ -72,9 +72,9 @@ fn bench_reports_every_raw_sample_with_its_summary() {
 }
 
 #[test]
-fn bench_verify_cost_times_every_width_relative_to_one() {
+fn bench_verify_cost_times_every_pass_size_relative_to_one_row() {
     let out = run(runtime("bench")
-        .args(["--verify-cost", "--max-width", "4", "--prompt-tokens", "8", "--reps", "2"])
+        .args(["--verify-cost", "--max-rows", "4", "--prompt-tokens", "8", "--reps", "2"])
         .args(["--warmup", "0", "--json"]));
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let r = &json_lines(&out)[0];
@@ -82,11 +82,20 @@ fn bench_verify_cost_times_every_width_relative_to_one() {
     let curve = r["verify_cost"].as_array().unwrap();
     assert_eq!(curve.len(), 4);
     for (i, w) in curve.iter().enumerate() {
-        assert_eq!(w["width"], i + 1);
+        assert_eq!(w["rows"], i + 1);
         assert_eq!(w["seconds"]["samples"].as_array().unwrap().len(), 2);
-        assert!(w["relative_to_w1"].as_f64().unwrap() > 0.0);
+        assert!(w["relative_to_one_row"].as_f64().unwrap() > 0.0);
     }
-    assert_eq!(curve[0]["relative_to_w1"], 1.0);
+    assert_eq!(curve[0]["relative_to_one_row"], 1.0);
+    // The old flag name still works, as a hidden alias.
+    let old = run(runtime("bench")
+        .args(["--verify-cost", "--max-width", "2", "--prompt-tokens", "8", "--reps", "1"])
+        .args(["--warmup", "0", "--json"]));
+    assert!(old.status.success(), "{}", String::from_utf8_lossy(&old.stderr));
+    assert_eq!(bench_report(&old).verify_cost.len(), 2);
+    let help = run(runtime("bench").arg("--help"));
+    let help = String::from_utf8_lossy(&help.stdout);
+    assert!(help.contains("--max-rows") && !help.contains("--max-width"), "{help}");
 }
 
 #[test]

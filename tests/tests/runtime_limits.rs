@@ -174,10 +174,10 @@ fn count_flags_of_generate_and_bench_are_bounded_naming_the_flag() {
         (
             {
                 let mut c = bench();
-                c.args(["--verify-cost", "--max-width", huge]);
+                c.args(["--verify-cost", "--max-rows", huge]);
                 c
             },
-            "--max-width",
+            "--max-rows",
             huge,
         ),
         (
@@ -225,7 +225,7 @@ fn count_flags_of_generate_and_bench_are_bounded_naming_the_flag() {
         err.contains("--prompt-tokens 1000000 plus --gen-tokens 8 is more than the model's context length"),
         "{err}"
     );
-    let out = run(bench().args(["--verify-cost", "--prompt-tokens", "1000000", "--max-width", "4"]));
+    let out = run(bench().args(["--verify-cost", "--prompt-tokens", "1000000", "--max-rows", "4"]));
     let err = stderr(&out);
-    assert!(err.contains("--prompt-tokens 1000000 plus --max-width 4 is more than"), "{err}");
+    assert!(err.contains("--prompt-tokens 1000000 plus --max-rows 4 is more than"), "{err}");
 }

@@ -58,8 +58,8 @@ fn pk(k: Key) -> PolicyKey {
     }
 }
 
-fn w(n: usize) -> Option<Width> {
-    Some(Width::new(n).unwrap())
+fn w(n: usize) -> Option<policy::Drafting> {
+    Some(policy::Drafting::Fixed(Width::new(n).unwrap()))
 }
 
 const RECORD_KEY: Key = (DrafterKind::Ngram, "cpu:x86_64-avx512vnni", "q4_1", Some(2));
@@ -180,8 +180,8 @@ fn every_byte_outside_the_replaced_entry_is_kept() {
     assert_eq!(new, expected);
     let t = compile(&new);
     assert_eq!(t.entries.len(), 2);
-    assert_eq!(t.entries[0].width, w(5));
-    assert_eq!(t.entries[1].width, None);
+    assert_eq!(t.entries[0].drafting, w(5));
+    assert_eq!(t.entries[1].drafting, None);
 }
 
 #[test]
@@ -209,8 +209,8 @@ fn the_same_key_at_another_thread_count_is_a_new_entry() {
     assert_eq!(new, format!("{TABLES}\n{}", propose::entry_table_text(&f)));
     let t = compile(&new);
     assert_eq!(t.entries.len(), 3);
-    assert_eq!((t.entries[0].key.threads, t.entries[0].width), (Some(2), w(3)));
-    assert_eq!((t.entries[2].key.threads, t.entries[2].width), (Some(4), w(2)));
+    assert_eq!((t.entries[0].key.threads, t.entries[0].drafting), (Some(2), w(3)));
+    assert_eq!((t.entries[2].key.threads, t.entries[2].drafting), (Some(4), w(2)));
     assert_eq!(t.exact(&pk((NGRAM.0, NGRAM.1, NGRAM.2, Some(4)))).unwrap().record, "records/new");
     assert_eq!(t.exact(&pk(NGRAM)).unwrap().record, "records/a");
 }
@@ -257,7 +257,7 @@ fn an_inline_array_keeps_its_other_entries_and_comments_byte_for_byte() {
     assert_eq!(new, old.replacen(NGRAM_INLINE, &propose::entry_inline_text(&f), 1));
     let t = compile(&new);
     assert_eq!(t.entries.len(), 2);
-    assert_eq!((t.entries[0].width, t.entries[1].key.drafter), (w(5), DrafterKind::Layerskip));
+    assert_eq!((t.entries[0].drafting, t.entries[1].key.drafter), (w(5), DrafterKind::Layerskip));
 
     let f = fields(LAYERSKIP, "\"off\"", "2026-03-01");
     let new = propose::edit_table(&old, &pk(LAYERSKIP), &f).unwrap();

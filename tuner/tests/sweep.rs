@@ -273,7 +273,7 @@ fn a_clean_sweep_writes_a_record_and_proposes_the_best_qualified_width() {
     assert!(o.status.success(), "{}", text(&o));
     let t = policy::table::compile("t", &f.table(), policy::table::RecordCheck::Under(&f.root)).unwrap();
     assert_eq!(t.entries.len(), 1);
-    assert_eq!(t.entries[0].width, Some(policy::Width::new(1).unwrap()));
+    assert_eq!(t.entries[0].drafting, Some(policy::Drafting::Fixed(policy::Width::new(1).unwrap())));
     assert_eq!(t.entries[0].verify_fingerprint, verify_fp());
     assert_eq!(t.entries[0].key.threads, Some(2));
     assert_eq!(t.entries[0].key.host.to_string(), common::host_class());
@@ -413,7 +413,7 @@ fn a_drift_the_decision_survives_is_proposed_with_an_interval_that_holds_both_br
     assert!(o.status.success(), "{}", text(&o));
     let t = policy::table::compile("t", &f.table(), policy::table::RecordCheck::Under(&f.root)).unwrap();
     let e = &t.entries[0];
-    assert_eq!(e.width.map(|w| w.get()), Some(1));
+    assert_eq!(e.drafting.map(|d| d.max().get()), Some(1));
     let [elo, ehi] = e.ratio_interval;
     let (ro, rc) = (w1["ratio_vs_open"]["ratio"].as_f64().unwrap(), w1["ratio_vs_close"]["ratio"].as_f64().unwrap());
     assert!(elo <= ro.min(rc) && ehi >= ro.max(rc), "entry [{elo}, {ehi}] against {ro} and {rc}");

@@ -10,11 +10,11 @@
 //! ([`bench_prompt`]), so any engine can be handed the same ids.
 //!
 //! Verify-cost mode (`--verify-cost`) prefills the prompt once, then for
-//! each width `W = 1..=max_width` times one forward pass of `W` tokens with
-//! logits for every row (a speculative verify block), rolling the cache back
-//! after each. Widths are visited in a different rotation every repetition
-//! so that drift of the host spreads over all of them; each width's median
-//! is reported relative to `W = 1`.
+//! each pass size `R = 1..=max_rows` times one forward pass of `R` rows with
+//! logits for every row (the verify pass of a draft of `R - 1` tokens),
+//! rolling the cache back after each. Pass sizes are visited in a different
+//! rotation every repetition so that drift of the host spreads over all of
+//! them; each size's median is reported relative to one row.
 //!
 //! Every raw sample is kept (and printed with `--json`); summaries give n,
 //! median, min, max, a 95% interval for the median from order statistics,
@@ -31,7 +31,7 @@ use crate::model::Session;
 use crate::model::forward::{ForwardError, LogitRows};
 
 use crate::events::bench::BenchEventKind;
-pub use crate::events::bench::{BENCH_SCHEMA_VERSION, BenchReport, BenchSpec, Rep, Summary, WidthCost};
+pub use crate::events::bench::{BENCH_SCHEMA_VERSION, BenchReport, BenchSpec, RowsCost, Rep, Summary};
 use std::time::Instant;
 
 impl Summary {
@@ -143,7 +143,7 @@ fn verify_cost(
     prompt: &[u32],
     max_w: usize,
     spec: &BenchSpec,
-) -> Result<Vec<WidthCost>, ForwardError> {
+) -> Result<Vec<RowsCost>, ForwardError> {
     let model = &engine.loaded.model;
     let fam = engine.family;
     let mut session = Session::new(&model.config);
@@ -183,7 +183,7 @@ fn verify_cost(
     Ok(sums
         .into_iter()
         .enumerate()
-        .map(|(i, s)| WidthCost { width: i + 1, relative_to_w1: s.median / w1, seconds: s })
+        .map(|(i, s)| RowsCost { rows: i + 1, relative_to_one_row: s.median / w1, seconds: s })
         .collect())
 }
 
@@ -223,16 +223,16 @@ pub fn render(r: &BenchReport) -> String {
         line(&mut o, "decode", s);
     }
     if !r.verify_cost.is_empty() {
-        let _ = writeln!(o, "verify cost (one forward pass of W tokens, logits for every row):");
+        let _ = writeln!(o, "verify cost (one forward pass of R rows, logits for every row):");
         for w in &r.verify_cost {
             let _ = writeln!(
                 o,
-                "  W={:2}  median {:8.3} ms  min {:8.3}  max {:8.3}  x{:.2} of W=1  n {}{}",
-                w.width,
+                "  R={:2}  median {:8.3} ms  min {:8.3}  max {:8.3}  x{:.2} of R=1  n {}{}",
+                w.rows,
                 w.seconds.median * 1e3,
                 w.seconds.min * 1e3,
                 w.seconds.max * 1e3,
-                w.relative_to_w1,
+                w.relative_to_one_row,
                 w.seconds.n,
                 if w.seconds.outliers.is_empty() {
                     String::new()

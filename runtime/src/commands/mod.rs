@@ -31,9 +31,9 @@ pub struct BenchSettings {
     pub gen_tokens: usize,
     pub reps: usize,
     pub warmup: usize,
-    /// Time verify blocks of 1..=`max_width` tokens instead.
+    /// Time verify passes of 1..=`max_rows` rows instead.
     pub verify_cost: bool,
-    pub max_width: usize,
+    pub max_rows: usize,
     pub json: bool,
     /// Width curve (with a drafter): the draft widths measured.
     pub widths: Vec<usize>,
@@ -113,14 +113,14 @@ pub fn build_info(json: bool) -> Result<ExitCode> {
 
 /// `runtime bench`: the throughput report, or with a drafter the width curve.
 pub fn bench(args: BenchSettings) -> Result<ExitCode> {
-    use crate::limits::{MAX_BENCH_TOKENS, MAX_PASSES, MAX_VERIFY_WIDTH, MAX_WARMUP_PASSES, check_range};
+    use crate::limits::{MAX_BENCH_TOKENS, MAX_PASSES, MAX_VERIFY_ROWS, MAX_WARMUP_PASSES, check_range};
     let threads = crate::limits::resolve_threads(args.load.threads)?;
     for (flag, v, lo, hi) in [
         ("--reps", args.reps, 1, MAX_PASSES),
         ("--warmup", args.warmup, 0, MAX_WARMUP_PASSES),
         ("--prompt-tokens", args.prompt_tokens, 1, MAX_BENCH_TOKENS),
         ("--gen-tokens", args.gen_tokens, 0, MAX_BENCH_TOKENS),
-        ("--max-width", args.max_width, 1, MAX_VERIFY_WIDTH),
+        ("--max-rows", args.max_rows, 1, MAX_VERIFY_ROWS),
         ("--max-tokens", args.max_tokens, 2, MAX_BENCH_TOKENS),
     ] {
         check_range(flag, v as u64, lo, hi).map_err(anyhow::Error::msg)?;
@@ -129,7 +129,7 @@ pub fn bench(args: BenchSettings) -> Result<ExitCode> {
     // The prefill and what follows it must fit the model's context.
     let context = engine.loaded.model.config.context_length;
     let (after, flag) =
-        if args.verify_cost { (args.max_width, "--max-width") } else { (args.gen_tokens, "--gen-tokens") };
+        if args.verify_cost { (args.max_rows, "--max-rows") } else { (args.gen_tokens, "--gen-tokens") };
     if args.spec.drafter.as_deref().is_none_or(|k| k == "none") && args.prompt_tokens + after > context {
         bail!(
             "--prompt-tokens {} plus {flag} {after} is more than the model's context length {context}",
@@ -141,7 +141,7 @@ pub fn bench(args: BenchSettings) -> Result<ExitCode> {
         gen_tokens: args.gen_tokens,
         reps: args.reps,
         warmup: args.warmup,
-        verify_cost: args.verify_cost.then_some(args.max_width),
+        verify_cost: args.verify_cost.then_some(args.max_rows),
     };
     // `bench` measures classic decoding unless a drafter is named (the
     // policy does not pick one here: the bench measures, it does not serve).

@@ -320,7 +320,10 @@ fn print_table(r: &Resolver<'_>, json: bool) {
                 "  {}: width {}, {:.2}x [{:.2}, {:.2}], {}; model {} (sha256 {}), prompts {}; {}, {}; formats [{}]; \
                  {state}  ({})",
                 e.key,
-                if e.adaptive { format!("adaptive 0..={}", width::label(e.width)) } else { width::label(e.width) },
+                match e.drafting {
+                    Some(policy::Drafting::Adaptive { max }) => format!("adaptive 0..={max}"),
+                    d => width::label(d.map(policy::Drafting::max)),
+                },
                 e.ratio,
                 e.ratio_interval[0],
                 e.ratio_interval[1],
@@ -381,7 +384,7 @@ pub fn render(e: &Explanation) -> String {
     let _ = writeln!(s, "table         {}, {} entries", e.table_file, e.table_entries);
     let g = &e.generate;
     let what = match (g.drafter, g.width) {
-        (Some(k), Some(n)) if g.entry().is_some_and(|x| x.adaptive) => {
+        (Some(k), Some(n)) if g.entry().and_then(|x| x.drafting).is_some_and(policy::Drafting::is_adaptive) => {
             format!("speculate with {k}, each round's draft length chosen in 0..={n} (the entry chose adaptive)")
         }
         (Some(k), Some(n)) => format!("speculate with {k} at width {n}"),
@@ -396,7 +399,7 @@ pub fn render(e: &Explanation) -> String {
     }
     for r in &e.resolutions {
         let kind = r.drafter.map_or("none", |k| k.as_str());
-        let w = match (r.width, r.entry().is_some_and(|x| x.adaptive)) {
+        let w = match (r.width, r.entry().and_then(|x| x.drafting).is_some_and(policy::Drafting::is_adaptive)) {
             (Some(n), true) => format!("adaptive 0..={n}"),
             _ => width::label(r.width),
         };

@@ -9,8 +9,10 @@
 use crate::policy::DrafterKind;
 use serde::{Deserialize, Serialize};
 
-/// Schema version of the JSON object `runtime bench --json` prints.
-pub const BENCH_SCHEMA_VERSION: u32 = 1;
+/// Schema version of the JSON object `runtime bench --json` prints. 2: the
+/// verify-cost points name their pass size `rows` and `relative_to_one_row`
+/// (1 named them `width` and `relative_to_w1`; both still read).
+pub const BENCH_SCHEMA_VERSION: u32 = 2;
 
 /// The `event` field of a bench report: which of the two shapes it is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -60,14 +62,18 @@ pub struct Rep {
     pub decode_tok_per_s: f64,
 }
 
-/// One width of verify-cost mode.
+/// One pass size of verify-cost mode: a forward pass of `rows` rows (a
+/// draft of W tokens is verified in a pass of W + 1 rows). Reports before
+/// schema 2 named the fields `width` and `relative_to_w1`; both still read.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct WidthCost {
-    pub width: usize,
-    /// Seconds per forward pass of `width` tokens.
+pub struct RowsCost {
+    #[serde(alias = "width")]
+    pub rows: usize,
+    /// Seconds per forward pass of `rows` rows.
     pub seconds: Summary,
-    /// `median(width) / median(1)`.
-    pub relative_to_w1: f64,
+    /// `median(rows) / median(1 row)`.
+    #[serde(alias = "relative_to_w1")]
+    pub relative_to_one_row: f64,
 }
 
 /// The results of one `runtime bench` run (throughput or verify cost).
@@ -86,7 +92,7 @@ pub struct BenchReport {
     pub prefill_tok_per_s: Option<Summary>,
     pub decode_tok_per_s: Option<Summary>,
     pub reps: Vec<Rep>,
-    pub verify_cost: Vec<WidthCost>,
+    pub verify_cost: Vec<RowsCost>,
 }
 
 /// What the width curve ran.
@@ -207,7 +213,7 @@ mod tests {
             prefill_tok_per_s: Some(summary()),
             decode_tok_per_s: None,
             reps: vec![Rep { prefill_s: 0.5, decode_s: 0.25, prefill_tok_per_s: 4.0, decode_tok_per_s: 4.0 }],
-            verify_cost: vec![WidthCost { width: 1, seconds: summary(), relative_to_w1: 1.0 }],
+            verify_cost: vec![RowsCost { rows: 1, seconds: summary(), relative_to_one_row: 1.0 }],
         };
         let line = serde_json::to_string(&r).unwrap();
         let s =
@@ -215,12 +221,12 @@ mod tests {
         assert_eq!(
             line,
             format!(
-                "{{\"schema_version\":1,\"event\":\"bench\",\"model\":\"m.gguf\",\"kernel_family\":\"avx2\",\
+                "{{\"schema_version\":2,\"event\":\"bench\",\"model\":\"m.gguf\",\"kernel_family\":\"avx2\",\
                  \"threads\":2,\"multirow\":true,\"spec\":{{\"prompt_tokens\":2,\"gen_tokens\":1,\"reps\":3,\
                  \"warmup\":0,\"verify_cost\":null}},\"prompt_ids\":[300,301],\"prefill_tok_per_s\":{s},\
                  \"decode_tok_per_s\":null,\"reps\":[{{\"prefill_s\":0.5,\"decode_s\":0.25,\
-                 \"prefill_tok_per_s\":4.0,\"decode_tok_per_s\":4.0}}],\"verify_cost\":[{{\"width\":1,\
-                 \"seconds\":{s},\"relative_to_w1\":1.0}}]}}"
+                 \"prefill_tok_per_s\":4.0,\"decode_tok_per_s\":4.0}}],\"verify_cost\":[{{\"rows\":1,\
+                 \"seconds\":{s},\"relative_to_one_row\":1.0}}]}}"
             )
         );
         let back: BenchReport = serde_json::from_str(&line).unwrap();

@@ -351,12 +351,14 @@ pub fn adaptive_cost(args: &SpecSettings, resolution: &policy::Resolution) -> Re
         }
         Some(false) => Ok((None, "off (--adaptive off)".into())),
         None => match entry {
-            Some(e) if e.adaptive && args.draft_width.is_none() => curve_of("on (the entry chose it)"),
+            Some(e) if e.drafting.is_some_and(policy::Drafting::is_adaptive) && args.draft_width.is_none() => curve_of("on (the entry chose it)"),
             _ if !given.is_empty() => bail!(
                 "--cost-curve is for the adaptive draft length, which is off here: give --adaptive on, or \
                  leave the width to an entry that chose adaptive"
             ),
-            Some(e) if e.adaptive => Ok((None, "off (--draft-width fixes the width)".into())),
+            Some(e) if e.drafting.is_some_and(policy::Drafting::is_adaptive) => {
+                Ok((None, "off (--draft-width fixes the width)".into()))
+            }
             Some(_) => Ok((None, "off (the entry fixed the width)".into())),
             None => Ok((None, "off (no measured entry chose it)".into())),
         },

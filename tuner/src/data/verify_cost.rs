@@ -137,14 +137,14 @@ pub fn read_report(bytes: &[u8], rows: usize) -> Result<(f64, Vec<f64>), String>
     };
     let r: runtime::bench::BenchReport =
         serde_json::from_str(last).map_err(|e| format!("the report does not parse: {e}"))?;
-    if r.verify_cost.len() != rows || r.verify_cost.iter().enumerate().any(|(i, w)| w.width != i + 1) {
+    if r.verify_cost.len() != rows || r.verify_cost.iter().enumerate().any(|(i, c)| c.rows != i + 1) {
         return Err(format!(
             "the report times {} pass sizes ({:?}); asked for 1..={rows} rows",
             r.verify_cost.len(),
-            r.verify_cost.iter().map(|w| w.width).collect::<Vec<_>>()
+            r.verify_cost.iter().map(|c| c.rows).collect::<Vec<_>>()
         ));
     }
-    let relative: Vec<f64> = r.verify_cost.iter().map(|w| w.relative_to_w1).collect();
+    let relative: Vec<f64> = r.verify_cost.iter().map(|c| c.relative_to_one_row).collect();
     let one = r.verify_cost[0].seconds.median;
     if !(one.is_finite() && one > 0.0) || relative.iter().any(|x| !(x.is_finite() && *x > 0.0)) {
         return Err("the report holds a time that is not a positive number".into());
@@ -194,6 +194,8 @@ mod tests {
         assert_eq!(parse_contexts(DEFAULT_COST_CONTEXTS_ARG).unwrap(), DEFAULT_COST_CONTEXTS);
     }
 
+    /// A report in schema 1's field names (`width`, `relative_to_w1`), which
+    /// still read: the tuner reads the reports of older runtimes too.
     fn report(widths: &[(usize, f64)]) -> String {
         let cost: Vec<String> = widths
             .iter()

@@ -776,7 +776,12 @@ pub fn propose(dir: &Path, table_path: Option<&Path>, dry_run: bool, allow: Allo
     // pooled data decide afresh.
     let current = existing
         .filter(|e| e.verify_fingerprint == fp)
-        .map(|e| e.width.map(|w| if e.adaptive { crate::data::plan::ADAPTIVE_ARM } else { w.get() }));
+        .map(|e| {
+            e.drafting.map(|d| match d {
+                policy::Drafting::Adaptive { .. } => crate::data::plan::ADAPTIVE_ARM,
+                policy::Drafting::Fixed(w) => w.get(),
+            })
+        });
     let verdict = crate::analysis::pool::hysteresis(current, &pooled, &pool_records);
     let mut fields = entry_fields(&raw, &s, &record)?;
     apply_pool(&mut fields, &s, &pooled, &verdict);
@@ -917,8 +922,8 @@ verify_fingerprint = \"0123456789abcdef\"\n"
         ]
     }
 
-    fn w(n: usize) -> Option<policy::Width> {
-        Some(policy::Width::new(n).unwrap())
+    fn w(n: usize) -> Option<policy::Drafting> {
+        Some(policy::Drafting::Fixed(policy::Width::new(n).unwrap()))
     }
 
     #[test]
@@ -927,7 +932,7 @@ verify_fingerprint = \"0123456789abcdef\"\n"
         let new = edit_table(&table_s, &key(), &fields("5")).unwrap();
         let c = table::compile("t", &new, RecordCheck::Skip).unwrap();
         assert_eq!(c.entries.len(), 2);
-        assert_eq!(c.entries[0].width, w(5));
+        assert_eq!(c.entries[0].drafting, w(5));
         assert_eq!(c.entries[0].record, "records/c");
         assert_eq!(c.entries[1].key.drafter, DrafterKind::Layerskip);
         let d = diff(&table_s, &new, "t");
@@ -947,8 +952,8 @@ verify_fingerprint = \"0123456789abcdef\"\n"
         assert!(new.starts_with(&table_s), "{new}");
         let c = table::compile("t", &new, RecordCheck::Skip).unwrap();
         assert_eq!(c.entries.len(), 3);
-        assert_eq!((c.entries[0].key.threads, c.entries[0].width), (Some(2), w(3)));
-        assert_eq!((c.entries[2].key.threads, c.entries[2].width), (Some(4), w(5)));
+        assert_eq!((c.entries[0].key.threads, c.entries[0].drafting), (Some(2), w(3)));
+        assert_eq!((c.entries[2].key.threads, c.entries[2].drafting), (Some(4), w(5)));
         // A record of another CPU adds its entry and replaces none.
         let mut f = fields("5");
         f[2].1 = "\"amd-zen5\"".into();
@@ -976,7 +981,7 @@ verify_fingerprint = \"0123456789abcdef\"\n"
         let new = edit_table(&cuda, &key_on("cuda:sm_90", "amd-zen4", None), &g).unwrap();
         let c = table::compile("t", &new, RecordCheck::Skip).unwrap();
         assert_eq!(c.entries.len(), 2, "{new}");
-        assert_eq!((c.entries[0].key.threads, c.entries[0].width), (None, w(5)));
+        assert_eq!((c.entries[0].key.threads, c.entries[0].drafting), (None, w(5)));
     }
 
     #[test]
@@ -984,7 +989,7 @@ verify_fingerprint = \"0123456789abcdef\"\n"
         let new = edit_table("schema_version = 3\n", &key(), &fields("\"off\"")).unwrap();
         assert!(new.starts_with("schema_version = 3\n\n[[entry]]\ndrafter = \"ngram\"\n"), "{new}");
         let c = table::compile("t", &new, RecordCheck::Skip).unwrap();
-        assert_eq!(c.entries[0].width, None);
+        assert_eq!(c.entries[0].drafting, None);
         assert_eq!(c.schema_version, 3);
         let again = edit_table("schema_version = 3\n\n", &key(), &fields("2")).unwrap();
         assert!(again.starts_with("schema_version = 3\n\n[[entry]]\n"), "no second blank line: {again:?}");

@@ -105,12 +105,13 @@ pub struct BenchArgs {
     /// Repetitions run first and discarded.
     #[arg(long, default_value_t = 1)]
     pub warmup: usize,
-    /// Time one forward pass of W = 1..=--max-width tokens (a verify block) instead.
+    /// Time one forward pass of R = 1..=--max-rows rows (a verify pass) instead.
     #[arg(long)]
     pub verify_cost: bool,
-    /// Widest verify block for --verify-cost.
-    #[arg(long, default_value_t = 16)]
-    pub max_width: usize,
+    /// Most rows of a verify pass for --verify-cost (a draft of W tokens is
+    /// verified in a pass of W + 1 rows). `--max-width` is the old name.
+    #[arg(long, alias = "max-width", default_value_t = 16)]
+    pub max_rows: usize,
     /// One JSON object with every raw sample on stdout.
     #[arg(long)]
     pub json: bool,
@@ -356,7 +357,7 @@ impl From<BenchArgs> for BenchSettings {
             reps: a.reps,
             warmup: a.warmup,
             verify_cost: a.verify_cost,
-            max_width: a.max_width,
+            max_rows: a.max_rows,
             json: a.json,
             widths: a.widths,
             prompts: a.prompts,

@@ -187,7 +187,7 @@ fn an_off_entry_disables_speculation_by_default_but_an_override_still_wins() {
             .starts_with("measured off for draft-model on cpu:x86_64-avx2 (amd-zen4) with a q4_1 llama 134.5M target")
     );
     assert!(r.summary().starts_with("draft width off for draft-model:"), "{}", r.summary());
-    assert_eq!(t.entries[0].width, None);
+    assert_eq!(t.entries[0].drafting, None);
     i.flag = Some("3");
     assert_eq!(i.resolve(&t).unwrap().width.map(Width::get), Some(3));
 }

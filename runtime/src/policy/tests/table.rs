@@ -296,9 +296,13 @@ fn an_adaptive_entry_needs_a_width_and_a_cost_curve() {
     let with = |b: &str, extra: &str| b.replace("host =", &format!("{extra}host ="));
     let t = compile("t", &format!("{HEAD}{}", with(&base, &format!("{curve}adaptive = true\n"))), RecordCheck::Skip)
         .unwrap();
-    assert!(t.entries[0].adaptive);
+    assert_eq!(t.entries[0].drafting, Some(policy::Drafting::Adaptive { max: Width::new(4).unwrap() }));
     let t = compile("t", &format!("{HEAD}{base}"), RecordCheck::Skip).unwrap();
-    assert!(!t.entries[0].adaptive, "absent: a fixed width, as in every older entry");
+    assert_eq!(
+        t.entries[0].drafting,
+        Some(policy::Drafting::Fixed(Width::new(4).unwrap())),
+        "absent: a fixed width, as in every older entry"
+    );
     let bad = |text: String, says: &str| {
         let e = compile_err(&format!("{HEAD}{text}"));
         assert!(

@@ -26,7 +26,7 @@ pub fn cost_args(s: &Settings, context: usize) -> Vec<String> {
         s.design.threads.to_string(),
         "--prompt-tokens".into(),
         context.to_string(),
-        "--max-width".into(),
+        "--max-rows".into(),
         max_rows(s).to_string(),
         "--reps".into(),
         COST_REPS.to_string(),
