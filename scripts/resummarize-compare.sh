@@ -22,7 +22,8 @@ for dir in records/*/; do
         cp "$dir/raw.jsonl" "$work/$side/$name/"
         [ -f "$dir/prompts.jsonl" ] && cp "$dir/prompts.jsonl" "$work/$side/$name/"
         bin=$old; [ "$side" = new ] && bin=$new
-        "$bin" summarize "$work/$side/$name" > "$work/$side/$name.out" 2>&1 || echo "exit $?" >> "$work/$side/$name.out"
+        # The printed paths name the side's folder: read as SIDE.
+        { "$bin" summarize "$work/$side/$name" 2>&1 || echo "exit $?"; } | sed "s#$work/$side/#SIDE/#g" > "$work/$side/$name.out"
         "$bin" summarize --json "$work/$side/$name" > "$work/$side/$name.json" 2>/dev/null || true
     done
     n=$((n + 1))
