@@ -5,7 +5,7 @@ A record is read on other machines, so it names no absolute path of the
 machine that made it (docs/records.md, "Paths in a record"). raw.jsonl has
 followed that rule since 2026-12-03; the logs/ folder (each process's stdout
 and stderr, as the runtime wrote them) did not until `tuner sweep` named
-their lines as it writes them (tuner/src/arm/mod.rs, `NamedLog`). This
+their lines as it writes them (tuner/src/sweep/arm/mod.rs, `NamedLog`). This
 script brings the logs written before that under the rule:
 
 - every absolute path under a machine folder (/root, /home, /tmp, /work,

@@ -476,7 +476,7 @@ mod tests {
         }
         assert!(logs > 0, "no committed logs under {}", records.display());
         bad.truncate(10);
-        assert!(bad.is_empty(), "logs naming a machine path (scripts/records/name-log-paths.py):\n{}", bad.join("\n"));
+        assert!(bad.is_empty(), "logs naming a machine path (scripts/name-log-paths.py):\n{}", bad.join("\n"));
     }
 
     #[test]
