@@ -14,6 +14,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;
+use tuner::data::plan::{arm, arms};
 
 use policy::table::{self, RecordCheck};
 use policy::{DeviceClass, DrafterKind, DrafterSettings, Entry, HostClass, ModelClass, PolicyKey, TABLE_FILE, Width};
@@ -728,10 +729,10 @@ fn a_decision_for_the_widest_width_measured_is_refused_with_how_to_widen_the_ran
     assert!(matches!(r, Refusal::WidestWidth { width, .. } if width == widest), "{r:?}");
     assert!(r.to_string().contains("--widths"), "{r}");
     // A narrower width, or the widest a width may be, is not refused.
-    s.decision.width = Some(widths[0].min(widest - 1).max(1));
+    s.decision.width = Some(arm(widths[0].code().min(widest.code() - 1).max(1)));
     assert!(tuner::analysis::rules::plan::check_range(&s, &widths).is_ok());
-    s.decision.width = Some(policy::MAX_WIDTH);
-    assert!(tuner::analysis::rules::plan::check_range(&s, &[1, policy::MAX_WIDTH]).is_ok());
+    s.decision.width = Some(arm(policy::MAX_WIDTH));
+    assert!(tuner::analysis::rules::plan::check_range(&s, &arms(&[1, policy::MAX_WIDTH])).is_ok());
 }
 
 #[test]

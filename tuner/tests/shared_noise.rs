@@ -31,7 +31,7 @@ fn committed_records_show_one_arm_noise_across_widths() {
             .iter()
             .filter(|w| w.not_a_measurement.is_none())
             .filter_map(|w| {
-                w.ratio.as_ref().map(|r| (w.width, r.per_round.iter().map(|(k, x)| (*k, x.ln())).collect()))
+                w.ratio.as_ref().map(|r| (w.width.code(), r.per_round.iter().map(|(k, x)| (*k, x.ln())).collect()))
             })
             .collect();
         let ws: Vec<usize> = l.keys().copied().collect();

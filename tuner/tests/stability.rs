@@ -19,6 +19,7 @@
 //! `cargo test --release -p tuner --test stability -- --ignored --nocapture`
 //! prints the tables docs/records.md reports.
 use std::collections::BTreeMap;
+use tuner::data::plan::arm;
 
 use tuner::analysis::pool::{HYSTERESIS_CONFIDENCE, RecordRounds, difference, hysteresis, pool};
 use tuner::analysis::simulate::{SimConfig, Template, sweep};
@@ -52,9 +53,9 @@ fn trial(
         let c = SimConfig { truth: truth.clone(), ..SimConfig::default_plan(spread, 0.11, seed * 64 + i as u64) };
         let s = tuner::analysis::summarize::summarize_with(&sweep(t, &c), false).expect("a synthetic sweep summarizes");
         records.push(RecordRounds::of(&format!("records/s{i}"), &s));
-        let v = hysteresis(current, &pool(&records), &records);
-        current = Some(v.width());
-        out.push(v.width());
+        let v = hysteresis(current.map(|c| c.map(arm)), &pool(&records), &records);
+        current = Some(v.width().map(|w| w.code()));
+        out.push(v.width().map(|w| w.code()));
     }
     out
 }
@@ -108,8 +109,8 @@ fn difference_coverage(t: &Template, spread: f64, base: u64) -> [f64; 4] {
     let hits: Vec<[bool; 4]> = (0..n as u64)
         .map(|i| {
             let r = records(base + i);
-            let d1 = difference(&r[..1], 5, 2).expect("width 5 and 2 in one round");
-            let d2 = difference(&r, 5, 2).expect("width 5 and 2 in one round");
+            let d1 = difference(&r[..1], arm(5), arm(2)).expect("width 5 and 2 in one round");
+            let d2 = difference(&r, arm(5), arm(2)).expect("width 5 and 2 in one round");
             [
                 d1.low() <= target && target <= d1.high(),
                 d2.low() <= target && target <= d2.high(),

@@ -8,6 +8,7 @@
 //! [`crate::analysis::estimate`]'s, the types [`crate::analysis::summary`]'s.
 use crate::analysis::estimate::RatioEstimate;
 use crate::analysis::summary::{Decision, DriftSurvival, Summary, WidthSummary};
+use crate::data::plan::SpeculativeArm;
 
 /// The part of the decision rule after its statistic, shared by the
 /// generate and served forms.
@@ -68,11 +69,11 @@ pub fn settled(s: &Summary) -> Option<String> {
         return None;
     }
     let d = &s.decision;
-    let adaptive = s.widths.iter().find(|x| x.width == crate::data::plan::ADAPTIVE_ARM);
+    let adaptive = s.widths.iter().find(|x| x.width == crate::data::plan::SpeculativeArm::Adaptive);
     match d.width {
         // The adaptive arm stays chosen while it is credibly at least as
         // fast as the best fixed width.
-        Some(crate::data::plan::ADAPTIVE_ARM) => adaptive
+        Some(crate::data::plan::SpeculativeArm::Adaptive) => adaptive
             .and_then(|a| a.tie.as_ref())
             .is_some_and(|t| t.low >= 1.0)
             .then(|| "the adaptive draft length is chosen with its interval above 1.0 and is credibly at least as fast as the best fixed width".to_string()),
@@ -97,10 +98,9 @@ pub fn settled(s: &Summary) -> Option<String> {
 /// and make `propose` refuse, since under the tie rule any width can change
 /// the decision.
 pub fn decide(widths: &[WidthSummary]) -> Decision {
-    use crate::data::plan::ADAPTIVE_ARM;
-    let fixed: Vec<WidthSummary> = widths.iter().filter(|w| w.width != ADAPTIVE_ARM).cloned().collect();
+    let fixed: Vec<WidthSummary> = widths.iter().filter(|w| !w.width.is_adaptive()).cloned().collect();
     let d = decide_fixed(&fixed);
-    match widths.iter().find(|w| w.width == ADAPTIVE_ARM) {
+    match widths.iter().find(|w| w.width.is_adaptive()) {
         Some(a) => with_adaptive(d, a, &fixed),
         None => d,
     }
@@ -136,7 +136,7 @@ fn with_adaptive(d: Decision, a: &WidthSummary, fixed: &[WidthSummary]) -> Decis
     }
     let fixed = d.width.map_or("off".to_string(), |w| format!("width {w}"));
     Decision {
-        width: Some(crate::data::plan::ADAPTIVE_ARM),
+        width: Some(crate::data::plan::SpeculativeArm::Adaptive),
         best_width: d.best_width,
         tied: d.tied.clone(),
         ratio: Some(r.ratio),
@@ -170,7 +170,7 @@ fn decide_fixed(widths: &[WidthSummary]) -> Decision {
     let mut tied: Vec<&(&WidthSummary, &RatioEstimate)> =
         valid.iter().filter(|(w, _)| w.width == bw.width || w.tie.as_ref().is_some_and(|t| t.tied)).collect();
     tied.sort_by_key(|(w, _)| w.width);
-    let tied_widths: Vec<usize> = tied.iter().map(|(w, _)| w.width).collect();
+    let tied_widths: Vec<SpeculativeArm> = tied.iter().map(|(w, _)| w.width).collect();
     let fmt = |r: &RatioEstimate| match r.interval {
         Some((lo, hi)) => format!("{:.3} [{lo:.3}, {hi:.3}]", r.ratio),
         None => format!("{:.3} (no interval: one round)", r.ratio),
@@ -190,7 +190,7 @@ fn decide_fixed(widths: &[WidthSummary]) -> Decision {
             ),
         };
     }
-    let list = tied_widths.iter().map(usize::to_string).collect::<Vec<_>>().join(", ");
+    let list = tied_widths.iter().map(SpeculativeArm::to_string).collect::<Vec<_>>().join(", ");
     match tied.iter().find(|(_, r)| r.above_one()) {
         Some((w, r)) => Decision {
             width: Some(w.width),
@@ -244,7 +244,7 @@ impl DriftSurvival {
 /// A decision's choice with its interval, in words.
 fn choice(d: &Decision) -> String {
     let what = match d.width {
-        Some(crate::data::plan::ADAPTIVE_ARM) => "the adaptive draft length".to_string(),
+        Some(crate::data::plan::SpeculativeArm::Adaptive) => "the adaptive draft length".to_string(),
         Some(w) => format!("width {w}"),
         None if d.ratio.is_some() => "off".to_string(),
         None => return format!("no decision ({})", d.why),
@@ -293,16 +293,17 @@ pub fn drift_survival(widths: &[WidthSummary], decision: &Decision) -> (DriftSur
 mod tests {
     use super::*;
     use crate::analysis::estimate::{TieTest, interval};
+    use crate::data::plan::arm;
 
     /// A width whose rounds give these ratios against both brackets, the
     /// opening and the closing ones, tied with the best or not.
     fn width(w: usize, both: &[f64], open: &[f64], close: &[f64], tied: bool) -> WidthSummary {
         let est = |xs: &[f64]| interval(&xs.iter().enumerate().map(|(k, x)| (k, x.ln())).collect::<Vec<_>>(), 0.0);
-        let tie = TieTest { width: w, vs_best: 1.0, low: 0.9, high: if tied { 1.1 } else { 0.95 }, tied };
+        let tie = TieTest { width: arm(w), vs_best: 1.0, low: 0.9, high: if tied { 1.1 } else { 0.95 }, tied };
         WidthSummary {
             ratio_vs_open: est(open),
             ratio_vs_close: est(close),
-            ..WidthSummary::estimated(w, est(both), tie)
+            ..WidthSummary::estimated(arm(w), est(both), tie)
         }
     }
 
@@ -314,10 +315,10 @@ mod tests {
             width(2, &[1.10, 1.12, 1.11], &[1.08, 1.09, 1.085], &[1.13, 1.16, 1.14], false),
         ];
         let d = decide(&ws);
-        assert_eq!(d.width, Some(1));
+        assert_eq!(d.width, Some(arm(1)));
         let (s, widened) = drift_survival(&ws, &d);
         assert!(s.survives, "{}", s.say());
-        assert_eq!((s.vs_open.width, s.vs_close.width), (Some(1), Some(1)));
+        assert_eq!((s.vs_open.width, s.vs_close.width), (Some(arm(1)), Some(arm(1))));
         assert_eq!(s.two_sided_interval, d.ratio_interval);
         let (lo, hi) = widened.ratio_interval.unwrap();
         for r in [&ws[0].ratio, &ws[0].ratio_vs_open, &ws[0].ratio_vs_close] {
@@ -339,10 +340,10 @@ mod tests {
             width(2, &[1.02, 1.03, 1.025], &[1.06, 1.07, 1.065], &[0.97, 0.84, 0.99], false),
         ];
         let d = decide(&ws);
-        assert_eq!(d.width, Some(1));
+        assert_eq!(d.width, Some(arm(1)));
         let (s, widened) = drift_survival(&ws, &d);
         assert!(!s.survives, "{}", s.say());
-        assert_eq!((s.vs_open.width, s.vs_close.width), (Some(1), None));
+        assert_eq!((s.vs_open.width, s.vs_close.width), (Some(arm(1)), None));
         assert!(s.say().contains("against the closing brackets alone off"), "{}", s.say());
         // Not widened, not re-worded: the record proposes nothing.
         assert_eq!(widened.ratio_interval, d.ratio_interval);
@@ -353,7 +354,7 @@ mod tests {
     fn off_survives_only_when_both_sides_say_off() {
         let ws = [width(1, &[0.95, 0.97, 0.96], &[0.93, 0.95, 0.94], &[0.97, 0.99, 0.98], true)];
         let d = decide(&ws);
-        assert_eq!((d.width, d.best_width), (None, Some(1)));
+        assert_eq!((d.width, d.best_width), (None, Some(arm(1))));
         let (s, widened) = drift_survival(&ws, &d);
         assert!(s.survives, "{}", s.say());
         assert!(widened.ratio_interval.unwrap().1 >= ws[0].ratio_vs_close.as_ref().unwrap().interval.unwrap().1);
@@ -363,6 +364,6 @@ mod tests {
         assert_eq!(d.width, None);
         let (s, _) = drift_survival(&ws, &d);
         assert!(!s.survives, "{}", s.say());
-        assert_eq!(s.vs_open.width, Some(1));
+        assert_eq!(s.vs_open.width, Some(arm(1)));
     }
 }

@@ -50,6 +50,7 @@
 //! - Ties: width `w` is tied with the best width `b` when the t interval of
 //!   the paired difference `L_kw - L_kb` over rounds (the same brackets
 //!   cancel) reaches 0 or above.
+use crate::data::plan::SpeculativeArm;
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
@@ -103,7 +104,7 @@ pub const DRIFT_TO_DETECT: f64 = 0.10;
 pub struct ArmLevels {
     pub arm: usize,
     pub round: usize,
-    pub width: Option<usize>,
+    pub width: Option<SpeculativeArm>,
     pub bracket: Option<Bracket>,
     /// Position of the arm in its round's plan (0 = first).
     pub position: usize,
@@ -266,7 +267,7 @@ pub fn bracket_arms_for(v: f64, rounds: usize, critical_t: f64, target: f64) -> 
 /// A width against the best width, paired by round.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct TieTest {
-    pub width: usize,
+    pub width: SpeculativeArm,
     /// Ratio of this width's ratio to the best's (geometric mean over rounds).
     pub vs_best: f64,
     pub low: f64,
@@ -279,9 +280,9 @@ pub struct TieTest {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Estimates {
     /// Per width, against the mean of both brackets (the decision uses this).
-    pub ratio: BTreeMap<usize, RatioEstimate>,
-    pub ratio_vs_open: BTreeMap<usize, RatioEstimate>,
-    pub ratio_vs_close: BTreeMap<usize, RatioEstimate>,
+    pub ratio: BTreeMap<SpeculativeArm, RatioEstimate>,
+    pub ratio_vs_open: BTreeMap<SpeculativeArm, RatioEstimate>,
+    pub ratio_vs_close: BTreeMap<SpeculativeArm, RatioEstimate>,
     pub drift: Vec<DriftTest>,
     /// The sweep's test over every complete round (null below one judgeable round).
     pub sweep_drift: Option<SweepDriftTest>,
@@ -390,7 +391,7 @@ pub fn interval(per_round: &[(usize, f64)], widen: f64) -> Option<RatioEstimate>
 /// rounds; per width, the per-round ratios against each baseline; the
 /// request and bracket-arm noise; per round, the drift test; the sweep's
 /// drift test over the rounds.
-pub fn estimate(arms: &[ArmLevels], widths: &[usize], prompts: &[String]) -> Estimates {
+pub fn estimate(arms: &[ArmLevels], widths: &[SpeculativeArm], prompts: &[String]) -> Estimates {
     let rounds = group_rounds(arms);
     // Rounds with both sides: the only ones that give ratios.
     let complete: Vec<(&usize, &Round<'_>)> =
@@ -455,12 +456,12 @@ fn group_rounds(arms: &[ArmLevels]) -> BTreeMap<usize, Round<'_>> {
 fn width_ratios(
     est: &mut Estimates,
     complete: &[(&usize, &Round<'_>)],
-    widths: &[usize],
+    widths: &[SpeculativeArm],
     prompts: &[String],
     drift_log: &BTreeMap<usize, f64>,
-) -> BTreeMap<usize, Vec<(usize, f64)>> {
-    let mut l_both: BTreeMap<usize, Vec<(usize, f64)>> = BTreeMap::new();
-    let mut bias: BTreeMap<usize, Vec<f64>> = BTreeMap::new();
+) -> BTreeMap<SpeculativeArm, Vec<(usize, f64)>> {
+    let mut l_both: BTreeMap<SpeculativeArm, Vec<(usize, f64)>> = BTreeMap::new();
+    let mut bias: BTreeMap<SpeculativeArm, Vec<f64>> = BTreeMap::new();
     for &w in widths {
         let mut both = Vec::new();
         let mut vo = Vec::new();
@@ -510,7 +511,7 @@ fn width_ratios(
 /// noise swapped for the brackets'.
 fn bracket_variance(
     complete: &[(&usize, &Round<'_>)],
-    l_both: &BTreeMap<usize, Vec<(usize, f64)>>,
+    l_both: &BTreeMap<SpeculativeArm, Vec<(usize, f64)>>,
     v_request: Option<f64>,
     prompts: &[String],
 ) -> (Option<(f64, usize)>, f64) {
@@ -643,7 +644,10 @@ fn sweep_drift(v_bracket: Option<(f64, usize)>, (sum, wsum, n): (f64, f64, usize
 /// Residual variance of the width × round interaction of the per-round log
 /// ratios over the rounds where every width has one, and its degrees of
 /// freedom; `None` below two widths or two rounds.
-fn spec_interaction(l: &BTreeMap<usize, Vec<(usize, f64)>>, complete: &[(&usize, &Round<'_>)]) -> Option<(f64, usize)> {
+fn spec_interaction(
+    l: &BTreeMap<SpeculativeArm, Vec<(usize, f64)>>,
+    complete: &[(&usize, &Round<'_>)],
+) -> Option<(f64, usize)> {
     let ks: Vec<usize> = complete.iter().map(|(k, _)| **k).collect();
     interaction_variance(l, Some(&ks))
 }
@@ -655,8 +659,11 @@ fn spec_interaction(l: &BTreeMap<usize, Vec<(usize, f64)>>, complete: &[(&usize,
 /// `(W - 1)(R - 1)`; `None` below two widths or two such rounds. It
 /// estimates the variance of one arm's noise `e`, which every pair of
 /// widths shares: a paired per-round difference has variance twice it.
-pub fn interaction_variance(l: &BTreeMap<usize, Vec<(usize, f64)>>, rounds: Option<&[usize]>) -> Option<(f64, usize)> {
-    let ws: Vec<usize> = l.keys().copied().collect();
+pub fn interaction_variance<W: Ord + Copy>(
+    l: &BTreeMap<W, Vec<(usize, f64)>>,
+    rounds: Option<&[usize]>,
+) -> Option<(f64, usize)> {
+    let ws: Vec<W> = l.keys().copied().collect();
     let first = ws.first()?;
     let candidates: Vec<usize> = match rounds {
         Some(r) => r.to_vec(),
@@ -668,9 +675,9 @@ pub fn interaction_variance(l: &BTreeMap<usize, Vec<(usize, f64)>>, rounds: Opti
     if nw < 2 || nr < 2 {
         return None;
     }
-    let cell = |w: usize, k: usize| l[&w].iter().find(|(kk, _)| *kk == k).map_or(0.0, |(_, x)| *x);
+    let cell = |w: W, k: usize| l[&w].iter().find(|(kk, _)| *kk == k).map_or(0.0, |(_, x)| *x);
     let grand = ws.iter().flat_map(|&w| ks.iter().map(move |&k| cell(w, k))).sum::<f64>() / (nw * nr) as f64;
-    let wm: BTreeMap<usize, f64> =
+    let wm: BTreeMap<W, f64> =
         ws.iter().map(|&w| (w, ks.iter().map(|&k| cell(w, k)).sum::<f64>() / nr as f64)).collect();
     let km: BTreeMap<usize, f64> =
         ks.iter().map(|&k| (k, ws.iter().map(|&w| cell(w, k)).sum::<f64>() / nw as f64)).collect();
@@ -690,10 +697,10 @@ pub fn interaction_variance(l: &BTreeMap<usize, Vec<(usize, f64)>>, rounds: Opti
 /// arm noise, and the table gives it `(W - 1)(R - 1)` degrees of freedom
 /// where the pair alone has `R - 1`. A width outside the table (not a
 /// measurement, or too few rounds in common) is tested on its own pair.
-pub fn ties(est: &Estimates, best: usize, measured: impl Fn(usize) -> bool) -> Vec<TieTest> {
+pub fn ties(est: &Estimates, best: SpeculativeArm, measured: impl Fn(SpeculativeArm) -> bool) -> Vec<TieTest> {
     let Some(b) = est.ratio.get(&best) else { return Vec::new() };
     let bmap: BTreeMap<usize, f64> = b.per_round.iter().map(|(k, x)| (*k, x.ln())).collect();
-    let logs: BTreeMap<usize, Vec<(usize, f64)>> = est
+    let logs: BTreeMap<SpeculativeArm, Vec<(usize, f64)>> = est
         .ratio
         .iter()
         .filter(|(w, _)| measured(**w))
@@ -741,7 +748,7 @@ mod tests {
         for (p, off) in [("a", 0.0), ("b", 0.3), ("c", -0.2)] {
             logs.insert(p.to_string(), vec![level + off + 0.01, level + off - 0.01]);
         }
-        ArmLevels { arm, round, width, bracket, position, logs }
+        ArmLevels { arm, round, width: width.map(crate::data::plan::arm), bracket, position, logs }
     }
 
     fn prompts() -> Vec<String> {
@@ -764,8 +771,8 @@ mod tests {
         let mut arms = round(0, 5.0, 0.10, 0.0, 0.0);
         arms.extend(round(1, 5.2, 0.20, 0.05, 0.0));
         arms.extend(round(2, 4.9, 0.15, 0.02, 0.0));
-        let e = estimate(&arms, &[1, 2], &prompts());
-        let r = &e.ratio[&1];
+        let e = estimate(&arms, &crate::data::plan::arms(&[1, 2]), &prompts());
+        let r = &e.ratio[&crate::data::plan::arm(1)];
         assert_eq!(r.rounds, 3);
         assert!((r.ratio - 0.15f64.exp()).abs() < 1e-12, "{r:?}");
         let half = t_quantile(2) * 0.05 / 3f64.sqrt();
@@ -781,15 +788,15 @@ mod tests {
         let mut arms = round(0, 5.0, 0.10, 0.0, 0.0);
         arms.extend(round(1, 5.2, 0.20, 0.10, -0.40));
         arms.extend(round(2, 4.9, 0.15, 0.05, 0.0));
-        let e = estimate(&arms, &[1, 2], &prompts());
+        let e = estimate(&arms, &crate::data::plan::arms(&[1, 2]), &prompts());
         assert!(e.drift[1].drifted, "{:?}", e.drift[1]);
         assert!(!e.drift[0].drifted && !e.drift[2].drifted);
         let mut small = round(0, 5.0, 0.10, 0.0, 0.0);
         small.extend(round(1, 5.2, 0.20, 0.05, -0.02));
         small.extend(round(2, 4.9, 0.15, 0.02, 0.0));
-        let s = estimate(&small, &[1, 2], &prompts());
+        let s = estimate(&small, &crate::data::plan::arms(&[1, 2]), &prompts());
         assert!(!s.drift[1].drifted, "{:?}", s.drift[1]);
-        assert!(s.ratio[&1].drift_widening_log > 0.0);
+        assert!(s.ratio[&crate::data::plan::arm(1)].drift_widening_log > 0.0);
     }
 
     #[test]
@@ -797,15 +804,15 @@ mod tests {
         let mut arms = round(0, 5.0, 0.10, 0.09, 0.0);
         arms.extend(round(1, 5.2, 0.20, 0.21, 0.0));
         arms.extend(round(2, 4.9, 0.15, 0.12, 0.0));
-        let e = estimate(&arms, &[1, 2], &prompts());
-        let t = ties(&e, 1, |_| true);
+        let e = estimate(&arms, &crate::data::plan::arms(&[1, 2]), &prompts());
+        let t = ties(&e, crate::data::plan::arm(1), |_| true);
         assert!(t.iter().all(|t| t.tied), "{t:?}");
         let mut arms = round(0, 5.0, 0.10, 0.00, 0.0);
         arms.extend(round(1, 5.2, 0.20, 0.11, 0.0));
         arms.extend(round(2, 4.9, 0.15, 0.04, 0.0));
-        let e = estimate(&arms, &[1, 2], &prompts());
-        let t = ties(&e, 1, |_| true);
-        assert!(!t.iter().find(|t| t.width == 2).unwrap().tied, "{t:?}");
+        let e = estimate(&arms, &crate::data::plan::arms(&[1, 2]), &prompts());
+        let t = ties(&e, crate::data::plan::arm(1), |_| true);
+        assert!(!t.iter().find(|t| t.width == crate::data::plan::arm(2)).unwrap().tied, "{t:?}");
     }
 
     /// Per-round log ratios: width -> values of rounds 0, 1, ...
@@ -813,7 +820,7 @@ mod tests {
         let mut e = Estimates::default();
         for (w, xs) in rows {
             let pr: Vec<(usize, f64)> = xs.iter().copied().enumerate().collect();
-            e.ratio.insert(*w, interval(&pr, 0.0).unwrap());
+            e.ratio.insert(crate::data::plan::arm(*w), interval(&pr, 0.0).unwrap());
         }
         e
     }
@@ -852,8 +859,8 @@ mod tests {
         ]);
         let own = interval(&[(0, -0.09), (1, -0.01), (2, -0.05)], 0.0).unwrap();
         assert!(own.interval.unwrap().1 >= 1.0, "the pair alone is tied: {own:?}");
-        let t = ties(&e, 1, |_| true);
-        let t3 = t.iter().find(|t| t.width == 3).unwrap();
+        let t = ties(&e, crate::data::plan::arm(1), |_| true);
+        let t3 = t.iter().find(|t| t.width == crate::data::plan::arm(3)).unwrap();
         let (v, df) = interaction_variance(
             &e.ratio.iter().map(|(w, r)| (*w, r.per_round.iter().map(|(k, x)| (*k, x.ln())).collect())).collect(),
             None,
@@ -865,15 +872,15 @@ mod tests {
         assert!(!t3.tied, "{t3:?}");
         // A width that is not a measurement stays out of the table and is
         // tested on its own pair: width 3 is then tied.
-        let t = ties(&e, 1, |w| w != 3);
-        assert!(t.iter().find(|t| t.width == 3).unwrap().tied, "{t:?}");
+        let t = ties(&e, crate::data::plan::arm(1), |w| w != crate::data::plan::arm(3));
+        assert!(t.iter().find(|t| t.width == crate::data::plan::arm(3)).unwrap().tied, "{t:?}");
     }
 
     #[test]
     fn one_round_gives_no_interval() {
-        let e = estimate(&round(0, 5.0, 0.1, 0.0, 0.0), &[1, 2], &prompts());
-        assert_eq!(e.ratio[&1].interval, None);
-        assert!(!e.ratio[&1].above_one());
+        let e = estimate(&round(0, 5.0, 0.1, 0.0, 0.0), &crate::data::plan::arms(&[1, 2]), &prompts());
+        assert_eq!(e.ratio[&crate::data::plan::arm(1)].interval, None);
+        assert!(!e.ratio[&crate::data::plan::arm(1)].above_one());
         assert!(e.process_variance_log.is_none());
     }
 }

@@ -16,6 +16,7 @@
 //! Ties and differences are pooled the same way from each record's paired
 //! per-round differences (the same brackets cancel). The rule on the pooled
 //! numbers is the record's rule ([`crate::analysis::decision::DECISION_RULE`]).
+use crate::data::plan::SpeculativeArm;
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
@@ -64,11 +65,11 @@ pub struct RecordRounds {
     pub record: String,
     pub date: String,
     /// width → `(round, ln ratio)` for each complete round.
-    pub rounds: BTreeMap<usize, Vec<(usize, f64)>>,
+    pub rounds: BTreeMap<SpeculativeArm, Vec<(usize, f64)>>,
     /// width → the record's drift widening (log), added to both ends.
-    pub widen: BTreeMap<usize, f64>,
+    pub widen: BTreeMap<SpeculativeArm, f64>,
     /// Widths that are not measurements in this record.
-    pub not_measured: BTreeSet<usize>,
+    pub not_measured: BTreeSet<SpeculativeArm>,
 }
 
 impl RecordRounds {
@@ -89,7 +90,7 @@ impl RecordRounds {
     }
 
     /// Paired per-round `ln ratio_a - ln ratio_b` over the rounds both have.
-    fn paired(&self, a: usize, b: usize) -> Vec<f64> {
+    fn paired(&self, a: SpeculativeArm, b: SpeculativeArm) -> Vec<f64> {
         let (Some(xa), Some(xb)) = (self.rounds.get(&a), self.rounds.get(&b)) else { return Vec::new() };
         let mb: BTreeMap<usize, f64> = xb.iter().copied().collect();
         xa.iter().filter_map(|(k, x)| Some(x - mb.get(k)?)).collect()
@@ -226,8 +227,8 @@ pub fn pool_samples(samples: &[Vec<f64>]) -> Option<PooledLog> {
 /// ([`crate::analysis::estimate::interaction_variance`]); without such a table (fewer
 /// than two measured widths or two complete rounds), the pair's own sample
 /// variance.
-fn difference_noise(r: &RecordRounds, a: usize, b: usize) -> (f64, usize) {
-    let measured: BTreeMap<usize, Vec<(usize, f64)>> =
+fn difference_noise(r: &RecordRounds, a: SpeculativeArm, b: SpeculativeArm) -> (f64, usize) {
+    let measured: BTreeMap<SpeculativeArm, Vec<(usize, f64)>> =
         r.rounds.iter().filter(|(w, _)| !r.not_measured.contains(w)).map(|(w, x)| (*w, x.clone())).collect();
     let table = (measured.contains_key(&a) && measured.contains_key(&b))
         .then(|| crate::analysis::estimate::interaction_variance(&measured, None))
@@ -243,9 +244,10 @@ fn difference_noise(r: &RecordRounds, a: usize, b: usize) -> (f64, usize) {
 
 /// Every width's paired difference from `b`, pooled with one between-sweep
 /// variance for them all: `a -> ln(ratio_a / ratio_b)`.
-fn differences_from(records: &[RecordRounds], b: usize) -> BTreeMap<usize, PooledLog> {
-    let widths: BTreeSet<usize> = records.iter().flat_map(|r| r.rounds.keys().copied()).filter(|w| *w != b).collect();
-    let fams: Vec<(usize, Family)> = widths
+fn differences_from(records: &[RecordRounds], b: SpeculativeArm) -> BTreeMap<SpeculativeArm, PooledLog> {
+    let widths: BTreeSet<SpeculativeArm> =
+        records.iter().flat_map(|r| r.rounds.keys().copied()).filter(|w| *w != b).collect();
+    let fams: Vec<(SpeculativeArm, Family)> = widths
         .into_iter()
         .filter_map(|a| {
             let samples: Vec<(Vec<f64>, (f64, usize))> = records
@@ -263,7 +265,7 @@ fn differences_from(records: &[RecordRounds], b: usize) -> BTreeMap<usize, Poole
 /// One width on the pooled data.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct PooledWidth {
-    pub width: usize,
+    pub width: SpeculativeArm,
     pub ratio: f64,
     pub interval: (f64, f64),
     pub log: PooledLog,
@@ -279,13 +281,13 @@ pub struct PooledWidth {
 pub struct Pooled {
     pub records: Vec<String>,
     pub widths: Vec<PooledWidth>,
-    pub best: Option<usize>,
+    pub best: Option<SpeculativeArm>,
     /// The rule's choice on the pooled numbers (None: off).
-    pub choice: Option<usize>,
+    pub choice: Option<SpeculativeArm>,
 }
 
 impl Pooled {
-    pub fn width(&self, w: usize) -> Option<&PooledWidth> {
+    pub fn width(&self, w: SpeculativeArm) -> Option<&PooledWidth> {
         self.widths.iter().find(|x| x.width == w)
     }
 }
@@ -293,14 +295,14 @@ impl Pooled {
 /// The pooled ratio of `a` over `b` (paired by round in each record), in
 /// logs, with the between-sweep variance common to every width's difference
 /// from `b`.
-pub fn difference(records: &[RecordRounds], a: usize, b: usize) -> Option<PooledLog> {
+pub fn difference(records: &[RecordRounds], a: SpeculativeArm, b: SpeculativeArm) -> Option<PooledLog> {
     differences_from(records, b).remove(&a)
 }
 
 /// The decision rule on the pooled records.
 pub fn pool(records: &[RecordRounds]) -> Pooled {
-    let widths: BTreeSet<usize> = records.iter().flat_map(|r| r.rounds.keys().copied()).collect();
-    let fams: Vec<(usize, Family)> = widths
+    let widths: BTreeSet<SpeculativeArm> = records.iter().flat_map(|r| r.rounds.keys().copied()).collect();
+    let fams: Vec<(SpeculativeArm, Family)> = widths
         .into_iter()
         .filter_map(|w| {
             let samples: Vec<Vec<f64>> = records
@@ -331,7 +333,7 @@ pub fn pool(records: &[RecordRounds]) -> Pooled {
     // before any fixed width, as the record's rule does.
     let best = out
         .iter()
-        .filter(|x| !x.not_measured && x.width != crate::data::plan::ADAPTIVE_ARM)
+        .filter(|x| !x.not_measured && x.width != crate::data::plan::SpeculativeArm::Adaptive)
         .max_by(|a, b| a.ratio.total_cmp(&b.ratio))
         .map(|x| x.width);
     if let Some(b) = best {
@@ -358,18 +360,18 @@ pub fn pool(records: &[RecordRounds]) -> Pooled {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum Verdict {
     /// No entry yet: the pooled choice.
-    First { width: Option<usize> },
+    First { width: Option<SpeculativeArm> },
     /// The pooled choice is the entry's width: kept, evidence updated.
-    Same { width: Option<usize> },
+    Same { width: Option<SpeculativeArm> },
     /// The pooled choice differs but not credibly by more than the margin.
-    Keep { width: Option<usize>, choice: Option<usize>, why: String },
+    Keep { width: Option<SpeculativeArm>, choice: Option<SpeculativeArm>, why: String },
     /// The pooled data show the entry's width credibly slower than the choice.
-    Change { from: Option<usize>, to: Option<usize>, why: String },
+    Change { from: Option<SpeculativeArm>, to: Option<SpeculativeArm>, why: String },
 }
 
 impl Verdict {
     /// The width the entry gets.
-    pub fn width(&self) -> Option<usize> {
+    pub fn width(&self) -> Option<SpeculativeArm> {
         match self {
             Verdict::First { width } | Verdict::Same { width } | Verdict::Keep { width, .. } => *width,
             Verdict::Change { to, .. } => *to,
@@ -378,9 +380,9 @@ impl Verdict {
 
     /// One sentence for the reviewer (and the entry's note).
     pub fn say(&self) -> String {
-        let name = |w: &Option<usize>| {
+        let name = |w: &Option<SpeculativeArm>| {
             w.map_or("off".to_string(), |w| {
-                if w == crate::data::plan::ADAPTIVE_ARM {
+                if w == crate::data::plan::SpeculativeArm::Adaptive {
                     "the adaptive draft length".to_string()
                 } else {
                     format!("width {w}")
@@ -400,11 +402,15 @@ impl Verdict {
 }
 
 /// Hysteresis: `current` is the entry's width (`None`: no entry; `Some(None)`: off).
-pub fn hysteresis(current: Option<Option<usize>>, pooled: &Pooled, records: &[RecordRounds]) -> Verdict {
+pub fn hysteresis(current: Option<Option<SpeculativeArm>>, pooled: &Pooled, records: &[RecordRounds]) -> Verdict {
     let margin = (1.0 + HYSTERESIS_MARGIN).ln();
     let choice = pooled.choice;
-    let wl = |w: usize| {
-        if w == crate::data::plan::ADAPTIVE_ARM { "the adaptive arm".to_string() } else { format!("width {w}") }
+    let wl = |w: SpeculativeArm| {
+        if w == crate::data::plan::SpeculativeArm::Adaptive {
+            "the adaptive arm".to_string()
+        } else {
+            format!("width {w}")
+        }
     };
     let Some(cur) = current else { return Verdict::First { width: choice } };
     let nl = choice.map_or_else(|| "off".to_string(), wl);
@@ -501,6 +507,7 @@ pub fn hysteresis(current: Option<Option<usize>>, pooled: &Pooled, records: &[Re
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::data::plan::arm;
 
     fn rec(name: &str, rows: &[(usize, &[f64])]) -> RecordRounds {
         RecordRounds {
@@ -508,7 +515,7 @@ mod tests {
             date: "2026-12-03".into(),
             rounds: rows
                 .iter()
-                .map(|(w, xs)| (*w, xs.iter().enumerate().map(|(k, x)| (k, x.ln())).collect()))
+                .map(|(w, xs)| (arm(*w), xs.iter().enumerate().map(|(k, x)| (k, x.ln())).collect()))
                 .collect(),
             widen: BTreeMap::new(),
             not_measured: BTreeSet::new(),
@@ -533,17 +540,17 @@ mod tests {
             "records/a",
             &[(1, &[1.10, 1.12, 1.11, 1.13]), (2, &[1.13, 1.10, 1.14, 1.11]), (3, &[1.20, 1.21, 1.25, 1.22])],
         );
-        let d = difference(std::slice::from_ref(&r), 2, 1).unwrap();
+        let d = difference(std::slice::from_ref(&r), arm(2), arm(1)).unwrap();
         // (3 - 1)(4 - 1) degrees of freedom, not the pair's 3.
         assert_eq!((d.df, d.records, d.rounds), (6, 1, 4));
-        let logs: BTreeMap<usize, Vec<(usize, f64)>> = r.rounds.clone();
+        let logs: BTreeMap<SpeculativeArm, Vec<(usize, f64)>> = r.rounds.clone();
         let (v, _) = crate::analysis::estimate::interaction_variance(&logs, None).unwrap();
         assert!((d.se - (2.0 * v / 4.0).sqrt()).abs() < 1e-12, "{d:?}");
         // A width that is not a measurement leaves the table: 2 widths, 3 df.
-        r.not_measured.insert(3);
-        let d = difference(std::slice::from_ref(&r), 2, 1).unwrap();
+        r.not_measured.insert(arm(3));
+        let d = difference(std::slice::from_ref(&r), arm(2), arm(1)).unwrap();
         assert_eq!(d.df, 3);
-        let own = pool_samples(&[r.paired(2, 1)]).unwrap();
+        let own = pool_samples(&[r.paired(arm(2), arm(1))]).unwrap();
         assert!((d.se - own.se).abs() < 1e-12, "{d:?} {own:?}");
     }
 
@@ -556,22 +563,25 @@ mod tests {
             rec("records/b", &[(1, &[1.11, 1.10, 1.12, 1.11]), (2, &[1.10, 1.14, 1.11, 1.13])]),
         ];
         let p = pool(&r);
-        assert_eq!(p.choice, Some(1), "{p:?}");
-        let v = hysteresis(Some(Some(2)), &p, &r);
-        assert!(matches!(v, Verdict::Keep { width: Some(2), choice: Some(1), .. }), "{v:?}");
-        assert_eq!(hysteresis(None, &p, &r), Verdict::First { width: Some(1) });
-        assert_eq!(hysteresis(Some(Some(1)), &p, &r), Verdict::Same { width: Some(1) });
+        assert_eq!(p.choice, Some(arm(1)), "{p:?}");
+        let v = hysteresis(Some(Some(arm(2))), &p, &r);
+        assert!(
+            matches!(v, Verdict::Keep { width, choice, .. } if width == Some(arm(2)) && choice == Some(arm(1))),
+            "{v:?}"
+        );
+        assert_eq!(hysteresis(None, &p, &r), Verdict::First { width: Some(arm(1)) });
+        assert_eq!(hysteresis(Some(Some(arm(1))), &p, &r), Verdict::Same { width: Some(arm(1)) });
         // Width 3 20% faster than the entry's width 1, every round: changed.
         let r = [
             rec("records/a", &[(1, &[1.10, 1.12, 1.11, 1.13]), (3, &[1.32, 1.35, 1.33, 1.36])]),
             rec("records/b", &[(1, &[1.11, 1.10, 1.12, 1.11]), (3, &[1.33, 1.32, 1.35, 1.33])]),
         ];
         let p = pool(&r);
-        assert_eq!(p.choice, Some(3));
-        let v = hysteresis(Some(Some(1)), &p, &r);
-        assert!(matches!(v, Verdict::Change { from: Some(1), to: Some(3), .. }), "{v:?}");
+        assert_eq!(p.choice, Some(arm(3)));
+        let v = hysteresis(Some(Some(arm(1))), &p, &r);
+        assert!(matches!(v, Verdict::Change { from, to, .. } if from == Some(arm(1)) && to == Some(arm(3))), "{v:?}");
         assert!(v.say().contains("width 3 replaces width 1"), "{}", v.say());
-        assert_eq!(Verdict::First { width: Some(1) }.say(), Verdict::Same { width: Some(1) }.say());
+        assert_eq!(Verdict::First { width: Some(arm(1)) }.say(), Verdict::Same { width: Some(arm(1)) }.say());
     }
 
     #[test]
@@ -582,11 +592,11 @@ mod tests {
                 0.0,
             )
         };
-        let tie = crate::analysis::estimate::TieTest { width: 1, vs_best: 1.0, low: 0.9, high: 1.1, tied: true };
+        let tie = crate::analysis::estimate::TieTest { width: arm(1), vs_best: 1.0, low: 0.9, high: 1.1, tied: true };
         let w = crate::analysis::summary::WidthSummary {
             ratio_vs_open: est(&[1.25, 1.27, 1.26]),
             ratio_vs_close: est(&[1.35, 1.37, 1.36]),
-            ..crate::analysis::summary::WidthSummary::estimated(1, est(&[1.30, 1.32, 1.31]), tie)
+            ..crate::analysis::summary::WidthSummary::estimated(arm(1), est(&[1.30, 1.32, 1.31]), tie)
         };
         let (o, c) = (w.ratio_vs_open.as_ref().unwrap().ratio, w.ratio_vs_close.as_ref().unwrap().ratio);
         let half_gap = (c / o).ln() / 2.0;

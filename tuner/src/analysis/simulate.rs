@@ -15,6 +15,7 @@ use std::collections::BTreeMap;
 
 use runtime::events::{FinishReason, Outcome, SpeculativeDiagnostics, Startup, Usage};
 
+use crate::data::plan::SpeculativeArm;
 use crate::data::raw::{
     ArmEnd, ArmStart, ArmStartup, Bracket, Design, Done, PromptTag, RawFile, RawLine, RequestRow, RowSpeculation,
     Settings, SweepHeader,
@@ -180,7 +181,7 @@ impl Default for Template {
 
 const TYPES: [&str; 6] = ["code", "edit", "free", "math", "qa", "summary"];
 
-fn startup(width: Option<usize>) -> Startup {
+fn startup(width: Option<SpeculativeArm>) -> Startup {
     let v = serde_json::json!({
         "schema_version": runtime::events::SCHEMA_VERSION,
         "build": {"version": "0.1.0", "git_commit": "sim", "git_dirty": false, "features": [],
@@ -239,7 +240,8 @@ fn diagnostics(prompt: &str, repeat: usize, width: usize) -> SpeculativeDiagnost
 /// One synthetic sweep, as `tuner sweep` would have written it.
 pub fn sweep(t: &Template, c: &SimConfig) -> RawFile {
     let mut rng = Rng(c.seed ^ 0xd1b5_4a32_d192_ed03);
-    let widths: Vec<usize> = c.truth.keys().copied().collect();
+    let widths: Vec<SpeculativeArm> =
+        c.truth.keys().map(|&w| SpeculativeArm::try_from(w).expect("simulated widths are in range")).collect();
     let mut header = t.header.clone();
     header.settings.design.widths = widths.clone();
     header.settings.design.rounds = c.rounds;
@@ -276,7 +278,7 @@ pub fn sweep(t: &Template, c: &SimConfig) -> RawFile {
             (Some(frac), Some(Bracket::Close)) => 1.0 - frac,
             _ => 1.0,
         };
-        let ratio = a.width.map_or(1.0, |w| c.truth[&w]);
+        let ratio = a.width.map_or(1.0, |w| c.truth[&w.code()]);
         lines.push(RawLine::from(ArmStart {
             arm: a.index,
             attempt: 0,
@@ -322,7 +324,7 @@ pub fn sweep(t: &Template, c: &SimConfig) -> RawFile {
                         token_ids: ids[p].clone(),
                     },
                     speculation: match a.width {
-                        Some(w) => RowSpeculation::Diagnostics(diagnostics(&tag.id, burst, w)),
+                        Some(w) => RowSpeculation::Diagnostics(diagnostics(&tag.id, burst, w.code())),
                         None => RowSpeculation::None,
                     },
                     nvrm_before: None,
@@ -461,13 +463,13 @@ pub fn calibrate(t: &Template, c: &SimConfig, n: usize, threads: usize) -> Calib
                         };
                         cal.sweeps += 1;
                         for w in &sum.widths {
-                            let truth = cfg.truth[&w.width];
+                            let truth = cfg.truth[&w.width.code()];
                             let hit = w
                                 .ratio
                                 .as_ref()
                                 .and_then(|r| r.interval)
                                 .is_some_and(|(lo, hi)| lo <= truth && truth <= hi);
-                            *cal.covered.entry(w.width).or_default() += usize::from(hit);
+                            *cal.covered.entry(w.width.code()).or_default() += usize::from(hit);
                         }
                         cal.drift_flagged += usize::from(sum.drift);
                         if let Some(d) = &sum.sweep_drift {
@@ -480,13 +482,13 @@ pub fn calibrate(t: &Template, c: &SimConfig, n: usize, threads: usize) -> Calib
                             cal.slowed_round_flagged +=
                                 usize::from(sum.rounds.iter().any(|r| r.round == k && r.drifted));
                         }
-                        *cal.chosen.entry(sum.decision.width).or_default() += 1;
+                        *cal.chosen.entry(sum.decision.width.map(SpeculativeArm::code)).or_default() += 1;
                         if sum.drift_survival.as_ref().is_some_and(|d| d.survives) {
                             cal.survived += 1;
-                            *cal.survived_chosen.entry(sum.decision.width).or_default() += 1;
+                            *cal.survived_chosen.entry(sum.decision.width.map(SpeculativeArm::code)).or_default() += 1;
                             let shown = sum.decision.width.or(sum.decision.best_width);
                             if let (Some(w), Some((lo, hi))) = (shown, sum.decision.ratio_interval) {
-                                let truth = cfg.truth[&w];
+                                let truth = cfg.truth[&w.code()];
                                 cal.survived_covered += usize::from(lo <= truth && truth <= hi);
                                 // The entry `tuner propose` would write: the
                                 // record's rounds pooled alone.
@@ -540,6 +542,7 @@ mod tests {
     use crate::analysis::rules::Refusal;
     use crate::analysis::rules::plan::{check_drift_power, check_plan, check_watched};
     use crate::analysis::summary::Summary;
+    use crate::data::plan::arm;
     use crate::data::raw::RawLine;
 
     fn summary_of(c: &SimConfig, edit: impl FnOnce(&mut crate::data::raw::RawFile)) -> Summary {
@@ -650,7 +653,7 @@ mod tests {
         let mut c = SimConfig::default_plan(0.03, 0.11, 11);
         c.truth = (1..=8).map(|w| (w, if w == 3 { 1.60 } else { 1.10 })).collect();
         let s = crate::analysis::summarize::summarize(&crate::analysis::simulate::sweep(&t, &c)).unwrap();
-        assert_eq!(s.decision.width, Some(3), "{:?}", s.decision);
+        assert_eq!(s.decision.width, Some(arm(3)), "{:?}", s.decision);
         let st = s.stability.as_ref().unwrap();
         assert!(st.same > 0.95, "{st:?}");
         assert!(st.expected_regret < 0.01, "{st:?}");

@@ -20,6 +20,7 @@ use std::collections::BTreeMap;
 use crate::analysis::decision::decide;
 use crate::analysis::estimate::{Estimates, interval, ties};
 use crate::analysis::summary::{Stability, WidthSummary};
+use crate::data::plan::SpeculativeArm;
 
 /// Draws per record: the agreement's Monte Carlo error is then under one
 /// point, and the draws cost milliseconds.
@@ -51,11 +52,11 @@ fn drawn(widths: &[WidthSummary], picks: &[usize]) -> Vec<WidthSummary> {
             est.ratio.insert(w.width, e);
         }
     }
-    let valid = |w: usize| widths.iter().any(|x| x.width == w && x.not_a_measurement.is_none());
+    let valid = |w: SpeculativeArm| widths.iter().any(|x| x.width == w && x.not_a_measurement.is_none());
     let best = est
         .ratio
         .iter()
-        .filter(|(w, _)| valid(**w) && **w != crate::data::plan::ADAPTIVE_ARM)
+        .filter(|(w, _)| valid(**w) && **w != crate::data::plan::SpeculativeArm::Adaptive)
         .max_by(|a, b| a.1.ratio.total_cmp(&b.1.ratio));
     let tie = best.map(|(b, _)| ties(&est, *b, valid)).unwrap_or_default();
     widths
@@ -70,7 +71,7 @@ fn drawn(widths: &[WidthSummary], picks: &[usize]) -> Vec<WidthSummary> {
 
 /// The bootstrap of a record's decision (`chosen`, None = off) over its
 /// rounds; None with fewer than two rounds with ratios.
-pub fn stability(widths: &[WidthSummary], chosen: Option<usize>, seed: u64) -> Option<Stability> {
+pub fn stability(widths: &[WidthSummary], chosen: Option<SpeculativeArm>, seed: u64) -> Option<Stability> {
     let mut rounds: Vec<usize> =
         widths.iter().filter_map(|w| w.ratio.as_ref()).flat_map(|r| r.per_round.iter().map(|(k, _)| *k)).collect();
     rounds.sort_unstable();
@@ -79,14 +80,14 @@ pub fn stability(widths: &[WidthSummary], chosen: Option<usize>, seed: u64) -> O
         return None;
     }
     let mut rng = Rng(seed ^ 0x5eed_5eed_5eed_5eed);
-    let mut counts: BTreeMap<Option<usize>, usize> = BTreeMap::new();
+    let mut counts: BTreeMap<Option<SpeculativeArm>, usize> = BTreeMap::new();
     let mut regret = 0.0;
     for _ in 0..DRAWS {
         let picks: Vec<usize> = (0..rounds.len()).map(|_| rounds[rng.below(rounds.len())]).collect();
         let ws = drawn(widths, &picks);
         let d = decide(&ws);
         *counts.entry(d.width).or_default() += 1;
-        let ratio_of = |w: Option<usize>| match w {
+        let ratio_of = |w: Option<SpeculativeArm>| match w {
             None => Some(1.0),
             Some(w) => ws.iter().find(|x| x.width == w).and_then(|x| x.ratio.as_ref()).map(|r| r.ratio),
         };
@@ -100,7 +101,7 @@ pub fn stability(widths: &[WidthSummary], chosen: Option<usize>, seed: u64) -> O
         }
     }
     let n = DRAWS as f64;
-    let mut choices: Vec<(Option<usize>, f64)> = counts.iter().map(|(w, c)| (*w, *c as f64 / n)).collect();
+    let mut choices: Vec<(Option<SpeculativeArm>, f64)> = counts.iter().map(|(w, c)| (*w, *c as f64 / n)).collect();
     choices.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
     Some(Stability {
         draws: DRAWS,

@@ -12,6 +12,7 @@
 //! The unit of replication is the arm (one runtime process): each round
 //! gives one ratio per width, paired by prompt against that round's own
 //! brackets, and a width's interval comes from the spread across rounds.
+use crate::data::plan::SpeculativeArm;
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
@@ -44,7 +45,7 @@ pub fn rate(r: &RequestRow) -> Option<f64> {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Difference {
     pub arm: usize,
-    pub width: Option<usize>,
+    pub width: Option<SpeculativeArm>,
     pub bracket: Option<Bracket>,
     pub prompt_id: String,
     pub burst: usize,
@@ -74,7 +75,7 @@ pub struct RoundBrackets {
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct WidthSummary {
-    pub width: usize,
+    pub width: SpeculativeArm,
     pub arms: Vec<usize>,
     /// Per request: decode tok/s, or end-to-end tok/s in a served sweep ([`rate`]).
     pub tok_per_s: Option<Stats>,
@@ -107,7 +108,7 @@ pub struct WidthSummary {
 impl WidthSummary {
     /// A width with a ratio and a tie test and nothing else measured (ten
     /// requests, no arms): the decision rule's input in unit tests.
-    pub(crate) fn estimated(width: usize, ratio: Option<RatioEstimate>, tie: TieTest) -> WidthSummary {
+    pub(crate) fn estimated(width: SpeculativeArm, ratio: Option<RatioEstimate>, tie: TieTest) -> WidthSummary {
         WidthSummary {
             width,
             arms: vec![],
@@ -135,7 +136,7 @@ impl WidthSummary {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct TypeRow {
     pub prompt_type: String,
-    pub width: Option<usize>,
+    pub width: Option<SpeculativeArm>,
     pub n: usize,
     pub median: f64,
     pub min: f64,
@@ -145,11 +146,11 @@ pub struct TypeRow {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Decision {
     /// `None` is `off`.
-    pub width: Option<usize>,
+    pub width: Option<SpeculativeArm>,
     /// The width with the highest ratio, qualified or not.
-    pub best_width: Option<usize>,
+    pub best_width: Option<SpeculativeArm>,
     /// The widths tied with the best (the best included), narrowest first.
-    pub tied: Vec<usize>,
+    pub tied: Vec<SpeculativeArm>,
     /// The chosen width's ratio (for `off`: the best width's).
     pub ratio: Option<f64>,
     pub ratio_interval: Option<(f64, f64)>,
@@ -161,7 +162,7 @@ pub struct Decision {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct TypeRatio {
     pub prompt_type: String,
-    pub width: usize,
+    pub width: SpeculativeArm,
     pub ratio: f64,
 }
 
@@ -341,7 +342,7 @@ pub struct Stability {
     /// The share of draws that choose the record's width (`off` included).
     pub same: f64,
     /// What the draws chose: `(width or None for off, share)`, largest first.
-    pub choices: Vec<(Option<usize>, f64)>,
+    pub choices: Vec<(Option<SpeculativeArm>, f64)>,
     /// Mean over draws of `1 - ratio(record's choice) / ratio(draw's best)`.
     pub expected_regret: f64,
 }

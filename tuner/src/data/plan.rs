@@ -2,6 +2,7 @@
 //! defaults and bounds, and the arm plan those numbers give ([`plan`]).
 //! Below both the raw data (which records the design) and the sweep (which
 //! runs it), so neither reaches into the other for it.
+use policy::{Drafting, Width};
 use serde::{Deserialize, Serialize};
 
 /// Default tokens per request (docs/records.md, "How long a sweep takes").
@@ -56,18 +57,103 @@ pub const DEFAULT_AUTO_BUDGET_S: f64 = 900.0;
 /// The longest time budget an operator may give `--rounds auto` (a day).
 pub const MAX_AUTO_BUDGET_S: f64 = 86_400.0;
 
-/// The adaptive arm's place among a design's widths (issue 36): a
-/// speculative arm whose runtime chooses each round's draft length in
-/// `0..=cap` (`--adaptive on`, `cap` the widest fixed width,
-/// [`Design::adaptive_cap`]) from the verify-cost curves the sweep has
-/// measured so far. No fixed width is 0, so the number names the arm
-/// everywhere a width does (the plan, the rows, the estimates, the tie
-/// test, the decision); [`arm_label`] writes it for people.
-pub const ADAPTIVE_ARM: usize = 0;
+/// What one speculative arm of a sweep drafts: a fixed width, or the
+/// adaptive draft length (issue 36: the runtime chooses each round's draft
+/// length in `0..=cap` with `--adaptive on`, `cap` the design's widest fixed
+/// width, [`Design::adaptive_cap`], from the verify-cost curves the sweep
+/// has measured so far). [`SpeculativeArm::drafting`] gives the policy's
+/// [`Drafting`] it runs. `Option<SpeculativeArm>` is an arm of the plan,
+/// `None` the classic arms.
+///
+/// Written as a number wherever a record stores it (raw.jsonl, the
+/// summary's JSON and CSV, the plot's axis): a fixed width as itself, the
+/// adaptive arm as 0, which no fixed width is ([`SpeculativeArm::code`]);
+/// so every record written before this type reads back, and re-summarizes,
+/// byte for byte. Ordered as those numbers are: the adaptive arm first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(into = "usize", try_from = "usize")]
+pub enum SpeculativeArm {
+    Adaptive,
+    Fixed(Width),
+}
 
-/// A width as a record writes it: the number, or `adaptive`.
-pub fn arm_label(w: usize) -> String {
-    if w == ADAPTIVE_ARM { "adaptive".to_string() } else { w.to_string() }
+impl SpeculativeArm {
+    /// A fixed width of `n` (the error says the range).
+    pub fn fixed(n: usize) -> Result<SpeculativeArm, String> {
+        Width::new(n).map(SpeculativeArm::Fixed)
+    }
+
+    /// The number a record stores: the width, 0 for the adaptive arm.
+    pub fn code(self) -> usize {
+        match self {
+            SpeculativeArm::Adaptive => 0,
+            SpeculativeArm::Fixed(w) => w.get(),
+        }
+    }
+
+    pub fn is_adaptive(self) -> bool {
+        self == SpeculativeArm::Adaptive
+    }
+
+    /// The fixed width, `None` for the adaptive arm.
+    pub fn width(self) -> Option<Width> {
+        match self {
+            SpeculativeArm::Adaptive => None,
+            SpeculativeArm::Fixed(w) => Some(w),
+        }
+    }
+
+    /// The arm that runs a table entry's choice.
+    pub fn of(d: Drafting) -> SpeculativeArm {
+        match d {
+            Drafting::Adaptive { .. } => SpeculativeArm::Adaptive,
+            Drafting::Fixed(w) => SpeculativeArm::Fixed(w),
+        }
+    }
+
+    /// What the arm's runtime drafts, the adaptive arm up to `cap`.
+    pub fn drafting(self, cap: Width) -> Drafting {
+        match self {
+            SpeculativeArm::Adaptive => Drafting::Adaptive { max: cap },
+            SpeculativeArm::Fixed(w) => Drafting::Fixed(w),
+        }
+    }
+}
+
+/// The arm a record's number names (0 is the adaptive arm); panics on a
+/// number no arm has. For literals in tests.
+#[doc(hidden)]
+pub fn arm(n: usize) -> SpeculativeArm {
+    SpeculativeArm::try_from(n).unwrap_or_else(|e| panic!("{n} names no arm: {e}"))
+}
+
+/// [`arm`] of each number.
+#[doc(hidden)]
+pub fn arms(ns: &[usize]) -> Vec<SpeculativeArm> {
+    ns.iter().map(|&n| arm(n)).collect()
+}
+
+impl From<SpeculativeArm> for usize {
+    fn from(a: SpeculativeArm) -> usize {
+        a.code()
+    }
+}
+
+impl TryFrom<usize> for SpeculativeArm {
+    type Error = String;
+    fn try_from(n: usize) -> Result<SpeculativeArm, String> {
+        if n == 0 { Ok(SpeculativeArm::Adaptive) } else { SpeculativeArm::fixed(n) }
+    }
+}
+
+impl std::fmt::Display for SpeculativeArm {
+    /// As a record writes it for people: the number, or `adaptive`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SpeculativeArm::Adaptive => f.write_str("adaptive"),
+            SpeculativeArm::Fixed(w) => write!(f, "{w}"),
+        }
+    }
 }
 
 /// Which classic bracket of its round an arm is.
@@ -84,8 +170,8 @@ pub struct PlannedArm {
     pub index: usize,
     /// 0-based round.
     pub round: usize,
-    /// Draft width; `None` is classic decoding.
-    pub width: Option<usize>,
+    /// What it drafts; `None` is classic decoding.
+    pub width: Option<SpeculativeArm>,
     /// For classic arms: which bracket of the round.
     pub bracket: Option<Bracket>,
 }
@@ -95,9 +181,9 @@ pub struct PlannedArm {
 /// (`tuner sweep`'s options) and what the raw data records ([`Settings`]).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Design {
-    /// The fixed widths, then [`ADAPTIVE_ARM`] when the sweep runs the
-    /// adaptive arm.
-    pub widths: Vec<usize>,
+    /// The fixed widths, then [`SpeculativeArm::Adaptive`] when the sweep
+    /// runs the adaptive arm.
+    pub widths: Vec<SpeculativeArm>,
     pub rounds: usize,
     /// Recorded passes over the prompt set per speculative arm (`runtime --repeat`).
     pub bursts: usize,
@@ -126,7 +212,7 @@ pub struct Design {
 
 impl Design {
     /// Recorded passes of an arm: bracket arms may run more than speculative ones.
-    pub fn bursts_of(&self, width: Option<usize>) -> usize {
+    pub fn bursts_of(&self, width: Option<SpeculativeArm>) -> usize {
         match width {
             Some(_) => self.bursts,
             None => self.bracket_bursts.unwrap_or(self.bursts),
@@ -135,12 +221,12 @@ impl Design {
 
     /// Whether the sweep runs the adaptive arm.
     pub fn has_adaptive_arm(&self) -> bool {
-        self.widths.contains(&ADAPTIVE_ARM)
+        self.widths.contains(&SpeculativeArm::Adaptive)
     }
 
-    /// The widest fixed width: the adaptive arm's cap.
-    pub fn adaptive_cap(&self) -> usize {
-        self.widths.iter().copied().filter(|w| *w != ADAPTIVE_ARM).max().unwrap_or(1)
+    /// The widest fixed width: the adaptive arm's cap (1 with none).
+    pub fn adaptive_cap(&self) -> Width {
+        self.widths.iter().filter_map(|w| w.width()).max().unwrap_or_else(|| Width::new(1).expect("1 is a width"))
     }
 
     /// The arm plan these numbers give ([`plan`]).
@@ -166,7 +252,7 @@ fn one() -> usize {
 /// The arm plan: every round opens and closes with `bracket_arms` classic
 /// arms; the widths run between them rotated by `round * len / rounds`
 /// positions, so a time trend across the sweep does not line up with width.
-pub fn plan(widths: &[usize], rounds: usize, bracket_arms: usize) -> Vec<PlannedArm> {
+pub fn plan(widths: &[SpeculativeArm], rounds: usize, bracket_arms: usize) -> Vec<PlannedArm> {
     let mut arms = Vec::new();
     for round in 0..rounds {
         let mut order = widths.to_vec();
@@ -194,8 +280,8 @@ mod tests {
 
     #[test]
     fn every_round_is_bracketed_and_the_width_order_rotates() {
-        let p = plan(&[1, 2, 3, 4], 2, 1);
-        let widths: Vec<Option<usize>> = p.iter().map(|a| a.width).collect();
+        let p = plan(&arms(&[1, 2, 3, 4]), 2, 1);
+        let widths: Vec<Option<usize>> = p.iter().map(|a| a.width.map(SpeculativeArm::code)).collect();
         assert_eq!(
             widths,
             vec![None, Some(1), Some(2), Some(3), Some(4), None, None, Some(3), Some(4), Some(1), Some(2), None]
@@ -205,8 +291,8 @@ mod tests {
         assert_eq!(p[6].round, 1);
         assert!(p.iter().enumerate().all(|(i, a)| a.index == i));
         // Three rounds of three widths: each width in a different position each round.
-        let p = plan(&[1, 2, 3], 3, 1);
-        let firsts: Vec<Option<usize>> = p.chunks(5).map(|r| r[1].width).collect();
+        let p = plan(&arms(&[1, 2, 3]), 3, 1);
+        let firsts: Vec<Option<usize>> = p.chunks(5).map(|r| r[1].width.map(SpeculativeArm::code)).collect();
         assert_eq!(firsts, vec![Some(1), Some(2), Some(3)]);
     }
 }

@@ -5,6 +5,7 @@
 //! (append + flush per line), [`read_raw`] (a capped, line-numbered reader
 //! that tolerates only the one partial line an interrupted write leaves at
 //! the end).
+use crate::data::plan::SpeculativeArm;
 use std::collections::BTreeMap;
 use std::io::{BufRead, Read};
 use std::path::{Path, PathBuf};
@@ -170,7 +171,7 @@ pub struct ArmStart {
     /// 0 for the first run of this arm, 1 after a resume re-ran it, ...
     pub attempt: usize,
     pub round: usize,
-    pub width: Option<usize>,
+    pub width: Option<SpeculativeArm>,
     pub bracket: Option<Bracket>,
     pub started_at_unix_ms: u64,
     /// The program and every argument.
@@ -200,7 +201,7 @@ pub struct RequestRow {
     pub arm: usize,
     pub attempt: usize,
     pub round: usize,
-    pub width: Option<usize>,
+    pub width: Option<SpeculativeArm>,
     pub bracket: Option<Bracket>,
     /// The drafter the process ran, from the event that followed the
     /// completion (empty for a request no such event followed).

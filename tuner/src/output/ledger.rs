@@ -129,7 +129,7 @@ pub fn history(lines: &[LedgerLine], key: &str, fingerprint: &str, folder: &str,
 /// The decision in a ledger's words: `width 2`, `off`, or `none (why)`.
 pub fn decision_of(s: &crate::analysis::summary::Summary) -> String {
     match (s.decision.width, s.decision.ratio) {
-        (Some(crate::data::plan::ADAPTIVE_ARM), _) => "adaptive".into(),
+        (Some(crate::data::plan::SpeculativeArm::Adaptive), _) => "adaptive".into(),
         (Some(w), _) => format!("width {w}"),
         (None, Some(_)) => "off".into(),
         (None, None) => format!("none ({})", s.decision.why),

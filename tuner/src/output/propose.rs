@@ -18,10 +18,11 @@ use std::ops::Range;
 use std::path::{Path, PathBuf};
 
 use policy::table::{self, RecordCheck};
-use policy::{DrafterKind, HostClass, PolicyKey, TABLE_FILE};
+use policy::{DrafterKind, Drafting, HostClass, PolicyKey, TABLE_FILE, Width};
 
 use crate::analysis::rules::{Allow, Refusal, check, check_provenance, current_fingerprint, record_key};
 use crate::analysis::summary::Summary;
+use crate::data::plan::SpeculativeArm;
 use crate::data::raw::RawFile;
 
 /// Why `propose` did not produce a table: a refusal (exit 5), or a record
@@ -124,7 +125,8 @@ pub fn entry_fields(raw: &RawFile, s: &Summary, record: &str) -> Result<Fields, 
     let r3 = |x: f64| (x * 1000.0).round() / 1000.0;
     let (ratio, lo, hi) = (r3(ratio), (lo * 1000.0).floor() / 1000.0, (hi * 1000.0).ceil() / 1000.0);
     let cap = raw.header.settings.design.adaptive_cap();
-    let width = width_text(s.decision.width, cap);
+    let drafting = s.decision.width.map(|a| a.drafting(cap));
+    let width = width_text(drafting);
     let note = format!(
         "tuner propose: {}{}; {} rounds (the unit of the interval), each {} classic arm(s) a side x {} burst(s) \
          and one arm per width x {} burst(s) over {} prompts, widths {:?}",
@@ -133,9 +135,10 @@ pub fn entry_fields(raw: &RawFile, s: &Summary, record: &str) -> Result<Fields, 
         s.complete_rounds,
         raw.header.settings.design.bracket_arms,
         raw.header.settings.design.bursts_of(None),
-        raw.header.settings.design.bursts_of(Some(1)),
+        raw.header.settings.design.bursts,
         raw.header.prompts.len(),
-        raw.header.settings.design.widths
+        // The numbers records store (the adaptive arm as 0), as notes have always said them.
+        raw.header.settings.design.widths.iter().map(|w| w.code()).collect::<Vec<_>>()
     );
     let mut fields: Fields = vec![
         ("drafter", toml_str(key.drafter.as_str())),
@@ -169,7 +172,7 @@ pub fn entry_fields(raw: &RawFile, s: &Summary, record: &str) -> Result<Fields, 
         ("weight_formats", format!("[{}]", formats.iter().map(|f| toml_str(f)).collect::<Vec<_>>().join(", "))),
         ("width", width),
     ]);
-    if s.decision.width == Some(crate::data::plan::ADAPTIVE_ARM) {
+    if drafting.is_some_and(Drafting::is_adaptive) {
         fields.push(("adaptive", "true".into()));
     }
     fields.extend([
@@ -193,21 +196,20 @@ pub fn entry_fields(raw: &RawFile, s: &Summary, record: &str) -> Result<Fields, 
 /// The record's tokens per verify pass at `width` (its median over
 /// requests), as the entry writes it (three decimals); `None` for `off` or
 /// a width the record did not measure.
-fn emitted_per_verify(s: &Summary, width: Option<usize>, cap: usize) -> Option<String> {
-    let w = width?;
-    let e = s.widths.iter().find(|x| x.width == w)?.emitted_per_verify?;
-    let most = if w == crate::data::plan::ADAPTIVE_ARM { cap } else { w };
-    let e = ((e * 1000.0).round() / 1000.0).clamp(1.0, (most + 1) as f64);
+fn emitted_per_verify(s: &Summary, arm: Option<SpeculativeArm>, cap: Width) -> Option<String> {
+    let a = arm?;
+    let e = s.widths.iter().find(|x| x.width == a)?.emitted_per_verify?;
+    let most = a.drafting(cap).max().verify_rows();
+    let e = ((e * 1000.0).round() / 1000.0).clamp(1.0, most as f64);
     Some(format!("{e:?}"))
 }
 
 /// The entry's `width` for a decision: the number, `"off"`, or for the
-/// adaptive arm its cap (the widest fixed width; the entry then says
-/// `adaptive = true`).
-fn width_text(width: Option<usize>, cap: usize) -> String {
-    match width {
-        Some(crate::data::plan::ADAPTIVE_ARM) => cap.to_string(),
-        Some(w) => w.to_string(),
+/// adaptive draft length its most (the widest fixed width; the entry then
+/// says `adaptive = true`).
+fn width_text(drafting: Option<Drafting>) -> String {
+    match drafting {
+        Some(d) => d.max().to_string(),
         None => "\"off\"".to_string(),
     }
 }
@@ -670,7 +672,8 @@ pub fn apply_pool(
 ) {
     let width = verdict.width();
     // The adaptive arm's cap: the widest fixed width the record measured.
-    let cap = s.widths.iter().map(|w| w.width).filter(|w| *w != crate::data::plan::ADAPTIVE_ARM).max().unwrap_or(1);
+    let cap = s.widths.iter().filter_map(|w| w.width.width()).max().unwrap_or_else(|| Width::new(1).expect("a width"));
+    let drafting = width.map(|a| a.drafting(cap));
     // The tokens per verify pass are the proposed record's at the pooled width.
     fields.retain(|(k, _)| *k != "emitted_per_verify" && *k != "adaptive");
     if let (Some(e), Some(i)) =
@@ -678,7 +681,9 @@ pub fn apply_pool(
     {
         fields.insert(i + 1, ("emitted_per_verify", e));
     }
-    if let (Some(crate::data::plan::ADAPTIVE_ARM), Some(i)) = (width, fields.iter().position(|(k, _)| *k == "width")) {
+    if let (true, Some(i)) =
+        (drafting.is_some_and(Drafting::is_adaptive), fields.iter().position(|(k, _)| *k == "width"))
+    {
         fields.insert(i + 1, ("adaptive", "true".into()));
     }
     let shown = width.or(pooled.best).and_then(|w| pooled.width(w));
@@ -687,7 +692,7 @@ pub fn apply_pool(
             *x = v;
         }
     };
-    set(fields, "width", width_text(width, cap));
+    set(fields, "width", width_text(drafting));
     if let Some(x) = shown {
         let r3 = |v: f64| (v * 1000.0).round() / 1000.0;
         set(fields, "ratio", r3(x.ratio).to_string());
@@ -774,14 +779,7 @@ pub fn propose(dir: &Path, table_path: Option<&Path>, dry_run: bool, allow: Allo
     let pooled = crate::analysis::pool::pool(&pool_records);
     // An entry of another verify fingerprint rests on other code: the
     // pooled data decide afresh.
-    let current = existing
-        .filter(|e| e.verify_fingerprint == fp)
-        .map(|e| {
-            e.drafting.map(|d| match d {
-                policy::Drafting::Adaptive { .. } => crate::data::plan::ADAPTIVE_ARM,
-                policy::Drafting::Fixed(w) => w.get(),
-            })
-        });
+    let current = existing.filter(|e| e.verify_fingerprint == fp).map(|e| e.drafting.map(SpeculativeArm::of));
     let verdict = crate::analysis::pool::hysteresis(current, &pooled, &pool_records);
     let mut fields = entry_fields(&raw, &s, &record)?;
     apply_pool(&mut fields, &s, &pooled, &verdict);

@@ -177,14 +177,14 @@ fn check_options(opts: &SweepOptions) -> Result<()> {
     }
     // The adaptive arm is the one 0, last (the tuner puts it there).
     let fixed = match d.widths.split_last() {
-        Some((&crate::data::plan::ADAPTIVE_ARM, rest)) => rest,
+        Some((&crate::data::plan::SpeculativeArm::Adaptive, rest)) => rest,
         _ => &d.widths[..],
     };
     if fixed.is_empty() {
         bail!("--widths is empty; give at least one width, e.g. --widths 1-8");
     }
-    if let Some(w) = fixed.iter().find(|w| **w == 0 || **w > policy::MAX_WIDTH) {
-        bail!("--widths: {w} is out of range 1..={}", policy::MAX_WIDTH);
+    if fixed.iter().any(|w| w.is_adaptive()) {
+        bail!("--widths: the adaptive arm runs once, after the fixed widths (--adaptive-arm on), not as a width");
     }
     if d.has_adaptive_arm() && d.cost_contexts.is_empty() {
         bail!(
@@ -434,7 +434,7 @@ fn drive(
         clock.arm_starts(arm.round);
         // The adaptive arm weighs the verify cost: its round's is measured
         // first (the processes run once a round whichever comes first).
-        if arm.width == Some(crate::data::plan::ADAPTIVE_ARM) {
+        if arm.width == Some(crate::data::plan::SpeculativeArm::Adaptive) {
             d.costs(arm.round)?;
         }
         loop {
@@ -680,7 +680,7 @@ impl<'a> Driver<'a> {
     fn attempt(&mut self, arm: &PlannedArm, arms_left: usize) -> Result<Attempt> {
         let what = match arm.width {
             Some(wd) => {
-                format!("arm {} (round {}, width {})", arm.index, arm.round + 1, crate::data::plan::arm_label(wd))
+                format!("arm {} (round {}, width {})", arm.index, arm.round + 1, wd.to_string())
             }
             None => format!("arm {} (round {}, classic)", arm.index, arm.round + 1),
         };
@@ -699,7 +699,7 @@ impl<'a> Driver<'a> {
         let attempt = self.prior_attempts.iter().filter(|&&a| a == arm.index).count()
             + self.attempts_here.get(&arm.index).copied().unwrap_or(0);
         *self.attempts_here.entry(arm.index).or_default() += 1;
-        if arm.width == Some(crate::data::plan::ADAPTIVE_ARM) && cost_curve_args(&self.curves).is_empty() {
+        if arm.width == Some(crate::data::plan::SpeculativeArm::Adaptive) && cost_curve_args(&self.curves).is_empty() {
             let msg = format!(
                 "{what}: the adaptive arm weighs the verify pass's cost, and no cost process of this sweep has \
                  measured it yet (raw.jsonl's `cost` lines say why); `tuner sweep --resume {}` measures it again",
@@ -795,7 +795,7 @@ impl<'a> Driver<'a> {
             Some(_) => argv.extend(arm::served::serve_args(s, arm.width)),
             None => argv.extend(arm::generate::arm_args(s, arm.width)),
         }
-        if arm.width == Some(crate::data::plan::ADAPTIVE_ARM) {
+        if arm.width == Some(crate::data::plan::SpeculativeArm::Adaptive) {
             argv.extend(cost_curve_args(&self.curves));
         }
         self.w.write(&RawLine::from(ArmStart {

@@ -4,15 +4,16 @@
 //! more contention than the defaults allow.
 use super::Refusal;
 use crate::analysis::summary::Summary;
+use crate::data::plan::SpeculativeArm;
 use crate::host::gate::GateConfig;
 
 /// Refuses a decision for the widest width the sweep measured when that
 /// width is not the largest a width may be: the best width may lie past the
 /// range, so the record cannot tell.
-pub fn check_range(s: &Summary, widths: &[usize]) -> Result<(), Refusal> {
+pub fn check_range(s: &Summary, widths: &[SpeculativeArm]) -> Result<(), Refusal> {
     let Some(chosen) = s.decision.width else { return Ok(()) };
     let widest = widths.iter().copied().max().unwrap_or(chosen);
-    if chosen == widest && widest < policy::MAX_WIDTH && widths.len() > 1 {
+    if chosen == widest && widest.code() < policy::MAX_WIDTH && widths.len() > 1 {
         return Err(Refusal::WidestWidth { width: chosen, widths: widths.to_vec() });
     }
     Ok(())

@@ -4,6 +4,7 @@
 //! The variants from [`Refusal::NotUnderRecords`] on are not judgements of
 //! the measurement but of where `tuner propose` was pointed (the record's
 //! folder, the table, the file system).
+use crate::data::plan::SpeculativeArm;
 use std::path::PathBuf;
 
 /// Why a record cannot become an entry. Each message ends with the remedy.
@@ -54,7 +55,7 @@ pub enum Refusal {
         "the chosen width {width} is not a measurement ({why}); a declined or zero-round arm measured classic \
          decoding: fix the drafter or the probe, then re-run the sweep"
     )]
-    NotAMeasurement { width: usize, why: String },
+    NotAMeasurement { width: SpeculativeArm, why: String },
     #[error(
         "the decision is `off`, but width(s) {0} were not measurements, so `off` is not shown for every width; \
          fix them and re-run the sweep"
@@ -77,11 +78,12 @@ pub enum Refusal {
     #[error("the raw data does not match the plan or itself: {0}")]
     DataProblems(String),
     #[error(
-        "the chosen width {width} is the widest the sweep measured ({widths:?}): the best width may lie past the \
+        "the chosen width {width} is the widest the sweep measured ([{shown}]): the best width may lie past the \
          range, so the record cannot say; re-run `tuner sweep` with wider `--widths` (e.g. 1-{wider})",
-        wider = (width + 4).min(policy::MAX_WIDTH)
+        shown = widths.iter().map(SpeculativeArm::to_string).collect::<Vec<_>>().join(", "),
+        wider = (width.code() + 4).min(policy::MAX_WIDTH)
     )]
-    WidestWidth { width: usize, widths: Vec<usize> },
+    WidestWidth { width: SpeculativeArm, widths: Vec<SpeculativeArm> },
     #[error(
         "the sweep's gate was looser than the defaults ({0}), so its arms ran through more contention than a \
          record may; re-run `tuner sweep` with the default gate, or pass --allow-loose-gate (the entry's note then \

@@ -171,7 +171,7 @@ pub fn summarize_with(raw: &RawFile, with_stability: bool) -> Result<Summary> {
         auto_rounds: sc.settled,
         arms_complete: sc.ok_arms.len(),
         arms_failed: sc.arms_failed,
-        expected_requests_per_arm: h.prompts.len() * st.bursts_of(Some(1)),
+        expected_requests_per_arm: h.prompts.len() * st.bursts,
         expected_requests_per_bracket_arm: h.prompts.len() * st.bursts_of(None),
         decision_rule: {
             let rule = if served { DECISION_RULE_SERVED } else { DECISION_RULE };
@@ -226,8 +226,9 @@ fn last_halt(raw: &RawFile) -> Option<crate::data::raw::Halt> {
 mod tests {
     use super::*;
     use crate::analysis::estimate::{RatioEstimate, TieTest};
+    use crate::data::plan::{SpeculativeArm, arm, arms};
 
-    fn ws(width: usize, ratio: f64, lo: f64, hi: f64, tied: bool) -> WidthSummary {
+    fn ws(width: SpeculativeArm, ratio: f64, lo: f64, hi: f64, tied: bool) -> WidthSummary {
         let r = RatioEstimate {
             ratio,
             interval: Some((lo, hi)),
@@ -259,72 +260,82 @@ mod tests {
     #[test]
     fn the_rule_takes_the_narrowest_tied_width_whose_interval_is_above_one() {
         // Width 3 is best; 1 is tied but its interval reaches 1.0; 2 is tied and above.
-        let d = decide(&[ws(1, 1.10, 0.98, 1.2, true), ws(2, 1.20, 1.12, 1.30, true), ws(3, 1.25, 1.1, 1.4, true)]);
-        assert_eq!(d.width, Some(2));
-        assert_eq!(d.best_width, Some(3));
-        assert_eq!(d.tied, vec![1, 2, 3]);
+        let d = decide(&[
+            ws(arm(1), 1.10, 0.98, 1.2, true),
+            ws(arm(2), 1.20, 1.12, 1.30, true),
+            ws(arm(3), 1.25, 1.1, 1.4, true),
+        ]);
+        assert_eq!(d.width, Some(arm(2)));
+        assert_eq!(d.best_width, Some(arm(3)));
+        assert_eq!(d.tied, arms(&[1, 2, 3]));
         assert_eq!(d.ratio, Some(1.20));
         // A width credibly below the best is not taken, however narrow.
-        let d = decide(&[ws(1, 1.10, 1.05, 1.15, false), ws(2, 1.20, 1.12, 1.30, true)]);
-        assert_eq!(d.width, Some(2));
-        assert_eq!(d.tied, vec![2]);
+        let d = decide(&[ws(arm(1), 1.10, 1.05, 1.15, false), ws(arm(2), 1.20, 1.12, 1.30, true)]);
+        assert_eq!(d.width, Some(arm(2)));
+        assert_eq!(d.tied, arms(&[2]));
     }
 
     #[test]
     fn no_qualified_width_is_off_with_the_best_ratio() {
-        let d = decide(&[ws(1, 0.9, 0.85, 0.95, false), ws(2, 1.02, 0.97, 1.08, true)]);
+        let d = decide(&[ws(arm(1), 0.9, 0.85, 0.95, false), ws(arm(2), 1.02, 0.97, 1.08, true)]);
         assert_eq!(d.width, None);
-        assert_eq!(d.best_width, Some(2));
+        assert_eq!(d.best_width, Some(arm(2)));
         assert!(d.why.contains("no width"), "{}", d.why);
         assert_eq!(decide(&[]).width, None);
     }
 
     #[test]
     fn the_adaptive_arm_is_chosen_only_when_tied_with_the_best_fixed_width_and_above_one() {
-        use crate::data::plan::ADAPTIVE_ARM as A;
-        let fixed = || vec![ws(1, 1.10, 0.98, 1.2, true), ws(2, 1.20, 1.12, 1.30, true), ws(3, 1.25, 1.1, 1.4, true)];
+        use crate::data::plan::SpeculativeArm::Adaptive as A;
+        let fixed = || {
+            vec![
+                ws(arm(1), 1.10, 0.98, 1.2, true),
+                ws(arm(2), 1.20, 1.12, 1.30, true),
+                ws(arm(3), 1.25, 1.1, 1.4, true),
+            ]
+        };
         // Tied with the best fixed width (3) and above 1.0: chosen, though
         // its ratio is below the best's and width 2 qualifies.
         let mut w = fixed();
         w.push(ws(A, 1.22, 1.15, 1.30, true));
         let d = decide(&w);
-        assert_eq!((d.width, d.best_width, d.ratio), (Some(A), Some(3), Some(1.22)));
+        assert_eq!((d.width, d.best_width, d.ratio), (Some(A), Some(arm(3)), Some(1.22)));
         assert!(d.why.contains("the fixed widths alone: width 2"), "{}", d.why);
         assert!(d.why.contains("the best fixed width 3 (1.250)"), "{}", d.why);
         // Faster than every fixed width: still the best is the best fixed one.
         let mut w = fixed();
         w.push(ws(A, 1.40, 1.3, 1.5, true));
         let d = decide(&w);
-        assert_eq!((d.width, d.best_width), (Some(A), Some(3)));
+        assert_eq!((d.width, d.best_width), (Some(A), Some(arm(3))));
         // Credibly slower than the best fixed width: the fixed choice stands, saying why.
         let mut w = fixed();
         w.push(ws(A, 1.15, 1.1, 1.2, false));
         let d = decide(&w);
-        assert_eq!(d.width, Some(2));
+        assert_eq!(d.width, Some(arm(2)));
         assert!(d.why.contains("the adaptive arm is not chosen: credibly slower"), "{}", d.why);
         // Tied but its interval reaches 1.0: not chosen.
         let mut w = fixed();
         w.push(ws(A, 1.1, 0.99, 1.3, true));
-        assert_eq!(decide(&w).width, Some(2));
+        assert_eq!(decide(&w).width, Some(arm(2)));
         // Not a measurement: not chosen, and named.
         let mut a = ws(A, 1.3, 1.2, 1.4, true);
         a.not_a_measurement = Some("declined".into());
         let mut w = fixed();
         w.push(a);
         let d = decide(&w);
-        assert_eq!(d.width, Some(2));
+        assert_eq!(d.width, Some(arm(2)));
         assert!(d.why.contains("not a measurement (declined)"), "{}", d.why);
         // The fixed widths off, the adaptive arm tied and above 1.0: chosen.
-        let d = decide(&[ws(1, 1.02, 0.97, 1.08, true), ws(A, 1.05, 1.01, 1.09, true)]);
+        let d = decide(&[ws(arm(1), 1.02, 0.97, 1.08, true), ws(A, 1.05, 1.01, 1.09, true)]);
         assert_eq!(d.width, Some(A));
         assert!(d.why.contains("the fixed widths alone: off"), "{}", d.why);
     }
 
     #[test]
     fn a_width_that_is_not_a_measurement_is_never_the_best_or_chosen() {
-        let mut bad = ws(1, 1.5, 1.4, 1.6, true);
+        let mut bad = ws(arm(1), 1.5, 1.4, 1.6, true);
         bad.not_a_measurement = Some("declined".into());
-        let d = decide(&[bad, ws(2, 1.2, 1.1, 1.3, true)]);
-        assert_eq!((d.width, d.best_width), (Some(2), Some(2)));
+        let d = decide(&[bad, ws(arm(2), 1.2, 1.1, 1.3, true)]);
+        assert_eq!((d.width, d.best_width), (Some(arm(2)), Some(arm(2))));
     }
 }

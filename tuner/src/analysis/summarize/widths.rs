@@ -3,6 +3,7 @@
 //! and their drift verdicts ([`rounds`]), every output against classic
 //! ([`Identity`]), each width's numbers and its tie with the best
 //! ([`widths`]), and the rates by prompt type ([`by_type`]).
+use crate::data::plan::SpeculativeArm;
 use std::collections::BTreeMap;
 
 use crate::analysis::estimate::{self, ArmLevels, Estimates};
@@ -174,12 +175,12 @@ pub(super) fn widths(
     // adaptive arm is tested against it too, but is never the best).
     let best = widths
         .iter()
-        .filter(|w| w.not_a_measurement.is_none() && w.width != crate::data::plan::ADAPTIVE_ARM)
+        .filter(|w| w.not_a_measurement.is_none() && w.width != crate::data::plan::SpeculativeArm::Adaptive)
         .filter_map(|w| w.ratio.as_ref().map(|r| (w.width, r.ratio)))
         .max_by(|a, b| a.1.total_cmp(&b.1))
         .map(|(w, _)| w);
     if let Some(b) = best {
-        let measured = |x: usize| widths.iter().any(|w| w.width == x && w.not_a_measurement.is_none());
+        let measured = |x: SpeculativeArm| widths.iter().any(|w| w.width == x && w.not_a_measurement.is_none());
         let ties = estimate::ties(est, b, measured);
         for t in ties {
             if let Some(w) = widths.iter_mut().find(|w| w.width == t.width) {
@@ -192,7 +193,7 @@ pub(super) fn widths(
 
 /// One width's numbers from its requests `mine` (its tie comes later).
 fn width(
-    w: usize,
+    w: SpeculativeArm,
     arms: Vec<usize>,
     mine: &[&RequestRow],
     est: &Estimates,
@@ -246,7 +247,7 @@ fn width(
 /// The rates by prompt type and arm kind (classic, then each width).
 pub(super) fn by_type(raw: &RawFile, reqs: &[&RequestRow]) -> Vec<TypeRow> {
     let mut by_type = Vec::new();
-    let arm_kinds: Vec<Option<usize>> =
+    let arm_kinds: Vec<Option<SpeculativeArm>> =
         std::iter::once(None).chain(raw.header.settings.design.widths.iter().map(|w| Some(*w))).collect();
     for t in prompt_types(raw) {
         for k in &arm_kinds {

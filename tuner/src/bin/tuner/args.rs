@@ -3,6 +3,7 @@
 //! resolved, drafter settings made complete).
 use std::path::PathBuf;
 use std::time::Duration;
+use tuner::data::plan::SpeculativeArm;
 
 use clap::{Parser, Subcommand};
 use policy::DrafterKind;
@@ -331,7 +332,7 @@ impl SweepArgs {
                 widths: {
                     let mut w = parse_widths(&a.widths)?;
                     if a.adaptive_arm {
-                        w.push(tuner::data::plan::ADAPTIVE_ARM);
+                        w.push(SpeculativeArm::Adaptive);
                     }
                     w
                 },
@@ -366,8 +367,8 @@ pub fn seconds(flag: &str, s: f64) -> anyhow::Result<Duration> {
     Duration::try_from_secs_f64(s).map_err(|_| anyhow::anyhow!("{flag} {s}: not a number of seconds"))
 }
 
-/// `1-8` or `1,2,4` (or a mix: `1-3,6`).
-pub fn parse_widths(s: &str) -> anyhow::Result<Vec<usize>> {
+/// `1-8` or `1,2,4` (or a mix: `1-3,6`): the fixed widths, each 1..=32.
+pub fn parse_widths(s: &str) -> anyhow::Result<Vec<SpeculativeArm>> {
     let mut out = Vec::new();
     for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
         let num =
@@ -385,7 +386,12 @@ pub fn parse_widths(s: &str) -> anyhow::Result<Vec<usize>> {
     }
     out.sort_unstable();
     out.dedup();
-    Ok(out)
+    out.into_iter()
+        .map(|w| {
+            SpeculativeArm::fixed(w)
+                .map_err(|_| anyhow::anyhow!("--widths: {w} is out of range 1..={}", policy::MAX_WIDTH))
+        })
+        .collect()
 }
 
 /// The `--drafter` value as the runtime's kind; an unknown name is an error
@@ -473,8 +479,11 @@ mod tests {
 
     #[test]
     fn widths_parse_as_ranges_and_lists() {
-        assert_eq!(parse_widths("1-8").unwrap(), (1..=8).collect::<Vec<_>>());
-        assert_eq!(parse_widths("4,1-2, 4").unwrap(), vec![1, 2, 4]);
+        let codes = |s: &str| parse_widths(s).unwrap().iter().map(|w| w.code()).collect::<Vec<_>>();
+        assert_eq!(codes("1-8"), (1..=8).collect::<Vec<_>>());
+        assert_eq!(codes("4,1-2, 4"), vec![1, 2, 4]);
+        assert!(parse_widths("0").unwrap_err().to_string().contains("0 is out of range"));
+        assert!(parse_widths("33").unwrap_err().to_string().contains("33 is out of range"));
         assert!(parse_widths("8-1").is_err());
         assert!(parse_widths("1-99").is_err());
         assert!(parse_widths("two").unwrap_err().to_string().contains("not a width"));

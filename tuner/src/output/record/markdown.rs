@@ -1,5 +1,6 @@
 //! `record.md`: [`markdown`] joins the record's sections, each written by
 //! its own function from the [`Summary`] and the raw header.
+use crate::data::plan::SpeculativeArm;
 use std::fmt::Write as _;
 
 use super::{conclusions, headline, opt, r, ratio, statistic, title, tps};
@@ -61,9 +62,9 @@ pub fn stability_line(s: &Summary) -> String {
     let Some(st) = &s.stability else {
         return "**Stability**: not stated (fewer than two rounds with ratios).".to_string();
     };
-    let name = |w: Option<usize>| {
+    let name = |w: Option<SpeculativeArm>| {
         w.map_or("off".to_string(), |w| {
-            if w == crate::data::plan::ADAPTIVE_ARM {
+            if w == crate::data::plan::SpeculativeArm::Adaptive {
                 "the adaptive draft length".to_string()
             } else {
                 format!("width {w}")
@@ -209,7 +210,7 @@ fn method(raw: &RawFile, s: &Summary) -> String {
         if st.served.is_some() { "serve --json" } else { "generate --json" },
         st.design.bracket_arms,
         st.design.warmup,
-        st.design.bursts_of(Some(1)),
+        st.design.bursts,
         st.design.bursts_of(None),
         st.design.max_tokens,
         st.design.threads
@@ -220,12 +221,14 @@ fn method(raw: &RawFile, s: &Summary) -> String {
         st.drafter,
         st.drafter_model.as_ref().map_or(String::new(), |p| format!(" (model {})", p.display()))
     );
-    let _ = writeln!(m, "- widths: {:?}, rounds: {}, arms: {}", st.design.widths, st.design.rounds, h.plan.len());
+    // The numbers raw.jsonl stores (the adaptive arm as 0).
+    let codes: Vec<usize> = st.design.widths.iter().map(|w| w.code()).collect();
+    let _ = writeln!(m, "- widths: {codes:?}, rounds: {}, arms: {}", st.design.rounds, h.plan.len());
     let order: Vec<String> = h
         .plan
         .iter()
         .map(|a| match a.width {
-            Some(crate::data::plan::ADAPTIVE_ARM) => "A".into(),
+            Some(crate::data::plan::SpeculativeArm::Adaptive) => "A".into(),
             Some(w) => w.to_string(),
             None => "C".into(),
         })
@@ -236,7 +239,7 @@ fn method(raw: &RawFile, s: &Summary) -> String {
         m,
         "- requests per arm: {} prompts x {} bursts = {} (speculative), x {} = {} (bracket)",
         h.prompts.len(),
-        st.design.bursts_of(Some(1)),
+        st.design.bursts,
         s.expected_requests_per_arm,
         st.design.bursts_of(None),
         s.expected_requests_per_bracket_arm
@@ -481,7 +484,7 @@ fn widths(s: &Summary) -> String {
         let _ = writeln!(
             m,
             "| {} | {pooled} | {per_round} | {vs_best} | {tied} | {} | {} | {n} | {med} | {rg} | {} | {} | {} | {} | {} | {} |",
-            crate::data::plan::arm_label(w.width),
+            w.width.to_string(),
             ratio(&w.ratio_vs_open),
             ratio(&w.ratio_vs_close),
             opt(w.acceptance, 3),
@@ -511,7 +514,7 @@ fn time_to_first_token(s: &Summary) -> String {
         };
         let _ = writeln!(m, "| classic | {} |", ms(&s.classic_ttft_ms));
         for w in &s.widths {
-            let _ = writeln!(m, "| width {} | {} |", crate::data::plan::arm_label(w.width), ms(&w.ttft_ms));
+            let _ = writeln!(m, "| width {} | {} |", w.width.to_string(), ms(&w.ttft_ms));
         }
     }
     m
@@ -565,11 +568,11 @@ fn by_prompt_type(raw: &RawFile, s: &Summary) -> String {
     types.dedup();
     let _ = write!(m, "| type | classic |");
     for w in &st.widths {
-        let _ = write!(m, " W={} |", crate::data::plan::arm_label(*w));
+        let _ = write!(m, " W={} |", w.to_string());
     }
     let _ = writeln!(m, "\n|---|---|{}", "---|".repeat(st.widths.len()));
     for t in &types {
-        let cell = |k: Option<usize>| {
+        let cell = |k: Option<SpeculativeArm>| {
             s.by_type
                 .iter()
                 .find(|x| x.prompt_type == *t && x.width == k)
@@ -609,7 +612,7 @@ fn output_identity(s: &Summary) -> String {
                 m,
                 "| {} | {} | {} | {} | {} | {} |",
                 d.arm,
-                d.width.map_or("classic".into(), crate::data::plan::arm_label),
+                d.width.map_or("classic".into(), |w| w.to_string()),
                 d.prompt_id,
                 d.burst,
                 d.first_differing_token,
@@ -742,7 +745,7 @@ fn validity(s: &Summary) -> String {
         let _ = writeln!(
             m,
             "- Width {} is not a measurement: {}.",
-            crate::data::plan::arm_label(w.width),
+            w.width.to_string(),
             w.not_a_measurement.as_deref().unwrap_or_default()
         );
     }

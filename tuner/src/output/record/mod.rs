@@ -2,6 +2,7 @@
 //! [`Summary`] and the raw header. Every number in the record comes from the
 //! summary; a value that is missing is written as what is missing and why,
 //! never as a placeholder.
+use crate::data::plan::SpeculativeArm;
 use std::path::Path;
 
 use anyhow::{Context, Result};
@@ -68,7 +69,7 @@ pub fn statistic(s: &Summary) -> &'static str {
 /// The record's first line after the status: the decision and its interval.
 pub fn headline(s: &Summary) -> String {
     let d = &s.decision;
-    let tied = d.tied.iter().map(usize::to_string).collect::<Vec<_>>().join(", ");
+    let tied = d.tied.iter().map(SpeculativeArm::to_string).collect::<Vec<_>>().join(", ");
     let survives = s.drift_survival.as_ref().is_some_and(|d| d.survives);
     let validity = if s.drift && survives {
         " **The host drifted, and the decision survives it** (the same choice against either bracket alone; the \
@@ -81,7 +82,7 @@ pub fn headline(s: &Summary) -> String {
         ""
     };
     match (d.width, d.ratio, d.ratio_interval) {
-        (Some(crate::data::plan::ADAPTIVE_ARM), Some(r), Some((lo, hi))) => format!(
+        (Some(crate::data::plan::SpeculativeArm::Adaptive), Some(r), Some((lo, hi))) => format!(
             "**Decision: the adaptive draft length** (each round's draft chosen up to the widest width), {r:.3}x classic [{lo:.3}, {hi:.3}] (95%, {} rounds; the process is the unit), tied with or faster than the best fixed width ({}). Fixed widths tied with the best: {tied}.{validity}",
             s.complete_rounds,
             d.best_width.map_or("none".into(), |b| b.to_string())
@@ -110,14 +111,16 @@ pub fn conclusions(s: &Summary) -> Vec<String> {
             if o.above_one() && c.above_one() {
                 out.push(format!(
                     "Survives the drift: width {} is faster than classic against both brackets ({} vs open, {} vs close).",
-                    w.width,
+                    // The number raw.jsonl stores (the adaptive arm as 0), as records have always printed
+                    // it here; naming the adaptive arm in these lines is issue 58's.
+                    w.width.code(),
                     iv(o),
                     iv(c)
                 ));
             } else if o.below_one() && c.below_one() {
                 out.push(format!(
                     "Survives the drift: width {} is slower than classic against both brackets ({} vs open, {} vs close).",
-                    w.width,
+                    w.width.code(),
                     iv(o),
                     iv(c)
                 ));
@@ -147,22 +150,18 @@ pub fn conclusions(s: &Summary) -> Vec<String> {
     }
     let d = &s.decision;
     match (d.width, d.ratio, d.ratio_interval) {
-        (Some(crate::data::plan::ADAPTIVE_ARM), Some(_), Some(_)) => {
+        (Some(crate::data::plan::SpeculativeArm::Adaptive), Some(_), Some(_)) => {
             out.push(format!("By the decision rule the entry is the adaptive draft length: {}.", d.why))
         }
         (Some(w), Some(r), Some((lo, hi))) => out.push(format!(
             "By the decision rule the width is {w}: ratio {r:.3}, interval [{lo:.3}, {hi:.3}] wholly above 1.0; the narrowest of the tied widths {:?} that qualifies.",
-            d.tied
+            d.tied.iter().map(|w| w.code()).collect::<Vec<_>>()
         )),
         (None, Some(_), _) => out.push(format!("By the decision rule the entry is `off`: {}.", d.why)),
         _ => out.push(format!("No decision: {}.", d.why)),
     }
     let widths_where = |f: fn(&RatioEstimate) -> bool| -> Vec<String> {
-        s.widths
-            .iter()
-            .filter(|w| w.ratio.as_ref().is_some_and(f))
-            .map(|w| crate::data::plan::arm_label(w.width))
-            .collect()
+        s.widths.iter().filter(|w| w.ratio.as_ref().is_some_and(f)).map(|w| w.width.to_string()).collect()
     };
     let faster = widths_where(RatioEstimate::above_one);
     let slower = widths_where(RatioEstimate::below_one);
@@ -172,12 +171,8 @@ pub fn conclusions(s: &Summary) -> Vec<String> {
     if !slower.is_empty() {
         out.push(format!("Slower than classic (interval wholly below 1.0): width(s) {}.", slower.join(", ")));
     }
-    let bad: Vec<String> = s
-        .widths
-        .iter()
-        .filter(|w| w.not_a_measurement.is_some())
-        .map(|w| crate::data::plan::arm_label(w.width))
-        .collect();
+    let bad: Vec<String> =
+        s.widths.iter().filter(|w| w.not_a_measurement.is_some()).map(|w| w.width.to_string()).collect();
     if !bad.is_empty() {
         out.push(format!(
             "Width(s) {} are not measurements: under the tie rule any width can change the decision, so no entry can be proposed.",
@@ -244,7 +239,8 @@ pub fn write_csv(path: &Path, s: &Summary) -> Result<()> {
     w.write_record(&row)?;
     for ws in &s.widths {
         let WidthSummary { width, tok_per_s, ratio, ratio_vs_open, ratio_vs_close, tie, .. } = ws;
-        let mut row = vec!["speculative".to_string(), crate::data::plan::arm_label(*width)];
+        // The width column as people read it: the number, or `adaptive`.
+        let mut row = vec!["speculative".to_string(), width.to_string()];
         row.extend(st(tok_per_s));
         row.push(ratio.as_ref().map_or(String::new(), |r| r.rounds.to_string()));
         row.push(f(ratio.as_ref().map(|r| r.ratio)));
@@ -275,8 +271,11 @@ pub fn write_csv(path: &Path, s: &Summary) -> Result<()> {
 /// interval). The y range is the widths' intervals and 1.0 (a prompt type's
 /// point outside it is clipped, and the legend says so); the x ticks are
 /// the measured widths; the legend sits beside the data, not on it.
-pub fn write_plot(path: &Path, s: &Summary, widths: &[usize]) -> Result<()> {
+pub fn write_plot(path: &Path, s: &Summary, widths: &[SpeculativeArm]) -> Result<()> {
     use plotters::prelude::*;
+    // The x axis: each arm at its stored number, the adaptive arm at 0 ("A").
+    let widths: Vec<usize> = widths.iter().map(|w| w.code()).collect();
+    let adaptive_x = SpeculativeArm::Adaptive.code() as f64;
     let root = SVGBackend::new(path, (1000, 560)).into_drawing_area();
     let err = |e: &dyn std::fmt::Display| anyhow::anyhow!("drawing {}: {e}", path.display());
     root.fill(&WHITE).map_err(|e| err(&e))?;
@@ -297,9 +296,8 @@ pub fn write_plot(path: &Path, s: &Summary, widths: &[usize]) -> Result<()> {
     let xmax = widths.iter().copied().max().unwrap_or(1) as f64 + 0.5;
     let xmin = widths.iter().copied().min().unwrap_or(1) as f64 - 0.5;
     let chosen = s.decision.width;
-    let measured: Vec<usize> = widths.to_vec();
-    let measured_adaptive = widths.contains(&crate::data::plan::ADAPTIVE_ARM);
-    const ADAPTIVE_X: f64 = crate::data::plan::ADAPTIVE_ARM as f64;
+    let measured: Vec<usize> = widths.clone();
+    let measured_adaptive = widths.contains(&SpeculativeArm::Adaptive.code());
     let mut chart = ChartBuilder::on(&plot_area)
         .caption(format!("ratio to classic ({}) by width", statistic(s)), ("sans-serif", 17))
         .margin(12)
@@ -312,7 +310,7 @@ pub fn write_plot(path: &Path, s: &Summary, widths: &[usize]) -> Result<()> {
     let tick = move |x: &f64| {
         let n = x.round();
         if (x - n).abs() < 1e-9 && measured.contains(&(n as usize)) {
-            if n as usize == crate::data::plan::ADAPTIVE_ARM { "A".to_string() } else { format!("{}", n as usize) }
+            if n == adaptive_x { "A".to_string() } else { format!("{}", n as usize) }
         } else {
             String::new()
         }
@@ -324,7 +322,7 @@ pub fn write_plot(path: &Path, s: &Summary, widths: &[usize]) -> Result<()> {
         .disable_x_mesh()
         .light_line_style(BLACK.mix(0.05))
         .x_desc(match chosen {
-            Some(crate::data::plan::ADAPTIVE_ARM) => {
+            Some(crate::data::plan::SpeculativeArm::Adaptive) => {
                 "draft width (tokens per verify; A = adaptive); chosen: A".to_string()
             }
             Some(w) if measured_adaptive => format!("draft width (tokens per verify; A = adaptive); chosen: {w}"),
@@ -338,7 +336,7 @@ pub fn write_plot(path: &Path, s: &Summary, widths: &[usize]) -> Result<()> {
     let shade = RGBColor(70, 130, 180).mix(0.15);
     chart
         .draw_series(s.decision.tied.iter().map(|&w| {
-            let x = w as f64;
+            let x = w.code() as f64;
             Rectangle::new([(x - 0.4, ylo), (x + 0.4, yhi)], shade.filled())
         }))
         .map_err(|e| err(&e))?;
@@ -361,9 +359,9 @@ pub fn write_plot(path: &Path, s: &Summary, widths: &[usize]) -> Result<()> {
         let color = Palette99::pick(i).to_rgba().mix(0.7);
         let pts: Vec<(f64, f64)> = widths
             .iter()
-            .filter(|w| **w != crate::data::plan::ADAPTIVE_ARM)
+            .filter(|w| **w != SpeculativeArm::Adaptive.code())
             .filter_map(|w| {
-                s.type_ratios.iter().find(|x| x.prompt_type == *t && x.width == *w).map(|x| (*w as f64, x.ratio))
+                s.type_ratios.iter().find(|x| x.prompt_type == *t && x.width.code() == *w).map(|x| (*w as f64, x.ratio))
             })
             .collect();
         clipped |= pts.iter().any(|(_, y)| *y < ylo || *y > yhi);
@@ -375,8 +373,11 @@ pub fn write_plot(path: &Path, s: &Summary, widths: &[usize]) -> Result<()> {
     }
     /// (width, ratio, interval) of each width with a ratio.
     type Point = (f64, f64, Option<(f64, f64)>);
-    let all: Vec<Point> =
-        s.widths.iter().filter_map(|w| w.ratio.as_ref().map(|r| (w.width as f64, r.ratio, r.interval))).collect();
+    let all: Vec<Point> = s
+        .widths
+        .iter()
+        .filter_map(|w| w.ratio.as_ref().map(|r| (w.width.code() as f64, r.ratio, r.interval)))
+        .collect();
     chart
         .draw_series(all.iter().filter_map(|(x, _, iv)| {
             iv.map(|(lo, hi)| PathElement::new(vec![(*x, lo.max(ylo)), (*x, hi.min(yhi))], BLACK.stroke_width(2)))
@@ -385,13 +386,13 @@ pub fn write_plot(path: &Path, s: &Summary, widths: &[usize]) -> Result<()> {
     // The fixed widths joined by a line; the adaptive arm (at A) a point of its own.
     chart
         .draw_series(LineSeries::new(
-            all.iter().filter(|(x, _, _)| *x != ADAPTIVE_X).map(|(x, y, _)| (*x, *y)),
+            all.iter().filter(|(x, _, _)| *x != adaptive_x).map(|(x, y, _)| (*x, *y)),
             BLACK.stroke_width(2),
         ))
         .map_err(|e| err(&e))?;
     chart
         .draw_series(
-            all.iter().filter(|(x, _, _)| *x == ADAPTIVE_X).map(|(x, y, _)| Circle::new((*x, *y), 4, BLACK.filled())),
+            all.iter().filter(|(x, _, _)| *x == adaptive_x).map(|(x, y, _)| Circle::new((*x, *y), 4, BLACK.filled())),
         )
         .map_err(|e| err(&e))?;
     legend.insert(0, ("all prompts: ratio and 95% interval".into(), LegendMark::Line(BLACK.to_rgba(), 2)));
@@ -400,16 +401,16 @@ pub fn write_plot(path: &Path, s: &Summary, widths: &[usize]) -> Result<()> {
         legend.insert(2, ("tied with the best width".into(), LegendMark::Band(shade.to_rgba())));
     }
     if let Some(b) = s.decision.best_width
-        && let Some((x, y, _)) = all.iter().find(|(x, _, _)| *x == b as f64)
+        && let Some((x, y, _)) = all.iter().find(|(x, _, _)| *x == b.code() as f64)
     {
         chart.draw_series(std::iter::once(TriangleMarker::new((*x, *y), 7, BLUE.filled()))).map_err(|e| err(&e))?;
         legend.push((format!("best width {b}"), LegendMark::Triangle));
     }
     if let Some(w) = chosen
-        && let Some((x, y, _)) = all.iter().find(|(x, _, _)| *x == w as f64)
+        && let Some((x, y, _)) = all.iter().find(|(x, _, _)| *x == w.code() as f64)
     {
         chart.draw_series(std::iter::once(Circle::new((*x, *y), 9, RED.stroke_width(3)))).map_err(|e| err(&e))?;
-        legend.push((format!("chosen width {}", crate::data::plan::arm_label(w)), LegendMark::Ring));
+        legend.push((format!("chosen width {}", w.to_string()), LegendMark::Ring));
     }
     draw_legend(&legend_area, &legend, clipped, &title(s)).map_err(|e| err(&e))?;
     root.present().map_err(|e| err(&e))?;

@@ -9,9 +9,9 @@ use anyhow::Result;
 use crate::data::raw::Settings;
 use crate::data::verify_cost::{COST_REPS, CostRun, MAX_REPORT_BYTES, read_report};
 
-/// Rows of the widest pass timed: the widest width's verify block.
+/// Rows of the widest pass timed: the widest width's verify pass.
 pub fn max_rows(s: &Settings) -> usize {
-    s.design.widths.iter().copied().max().unwrap_or(1) + 1
+    s.design.adaptive_cap().verify_rows()
 }
 
 /// The cost process's command line: the arms' model and threads.

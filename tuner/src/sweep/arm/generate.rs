@@ -12,7 +12,7 @@ use crate::data::raw::{ArmEnd, ArmStartup, RawLine, RequestRow};
 use crate::data::writer::RawWriter;
 
 /// The runtime command line of one arm: every setting explicit.
-pub fn arm_args(s: &crate::data::raw::Settings, width: Option<usize>) -> Vec<String> {
+pub fn arm_args(s: &crate::data::raw::Settings, width: Option<crate::data::plan::SpeculativeArm>) -> Vec<String> {
     let mut a: Vec<String> = vec![
         "generate".into(),
         "--json".into(),

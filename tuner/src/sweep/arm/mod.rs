@@ -16,6 +16,7 @@ pub mod cost;
 pub mod generate;
 pub mod served;
 
+use crate::data::plan::SpeculativeArm;
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{BufRead, Read, Write};
@@ -55,16 +56,16 @@ pub fn arm_env() -> BTreeMap<String, String> {
 /// command lines so both run the same settings: `--drafter none` for a
 /// classic arm (without it the runtime's policy could speculate), and for a
 /// speculative one the drafter, the width and every drafter setting.
-pub fn drafter_args(s: &crate::data::raw::Settings, width: Option<usize>) -> Vec<String> {
-    let Some(w) = width else {
+pub fn drafter_args(s: &crate::data::raw::Settings, width: Option<SpeculativeArm>) -> Vec<String> {
+    let Some(arm) = width else {
         return vec!["--drafter".into(), "none".into()];
     };
-    let adaptive = w == crate::data::plan::ADAPTIVE_ARM;
-    let w = if adaptive { s.design.adaptive_cap() } else { w };
-    let mut a: Vec<String> = vec!["--drafter".into(), s.drafter.to_string(), "--draft-width".into(), w.to_string()];
+    let drafting = arm.drafting(s.design.adaptive_cap());
+    let mut a: Vec<String> =
+        vec!["--drafter".into(), s.drafter.to_string(), "--draft-width".into(), drafting.max().to_string()];
     // The adaptive arm's cost curves are the sweep's so far: the caller's
     // (`Driver::run`), appended after these.
-    if adaptive {
+    if drafting.is_adaptive() {
         a.extend(["--adaptive".into(), "on".into()]);
     }
     if let Some(d) = &s.drafter_settings {
@@ -106,7 +107,7 @@ pub struct RowContext {
     pub arm: usize,
     pub attempt: usize,
     pub round: usize,
-    pub width: Option<usize>,
+    pub width: Option<SpeculativeArm>,
     pub bracket: Option<Bracket>,
     pub nvrm_before: Option<u64>,
     pub gate_decision: crate::host::gate::Decision,
@@ -395,6 +396,7 @@ pub fn finish(end: &mut ArmEnd, status: ExitStatus, t0: Instant, problems: Vec<S
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::data::plan::{arm, arms};
     use crate::host::gate::GateConfig;
     use policy::{DrafterKind, DrafterSettings};
 
@@ -406,7 +408,7 @@ mod tests {
             drafter_model: None,
             drafter_settings: Some(d),
             design: crate::data::raw::Design {
-                widths: vec![2],
+                widths: arms(&[2]),
                 rounds: 1,
                 bursts: 1,
                 bracket_arms: 1,
@@ -431,9 +433,15 @@ mod tests {
     #[test]
     fn arms_get_explicit_settings_and_no_inexact_escape() {
         let mut s = settings(DrafterKind::Ngram, DrafterSettings::ngram(3, 4));
-        s.design =
-            crate::data::raw::Design { widths: vec![3], bursts: 3, warmup: 1, max_tokens: 64, threads: 2, ..s.design };
-        let a = generate::arm_args(&s, Some(3)).join(" ");
+        s.design = crate::data::raw::Design {
+            widths: arms(&[3]),
+            bursts: 3,
+            warmup: 1,
+            max_tokens: 64,
+            threads: 2,
+            ..s.design
+        };
+        let a = generate::arm_args(&s, Some(arm(3))).join(" ");
         assert!(a.contains("--json") && a.contains("--draft-width 3") && a.contains("--threads 2"), "{a}");
         assert!(a.contains("--warmup 1") && a.contains("--repeat 3") && !a.contains("allow-inexact"), "{a}");
         assert!(a.ends_with("--drafter ngram --draft-width 3 --ngram-min 3 --ngram-max 4"), "{a}");
@@ -444,7 +452,7 @@ mod tests {
         assert_eq!(c.matches("--drafter").count(), 1, "{c}");
         assert!(!c.contains("--draft-width") && !c.contains("--ngram-"), "{c}");
         // A served arm runs the same model, threads and speculative settings.
-        let v = served::serve_args(&s, Some(3)).join(" ");
+        let v = served::serve_args(&s, Some(arm(3))).join(" ");
         assert!(v.starts_with("serve --json --host 127.0.0.1 --port 0 --model m.gguf --threads 2"), "{v}");
         assert!(v.ends_with("--drafter ngram --draft-width 3 --ngram-min 3 --ngram-max 4"), "{v}");
         let c = served::serve_args(&s, None).join(" ");
@@ -497,7 +505,7 @@ echo '{"event":"completion","text":"/srv/models/m.gguf"}'"#;
     fn suffix_arms_get_every_suffix_setting() {
         let s = settings(DrafterKind::Suffix, DrafterSettings::suffix(2, 32, 0.5));
         assert_eq!(
-            drafter_args(&s, Some(3)).join(" "),
+            drafter_args(&s, Some(arm(3))).join(" "),
             "--drafter suffix --draft-width 3 --suffix-min-match 2 --suffix-max-match 32 --suffix-min-prob 0.5"
         );
     }
@@ -505,11 +513,14 @@ echo '{"event":"completion","text":"/srv/models/m.gguf"}'"#;
     #[test]
     fn layerskip_arms_get_their_layers_as_a_list() {
         let mut s = settings(DrafterKind::Layerskip, DrafterSettings::layerskip(vec![0, 1, 2]));
-        let a = drafter_args(&s, Some(2)).join(" ");
+        let a = drafter_args(&s, Some(arm(2))).join(" ");
         assert_eq!(a, "--drafter layerskip --draft-width 2 --layerskip-layers 0,1,2");
         // One layer gets a trailing comma: the runtime reads a bare `5` as a count.
         s.drafter_settings = Some(DrafterSettings::layerskip(vec![5]));
-        assert_eq!(drafter_args(&s, Some(2)).join(" "), "--drafter layerskip --draft-width 2 --layerskip-layers 5,");
+        assert_eq!(
+            drafter_args(&s, Some(arm(2))).join(" "),
+            "--drafter layerskip --draft-width 2 --layerskip-layers 5,"
+        );
         assert_eq!(drafter_args(&s, None), vec!["--drafter", "none"]);
     }
 }

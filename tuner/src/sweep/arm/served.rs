@@ -52,7 +52,7 @@ const DRAIN_WAIT: Duration = Duration::from_secs(2);
 /// The server's command line for one arm: the model, threads and
 /// speculative flags of [`super::generate::arm_args`], on an any-port loopback
 /// listener with typed events on stdout.
-pub fn serve_args(s: &Settings, width: Option<usize>) -> Vec<String> {
+pub fn serve_args(s: &Settings, width: Option<crate::data::plan::SpeculativeArm>) -> Vec<String> {
     let mut a: Vec<String> = vec![
         "serve".into(),
         "--json".into(),
