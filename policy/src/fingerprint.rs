@@ -7,9 +7,10 @@
 //! on the path and the keys it can affect: every device, CPU devices, x86_64
 //! CPUs or CUDA devices, and every weight format or only some. [`OFF_PATH`]
 //! lists every other source file of `kernels/` and `runtime/` with the
-//! reason it cannot move that cost. A unit test walks both crates and fails
-//! when a source file is in neither list (or in both, or a listed path is
-//! gone), so a new file has to be placed before it builds green.
+//! reason it cannot move that cost. A test (`policy/tests/fingerprint.rs`)
+//! walks both crates and fails when a source file is in neither list (or in
+//! both, or a listed path is gone), so a new file has to be placed before it
+//! builds green.
 //!
 //! A key's fingerprint hashes the parts that apply to its
 //! device class and to the weight formats of the measured target: adding a
@@ -155,7 +156,11 @@ pub const OFF_PATH: &[(&str, &str)] = &[
     ("runtime/src/build_info.rs", "build identity strings"),
     ("runtime/src/fetch.rs", "downloads the default model"),
     ("runtime/src/bench/", "the benchmark command, around the engine"),
-    ("runtime/src/policy/", "which width runs, not what a width costs"),
+    ("runtime/src/policy.rs", "which width runs, not what a width costs"),
+    ("runtime/src/checkpoint/mod.rs", "the checkpoint readers' module list"),
+    ("runtime/src/checkpoint/quant.rs", "classifies the target's quantization, once per process"),
+    ("runtime/src/checkpoint/declared.rs", "reads a checkpoint's declared width, once per process"),
+    ("runtime/src/checkpoint/tests.rs", "tests"),
     ("runtime/src/serve/", "HTTP around the engine, per request"),
     (
         "runtime/src/budget.rs",

@@ -5,12 +5,15 @@
 //! [`tokenizer::Tokenizer`] (byte-level BPE and chat templates),
 //! [`engine::Engine`] (classic decoding on a thread pool) and
 //! [`events::Event`] (the typed JSONL schema shared with the tuner),
-//! [`policy::Resolution`] (the draft width and where it came from) and
-//! [`serve`] (the OpenAI-compatible HTTP server).
+//! [`checkpoint`] (what a checkpoint's files say: its quantization class
+//! and declared width), [`policy`] (the compiled draft-width table and this
+//! build's verify-path fingerprints; the policy types are the `policy`
+//! crate's) and [`serve`] (the OpenAI-compatible HTTP server).
 
 pub mod bench;
 pub mod budget;
 pub mod build_info;
+pub mod checkpoint;
 pub mod commands;
 pub mod device;
 pub mod events;
@@ -33,5 +36,10 @@ pub mod tokenizer;
 
 #[cfg(test)]
 mod test_models;
+/// The policy tests' helpers (entries, tables, one resolution's input),
+/// shared with the policy crate's integration tests.
+#[cfg(test)]
+#[path = "../../policy/tests/common/mod.rs"]
+mod test_policy;
 #[cfg(test)]
 mod wiring_tests;

@@ -102,7 +102,7 @@ mod model {
                     let classic = e.decode(pre.clone(), 24, &greedy).unwrap();
                     for w in [1, 2, 3, 4, 8, 16] {
                         let mut d = NgramDrafter { max_n: 4, min_n: 1 };
-                        let width = crate::policy::Width::new(w).unwrap();
+                        let width = ::policy::Width::new(w).unwrap();
                         let sink = &mut crate::engine::NoSink;
                         let (spec, stats) = e.decode_speculative(pre.clone(), 24, &greedy, &mut d, width, sink).unwrap();
                         assert_eq!(spec.token_ids, classic.token_ids, "{name} {text:?} width {w} at {threads} threads");
@@ -126,11 +126,11 @@ mod model {
     fn sampled_adaptive_speculation_keeps_the_target_distribution() {
         use crate::engine::Engine;
         use crate::model::forward::LogitRows;
-        use crate::policy::adaptive::CostModel;
-        use crate::policy::table::CostCurve;
         use crate::sampling::{SamplingParams, distribution};
         use crate::speculative::drafter::NgramDrafter;
         use crate::speculative::schedule::Schedule;
+        use ::policy::adaptive::CostModel;
+        use ::policy::table::CostCurve;
         use statrs::distribution::{ChiSquared, ContinuousCDF};
         use std::collections::BTreeMap;
 
@@ -173,7 +173,7 @@ mod model {
         // Rows cheap enough that drafting pays at the prior, so every
         // draft length is tried and the acceptance steers it.
         let cost = CostModel::new(&[CostCurve { context: 8, relative: vec![1.0, 1.02, 1.04, 1.06, 1.08] }]).unwrap();
-        let schedule = Schedule::Adaptive { cap: crate::policy::Width::new(4).unwrap(), cost };
+        let schedule = Schedule::Adaptive { cap: ::policy::Width::new(4).unwrap(), cost };
         let n = 20_000;
         let mut counts: BTreeMap<u64, usize> = BTreeMap::new();
         let (mut lengths, mut rounds) = (vec![0usize; 5], 0);
@@ -239,10 +239,11 @@ mod model {
 }
 
 mod policy {
-    use crate::policy::kind::DrafterSettings;
-    use crate::policy::resolve::Provenance;
-    use crate::policy::tests::*;
-    use crate::policy::{DeviceClass, HostClass, Width};
+    use crate::checkpoint::tests::{fixture, gguf_with};
+    use crate::test_policy::{FP, HOST, In, entry, resolver, table};
+    use ::policy::kind::DrafterSettings;
+    use ::policy::resolve::Provenance;
+    use ::policy::{DeviceClass, HostClass, Width};
     use kernels::quant::GgmlType;
     use std::path::PathBuf;
 
@@ -289,7 +290,7 @@ mod policy {
 
     /// `policy explain` of the GGUF target `p` on `cpu:x86_64-avx2` at 2
     /// threads, as if run on the CPU class `host`, with no drafter flag.
-    fn explain_gguf(t: &crate::policy::Table, p: &std::path::Path, host: &str) -> crate::commands::policy::Explanation {
+    fn explain_gguf(t: &::policy::Table, p: &std::path::Path, host: &str) -> crate::commands::policy::Explanation {
         let q = crate::commands::policy::Question {
             target: p,
             drafter_model: None,
@@ -386,7 +387,7 @@ mod policy {
         let t_adaptive = table(&[adaptive]);
         let t_fixed = table(&[with_curve]);
         let t_bare = table(&[fixed]);
-        let i = In::new(crate::policy::DrafterKind::Ngram, "q4_1");
+        let i = In::new(::policy::DrafterKind::Ngram, "q4_1");
         let r_adaptive = i.resolve(&t_adaptive).unwrap();
         let r_fixed = i.resolve(&t_fixed).unwrap();
         let r_bare = i.resolve(&t_bare).unwrap();
@@ -417,7 +418,7 @@ mod policy {
         assert!(adaptive_cost(&args(Some(true), &["64=1"], None), &r_fixed).is_err(), "a one-value curve");
         // A flag width fixes the width even where the entry chose adaptive
         // (the flag resolution is not the entry's, so no entry decides).
-        let mut flagged = In::new(crate::policy::DrafterKind::Ngram, "q4_1");
+        let mut flagged = In::new(::policy::DrafterKind::Ngram, "q4_1");
         flagged.flag = Some("3");
         let r = flagged.resolve(&t_adaptive).unwrap();
         assert!(adaptive_cost(&args(None, &[], Some("3")), &r).unwrap().0.is_none());

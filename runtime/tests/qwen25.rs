@@ -229,7 +229,7 @@ fn the_05b_drafting_for_the_15b_gives_classic_output_at_widths_1_to_8() {
         let classic = target.decode(pre.clone(), 16, &greedy).unwrap();
         for w in 1..=8 {
             let (spec, stats) = target
-                .decode_speculative(pre.clone(), 16, &greedy, &mut d, runtime::policy::Width::new(w).unwrap(), &mut NoSink)
+                .decode_speculative(pre.clone(), 16, &greedy, &mut d, policy::Width::new(w).unwrap(), &mut NoSink)
                 .unwrap();
             assert_eq!(spec.token_ids, classic.token_ids, "{text:?} width {w}");
             rounds += stats.rounds;

@@ -59,7 +59,7 @@ fn check_drafter(
                     MAX_TOKENS,
                     &greedy,
                     d.as_mut(),
-                    runtime::policy::Width::new(w).unwrap(),
+                    policy::Width::new(w).unwrap(),
                     &mut NoSink,
                 )
                 .unwrap();
@@ -127,13 +127,13 @@ fn draft_model_output_equals_classic() {
 /// only when it is accepted), so the controller both drafts and chooses
 /// plain steps.
 fn adaptive(cap: usize) -> runtime::speculative::schedule::Schedule {
-    use runtime::policy::table::CostCurve;
-    let cost = runtime::policy::adaptive::CostModel::new(&[
+    use policy::table::CostCurve;
+    let cost = policy::adaptive::CostModel::new(&[
         CostCurve { context: 64, relative: vec![1.0, 1.05, 1.1, 1.15, 1.2] },
         CostCurve { context: 1024, relative: vec![1.0, 1.6, 2.2, 2.8, 3.4] },
     ])
     .unwrap();
-    runtime::speculative::schedule::Schedule::Adaptive { cap: runtime::policy::Width::new(cap).unwrap(), cost }
+    runtime::speculative::schedule::Schedule::Adaptive { cap: policy::Width::new(cap).unwrap(), cost }
 }
 
 /// Greedy output with the adaptive draft length equals classic output on

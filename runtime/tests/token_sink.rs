@@ -54,7 +54,7 @@ fn run(e: &Engine, width: Option<usize>, halt: Option<(usize, Halt)>) -> (Outcom
                 MAX_TOKENS,
                 &greedy,
                 &mut d,
-                runtime::policy::Width::new(w).unwrap(),
+                policy::Width::new(w).unwrap(),
                 &mut sink,
             )
             .map(|(g, s)| (g, s.rounds))

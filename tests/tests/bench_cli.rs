@@ -2,8 +2,8 @@
 //! on the default model.
 
 use draftwise_tests::{bin, json_lines, model_path, run};
+use policy::DrafterKind;
 use runtime::events::bench::{BenchEventKind, BenchReport, WidthCurveReport};
-use runtime::policy::DrafterKind;
 use std::process::{Command, Output};
 
 /// The line `runtime bench --json` printed, read as its type, which must

@@ -9,9 +9,9 @@
 //! says, and byte-identical output is checked either way.
 
 use draftwise_tests::{bin, json_lines, model_path, output_text, run};
+use policy::table::{RecordCheck, Table, compile};
+use policy::{DeviceClass, DrafterKind, DrafterSettings, Resolver, Run, Width};
 use runtime::engine::{Engine, NoSink};
-use runtime::policy::table::{RecordCheck, Table, compile};
-use runtime::policy::{DeviceClass, DrafterKind, DrafterSettings, Resolver, Run, Width};
 use runtime::sampling::SamplingParams;
 use runtime::speculative::setup::{Decoding, SpecSettings, Speculation};
 use std::process::Command;

@@ -20,11 +20,11 @@
 
 use super::Summary;
 use crate::engine::{Engine, GenerateError, Halt, TokenSink};
-use crate::policy::adaptive::CostModel;
 use crate::sampling::SamplingParams;
 use crate::speculative::drafter::Drafter;
 use crate::speculative::probe::{PROBE_TEXT, block_vs_chain};
 use crate::speculative::schedule::Schedule;
+use policy::adaptive::CostModel;
 use std::ops::ControlFlow;
 use std::time::Instant;
 

@@ -165,9 +165,9 @@ fn width_curve(args: &BenchSettings, kind: &str, engine: &Engine) -> Result<Exit
             "bench --drafter measures every width in --widths exactly: --draft-width and --allow-inexact do not apply"
         );
     }
-    let widths: Vec<crate::policy::Width> = match args.widths.iter().map(|&w| crate::policy::Width::new(w)).collect() {
+    let widths: Vec<::policy::Width> = match args.widths.iter().map(|&w| ::policy::Width::new(w)).collect() {
         Ok(w) if !args.widths.is_empty() => w,
-        _ => bail!("--widths: give widths in 1..={}", crate::policy::MAX_WIDTH),
+        _ => bail!("--widths: give widths in 1..={}", ::policy::MAX_WIDTH),
     };
     let (origin, text) = match &args.prompts {
         Some(p) => (p.clone(), crate::limits::read_prompt_file(p)?),
@@ -185,7 +185,7 @@ fn width_curve(args: &BenchSettings, kind: &str, engine: &Engine) -> Result<Exit
         }
     }
     // `--adaptive on` adds the adaptive arm, weighing the `--cost-curve`s given.
-    let adaptive_cost = crate::policy::table::parse_cost_curves(&args.spec.cost_curves).map_err(anyhow::Error::msg)?;
+    let adaptive_cost = ::policy::table::parse_cost_curves(&args.spec.cost_curves).map_err(anyhow::Error::msg)?;
     match (args.spec.adaptive, adaptive_cost.is_empty()) {
         (Some(true), true) => bail!(
             "bench --drafter --adaptive on weighs the verify pass's cost: give --cost-curve CONTEXT=R1,R2,... \

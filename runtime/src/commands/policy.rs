@@ -4,14 +4,14 @@
 //! for its metadata and tensor infos only; a Hugging Face directory is
 //! loaded (its weight formats are what the loader makes of it).
 
-use crate::policy::declared::read_declared;
-use crate::policy::key::MAX_THREADS;
-use crate::policy::quant::classify_path;
-use crate::policy::{
-    self, DeviceClass, DrafterKind, DrafterSettings, EnvWidth, HostClass, KERNEL_FINGERPRINT, ModelClass, Probability,
-    QuantClass, Resolution, ResolveInput, Resolver, Run, env_override, table, width,
-};
+use crate::checkpoint::{classify_path, read_declared};
+use crate::policy::{KERNEL_FINGERPRINT, compiled_resolver, host_class_here};
 use anyhow::{Result, bail};
+use policy::key::MAX_THREADS;
+use policy::{
+    DeviceClass, DrafterKind, DrafterSettings, EnvWidth, HostClass, ModelClass, Probability, QuantClass, Resolution,
+    ResolveInput, Resolver, Run, env_override, table, width,
+};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -188,7 +188,7 @@ pub fn explain(resolver: &Resolver<'_>, q: &Question<'_>) -> Result<Explanation>
 
 /// `runtime policy show`: the compiled table.
 pub fn show(json: bool) -> Result<ExitCode> {
-    print_table(&policy::compiled_resolver(), json);
+    print_table(&compiled_resolver(), json);
     Ok(ExitCode::SUCCESS)
 }
 
@@ -249,7 +249,7 @@ pub fn explain_command(a: ExplainSettings) -> Result<ExitCode> {
     };
     let (host_class, host_from) = match &a.host_class {
         Some(h) => (HostClass::parse(h).map_err(|e| anyhow::anyhow!("--host-class: {e}"))?, "--host-class".to_string()),
-        None => (policy::host_class_here(), "this host's CPU signature (/proc/cpuinfo)".to_string()),
+        None => (host_class_here(), "this host's CPU signature (/proc/cpuinfo)".to_string()),
     };
     let target = explain_model("--target", &a.target)?;
     // The drafter checkpoint by name too, as `generate --drafter-model` takes it.
@@ -268,7 +268,7 @@ pub fn explain_command(a: ExplainSettings) -> Result<ExitCode> {
         flag: a.draft_width.as_deref(),
         env: env.as_ref(),
     };
-    let e = explain(&policy::compiled_resolver(), &q)?;
+    let e = explain(&compiled_resolver(), &q)?;
     if a.json {
         println!("{}", serde_json::to_string(&e)?);
     } else {
@@ -295,7 +295,7 @@ fn print_table(r: &Resolver<'_>, json: bool) {
         println!("{}", serde_json::to_string(&shown).expect("the table serializes"));
         return;
     }
-    let here = policy::host_class_here();
+    let here = host_class_here();
     println!(
         "{}: schema {}, {} entries; this build's verify-path fingerprint is {KERNEL_FINGERPRINT} (all parts); \
          this host is {here}",

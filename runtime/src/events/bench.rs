@@ -6,7 +6,7 @@
 //!
 //! The measurements themselves are made in [`crate::bench`].
 
-use crate::policy::DrafterKind;
+use policy::DrafterKind;
 use serde::{Deserialize, Serialize};
 
 /// Schema version of the JSON object `runtime bench --json` prints. 2: the
@@ -99,21 +99,21 @@ pub struct BenchReport {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct CurveSpec {
     pub drafter: DrafterKind,
-    pub widths: Vec<crate::policy::Width>,
+    pub widths: Vec<policy::Width>,
     pub max_tokens: usize,
     pub reps: usize,
     pub warmup: usize,
     /// The verify-cost curves of the adaptive arm (`--adaptive on`, up to
     /// the widest width), when it ran; absent otherwise.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub adaptive_cost: Vec<crate::policy::table::CostCurve>,
+    pub adaptive_cost: Vec<policy::table::CostCurve>,
 }
 
 /// One arm of one task of the width curve.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct CurveArm {
     /// `None` for classic decoding; the cap for the adaptive arm.
-    pub width: Option<crate::policy::Width>,
+    pub width: Option<policy::Width>,
     /// The adaptive arm: each round's draft length chosen up to `width`.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub adaptive: bool,
@@ -245,7 +245,7 @@ mod tests {
             multirow: false,
             spec: CurveSpec {
                 drafter: DrafterKind::Ngram,
-                widths: vec![crate::policy::Width::new(2).unwrap()],
+                widths: vec![policy::Width::new(2).unwrap()],
                 max_tokens: 8,
                 reps: 3,
                 warmup: 1,
@@ -274,7 +274,7 @@ mod tests {
                         single_token_step_vs_classic_same_position: None,
                     },
                     CurveArm {
-                        width: Some(crate::policy::Width::new(2).unwrap()),
+                        width: Some(policy::Width::new(2).unwrap()),
                         adaptive: false,
                         decode_tok_per_s: None,
                         ratio_vs_classic: None,

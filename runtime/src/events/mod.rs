@@ -79,12 +79,12 @@ pub struct Startup {
     pub drafter_from: String,
     /// The settings the drafter ran with; null without one.
     #[serde(default)]
-    pub drafter_settings: Option<crate::policy::DrafterSettings>,
+    pub drafter_settings: Option<policy::DrafterSettings>,
     /// Drafted tokens per verify; null when speculation is off (no drafter,
     /// or a policy entry that says `off`).
     #[serde(default, alias = "block_size")]
-    pub width: Option<crate::policy::Width>,
-    /// Where `width` came from ([`crate::policy::Provenance`] in words):
+    pub width: Option<policy::Width>,
+    /// Where `width` came from ([`policy::Provenance`] in words):
     /// one sentence saying whether speculation runs and why, naming the
     /// entry's record and ratio or the key that had no measurement.
     #[serde(default, alias = "block_size_from")]
@@ -104,7 +104,7 @@ pub struct Startup {
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub adaptive_from: String,
     /// The CPU class of this host (the policy key's host part,
-    /// [`crate::policy::HostClass`]); null in events before schema 2, or
+    /// [`policy::HostClass`]); null in events before schema 2, or
     /// when `/proc/cpuinfo` names no family and model.
     #[serde(default)]
     pub host_class: Option<String>,
@@ -146,7 +146,7 @@ pub fn startup_event(
 ) -> Startup {
     let spec = decoding.speculation.as_ref();
     let device_class = engine.loaded.model.device_class(selection.family);
-    let verify_fingerprint = crate::policy::DeviceClass::parse(&device_class)
+    let verify_fingerprint = policy::DeviceClass::parse(&device_class)
         .map(|d| crate::policy::verify_fingerprint(&d, Some(&engine.loaded.info.weight_formats)))
         .unwrap_or_default();
     Startup {
@@ -339,7 +339,7 @@ pub struct SpeculativeDiagnostics {
     pub repeat: usize,
     pub drafter: String,
     #[serde(alias = "block_size")]
-    pub width: crate::policy::Width,
+    pub width: policy::Width,
     /// Verify passes that carried at least one drafted token (0 when the
     /// request ended before any round ran).
     pub rounds: usize,
@@ -450,7 +450,7 @@ pub struct Declined {
     pub repeat: usize,
     pub drafter: String,
     #[serde(alias = "block_size")]
-    pub width: crate::policy::Width,
+    pub width: policy::Width,
     pub reason: String,
     /// The failed probe, when that is the reason.
     pub probe: Option<ProbeReport>,

@@ -35,7 +35,7 @@ pub enum ServedSpeculative {
     Ran {
         drafter: String,
         #[serde(alias = "block_size")]
-        width: crate::policy::Width,
+        width: policy::Width,
         rounds: usize,
         drafted: usize,
         accepted: usize,
@@ -54,7 +54,7 @@ pub enum ServedSpeculative {
     Declined {
         drafter: String,
         #[serde(alias = "block_size")]
-        width: crate::policy::Width,
+        width: policy::Width,
         declined: String,
     },
 }

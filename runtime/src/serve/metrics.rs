@@ -15,7 +15,7 @@ pub const TTFT_BUCKETS_S: &[f64] = &[0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5
 pub const TOKEN_BUCKETS_S: &[f64] = &[0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5];
 
 /// Draft positions counted per position: the widest width.
-pub const MAX_POSITIONS: usize = crate::policy::MAX_WIDTH;
+pub const MAX_POSITIONS: usize = policy::MAX_WIDTH;
 
 /// A cumulative histogram with fixed buckets.
 #[derive(Debug)]

@@ -8,12 +8,13 @@ use super::drafter::{
 };
 use super::probe::{PROBE_TEXT, ProbeReport, block_vs_chain};
 use super::schedule::Schedule;
+use crate::checkpoint::read_declared;
 use crate::engine::Engine;
-use crate::policy;
-use crate::policy::DrafterSettings;
-use crate::policy::adaptive::CostModel;
-use crate::policy::kind::{MAX_NGRAM, MAX_SUFFIX_MATCH, Probability};
+use crate::policy::{compiled_resolver, host_class_here, verify_fingerprint};
 use anyhow::{Context, Result, bail};
+use policy::DrafterSettings;
+use policy::adaptive::CostModel;
+use policy::kind::{MAX_NGRAM, MAX_SUFFIX_MATCH, Probability};
 use std::path::PathBuf;
 
 /// Environment variable that forfeits exactness like `--allow-inexact`.
@@ -369,9 +370,9 @@ impl Speculation {
     /// How this process decodes, resolved with the compiled policy.
     /// With `--policy FILE`, that table instead, and the provenance says so.
     pub fn from_settings(args: &SpecSettings, engine: &Engine) -> Result<Decoding> {
-        let Some(file) = &args.policy else { return Speculation::resolve(args, engine, &policy::compiled_resolver()) };
+        let Some(file) = &args.policy else { return Speculation::resolve(args, engine, &compiled_resolver()) };
         let table = load_policy_file(file)?;
-        let resolver = policy::Resolver { table: &table, fingerprint: &policy::verify_fingerprint };
+        let resolver = policy::Resolver { table: &table, fingerprint: &verify_fingerprint };
         let mut d = Speculation::resolve(args, engine, &resolver)?;
         let note = format!(" [table {} (--policy), not the compiled one]", file.display());
         d.resolution.width_from.push_str(&note);
@@ -398,7 +399,7 @@ impl Speculation {
         let n_layers = target.model.config.n_layers;
         let device =
             policy::DeviceClass::parse(&engine.loaded.model.device_class(engine.family)).map_err(anyhow::Error::msg)?;
-        let host_class = policy::host_class_here();
+        let host_class = host_class_here();
         let model = engine.loaded.info.model_class();
         let run = run_of(engine, &device, &host_class, &model);
         let env = policy::env_override()?;
@@ -440,7 +441,7 @@ impl Speculation {
             Some(kind_s) => {
                 let kind: DrafterKind = kind_s.parse().map_err(|e| anyhow::anyhow!("--drafter: {e} (or none)"))?;
                 let requested = requested_settings(kind, args, n_layers)?;
-                let declared = policy::read_declared(kind, args.drafter_model.as_deref(), &target.info.path);
+                let declared = read_declared(kind, args.drafter_model.as_deref(), &target.info.path);
                 let r = resolver.resolve(&policy::ResolveInput {
                     drafter: kind,
                     declared: &declared,

@@ -63,7 +63,7 @@ pub fn ngram_speculation_equals_classic(
     let mut rounds = 0;
     for &w in widths {
         let mut d = runtime::speculative::drafter::NgramDrafter { max_n: 4, min_n: 1 };
-        let width = runtime::policy::Width::new(w).unwrap();
+        let width = policy::Width::new(w).unwrap();
         let (spec, stats) = e.decode_speculative(pre.clone(), max_tokens, &greedy, &mut d, width, &mut NoSink).unwrap();
         assert_eq!(spec.token_ids, classic.token_ids, "{what}: width {w}");
         rounds += stats.rounds;

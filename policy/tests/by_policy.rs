@@ -1,5 +1,11 @@
-//! Policy tests: speculation by policy: which entry turns speculation on, and what is said when none does.
-use super::*;
+//! Speculation by policy: which entry turns speculation on, and what is said when none does; the
+//! drafter settings an entry is keyed on.
+
+mod common;
+
+use common::*;
+use policy::resolve::{Fallback, Provenance, Resolver, StepKind};
+use policy::{DeviceClass, DrafterKind, DrafterSettings, Probability, QuantClass, Width};
 
 #[test]
 fn no_drafter_flag_speculates_with_a_fresh_entry_above_classic() {

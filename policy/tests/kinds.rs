@@ -1,5 +1,10 @@
-//! Policy tests: the drafter kinds: names, the dispatch matrix, per-kind constants.
-use super::*;
+//! The drafter kinds: names, the dispatch matrix, per-kind constants.
+
+mod common;
+
+use common::*;
+use policy::resolve::StepKind;
+use policy::{DeclarationSource, Declared, DrafterKind, Width};
 
 #[test]
 fn every_kind_round_trips_through_its_name_and_unknown_names_list_the_kinds() {

@@ -1,28 +1,13 @@
-//! Policy tests: resolution: flag, environment and entry, provenance, stale and off entries.
-use super::*;
+//! Resolution: flag, environment and entry, provenance, stale and off entries.
 
-#[test]
-fn a_target_directory_with_no_config_json_classifies_unknown_and_says_so() {
-    let dir = tempfile::tempdir().unwrap();
-    let q = classify_path(dir.path());
-    assert!(q.is_unknown(), "{q:?}");
-    assert_eq!(q.from, format!("config.json not found in {}", dir.path().display()));
-    // Unknown never matches an entry, whatever the table holds.
-    let t = table(&[entry("ngram", "cpu:x86_64-avx2", "q4_1", "6", FP)]);
-    let mut i = In::new(DrafterKind::Ngram, "unused");
-    i.quant = q;
-    let r = i.resolve(&t).unwrap();
-    assert_eq!(r.width.map(Width::get), Some(4));
-    assert_eq!(
-        r.width_from,
-        format!(
-            "per-kind default 4: no key for ngram on cpu:x86_64-avx2 (amd-zen4) at 2 threads: target quantization unknown \
-             (config.json not found in {d}; read {d}/config.json)",
-            d = dir.path().display()
-        )
-    );
-    assert!(matches!(r.provenance, Provenance::Default { fallback: Fallback::UnknownQuant { .. }, .. }));
-}
+mod common;
+
+use common::*;
+use policy::resolve::{PolicyError, Resolution, Resolver, StepKind};
+use policy::width::{self, Width};
+use policy::{Declared, DrafterKind, DrafterSettings, QuantClass};
+use std::collections::HashSet;
+use std::path::Path;
 
 #[test]
 fn the_flag_beats_the_environment_and_a_difference_is_said() {

@@ -1,5 +1,22 @@
-//! Policy tests: the quantization classifier: Hugging Face configs and GGUF layer matrices.
-use super::*;
+//! Tests of the checkpoint readers: the quantization classifier on
+//! Hugging Face configs, safetensors headers and generated GGUF files (and
+//! what resolution makes of a target it cannot classify), and the widths a
+//! checkpoint declares, by kind.
+
+use super::declared::{from_config, read_declared};
+use super::quant::{classify_gguf, classify_hf_config_file, classify_path};
+use crate::gguf::{GgufFile, Value, test_writer::Builder};
+use crate::test_policy::{FP, In, entry, table};
+use kernels::quant::GgmlType;
+use policy::resolve::{Fallback, Provenance};
+use policy::{Declared, DrafterKind, Width};
+use std::path::{Path, PathBuf};
+
+/// A classifier fixture: a trimmed `config.json` in the shape its tool
+/// writes (`runtime/tests/fixtures/checkpoint/quant/README.md`).
+pub(crate) fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/checkpoint/quant").join(name)
+}
 
 #[test]
 fn each_quantization_class_from_a_config_fixture() {
@@ -194,4 +211,56 @@ fn the_default_model_classifies_q4_1() {
     let q = classify_path(Path::new(&path));
     assert_eq!(q.class, "q4_1", "{q:?}");
     assert!(q.from.contains("general.file_type = 3 (MOSTLY_Q4_1) agrees"), "{}", q.from);
+}
+
+#[test]
+fn a_target_directory_with_no_config_json_classifies_unknown_and_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let q = classify_path(dir.path());
+    assert!(q.is_unknown(), "{q:?}");
+    assert_eq!(q.from, format!("config.json not found in {}", dir.path().display()));
+    // Unknown never matches an entry, whatever the table holds.
+    let t = table(&[entry("ngram", "cpu:x86_64-avx2", "q4_1", "6", FP)]);
+    let mut i = In::new(DrafterKind::Ngram, "unused");
+    i.quant = q;
+    let r = i.resolve(&t).unwrap();
+    assert_eq!(r.width.map(Width::get), Some(4));
+    assert_eq!(
+        r.width_from,
+        format!(
+            "per-kind default 4: no key for ngram on cpu:x86_64-avx2 (amd-zen4) at 2 threads: target quantization unknown \
+             (config.json not found in {d}; read {d}/config.json)",
+            d = dir.path().display()
+        )
+    );
+    assert!(matches!(r.provenance, Provenance::Default { fallback: Fallback::UnknownQuant { .. }, .. }));
+}
+
+#[test]
+fn checkpoints_declare_widths_by_kind() {
+    let json = |s: &str| serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(s).unwrap();
+    let p = Path::new("config.json");
+    let d = from_config(DrafterKind::Dflash, p, &json(r#"{"model_type": "dflash", "block_size": 16}"#));
+    assert!(
+        matches!(&d, Declared::Width { width, evidence } if width.get() == 15 && evidence.contains("plus 15 drafts")),
+        "{d:?}"
+    );
+    let d = from_config(DrafterKind::Dflash, p, &json(r#"{"dflash_config": {"block_size": 8}}"#));
+    assert!(matches!(d, Declared::Width { width, .. } if width.get() == 7), "{d:?}");
+    let d = from_config(DrafterKind::Mtp, p, &json(r#"{"text_config": {"num_nextn_predict_layers": 1}}"#));
+    assert!(matches!(d, Declared::Width { width, .. } if width.get() == 1), "{d:?}");
+    let d = from_config(DrafterKind::DraftModel, p, &json(r#"{"speculative_config": {"num_speculative_tokens": 5}}"#));
+    assert!(matches!(d, Declared::Width { width, .. } if width.get() == 5), "{d:?}");
+    let d = from_config(DrafterKind::DraftModel, p, &json(r#"{"num_speculative_tokens": 500}"#));
+    assert!(matches!(&d, Declared::Absent { why } if why.contains("outside 1..=32")), "{d:?}");
+    let d = from_config(DrafterKind::DraftModel, p, &json(r#"{"torch_dtype": "bfloat16"}"#));
+    assert!(matches!(&d, Declared::Absent { why } if why.contains("declares no num_speculative_tokens")), "{d:?}");
+    // ngram and layerskip never read a checkpoint; draft-model needs one.
+    let d = read_declared(DrafterKind::Ngram, Some(Path::new("/x")), Path::new("/y"));
+    assert_eq!(d, Declared::Absent { why: "ngram has no checkpoint to declare a width".into() });
+    let d = read_declared(DrafterKind::DraftModel, None, Path::new("/y"));
+    assert!(matches!(&d, Declared::Absent { why } if why.contains("no --drafter-model")), "{d:?}");
+    let dir = tempfile::tempdir().unwrap();
+    let d = read_declared(DrafterKind::Dflash, Some(dir.path()), Path::new("/y"));
+    assert!(matches!(&d, Declared::Absent { why } if why.starts_with("config.json not found in")), "{d:?}");
 }

@@ -1,11 +1,16 @@
-//! Policy tests: the table compiler: malformed, duplicate, out-of-range and old-schema tables.
-use super::*;
+//! The table compiler: malformed, duplicate, out-of-range and old-schema tables, and the bounds of every
+//! field.
 
-pub(crate) fn compile_err(text: &str) -> TableError {
+mod common;
+
+use common::*;
+use policy::table::{Problem, RecordCheck, TableError, compile};
+
+fn compile_err(text: &str) -> TableError {
     compile("policy/t.toml", text, RecordCheck::Skip).expect_err("must not compile")
 }
 
-pub(crate) const HEAD: &str = "schema_version = 3\n\n";
+const HEAD: &str = "schema_version = 3\n\n";
 
 #[test]
 fn malformed_toml_fails_with_the_file_and_position() {
@@ -206,15 +211,6 @@ fn other_bad_fields_fail_with_the_field_named() {
 }
 
 #[test]
-fn the_shipped_table_compiles_against_the_repository_and_is_the_one_compiled_in() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
-    let text = std::fs::read_to_string(root.join(crate::policy::TABLE_FILE)).unwrap();
-    let t = compile(crate::policy::TABLE_FILE, &text, RecordCheck::Under(root)).unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(&t, compiled_table());
-    assert_eq!(t.schema_version, 3);
-}
-
-#[test]
 fn a_schema_1_table_is_refused_with_how_to_migrate() {
     let old = "schema_version = 1\n\n[[entry]]\ndrafter = \"ngram\"\ndevice_class = \"cpu:x86_64-avx2\"\n\
                target_quant = \"q4_1\"\nblock_size = 3\nrecord = \"records/r1\"\ndate = 2026-01-15\nratio = 1.5\n\
@@ -296,11 +292,11 @@ fn an_adaptive_entry_needs_a_width_and_a_cost_curve() {
     let with = |b: &str, extra: &str| b.replace("host =", &format!("{extra}host ="));
     let t = compile("t", &format!("{HEAD}{}", with(&base, &format!("{curve}adaptive = true\n"))), RecordCheck::Skip)
         .unwrap();
-    assert_eq!(t.entries[0].drafting, Some(policy::Drafting::Adaptive { max: Width::new(4).unwrap() }));
+    assert_eq!(t.entries[0].drafting, Some(policy::Drafting::Adaptive { max: policy::Width::new(4).unwrap() }));
     let t = compile("t", &format!("{HEAD}{base}"), RecordCheck::Skip).unwrap();
     assert_eq!(
         t.entries[0].drafting,
-        Some(policy::Drafting::Fixed(Width::new(4).unwrap())),
+        Some(policy::Drafting::Fixed(policy::Width::new(4).unwrap())),
         "absent: a fixed width, as in every older entry"
     );
     let bad = |text: String, says: &str| {
@@ -318,7 +314,7 @@ fn an_adaptive_entry_needs_a_width_and_a_cost_curve() {
 
 #[test]
 fn cost_curves_typed_on_the_command_line_are_bounded_like_an_entrys() {
-    use crate::policy::table::parse_cost_curves;
+    use policy::table::parse_cost_curves;
     let v = |xs: &[&str]| xs.iter().map(|x| x.to_string()).collect::<Vec<_>>();
     let c = parse_cost_curves(&v(&["2048=1,1.3", "64=1, 1.05,1.1"])).unwrap();
     assert_eq!((c[0].context, c[0].relative.clone(), c[1].context), (64, vec![1.0, 1.05, 1.1], 2048));

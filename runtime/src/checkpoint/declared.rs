@@ -11,7 +11,7 @@
 
 use super::quant::read_json_object;
 use crate::gguf::GgufFile;
-pub use policy::declared::Declared;
+use policy::declared::Declared;
 use policy::kind::{DeclarationSource, DrafterKind};
 use policy::width::{MAX_WIDTH, Width};
 use serde_json::{Map, Value};

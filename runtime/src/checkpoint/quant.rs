@@ -33,7 +33,7 @@ use serde_json::{Map, Value};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-pub use policy::quant::{QuantClass, UNKNOWN};
+use policy::quant::{QuantClass, UNKNOWN};
 
 /// Largest `config.json` read (real ones are a few KiB).
 const MAX_CONFIG_BYTES: u64 = 16 << 20;

@@ -1,16 +1,16 @@
 //! The runtime's side of the draft-width policy: the table compiled into
-//! this binary, this build's verify-path fingerprints, and the readers that
-//! take a policy key's parts from model files. The types, the table compiler
-//! and the resolver are the `policy` crate's (re-exported here).
+//! this binary, this build's verify-path fingerprints, and this host's
+//! class. The types, the table compiler and the resolver are the `policy`
+//! crate's, imported from it directly (`policy::Width`); the readers that
+//! take a key's parts from model files are [`crate::checkpoint`]'s.
 //!
-//! - [`quant`]: the target classifier (GGUF layer matrices, `config.json`,
-//!   safetensors headers) → [`QuantClass`].
-//! - [`declared`]: widths a checkpoint declares → [`Declared`].
 //! - [`compiled_table`]: the table this binary was built with;
-//!   [`compiled_resolver`] resolves against it with this build's
-//!   fingerprints.
+//!   [`compiled_resolver`] (and [`resolve`]) resolve against it with this
+//!   build's fingerprints.
 //! - [`KERNEL_FINGERPRINT`] for the whole build, [`verify_fingerprint`] for
-//!   one key.
+//!   one key, from each part's hash in [`PART_HASHES`].
+//! - [`host_class_here`]: this host's CPU class, [`UNKNOWN_HOST`] when it
+//!   has none.
 //!
 //! How the table gets in: `build.rs` compiles `policy/draft-block-width.toml`
 //! with [`policy::table::compile`] (record paths checked against the
@@ -20,17 +20,26 @@
 //! shipped with the binary). Embedding the copy, not the source file, means
 //! the bytes in the binary are exactly the bytes that were validated.
 
-pub mod declared;
-pub mod quant;
-
-#[cfg(test)]
-pub(crate) mod tests;
-
-pub use ::policy::*;
-pub use declared::read_declared;
-pub use quant::classify_path;
-
+use ::policy::fingerprint;
+use ::policy::resolve::{PolicyError, Resolution, ResolveInput, Resolver};
+use ::policy::{DeviceClass, HostClass, TABLE_FILE, Table};
 use std::sync::OnceLock;
+
+// Only for the verify-path files (`policy::fingerprint::VERIFY_PATH`), which
+// still name these items as `crate::policy::...`: editing one of those files
+// would stale every committed policy entry (their bytes are hashed) until
+// `tuner check` can re-bless entries. New code imports the `policy` crate
+// (and `crate::checkpoint` for the classifier) directly; drop each name here
+// once no verify-path file uses it.
+pub use ::policy::{DrafterKind, ModelClass, Width, adaptive, table};
+
+/// The classifier entry points and class type the loaders reach as
+/// `crate::policy::quant::...` (`model/mod.rs`, `model/hf.rs`, both on the
+/// verify path; see above).
+pub mod quant {
+    pub use crate::checkpoint::quant::{classify_gguf, classify_hf_dir};
+    pub use ::policy::quant::QuantClass;
+}
 
 /// The verify-path fingerprint over every part (16 hex digits): the build's
 /// identity; see [`fingerprint`] for what it covers. Entries record the
@@ -86,4 +95,40 @@ pub fn host_class_here() -> HostClass {
         })
     })
     .clone()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_policy::formats;
+    use ::policy::table::{RecordCheck, compile};
+    use std::path::{Path, PathBuf};
+
+    fn workspace() -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+    }
+
+    #[test]
+    fn the_shipped_table_compiles_against_the_repository_and_is_the_one_compiled_in() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+        let text = std::fs::read_to_string(root.join(TABLE_FILE)).unwrap();
+        let t = compile(TABLE_FILE, &text, RecordCheck::Under(root)).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(&t, compiled_table());
+        assert_eq!(t.schema_version, 3);
+    }
+
+    #[test]
+    fn the_build_fingerprints_are_the_parts_hashed_now() {
+        use ::policy::fingerprint::{VERIFY_PATH, combine, part_hash};
+        let root = workspace();
+        let hashes: Vec<String> = VERIFY_PATH.iter().map(|p| part_hash(&root, p.path).unwrap()).collect();
+        assert_eq!(hashes, PART_HASHES, "build.rs hashed other bytes than the tree has");
+        let refs: Vec<&str> = hashes.iter().map(String::as_str).collect();
+        assert_eq!(combine(&refs, |_| true), KERNEL_FINGERPRINT);
+        assert_eq!(KERNEL_FINGERPRINT.len(), 16);
+        assert!(KERNEL_FINGERPRINT.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()));
+        let fp = verify_fingerprint(&DeviceClass::parse("cpu:x86_64-avx512vnni").unwrap(), Some(&formats()));
+        assert_eq!(fp.len(), 16);
+        assert_ne!(fp, KERNEL_FINGERPRINT, "a CPU key leaves the CUDA parts out");
+    }
 }

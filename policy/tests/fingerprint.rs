@@ -1,7 +1,8 @@
-//! Policy tests: the verify-path fingerprint: every source file placed, parts hashed, keys staled.
-use super::*;
+//! The verify-path fingerprint: every source file placed, parts hashed, keys staled.
 
-pub(crate) fn workspace() -> PathBuf {
+use std::path::{Path, PathBuf};
+
+fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
 }
 
@@ -10,7 +11,7 @@ pub(crate) fn workspace() -> PathBuf {
 /// a new file fails here until it is placed.
 #[test]
 fn every_source_file_is_on_the_verify_path_or_off_it_and_none_is_both() {
-    use crate::policy::fingerprint::{OFF_PATH, VERIFY_PATH, covers, source_files};
+    use policy::fingerprint::{OFF_PATH, VERIFY_PATH, covers, source_files};
     let root = workspace();
     let files = source_files(&root).unwrap();
     assert!(files.len() > 40, "{files:?}");
@@ -24,10 +25,7 @@ fn every_source_file_is_on_the_verify_path_or_off_it_and_none_is_both() {
             _ => panic!("{f} is placed more than once: on {on:?}, off {off:?}"),
         }
     }
-    assert!(
-        unplaced.is_empty(),
-        "not placed on the verify path or off it (runtime/src/policy/fingerprint.rs): {unplaced:?}"
-    );
+    assert!(unplaced.is_empty(), "not placed on the verify path or off it (policy/src/fingerprint.rs): {unplaced:?}");
     // Every listed path exists and says why it is there.
     for p in VERIFY_PATH {
         assert!(files.iter().any(|f| covers(p.path, f)), "{} is listed but has no files", p.path);
@@ -38,31 +36,21 @@ fn every_source_file_is_on_the_verify_path_or_off_it_and_none_is_both() {
         assert!(!why.is_empty(), "{p}");
     }
     // The forward pass, the pool and the speculative loop are on the path.
-    for f in ["runtime/src/model/forward.rs", "runtime/src/pool.rs", "runtime/src/speculative/decode.rs", "kernels/src/ops/softmax.rs"] {
+    for f in [
+        "runtime/src/model/forward.rs",
+        "runtime/src/pool.rs",
+        "runtime/src/speculative/decode.rs",
+        "kernels/src/ops/softmax.rs",
+    ] {
         assert!(VERIFY_PATH.iter().any(|p| covers(p.path, f)), "{f}");
     }
-}
-
-#[test]
-fn the_build_fingerprints_are_the_parts_hashed_now() {
-    use crate::policy::fingerprint::{VERIFY_PATH, combine, part_hash};
-    let root = workspace();
-    let hashes: Vec<String> = VERIFY_PATH.iter().map(|p| part_hash(&root, p.path).unwrap()).collect();
-    assert_eq!(hashes, crate::policy::PART_HASHES, "build.rs hashed other bytes than the tree has");
-    let refs: Vec<&str> = hashes.iter().map(String::as_str).collect();
-    assert_eq!(combine(&refs, |_| true), KERNEL_FINGERPRINT);
-    assert_eq!(KERNEL_FINGERPRINT.len(), 16);
-    assert!(KERNEL_FINGERPRINT.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()));
-    let fp = crate::policy::verify_fingerprint(&DeviceClass::parse("cpu:x86_64-avx512vnni").unwrap(), Some(&formats()));
-    assert_eq!(fp.len(), 16);
-    assert_ne!(fp, KERNEL_FINGERPRINT, "a CPU key leaves the CUDA parts out");
 }
 
 /// A part's hash moves with any byte of its files, ignores CRLF, and a
 /// folder part counts added files.
 #[test]
 fn a_part_hash_moves_with_its_bytes() {
-    use crate::policy::fingerprint::part_hash;
+    use policy::fingerprint::part_hash;
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(dir.path().join("k/src")).unwrap();
     std::fs::write(dir.path().join("k/src/a.rs"), "const ROWS: usize = 4;\n").unwrap();
@@ -82,13 +70,13 @@ fn a_part_hash_moves_with_its_bytes() {
 /// Per key: a change to a part moves exactly the keys it applies to.
 #[test]
 fn a_changed_part_stales_only_the_keys_it_applies_to() {
-    use crate::policy::fingerprint::{VERIFY_PATH, combine};
+    use policy::fingerprint::{VERIFY_PATH, combine};
     let index = |path: &str| VERIFY_PATH.iter().position(|p| p.path == path).unwrap();
     let base: Vec<String> = (0..VERIFY_PATH.len()).map(|i| format!("{i:016x}")).collect();
     let key = |hashes: &[String], device: &str, f: &[&str]| {
         let refs: Vec<&str> = hashes.iter().map(String::as_str).collect();
         let f: Vec<String> = f.iter().map(|s| s.to_string()).collect();
-        combine(&refs, |p| crate::policy::fingerprint::applies(p, device, Some(&f)))
+        combine(&refs, |p| policy::fingerprint::applies(p, device, Some(&f)))
     };
     let changed = |path: &str| {
         let mut h = base.clone();
@@ -137,6 +125,6 @@ fn a_changed_part_stales_only_the_keys_it_applies_to() {
     }
     // Unknown formats: every format's parts count.
     let refs: Vec<&str> = base.iter().map(String::as_str).collect();
-    let all = combine(&refs, |p| crate::policy::fingerprint::applies(p, cpu, None));
+    let all = combine(&refs, |p| policy::fingerprint::applies(p, cpu, None));
     assert_ne!(all, key(&base, cpu, &q4_1));
 }
