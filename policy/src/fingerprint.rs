@@ -163,7 +163,7 @@ pub const OFF_PATH: &[(&str, &str)] = &[
     ("runtime/src/checkpoint/tests.rs", "tests"),
     ("runtime/src/serve/", "HTTP around the engine, per request"),
     (
-        "runtime/src/budget.rs",
+        "runtime/src/sandbox.rs",
         "the bounded thread chat templates run on, and the process's allocator: the system's behind one \
          thread-local load and branch per allocation (the decode and verify loops allocate per round, not per \
          weight; keep the hooks that small)",

@@ -11,7 +11,7 @@
 //! crate's) and [`serve`] (the OpenAI-compatible HTTP server).
 
 pub mod bench;
-pub mod budget;
+pub mod sandbox;
 pub mod build_info;
 pub mod checkpoint;
 pub mod commands;

@@ -48,7 +48,7 @@ mod model {
         assert!(r.passed && r.compared_bytes > 0, "{r:?}");
         // Through the setup, the drafter is declined with the reason.
         let engine = crate::engine::Engine::new(l, fam, 1).unwrap();
-        let args = crate::speculative::setup::SpecSettings {
+        let args = crate::speculative::setup::SpeculationSettings {
             drafter: Some("ngram".into()),
             draft_width: Some("8".into()),
             ..Default::default()
@@ -379,7 +379,7 @@ mod policy {
     /// flag that would do nothing refused.
     #[test]
     fn the_adaptive_length_follows_the_entry_and_the_flags_and_refuses_what_would_be_ignored() {
-        use crate::speculative::setup::{SpecSettings, adaptive_cost};
+        use crate::speculative::setup::{SpeculationSettings, adaptive_cost};
         let curve = "verify_cost = [{ context = 64, relative = [1.0, 1.1, 1.2, 1.3, 1.4, 1.5, 1.6] }]\n";
         let fixed = entry("ngram", "cpu:x86_64-avx2", "q4_1", "6", FP);
         let adaptive = fixed.replace("host =", &format!("{curve}adaptive = true\nhost ="));
@@ -391,7 +391,7 @@ mod policy {
         let r_adaptive = i.resolve(&t_adaptive).unwrap();
         let r_fixed = i.resolve(&t_fixed).unwrap();
         let r_bare = i.resolve(&t_bare).unwrap();
-        let args = |adaptive: Option<bool>, curves: &[&str], width: Option<&str>| SpecSettings {
+        let args = |adaptive: Option<bool>, curves: &[&str], width: Option<&str>| SpeculationSettings {
             adaptive,
             cost_curves: curves.iter().map(|c| c.to_string()).collect(),
             draft_width: width.map(str::to_string),

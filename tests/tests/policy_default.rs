@@ -13,7 +13,7 @@ use policy::table::{RecordCheck, Table, compile};
 use policy::{DeviceClass, DrafterKind, DrafterSettings, Resolver, Run, Width};
 use runtime::engine::{Engine, NoSink};
 use runtime::sampling::SamplingParams;
-use runtime::speculative::setup::{Decoding, SpecSettings, Speculation};
+use runtime::speculative::setup::{Decoding, SpeculationSettings, Speculation};
 use std::process::Command;
 
 /// The default model, loaded once for this binary, on 2 threads.
@@ -81,12 +81,12 @@ fn table(entries: &[String]) -> Table {
         .unwrap_or_else(|e| panic!("{e}"))
 }
 
-fn decide(t: &Table, args: &SpecSettings) -> Decoding {
+fn decide(t: &Table, args: &SpeculationSettings) -> Decoding {
     Speculation::resolve(args, engine(), &Resolver { table: t, fingerprint: &fingerprint }).expect("resolves")
 }
 
-fn no_flags() -> SpecSettings {
-    SpecSettings::default()
+fn no_flags() -> SpeculationSettings {
+    SpeculationSettings::default()
 }
 
 /// Token ids of a greedy run of a repetitive prompt, through the request
@@ -126,7 +126,7 @@ fn a_measured_entry_turns_speculation_on_with_its_drafter_width_and_settings() {
     assert_eq!(decide(&with, &no_flags()).resolution.entry().and_then(|e| e.emitted_per_verify), Some(2.5));
     // Speculation changes speed only: the tokens are classic decoding's.
     let spec = tokens(&mut d);
-    let mut classic = decide(&t, &SpecSettings { drafter: Some("none".into()), ..no_flags() });
+    let mut classic = decide(&t, &SpeculationSettings { drafter: Some("none".into()), ..no_flags() });
     assert!(classic.speculation.is_none());
     assert_eq!(classic.resolution.width_from, "speculation off: --drafter none");
     assert!(classic.resolution.entry().is_none());
@@ -170,23 +170,23 @@ fn a_stale_entry_or_none_keeps_classic_decoding() {
 fn explicit_flags_still_win_over_the_policy() {
     let t = table(&[entry("3", 1.2, [1.1, 1.3], 2)]);
     // A width flag decides the width; the drafter's settings are then the defaults.
-    let d = decide(&t, &SpecSettings { drafter: Some("ngram".into()), draft_width: Some("5".into()), ..no_flags() });
+    let d = decide(&t, &SpeculationSettings { drafter: Some("ngram".into()), draft_width: Some("5".into()), ..no_flags() });
     let s = d.speculation.as_ref().unwrap();
     assert_eq!((s.width, d.drafter_from()), (width(5), "flag"));
     assert_eq!(s.settings, DrafterSettings::ngram(3, 4));
     // A named drafter without a width takes the entry, with its settings.
-    let d = decide(&t, &SpecSettings { drafter: Some("ngram".into()), ..no_flags() });
+    let d = decide(&t, &SpeculationSettings { drafter: Some("ngram".into()), ..no_flags() });
     let s = d.speculation.as_ref().unwrap();
     assert_eq!((s.width, s.settings.clone()), (width(3), DrafterSettings::ngram(2, 5)));
     // Settings other than the entry's: not the entry's measurement, so the
     // per-kind width, and the runtime's defaults fill what was not given.
-    let d = decide(&t, &SpecSettings { drafter: Some("ngram".into()), ngram_max: Some(4), ..no_flags() });
+    let d = decide(&t, &SpeculationSettings { drafter: Some("ngram".into()), ngram_max: Some(4), ..no_flags() });
     let s = d.speculation.as_ref().unwrap();
     assert_eq!((s.width, s.settings.clone()), (width(4), DrafterSettings::ngram(3, 4)));
     assert!(d.resolution.width_from.contains("other drafter settings: ngram_max 4 (measured 5)"));
     // Flags that only make sense with a drafter are refused without one.
     let e = Speculation::resolve(
-        &SpecSettings { ngram_min: Some(2), ..no_flags() },
+        &SpeculationSettings { ngram_min: Some(2), ..no_flags() },
         engine(),
         &Resolver { table: &t, fingerprint: &fingerprint },
     )

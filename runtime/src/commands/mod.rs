@@ -13,7 +13,7 @@ use crate::engine::{Engine, NoSink};
 use crate::open::{ModelSettings, Opened, open};
 use crate::prompts::{PromptItem, PromptKind, parse_prompts};
 use crate::sampling::SamplingParams;
-use crate::speculative::setup::SpecSettings;
+use crate::speculative::setup::SpeculationSettings;
 use crate::tokenizer::chat::Message;
 use anyhow::{Context, Result, bail};
 use kernels::dispatch;
@@ -42,7 +42,7 @@ pub struct BenchSettings {
     /// Width curve: tokens generated per prompt.
     pub max_tokens: usize,
     /// A drafter here asks for the width curve.
-    pub spec: SpecSettings,
+    pub spec: SpeculationSettings,
 }
 
 /// The width curve's built-in prompt set (`runtime bench --drafter`).
@@ -79,7 +79,7 @@ pub struct GenerateSettings {
     /// Unrecorded passes first.
     pub warmup: usize,
     pub json: bool,
-    pub spec: SpecSettings,
+    pub spec: SpeculationSettings,
 }
 
 /// `runtime fetch-model`: a known model's path in the cache, fetched if needed.

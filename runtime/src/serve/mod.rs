@@ -26,7 +26,7 @@ pub mod worker;
 use crate::events::{Event, startup_event};
 use crate::open::{ModelSettings, Opened, open};
 use crate::sampling::SamplingParams;
-use crate::speculative::setup::{SpecSettings, Speculation};
+use crate::speculative::setup::{SpeculationSettings, Speculation};
 use anyhow::{Context, Result, bail};
 use metrics::Stats;
 use queue::Queue;
@@ -78,7 +78,7 @@ pub struct ServeSettings {
     pub strict_params: bool,
     /// `--allowed-origins`: browser origins answered with CORS headers.
     pub allowed_origins: Vec<String>,
-    pub spec: SpecSettings,
+    pub spec: SpeculationSettings,
 }
 
 impl ServeSettings {

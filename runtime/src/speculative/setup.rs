@@ -1,4 +1,4 @@
-//! From the operator's speculative settings ([`SpecSettings`]) to a ready
+//! From the operator's speculative settings ([`SpeculationSettings`]) to a ready
 //! configuration: the drafter, its width, and the exactness probe's verdict.
 
 use super::DrafterKind;
@@ -24,7 +24,7 @@ pub const ALLOW_INEXACT_ENV: &str = "DRAFTWISE_ALLOW_INEXACT";
 /// and `runtime serve` take them from the `--drafter` family of flags);
 /// every field unset is the policy's to decide.
 #[derive(Clone, Debug, Default)]
-pub struct SpecSettings {
+pub struct SpeculationSettings {
     /// A drafter kind, or `none` for classic decoding.
     pub drafter: Option<String>,
     /// Tokens drafted per verify step, as given (parsed by the resolution).
@@ -184,7 +184,7 @@ pub fn bound_suffix_flags(min_match: Option<usize>, max_match: Option<usize>, mi
 
 /// The drafter settings `args` give for `kind` (fields not given stay
 /// unset), each bounded.
-pub fn requested_settings(kind: DrafterKind, args: &SpecSettings, n_layers: usize) -> Result<DrafterSettings> {
+pub fn requested_settings(kind: DrafterKind, args: &SpeculationSettings, n_layers: usize) -> Result<DrafterSettings> {
     let mut s = DrafterSettings::default();
     match kind {
         DrafterKind::Ngram => {
@@ -241,7 +241,7 @@ pub fn default_settings(kind: DrafterKind, n_layers: usize) -> DrafterSettings {
 pub fn build_drafter_with(
     kind: DrafterKind,
     settings: &DrafterSettings,
-    args: &SpecSettings,
+    args: &SpeculationSettings,
     engine: &Engine,
 ) -> Result<Box<dyn Drafter>> {
     settings.check(kind).map_err(|e| anyhow::anyhow!("{kind} drafter settings: {e}"))?;
@@ -294,7 +294,7 @@ pub fn build_drafter_with(
 /// The drafter `args` ask for (`kind_s` is `--drafter`'s value), with the
 /// settings given or the kind's defaults, checked against the target; no
 /// width, policy or probe (`runtime bench --drafter`).
-pub fn build_drafter(kind_s: &str, args: &SpecSettings, engine: &Engine) -> Result<(DrafterKind, Box<dyn Drafter>)> {
+pub fn build_drafter(kind_s: &str, args: &SpeculationSettings, engine: &Engine) -> Result<(DrafterKind, Box<dyn Drafter>)> {
     let kind: DrafterKind = kind_s.parse().map_err(anyhow::Error::msg)?;
     let n_layers = engine.loaded.model.config.n_layers;
     let settings = default_settings(kind, n_layers).overlaid_with(&requested_settings(kind, args, n_layers)?);
@@ -326,7 +326,7 @@ pub fn run_of<'a>(
 /// measured entry that decided the width chose it and no `--draft-width`
 /// fixed the width. `--cost-curve` where nothing adapts is an error (a flag
 /// is never ignored).
-pub fn adaptive_cost(args: &SpecSettings, resolution: &policy::Resolution) -> Result<(Option<CostModel>, String)> {
+pub fn adaptive_cost(args: &SpeculationSettings, resolution: &policy::Resolution) -> Result<(Option<CostModel>, String)> {
     let given = policy::table::parse_cost_curves(&args.cost_curves).map_err(anyhow::Error::msg)?;
     let entry = resolution.entry();
     let curve_of = |why: &str| -> Result<(Option<CostModel>, String)> {
@@ -369,7 +369,7 @@ pub fn adaptive_cost(args: &SpecSettings, resolution: &policy::Resolution) -> Re
 impl Speculation {
     /// How this process decodes, resolved with the compiled policy.
     /// With `--policy FILE`, that table instead, and the provenance says so.
-    pub fn from_settings(args: &SpecSettings, engine: &Engine) -> Result<Decoding> {
+    pub fn from_settings(args: &SpeculationSettings, engine: &Engine) -> Result<Decoding> {
         let Some(file) = &args.policy else { return Speculation::resolve(args, engine, &compiled_resolver()) };
         let table = load_policy_file(file)?;
         let resolver = policy::Resolver { table: &table, fingerprint: &verify_fingerprint };
@@ -384,8 +384,8 @@ impl Speculation {
 
     /// [`Speculation::from_settings`] against a given policy (tests pass
     /// their own table).
-    pub fn resolve(args: &SpecSettings, engine: &Engine, resolver: &policy::Resolver<'_>) -> Result<Decoding> {
-        let given = |a: &SpecSettings| {
+    pub fn resolve(args: &SpeculationSettings, engine: &Engine, resolver: &policy::Resolver<'_>) -> Result<Decoding> {
+        let given = |a: &SpeculationSettings| {
             a.draft_width.is_some()
                 || a.drafter_model.is_some()
                 || a.layerskip_layers.is_some()
@@ -596,8 +596,8 @@ mod tests {
         assert!(parse_layers("1,x", 30).is_err());
     }
 
-    fn suffix_args(min_match: Option<usize>, max_match: Option<usize>, min_prob: Option<f64>) -> SpecSettings {
-        SpecSettings {
+    fn suffix_args(min_match: Option<usize>, max_match: Option<usize>, min_prob: Option<f64>) -> SpeculationSettings {
+        SpeculationSettings {
             drafter: Some("suffix".into()),
             suffix_min_match: min_match,
             suffix_max_match: max_match,
@@ -633,7 +633,7 @@ mod tests {
             let e = requested_settings(DrafterKind::Ngram, &flag, 30).unwrap_err().to_string();
             assert!(e.contains("settings of --drafter suffix, not of ngram"), "{e}");
         }
-        let ngram_on_suffix = SpecSettings { ngram_min: Some(2), ..suffix_args(None, None, None) };
+        let ngram_on_suffix = SpeculationSettings { ngram_min: Some(2), ..suffix_args(None, None, None) };
         let e = requested_settings(DrafterKind::Suffix, &ngram_on_suffix, 30).unwrap_err().to_string();
         assert!(e.contains("not of suffix"), "{e}");
     }

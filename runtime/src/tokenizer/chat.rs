@@ -86,7 +86,7 @@ pub fn builtin(architecture: &str) -> Option<(&'static str, &'static str)> {
 /// interpreter, the compiled template and its temporaries take well under
 /// a megabyte for real templates, so 32 MiB is ample and still small
 /// beside the model. Past it the rendering stops before the allocation
-/// that would pass it ([`crate::budget`]) and the request gets an error.
+/// that would pass it ([`crate::sandbox`]) and the request gets an error.
 pub const CHAT_TEMPLATE_BASE_BYTES: usize = 32 << 20;
 
 /// Budget per byte of message text: the messages are copied into the
@@ -104,11 +104,11 @@ pub const CHAT_TEMPLATE_DEADLINE: std::time::Duration = std::time::Duration::fro
 
 /// Renderings stopped past their budget and still parked, per template
 /// (by its source's hash): a template that keeps failing is refused at
-/// once after [`crate::budget::MAX_STUCK`] of them, while other templates
+/// once after [`crate::sandbox::MAX_STUCK`] of them, while other templates
 /// (another model in the same process, a test) are not affected.
-fn stuck_count(src: &str) -> crate::budget::StuckCount {
+fn stuck_count(src: &str) -> crate::sandbox::StuckCount {
     use std::hash::{Hash, Hasher};
-    static STUCK: std::sync::Mutex<Vec<(u64, crate::budget::StuckCount)>> = std::sync::Mutex::new(Vec::new());
+    static STUCK: std::sync::Mutex<Vec<(u64, crate::sandbox::StuckCount)>> = std::sync::Mutex::new(Vec::new());
     let mut h = std::collections::hash_map::DefaultHasher::new();
     src.hash(&mut h);
     let key = h.finish();
@@ -116,7 +116,7 @@ fn stuck_count(src: &str) -> crate::budget::StuckCount {
     if let Some((_, c)) = all.iter().find(|(k, _)| *k == key) {
         return c.clone();
     }
-    let c = crate::budget::StuckCount::default();
+    let c = crate::sandbox::StuckCount::default();
     // One entry per distinct template that was ever rendered: a process
     // serves one model (tests, a handful of templates).
     all.push((key, c.clone()));
@@ -243,8 +243,8 @@ impl Tokenizer {
         let (src, messages, bos, eos) = (src.to_string(), turns.to_vec(), tok_text(self.bos), tok_text(self.eos));
         // The template is code from the model file: it runs on its own
         // thread under a memory budget and a deadline, so that no template
-        // can abort the process or hold it (crate::budget).
-        let rendered = crate::budget::run_bounded(budget, CHAT_TEMPLATE_DEADLINE, &stuck, move || {
+        // can abort the process or hold it (crate::sandbox).
+        let rendered = crate::sandbox::run_bounded(budget, CHAT_TEMPLATE_DEADLINE, &stuck, move || {
             render(&src, &messages, add_generation_prompt, &bos, &eos, max_out)
         });
         match rendered {
@@ -542,7 +542,7 @@ mod tests {
         assert!(e.contains("longer than"), "{e}");
         // A template that keeps failing: after MAX_STUCK parked renders, it is refused at once.
         let tok = with_template(&format!("{{# this test's own #}}{}", MEMORY_BOMBS[0]));
-        for _ in 0..crate::budget::MAX_STUCK {
+        for _ in 0..crate::sandbox::MAX_STUCK {
             let e = tok.render_chat(&hi(), true).unwrap_err().to_string();
             assert!(e.contains("memory budget"), "{e}");
         }

@@ -8,7 +8,7 @@ use runtime::commands::policy::ExplainSettings;
 use runtime::commands::{BenchSettings, FetchModelSettings, GenerateSettings};
 use runtime::open::ModelSettings;
 use runtime::serve::ServeSettings;
-use runtime::speculative::setup::SpecSettings;
+use runtime::speculative::setup::SpeculationSettings;
 use std::path::PathBuf;
 
 /// The flags that name the model and how it is opened (`generate`, `bench`, `serve`).
@@ -86,7 +86,7 @@ pub struct GenerateArgs {
     #[arg(long)]
     pub json: bool,
     #[command(flatten)]
-    pub spec: SpecArgs,
+    pub spec: SpeculationArgs,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -126,14 +126,14 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 96)]
     pub max_tokens: usize,
     #[command(flatten)]
-    pub spec: SpecArgs,
+    pub spec: SpeculationArgs,
 }
 
 /// Speculative decoding settings. Without `--drafter` the measured policy
 /// decides: a measurement for this host that beats classic decoding turns its
 /// drafter on; otherwise decoding is classic. `--drafter none` is classic.
 #[derive(Args, Debug, Clone, Default)]
-pub struct SpecArgs {
+pub struct SpeculationArgs {
     /// Drafter kind: ngram, suffix, layerskip or draft-model (dflash and mtp are recognized, not loadable yet),
     /// or none for classic decoding. Default: what the policy table measured for this host.
     #[arg(long)]
@@ -261,7 +261,7 @@ pub struct ServeArgs {
     #[arg(long)]
     pub json: bool,
     #[command(flatten)]
-    pub spec: SpecArgs,
+    pub spec: SpeculationArgs,
 }
 
 #[derive(Subcommand, Debug, Clone)]
@@ -308,9 +308,9 @@ pub struct ExplainArgs {
     pub json: bool,
 }
 
-impl From<SpecArgs> for SpecSettings {
-    fn from(a: SpecArgs) -> Self {
-        SpecSettings {
+impl From<SpeculationArgs> for SpeculationSettings {
+    fn from(a: SpeculationArgs) -> Self {
+        SpeculationSettings {
             drafter: a.drafter,
             draft_width: a.draft_width,
             drafter_model: a.drafter_model,
