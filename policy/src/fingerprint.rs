@@ -71,7 +71,12 @@ const fn part(path: &'static str, devices: Devices, why: &'static str) -> Part {
 }
 
 /// A part whose change moves only the cost of the weight formats it names.
-const fn format_part(path: &'static str, devices: Devices, formats: &'static [&'static str], why: &'static str) -> Part {
+const fn format_part(
+    path: &'static str,
+    devices: Devices,
+    formats: &'static [&'static str],
+    why: &'static str,
+) -> Part {
     Part { path, devices, formats, why }
 }
 
@@ -103,14 +108,46 @@ pub const VERIFY_PATH: &[Part] = &[
     part("kernels/src/matvec/mod.rs", Devices::All, "the mat-vec entry points and the multi-row dispatch"),
     // kernels, CPU
     part("kernels/src/matvec/scalar.rs", Devices::Cpu, "the scalar kernel family (and the specification)"),
-    format_part("kernels/src/matvec/r16.rs", Devices::Cpu, INTERLEAVED, "the row-interleaved layout of Q4_0, Q4_1, Q8_0, Q5_0 and Q5_1, its portable kernels, the repacking of every layout"),
+    format_part(
+        "kernels/src/matvec/r16.rs",
+        Devices::Cpu,
+        INTERLEAVED,
+        "the row-interleaved layout of Q4_0, Q4_1, Q8_0, Q5_0 and Q5_1, its portable kernels, the repacking of every layout",
+    ),
     format_part("kernels/src/matvec/r16/k.rs", Devices::Cpu, K_QUANTS, "the row-interleaved layout of the K-quants"),
-    part("kernels/src/matvec/x86/mod.rs", Devices::CpuX86, "the x86_64 dispatcher: each format's passes, the group driver, the row tiles"),
-    part("kernels/src/matvec/x86/shared.rs", Devices::CpuX86, "the tiles, reductions, prefetches and integer steps every x86_64 kernel uses"),
-    part("kernels/src/matvec/x86/dot_f32.rs", Devices::CpuX86, "the x86_64 f32 dot products (f32 matrices, and the ops of every row)"),
-    format_part("kernels/src/matvec/x86/interleaved_q4_q8.rs", Devices::CpuX86, Q4_Q8, "x86_64 kernels of the row-interleaved Q4_0, Q4_1 and Q8_0 layout"),
-    format_part("kernels/src/matvec/x86/interleaved_q5.rs", Devices::CpuX86, Q5, "x86_64 kernels of the row-interleaved Q5_0 and Q5_1 layout"),
-    format_part("kernels/src/matvec/x86/interleaved_k.rs", Devices::CpuX86, K_QUANTS, "x86_64 kernels of the row-interleaved K-quants"),
+    part(
+        "kernels/src/matvec/x86/mod.rs",
+        Devices::CpuX86,
+        "the x86_64 dispatcher: each format's passes, the group driver, the row tiles",
+    ),
+    part(
+        "kernels/src/matvec/x86/shared.rs",
+        Devices::CpuX86,
+        "the tiles, reductions, prefetches and integer steps every x86_64 kernel uses",
+    ),
+    part(
+        "kernels/src/matvec/x86/dot_f32.rs",
+        Devices::CpuX86,
+        "the x86_64 f32 dot products (f32 matrices, and the ops of every row)",
+    ),
+    format_part(
+        "kernels/src/matvec/x86/interleaved_q4_q8.rs",
+        Devices::CpuX86,
+        Q4_Q8,
+        "x86_64 kernels of the row-interleaved Q4_0, Q4_1 and Q8_0 layout",
+    ),
+    format_part(
+        "kernels/src/matvec/x86/interleaved_q5.rs",
+        Devices::CpuX86,
+        Q5,
+        "x86_64 kernels of the row-interleaved Q5_0 and Q5_1 layout",
+    ),
+    format_part(
+        "kernels/src/matvec/x86/interleaved_k.rs",
+        Devices::CpuX86,
+        K_QUANTS,
+        "x86_64 kernels of the row-interleaved K-quants",
+    ),
     format_part("kernels/src/matvec/x86/q2k_q3k.rs", Devices::CpuX86, Q2K_Q3K, "x86_64 kernels of Q2_K and Q3_K"),
     format_part("kernels/src/matvec/x86/half.rs", Devices::CpuX86, HALF, "x86_64 kernels of F16 and BF16 matrices"),
     // kernels, CUDA
@@ -131,7 +168,11 @@ pub const VERIFY_PATH: &[Part] = &[
     part("runtime/src/sampling.rs", Devices::All, "sampling over the vocabulary, once per emitted token"),
     part("runtime/src/request.rs", Devices::All, "one request decoded classic or speculative"),
     part("runtime/src/speculative/mod.rs", Devices::All, "the speculative decoder's shared types"),
-    part("runtime/src/speculative/decode.rs", Devices::All, "the speculative loop: draft, verify block, accept, roll back"),
+    part(
+        "runtime/src/speculative/decode.rs",
+        Devices::All,
+        "the speculative loop: draft, verify block, accept, roll back",
+    ),
     part("runtime/src/speculative/drafter.rs", Devices::All, "the drafters, run once per verify"),
     part("runtime/src/speculative/schedule.rs", Devices::All, "each round's draft length, fixed or adaptive"),
     part("policy/src/adaptive.rs", Devices::All, "the adaptive draft length's rule, once per verify"),
@@ -181,6 +222,7 @@ pub const OFF_PATH: &[(&str, &str)] = &[
     ("runtime/src/gguf/test_writer.rs", "writes GGUF files for tests"),
     ("policy/src/lib.rs", "the policy crate's module list"),
     ("policy/src/declared.rs", "declared quantization, read once per process"),
+    ("policy/src/drafting.rs", "the drafting choice's type (fixed or adaptive), read from the table once per process"),
     ("policy/src/fingerprint.rs", "the verify-path lists and their hashes, at build time"),
     ("policy/src/host.rs", "the host class, once per process"),
     ("policy/src/key.rs", "the policy key's types"),

@@ -267,7 +267,13 @@ impl Fallback {
                 )
             }
             Fallback::Off { entry: e } => {
-                format!("measured off {}: {} ({}, {})", for_key(e.key.drafter.as_str(), &e.key), off_ran(e), e.record, e.date)
+                format!(
+                    "measured off {}: {} ({}, {})",
+                    for_key(e.key.drafter.as_str(), &e.key),
+                    off_ran(e),
+                    e.record,
+                    e.date
+                )
             }
             Fallback::NotAboveClassic { entry: e } => {
                 let [lo, hi] = e.ratio_interval;
@@ -751,7 +757,11 @@ impl Resolver<'_> {
                     e.prompts.name,
                     fit.differences(e)
                 );
-                found.push((StepKind::Table, Some((Provenance::Measured { entry: e.clone(), fit }, e.drafting.map(Drafting::max))), detail));
+                found.push((
+                    StepKind::Table,
+                    Some((Provenance::Measured { entry: e.clone(), fit }, e.drafting.map(Drafting::max))),
+                    detail,
+                ));
                 None
             }
             Lookup::Fallback(f) => {

@@ -295,7 +295,7 @@ mod tests {
             }],
         };
         let line = serde_json::to_string(&r).unwrap();
-        assert!(line.starts_with(r#"{"schema_version":1,"event":"bench_width_curve","model":"m.gguf""#), "{line}");
+        assert!(line.starts_with(r#"{"schema_version":2,"event":"bench_width_curve","model":"m.gguf""#), "{line}");
         assert!(
             line.contains(r#""spec":{"drafter":"ngram","widths":[2],"max_tokens":8,"reps":3,"warmup":1}"#),
             "{line}"

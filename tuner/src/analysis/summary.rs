@@ -231,6 +231,12 @@ pub struct Summary {
     pub model_file: Option<(String, String)>,
     /// Why the record's key is not known, when it is not.
     pub key_problem: Option<String>,
+    /// The record's policy key, typed once by the summarizer from the parts
+    /// above (the key its entry goes under, by which records pool and the
+    /// ledger groups them), or why there is none. Not serialized: the JSON
+    /// states the parts.
+    #[serde(skip, default = "not_summarized")]
+    pub key: Result<policy::PolicyKey, String>,
     pub complete: bool,
     pub halt: Option<Halt>,
     /// `--rounds auto`: where and why it stopped adding rounds.
@@ -345,6 +351,11 @@ pub struct Stability {
     pub choices: Vec<(Option<SpeculativeArm>, f64)>,
     /// Mean over draws of `1 - ratio(record's choice) / ratio(draw's best)`.
     pub expected_regret: f64,
+}
+
+/// A summary read back from JSON has no typed key: the summarizer makes it.
+fn not_summarized() -> Result<policy::PolicyKey, String> {
+    Err("the summary was read back, not summarized".into())
 }
 
 /// Raw data that is not what the plan says: never dropped silently.

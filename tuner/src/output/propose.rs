@@ -18,7 +18,7 @@ use std::ops::Range;
 use std::path::{Path, PathBuf};
 
 use policy::table::{self, RecordCheck};
-use policy::{DrafterKind, Drafting, HostClass, PolicyKey, TABLE_FILE, Width};
+use policy::{Drafting, PolicyKey, TABLE_FILE, Width};
 
 use crate::analysis::rules::{Allow, Refusal, check, check_provenance, current_fingerprint, record_key};
 use crate::analysis::summary::Summary;
@@ -289,33 +289,6 @@ fn table_problem(what: impl std::fmt::Display) -> Refusal {
     Refusal::Table(format!("{TABLE_FILE}: {what}"))
 }
 
-/// One entry's fields as the document holds them: a string, an integer,
-/// and the model's architecture and parameter count.
-struct KeyFields<'a> {
-    get: &'a dyn Fn(&str) -> Option<String>,
-    threads: Option<i64>,
-    model: Option<(String, i64)>,
-}
-
-/// Whether an entry's key fields are `key`. Fields that are missing or not
-/// of their type do not match (the compiler has refused such a table
-/// already); the host class is compared as the compiler reads it.
-fn is_key(f: &KeyFields<'_>, key: &PolicyKey) -> bool {
-    let get = f.get;
-    get("drafter").and_then(|d| d.parse::<DrafterKind>().ok()) == Some(key.drafter)
-        && get("device_class").as_deref() == Some(key.device.as_str())
-        && get("host_class").and_then(|h| HostClass::parse(&h).ok()).as_ref() == Some(&key.host)
-        && get("target_quant").as_deref() == Some(key.quant.as_str())
-        && f.threads == key.threads.map(|t| t as i64)
-        && f.model.as_ref().is_some_and(|(a, p)| *a == key.model.architecture && *p as u64 == key.model.parameters)
-}
-
-/// The model's (architecture, parameters) of an entry's `model` table.
-fn model_of(v: Option<&toml_edit::Value>) -> Option<(String, i64)> {
-    let t = v?.as_inline_table()?;
-    Some((t.get("architecture")?.as_str()?.to_string(), t.get("parameters")?.as_integer()?))
-}
-
 /// The byte just past the end of the line holding `at` (past its `\n`), or
 /// the end of the text.
 fn end_of_line(text: &str, at: usize) -> usize {
@@ -405,53 +378,31 @@ fn append_block(old: &str, block: &str, nl: &str) -> Splice {
 /// ending.
 pub fn edit_table(old: &str, key: &PolicyKey, fields: &[(&str, String)]) -> Result<String, Refusal> {
     let doc = toml_edit::Document::parse(old).map_err(|e| table_problem(format!("malformed TOML: {e}")))?;
+    // Which entry has the record's key is the compiler's answer, not a
+    // second reader's: the table compiles (as `build.rs` compiles it; keys
+    // are unique there) and its entries are in the document's order, so
+    // the entry's index is its place in `entry`.
+    let table = table::compile(TABLE_FILE, old, RecordCheck::Skip).map_err(|e| table_problem(e.to_string()))?;
+    let at = table.entries.iter().position(|e| e.key == *key);
     let nl = if old.contains("\r\n") { "\r\n" } else { "\n" };
     let block = entry_table_text(fields).replace('\n', nl);
     let splices: Vec<Splice> = match doc.as_table().get("entry") {
         None => vec![append_block(old, &block, nl)],
-        Some(toml_edit::Item::ArrayOfTables(aot)) => {
-            let matching: Vec<&toml_edit::Table> = aot
-                .iter()
-                .filter(|t| {
-                    let get = |k: &str| t.get(k).and_then(|v| v.as_str()).map(str::to_string);
-                    let f = KeyFields {
-                        get: &get,
-                        threads: t.get("threads").and_then(|v| v.as_integer()),
-                        model: model_of(t.get("model").and_then(|i| i.as_value())),
-                    };
-                    is_key(&f, key)
-                })
-                .collect();
-            match matching.as_slice() {
-                [] => vec![append_block(old, &block, nl)],
-                [t] => vec![Splice { at: table_region(old, t)?, text: block }],
-                _ => return Err(table_problem("two [[entry]] tables have the record's key; keep one")),
-            }
-        }
+        Some(toml_edit::Item::ArrayOfTables(aot)) => match at.and_then(|i| aot.get(i)) {
+            None => vec![append_block(old, &block, nl)],
+            Some(t) => vec![Splice { at: table_region(old, t)?, text: block }],
+        },
         Some(toml_edit::Item::Value(toml_edit::Value::Array(arr))) => {
             let inline = entry_inline_text(fields);
-            let mut matching = Vec::new();
-            for v in arr.iter() {
-                let t = v.as_inline_table().ok_or_else(|| {
-                    table_problem("`entry` holds a value that is not a table; write `[[entry]]` tables")
-                })?;
-                let get = |k: &str| t.get(k).and_then(|v| v.as_str()).map(str::to_string);
-                let f = KeyFields {
-                    get: &get,
-                    threads: t.get("threads").and_then(|v| v.as_integer()),
-                    model: model_of(t.get("model")),
-                };
-                if is_key(&f, key) {
-                    matching.push(t);
-                }
-            }
-            match matching.as_slice() {
-                [] => append_to_array(old, arr, &inline, nl)?,
-                [t] => {
+            match at.and_then(|i| arr.get(i)) {
+                None => append_to_array(old, arr, &inline, nl)?,
+                Some(v) => {
+                    let t = v.as_inline_table().ok_or_else(|| {
+                        table_problem("`entry` holds a value that is not a table; write `[[entry]]` tables")
+                    })?;
                     let at = t.span().ok_or_else(|| table_problem("an `entry` element has no position"))?;
                     vec![Splice { at, text: inline }]
                 }
-                _ => return Err(table_problem("two `entry` elements have the record's key; keep one")),
             }
         }
         Some(_) => {
@@ -841,7 +792,7 @@ fn read_table(path: &Path) -> Result<String, ProposeError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use policy::DeviceClass;
+    use policy::{DeviceClass, DrafterKind, HostClass};
 
     #[test]
     fn settings_inline_tables_read_back_as_the_same_settings() {
@@ -1021,10 +972,11 @@ verify_fingerprint = \"0123456789abcdef\"\n"
     fn a_malformed_table_is_an_error_naming_the_file_not_a_panic() {
         let e = edit_table("schema_version = 3\n[[entry]\n", &key(), &fields("5")).unwrap_err().to_string();
         assert!(e.contains(TABLE_FILE) && e.contains("malformed TOML"), "{e}");
-        let e = edit_table("schema_version = 3\nentry = 3\n", &key(), &fields("5")).unwrap_err().to_string();
-        assert!(e.contains("`entry` is neither"), "{e}");
-        let e = edit_table("schema_version = 3\nentry = [3]\n", &key(), &fields("5")).unwrap_err().to_string();
-        assert!(e.contains("not a table"), "{e}");
+        // A table the compiler refuses (which entry has the key is its answer): its refusal, naming the file.
+        for bad in ["schema_version = 3\nentry = 3\n", "schema_version = 3\nentry = [3]\n"] {
+            let e = edit_table(bad, &key(), &fields("5")).unwrap_err().to_string();
+            assert!(e.contains(TABLE_FILE) && e.contains("`entry` must be an array of tables"), "{e}");
+        }
     }
 
     #[test]

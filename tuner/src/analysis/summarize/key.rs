@@ -5,7 +5,7 @@
 use std::collections::BTreeSet;
 use std::fmt::Debug;
 
-use policy::{DrafterSettings, HostClass, ModelClass};
+use policy::{DeviceClass, DrafterKind, DrafterSettings, HostClass, ModelClass, PolicyKey};
 use runtime::events::Startup;
 
 use crate::analysis::rules;
@@ -29,6 +29,28 @@ pub(super) struct Key {
     /// Why the record has no key, every reason found.
     pub problems: Vec<String>,
     pub inexact_arms: Vec<usize>,
+}
+
+impl Key {
+    /// The record's policy key, typed once here (every reader of the record
+    /// takes it from [`crate::analysis::summary::Summary::key`]), or what is
+    /// missing or malformed. The strings above are what the record states.
+    pub fn policy_key(&self, drafter: DrafterKind, problem: Option<&str>) -> Result<PolicyKey, String> {
+        let missing = || problem.unwrap_or("missing").to_string();
+        let (Some(device), Some(quant), Some(host), Some(model)) =
+            (&self.device_class, &self.target_quant, &self.host_class, &self.model)
+        else {
+            return Err(missing());
+        };
+        let device = DeviceClass::parse(device)?;
+        let host = HostClass::parse(host)?;
+        let threads = match (device.is_cpu(), self.threads) {
+            (true, Some(t)) => Some(t),
+            (true, None) => return Err("the arms report no thread count".into()),
+            (false, _) => None,
+        };
+        Ok(PolicyKey { drafter, device, host, quant: quant.clone(), model: model.clone(), threads })
+    }
 }
 
 /// Each value the complete arms reported, typed (a set per field; the

@@ -144,6 +144,8 @@ pub fn summarize_with(raw: &RawFile, with_stability: bool) -> Result<Summary> {
         None
     };
     let served = h.settings.served.is_some();
+    let key_problem = (!key.problems.is_empty()).then(|| key.problems.join("; "));
+    let policy_key = key.policy_key(h.settings.drafter, key_problem.as_deref());
     Ok(Summary {
         date: h.date.clone(),
         drafter: h.settings.drafter,
@@ -160,7 +162,8 @@ pub fn summarize_with(raw: &RawFile, with_stability: bool) -> Result<Summary> {
         host_class_from: key.host_class_from,
         model: key.model,
         model_file: key.model_file,
-        key_problem: (!key.problems.is_empty()).then(|| key.problems.join("; ")),
+        key: policy_key,
+        key_problem,
         complete,
         halt: if complete { None } else { last_halt(raw) },
         arms_planned: sc.arms_planned,
