@@ -705,6 +705,28 @@ fn the_binary_refuses_an_old_record_whatever_the_flags_and_says_to_re_measure() 
 }
 
 #[test]
+fn a_record_of_a_dirty_build_is_left_out_of_the_pool_and_named() {
+    // Two records of one key and fingerprint: this one clean, the other
+    // measured by a dirty build. The other is refused alone, so it does not
+    // count in the pool either (unless --allow-dirty), and propose says so.
+    let f = scratch("2026-01-01", "false", Some(&current()));
+    let other = f.root.join("records/r-dirty");
+    std::fs::create_dir_all(&other).unwrap();
+    let raw = std::fs::read_to_string(f.dir.join("raw.jsonl")).unwrap();
+    assert!(raw.contains("\"git_dirty\":\"false\""), "the scratch record states its build clean");
+    std::fs::write(other.join("raw.jsonl"), raw.replace("\"git_dirty\":\"false\"", "\"git_dirty\":\"true\"")).unwrap();
+    let o = f.propose(&["--dry-run"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("left out: records/r-dirty") && err.contains("dirty"), "{}", text(&o));
+    assert!(!String::from_utf8_lossy(&o.stdout).contains("records/r-dirty"), "{}", text(&o));
+    // With --allow-dirty it counts, and the entry names both records.
+    let o = f.propose(&["--dry-run", "--allow-dirty"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("records/r-dirty"), "{}", text(&o));
+}
+
+#[test]
 fn a_record_of_this_build_is_proposed_although_its_build_fingerprint_differs() {
     // The key's verify-path fingerprint decides: the record's whole-build
     // fingerprint (`kernel_fingerprint`, another build's) does not matter.

@@ -597,10 +597,16 @@ pub fn gather_pool(
         if record_key(&other).ok().as_ref() != Some(key) || other.verify_fingerprint.as_deref() != Some(fp) {
             continue;
         }
-        let why = check(&other).err().or_else(|| {
-            crate::analysis::rules::plan::check_plan(&other, raw.header.settings.design.bracket_arms, allow.weak_plan)
-                .err()
-        });
+        // A record the rules would refuse alone does not count in a pool
+        // either, under the same `--allow-*` flags: its data, its plan and
+        // its build (a dirty build is code no commit holds).
+        let why = check(&other)
+            .err()
+            .or_else(|| {
+                crate::analysis::rules::plan::check_plan(&other, raw.header.settings.design.bracket_arms, allow.weak_plan)
+                    .err()
+            })
+            .or_else(|| if allow.dirty { None } else { crate::analysis::rules::check_build(&raw).err() });
         match why {
             Some(r) => excluded.push((rel, r.to_string())),
             None => pooled.push(crate::analysis::pool::RecordRounds::of(&rel, &other)),
