@@ -680,7 +680,7 @@ impl<'a> Driver<'a> {
     fn attempt(&mut self, arm: &PlannedArm, arms_left: usize) -> Result<Attempt> {
         let what = match arm.width {
             Some(wd) => {
-                format!("arm {} (round {}, width {})", arm.index, arm.round + 1, wd.to_string())
+                format!("arm {} (round {}, width {})", arm.index, arm.round + 1, wd)
             }
             None => format!("arm {} (round {}, classic)", arm.index, arm.round + 1),
         };

@@ -206,7 +206,7 @@ fn run_propose(a: ProposeArgs) -> anyhow::Result<ExitCode> {
             for w in &p.pooled.widths {
                 eprintln!(
                     "  width {}: {:.3} [{:.3}, {:.3}] over {} round(s) of {} record(s), between-sweep sd {:.3}{}{}",
-                    w.width.to_string(),
+                    w.width,
                     w.ratio,
                     w.interval.0,
                     w.interval.1,

@@ -484,7 +484,7 @@ fn widths(s: &Summary) -> String {
         let _ = writeln!(
             m,
             "| {} | {pooled} | {per_round} | {vs_best} | {tied} | {} | {} | {n} | {med} | {rg} | {} | {} | {} | {} | {} | {} |",
-            w.width.to_string(),
+            w.width,
             ratio(&w.ratio_vs_open),
             ratio(&w.ratio_vs_close),
             opt(w.acceptance, 3),
@@ -514,7 +514,7 @@ fn time_to_first_token(s: &Summary) -> String {
         };
         let _ = writeln!(m, "| classic | {} |", ms(&s.classic_ttft_ms));
         for w in &s.widths {
-            let _ = writeln!(m, "| width {} | {} |", w.width.to_string(), ms(&w.ttft_ms));
+            let _ = writeln!(m, "| width {} | {} |", w.width, ms(&w.ttft_ms));
         }
     }
     m
@@ -568,7 +568,7 @@ fn by_prompt_type(raw: &RawFile, s: &Summary) -> String {
     types.dedup();
     let _ = write!(m, "| type | classic |");
     for w in &st.widths {
-        let _ = write!(m, " W={} |", w.to_string());
+        let _ = write!(m, " W={} |", w);
     }
     let _ = writeln!(m, "\n|---|---|{}", "---|".repeat(st.widths.len()));
     for t in &types {
@@ -745,7 +745,7 @@ fn validity(s: &Summary) -> String {
         let _ = writeln!(
             m,
             "- Width {} is not a measurement: {}.",
-            w.width.to_string(),
+            w.width,
             w.not_a_measurement.as_deref().unwrap_or_default()
         );
     }

@@ -410,7 +410,7 @@ pub fn write_plot(path: &Path, s: &Summary, widths: &[SpeculativeArm]) -> Result
         && let Some((x, y, _)) = all.iter().find(|(x, _, _)| *x == w.code() as f64)
     {
         chart.draw_series(std::iter::once(Circle::new((*x, *y), 9, RED.stroke_width(3)))).map_err(|e| err(&e))?;
-        legend.push((format!("chosen width {}", w.to_string()), LegendMark::Ring));
+        legend.push((format!("chosen width {}", w), LegendMark::Ring));
     }
     draw_legend(&legend_area, &legend, clipped, &title(s)).map_err(|e| err(&e))?;
     root.present().map_err(|e| err(&e))?;
