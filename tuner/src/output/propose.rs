@@ -93,15 +93,9 @@ pub fn short_host(raw: &RawFile) -> String {
 /// The entry's fields in the order they are written, each value as TOML.
 pub type Fields = Vec<(&'static str, String)>;
 
-/// The prompt set as an entry names it: the repository path the tuner
-/// compiled in, or a given file's name (never a path of this machine).
+/// The prompt set as an entry names it ([`crate::data::profile::entry_prompts_name`]).
 fn prompts_name(source: &str) -> String {
-    let path = source.strip_suffix(" (compiled into the tuner)").unwrap_or(source);
-    if Path::new(path).is_absolute() {
-        Path::new(path).file_name().map_or_else(|| "prompts".to_string(), |n| n.to_string_lossy().into_owned())
-    } else {
-        path.to_string()
-    }
+    crate::data::profile::entry_prompts_name(source)
 }
 
 /// The entry's fields, in the schema's order, values written as TOML.
@@ -603,8 +597,12 @@ pub fn gather_pool(
         let why = check(&other)
             .err()
             .or_else(|| {
-                crate::analysis::rules::plan::check_plan(&other, raw.header.settings.design.bracket_arms, allow.weak_plan)
-                    .err()
+                crate::analysis::rules::plan::check_plan(
+                    &other,
+                    raw.header.settings.design.bracket_arms,
+                    allow.weak_plan,
+                )
+                .err()
             })
             .or_else(|| if allow.dirty { None } else { crate::analysis::rules::check_build(&raw).err() });
         match why {

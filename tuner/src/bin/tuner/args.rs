@@ -41,6 +41,10 @@ pub enum Command {
     /// Write (or replace) the record's entry in policy/draft-block-width.toml,
     /// or refuse with the reason and the remedy (exit 5).
     Propose(ProposeArgs),
+    /// Make an acceptance profile: decode a prompt set classic and greedy and
+    /// record what the drafter would have drafted and had accepted at every
+    /// point (no timing: any host, any load). Written under profiles/.
+    Profile(Box<ProfileArgs>),
 }
 
 #[derive(clap::Args)]
@@ -266,6 +270,83 @@ pub struct ProposeArgs {
     /// drift); the entry's note says so.
     #[arg(long)]
     pub allow_weak_plan: bool,
+}
+
+#[derive(clap::Args)]
+pub struct ProfileArgs {
+    /// Make the profile a sweep record needs: its model (by file name in the
+    /// model cache, checked against the record's sha256), drafter, settings,
+    /// prompts and token limit. The flags below are then not given.
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["target", "drafter", "drafter_model", "prompts", "max_tokens"])]
+    pub record: Option<PathBuf>,
+    /// The target model, as `tuner sweep --model` takes it; default: the default model.
+    #[arg(short = 'm', long = "model", alias = "target", value_name = "MODEL")]
+    pub target: Option<PathBuf>,
+    /// Drafter kind: ngram, suffix, layerskip or draft-model.
+    #[arg(long)]
+    pub drafter: Option<String>,
+    /// The draft checkpoint for `--drafter draft-model`.
+    #[arg(long, value_name = "PATH")]
+    pub drafter_model: Option<PathBuf>,
+    #[command(flatten)]
+    pub drafter_flags: DrafterFlags,
+    /// `layerskip`: the layers the drafter runs.
+    #[arg(long, value_name = "LIST")]
+    pub layerskip_layers: Option<String>,
+    /// The prompt set (JSONL); default: prompts/sweep.jsonl, compiled in.
+    #[arg(long, value_name = "FILE")]
+    pub prompts: Option<PathBuf>,
+    /// Tokens per request (a sweep's --max-tokens: the profile is for that limit).
+    #[arg(long)]
+    pub max_tokens: Option<usize>,
+    /// Threads for the decoding (the output does not depend on them).
+    #[arg(short = 't', long)]
+    pub threads: Option<usize>,
+    /// Where to write it; default: profiles/<model>-<drafter>-<settings>-<prompts>-<tokens>.jsonl.
+    #[arg(long, value_name = "FILE")]
+    pub out: Option<PathBuf>,
+}
+
+impl ProfileArgs {
+    pub fn request(self) -> anyhow::Result<tuner::sweep::profile::ProfileRequest> {
+        let a = self;
+        let threads = a.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+        if let Some(dir) = &a.record {
+            return tuner::sweep::profile::request_for_record(dir, threads);
+        }
+        let target = match a.target {
+            Some(p) => runtime::fetch::resolve_model_arg(&p, None)?,
+            None => runtime::fetch::ensure_default_model(None)?,
+        };
+        let drafter = drafter_kind(a.drafter.as_deref().unwrap_or("ngram"))?;
+        let n_layers = if drafter == DrafterKind::Layerskip { target_layers(&target)? } else { 0 };
+        let settings =
+            drafter_settings(drafter, &a.drafter_flags, a.layerskip_layers.as_deref().map(|l| (l, n_layers)))?;
+        let (prompts_text, prompts_name) = match &a.prompts {
+            Some(p) => {
+                let bytes = runtime::limits::read_prompt_file(p)?;
+                (bytes, tuner::data::profile::entry_prompts_name(&p.display().to_string()))
+            }
+            None => (tuner::sweep::driver::DEFAULT_PROMPTS_JSONL.to_string(), "prompts/sweep.jsonl".to_string()),
+        };
+        if drafter == DrafterKind::DraftModel && a.drafter_model.is_none() {
+            anyhow::bail!("--drafter draft-model needs --drafter-model PATH");
+        }
+        let drafter_model = match a.drafter_model {
+            Some(p) => Some(runtime::fetch::resolve_model_arg(&p, None)?),
+            None => None,
+        };
+        Ok(tuner::sweep::profile::ProfileRequest {
+            target,
+            drafter,
+            settings,
+            drafter_model,
+            prompts_text,
+            prompts_name,
+            max_tokens: a.max_tokens.unwrap_or(tuner::data::plan::DEFAULT_MAX_TOKENS),
+            threads,
+        })
+    }
 }
 
 #[derive(clap::Args)]

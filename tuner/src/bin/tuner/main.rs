@@ -11,7 +11,7 @@ use tuner::host::gate;
 use tuner::host::identity::{self, IdentityOptions};
 use tuner::sweep::driver::Outcome;
 
-use args::{Cli, Command, GateArgs, IdentityArgs, ProposeArgs, SummarizeArgs, SweepArgs, seconds};
+use args::{Cli, Command, GateArgs, IdentityArgs, ProfileArgs, ProposeArgs, SummarizeArgs, SweepArgs, seconds};
 
 fn main() -> ExitCode {
     match run() {
@@ -31,6 +31,7 @@ fn run() -> anyhow::Result<ExitCode> {
         Command::Sweep(a) => run_sweep(*a),
         Command::Summarize(a) => run_summarize(a),
         Command::Propose(a) => run_propose(a),
+        Command::Profile(a) => run_profile(*a),
     }
 }
 
@@ -167,6 +168,24 @@ fn run_summarize(a: SummarizeArgs) -> anyhow::Result<ExitCode> {
             println!("  {c}");
         }
     }
+    Ok(ExitCode::from(tuner::exit::PASS))
+}
+
+fn run_profile(a: ProfileArgs) -> anyhow::Result<ExitCode> {
+    let out = a.out.clone();
+    let req = a.request()?;
+    let t0 = std::time::Instant::now();
+    let p = tuner::sweep::profile::make(&req, &mut |i, n, t| {
+        eprintln!("tuner profile: {}/{n} {} ({}): {} tokens", i + 1, t.id, t.task, t.out);
+    })?;
+    let path = out.unwrap_or_else(|| {
+        std::path::Path::new(tuner::data::profile::PROFILES_DIR).join(tuner::data::profile::file_name(&p.header))
+    });
+    if let Some(parent) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent)?;
+    }
+    std::fs::write(&path, p.to_text())?;
+    println!("wrote {} ({} prompts, {:.1} s)", path.display(), p.traces.len(), t0.elapsed().as_secs_f64());
     Ok(ExitCode::from(tuner::exit::PASS))
 }
 
