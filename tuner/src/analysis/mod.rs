@@ -4,11 +4,13 @@
 //! it is ([`stability`]), the records of a key pooled ([`pool`]), the
 //! summarizer that applies them ([`summarize`]) and the synthetic sweeps
 //! that calibrate it ([`simulate`]); and the predicted ratios of an
-//! acceptance profile on a host's verify-cost curves ([`predict`]).
+//! acceptance profile on a host's verify-cost curves ([`predict`]), measured
+//! against every committed sweep ([`predict_error`]).
 pub mod decision;
 pub mod estimate;
 pub mod pool;
 pub mod predict;
+pub mod predict_error;
 pub mod rules;
 pub mod simulate;
 pub mod stability;

@@ -45,6 +45,20 @@ pub enum Command {
     /// record what the drafter would have drafted and had accepted at every
     /// point (no timing: any host, any load). Written under profiles/.
     Profile(Box<ProfileArgs>),
+    /// The predictor measured: every committed sweep record's arms predicted
+    /// from its own verify-cost curves and the committed profile, beside what
+    /// it measured (the table docs/records.md holds).
+    PredictError(PredictErrorArgs),
+}
+
+#[derive(clap::Args)]
+pub struct PredictErrorArgs {
+    /// The repository root (records/ and profiles/ under it).
+    #[arg(long, value_name = "DIR", default_value = ".")]
+    pub root: PathBuf,
+    /// Print the rows as JSON lines instead of the markdown table.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(clap::Args)]

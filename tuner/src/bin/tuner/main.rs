@@ -11,7 +11,9 @@ use tuner::host::gate;
 use tuner::host::identity::{self, IdentityOptions};
 use tuner::sweep::driver::Outcome;
 
-use args::{Cli, Command, GateArgs, IdentityArgs, ProfileArgs, ProposeArgs, SummarizeArgs, SweepArgs, seconds};
+use args::{
+    Cli, Command, GateArgs, IdentityArgs, PredictErrorArgs, ProfileArgs, ProposeArgs, SummarizeArgs, SweepArgs, seconds,
+};
 
 fn main() -> ExitCode {
     match run() {
@@ -32,6 +34,7 @@ fn run() -> anyhow::Result<ExitCode> {
         Command::Summarize(a) => run_summarize(a),
         Command::Propose(a) => run_propose(a),
         Command::Profile(a) => run_profile(*a),
+        Command::PredictError(a) => run_predict_error(a),
     }
 }
 
@@ -186,6 +189,19 @@ fn run_profile(a: ProfileArgs) -> anyhow::Result<ExitCode> {
     }
     std::fs::write(&path, p.to_text())?;
     println!("wrote {} ({} prompts, {:.1} s)", path.display(), p.traces.len(), t0.elapsed().as_secs_f64());
+    Ok(ExitCode::from(tuner::exit::PASS))
+}
+
+fn run_predict_error(a: PredictErrorArgs) -> anyhow::Result<ExitCode> {
+    let rows = tuner::analysis::predict_error::table(&a.root).map_err(anyhow::Error::msg)?;
+    if a.json {
+        for r in &rows {
+            println!("{}", serde_json::to_string(r)?);
+        }
+    } else {
+        print!("{}", tuner::analysis::predict_error::markdown(&rows));
+    }
+    eprintln!("tuner predict-error: {}", tuner::analysis::predict_error::summary_line(&rows));
     Ok(ExitCode::from(tuner::exit::PASS))
 }
 
