@@ -6,6 +6,7 @@
 //! that calibrate it ([`simulate`]); and the predicted ratios of an
 //! acceptance profile on a host's verify-cost curves ([`predict`]), measured
 //! against every committed sweep ([`predict_error`]).
+pub mod calibration;
 pub mod decision;
 pub mod estimate;
 pub mod pool;

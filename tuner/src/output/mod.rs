@@ -1,6 +1,8 @@
 //! What a reviewer reads and commits: the record ([`record`]: record.md,
 //! summary.csv, plot.svg), the policy entry ([`propose`]) and the ledger of
-//! every sweep ([`ledger`]).
+//! every sweep ([`ledger`]); a calibration's record and its predicted
+//! entry ([`predicted`]).
 pub mod ledger;
+pub mod predicted;
 pub mod propose;
 pub mod record;

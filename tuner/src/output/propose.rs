@@ -47,7 +47,7 @@ pub fn find_table(dir: &Path) -> Result<PathBuf, Refusal> {
 }
 
 /// A one-line TOML basic string (TOML 1.0, "Basic strings").
-fn toml_str(s: &str) -> String {
+pub(crate) fn toml_str(s: &str) -> String {
     let mut out = String::with_capacity(s.len() + 2);
     out.push('"');
     for c in s.chars() {
@@ -67,27 +67,7 @@ fn toml_str(s: &str) -> String {
 
 /// A short host identity for the entry's `host` field.
 pub fn short_host(raw: &RawFile) -> String {
-    let id = &raw.header.identity;
-    let cpu = id.cpu.model.value.clone().unwrap_or_else(|| id.cpu.arch.clone());
-    // The signature, where recorded: a model name can be shared by hosts of
-    // different generations ("AMD EPYC").
-    let mut parts = vec![match &id.cpu.signature.value {
-        Some(sig) => format!("{cpu} ({sig})"),
-        None => cpu,
-    }];
-    if let Some(n) = id.cpu.threads_available.value {
-        parts.push(format!("{n} threads available"));
-    }
-    if let Some(g) = id.nvidia.value.as_ref().and_then(|n| n.gpus.value.as_ref()) {
-        parts.extend(g.iter().filter_map(|g| g.name.value.clone()));
-    }
-    if let Some(os) = &id.os.value {
-        parts.push(os.clone());
-    }
-    if let Some(k) = &id.kernel_release.value {
-        parts.push(format!("Linux {k}"));
-    }
-    parts.join(", ")
+    crate::host::identity::short_host(&raw.header.identity)
 }
 
 /// The entry's fields in the order they are written, each value as TOML.
@@ -201,7 +181,7 @@ fn emitted_per_verify(s: &Summary, arm: Option<SpeculativeArm>, cap: Width) -> O
 /// The entry's `width` for a decision: the number, `"off"`, or for the
 /// adaptive draft length its most (the widest fixed width; the entry then
 /// says `adaptive = true`).
-fn width_text(drafting: Option<Drafting>) -> String {
+pub(crate) fn width_text(drafting: Option<Drafting>) -> String {
     match drafting {
         Some(d) => d.max().to_string(),
         None => "\"off\"".to_string(),
@@ -226,7 +206,7 @@ fn verify_cost_text(curves: &[crate::data::verify_cost::CostCurve]) -> Option<St
 }
 
 /// `{ ngram_min = 3, ngram_max = 4 }`: the settings as a TOML inline table.
-fn settings_inline(d: &policy::DrafterSettings) -> String {
+pub(crate) fn settings_inline(d: &policy::DrafterSettings) -> String {
     let mut kv = Vec::new();
     if let Some(n) = d.ngram_min {
         kv.push(format!("ngram_min = {n}"));
@@ -776,7 +756,7 @@ pub fn propose(dir: &Path, table_path: Option<&Path>, dry_run: bool, allow: Allo
 
 /// The policy table's text, read at most [`table::MAX_TABLE_BYTES`] + 1
 /// bytes: a larger file (or `/dev/zero`) is refused before it is read whole.
-fn read_table(path: &Path) -> Result<String, ProposeError> {
+pub(crate) fn read_table(path: &Path) -> Result<String, ProposeError> {
     use std::io::Read;
     let cap = table::MAX_TABLE_BYTES as u64;
     let mut buf = Vec::new();

@@ -49,6 +49,116 @@ pub enum Command {
     /// from its own verify-cost curves and the committed profile, beside what
     /// it measured (the table docs/records.md holds).
     PredictError(PredictErrorArgs),
+    /// A default for this host in about a minute: measure the verify pass's
+    /// cost here (fresh processes, gated), replay the committed acceptance
+    /// profile on it through the runtime's controller, and write a record
+    /// whose `tuner propose` gives a predicted entry. Exit 0, or 1 on an error.
+    Calibrate(Box<CalibrateArgs>),
+}
+
+#[derive(clap::Args)]
+#[command(args_override_self = true)]
+pub struct CalibrateArgs {
+    /// The target model, as `tuner sweep --model` takes it; default: the default model.
+    #[arg(short = 'm', long = "model", alias = "target", value_name = "MODEL")]
+    pub target: Option<PathBuf>,
+    /// Drafter kind: ngram, suffix, layerskip or draft-model.
+    #[arg(long, default_value = "ngram")]
+    pub drafter: String,
+    /// The draft checkpoint for `--drafter draft-model`.
+    #[arg(long, value_name = "PATH")]
+    pub drafter_model: Option<PathBuf>,
+    #[command(flatten)]
+    pub drafter_flags: DrafterFlags,
+    /// `layerskip`: the layers the drafter runs.
+    #[arg(long, value_name = "LIST")]
+    pub layerskip_layers: Option<String>,
+    /// The prompt set the prediction is for (its profile must be committed); default: prompts/sweep.jsonl.
+    #[arg(long, value_name = "FILE")]
+    pub prompts: Option<PathBuf>,
+    /// Tokens per request of the profile (a sweep's --max-tokens).
+    #[arg(long, default_value_t = tuner::data::plan::DEFAULT_MAX_TOKENS)]
+    pub max_tokens: usize,
+    /// A profile file; default: the committed one under profiles/ that matches.
+    #[arg(long, value_name = "FILE")]
+    pub profile: Option<PathBuf>,
+    /// Widths predicted: a range `1-8` or a list; the adaptive arm (up to the widest) is added.
+    #[arg(long, value_name = "LIST", default_value = "1-8")]
+    pub widths: String,
+    /// Cost processes per context (the unit of the curve's interval): 2..=32.
+    #[arg(long, default_value_t = tuner::sweep::calibrate::DEFAULT_PROCESSES)]
+    pub processes: usize,
+    /// Context lengths of the verify-cost processes.
+    #[arg(long, value_name = "LIST", default_value = tuner::data::verify_cost::DEFAULT_COST_CONTEXTS_ARG)]
+    pub cost_contexts: String,
+    #[arg(short = 't', long)]
+    pub threads: Option<usize>,
+    /// The record folder; default: records/<date>-<device>-<host>-<drafter>[-<model>]-calibrate.
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    /// The runtime binary; default: the one beside this tuner.
+    #[arg(long, value_name = "PATH")]
+    pub runtime: Option<PathBuf>,
+    #[arg(long, value_name = "SECONDS", default_value_t = 600.0)]
+    pub gate_wait: f64,
+    #[arg(long, value_name = "SECONDS", default_value_t = 5.0)]
+    pub gate_interval: f64,
+    #[command(flatten)]
+    pub gate: GateOpts,
+}
+
+impl CalibrateArgs {
+    pub fn options(self) -> anyhow::Result<tuner::sweep::calibrate::CalibrateOptions> {
+        let a = self;
+        let runtime = match a.runtime {
+            Some(p) => p,
+            None => identity::default_runtime_path().map_err(anyhow::Error::msg)?,
+        };
+        let target = match a.target {
+            Some(p) => runtime::fetch::resolve_model_arg(&p, None)?,
+            None => runtime::fetch::ensure_default_model(None)?,
+        };
+        let drafter = drafter_kind(&a.drafter)?;
+        let n_layers = if drafter == DrafterKind::Layerskip { target_layers(&target)? } else { 0 };
+        let settings =
+            drafter_settings(drafter, &a.drafter_flags, a.layerskip_layers.as_deref().map(|l| (l, n_layers)))?;
+        let (text, name) = match &a.prompts {
+            Some(p) => (
+                runtime::limits::read_prompt_file(p)?,
+                tuner::data::profile::entry_prompts_name(&p.display().to_string()),
+            ),
+            None => (tuner::sweep::driver::DEFAULT_PROMPTS_JSONL.to_string(), "prompts/sweep.jsonl".to_string()),
+        };
+        let drafter_model = match a.drafter_model {
+            Some(p) => Some(runtime::fetch::resolve_model_arg(&p, None)?),
+            None => None,
+        };
+        let mut widths = parse_widths(&a.widths)?;
+        widths.push(SpeculativeArm::Adaptive);
+        let out = match a.out {
+            Some(o) => o,
+            None => tuner::sweep::calibrate::default_out_dir(drafter, &target),
+        };
+        Ok(tuner::sweep::calibrate::CalibrateOptions {
+            target,
+            drafter,
+            settings,
+            drafter_model,
+            prompts: tuner::analysis::calibration::Named { name, sha256: runtime::events::sha256_hex(text.as_bytes()) },
+            max_tokens: a.max_tokens,
+            profile: a.profile,
+            root: std::env::current_dir()?,
+            widths,
+            processes: a.processes,
+            contexts: tuner::data::verify_cost::parse_contexts(&a.cost_contexts).map_err(anyhow::Error::msg)?,
+            threads: a.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())),
+            runtime,
+            out,
+            gate: a.gate.config(),
+            gate_wait: seconds("--gate-wait", a.gate_wait)?,
+            gate_interval: seconds("--gate-interval", a.gate_interval)?,
+        })
+    }
 }
 
 #[derive(clap::Args)]

@@ -12,7 +12,8 @@ use tuner::host::identity::{self, IdentityOptions};
 use tuner::sweep::driver::Outcome;
 
 use args::{
-    Cli, Command, GateArgs, IdentityArgs, PredictErrorArgs, ProfileArgs, ProposeArgs, SummarizeArgs, SweepArgs, seconds,
+    CalibrateArgs, Cli, Command, GateArgs, IdentityArgs, PredictErrorArgs, ProfileArgs, ProposeArgs, SummarizeArgs,
+    SweepArgs, seconds,
 };
 
 fn main() -> ExitCode {
@@ -35,6 +36,7 @@ fn run() -> anyhow::Result<ExitCode> {
         Command::Propose(a) => run_propose(a),
         Command::Profile(a) => run_profile(*a),
         Command::PredictError(a) => run_predict_error(a),
+        Command::Calibrate(a) => run_calibrate(*a),
     }
 }
 
@@ -205,6 +207,65 @@ fn run_predict_error(a: PredictErrorArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::from(tuner::exit::PASS))
 }
 
+/// `tuner propose` of a calibration record: the predicted entry.
+fn propose_predicted(a: &ProposeArgs, allow: tuner::analysis::rules::Allow) -> anyhow::Result<ExitCode> {
+    use tuner::output::propose::ProposeError;
+    match tuner::output::predicted::propose(&a.dir, a.table.as_deref(), a.dry_run, allow) {
+        Ok(p) => {
+            for o in &p.overridden {
+                eprintln!("tuner propose: warning: overridden by {o}");
+            }
+            if let Some(r) = &p.replaced {
+                eprintln!("tuner propose: the predicted entry {r}");
+            }
+            eprintln!("tuner propose: predicted: {}", p.why);
+            print!("{}", p.diff);
+            if p.written {
+                println!("wrote {}", p.table.display());
+            } else {
+                println!("dry run: {} not written", p.table.display());
+            }
+            Ok(ExitCode::from(tuner::exit::PASS))
+        }
+        Err(ProposeError::Refused(tuner::analysis::rules::Refusal::Io { path, source }))
+            if source.kind() != std::io::ErrorKind::InvalidData =>
+        {
+            eprintln!("tuner propose: error: {}: {source}", path.display());
+            Ok(ExitCode::from(tuner::exit::ERROR))
+        }
+        Err(ProposeError::Refused(r)) => {
+            eprintln!("tuner propose: refused: {r}");
+            Ok(ExitCode::from(tuner::exit::REFUSED))
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+fn run_calibrate(a: CalibrateArgs) -> anyhow::Result<ExitCode> {
+    let o = a.options()?;
+    let c = tuner::sweep::calibrate::run(&o, &mut |m| eprintln!("tuner calibrate: {m}"))?;
+    std::fs::write(o.out.join("record.md"), tuner::output::predicted::record_markdown(&c))?;
+    println!("record: {}", o.out.join("record.md").display());
+    println!("  {}", c.prediction.why);
+    println!("  wall time {:.1} s ({} cost process(es) a context)", c.wall_s, c.processes.len());
+    match tuner::output::ledger::records_of(&o.out) {
+        Some((records, folder)) => {
+            let sha = tuner::host::identity::sha256_file(&o.out.join(tuner::analysis::calibration::CALIBRATION_FILE))
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
+            let line = tuner::output::predicted::ledger_line(&c, &folder, sha);
+            match tuner::output::ledger::append(&records, &line) {
+                Ok(()) => eprintln!("ledger: {}", records.join(tuner::output::ledger::LEDGER_FILE).display()),
+                Err(e) => eprintln!("tuner calibrate: the ledger line was not written: {e}"),
+            }
+        }
+        None => {
+            eprintln!("tuner calibrate: {} is not under a records/ folder: no ledger line written", o.out.display())
+        }
+    }
+    eprintln!("next: `tuner propose {}` writes the predicted entry (or says why it cannot)", o.out.display());
+    Ok(ExitCode::from(tuner::exit::PASS))
+}
+
 fn run_propose(a: ProposeArgs) -> anyhow::Result<ExitCode> {
     use tuner::analysis::rules::Allow;
     use tuner::output::propose::ProposeError;
@@ -215,6 +276,9 @@ fn run_propose(a: ProposeArgs) -> anyhow::Result<ExitCode> {
         loose_gate: a.allow_loose_gate,
         weak_plan: a.allow_weak_plan,
     };
+    if tuner::analysis::calibration::is_calibration(&a.dir) {
+        return propose_predicted(&a, allow);
+    }
     match tuner::output::propose::propose(&a.dir, a.table.as_deref(), a.dry_run, allow) {
         Ok(p) => {
             for o in &p.overridden {
