@@ -7,6 +7,7 @@
 //! acceptance profile on a host's verify-cost curves ([`predict`]), measured
 //! against every committed sweep ([`predict_error`]).
 pub mod calibration;
+pub mod check;
 pub mod decision;
 pub mod estimate;
 pub mod pool;

@@ -259,7 +259,7 @@ struct Splice {
 }
 
 /// A table problem, naming the file.
-fn table_problem(what: impl std::fmt::Display) -> Refusal {
+pub(crate) fn table_problem(what: impl std::fmt::Display) -> Refusal {
     Refusal::Table(format!("{TABLE_FILE}: {what}"))
 }
 
@@ -272,7 +272,7 @@ fn end_of_line(text: &str, at: usize) -> usize {
 /// The `[[entry]]` table's own bytes: from its header to the end of the line
 /// of its last value (that line's comment included). Comments and blank
 /// lines after it belong to what follows and are not touched.
-fn table_region(text: &str, t: &toml_edit::Table) -> Result<Range<usize>, Refusal> {
+pub(crate) fn table_region(text: &str, t: &toml_edit::Table) -> Result<Range<usize>, Refusal> {
     let header = t.span().ok_or_else(|| table_problem("an [[entry]] header has no position (toml_edit)"))?;
     let mut end = header.end;
     for (keys, v) in t.get_values() {
@@ -756,7 +756,7 @@ pub fn propose(dir: &Path, table_path: Option<&Path>, dry_run: bool, allow: Allo
 
 /// The policy table's text, read at most [`table::MAX_TABLE_BYTES`] + 1
 /// bytes: a larger file (or `/dev/zero`) is refused before it is read whole.
-pub(crate) fn read_table(path: &Path) -> Result<String, ProposeError> {
+pub fn read_table(path: &Path) -> Result<String, ProposeError> {
     use std::io::Read;
     let cap = table::MAX_TABLE_BYTES as u64;
     let mut buf = Vec::new();

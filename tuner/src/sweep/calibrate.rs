@@ -58,6 +58,11 @@ pub struct CalibrateOptions {
 /// The calibration's record folder by default:
 /// `records/<date>-<device>-<host>-<drafter>[-<model stem>]-calibrate[-N]`.
 pub fn default_out_dir(drafter: DrafterKind, target: &Path) -> PathBuf {
+    out_dir_with(drafter, target, "calibrate")
+}
+
+/// `records/<date>-<device>-<host>-<drafter>[-<model stem>]-<what>[-N]`.
+pub fn out_dir_with(drafter: DrafterKind, target: &Path, what: &str) -> PathBuf {
     let base = crate::sweep::driver::default_out_dir(drafter);
     let stem = base.display().to_string();
     // The default model's records carry no model name; others do.
@@ -68,7 +73,7 @@ pub fn default_out_dir(drafter: DrafterKind, target: &Path) -> PathBuf {
         format!("-{}", model.trim_end_matches(".gguf").to_lowercase())
     };
     let stem = stem.trim_end_matches(|c: char| c.is_ascii_digit()).trim_end_matches('-').to_string();
-    let base = format!("{stem}{model}-calibrate");
+    let base = format!("{stem}{model}-{what}");
     let mut p = PathBuf::from(&base);
     let mut n = 2;
     while p.exists() {
@@ -80,25 +85,43 @@ pub fn default_out_dir(drafter: DrafterKind, target: &Path) -> PathBuf {
 
 /// The key parts `runtime policy explain --json` reports for a run.
 #[derive(serde::Deserialize)]
-struct Explained {
-    target_quant: ExplainedQuant,
-    weight_formats: Option<Vec<String>>,
-    threads: Option<usize>,
-    model: Option<policy::ModelClass>,
-    verify_fingerprint: Option<String>,
-    device_class: String,
-    host_class: String,
+pub struct Explained {
+    pub target_quant: ExplainedQuant,
+    pub weight_formats: Option<Vec<String>>,
+    pub threads: Option<usize>,
+    pub model: Option<policy::ModelClass>,
+    pub verify_fingerprint: Option<String>,
+    pub device_class: String,
+    pub host_class: String,
     #[serde(default)]
-    host_from: Option<String>,
+    pub host_from: Option<String>,
 }
 
 #[derive(serde::Deserialize)]
-struct ExplainedQuant {
-    class: Option<String>,
-    format: Option<String>,
+pub struct ExplainedQuant {
+    pub class: Option<String>,
+    pub format: Option<String>,
 }
 
-fn explain(runtime: &Path, target: &Path, drafter: DrafterKind, threads: usize) -> Result<Explained> {
+impl Explained {
+    /// The policy key of the run explained.
+    pub fn key(&self, drafter: DrafterKind) -> Result<policy::PolicyKey> {
+        let (Some(quant), Some(model)) = (&self.target_quant.class, &self.model) else {
+            bail!("the runtime could not classify the target: no key");
+        };
+        Ok(policy::PolicyKey {
+            drafter,
+            device: policy::DeviceClass::parse(&self.device_class).map_err(anyhow::Error::msg)?,
+            host: policy::HostClass::parse(&self.host_class).map_err(anyhow::Error::msg)?,
+            quant: quant.clone(),
+            model: model.clone(),
+            threads: self.threads,
+        })
+    }
+}
+
+/// `runtime policy explain --json` of a run: its key's parts and fingerprint.
+pub fn explain(runtime: &Path, target: &Path, drafter: DrafterKind, threads: usize) -> Result<Explained> {
     let out = std::process::Command::new(runtime)
         .args(["policy", "explain", "--json", "--drafter", drafter.as_str(), "--threads", &threads.to_string()])
         .arg("-m")

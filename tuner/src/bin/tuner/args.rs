@@ -54,6 +54,77 @@ pub enum Command {
     /// profile on it through the runtime's controller, and write a record
     /// whose `tuner propose` gives a predicted entry. Exit 0, or 1 on an error.
     Calibrate(Box<CalibrateArgs>),
+    /// Re-check this host's entry on this build in about two minutes: a
+    /// short sweep of the entry's width and its two neighbours between
+    /// classic brackets, with the verify-cost processes; when the cost curve
+    /// did not move and the speed agrees, the entry is re-blessed for this
+    /// build's fingerprint (`check = {...}` in the entry). Exit 0 holds, 5
+    /// refused (the entry then needs a sweep), 1 an error.
+    Check(Box<CheckArgs>),
+}
+
+#[derive(clap::Args)]
+#[command(args_override_self = true)]
+pub struct CheckArgs {
+    /// The target model; default: the default model.
+    #[arg(short = 'm', long = "model", alias = "target", value_name = "MODEL")]
+    pub target: Option<PathBuf>,
+    /// The drafter of the entry to check.
+    #[arg(long, default_value = "ngram")]
+    pub drafter: String,
+    /// The draft checkpoint for `--drafter draft-model`.
+    #[arg(long, value_name = "PATH")]
+    pub drafter_model: Option<PathBuf>,
+    /// A prompt set whose sha256 is the entry's (default: prompts/sweep.jsonl, compiled in).
+    #[arg(long, value_name = "FILE")]
+    pub prompts: Option<PathBuf>,
+    #[arg(short = 't', long)]
+    pub threads: Option<usize>,
+    /// Rounds of the short sweep (the unit of its interval).
+    #[arg(long, default_value_t = 3)]
+    pub rounds: usize,
+    /// Classic arms on each side of a round.
+    #[arg(long, default_value_t = 2)]
+    pub bracket_arms: usize,
+    /// Check even an entry that is fresh for this build.
+    #[arg(long)]
+    pub force: bool,
+    /// Judge, but do not write the table.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// The policy table; default: policy/draft-block-width.toml above the working directory.
+    #[arg(long, value_name = "PATH")]
+    pub table: Option<PathBuf>,
+    /// The record folder; default: records/<date>-<device>-<host>-<drafter>[-<model>]-check.
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    #[arg(long, value_name = "PATH")]
+    pub runtime: Option<PathBuf>,
+    #[arg(long, value_name = "SECONDS", default_value_t = 600.0)]
+    pub gate_wait: f64,
+    #[arg(long, value_name = "SECONDS", default_value_t = 5.0)]
+    pub gate_interval: f64,
+    #[command(flatten)]
+    pub gate: GateOpts,
+}
+
+impl CheckArgs {
+    /// The runtime, the target and the drafter, resolved.
+    pub fn resolved(&self) -> anyhow::Result<(PathBuf, PathBuf, DrafterKind, Option<PathBuf>)> {
+        let runtime = match &self.runtime {
+            Some(p) => p.clone(),
+            None => identity::default_runtime_path().map_err(anyhow::Error::msg)?,
+        };
+        let target = match &self.target {
+            Some(p) => runtime::fetch::resolve_model_arg(p, None)?,
+            None => runtime::fetch::ensure_default_model(None)?,
+        };
+        let drafter_model = match &self.drafter_model {
+            Some(p) => Some(runtime::fetch::resolve_model_arg(p, None)?),
+            None => None,
+        };
+        Ok((runtime, target, drafter_kind(&self.drafter)?, drafter_model))
+    }
 }
 
 #[derive(clap::Args)]

@@ -12,8 +12,8 @@ use tuner::host::identity::{self, IdentityOptions};
 use tuner::sweep::driver::Outcome;
 
 use args::{
-    CalibrateArgs, Cli, Command, GateArgs, IdentityArgs, PredictErrorArgs, ProfileArgs, ProposeArgs, SummarizeArgs,
-    SweepArgs, seconds,
+    CalibrateArgs, CheckArgs, Cli, Command, GateArgs, IdentityArgs, PredictErrorArgs, ProfileArgs, ProposeArgs,
+    SummarizeArgs, SweepArgs, seconds,
 };
 
 fn main() -> ExitCode {
@@ -37,6 +37,7 @@ fn run() -> anyhow::Result<ExitCode> {
         Command::Profile(a) => run_profile(*a),
         Command::PredictError(a) => run_predict_error(a),
         Command::Calibrate(a) => run_calibrate(*a),
+        Command::Check(a) => run_check(*a),
     }
 }
 
@@ -238,6 +239,178 @@ fn propose_predicted(a: &ProposeArgs, allow: tuner::analysis::rules::Allow) -> a
             Ok(ExitCode::from(tuner::exit::REFUSED))
         }
         Err(e) => Err(e.into()),
+    }
+}
+
+fn run_check(a: CheckArgs) -> anyhow::Result<ExitCode> {
+    use tuner::analysis::rules::Refusal;
+    let (runtime, target, drafter, drafter_model) = a.resolved()?;
+    let threads = a.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let explained = tuner::sweep::calibrate::explain(&runtime, &target, drafter, threads)?;
+    let key = explained.key(drafter)?;
+    let Some(fp) = explained.verify_fingerprint.clone() else {
+        anyhow::bail!("the runtime gave no verify-path fingerprint for {key}");
+    };
+    let table_path = match &a.table {
+        Some(p) => p.clone(),
+        None => tuner::output::propose::find_table(&std::env::current_dir()?)?,
+    };
+    let table_abs = table_path.canonicalize()?;
+    let root =
+        table_abs.parent().and_then(std::path::Path::parent).map(std::path::Path::to_path_buf).unwrap_or_default();
+    let old = tuner::output::propose::read_table(&table_abs).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let tbl = policy::table::compile(policy::TABLE_FILE, &old, policy::table::RecordCheck::Skip)?;
+    let Some(entry) = tbl.exact(&key).cloned() else {
+        anyhow::bail!("the table has no entry for {key}: `tuner calibrate` predicts one, `tuner sweep` measures one");
+    };
+    if entry.fresh_for(&fp) && !a.force {
+        println!(
+            "the entry for {key} is fresh for this build ({}; fingerprint {fp}): nothing to check (--force checks it anyway)",
+            entry.basis_words(&fp)
+        );
+        return Ok(ExitCode::from(tuner::exit::PASS));
+    }
+    let Some(drafting) = entry.drafting else {
+        eprintln!("tuner check: refused: the entry for {key} is off; a sweep, not a check, re-measures it");
+        return Ok(ExitCode::from(tuner::exit::REFUSED));
+    };
+    if entry.verify_cost.is_empty() {
+        eprintln!(
+            "tuner check: refused: the entry for {key} ({}) carries no verify-cost curve to compare this build's \
+             with (it predates them); re-measure it with `tuner sweep`",
+            entry.record
+        );
+        return Ok(ExitCode::from(tuner::exit::REFUSED));
+    }
+    // The entry's workload: its prompt set (by sha256) and its token limit.
+    let (prompts, text) = match &a.prompts {
+        Some(p) => (Some(p.clone()), runtime::limits::read_prompt_file(p)?),
+        None => (None, tuner::sweep::driver::DEFAULT_PROMPTS_JSONL.to_string()),
+    };
+    if runtime::events::sha256_hex(text.as_bytes()) != entry.prompts.sha256 {
+        anyhow::bail!(
+            "the entry was measured on {} (sha256 {}); give that set with --prompts",
+            entry.prompts.name,
+            entry.prompts.sha256
+        );
+    }
+    let max_tokens = match tuner::data::raw::read_raw(&root.join(&entry.record).join("raw.jsonl")) {
+        Ok(raw) => raw.header.settings.design.max_tokens,
+        Err(_) => tuner::analysis::calibration::read(&root.join(&entry.record))
+            .map(|c| c.max_tokens)
+            .unwrap_or(tuner::data::plan::DEFAULT_MAX_TOKENS),
+    };
+    let out = match &a.out {
+        Some(o) => o.clone(),
+        None => tuner::sweep::calibrate::out_dir_with(drafter, &target, "check"),
+    };
+    let opts = tuner::sweep::driver::SweepOptions {
+        target,
+        drafter,
+        drafter_model,
+        drafter_settings: entry.drafter_settings.clone(),
+        design: tuner::data::raw::Design {
+            widths: tuner::analysis::check::arms_for(drafting),
+            rounds: a.rounds,
+            bursts: 1,
+            bracket_arms: a.bracket_arms,
+            bracket_bursts: Some(1),
+            auto_rounds: None,
+            warmup: 0,
+            max_tokens,
+            threads,
+            cost_contexts: entry.verify_cost.iter().map(|c| c.context).collect(),
+        },
+        prompts,
+        out: out.clone(),
+        runtime,
+        gate: a.gate.config(),
+        gate_wait: seconds("--gate-wait", a.gate_wait)?,
+        gate_interval: seconds("--gate-interval", a.gate_interval)?,
+        served: None,
+    };
+    // A re-blessing rests on a host as quiet as a sweep's: no looser gate.
+    if let Err(r) = tuner::analysis::rules::plan::check_gate(&opts.gate, false)
+        && !a.dry_run
+    {
+        eprintln!(
+            "tuner check: refused: {r} (a check that re-blesses an entry runs with the default gate; --dry-run judges under a looser one)"
+        );
+        return Ok(ExitCode::from(tuner::exit::REFUSED));
+    }
+    let t0 = std::time::Instant::now();
+    let outcome = tuner::sweep::driver::start(&opts)?;
+    let summary = tuner::analysis::summarize::summarize_dir(&out).and_then(|(raw, s)| {
+        tuner::output::record::write_all(&out, &raw, &s)?;
+        Ok(s)
+    });
+    if let Some((records, line)) = tuner::output::ledger::for_sweep(
+        &out,
+        format!("check: {outcome:?}"),
+        summary.as_ref().map_err(|e| format!("{e:#}")),
+    ) && let Err(e) = tuner::output::ledger::append(&records, &line)
+    {
+        eprintln!("tuner check: the ledger line was not written: {e}");
+    }
+    let s = summary?;
+    let verdict = tuner::analysis::check::judge(&entry, &s);
+    std::fs::write(out.join("check.json"), serde_json::to_string_pretty(&verdict)? + "\n")?;
+    let took = t0.elapsed().as_secs_f64();
+    println!("record: {}", out.join("record.md").display());
+    println!(
+        "  verify cost: {} point(s), mean deviation {} from the entry's curve; {}: {} {}",
+        verdict.curve_points,
+        verdict.curve_mean_log.map_or("-".into(), |m| format!("{:.1}%", (m.exp() - 1.0) * 100.0)),
+        SpeculativeArmName(drafting),
+        verdict.ratio.map_or("-".into(), |r| format!("{r:.3}")),
+        verdict.interval.map_or(String::new(), |(l, h)| format!(
+            "[{l:.3}, {h:.3}] (entry: [{:.3}, {:.3}])",
+            entry.ratio_interval[0], entry.ratio_interval[1]
+        )),
+    );
+    println!("  {took:.0} s");
+    if !verdict.holds() {
+        for f in &verdict.failures {
+            eprintln!("tuner check: refused: {f}");
+        }
+        eprintln!("tuner check: the entry for {key} stays unused on this build; re-measure it with `tuner sweep`");
+        return Ok(ExitCode::from(tuner::exit::REFUSED));
+    }
+    let record = match out.canonicalize()?.strip_prefix(&root) {
+        Ok(rel) if rel.starts_with("records") => rel.to_string_lossy().replace(std::path::MAIN_SEPARATOR, "/"),
+        // A dry run elsewhere still shows the edit (under a placeholder name).
+        _ if a.dry_run => "records/(dry-run)".to_string(),
+        _ => {
+            let r = Refusal::NotUnderRecords { dir: out.display().to_string(), root: root.display().to_string() };
+            eprintln!("tuner check: holds, but {r}");
+            return Ok(ExitCode::from(tuner::exit::REFUSED));
+        }
+    };
+    let line = tuner::output::check::check_line(&fp, &record, &s.date);
+    let new = tuner::output::check::set_check(&old, &key, &line)?;
+    policy::table::compile(policy::TABLE_FILE, &new, policy::table::RecordCheck::Under(&root))
+        .map_err(|e| anyhow::anyhow!("the checked table does not compile: {e}"))?;
+    print!("{}", tuner::output::propose::diff(&old, &new, policy::TABLE_FILE));
+    if a.dry_run {
+        println!("dry run: {} not written", table_abs.display());
+    } else {
+        let tmp = table_abs.with_extension("toml.tmp");
+        std::fs::write(&tmp, &new)?;
+        std::fs::rename(&tmp, &table_abs)?;
+        println!("wrote {}: the entry holds on this build (fingerprint {fp})", table_abs.display());
+    }
+    Ok(ExitCode::from(tuner::exit::PASS))
+}
+
+/// An entry's drafting as a check names it.
+struct SpeculativeArmName(policy::Drafting);
+
+impl std::fmt::Display for SpeculativeArmName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            policy::Drafting::Fixed(w) => write!(f, "width {w}"),
+            policy::Drafting::Adaptive { max } => write!(f, "the adaptive draft length (up to {max})"),
+        }
     }
 }
 
