@@ -342,3 +342,84 @@ mod tests {
         assert!(predict(&p, &c[..1], &arms(), (0.0, 0)).unwrap_err().contains("at least two"));
     }
 }
+
+#[cfg(test)]
+mod calibration {
+    //! The curve's part of the interval, calibrated by simulation through
+    //! the real code: processes' curves drawn around a known curve (each
+    //! process's multi-row passes scaled by a shared factor and each point
+    //! by its own, both log-normal), predicted with [`predict`], and the
+    //! curve-part interval checked against the replay on the true curve.
+    use super::*;
+    use policy::profile::{ModelRef, PROFILE_KIND, PROFILE_SCHEMA, ProfileHeader, PromptRef, Trace};
+
+    fn normal(s: &mut u64) -> f64 {
+        let mut u = || {
+            *s ^= *s << 13;
+            *s ^= *s >> 7;
+            *s ^= *s << 17;
+            ((*s >> 11) as f64 + 0.5) / (1u64 << 53) as f64
+        };
+        let (a, b) = (u(), u());
+        (-2.0 * a.ln()).sqrt() * (2.0 * std::f64::consts::PI * b).cos()
+    }
+
+    #[test]
+    fn the_curve_part_covers_the_true_ratio_about_95_percent_of_the_time() {
+        let copy = |id: &str, n: usize| {
+            let out = 48;
+            let avail: Vec<u8> = (0..out).map(|p| if p == 0 || p >= n { 0 } else { (n - p).min(16) as u8 }).collect();
+            Trace { id: id.into(), task: "edit".into(), prompt_tokens: 40, out, avail: avail.clone(), agree: avail }
+        };
+        let profile = Profile {
+            header: ProfileHeader {
+                kind: PROFILE_KIND.into(),
+                schema: PROFILE_SCHEMA,
+                model: ModelRef { file: "m.gguf".into(), sha256: "a".repeat(64) },
+                drafter: "ngram".into(),
+                drafter_settings: policy::DrafterSettings::ngram(3, 4),
+                drafter_model: None,
+                draft_cost: 0.0,
+                prompts: PromptRef { name: "p.jsonl".into(), sha256: "b".repeat(64) },
+                max_tokens: 48,
+                lookahead: 16,
+                made_by: "test".into(),
+            },
+            traces: vec![copy("a", 40), copy("b", 12), copy("c", 24)],
+        };
+        let truth_curve = vec![CostCurve { context: 64, relative: (0..9).map(|i| 1.0 + 0.14 * i as f64).collect() }];
+        let arms = [SpeculativeArm::fixed(3).unwrap(), SpeculativeArm::Adaptive];
+        let truth: Vec<f64> = arms
+            .iter()
+            .map(|&a| {
+                let m = CostModel::new(&truth_curve).unwrap();
+                ratio_of(&per_prompt(&profile, schedule(a, 3), &m).unwrap())
+            })
+            .collect();
+        let mut seed = 0x1234_5678_9abc_def1u64;
+        let (mut covered, mut n) = (0, 0);
+        for _ in 0..300 {
+            let processes: Vec<(usize, Vec<CostCurve>)> = (0..4)
+                .map(|k| {
+                    let shared = 0.04 * normal(&mut seed);
+                    let rel = truth_curve[0]
+                        .relative
+                        .iter()
+                        .enumerate()
+                        .map(|(i, x)| if i == 0 { 1.0 } else { x * (shared + 0.03 * normal(&mut seed)).exp() })
+                        .collect();
+                    (k, vec![CostCurve { context: 64, relative: rel }])
+                })
+                .collect();
+            let p = predict(&profile, &processes, &arms, (0.0, 0)).unwrap();
+            for (a, t) in p.arms.iter().zip(&truth) {
+                let (lo, hi) = ((a.ratio.ln() - a.half_cost).exp(), (a.ratio.ln() + a.half_cost).exp());
+                covered += usize::from(lo <= *t && *t <= hi);
+                n += 1;
+            }
+        }
+        let share = covered as f64 / n as f64;
+        println!("the curve part covered the true ratio in {covered} of {n} ({:.1}%)", share * 100.0);
+        assert!((0.91..=0.985).contains(&share), "coverage {share}");
+    }
+}

@@ -388,7 +388,8 @@ fn run_check(a: CheckArgs) -> anyhow::Result<ExitCode> {
     };
     let line = tuner::output::check::check_line(&fp, &record, &s.date);
     let new = tuner::output::check::set_check(&old, &key, &line)?;
-    policy::table::compile(policy::TABLE_FILE, &new, policy::table::RecordCheck::Under(&root))
+    let records = if a.dry_run { policy::table::RecordCheck::Skip } else { policy::table::RecordCheck::Under(&root) };
+    policy::table::compile(policy::TABLE_FILE, &new, records)
         .map_err(|e| anyhow::anyhow!("the checked table does not compile: {e}"))?;
     print!("{}", tuner::output::propose::diff(&old, &new, policy::TABLE_FILE));
     if a.dry_run {
