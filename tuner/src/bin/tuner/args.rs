@@ -89,6 +89,11 @@ pub struct CheckArgs {
     /// Check even an entry that is fresh for this build.
     #[arg(long)]
     pub force: bool,
+    /// Check every entry of this host class and device class whose model is
+    /// in the model cache (what a fleet's nightly job runs); -m, --drafter
+    /// and -t come from each entry.
+    #[arg(long, conflicts_with_all = ["target", "drafter_model", "out"])]
+    pub all: bool,
     /// Judge, but do not write the table.
     #[arg(long)]
     pub dry_run: bool,
@@ -259,7 +264,7 @@ pub struct GateArgs {
 }
 
 /// The gate's thresholds, shared by `gate` and `sweep`.
-#[derive(clap::Args)]
+#[derive(clap::Args, Clone)]
 pub struct GateOpts {
     /// Let an unreadable SOURCE pass; the acceptance is recorded in the verdict.
     #[arg(long, value_enum, value_name = "SOURCE", num_args = 1.., value_delimiter = ',')]

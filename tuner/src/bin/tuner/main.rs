@@ -243,9 +243,89 @@ fn propose_predicted(a: &ProposeArgs, allow: tuner::analysis::rules::Allow) -> a
 }
 
 fn run_check(a: CheckArgs) -> anyhow::Result<ExitCode> {
-    use tuner::analysis::rules::Refusal;
+    if a.all {
+        return run_check_all(&a);
+    }
     let (runtime, target, drafter, drafter_model) = a.resolved()?;
     let threads = a.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    check_one(&a, runtime, target, drafter, drafter_model, threads, a.out.clone())
+}
+
+/// `tuner check --all`: every entry of this host class and device class
+/// whose model (and draft model) is in the model cache, one after another;
+/// the rest named with why. Exit 0 when every entry checked holds or is
+/// fresh, else the worst code (5 a refusal, 1 an error).
+fn run_check_all(a: &CheckArgs) -> anyhow::Result<ExitCode> {
+    let runtime = match &a.runtime {
+        Some(p) => p.clone(),
+        None => tuner::host::identity::default_runtime_path().map_err(anyhow::Error::msg)?,
+    };
+    let table_path = match &a.table {
+        Some(p) => p.clone(),
+        None => tuner::output::propose::find_table(&std::env::current_dir()?)?,
+    };
+    let text = tuner::output::propose::read_table(&table_path.canonicalize()?).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let tbl = policy::table::compile(policy::TABLE_FILE, &text, policy::table::RecordCheck::Skip)?;
+    let host = runtime::policy::host_class_here();
+    let device = kernels::dispatch::selected().map_or_else(|_| "unknown".to_string(), |s| s.family.device_class());
+    let cache = runtime::fetch::default_cache_dir()?;
+    let root = table_path
+        .canonicalize()?
+        .parent()
+        .and_then(std::path::Path::parent)
+        .map(std::path::Path::to_path_buf)
+        .unwrap_or_default();
+    let mut worst = tuner::exit::PASS;
+    let mut said = Vec::new();
+    for e in tbl.entries.iter().filter(|e| e.key.host.as_str() == host.as_str() && e.key.device.as_str() == device) {
+        let target = cache.join(&e.model.file);
+        let ok_sha = tuner::host::identity::sha256_file(&target).is_ok_and(|h| h == e.model.sha256);
+        if !ok_sha {
+            said.push(format!(
+                "{}: skipped: {} (sha256 {}) is not in the model cache; `runtime fetch-model`",
+                e.key,
+                e.model.file,
+                &e.model.sha256[..12]
+            ));
+            continue;
+        }
+        // A draft model is named by its record's settings.
+        let drafter_model = match tuner::data::raw::read_raw(&root.join(&e.record).join("raw.jsonl")) {
+            Ok(raw) => raw.header.settings.drafter_model.and_then(|p| p.file_name().map(|n| cache.join(n))),
+            Err(_) => None,
+        };
+        if e.key.drafter == policy::DrafterKind::DraftModel && drafter_model.is_none() {
+            said.push(format!("{}: skipped: its record names no draft model this host has", e.key));
+            continue;
+        }
+        let threads = e.key.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+        eprintln!("tuner check --all: {}", e.key);
+        let code = check_one(a, runtime.clone(), target, e.key.drafter, drafter_model, threads, None)?;
+        said.push(format!("{}: exit {code:?}", e.key));
+        if code != ExitCode::from(tuner::exit::PASS) {
+            worst = tuner::exit::REFUSED;
+        }
+    }
+    if said.is_empty() {
+        println!("no entry of this host class ({host}) and device class ({device}) in the table");
+    }
+    for l in said {
+        println!("{l}");
+    }
+    Ok(ExitCode::from(worst))
+}
+
+/// One entry's check (the key of `target`, `drafter` and `threads` here).
+fn check_one(
+    a: &CheckArgs,
+    runtime: std::path::PathBuf,
+    target: std::path::PathBuf,
+    drafter: policy::DrafterKind,
+    drafter_model: Option<std::path::PathBuf>,
+    threads: usize,
+    out: Option<std::path::PathBuf>,
+) -> anyhow::Result<ExitCode> {
+    use tuner::analysis::rules::Refusal;
     let explained = tuner::sweep::calibrate::explain(&runtime, &target, drafter, threads)?;
     let key = explained.key(drafter)?;
     let Some(fp) = explained.verify_fingerprint.clone() else {
@@ -300,8 +380,8 @@ fn run_check(a: CheckArgs) -> anyhow::Result<ExitCode> {
             .map(|c| c.max_tokens)
             .unwrap_or(tuner::data::plan::DEFAULT_MAX_TOKENS),
     };
-    let out = match &a.out {
-        Some(o) => o.clone(),
+    let out = match out {
+        Some(o) => o,
         None => tuner::sweep::calibrate::out_dir_with(drafter, &target, "check"),
     };
     let opts = tuner::sweep::driver::SweepOptions {
@@ -324,7 +404,7 @@ fn run_check(a: CheckArgs) -> anyhow::Result<ExitCode> {
         prompts,
         out: out.clone(),
         runtime,
-        gate: a.gate.config(),
+        gate: a.gate.clone().config(),
         gate_wait: seconds("--gate-wait", a.gate_wait)?,
         gate_interval: seconds("--gate-interval", a.gate_interval)?,
         served: None,
