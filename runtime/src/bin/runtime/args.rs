@@ -279,15 +279,21 @@ pub enum PolicyCommand {
 #[derive(Args, Debug, Clone)]
 pub struct ExplainArgs {
     /// The target model: a GGUF file, a Hugging Face checkpoint directory, or a known model's
-    /// name (its cached file). `--target` is its other name.
+    /// name (its cached file; never fetched here). `--target` is its other name. Default: the
+    /// model `generate` runs without -m (smollm2-135m).
     #[arg(short = 'm', long = "model", alias = "target")]
-    pub target: PathBuf,
+    pub target: Option<PathBuf>,
+    /// A draft-width table file (e.g. policy/draft-block-width.toml after `tuner propose`) to
+    /// explain against in place of the compiled one, checked as `generate --policy` checks it:
+    /// a proposed entry is explained before a rebuild.
+    #[arg(long, value_name = "FILE")]
+    pub policy: Option<PathBuf>,
     /// Drafter kind (ngram, layerskip, draft-model, dflash, mtp, suffix) as `generate --drafter` takes it;
     /// default: what `generate` does without it, and every kind's width.
     #[arg(long)]
     pub drafter: Option<String>,
-    /// Worker threads, as `generate --threads` (default: the CPUs available to this process).
-    #[arg(long)]
+    /// Worker threads, as `generate -t/--threads` (default: the CPUs available to this process).
+    #[arg(short = 't', long)]
     pub threads: Option<usize>,
     #[command(flatten)]
     pub drafter_flags: DrafterFlags,
@@ -403,6 +409,7 @@ impl From<ExplainArgs> for ExplainSettings {
     fn from(a: ExplainArgs) -> Self {
         ExplainSettings {
             target: a.target,
+            policy: a.policy,
             drafter: a.drafter,
             threads: a.threads,
             ngram_min: a.drafter_flags.ngram_min,

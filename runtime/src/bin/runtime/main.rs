@@ -123,6 +123,6 @@ mod tests {
         assert_eq!(g.spec.drafter_model.as_deref(), Some(std::path::Path::new("d.gguf")));
         let cli = super::Cli::try_parse_from(["runtime", "policy", "explain", "--target", "x.gguf"]).unwrap();
         let super::Command::Policy(super::PolicyCommand::Explain(e)) = cli.command else { panic!("not explain") };
-        assert_eq!(e.target, std::path::PathBuf::from("x.gguf"));
+        assert_eq!(e.target, Some(std::path::PathBuf::from("x.gguf")));
     }
 }
