@@ -140,8 +140,8 @@ pub struct SpeculationArgs {
     pub drafter: Option<String>,
     /// Tokens drafted per verify pass, 1..=32 or off (overrides DRAFTWISE_DRAFT_WIDTH and the policy table).
     /// `--draft-block-size` is its old name.
-    /// llama.cpp's `--draft-max` and SGLang's `--speculative-num-draft-tokens` name the same.
-    #[arg(long, aliases = ["draft-block-size", "draft-max", "speculative-num-draft-tokens", "num-speculative-tokens"])]
+    /// llama.cpp's `--draft-max` (`--draft`) and SGLang's `--speculative-num-draft-tokens` name the same.
+    #[arg(long, aliases = ["draft-block-size", "draft-max", "draft", "speculative-num-draft-tokens", "num-speculative-tokens"])]
     pub draft_width: Option<String>,
     /// The draft checkpoint for `--drafter draft-model` (GGUF, Hugging Face directory, or a known
     /// model's name); llama.cpp's `--model-draft`.
@@ -195,6 +195,9 @@ pub struct FetchModelArgs {
 pub struct ServeArgs {
     #[command(flatten)]
     pub load: ModelArgs,
+    /// The model, as vLLM's `vllm serve MODEL` gives it: the same as -m/--model.
+    #[arg(value_name = "MODEL", conflicts_with = "model")]
+    pub model_positional: Option<PathBuf>,
     /// Address to listen on (an IP address). Loopback by default: the server has no authentication.
     #[arg(long, default_value = "127.0.0.1")]
     pub host: String,
@@ -380,7 +383,8 @@ impl From<FetchModelArgs> for FetchModelSettings {
 }
 
 impl From<ServeArgs> for ServeSettings {
-    fn from(a: ServeArgs) -> Self {
+    fn from(mut a: ServeArgs) -> Self {
+        a.load.model = a.load.model.or(a.model_positional);
         ServeSettings {
             load: a.load.into(),
             host: a.host,

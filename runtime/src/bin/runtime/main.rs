@@ -3,6 +3,8 @@
 //! each command.
 
 mod args;
+#[cfg(test)]
+mod flag_table;
 
 use args::{BenchArgs, FetchModelArgs, GenerateArgs, PolicyCommand, ServeArgs};
 use clap::{Parser, Subcommand};
@@ -67,8 +69,19 @@ fn main() -> ExitCode {
         logs.with_ansi(std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty()))
             .init();
     }
-    // Usage errors exit 2 (clap exits before `run`); runtime errors exit 1.
-    match run(Cli::parse()) {
+    // Usage errors exit 2 (clap exits before `run`, as does a foreign flag
+    // refused by name); runtime errors exit 1.
+    let line = match runtime::commands::compat::rewrite(std::env::args_os().collect(), cfg!(feature = "cuda")) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    for n in &line.notes {
+        tracing::info!(target: "draftwise::flags", "{n}");
+    }
+    match run(Cli::parse_from(line.args)) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("error: {}", runtime::exit::error_chain(&e));
