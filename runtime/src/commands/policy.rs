@@ -279,7 +279,15 @@ pub fn explain_command(a: ExplainSettings) -> Result<ExitCode> {
     };
     // `--policy FILE`: the table a proposal wrote, checked as `generate
     // --policy` checks it, so an entry is explained before a rebuild.
-    let table = a.policy.as_deref().map(crate::speculative::setup::load_policy_file).transpose()?;
+    let table = a
+        .policy
+        .as_deref()
+        .map(|p| {
+            let mut t = crate::speculative::setup::load_policy_file(p)?;
+            t.file = format!("{} (--policy, not the compiled table)", t.file);
+            anyhow::Ok(t)
+        })
+        .transpose()?;
     let e = match &table {
         Some(t) => explain(&Resolver { table: t, fingerprint: &crate::policy::verify_fingerprint }, &q)?,
         None => explain(&compiled_resolver(), &q)?,
