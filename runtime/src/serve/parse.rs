@@ -90,9 +90,19 @@ const IGNORED: &[&str] = &["user", "metadata", "store", "service_tier", "paralle
 /// llama-server's fields that only qualify a penalty (the window it looks
 /// back over, whether newlines count): with every penalty neutral, as this
 /// server requires, they change nothing, so any value is accepted.
-const QUALIFIERS: &[&str] = &["repeat_last_n", "penalty_last_n", "penalize_nl", "dry_base", "dry_allowed_length",
-    "dry_penalty_last_n", "dry_sequence_breakers", "xtc_threshold", "mirostat_tau", "mirostat_eta",
-    "dynatemp_exponent"];
+const QUALIFIERS: &[&str] = &[
+    "repeat_last_n",
+    "penalty_last_n",
+    "penalize_nl",
+    "dry_base",
+    "dry_allowed_length",
+    "dry_penalty_last_n",
+    "dry_sequence_breakers",
+    "xtc_threshold",
+    "mirostat_tau",
+    "mirostat_eta",
+    "dynatemp_exponent",
+];
 
 /// Removes `name`, treating JSON `null` as absent (as OpenAI does).
 fn take(obj: &mut Map<String, Value>, name: &str) -> Option<Value> {
@@ -1021,8 +1031,8 @@ mod tests {
     /// where a request without one goes.
     #[test]
     fn llama_servers_completion_takes_its_own_fields() {
-        let r = llama(r#"{"prompt": "hi", "n_predict": 8, "stop": ["."], "stream": true}"#, UnknownFields::Ignore)
-            .unwrap();
+        let r =
+            llama(r#"{"prompt": "hi", "n_predict": 8, "stop": ["."], "stream": true}"#, UnknownFields::Ignore).unwrap();
         assert_eq!((r.endpoint, r.max_tokens, r.stream), (Endpoint::Llama, Some((8, "n_predict")), true));
         assert_eq!((&r.stop[..], r.sampling.temperature), (&[".".to_string()][..], LLAMA_DEFAULT_TEMPERATURE));
         assert_eq!(r.default_max_tokens(100), 100);

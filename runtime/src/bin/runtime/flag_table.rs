@@ -286,7 +286,7 @@ fn foreign_cells() -> Vec<String> {
             continue;
         }
         let cells: Vec<&str> = line.trim_matches('|').split('|').map(str::trim).collect();
-        if cells.iter().any(|c| *c == "ours") {
+        if cells.contains(&"ours") {
             foreign = (0..cells.len())
                 .filter(|&i| ["llama.cpp", "vLLM", "SGLang"].iter().any(|e| cells[i].starts_with(e)))
                 .collect();

@@ -23,11 +23,18 @@ struct Cli {
     command: Command,
 }
 
+/// Said under the help of the commands whose flags follow llama.cpp's.
+const OTHER_ENGINES: &str = "llama.cpp's -ngl, -md, -np, -fa, -ub, -cb, --draft-max, --spec-type, vLLM's \
+`serve MODEL` and --speculative-config, and SGLang's --speculative-* flags are taken too: each works, maps onto \
+these flags (said once on stderr), or is refused naming what to give instead (docs/flags.md).";
+
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Generate completions for a prompt or a prompt set.
+    #[command(after_help = OTHER_ENGINES)]
     Generate(GenerateArgs),
     /// Serve the model over HTTP with an OpenAI-compatible API (docs/serve.md).
+    #[command(after_help = OTHER_ENGINES)]
     Serve(ServeArgs),
     /// Download a known model into the cache and verify it (default smollm2-135m: SmolLM2-135M-Instruct Q4_1; --model gemma3-270m).
     FetchModel(FetchModelArgs),
@@ -42,6 +49,7 @@ enum Command {
     Policy(PolicyCommand),
     /// Measure prefill and decode tokens per second, the verify-cost curve, or (with
     /// --drafter) the speculative width curve against classic decoding.
+    #[command(after_help = OTHER_ENGINES)]
     Bench(BenchArgs),
 }
 
