@@ -344,7 +344,8 @@ mod policy {
     #[test]
     fn policy_explain_refuses_out_of_range_suffix_flags_naming_them() {
         let base = crate::commands::policy::ExplainSettings {
-            target: PathBuf::from("/nonexistent/target.gguf"),
+            target: Some(PathBuf::from("/nonexistent/target.gguf")),
+            policy: None,
             drafter: Some("suffix".into()),
             threads: Some(2),
             ngram_min: None,

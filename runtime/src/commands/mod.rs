@@ -3,6 +3,7 @@
 //! explain` in [`policy`]; `serve` is [`crate::serve::run`]. The command tree
 //! and its flags are the binary's (`src/bin/runtime/`).
 
+pub mod compat;
 pub mod drafter_flags;
 pub mod policy;
 

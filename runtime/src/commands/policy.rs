@@ -21,8 +21,12 @@ use std::process::ExitCode;
 /// --help` says what each field is; [`explain_command`] checks them).
 #[derive(Debug, Clone)]
 pub struct ExplainSettings {
-    /// A GGUF file or a Hugging Face checkpoint directory.
-    pub target: PathBuf,
+    /// A GGUF file, a Hugging Face checkpoint directory or a known model's
+    /// name; `None`: the default model (`generate` without `-m`).
+    pub target: Option<PathBuf>,
+    /// A table file (`--policy`, as `generate` takes it) to explain against
+    /// in place of the compiled one; `None`: the compiled table.
+    pub policy: Option<PathBuf>,
     /// A drafter kind, or `none`; `None`: what `generate` does without one.
     pub drafter: Option<String>,
     /// `None`: the CPUs available to this process.
@@ -251,7 +255,12 @@ pub fn explain_command(a: ExplainSettings) -> Result<ExitCode> {
         Some(h) => (HostClass::parse(h).map_err(|e| anyhow::anyhow!("--host-class: {e}"))?, "--host-class".to_string()),
         None => (host_class_here(), "this host's CPU signature (/proc/cpuinfo)".to_string()),
     };
-    let target = explain_model("--target", &a.target)?;
+    // Without -m, the model `generate` runs without one (looked up in the
+    // cache, never fetched: explaining runs nothing).
+    let target = match &a.target {
+        Some(t) => explain_model("--model", t)?,
+        None => explain_model("--model (default)", Path::new(crate::fetch::DEFAULT_MODEL.name))?,
+    };
     // The drafter checkpoint by name too, as `generate --drafter-model` takes it.
     let drafter_model = a.drafter_model.as_deref().map(|p| explain_model("--drafter-model", p)).transpose()?;
     let env = env_override()?;
@@ -268,7 +277,21 @@ pub fn explain_command(a: ExplainSettings) -> Result<ExitCode> {
         flag: a.draft_width.as_deref(),
         env: env.as_ref(),
     };
-    let e = explain(&compiled_resolver(), &q)?;
+    // `--policy FILE`: the table a proposal wrote, checked as `generate
+    // --policy` checks it, so an entry is explained before a rebuild.
+    let table = a
+        .policy
+        .as_deref()
+        .map(|p| {
+            let mut t = crate::speculative::setup::load_policy_file(p)?;
+            t.file = format!("{} (--policy, not the compiled table)", t.file);
+            anyhow::Ok(t)
+        })
+        .transpose()?;
+    let e = match &table {
+        Some(t) => explain(&Resolver { table: t, fingerprint: &crate::policy::verify_fingerprint }, &q)?,
+        None => explain(&compiled_resolver(), &q)?,
+    };
     if a.json {
         println!("{}", serde_json::to_string(&e)?);
     } else {

@@ -15,6 +15,7 @@
 pub mod parse;
 pub mod conn;
 pub mod error;
+pub mod llama;
 pub mod logprobs;
 pub mod metrics;
 pub mod queue;

@@ -27,7 +27,14 @@ pub enum Endpoint {
     Completions,
     /// `POST /v1/chat/completions`
     Chat,
+    /// `POST /completion`: llama-server's native endpoint (`prompt`,
+    /// `n_predict`, `stop`, `stream`; answered in its shape, `llama.rs`).
+    /// `model` is optional there, as llama-server serves one model.
+    Llama,
 }
+
+/// llama-server's default temperature on `/completion` (OpenAI's is 1).
+pub const LLAMA_DEFAULT_TEMPERATURE: f32 = 0.8;
 
 /// What to run the model on.
 #[derive(Clone, Debug, PartialEq)]
@@ -80,6 +87,23 @@ pub struct Prepared {
 /// Parameters the server accepts and ignores (they change nothing here).
 const IGNORED: &[&str] = &["user", "metadata", "store", "service_tier", "parallel_tool_calls"];
 
+/// llama-server's fields that only qualify a penalty (the window it looks
+/// back over, whether newlines count): with every penalty neutral, as this
+/// server requires, they change nothing, so any value is accepted.
+const QUALIFIERS: &[&str] = &[
+    "repeat_last_n",
+    "penalty_last_n",
+    "penalize_nl",
+    "dry_base",
+    "dry_allowed_length",
+    "dry_penalty_last_n",
+    "dry_sequence_breakers",
+    "xtc_threshold",
+    "mirostat_tau",
+    "mirostat_eta",
+    "dynatemp_exponent",
+];
+
 /// Removes `name`, treating JSON `null` as absent (as OpenAI does).
 fn take(obj: &mut Map<String, Value>, name: &str) -> Option<Value> {
     obj.remove(name).filter(|v| !v.is_null())
@@ -130,7 +154,15 @@ fn body_object(body: &[u8]) -> Result<Map<String, Value>, ApiError> {
 fn check_model(v: Option<Value>, served_model: &str, required: bool) -> Result<(), ApiError> {
     match v {
         None if !required => Ok(()),
-        None => Err(ApiError::invalid("model is required", Some("model"), "missing_required_parameter")),
+        None => Err(ApiError::invalid(
+            format!(
+                "model is required on the OpenAI routes (/v1/completions, /v1/chat/completions): give \
+                 \"model\": {served_model:?} (GET /v1/models lists it); llama-server's POST /completion takes \
+                 a request without one"
+            ),
+            Some("model"),
+            "missing_required_parameter",
+        )),
         Some(Value::String(m)) if m == served_model => Ok(()),
         Some(Value::String(m)) => Err(ApiError::model_not_found(&m, served_model)),
         Some(_) => Err(type_error("model", "a string")),
@@ -155,26 +187,32 @@ pub enum UnknownFields {
 /// know at all may be ignored.
 pub fn parse(endpoint: Endpoint, body: &[u8], served_model: &str, unknown: UnknownFields) -> Result<Request, ApiError> {
     let mut obj = body_object(body)?;
-    check_model(take(&mut obj, "model"), served_model, true)?;
+    check_model(take(&mut obj, "model"), served_model, endpoint != Endpoint::Llama)?;
     let mut ignored_in_messages = Vec::new();
     let prompt = match endpoint {
-        Endpoint::Completions => parse_prompt(take(&mut obj, "prompt"))?,
+        Endpoint::Completions | Endpoint::Llama => parse_prompt(take(&mut obj, "prompt"))?,
         Endpoint::Chat => Prompt::Chat(parse_messages(take(&mut obj, "messages"), unknown, &mut ignored_in_messages)?),
     };
     // (value, the field that gave it), for error messages. Each endpoint has
     // a second name for it: chat's newer `max_completion_tokens`, and
     // llama-server's `n_predict` on completions.
+    if endpoint == Endpoint::Llama && obj.get("n_predict").and_then(Value::as_i64) == Some(-1) {
+        // llama-server's -1: until the end of generation or of the context,
+        // which is this endpoint's default.
+        obj.remove("n_predict");
+    }
     let max_tokens = take_max_tokens(
         &mut obj,
         match endpoint {
-            Endpoint::Completions => "n_predict",
+            Endpoint::Completions | Endpoint::Llama => "n_predict",
             Endpoint::Chat => "max_completion_tokens",
         },
     )?;
     if let Some((0, param)) = max_tokens {
         return Err(ApiError::invalid(format!("{param} must be at least 1"), Some(param), "invalid_value"));
     }
-    let temperature = take_f32(&mut obj, "temperature")?.unwrap_or(1.0);
+    let default_temperature = if endpoint == Endpoint::Llama { LLAMA_DEFAULT_TEMPERATURE } else { 1.0 };
+    let temperature = take_f32(&mut obj, "temperature")?.unwrap_or(default_temperature);
     if !(0.0..=MAX_TEMPERATURE).contains(&temperature) {
         return Err(ApiError::invalid(
             format!("temperature {temperature} is out of range: give 0 (greedy) to {MAX_TEMPERATURE}"),
@@ -225,7 +263,7 @@ pub fn parse(endpoint: Endpoint, body: &[u8], served_model: &str, unknown: Unkno
         }
         Some(_) => return Err(type_error("stream_options", "an object")),
     };
-    let mut ignored = check_rest(obj, unknown)?;
+    let mut ignored = check_rest(obj, endpoint, unknown)?;
     ignored.extend(ignored_in_messages);
     Ok(Request {
         endpoint,
@@ -300,6 +338,17 @@ fn parse_logprobs(
         _ => Err(ApiError::invalid(format!("{name} must be an integer from 0 to {max}"), Some(name), "invalid_value")),
     };
     let (logprobs, echo) = match endpoint {
+        Endpoint::Llama => {
+            for param in ["logprobs", "echo"] {
+                if take(obj, param).is_some_and(|v| v != Value::Bool(false)) {
+                    return Err(ApiError::unsupported(
+                        param,
+                        "on POST /completion it is not returned; POST /v1/completions returns it",
+                    ));
+                }
+            }
+            (None, false)
+        }
         Endpoint::Completions => {
             let lp = match take(obj, "logprobs") {
                 None | Some(Value::Bool(false)) => None,
@@ -576,16 +625,32 @@ fn parse_stop(v: Option<Value>) -> Result<Vec<String>, ApiError> {
 /// Whatever is left: parameters that are accepted only at their neutral
 /// value (named when they are not), ignored ones, and unknown ones (the
 /// names returned, or refused under [`UnknownFields::Refuse`]).
-fn check_rest(obj: Map<String, Value>, unknown: UnknownFields) -> Result<Vec<String>, ApiError> {
+fn check_rest(obj: Map<String, Value>, endpoint: Endpoint, unknown: UnknownFields) -> Result<Vec<String>, ApiError> {
     let mut ignored = Vec::new();
     for (k, v) in obj {
         if v.is_null() || IGNORED.contains(&k.as_str()) {
             continue;
         }
+        // llama-server's settings that only qualify a penalty (refused
+        // below unless neutral, and then they change nothing).
+        if QUALIFIERS.contains(&k.as_str()) {
+            continue;
+        }
         let neutral = match k.as_str() {
             "n" | "best_of" => v.as_u64() == Some(1),
             "presence_penalty" | "frequency_penalty" | "min_p" => v.as_f64() == Some(0.0),
-            "repetition_penalty" => v.as_f64() == Some(1.0),
+            // vLLM's and llama-server's spellings of one penalty.
+            "repetition_penalty" | "repeat_penalty" => v.as_f64() == Some(1.0),
+            // llama-server's other samplers, off at these values.
+            "typical_p" | "tfs_z" => v.as_f64() == Some(1.0),
+            "mirostat" | "dry_multiplier" | "xtc_probability" | "dynatemp_range" => v.as_f64() == Some(0.0),
+            "top_n_sigma" => v.as_f64().is_some_and(|x| x <= 0.0),
+            // llama-server's alternatives per token (`logprobs` on the OpenAI routes).
+            "n_probs" => v.as_u64() == Some(0),
+            // vLLM's beam search and banned words.
+            "use_beam_search" => v.as_bool() == Some(false),
+            "length_penalty" => v.as_f64() == Some(1.0),
+            "bad_words" => v.as_array().is_some_and(Vec::is_empty),
             // vLLM's: no minimum length.
             "min_tokens" => v.as_u64() == Some(0),
             "logit_bias" => v.as_object().is_some_and(Map::is_empty),
@@ -605,10 +670,22 @@ fn check_rest(obj: Map<String, Value>, unknown: UnknownFields) -> Result<Vec<Str
         if !neutral {
             let why = match k.as_str() {
                 "n" | "best_of" => "one choice per request (send separate requests)",
-                "presence_penalty" | "frequency_penalty" | "repetition_penalty" => {
-                    "sampling penalties are not implemented (give 0, or 1 for repetition_penalty)"
+                "presence_penalty" | "frequency_penalty" | "repetition_penalty" | "repeat_penalty" => {
+                    "sampling penalties are not implemented yet (give 0, or 1 for repetition_penalty and \
+                     repeat_penalty, or leave it out)"
                 }
-                "min_p" => "min_p sampling is not implemented (give 0)",
+                "min_p" => "min_p sampling is not implemented yet (give 0, or leave it out)",
+                "typical_p" | "tfs_z" => "this sampler is not implemented (give 1, or leave it out)",
+                "mirostat" | "dry_multiplier" | "xtc_probability" | "dynatemp_range" => {
+                    "this sampler is not implemented (give 0, or leave it out)"
+                }
+                "top_n_sigma" => "this sampler is not implemented (give -1, or leave it out)",
+                "n_probs" if endpoint == Endpoint::Llama => {
+                    "probabilities are not returned on POST /completion (give 0); POST /v1/completions returns \
+                     logprobs"
+                }
+                "use_beam_search" | "length_penalty" => "beam search is not implemented (give false)",
+                "bad_words" => "banned words are not implemented (give an empty list)",
                 "min_tokens" => "a minimum length is not implemented (give 0, or use ignore_eos)",
                 "tools" | "functions" | "tool_choice" | "function_call" => {
                     "tool calling is not implemented (give none, or an empty list)"
@@ -742,19 +819,20 @@ pub fn parse_detokenize(
 }
 
 impl Request {
-    /// OpenAI's defaults: 16 tokens for completions; for chat, as many as
-    /// the context has room for.
+    /// OpenAI's defaults: 16 tokens for completions; for chat (and
+    /// llama-server's `/completion`), as many as the context has room for.
     pub fn default_max_tokens(&self, room: usize) -> usize {
         match self.endpoint {
             Endpoint::Completions => COMPLETIONS_DEFAULT_MAX_TOKENS.min(room),
-            Endpoint::Chat => room,
+            // llama-server's `n_predict: -1`, its default.
+            Endpoint::Chat | Endpoint::Llama => room,
         }
     }
 
     /// The field that holds the prompt, for error bodies.
     fn prompt_param(&self) -> &'static str {
         match self.endpoint {
-            Endpoint::Completions => "prompt",
+            Endpoint::Completions | Endpoint::Llama => "prompt",
             Endpoint::Chat => "messages",
         }
     }
@@ -941,6 +1019,65 @@ mod tests {
             assert_eq!((e.status, e.param.as_deref()), (StatusCode::BAD_REQUEST, Some(param)), "{extra}: {e:?}");
             assert!(e.message.contains(param), "{extra}: {}", e.message);
         }
+    }
+
+    fn llama(body: &str, unknown: UnknownFields) -> Result<Request, ApiError> {
+        parse(Endpoint::Llama, body.as_bytes(), "m", unknown)
+    }
+
+    /// llama-server's `/completion`: no `model` needed, `n_predict` (-1:
+    /// to the end of the context, its default), its default temperature,
+    /// `stop` and `stream`; the OpenAI routes still need `model`, and say
+    /// where a request without one goes.
+    #[test]
+    fn llama_servers_completion_takes_its_own_fields() {
+        let r =
+            llama(r#"{"prompt": "hi", "n_predict": 8, "stop": ["."], "stream": true}"#, UnknownFields::Ignore).unwrap();
+        assert_eq!((r.endpoint, r.max_tokens, r.stream), (Endpoint::Llama, Some((8, "n_predict")), true));
+        assert_eq!((&r.stop[..], r.sampling.temperature), (&[".".to_string()][..], LLAMA_DEFAULT_TEMPERATURE));
+        assert_eq!(r.default_max_tokens(100), 100);
+        let r = llama(r#"{"prompt": "hi", "n_predict": -1, "model": "m"}"#, UnknownFields::Ignore).unwrap();
+        assert_eq!(r.max_tokens, None);
+        let e = llama(r#"{"prompt": "hi", "model": "other"}"#, UnknownFields::Ignore).unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("model"));
+        // llama-server's fields that change nothing at these values, and the
+        // penalty qualifiers (with every penalty neutral), are taken even strictly.
+        let neutral = r#"{"prompt": "hi", "repeat_penalty": 1.0, "repeat_last_n": 64, "penalize_nl": true,
+            "typical_p": 1.0, "mirostat": 0, "n_probs": 0, "top_n_sigma": -1}"#;
+        assert_eq!(llama(neutral, UnknownFields::Refuse).unwrap().ignored, Vec::<String>::new());
+        let e = completions(r#"{"prompt": "x"}"#).unwrap_err();
+        assert!(e.message.contains("POST /completion") && e.message.contains("GET /v1/models"), "{}", e.message);
+    }
+
+    /// A sampling control this server lacks is refused with 400 naming it,
+    /// in llama-server's spelling too, lenient or strict; never ignored.
+    #[test]
+    fn sampling_controls_this_server_lacks_are_refused_by_name_in_every_spelling() {
+        for extra in [
+            r#""repeat_penalty": 1.1"#,
+            r#""repetition_penalty": 1.1"#,
+            r#""presence_penalty": 0.5"#,
+            r#""frequency_penalty": 0.5"#,
+            r#""min_p": 0.05"#,
+            r#""typical_p": 0.9"#,
+            r#""mirostat": 2"#,
+            r#""dry_multiplier": 0.8"#,
+            r#""xtc_probability": 0.5"#,
+            r#""n_probs": 3"#,
+        ] {
+            let name = extra.split('"').nth(1).unwrap();
+            for unknown in [UnknownFields::Ignore, UnknownFields::Refuse] {
+                let e = llama(&format!(r#"{{"prompt": "x", {extra}}}"#), unknown).unwrap_err();
+                assert_eq!((e.status, e.param.as_deref()), (StatusCode::BAD_REQUEST, Some(name)), "{extra}");
+                assert!(e.message.contains("not implemented") || e.message.contains("not returned"), "{}", e.message);
+            }
+            if name != "n_probs" {
+                let e = completions(&format!(r#"{{"model": "m", "prompt": "x", {extra}}}"#)).unwrap_err();
+                assert_eq!(e.param.as_deref(), Some(name), "{extra}");
+            }
+        }
+        let e = llama(r#"{"prompt": "x", "logprobs": 2}"#, UnknownFields::Ignore).unwrap_err();
+        assert!(e.message.contains("POST /v1/completions returns it"), "{}", e.message);
     }
 
     #[test]

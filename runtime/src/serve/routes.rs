@@ -82,6 +82,7 @@ pub fn endpoints() -> Vec<(&'static str, MethodRouter<Arc<App>>)> {
         ("/v1/draftwise/config", get(config)),
         ("/v1/completions", post(generation::<false>)),
         ("/v1/chat/completions", post(generation::<true>)),
+        ("/completion", post(llama_completion)),
         ("/tokenize", post(tokenizer_endpoint::<false>)),
         ("/detokenize", post(tokenizer_endpoint::<true>)),
         ("/version", get(version)),
@@ -101,7 +102,7 @@ pub fn router(app: Arc<App>) -> Router {
         }
     }
     let guarded = guarded
-        .fallback(|| async { ApiError::not_found("this path") })
+        .fallback(|method: axum::http::Method, uri: axum::http::Uri| async move { not_found(&method, uri.path()) })
         .method_not_allowed_fallback(|| async { ApiError::method_not_allowed() })
         .layer(axum::middleware::from_fn_with_state(app.clone(), require_key));
     public
@@ -110,6 +111,29 @@ pub fn router(app: Arc<App>) -> Router {
         .layer(axum::middleware::from_fn_with_state(app.clone(), cors))
         .layer(axum::middleware::from_fn_with_state(app.clone(), access_log))
         .with_state(app)
+}
+
+/// Every route of [`endpoints`] with its method, as a 404 names them.
+pub const ROUTES: &[(&str, &str)] = &[
+    ("GET", "/health"),
+    ("GET", "/metrics"),
+    ("GET", "/v1/models"),
+    ("GET", "/v1/draftwise/config"),
+    ("POST", "/v1/completions"),
+    ("POST", "/v1/chat/completions"),
+    ("POST", "/completion"),
+    ("POST", "/tokenize"),
+    ("POST", "/detokenize"),
+    ("GET", "/version"),
+];
+
+/// A path no route answers: the 404 names the routes that exist.
+fn not_found(method: &axum::http::Method, path: &str) -> ApiError {
+    let shown: String = path.chars().take(128).collect();
+    let routes: Vec<String> = ROUTES.iter().map(|(m, p)| format!("{m} {p}")).collect();
+    let mut e = ApiError::not_found(&format!("{method} {shown:?}"));
+    e.message = format!("{}; the routes are: {}", e.message, routes.join(", "));
+    e
 }
 
 /// A request's id: the client's `X-Request-Id` when it is usable, else one
@@ -362,6 +386,18 @@ async fn generation<const CHAT: bool>(
     answer(&app, handle(app.clone(), endpoint, peer.map(|p| p.0), id, headers, body).await)
 }
 
+/// `POST /completion`: llama-server's native endpoint, in its shape (`llama.rs`).
+async fn llama_completion(
+    State(app): State<Arc<App>>,
+    peer: Option<axum::Extension<Peer>>,
+    id: Option<axum::Extension<RequestId>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let id = id.map(|e| e.0);
+    answer(&app, handle(app.clone(), Endpoint::Llama, peer.map(|p| p.0), id, headers, body).await)
+}
+
 /// The response, counting refusals of bad input for `/metrics`.
 fn answer(app: &App, r: Result<Response, ApiError>) -> Response {
     r.unwrap_or_else(|e| {
@@ -457,7 +493,7 @@ async fn handle(
     let prepared = off_the_workers(&app, "preparing the request", move |engine| request.prepare(engine)).await?;
     let n = app.next_id.fetch_add(1, Ordering::Relaxed);
     let id = match endpoint {
-        Endpoint::Completions => format!("cmpl-{:x}-{n}", app.started),
+        Endpoint::Completions | Endpoint::Llama => format!("cmpl-{:x}-{n}", app.started),
         Endpoint::Chat => format!("chatcmpl-{:x}-{n}", app.started),
     };
     let mut sampling = prepared.request.sampling;
@@ -468,6 +504,19 @@ async fn handle(
     let (tx, rx) = unbounded_channel();
     let stream = prepared.request.stream;
     let include_usage = prepared.request.include_usage;
+    let llama = (endpoint == Endpoint::Llama).then(|| super::llama::Settings {
+        model: app.model_id.clone(),
+        stop: prepared.request.stop.clone(),
+        generation_settings: json!({
+            "n_predict": prepared.max_tokens,
+            "temperature": sampling.temperature,
+            "top_k": sampling.top_k,
+            "top_p": sampling.top_p,
+            "seed": sampling.seed,
+            "stop": prepared.request.stop,
+            "stream": stream,
+        }),
+    });
     let job = Job {
         id: id.clone(),
         prepared,
@@ -486,8 +535,14 @@ async fn handle(
         }
         Err(PushError::Closed(_)) => return Err(ApiError::shutting_down()),
     }
-    let shape =
-        Shape { endpoint, id, created: unix_now(), model: app.model_id.clone(), fingerprint: app.fingerprint.clone() };
+    let shape = Shape {
+        endpoint,
+        id,
+        created: unix_now(),
+        model: app.model_id.clone(),
+        fingerprint: app.fingerprint.clone(),
+        llama,
+    };
     if stream {
         let events = EventStream { rx, shape, include_usage, out: VecDeque::new(), done: false, role_sent: false };
         return Ok(Response::builder()
@@ -531,6 +586,8 @@ struct Shape {
     created: u64,
     model: String,
     fingerprint: String,
+    /// `/completion`'s settings, for its shape (`llama.rs`).
+    llama: Option<super::llama::Settings>,
 }
 
 /// Server-side timings and speculation counters beside OpenAI's fields.
@@ -540,9 +597,12 @@ fn timings(f: &Finished) -> ServedTimings {
 
 impl Shape {
     fn response(&self, f: &Finished) -> Value {
+        if let Some(l) = &self.llama {
+            return super::llama::response(l, f, &f.text, serde_json::to_value(timings(f)).unwrap_or_default());
+        }
         let logprobs = f.logprobs.clone().unwrap_or(Value::Null);
         let choice = match self.endpoint {
-            Endpoint::Completions => {
+            Endpoint::Completions | Endpoint::Llama => {
                 let text = match &f.echo {
                     Some(prompt) => format!("{prompt}{}", f.text),
                     None => f.text.clone(),
@@ -558,7 +618,7 @@ impl Shape {
         };
         json!({
             "id": self.id,
-            "object": match self.endpoint { Endpoint::Completions => "text_completion", Endpoint::Chat => "chat.completion" },
+            "object": match self.endpoint { Endpoint::Completions | Endpoint::Llama => "text_completion", Endpoint::Chat => "chat.completion" },
             "created": self.created,
             "model": self.model,
             "system_fingerprint": self.fingerprint,
@@ -572,7 +632,7 @@ impl Shape {
     fn chunk(&self, choices: Value, include_usage: bool) -> Value {
         let mut c = json!({
             "id": self.id,
-            "object": match self.endpoint { Endpoint::Completions => "text_completion", Endpoint::Chat => "chat.completion.chunk" },
+            "object": match self.endpoint { Endpoint::Completions | Endpoint::Llama => "text_completion", Endpoint::Chat => "chat.completion.chunk" },
             "created": self.created,
             "model": self.model,
             "system_fingerprint": self.fingerprint,
@@ -587,7 +647,7 @@ impl Shape {
 
     fn text_choice(&self, text: Option<&str>, role: bool, finish: Option<FinishReason>) -> Value {
         match self.endpoint {
-            Endpoint::Completions => {
+            Endpoint::Completions | Endpoint::Llama => {
                 json!([{"index": 0, "text": text.unwrap_or(""), "logprobs": null, "finish_reason": finish}])
             }
             Endpoint::Chat => {
@@ -624,10 +684,26 @@ struct EventStream {
 
 impl EventStream {
     fn text(&mut self, text: Option<&str>, finish: Option<FinishReason>) {
+        if self.shape.llama.is_some() {
+            // llama-server's pieces; its final object follows at the end.
+            if let Some(t) = text.filter(|t| !t.is_empty()) {
+                self.out.push_back(sse(&super::llama::partial(t)));
+            }
+            return;
+        }
         let role = self.shape.endpoint == Endpoint::Chat && !self.role_sent;
         self.role_sent = true;
         let choices = self.shape.text_choice(text, role, finish);
         self.out.push_back(sse(&self.shape.chunk(choices, self.include_usage)));
+    }
+
+    /// The error event that ends a stream (llama-server's streams have no `[DONE]`).
+    fn fail(&mut self, e: &ApiError) {
+        self.out.push_back(sse(&e.body()));
+        if self.shape.llama.is_none() {
+            self.out.push_back(Bytes::from_static(b"data: [DONE]\n\n"));
+        }
+        self.done = true;
     }
 
     fn on(&mut self, msg: Option<Msg>) {
@@ -640,6 +716,12 @@ impl EventStream {
                 }
             }
             Some(Msg::Text(t)) => self.text(Some(&t), None),
+            Some(Msg::Done(Ok(f))) if self.shape.llama.is_some() => {
+                let l = self.shape.llama.as_ref().expect("matched");
+                let draftwise = serde_json::to_value(timings(&f)).unwrap_or_default();
+                self.out.push_back(sse(&super::llama::response(l, &f, "", draftwise)));
+                self.done = true;
+            }
             Some(Msg::Done(Ok(f))) => {
                 let content = (self.shape.endpoint == Endpoint::Chat && !self.role_sent).then_some("");
                 self.text(content, Some(f.finish_reason));
@@ -652,16 +734,8 @@ impl EventStream {
                 self.out.push_back(Bytes::from_static(b"data: [DONE]\n\n"));
                 self.done = true;
             }
-            Some(Msg::Done(Err(e))) => {
-                self.out.push_back(sse(&e.body()));
-                self.out.push_back(Bytes::from_static(b"data: [DONE]\n\n"));
-                self.done = true;
-            }
-            None => {
-                self.out.push_back(sse(&ApiError::shutting_down().body()));
-                self.out.push_back(Bytes::from_static(b"data: [DONE]\n\n"));
-                self.done = true;
-            }
+            Some(Msg::Done(Err(e))) => self.fail(&e),
+            None => self.fail(&ApiError::shutting_down()),
         }
     }
 }
@@ -683,5 +757,19 @@ impl Stream for EventStream {
                 Poll::Pending => return Poll::Pending,
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// The 404's list is the router's: every route of `endpoints` and no other.
+    #[test]
+    fn the_routes_a_404_names_are_the_routers() {
+        let named: Vec<&str> = super::ROUTES.iter().map(|(_, p)| *p).collect();
+        let routed: Vec<&str> = super::endpoints().into_iter().map(|(p, _)| p).collect();
+        assert_eq!(named, routed);
+        let e = super::not_found(&axum::http::Method::POST, "/v1/complete");
+        assert_eq!(e.status, axum::http::StatusCode::NOT_FOUND);
+        assert!(e.message.contains("POST \"/v1/complete\"") && e.message.contains("POST /completion"), "{}", e.message);
     }
 }

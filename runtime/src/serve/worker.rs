@@ -262,7 +262,8 @@ impl Worker {
             score(engine, &seq, from, top).map_err(|e| Failure::Error(format!("scoring log probabilities: {e}")))?;
         Ok(match p.request.endpoint {
             // With `echo`, the prompt's tokens come first, the first unscored.
-            super::parse::Endpoint::Completions => {
+            // (`/completion` refuses `logprobs`; its shape would be completions'.)
+            super::parse::Endpoint::Completions | super::parse::Endpoint::Llama => {
                 completions_json(tok, if echo { &p.prompt_ids[..1] } else { &[] }, &scored)
             }
             super::parse::Endpoint::Chat => chat_json(tok, &scored),

@@ -1,8 +1,7 @@
 //! Host identity: everything a record needs so that the next measurement on
 //! this or another host can be compared with it (docs/gate-and-identity.md,
-//! "The identity"; the project's architecture notes, "Measurement
-//! discipline", ask that a record state everything the next one is compared
-//! on). Every source that can be absent is a
+//! "The identity"; a record states everything the next one is compared on:
+//! docs/records.md, "The record folder"). Every source that can be absent is a
 //! [`Reading`]: a value, or an explicit null with the reason.
 //!
 //! Principal type: [`Identity`], built by [`collect`].

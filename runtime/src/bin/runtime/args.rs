@@ -140,8 +140,8 @@ pub struct SpeculationArgs {
     pub drafter: Option<String>,
     /// Tokens drafted per verify pass, 1..=32 or off (overrides DRAFTWISE_DRAFT_WIDTH and the policy table).
     /// `--draft-block-size` is its old name.
-    /// llama.cpp's `--draft-max` and SGLang's `--speculative-num-draft-tokens` name the same.
-    #[arg(long, aliases = ["draft-block-size", "draft-max", "speculative-num-draft-tokens", "num-speculative-tokens"])]
+    /// llama.cpp's `--draft-max` (`--draft`) and SGLang's `--speculative-num-draft-tokens` name the same.
+    #[arg(long, aliases = ["draft-block-size", "draft-max", "draft", "speculative-num-draft-tokens", "num-speculative-tokens"])]
     pub draft_width: Option<String>,
     /// The draft checkpoint for `--drafter draft-model` (GGUF, Hugging Face directory, or a known
     /// model's name); llama.cpp's `--model-draft`.
@@ -195,6 +195,9 @@ pub struct FetchModelArgs {
 pub struct ServeArgs {
     #[command(flatten)]
     pub load: ModelArgs,
+    /// The model, as vLLM's `vllm serve MODEL` gives it: the same as -m/--model.
+    #[arg(value_name = "MODEL", conflicts_with = "model")]
+    pub model_positional: Option<PathBuf>,
     /// Address to listen on (an IP address). Loopback by default: the server has no authentication.
     #[arg(long, default_value = "127.0.0.1")]
     pub host: String,
@@ -279,15 +282,21 @@ pub enum PolicyCommand {
 #[derive(Args, Debug, Clone)]
 pub struct ExplainArgs {
     /// The target model: a GGUF file, a Hugging Face checkpoint directory, or a known model's
-    /// name (its cached file). `--target` is its other name.
+    /// name (its cached file; never fetched here). `--target` is its other name. Default: the
+    /// model `generate` runs without -m (smollm2-135m).
     #[arg(short = 'm', long = "model", alias = "target")]
-    pub target: PathBuf,
+    pub target: Option<PathBuf>,
+    /// A draft-width table file (e.g. policy/draft-block-width.toml after `tuner propose`) to
+    /// explain against in place of the compiled one, checked as `generate --policy` checks it:
+    /// a proposed entry is explained before a rebuild.
+    #[arg(long, value_name = "FILE")]
+    pub policy: Option<PathBuf>,
     /// Drafter kind (ngram, layerskip, draft-model, dflash, mtp, suffix) as `generate --drafter` takes it;
     /// default: what `generate` does without it, and every kind's width.
     #[arg(long)]
     pub drafter: Option<String>,
-    /// Worker threads, as `generate --threads` (default: the CPUs available to this process).
-    #[arg(long)]
+    /// Worker threads, as `generate -t/--threads` (default: the CPUs available to this process).
+    #[arg(short = 't', long)]
     pub threads: Option<usize>,
     #[command(flatten)]
     pub drafter_flags: DrafterFlags,
@@ -374,7 +383,8 @@ impl From<FetchModelArgs> for FetchModelSettings {
 }
 
 impl From<ServeArgs> for ServeSettings {
-    fn from(a: ServeArgs) -> Self {
+    fn from(mut a: ServeArgs) -> Self {
+        a.load.model = a.load.model.or(a.model_positional);
         ServeSettings {
             load: a.load.into(),
             host: a.host,
@@ -403,6 +413,7 @@ impl From<ExplainArgs> for ExplainSettings {
     fn from(a: ExplainArgs) -> Self {
         ExplainSettings {
             target: a.target,
+            policy: a.policy,
             drafter: a.drafter,
             threads: a.threads,
             ngram_min: a.drafter_flags.ngram_min,

@@ -3,6 +3,8 @@
 //! each command.
 
 mod args;
+#[cfg(test)]
+mod flag_table;
 
 use args::{BenchArgs, FetchModelArgs, GenerateArgs, PolicyCommand, ServeArgs};
 use clap::{Parser, Subcommand};
@@ -21,11 +23,18 @@ struct Cli {
     command: Command,
 }
 
+/// Said under the help of the commands whose flags follow llama.cpp's.
+const OTHER_ENGINES: &str = "llama.cpp's -ngl, -md, -np, -fa, -ub, -cb, --draft-max, --spec-type, vLLM's \
+`serve MODEL` and --speculative-config, and SGLang's --speculative-* flags are taken too: each works, maps onto \
+these flags (said once on stderr), or is refused naming what to give instead (docs/flags.md).";
+
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Generate completions for a prompt or a prompt set.
+    #[command(after_help = OTHER_ENGINES)]
     Generate(GenerateArgs),
     /// Serve the model over HTTP with an OpenAI-compatible API (docs/serve.md).
+    #[command(after_help = OTHER_ENGINES)]
     Serve(ServeArgs),
     /// Download a known model into the cache and verify it (default smollm2-135m: SmolLM2-135M-Instruct Q4_1; --model gemma3-270m).
     FetchModel(FetchModelArgs),
@@ -40,6 +49,7 @@ enum Command {
     Policy(PolicyCommand),
     /// Measure prefill and decode tokens per second, the verify-cost curve, or (with
     /// --drafter) the speculative width curve against classic decoding.
+    #[command(after_help = OTHER_ENGINES)]
     Bench(BenchArgs),
 }
 
@@ -67,8 +77,19 @@ fn main() -> ExitCode {
         logs.with_ansi(std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty()))
             .init();
     }
-    // Usage errors exit 2 (clap exits before `run`); runtime errors exit 1.
-    match run(Cli::parse()) {
+    // Usage errors exit 2 (clap exits before `run`, as does a foreign flag
+    // refused by name); runtime errors exit 1.
+    let line = match runtime::commands::compat::rewrite(std::env::args_os().collect(), cfg!(feature = "cuda")) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    for n in &line.notes {
+        tracing::info!(target: "draftwise::flags", "{n}");
+    }
+    match run(Cli::parse_from(line.args)) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("error: {}", runtime::exit::error_chain(&e));
@@ -123,6 +144,6 @@ mod tests {
         assert_eq!(g.spec.drafter_model.as_deref(), Some(std::path::Path::new("d.gguf")));
         let cli = super::Cli::try_parse_from(["runtime", "policy", "explain", "--target", "x.gguf"]).unwrap();
         let super::Command::Policy(super::PolicyCommand::Explain(e)) = cli.command else { panic!("not explain") };
-        assert_eq!(e.target, std::path::PathBuf::from("x.gguf"));
+        assert_eq!(e.target, Some(std::path::PathBuf::from("x.gguf")));
     }
 }

@@ -392,8 +392,8 @@ pub struct SweepArgs {
     /// shipped prompts/sweep.jsonl (compiled into the tuner).
     #[arg(long, value_name = "FILE")]
     pub prompts: Option<PathBuf>,
-    /// Worker threads per arm (default: the CPUs available here).
-    #[arg(long)]
+    /// Worker threads per arm, as `runtime generate -t/--threads` (default: the CPUs available here).
+    #[arg(short = 't', long)]
     pub threads: Option<usize>,
     /// Record folder (default: records/<date>-<device class>-<host class>-<drafter>, with -2, -3, ... when taken).
     #[arg(long, value_name = "DIR")]
