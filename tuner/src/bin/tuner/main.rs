@@ -248,7 +248,7 @@ fn run_check(a: CheckArgs) -> anyhow::Result<ExitCode> {
     }
     let (runtime, target, drafter, drafter_model) = a.resolved()?;
     let threads = a.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-    check_one(&a, runtime, target, drafter, drafter_model, threads, a.out.clone())
+    check_one(&a, runtime, target, drafter, drafter_model, threads, a.out.clone()).map(ExitCode::from)
 }
 
 /// `tuner check --all`: every entry of this host class and device class
@@ -278,6 +278,15 @@ fn run_check_all(a: &CheckArgs) -> anyhow::Result<ExitCode> {
     let mut worst = tuner::exit::PASS;
     let mut said = Vec::new();
     for e in tbl.entries.iter().filter(|e| e.key.host.as_str() == host.as_str() && e.key.device.as_str() == device) {
+        // A fresh entry needs no check; a stale one that cannot be checked
+        // here fails the run (the fleet's gate), named.
+        let fresh = e.fresh_for(&runtime::policy::verify_fingerprint(&e.key.device, Some(&e.weight_formats)));
+        let skip = |why: String, said: &mut Vec<String>, worst: &mut u8| {
+            said.push(format!("{}: {why}", e.key));
+            if !fresh {
+                *worst = tuner::exit::REFUSED;
+            }
+        };
         let target = cache.join(&e.model.file);
         let ok_sha = tuner::host::identity::sha256_file(&target).is_ok_and(|h| h == e.model.sha256);
         if !ok_sha {
@@ -295,14 +304,14 @@ fn run_check_all(a: &CheckArgs) -> anyhow::Result<ExitCode> {
             Err(_) => None,
         };
         if e.key.drafter == policy::DrafterKind::DraftModel && drafter_model.is_none() {
-            said.push(format!("{}: skipped: its record names no draft model this host has", e.key));
+            skip("skipped: its record names no draft model this host has".into(), &mut said, &mut worst);
             continue;
         }
         let threads = e.key.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
         eprintln!("tuner check --all: {}", e.key);
         let code = check_one(a, runtime.clone(), target, e.key.drafter, drafter_model, threads, None)?;
-        said.push(format!("{}: exit {code:?}", e.key));
-        if code != ExitCode::from(tuner::exit::PASS) {
+        said.push(format!("{}: exit {code}", e.key));
+        if code != tuner::exit::PASS {
             worst = tuner::exit::REFUSED;
         }
     }
@@ -324,7 +333,7 @@ fn check_one(
     drafter_model: Option<std::path::PathBuf>,
     threads: usize,
     out: Option<std::path::PathBuf>,
-) -> anyhow::Result<ExitCode> {
+) -> anyhow::Result<u8> {
     use tuner::analysis::rules::Refusal;
     let explained = tuner::sweep::calibrate::explain(&runtime, &target, drafter, threads)?;
     let key = explained.key(drafter)?;
@@ -348,11 +357,11 @@ fn check_one(
             "the entry for {key} is fresh for this build ({}; fingerprint {fp}): nothing to check (--force checks it anyway)",
             entry.basis_words(&fp)
         );
-        return Ok(ExitCode::from(tuner::exit::PASS));
+        return Ok(tuner::exit::PASS);
     }
     let Some(drafting) = entry.drafting else {
         eprintln!("tuner check: refused: the entry for {key} is off; a sweep, not a check, re-measures it");
-        return Ok(ExitCode::from(tuner::exit::REFUSED));
+        return Ok(tuner::exit::REFUSED);
     };
     if entry.verify_cost.is_empty() {
         eprintln!(
@@ -360,7 +369,7 @@ fn check_one(
              with (it predates them); re-measure it with `tuner sweep`",
             entry.record
         );
-        return Ok(ExitCode::from(tuner::exit::REFUSED));
+        return Ok(tuner::exit::REFUSED);
     }
     // The entry's workload: its prompt set (by sha256) and its token limit.
     let (prompts, text) = match &a.prompts {
@@ -416,7 +425,7 @@ fn check_one(
         eprintln!(
             "tuner check: refused: {r} (a check that re-blesses an entry runs with the default gate; --dry-run judges under a looser one)"
         );
-        return Ok(ExitCode::from(tuner::exit::REFUSED));
+        return Ok(tuner::exit::REFUSED);
     }
     let t0 = std::time::Instant::now();
     let outcome = tuner::sweep::driver::start(&opts)?;
@@ -454,7 +463,7 @@ fn check_one(
             eprintln!("tuner check: refused: {f}");
         }
         eprintln!("tuner check: the entry for {key} stays unused on this build; re-measure it with `tuner sweep`");
-        return Ok(ExitCode::from(tuner::exit::REFUSED));
+        return Ok(tuner::exit::REFUSED);
     }
     let record = match out.canonicalize()?.strip_prefix(&root) {
         Ok(rel) if rel.starts_with("records") => rel.to_string_lossy().replace(std::path::MAIN_SEPARATOR, "/"),
@@ -463,7 +472,7 @@ fn check_one(
         _ => {
             let r = Refusal::NotUnderRecords { dir: out.display().to_string(), root: root.display().to_string() };
             eprintln!("tuner check: holds, but {r}");
-            return Ok(ExitCode::from(tuner::exit::REFUSED));
+            return Ok(tuner::exit::REFUSED);
         }
     };
     let line = tuner::output::check::check_line(&fp, &record, &s.date);
@@ -480,7 +489,7 @@ fn check_one(
         std::fs::rename(&tmp, &table_abs)?;
         println!("wrote {}: the entry holds on this build (fingerprint {fp})", table_abs.display());
     }
-    Ok(ExitCode::from(tuner::exit::PASS))
+    Ok(tuner::exit::PASS)
 }
 
 /// An entry's drafting as a check names it.
