@@ -335,7 +335,7 @@ fn print_table(r: &Resolver<'_>, json: bool) {
         println!("measured on {h}{mark}:");
         for e in t.entries.iter().filter(|e| e.key.host == *h) {
             let state = if r.is_fresh(e) {
-                format!("fresh (fingerprint {})", e.verify_fingerprint)
+                format!("fresh, {} (fingerprint {})", e.basis_words(&build_fp(e)), e.verify_fingerprint)
             } else {
                 format!("STALE, not used: measured with {}, this build has {}", e.verify_fingerprint, build_fp(e))
             };

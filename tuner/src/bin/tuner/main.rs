@@ -132,6 +132,16 @@ fn run_sweep(mut a: SweepArgs) -> anyhow::Result<ExitCode> {
         }
         Err(e) => eprintln!("tuner sweep: no record written: {e:#}"),
     }
+    // A complete sweep's acceptance profile, made here when none is
+    // committed (it decodes, seconds to a minute): what its predictions and
+    // `tuner predict-error` replay (docs/predictions.md).
+    if matches!(outcome, Outcome::Complete) && summary.is_ok() {
+        match sweep_profile(&dir) {
+            Ok(Some(path)) => eprintln!("profile: {} (commit it with the record)", path.display()),
+            Ok(None) => {}
+            Err(e) => eprintln!("tuner sweep: no acceptance profile made: {e:#}"),
+        }
+    }
     // Every sweep leaves a ledger line, kept or not (records/ledger.jsonl).
     let ended = match &outcome {
         Outcome::Complete => "complete".to_string(),
@@ -154,6 +164,30 @@ fn run_sweep(mut a: SweepArgs) -> anyhow::Result<ExitCode> {
         Outcome::Halted(HaltKind::Gate | HaltKind::NvrmBudget) => tuner::exit::HALT,
         Outcome::Halted(HaltKind::ArmFailed) => tuner::exit::ERROR,
     }))
+}
+
+/// The profile a sweep's record needs, when `profiles/` (beside its
+/// `records/`) has none: made and written there; `None` when one exists.
+fn sweep_profile(dir: &std::path::Path) -> anyhow::Result<Option<std::path::PathBuf>> {
+    let Some((records, _)) = tuner::output::ledger::records_of(dir) else { return Ok(None) };
+    let root = records.parent().map(std::path::Path::to_path_buf).unwrap_or_default();
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let req = tuner::sweep::profile::request_for_record(dir, threads)?;
+    let want = tuner::data::profile::Wanted {
+        model_sha256: tuner::host::identity::sha256_file(&req.target).map_err(|e| anyhow::anyhow!("{e}"))?,
+        drafter: req.drafter,
+        settings: req.settings.clone(),
+        prompts_sha256: runtime::events::sha256_hex(req.prompts_text.as_bytes()),
+        max_tokens: req.max_tokens,
+    };
+    if tuner::data::profile::find(&root, &want).is_ok() {
+        return Ok(None);
+    }
+    let p = tuner::sweep::profile::make(&req, &mut |_, _, _| {})?;
+    let path = root.join(tuner::data::profile::PROFILES_DIR).join(tuner::data::profile::file_name(&p.header));
+    std::fs::create_dir_all(path.parent().unwrap_or(&root))?;
+    std::fs::write(&path, p.to_text())?;
+    Ok(Some(path))
 }
 
 fn run_summarize(a: SummarizeArgs) -> anyhow::Result<ExitCode> {
