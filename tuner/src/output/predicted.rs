@@ -291,7 +291,15 @@ pub fn propose(
         )),
         None => None,
     };
-    let fields = entry_fields(&c, &record)?;
+    let mut fields = entry_fields(&c, &record)?;
+    // The entry says what the reviewer allowed, each override in its note.
+    if let Some((_, note)) = fields.iter_mut().find(|(k, _)| *k == "note") {
+        for o in &overridden {
+            let flag = o.split(':').next().unwrap_or(o);
+            let body = note.trim_end_matches('"');
+            *note = format!("{body}; allowed by {flag}\"");
+        }
+    }
     let new = edit_table(&old, &key, &fields)?;
     let compiled = table::compile(TABLE_FILE, &new, RecordCheck::Under(root))
         .map_err(|e| Refusal::Table(format!("the proposed table does not compile: {e}")))?;
