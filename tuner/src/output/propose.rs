@@ -777,12 +777,13 @@ pub fn propose(dir: &Path, table_path: Option<&Path>, dry_run: bool, allow: Allo
 }
 
 /// The policy table's text, read at most [`table::MAX_TABLE_BYTES`] + 1
-/// bytes: a larger file (or `/dev/zero`) is refused before it is read whole.
+/// bytes from a regular file: a larger file is refused before it is read
+/// whole, a FIFO or a device before it is opened.
 fn read_table(path: &Path) -> Result<String, ProposeError> {
     use std::io::Read;
     let cap = table::MAX_TABLE_BYTES as u64;
     let mut buf = Vec::new();
-    std::fs::File::open(path)
+    crate::data::bounded::open_regular(path)
         .and_then(|f| f.take(cap + 1).read_to_end(&mut buf))
         .map_err(|source| Refusal::Io { path: path.to_path_buf(), source })?;
     if buf.len() as u64 > cap {
