@@ -9,6 +9,7 @@
 //! outcome. The ledger is appended to, never rewritten.
 
 use crate::data::bounded::BoundedError;
+use crate::output::printable::printable;
 use serde::{Deserialize, Serialize};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -120,12 +121,13 @@ pub fn history(lines: &[LedgerLine], key: &str, fingerprint: &str, folder: &str,
                 _ => String::new(),
             };
             let differs = if l.decision != decision { " — DISAGREES with this record" } else { "" };
+            // The ledger is a file anyone edits: its text is escaped for the terminal.
             format!(
                 "{} ({}): {}{ratio}, {}{differs}",
-                l.folder,
-                l.date.as_deref().unwrap_or("undated"),
-                l.decision,
-                l.outcome
+                printable(&l.folder),
+                printable(l.date.as_deref().unwrap_or("undated")),
+                printable(&l.decision),
+                printable(&l.outcome)
             )
         })
         .collect()
@@ -255,6 +257,20 @@ mod tests {
         assert_eq!(h.len(), 2, "{h:?}");
         assert!(h[0].starts_with("a (2026-12-03): width 2 at 1.200") && !h[0].contains("DISAGREES"), "{h:?}");
         assert!(h[1].starts_with("b (") && h[1].contains("DISAGREES"), "{h:?}");
+    }
+
+    #[test]
+    fn history_escapes_what_the_ledger_says_before_it_reaches_a_terminal() {
+        // A ledger line whose folder, date and outcome hold escape, bell
+        // and newline bytes: printed raw they retitle the terminal and forge
+        // a line of propose's output.
+        let mut evil = line("x\u{1b}]0;title\u{7}\r\ntuner propose: wrote", "width 2\u{1b}[2K");
+        evil.date = Some("2026\u{9b}31m".into());
+        evil.outcome = "complete\u{202e}".into();
+        let h = history(&[evil], "ngram on k", "0123456789abcdef", "this", "width 2");
+        assert_eq!(h.len(), 1);
+        assert!(!h[0].chars().any(|c| c.is_control() || c == '\u{202e}'), "{:?}", h[0]);
+        assert!(h[0].starts_with("x\\u{1b}]0;title\\u{7}\\r\\ntuner propose: wrote (2026\\u{9b}31m)"), "{}", h[0]);
     }
 
     #[test]

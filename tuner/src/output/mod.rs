@@ -1,6 +1,8 @@
 //! What a reviewer reads and commits: the record ([`record`]: record.md,
 //! summary.csv, plot.svg), the policy entry ([`propose`]) and the ledger of
-//! every sweep ([`ledger`]).
+//! every sweep ([`ledger`]); names from files made safe to print
+//! ([`printable`]).
 pub mod ledger;
+pub mod printable;
 pub mod propose;
 pub mod record;

@@ -197,11 +197,13 @@ fn run_propose(a: ProposeArgs) -> anyhow::Result<ExitCode> {
                 "tuner propose: the pooled rule over {} record(s) of this key and fingerprint:",
                 p.pooled.records.len()
             );
+            // Folder names are anyone's: escaped for the terminal.
+            use tuner::output::printable::printable;
             for r in &p.pooled.records {
-                eprintln!("  {r}");
+                eprintln!("  {}", printable(r));
             }
             for (r, why) in &p.excluded {
-                eprintln!("  left out: {r}: {why}");
+                eprintln!("  left out: {}: {}", printable(r), printable(why));
             }
             for w in &p.pooled.widths {
                 eprintln!(
