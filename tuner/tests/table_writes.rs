@@ -111,3 +111,37 @@ fn a_table_that_is_a_fifo_is_refused_without_waiting_for_a_writer() {
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
     assert!(text(&o).contains("a FIFO"), "{}", text(&o));
 }
+
+#[test]
+fn eight_proposals_at_once_for_eight_keys_each_leave_their_entry() {
+    // Eight records, one key each (threads 1..=8), proposed by eight
+    // processes started together: every one that exits 0 must find its
+    // entry in the table (each used to write the table it had read, and the
+    // last rename won).
+    let r = Root::new();
+    let dirs: Vec<PathBuf> = (1..=8).map(|t| r.record(&format!("r{t}"), t)).collect();
+    let children: Vec<_> = dirs
+        .iter()
+        .map(|d| {
+            Command::new(env!("CARGO_BIN_EXE_tuner"))
+                .arg("propose")
+                .arg(d)
+                .arg("--allow-weak-plan")
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .expect("run tuner")
+        })
+        .collect();
+    let outputs: Vec<Output> = children.into_iter().map(|c| c.wait_with_output().unwrap()).collect();
+    for o in &outputs {
+        assert!(o.status.success(), "{}", text(o));
+    }
+    let t = table::compile(TABLE_FILE, &r.table(), RecordCheck::Under(&r.root)).unwrap();
+    let mut threads: Vec<Option<usize>> = t.entries.iter().map(|e| e.key.threads).collect();
+    threads.sort();
+    assert_eq!(threads, (1..=8).map(Some).collect::<Vec<_>>(), "{}", r.table());
+    let records: std::collections::BTreeSet<&str> = t.entries.iter().map(|e| e.record.as_str()).collect();
+    assert_eq!(records.len(), 8, "{records:?}");
+    assert!(!r.root.join("policy/draft-block-width.toml.lock").exists(), "the lock file is removed");
+}
