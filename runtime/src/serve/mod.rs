@@ -6,7 +6,8 @@
 //! - [`worker`]: the engine thread, which decodes one request at a time
 //!   through [`crate::request::decode`] (the code path of `runtime generate`);
 //! - [`text`]: incremental detokenization and stop strings for streaming;
-//! - [`routes`]: the endpoints, responses and server-sent events.
+//! - [`routes`]: the endpoints, responses and server-sent events;
+//! - [`log_text`]: client text escaped and bounded for the logs.
 //!
 //! One sequence runs at a time (no batching): handlers parse and tokenize
 //! concurrently, then wait in arrival order. Speculative settings are fixed
@@ -15,6 +16,7 @@
 pub mod parse;
 pub mod conn;
 pub mod error;
+pub mod log_text;
 pub mod logprobs;
 pub mod metrics;
 pub mod queue;
