@@ -12,6 +12,18 @@ fn runtime(sub: &str) -> Command {
 }
 
 #[test]
+fn generate_refuses_a_prompt_past_the_context_before_its_prefill() {
+    // 64 positions, a prompt of several hundred tokens: refused naming both
+    // numbers, with no completion and no prefill timing printed.
+    let prompt = "the quick brown fox jumps over the lazy dog ".repeat(40);
+    let out = run(runtime("generate").args(["--ctx-size", "64", "--max-tokens", "4", "--json", "--prompt"]).arg(&prompt));
+    let text = output_text(&out);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(text.contains("prompt prompt is") && text.contains("the context length is 64"), "{text}");
+    assert!(!text.contains("\"event\":\"completion\"") && !text.contains("\"event\":\"startup\""), "{text}");
+}
+
+#[test]
 fn bench_refuses_a_policy_file_it_would_never_read() {
     for extra in [&[][..], &["--drafter", "ngram"][..]] {
         let out = run(runtime("bench").args(["--reps", "1", "--policy", "/no/such/table.toml"]).args(extra));

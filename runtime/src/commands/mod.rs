@@ -158,6 +158,20 @@ pub fn bench(args: BenchSettings) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// A prompt of `n_prompt` tokens leaves room for at least one generated
+/// token in a context of `context` positions, or is refused naming the
+/// prompt and both numbers (the server's `context_length_exceeded`).
+pub fn check_prompt_fits(id: &str, n_prompt: usize, context: usize) -> Result<()> {
+    if n_prompt >= context {
+        bail!(
+            "prompt {id} is {n_prompt} tokens; the context length is {context}, so at most {} tokens of prompt \
+             leave room for one generated token: shorten it",
+            context.saturating_sub(1)
+        );
+    }
+    Ok(())
+}
+
 /// Every flag `bench` takes acts, or it is refused here, before the model
 /// loads: `--policy` (bench measures the widths it is given, it resolves
 /// none from a table), the width curve's flags without `--drafter`, and
@@ -322,10 +336,14 @@ pub fn generate(args: GenerateSettings) -> Result<ExitCode> {
     let Opened { engine, selection, cuda, .. } = open(&args.load, threads)?;
     let tok = &engine.loaded.tokenizer;
 
-    // Tokenize everything up front: a bad prompt fails before any work.
+    // Tokenize everything up front: a bad prompt fails before any work,
+    // one past the context too (as the server refuses it), not after its
+    // prefill.
     let mut prompts = Vec::with_capacity(items.len());
     for it in &items {
-        prompts.push((it.id.clone(), it.encode(tok)?));
+        let ids = it.encode(tok)?;
+        check_prompt_fits(&it.id, ids.len(), engine.loaded.info.context_length)?;
+        prompts.push((it.id.clone(), ids));
     }
 
     let decoding = crate::speculative::setup::Speculation::from_settings(&args.spec, &engine)?;
