@@ -24,6 +24,9 @@
 //! (every other value is skipped as `IgnoredAny`), so a file that cannot
 //! belong to its model is refused in about a second and in constant memory
 //! ([`check_against_model`], called by `runtime::open` before loading).
+//! Every other section (normalizer, pre-tokenizer, post-processor,
+//! decoder, the model's own fields) is walked the same way and bounded
+//! together ([`MAX_SECTION_VALUES`], [`MAX_SECTION_STRING_BYTES`]).
 
 use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use std::fmt;
@@ -35,6 +38,21 @@ use std::path::Path;
 /// ([`crate::model::config::MAX_VOCAB`]) times four leaves room for any of them.
 pub const MAX_MERGES: u64 = 4 * crate::model::config::MAX_VOCAB as u64;
 
+/// Most JSON values (each scalar, string, list and object counts one) all
+/// the sections of a tokenizer.json other than the vocabulary, the merges
+/// and the added tokens may hold together: the normalizer, pre-tokenizer,
+/// post-processor, decoder, truncation, padding and the model's scalars.
+/// Real files hold tens to hundreds (a sequence of a few normalizers, a
+/// template with its special tokens); the `tokenizers` crate builds each
+/// value into an object of its own, and a normalizer sequence of millions
+/// aborted the process at 3.7 GB.
+pub const MAX_SECTION_VALUES: u64 = 1 << 16;
+
+/// Most bytes of strings (keys included) those sections may hold together:
+/// the largest real one is a SentencePiece normalizer's
+/// `precompiled_charsmap`, a few hundred kB of base64.
+pub const MAX_SECTION_STRING_BYTES: u64 = 16 << 20;
+
 /// What the scan counted (0 where the file has no such field).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Counts {
@@ -44,6 +62,10 @@ pub struct Counts {
     pub merges: u64,
     /// Entries of `added_tokens`.
     pub added_tokens: u64,
+    /// JSON values of every other section ([`MAX_SECTION_VALUES`]).
+    pub section_values: u64,
+    /// Bytes of their strings and keys ([`MAX_SECTION_STRING_BYTES`]).
+    pub section_string_bytes: u64,
 }
 
 /// Counts `path`'s vocabulary, merges and added tokens without building
@@ -412,8 +434,10 @@ impl<'de> Visitor<'de> for Top<'_> {
             match k.as_ref() {
                 "model" => m.next_value_seed(ModelPart(&mut *self.0))?,
                 "added_tokens" => self.0.added_tokens = m.next_value_seed(Entries)?,
-                _ => {
-                    m.next_value::<IgnoredAny>()?;
+                other => {
+                    let section = other.to_string();
+                    self.0.add_string(&section, other.len()).map_err(serde::de::Error::custom)?;
+                    m.next_value_seed(Section { counts: &mut *self.0, section: &section, depth: 0 })?
                 }
             }
         }
@@ -441,8 +465,10 @@ impl<'de> Visitor<'de> for ModelPart<'_> {
             match k.as_ref() {
                 "vocab" => self.0.vocab = m.next_value_seed(Entries)?,
                 "merges" => self.0.merges = m.next_value_seed(Entries)?,
-                _ => {
-                    m.next_value::<IgnoredAny>()?;
+                other => {
+                    let section = format!("model.{other}");
+                    self.0.add_string(&section, other.len()).map_err(serde::de::Error::custom)?;
+                    m.next_value_seed(Section { counts: &mut *self.0, section: &section, depth: 0 })?
                 }
             }
         }
@@ -450,6 +476,107 @@ impl<'de> Visitor<'de> for ModelPart<'_> {
     }
     // `model: null` and other shapes: nothing to count (the full parse judges them).
     fn visit_unit<E>(self) -> Result<(), E> {
+        Ok(())
+    }
+}
+
+impl Counts {
+    /// One more value of `section`, of `bytes` bytes of string: an error
+    /// naming the section once the sections pass either bound.
+    fn add_value(&mut self, section: &str, bytes: usize) -> Result<(), String> {
+        self.section_values += 1;
+        if self.section_values > MAX_SECTION_VALUES {
+            return Err(format!(
+                "its sections other than the vocabulary, merges and added tokens hold more than \
+                 {MAX_SECTION_VALUES} values (passed in `{section}`); real ones hold hundreds"
+            ));
+        }
+        self.add_string(section, bytes)
+    }
+
+    fn add_string(&mut self, section: &str, bytes: usize) -> Result<(), String> {
+        self.section_string_bytes += bytes as u64;
+        if self.section_string_bytes > MAX_SECTION_STRING_BYTES {
+            return Err(format!(
+                "its sections other than the vocabulary, merges and added tokens hold more than \
+                 {MAX_SECTION_STRING_BYTES} bytes of strings (passed in `{section}`)"
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Deepest nesting walked in a section (serde_json stops at 128 anyway).
+const MAX_SECTION_DEPTH: usize = 64;
+
+/// A section other than the vocabulary, merges and added tokens: every
+/// value is counted against [`MAX_SECTION_VALUES`] and
+/// [`MAX_SECTION_STRING_BYTES`] and dropped.
+struct Section<'a> {
+    counts: &'a mut Counts,
+    section: &'a str,
+    depth: usize,
+}
+
+impl<'de> DeserializeSeed<'de> for Section<'_> {
+    type Value = ();
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl Section<'_> {
+    fn value<E: serde::de::Error>(self, bytes: usize) -> Result<(), E> {
+        self.counts.add_value(self.section, bytes).map_err(E::custom)
+    }
+
+    fn inner(&mut self) -> Section<'_> {
+        Section { counts: &mut *self.counts, section: self.section, depth: self.depth + 1 }
+    }
+}
+
+impl<'de> Visitor<'de> for Section<'_> {
+    type Value = ();
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a JSON value")
+    }
+    fn visit_bool<E: serde::de::Error>(self, _: bool) -> Result<(), E> {
+        self.value(0)
+    }
+    fn visit_i64<E: serde::de::Error>(self, _: i64) -> Result<(), E> {
+        self.value(0)
+    }
+    fn visit_u64<E: serde::de::Error>(self, _: u64) -> Result<(), E> {
+        self.value(0)
+    }
+    fn visit_f64<E: serde::de::Error>(self, _: f64) -> Result<(), E> {
+        self.value(0)
+    }
+    fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<(), E> {
+        self.value(v.len())
+    }
+    fn visit_unit<E: serde::de::Error>(self) -> Result<(), E> {
+        self.value(0)
+    }
+    fn visit_seq<A: SeqAccess<'de>>(mut self, mut s: A) -> Result<(), A::Error> {
+        use serde::de::Error;
+        if self.depth >= MAX_SECTION_DEPTH {
+            return Err(A::Error::custom(format!("`{}` nests deeper than {MAX_SECTION_DEPTH}", self.section)));
+        }
+        self.counts.add_value(self.section, 0).map_err(A::Error::custom)?;
+        while s.next_element_seed(self.inner())?.is_some() {}
+        Ok(())
+    }
+    fn visit_map<A: MapAccess<'de>>(mut self, mut m: A) -> Result<(), A::Error> {
+        use serde::de::Error;
+        if self.depth >= MAX_SECTION_DEPTH {
+            return Err(A::Error::custom(format!("`{}` nests deeper than {MAX_SECTION_DEPTH}", self.section)));
+        }
+        self.counts.add_value(self.section, 0).map_err(A::Error::custom)?;
+        while let Some(k) = m.next_key::<std::borrow::Cow<'de, str>>()? {
+            self.counts.add_string(self.section, k.len()).map_err(A::Error::custom)?;
+            m.next_value_seed(self.inner())?;
+        }
         Ok(())
     }
 }
@@ -513,6 +640,36 @@ mod tests {
         }
         write!(f, "}},\"merges\":[]}}}}").unwrap();
         f.flush().unwrap();
+    }
+
+    #[test]
+    fn a_normalizer_or_pre_tokenizer_of_millions_of_entries_is_refused_in_a_streaming_pass() {
+        use std::io::Write;
+        let dir = tempfile::tempdir().unwrap();
+        // The tiny checkpoint's tokenizer passes with its sections counted.
+        let tiny = Path::new(env!("CARGO_MANIFEST_DIR")).join("../reference/data/tiny/qwen2-hf");
+        let c = count(&tiny.join("tokenizer.json")).unwrap();
+        assert!(c.section_values > 0 && c.section_values < 1000, "{c:?}");
+        for section in ["normalizer", "pre_tokenizer", "decoder"] {
+            // A sequence of 1 M lowercase steps (18 MB): built by the
+            // tokenizers crate, such a file aborted the process at 3.7 GB.
+            let mut f = std::io::BufWriter::new(std::fs::File::create(dir.path().join("tokenizer.json")).unwrap());
+            write!(f, "{{\"version\":\"1.0\",\"{section}\":{{\"type\":\"Sequence\",\"steps\":[").unwrap();
+            for i in 0..1_000_000 {
+                write!(f, "{}{{\"type\":\"Lowercase\"}}", if i == 0 { "" } else { "," }).unwrap();
+            }
+            write!(f, "]}},\"model\":{{\"type\":\"BPE\",\"vocab\":{{\"a\":0}},\"merges\":[]}}}}").unwrap();
+            f.flush().unwrap();
+            drop(f);
+            let e = check_against_model(dir.path(), Some(10)).unwrap_err();
+            assert!(e.contains(&format!("more than {MAX_SECTION_VALUES} values (passed in `{section}`)")), "{e}");
+        }
+        // One long string in the model's own fields.
+        let long = "x".repeat(MAX_SECTION_STRING_BYTES as usize + 1);
+        let text = format!("{{\"model\":{{\"type\":\"BPE\",\"unk_token\":\"{long}\",\"vocab\":{{}},\"merges\":[]}}}}");
+        std::fs::write(dir.path().join("tokenizer.json"), text).unwrap();
+        let e = check_against_model(dir.path(), Some(10)).unwrap_err();
+        assert!(e.contains("bytes of strings (passed in `model.unk_token`)"), "{e}");
     }
 
     #[test]
