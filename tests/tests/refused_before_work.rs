@@ -16,7 +16,8 @@ fn generate_refuses_a_prompt_past_the_context_before_its_prefill() {
     // 64 positions, a prompt of several hundred tokens: refused naming both
     // numbers, with no completion and no prefill timing printed.
     let prompt = "the quick brown fox jumps over the lazy dog ".repeat(40);
-    let out = run(runtime("generate").args(["--ctx-size", "64", "--max-tokens", "4", "--json", "--prompt"]).arg(&prompt));
+    let out =
+        run(runtime("generate").args(["--ctx-size", "64", "--max-tokens", "4", "--json", "--prompt"]).arg(&prompt));
     let text = output_text(&out);
     assert_eq!(out.status.code(), Some(1), "{text}");
     assert!(text.contains("prompt prompt is") && text.contains("the context length is 64"), "{text}");

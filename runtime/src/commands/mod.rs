@@ -455,7 +455,9 @@ mod bench_flag_tests {
         assert!(e.to_string().contains("--prompts"), "{e}");
         // --verify-cost with a drafter.
         let ngram = SpeculationSettings { drafter: Some("ngram".into()), ..Default::default() };
-        assert!(bench_flags_apply(&bench(ngram.clone(), None, true)).unwrap_err().to_string().contains("--verify-cost"));
+        assert!(
+            bench_flags_apply(&bench(ngram.clone(), None, true)).unwrap_err().to_string().contains("--verify-cost")
+        );
         // What acts is accepted.
         assert!(bench_flags_apply(&bench(ngram, Some("p.jsonl".into()), false)).is_ok());
         assert!(bench_flags_apply(&bench(SpeculationSettings::default(), None, true)).is_ok());

@@ -427,7 +427,10 @@ mod tests {
             ("http://bücher.de", "punycode"),
         ] {
             let got = refused(bad);
-            assert!(got.as_deref().is_some_and(|g| g.contains(why) && g.contains("can never match")), "{bad:?}: {got:?}");
+            assert!(
+                got.as_deref().is_some_and(|g| g.contains(why) && g.contains("can never match")),
+                "{bad:?}: {got:?}"
+            );
         }
     }
 

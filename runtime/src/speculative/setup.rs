@@ -652,7 +652,10 @@ mod tests {
         let with_model = SpeculationSettings { drafter_model: Some("d.gguf".into()), ..Default::default() };
         for kind in [DrafterKind::Ngram, DrafterKind::Suffix, DrafterKind::Layerskip] {
             let e = requested_settings(kind, &with_model, 30).unwrap_err().to_string();
-            assert!(e.contains("--drafter-model d.gguf") && e.contains(&format!("{kind} drafts from the target")), "{e}");
+            assert!(
+                e.contains("--drafter-model d.gguf") && e.contains(&format!("{kind} drafts from the target")),
+                "{e}"
+            );
         }
         assert!(requested_settings(DrafterKind::DraftModel, &with_model, 30).is_ok());
     }

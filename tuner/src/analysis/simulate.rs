@@ -654,11 +654,12 @@ mod tests {
     #[test]
     // summarize's floor on rates and the agreement of a rate with its row, on a simulated sweep.
     fn denormal_and_inconsistent_rates_are_no_measurement_and_a_data_problem() {
-        use crate::analysis::summary::{rate, rate_inconsistency, MIN_PLAUSIBLE_TOK_PER_S};
+        use crate::analysis::summary::{MIN_PLAUSIBLE_TOK_PER_S, rate, rate_inconsistency};
         let t = crate::analysis::simulate::Template::new();
         let raw =
             crate::analysis::simulate::sweep(&t, &crate::analysis::simulate::SimConfig::default_plan(0.03, 0.11, 7));
-        let each_request = |raw: &mut crate::data::raw::RawFile, f: &mut dyn FnMut(&mut crate::data::raw::RequestRow)| {
+        let each_request = |raw: &mut crate::data::raw::RawFile,
+                            f: &mut dyn FnMut(&mut crate::data::raw::RequestRow)| {
             for l in raw.lines.iter_mut() {
                 if let crate::data::raw::RawLine::Request(r) = l {
                     f(r)

@@ -87,7 +87,8 @@ pub fn rate_inconsistency(r: &RequestRow) -> Option<String> {
             )),
         }
     };
-    let decode = check("decode_tok_per_s", o.decode_tok_per_s, o.decode_tokens, o.decode_ms, "decode_tokens / decode_ms");
+    let decode =
+        check("decode_tok_per_s", o.decode_tok_per_s, o.decode_tokens, o.decode_ms, "decode_tokens / decode_ms");
     let prefill = (o.usage.prompt_tokens > 0)
         .then(|| {
             check(

@@ -12,7 +12,8 @@ use std::borrow::Cow;
 /// embeddings, overrides and isolates), which make text read differently
 /// from its bytes.
 fn acts_on_a_terminal(c: char) -> bool {
-    c.is_control() || matches!(c, '\u{061C}' | '\u{200E}' | '\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}')
+    c.is_control()
+        || matches!(c, '\u{061C}' | '\u{200E}' | '\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}')
 }
 
 /// `s` with each character a terminal acts on written as a Rust escape

@@ -44,7 +44,7 @@ impl TableLock {
         use std::os::unix::fs::MetadataExt;
         use std::os::unix::io::AsRawFd;
         let path = lock_path(table);
-                let start = Instant::now();
+        let start = Instant::now();
         loop {
             let file = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(&path)?;
             // SAFETY: `file` owns an open descriptor for the whole call.
