@@ -17,14 +17,12 @@ pub const MAX_LOGGED_FIELDS: usize = 16;
 /// `max_chars` characters with `…` and the length it had.
 pub fn log_text(s: &str, max_chars: usize) -> String {
     let mut out = String::new();
-    let mut n = 0;
-    for c in s.chars() {
+    for (n, c) in s.chars().enumerate() {
         if n == max_chars {
             out.push_str(&format!("…({} chars)", s.chars().count()));
             return out;
         }
         out.extend(c.escape_debug());
-        n += 1;
     }
     out
 }
