@@ -22,6 +22,10 @@
 //!   entry's measured verify cost: the controller the runtime's speculative
 //!   loop runs (`runtime/src/speculative/schedule.rs`) for an adaptive entry
 //!   or `--adaptive on`.
+//! - [`profile`]: acceptance profiles (a drafter's acceptance at every
+//!   position of a prompt set's greedy output) and their replay through the
+//!   [`adaptive`] controller on a verify-cost curve: the prediction of
+//!   `tuner calibrate` and the judge of the controller.
 
 pub mod adaptive;
 pub mod declared;
@@ -30,6 +34,7 @@ pub mod fingerprint;
 pub mod host;
 pub mod key;
 pub mod kind;
+pub mod profile;
 pub mod quant;
 pub mod resolve;
 pub mod table;

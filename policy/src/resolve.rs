@@ -6,13 +6,20 @@
 //!    (both set and different: the flag wins and the provenance says so; an
 //!    unparseable value is an error);
 //! 2. a width the drafter checkpoint declares ([`crate::declared`]);
-//! 3. a measured entry of the table for this run's [`PolicyKey`] whose
-//!    verify-path fingerprint is this build's for the key and whose drafter
-//!    settings are the ones asked for; without one, an entry of the same
-//!    measurement (drafter, device class, quantization, threads) made on
-//!    another CPU or another model, only if its whole interval is above 1.0,
-//!    and said so ("measured on amd-zen5, this host is amd-zen4"); a stale
-//!    or differently-set entry is reported, never used;
+//! 3. the table's entry for this run's [`PolicyKey`] whose drafter settings
+//!    are the ones asked for, in this order of what it rests on (the
+//!    provenance says which): a sweep of this key with this build's
+//!    verify-path fingerprint for it (`measured`); a sweep of an earlier
+//!    build that `tuner check` re-checked on this one (`measured,
+//!    re-checked on this build`: [`Entry::fresh_for`]); a prediction for
+//!    this host from a committed acceptance profile and a cost curve
+//!    measured here (`predicted`, `tuner calibrate`), only if its whole
+//!    interval is above 1.0; without one, an entry of the same measurement
+//!    (drafter, device class, quantization, threads) measured on another
+//!    CPU or another model, only if its whole interval is above 1.0 (never
+//!    a prediction: it is for its own host), and said so ("measured on
+//!    amd-zen5, this host is amd-zen4"); a stale or differently-set entry
+//!    is reported, never used;
 //! 4. the per-kind constant ([`DrafterKind::default_width`]).
 //!
 //! With no drafter named, [`Resolver::auto`] asks the table the same way for
@@ -245,7 +252,8 @@ impl Fallback {
                 };
                 format!(
                     "the entry {} is stale: measured with verify-path fingerprint {entry_fingerprint}, this build \
-                     has {build_fingerprint} for the key{formats} ({record}); re-measure with `tuner sweep`",
+                     has {build_fingerprint} for the key{formats} ({record}); re-check it with `tuner check` (about two \
+                     minutes) or re-measure with `tuner sweep`",
                     for_key(who, key)
                 )
             }
@@ -278,8 +286,9 @@ impl Fallback {
             Fallback::NotAboveClassic { entry: e } => {
                 let [lo, hi] = e.ratio_interval;
                 format!(
-                    "the entry {} gives width {} at {:.2}x classic, but its interval [{lo:.2}, {hi:.2}] reaches \
+                    "the {} entry {} gives width {} at {:.2}x classic, but its interval [{lo:.2}, {hi:.2}] reaches \
                      1.0 ({})",
+                    e.basis.as_str(),
                     for_key(e.key.drafter.as_str(), &e.key),
                     width::label(e.drafting.map(Drafting::max)),
                     e.ratio,
@@ -314,6 +323,10 @@ pub struct Fit {
     pub this: PolicyKey,
     /// This run's target file name, when known.
     pub this_file: Option<String>,
+    /// What the entry rests on for this build, in provenance words
+    /// (`measured`, `measured, re-checked on this build (...)`,
+    /// `predicted`: [`Entry::basis_words`]).
+    pub basis: String,
 }
 
 impl Fit {
@@ -403,12 +416,20 @@ fn measured_phrase(e: &Entry, fit: &Fit) -> String {
     let key = for_key(e.key.drafter.as_str(), &e.key);
     let settings = e.drafter_settings.describe();
     let differs = fit.differences(e);
+    let basis = if fit.basis.is_empty() { "measured" } else { fit.basis.as_str() };
+    // A prediction says what it was replayed from.
+    let from = match &e.profile {
+        Some(p) if e.basis == crate::table::Basis::Predicted => {
+            format!(" from the acceptance profile {} on this host's verify-cost curve", p.name)
+        }
+        _ => String::new(),
+    };
     match e.drafting.map(Drafting::max) {
         Some(_) => format!(
-            "measured {key} ({settings}): {:.2}x classic [{lo:.2}, {hi:.2}] ({}, {}){differs}",
+            "{basis} {key} ({settings}){from}: {:.2}x classic [{lo:.2}, {hi:.2}] ({}, {}){differs}",
             e.ratio, e.record, e.date
         ),
-        None => format!("measured off {key} ({settings}): {} ({}, {}){differs}", off_ran(e), e.record, e.date),
+        None => format!("{basis} off {key} ({settings}){from}: {} ({}, {}){differs}", off_ran(e), e.record, e.date),
     }
 }
 
@@ -594,14 +615,17 @@ impl Resolver<'_> {
     /// Whether this build would use `e` for a target with the formats it
     /// was measured on (what `policy show` reports).
     pub fn is_fresh(&self, e: &Entry) -> bool {
-        (self.fingerprint)(&e.key.device, Some(&e.weight_formats)) == e.verify_fingerprint
+        e.fresh_for(&(self.fingerprint)(&e.key.device, Some(&e.weight_formats)))
     }
 
     /// Why `e` (of another CPU or model) cannot stand in for this run, or
     /// `None` when it can.
     fn why_not_elsewhere(&self, e: &Entry, run: &Run<'_>, settings: &DrafterSettings) -> Option<String> {
         let build = self.key_fingerprint(run);
-        if e.verify_fingerprint != build {
+        if e.basis == crate::table::Basis::Predicted {
+            return Some("a prediction, for its own host only".into());
+        }
+        if !e.fresh_for(&build) {
             return Some(format!("stale (fingerprint {}, this build {build})", e.verify_fingerprint));
         }
         let d = e.drafter_settings.differences(settings);
@@ -632,10 +656,19 @@ impl Resolver<'_> {
                 field: q.field.clone(),
             });
         };
-        let fit = Fit { this: key.clone(), this_file: run.file.map(str::to_string) };
+        let build = self.key_fingerprint(run);
+        let fit_of = |e: &Entry| Fit {
+            this: key.clone(),
+            this_file: run.file.map(str::to_string),
+            basis: e.basis_words(&build),
+        };
+        // A prediction for this host stands only when it beats classic
+        // credibly; otherwise the search goes on (another host's
+        // measurement, then the constant), and the prediction is named if
+        // nothing else is found.
+        let mut weak_prediction = None;
         if let Some(e) = self.table.exact(&key) {
-            let build = self.key_fingerprint(run);
-            if e.verify_fingerprint != build {
+            if !e.fresh_for(&build) {
                 return Lookup::Fallback(Fallback::Stale {
                     key,
                     entry_fingerprint: e.verify_fingerprint.clone(),
@@ -649,9 +682,17 @@ impl Resolver<'_> {
             if !differences.is_empty() {
                 return Lookup::Fallback(Fallback::OtherSettings { key, differences, record: e.record.clone() });
             }
-            return Lookup::Fresh(e, fit);
+            if e.basis != crate::table::Basis::Predicted || e.beats_classic() {
+                return Lookup::Fresh(e, fit_of(e));
+            }
+            weak_prediction = Some(e);
         }
         let elsewhere = self.table.same_measurement(&key);
+        if let Some(e) = weak_prediction
+            && !elsewhere.iter().any(|o| self.why_not_elsewhere(o, run, settings).is_none())
+        {
+            return Lookup::Fallback(Fallback::NotAboveClassic { entry: e.clone() });
+        }
         if elsewhere.is_empty() {
             let others = self.table.at_any_threads(kind, run.device, &key.quant);
             return Lookup::Fallback(if others.is_empty() || key.threads.is_none() {
@@ -669,7 +710,7 @@ impl Resolver<'_> {
             rank(a).cmp(&rank(b)).then(a.ratio_interval[0].total_cmp(&b.ratio_interval[0]))
         });
         match usable {
-            Some(e) => Lookup::Fresh(e, fit),
+            Some(e) => Lookup::Fresh(e, fit_of(e)),
             None => Lookup::Fallback(Fallback::Elsewhere {
                 measured: elsewhere
                     .iter()

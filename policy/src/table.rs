@@ -80,6 +80,45 @@ pub const MAX_COST_CONTEXT: usize = 1 << 20;
 /// 1,000 one-row passes is not a measurement of this engine).
 pub const MAX_RELATIVE_COST: f64 = 1000.0;
 
+/// What an entry's width rests on: a sweep of this key (`measured`, the
+/// default, written without the field), or a prediction for this host from
+/// a committed acceptance profile and a verify-cost curve measured here
+/// (`basis = "predicted"`, `tuner calibrate`; issue 54).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Basis {
+    #[default]
+    Measured,
+    Predicted,
+}
+
+impl Basis {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Basis::Measured => "measured",
+            Basis::Predicted => "predicted",
+        }
+    }
+}
+
+/// The acceptance profile a predicted entry was replayed from: its path
+/// under `profiles/` and the sha256 of its bytes.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ProfileFile {
+    pub name: String,
+    pub sha256: String,
+}
+
+/// A re-check of the entry on a later build (`tuner check`): the build's
+/// verify-path fingerprint for the key, the check's record and its date.
+/// An entry is fresh for its own fingerprint and for its check's.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Check {
+    pub verify_fingerprint: String,
+    pub record: String,
+    pub date: String,
+}
+
 /// An entry's [`Drafting`] as its two fields: `width` (null for off) and
 /// `adaptive`.
 fn drafting_fields<S: serde::Serializer>(d: &Option<Drafting>, s: S) -> Result<S::Ok, S::Error> {
@@ -141,6 +180,12 @@ pub struct Entry {
     /// (the record's median over requests): what a server's live traffic
     /// is compared with. `None` in older entries and `off` ones.
     pub emitted_per_verify: Option<f64>,
+    /// Measured (a sweep) or predicted (a profile on this host's curve).
+    pub basis: Basis,
+    /// The profile of a predicted entry; `None` for a measured one.
+    pub profile: Option<ProfileFile>,
+    /// The latest re-check on another build, if any.
+    pub check: Option<Check>,
     /// 1-based line of the entry's `[[entry]]` header, when known.
     pub line: Option<usize>,
 }
@@ -150,6 +195,25 @@ impl Entry {
     /// decoding: a width, with an interval wholly above 1.0.
     pub fn beats_classic(&self) -> bool {
         self.drafting.is_some() && self.ratio_interval[0] > 1.0
+    }
+
+    /// Whether a build with `fingerprint` for the key may use the entry:
+    /// the measuring build's, or the one a check re-blessed it for.
+    pub fn fresh_for(&self, fingerprint: &str) -> bool {
+        self.verify_fingerprint == fingerprint
+            || self.check.as_ref().is_some_and(|c| c.verify_fingerprint == fingerprint)
+    }
+
+    /// `measured`, `measured, re-checked on this build (records/..., date)`
+    /// or `predicted`, as provenance words say it for a build with
+    /// `fingerprint`.
+    pub fn basis_words(&self, fingerprint: &str) -> String {
+        match (&self.check, self.basis) {
+            (Some(c), b) if c.verify_fingerprint == fingerprint && self.verify_fingerprint != fingerprint => {
+                format!("{}, re-checked on this build ({}, {})", b.as_str(), c.record, c.date)
+            }
+            (_, b) => b.as_str().to_string(),
+        }
     }
 }
 
@@ -348,10 +412,31 @@ struct RawEntry {
     emitted_per_verify: Option<toml::Value>,
     #[serde(default)]
     adaptive: Option<toml::Value>,
+    #[serde(default)]
+    basis: Option<String>,
+    #[serde(default)]
+    profile: Option<RawProfile>,
+    #[serde(default)]
+    check: Option<RawCheck>,
     /// Free text for reviewers; not compiled in.
     #[serde(default)]
     #[allow(dead_code)]
     note: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawProfile {
+    name: String,
+    sha256: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawCheck {
+    verify_fingerprint: String,
+    record: String,
+    date: toml::Value,
 }
 
 #[derive(Deserialize)]
@@ -622,6 +707,55 @@ fn entry(t: toml::Table, line: Option<usize>, records: RecordCheck<'_>) -> Resul
             "the adaptive draft length needs a `verify_cost` curve of at least two pass sizes",
         ));
     }
+    let basis = match r.basis.as_deref() {
+        None | Some("measured") => Basis::Measured,
+        Some("predicted") => Basis::Predicted,
+        Some(other) => return Err(bad("basis", format!("{other:?} is not \"measured\" or \"predicted\""))),
+    };
+    let profile = match (&r.profile, basis) {
+        (Some(p), Basis::Predicted) => {
+            check_profile_path(&p.name).map_err(|e| bad("profile.name", e))?;
+            check_sha256(&p.sha256).map_err(|e| bad("profile.sha256", e))?;
+            if let RecordCheck::Under(root) = records
+                && !root.join(&p.name).exists()
+            {
+                return Err(bad("profile.name", format!("{} does not exist under {}", p.name, root.display())));
+            }
+            Some(ProfileFile { name: p.name.clone(), sha256: p.sha256.clone() })
+        }
+        (None, Basis::Predicted) => {
+            return Err(bad("profile", "a predicted entry names the acceptance profile it was replayed from"));
+        }
+        (Some(_), Basis::Measured) => {
+            return Err(bad(
+                "profile",
+                "is for predicted entries (`basis = \"predicted\"`); a measured one has a record",
+            ));
+        }
+        (None, Basis::Measured) => None,
+    };
+    if basis == Basis::Predicted && verify_cost.is_empty() {
+        return Err(bad("verify_cost", "a predicted entry carries the cost curve it was predicted on"));
+    }
+    let check = match &r.check {
+        None => None,
+        Some(c) => {
+            check_fingerprint(&c.verify_fingerprint).map_err(|p| bad("check.verify_fingerprint", p))?;
+            check_record_path(&c.record).map_err(|p| bad("check.record", p))?;
+            if let RecordCheck::Under(root) = records
+                && !root.join(&c.record).exists()
+            {
+                return Err(Problem::MissingRecord { record: c.record.clone(), root: root.display().to_string() });
+            }
+            let date = match &c.date {
+                toml::Value::String(s) => s.clone(),
+                toml::Value::Datetime(d) => d.to_string(),
+                other => return Err(bad("check.date", format!("{other} is not a date (YYYY-MM-DD)"))),
+            };
+            check_date(&date).map_err(|p| bad("check.date", p))?;
+            Some(Check { verify_fingerprint: c.verify_fingerprint.clone(), record: c.record.clone(), date })
+        }
+    };
     let key = PolicyKey {
         drafter,
         device,
@@ -647,6 +781,9 @@ fn entry(t: toml::Table, line: Option<usize>, records: RecordCheck<'_>) -> Resul
         verify_fingerprint: r.verify_fingerprint,
         verify_cost,
         emitted_per_verify,
+        basis,
+        profile,
+        check,
         line,
     })
 }
@@ -817,6 +954,16 @@ fn check_record_path(s: &str) -> Result<(), String> {
     let normal = p.components().all(|c| matches!(c, Component::Normal(_)));
     if !normal || !s.starts_with("records/") || s.len() <= "records/".len() {
         return Err(format!("{s:?} must be a relative path under records/ with no `..`"));
+    }
+    Ok(())
+}
+
+/// A profile's path: relative, under `profiles/`, ending in `.jsonl`.
+fn check_profile_path(s: &str) -> Result<(), String> {
+    let p = Path::new(s);
+    let normal = p.components().all(|c| matches!(c, Component::Normal(_)));
+    if !normal || !s.starts_with("profiles/") || !s.ends_with(".jsonl") || s.len() > 300 {
+        return Err(format!("{s:?} is not a path under profiles/ ending in .jsonl"));
     }
     Ok(())
 }

@@ -127,7 +127,7 @@ fn every_provenance_string_is_distinct() {
         "speculation off by the policy (no --drafter): measured off for ngram",
         "speculation off by the policy (no --drafter): the entry for ngram on cpu:x86_64-avx2 (amd-zen4) with an f16 llama 134.5M target at 2 threads is stale",
         "speculation off by the policy (no --drafter): no measurement for a weight-free drafter",
-        "speculation off by the policy (no --drafter): the entry for ngram on cpu:x86_64-avx2 (amd-zen4) with a q4_1 llama 134.5M target at 2 threads gives width 6",
+        "speculation off by the policy (no --drafter): the measured entry for ngram on cpu:x86_64-avx2 (amd-zen4) with a q4_1 llama 134.5M target at 2 threads gives width 6",
         "speculation off by the policy (no --drafter): no key for a weight-free drafter",
     ];
     assert_eq!(starts.len(), n);
@@ -147,8 +147,8 @@ fn a_stale_entry_is_not_used_and_names_both_fingerprints() {
         r.width_from,
         format!(
             "per-kind default 4: the entry for layerskip on cuda:sm_121 (amd-zen4) with an nvfp4 llama 134.5M target is stale: measured \
-             with verify-path fingerprint {OTHER_FP}, this build has {FP} for the key (records/r1); re-measure \
-             with `tuner sweep`"
+             with verify-path fingerprint {OTHER_FP}, this build has {FP} for the key (records/r1); re-check \
+             it with `tuner check` (about two minutes) or re-measure with `tuner sweep`"
         )
     );
     let table_step = &r.steps[3];

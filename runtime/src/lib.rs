@@ -11,15 +11,14 @@
 //! crate's) and [`serve`] (the OpenAI-compatible HTTP server).
 
 pub mod bench;
-pub mod sandbox;
 pub mod build_info;
 pub mod checkpoint;
 pub mod commands;
 pub mod device;
+pub mod engine;
 pub mod events;
 pub mod exit;
 pub mod fetch;
-pub mod engine;
 pub mod gguf;
 pub mod limits;
 pub mod model;
@@ -27,9 +26,11 @@ pub mod open;
 pub mod policy;
 pub mod pool;
 pub mod precheck;
+pub mod profile;
 pub mod prompts;
 pub mod request;
 pub mod sampling;
+pub mod sandbox;
 pub mod serve;
 pub mod speculative;
 pub mod tokenizer;

@@ -3,10 +3,16 @@
 //! that refuse ([`rules`]), the one decision rule ([`decision`]), how stable
 //! it is ([`stability`]), the records of a key pooled ([`pool`]), the
 //! summarizer that applies them ([`summarize`]) and the synthetic sweeps
-//! that calibrate it ([`simulate`]).
+//! that calibrate it ([`simulate`]); and the predicted ratios of an
+//! acceptance profile on a host's verify-cost curves ([`predict`]), measured
+//! against every committed sweep ([`predict_error`]).
+pub mod calibration;
+pub mod check;
 pub mod decision;
 pub mod estimate;
 pub mod pool;
+pub mod predict;
+pub mod predict_error;
 pub mod rules;
 pub mod simulate;
 pub mod stability;

@@ -514,6 +514,31 @@ pub fn parse_build_info(program: &str, out: &str) -> Result<BuildInfo, IdentityE
     serde_json::from_str(line).map_err(|source| IdentityError::BadJson { program: program.to_string(), source })
 }
 
+/// The CPU (with its signature), threads, GPUs, OS and kernel, as an
+/// entry's `host` says it.
+pub fn short_host(id: &Identity) -> String {
+    let cpu = id.cpu.model.value.clone().unwrap_or_else(|| id.cpu.arch.clone());
+    // The signature, where recorded: a model name can be shared by hosts of
+    // different generations ("AMD EPYC").
+    let mut parts = vec![match &id.cpu.signature.value {
+        Some(sig) => format!("{cpu} ({sig})"),
+        None => cpu,
+    }];
+    if let Some(n) = id.cpu.threads_available.value {
+        parts.push(format!("{n} threads available"));
+    }
+    if let Some(g) = id.nvidia.value.as_ref().and_then(|n| n.gpus.value.as_ref()) {
+        parts.extend(g.iter().filter_map(|g| g.name.value.clone()));
+    }
+    if let Some(os) = &id.os.value {
+        parts.push(os.clone());
+    }
+    if let Some(k) = &id.kernel_release.value {
+        parts.push(format!("Linux {k}"));
+    }
+    parts.join(", ")
+}
+
 /// sha256 of a file, streamed in 1 MiB chunks.
 pub fn sha256_file(path: &Path) -> Result<String, IdentityError> {
     let io = |source| IdentityError::Io { path: path.to_path_buf(), source };

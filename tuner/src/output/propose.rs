@@ -47,7 +47,7 @@ pub fn find_table(dir: &Path) -> Result<PathBuf, Refusal> {
 }
 
 /// A one-line TOML basic string (TOML 1.0, "Basic strings").
-fn toml_str(s: &str) -> String {
+pub(crate) fn toml_str(s: &str) -> String {
     let mut out = String::with_capacity(s.len() + 2);
     out.push('"');
     for c in s.chars() {
@@ -67,41 +67,15 @@ fn toml_str(s: &str) -> String {
 
 /// A short host identity for the entry's `host` field.
 pub fn short_host(raw: &RawFile) -> String {
-    let id = &raw.header.identity;
-    let cpu = id.cpu.model.value.clone().unwrap_or_else(|| id.cpu.arch.clone());
-    // The signature, where recorded: a model name can be shared by hosts of
-    // different generations ("AMD EPYC").
-    let mut parts = vec![match &id.cpu.signature.value {
-        Some(sig) => format!("{cpu} ({sig})"),
-        None => cpu,
-    }];
-    if let Some(n) = id.cpu.threads_available.value {
-        parts.push(format!("{n} threads available"));
-    }
-    if let Some(g) = id.nvidia.value.as_ref().and_then(|n| n.gpus.value.as_ref()) {
-        parts.extend(g.iter().filter_map(|g| g.name.value.clone()));
-    }
-    if let Some(os) = &id.os.value {
-        parts.push(os.clone());
-    }
-    if let Some(k) = &id.kernel_release.value {
-        parts.push(format!("Linux {k}"));
-    }
-    parts.join(", ")
+    crate::host::identity::short_host(&raw.header.identity)
 }
 
 /// The entry's fields in the order they are written, each value as TOML.
 pub type Fields = Vec<(&'static str, String)>;
 
-/// The prompt set as an entry names it: the repository path the tuner
-/// compiled in, or a given file's name (never a path of this machine).
+/// The prompt set as an entry names it ([`crate::data::profile::entry_prompts_name`]).
 fn prompts_name(source: &str) -> String {
-    let path = source.strip_suffix(" (compiled into the tuner)").unwrap_or(source);
-    if Path::new(path).is_absolute() {
-        Path::new(path).file_name().map_or_else(|| "prompts".to_string(), |n| n.to_string_lossy().into_owned())
-    } else {
-        path.to_string()
-    }
+    crate::data::profile::entry_prompts_name(source)
 }
 
 /// The entry's fields, in the schema's order, values written as TOML.
@@ -207,7 +181,7 @@ fn emitted_per_verify(s: &Summary, arm: Option<SpeculativeArm>, cap: Width) -> O
 /// The entry's `width` for a decision: the number, `"off"`, or for the
 /// adaptive draft length its most (the widest fixed width; the entry then
 /// says `adaptive = true`).
-fn width_text(drafting: Option<Drafting>) -> String {
+pub(crate) fn width_text(drafting: Option<Drafting>) -> String {
     match drafting {
         Some(d) => d.max().to_string(),
         None => "\"off\"".to_string(),
@@ -232,7 +206,7 @@ fn verify_cost_text(curves: &[crate::data::verify_cost::CostCurve]) -> Option<St
 }
 
 /// `{ ngram_min = 3, ngram_max = 4 }`: the settings as a TOML inline table.
-fn settings_inline(d: &policy::DrafterSettings) -> String {
+pub(crate) fn settings_inline(d: &policy::DrafterSettings) -> String {
     let mut kv = Vec::new();
     if let Some(n) = d.ngram_min {
         kv.push(format!("ngram_min = {n}"));
@@ -285,7 +259,7 @@ struct Splice {
 }
 
 /// A table problem, naming the file.
-fn table_problem(what: impl std::fmt::Display) -> Refusal {
+pub(crate) fn table_problem(what: impl std::fmt::Display) -> Refusal {
     Refusal::Table(format!("{TABLE_FILE}: {what}"))
 }
 
@@ -298,7 +272,7 @@ fn end_of_line(text: &str, at: usize) -> usize {
 /// The `[[entry]]` table's own bytes: from its header to the end of the line
 /// of its last value (that line's comment included). Comments and blank
 /// lines after it belong to what follows and are not touched.
-fn table_region(text: &str, t: &toml_edit::Table) -> Result<Range<usize>, Refusal> {
+pub(crate) fn table_region(text: &str, t: &toml_edit::Table) -> Result<Range<usize>, Refusal> {
     let header = t.span().ok_or_else(|| table_problem("an [[entry]] header has no position (toml_edit)"))?;
     let mut end = header.end;
     for (keys, v) in t.get_values() {
@@ -603,8 +577,12 @@ pub fn gather_pool(
         let why = check(&other)
             .err()
             .or_else(|| {
-                crate::analysis::rules::plan::check_plan(&other, raw.header.settings.design.bracket_arms, allow.weak_plan)
-                    .err()
+                crate::analysis::rules::plan::check_plan(
+                    &other,
+                    raw.header.settings.design.bracket_arms,
+                    allow.weak_plan,
+                )
+                .err()
             })
             .or_else(|| if allow.dirty { None } else { crate::analysis::rules::check_build(&raw).err() });
         match why {
@@ -786,7 +764,7 @@ pub fn propose(dir: &Path, table_path: Option<&Path>, dry_run: bool, allow: Allo
 /// The policy table's text, read at most [`table::MAX_TABLE_BYTES`] + 1
 /// bytes from a regular file: a larger file is refused before it is read
 /// whole, a FIFO or a device before it is opened.
-fn read_table(path: &Path) -> Result<String, ProposeError> {
+pub fn read_table(path: &Path) -> Result<String, ProposeError> {
     use std::io::Read;
     let cap = table::MAX_TABLE_BYTES as u64;
     let mut buf = Vec::new();

@@ -121,6 +121,11 @@ pub enum Refusal {
     NotUnderRecords { dir: String, root: String },
     #[error("no policy table found above {0}: pass `--table PATH` (policy/draft-block-width.toml in the repository)")]
     NoTable(String),
+    #[error(
+        "the table's entry for {key} rests on {basis} ({record}) and is fresh for this build: a prediction never \
+         replaces a measurement; `tuner check` re-checks it, `tuner sweep` re-measures it"
+    )]
+    MeasurementStands { key: String, basis: String, record: String },
     #[error("{0}")]
     Table(String),
     #[error("{path}: {source}")]

@@ -41,6 +41,205 @@ pub enum Command {
     /// Write (or replace) the record's entry in policy/draft-block-width.toml,
     /// or refuse with the reason and the remedy (exit 5).
     Propose(ProposeArgs),
+    /// Make an acceptance profile: decode a prompt set classic and greedy and
+    /// record what the drafter would have drafted and had accepted at every
+    /// point (no timing: any host, any load). Written under profiles/.
+    Profile(Box<ProfileArgs>),
+    /// The predictor measured: every committed sweep record's arms predicted
+    /// from its own verify-cost curves and the committed profile, beside what
+    /// it measured (the table docs/records.md holds).
+    PredictError(PredictErrorArgs),
+    /// A default for this host in about a minute: measure the verify pass's
+    /// cost here (fresh processes, gated), replay the committed acceptance
+    /// profile on it through the runtime's controller, and write a record
+    /// whose `tuner propose` gives a predicted entry. Exit 0, or 1 on an error.
+    Calibrate(Box<CalibrateArgs>),
+    /// Re-check this host's entry on this build in about two minutes: a
+    /// short sweep of the entry's width and its two neighbours between
+    /// classic brackets, with the verify-cost processes; when the cost curve
+    /// did not move and the speed agrees, the entry is re-blessed for this
+    /// build's fingerprint (`check = {...}` in the entry). Exit 0 holds, 5
+    /// refused (the entry then needs a sweep), 1 an error.
+    Check(Box<CheckArgs>),
+}
+
+#[derive(clap::Args)]
+#[command(args_override_self = true)]
+pub struct CheckArgs {
+    /// The target model; default: the default model.
+    #[arg(short = 'm', long = "model", alias = "target", value_name = "MODEL")]
+    pub target: Option<PathBuf>,
+    /// The drafter of the entry to check.
+    #[arg(long, default_value = "ngram")]
+    pub drafter: String,
+    /// The draft checkpoint for `--drafter draft-model`.
+    #[arg(long, value_name = "PATH")]
+    pub drafter_model: Option<PathBuf>,
+    /// A prompt set whose sha256 is the entry's (default: prompts/sweep.jsonl, compiled in).
+    #[arg(long, value_name = "FILE")]
+    pub prompts: Option<PathBuf>,
+    #[arg(short = 't', long)]
+    pub threads: Option<usize>,
+    /// Rounds of the short sweep (the unit of its interval).
+    #[arg(long, default_value_t = 3)]
+    pub rounds: usize,
+    /// Classic arms on each side of a round.
+    #[arg(long, default_value_t = 2)]
+    pub bracket_arms: usize,
+    /// Check even an entry that is fresh for this build.
+    #[arg(long)]
+    pub force: bool,
+    /// Judge, but do not write the table.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// The policy table; default: policy/draft-block-width.toml above the working directory.
+    #[arg(long, value_name = "PATH")]
+    pub table: Option<PathBuf>,
+    /// The record folder; default: records/<date>-<device>-<host>-<drafter>[-<model>]-check.
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    #[arg(long, value_name = "PATH")]
+    pub runtime: Option<PathBuf>,
+    #[arg(long, value_name = "SECONDS", default_value_t = 600.0)]
+    pub gate_wait: f64,
+    #[arg(long, value_name = "SECONDS", default_value_t = 5.0)]
+    pub gate_interval: f64,
+    #[command(flatten)]
+    pub gate: GateOpts,
+}
+
+impl CheckArgs {
+    /// The runtime, the target and the drafter, resolved.
+    pub fn resolved(&self) -> anyhow::Result<(PathBuf, PathBuf, DrafterKind, Option<PathBuf>)> {
+        let runtime = match &self.runtime {
+            Some(p) => p.clone(),
+            None => identity::default_runtime_path().map_err(anyhow::Error::msg)?,
+        };
+        let target = match &self.target {
+            Some(p) => runtime::fetch::resolve_model_arg(p, None)?,
+            None => runtime::fetch::ensure_default_model(None)?,
+        };
+        let drafter_model = match &self.drafter_model {
+            Some(p) => Some(runtime::fetch::resolve_model_arg(p, None)?),
+            None => None,
+        };
+        Ok((runtime, target, drafter_kind(&self.drafter)?, drafter_model))
+    }
+}
+
+#[derive(clap::Args)]
+#[command(args_override_self = true)]
+pub struct CalibrateArgs {
+    /// The target model, as `tuner sweep --model` takes it; default: the default model.
+    #[arg(short = 'm', long = "model", alias = "target", value_name = "MODEL")]
+    pub target: Option<PathBuf>,
+    /// Drafter kind: ngram, suffix, layerskip or draft-model.
+    #[arg(long, default_value = "ngram")]
+    pub drafter: String,
+    /// The draft checkpoint for `--drafter draft-model`.
+    #[arg(long, value_name = "PATH")]
+    pub drafter_model: Option<PathBuf>,
+    #[command(flatten)]
+    pub drafter_flags: DrafterFlags,
+    /// `layerskip`: the layers the drafter runs.
+    #[arg(long, value_name = "LIST")]
+    pub layerskip_layers: Option<String>,
+    /// The prompt set the prediction is for (its profile must be committed); default: prompts/sweep.jsonl.
+    #[arg(long, value_name = "FILE")]
+    pub prompts: Option<PathBuf>,
+    /// Tokens per request of the profile (a sweep's --max-tokens).
+    #[arg(long, default_value_t = tuner::data::plan::DEFAULT_MAX_TOKENS)]
+    pub max_tokens: usize,
+    /// A profile file; default: the committed one under profiles/ that matches.
+    #[arg(long, value_name = "FILE")]
+    pub profile: Option<PathBuf>,
+    /// Widths predicted: a range `1-8` or a list; the adaptive arm (up to the widest) is added.
+    #[arg(long, value_name = "LIST", default_value = "1-8")]
+    pub widths: String,
+    /// Cost processes per context (the unit of the curve's interval): 2..=32.
+    #[arg(long, default_value_t = tuner::sweep::calibrate::DEFAULT_PROCESSES)]
+    pub processes: usize,
+    /// Context lengths of the verify-cost processes.
+    #[arg(long, value_name = "LIST", default_value = tuner::data::verify_cost::DEFAULT_COST_CONTEXTS_ARG)]
+    pub cost_contexts: String,
+    #[arg(short = 't', long)]
+    pub threads: Option<usize>,
+    /// The record folder; default: records/<date>-<device>-<host>-<drafter>[-<model>]-calibrate.
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    /// The runtime binary; default: the one beside this tuner.
+    #[arg(long, value_name = "PATH")]
+    pub runtime: Option<PathBuf>,
+    #[arg(long, value_name = "SECONDS", default_value_t = 600.0)]
+    pub gate_wait: f64,
+    #[arg(long, value_name = "SECONDS", default_value_t = 5.0)]
+    pub gate_interval: f64,
+    #[command(flatten)]
+    pub gate: GateOpts,
+}
+
+impl CalibrateArgs {
+    pub fn options(self) -> anyhow::Result<tuner::sweep::calibrate::CalibrateOptions> {
+        let a = self;
+        let runtime = match a.runtime {
+            Some(p) => p,
+            None => identity::default_runtime_path().map_err(anyhow::Error::msg)?,
+        };
+        let target = match a.target {
+            Some(p) => runtime::fetch::resolve_model_arg(&p, None)?,
+            None => runtime::fetch::ensure_default_model(None)?,
+        };
+        let drafter = drafter_kind(&a.drafter)?;
+        let n_layers = if drafter == DrafterKind::Layerskip { target_layers(&target)? } else { 0 };
+        let settings =
+            drafter_settings(drafter, &a.drafter_flags, a.layerskip_layers.as_deref().map(|l| (l, n_layers)))?;
+        let (text, name) = match &a.prompts {
+            Some(p) => (
+                runtime::limits::read_prompt_file(p)?,
+                tuner::data::profile::entry_prompts_name(&p.display().to_string()),
+            ),
+            None => (tuner::sweep::driver::DEFAULT_PROMPTS_JSONL.to_string(), "prompts/sweep.jsonl".to_string()),
+        };
+        let drafter_model = match a.drafter_model {
+            Some(p) => Some(runtime::fetch::resolve_model_arg(&p, None)?),
+            None => None,
+        };
+        let mut widths = parse_widths(&a.widths)?;
+        widths.push(SpeculativeArm::Adaptive);
+        let out = match a.out {
+            Some(o) => o,
+            None => tuner::sweep::calibrate::default_out_dir(drafter, &target),
+        };
+        Ok(tuner::sweep::calibrate::CalibrateOptions {
+            target,
+            drafter,
+            settings,
+            drafter_model,
+            prompts: tuner::analysis::calibration::Named { name, sha256: runtime::events::sha256_hex(text.as_bytes()) },
+            max_tokens: a.max_tokens,
+            profile: a.profile,
+            root: std::env::current_dir()?,
+            widths,
+            processes: a.processes,
+            contexts: tuner::data::verify_cost::parse_contexts(&a.cost_contexts).map_err(anyhow::Error::msg)?,
+            threads: a.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())),
+            runtime,
+            out,
+            gate: a.gate.config(),
+            gate_wait: seconds("--gate-wait", a.gate_wait)?,
+            gate_interval: seconds("--gate-interval", a.gate_interval)?,
+        })
+    }
+}
+
+#[derive(clap::Args)]
+pub struct PredictErrorArgs {
+    /// The repository root (records/ and profiles/ under it).
+    #[arg(long, value_name = "DIR", default_value = ".")]
+    pub root: PathBuf,
+    /// Print the rows as JSON lines instead of the markdown table.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(clap::Args)]
@@ -266,6 +465,83 @@ pub struct ProposeArgs {
     /// drift); the entry's note says so.
     #[arg(long)]
     pub allow_weak_plan: bool,
+}
+
+#[derive(clap::Args)]
+pub struct ProfileArgs {
+    /// Make the profile a sweep record needs: its model (by file name in the
+    /// model cache, checked against the record's sha256), drafter, settings,
+    /// prompts and token limit. The flags below are then not given.
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["target", "drafter", "drafter_model", "prompts", "max_tokens"])]
+    pub record: Option<PathBuf>,
+    /// The target model, as `tuner sweep --model` takes it; default: the default model.
+    #[arg(short = 'm', long = "model", alias = "target", value_name = "MODEL")]
+    pub target: Option<PathBuf>,
+    /// Drafter kind: ngram, suffix, layerskip or draft-model.
+    #[arg(long)]
+    pub drafter: Option<String>,
+    /// The draft checkpoint for `--drafter draft-model`.
+    #[arg(long, value_name = "PATH")]
+    pub drafter_model: Option<PathBuf>,
+    #[command(flatten)]
+    pub drafter_flags: DrafterFlags,
+    /// `layerskip`: the layers the drafter runs.
+    #[arg(long, value_name = "LIST")]
+    pub layerskip_layers: Option<String>,
+    /// The prompt set (JSONL); default: prompts/sweep.jsonl, compiled in.
+    #[arg(long, value_name = "FILE")]
+    pub prompts: Option<PathBuf>,
+    /// Tokens per request (a sweep's --max-tokens: the profile is for that limit).
+    #[arg(long)]
+    pub max_tokens: Option<usize>,
+    /// Threads for the decoding (the output does not depend on them).
+    #[arg(short = 't', long)]
+    pub threads: Option<usize>,
+    /// Where to write it; default: profiles/<model>-<drafter>-<settings>-<prompts>-<tokens>.jsonl.
+    #[arg(long, value_name = "FILE")]
+    pub out: Option<PathBuf>,
+}
+
+impl ProfileArgs {
+    pub fn request(self) -> anyhow::Result<tuner::sweep::profile::ProfileRequest> {
+        let a = self;
+        let threads = a.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+        if let Some(dir) = &a.record {
+            return tuner::sweep::profile::request_for_record(dir, threads);
+        }
+        let target = match a.target {
+            Some(p) => runtime::fetch::resolve_model_arg(&p, None)?,
+            None => runtime::fetch::ensure_default_model(None)?,
+        };
+        let drafter = drafter_kind(a.drafter.as_deref().unwrap_or("ngram"))?;
+        let n_layers = if drafter == DrafterKind::Layerskip { target_layers(&target)? } else { 0 };
+        let settings =
+            drafter_settings(drafter, &a.drafter_flags, a.layerskip_layers.as_deref().map(|l| (l, n_layers)))?;
+        let (prompts_text, prompts_name) = match &a.prompts {
+            Some(p) => {
+                let bytes = runtime::limits::read_prompt_file(p)?;
+                (bytes, tuner::data::profile::entry_prompts_name(&p.display().to_string()))
+            }
+            None => (tuner::sweep::driver::DEFAULT_PROMPTS_JSONL.to_string(), "prompts/sweep.jsonl".to_string()),
+        };
+        if drafter == DrafterKind::DraftModel && a.drafter_model.is_none() {
+            anyhow::bail!("--drafter draft-model needs --drafter-model PATH");
+        }
+        let drafter_model = match a.drafter_model {
+            Some(p) => Some(runtime::fetch::resolve_model_arg(&p, None)?),
+            None => None,
+        };
+        Ok(tuner::sweep::profile::ProfileRequest {
+            target,
+            drafter,
+            settings,
+            drafter_model,
+            prompts_text,
+            prompts_name,
+            max_tokens: a.max_tokens.unwrap_or(tuner::data::plan::DEFAULT_MAX_TOKENS),
+            threads,
+        })
+    }
 }
 
 #[derive(clap::Args)]

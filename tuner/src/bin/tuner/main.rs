@@ -11,7 +11,10 @@ use tuner::host::gate;
 use tuner::host::identity::{self, IdentityOptions};
 use tuner::sweep::driver::Outcome;
 
-use args::{Cli, Command, GateArgs, IdentityArgs, ProposeArgs, SummarizeArgs, SweepArgs, seconds};
+use args::{
+    CalibrateArgs, CheckArgs, Cli, Command, GateArgs, IdentityArgs, PredictErrorArgs, ProfileArgs, ProposeArgs,
+    SummarizeArgs, SweepArgs, seconds,
+};
 
 fn main() -> ExitCode {
     match run() {
@@ -31,6 +34,10 @@ fn run() -> anyhow::Result<ExitCode> {
         Command::Sweep(a) => run_sweep(*a),
         Command::Summarize(a) => run_summarize(a),
         Command::Propose(a) => run_propose(a),
+        Command::Profile(a) => run_profile(*a),
+        Command::PredictError(a) => run_predict_error(a),
+        Command::Calibrate(a) => run_calibrate(*a),
+        Command::Check(a) => run_check(*a),
     }
 }
 
@@ -170,6 +177,282 @@ fn run_summarize(a: SummarizeArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::from(tuner::exit::PASS))
 }
 
+fn run_profile(a: ProfileArgs) -> anyhow::Result<ExitCode> {
+    let out = a.out.clone();
+    let req = a.request()?;
+    let t0 = std::time::Instant::now();
+    let p = tuner::sweep::profile::make(&req, &mut |i, n, t| {
+        eprintln!("tuner profile: {}/{n} {} ({}): {} tokens", i + 1, t.id, t.task, t.out);
+    })?;
+    let path = out.unwrap_or_else(|| {
+        std::path::Path::new(tuner::data::profile::PROFILES_DIR).join(tuner::data::profile::file_name(&p.header))
+    });
+    if let Some(parent) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent)?;
+    }
+    std::fs::write(&path, p.to_text())?;
+    println!("wrote {} ({} prompts, {:.1} s)", path.display(), p.traces.len(), t0.elapsed().as_secs_f64());
+    Ok(ExitCode::from(tuner::exit::PASS))
+}
+
+fn run_predict_error(a: PredictErrorArgs) -> anyhow::Result<ExitCode> {
+    let rows = tuner::analysis::predict_error::table(&a.root).map_err(anyhow::Error::msg)?;
+    if a.json {
+        for r in &rows {
+            println!("{}", serde_json::to_string(r)?);
+        }
+    } else {
+        print!("{}", tuner::analysis::predict_error::markdown(&rows));
+    }
+    eprintln!("tuner predict-error: {}", tuner::analysis::predict_error::summary_line(&rows));
+    Ok(ExitCode::from(tuner::exit::PASS))
+}
+
+/// `tuner propose` of a calibration record: the predicted entry.
+fn propose_predicted(a: &ProposeArgs, allow: tuner::analysis::rules::Allow) -> anyhow::Result<ExitCode> {
+    use tuner::output::propose::ProposeError;
+    match tuner::output::predicted::propose(&a.dir, a.table.as_deref(), a.dry_run, allow) {
+        Ok(p) => {
+            for o in &p.overridden {
+                eprintln!("tuner propose: warning: overridden by {o}");
+            }
+            if let Some(r) = &p.replaced {
+                eprintln!("tuner propose: the predicted entry {r}");
+            }
+            eprintln!("tuner propose: predicted: {}", p.why);
+            print!("{}", p.diff);
+            if p.written {
+                println!("wrote {}", p.table.display());
+            } else {
+                println!("dry run: {} not written", p.table.display());
+            }
+            Ok(ExitCode::from(tuner::exit::PASS))
+        }
+        Err(ProposeError::Refused(tuner::analysis::rules::Refusal::Io { path, source }))
+            if source.kind() != std::io::ErrorKind::InvalidData =>
+        {
+            eprintln!("tuner propose: error: {}: {source}", path.display());
+            Ok(ExitCode::from(tuner::exit::ERROR))
+        }
+        Err(ProposeError::Refused(r)) => {
+            eprintln!("tuner propose: refused: {r}");
+            Ok(ExitCode::from(tuner::exit::REFUSED))
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+fn run_check(a: CheckArgs) -> anyhow::Result<ExitCode> {
+    use tuner::analysis::rules::Refusal;
+    let (runtime, target, drafter, drafter_model) = a.resolved()?;
+    let threads = a.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let explained = tuner::sweep::calibrate::explain(&runtime, &target, drafter, threads)?;
+    let key = explained.key(drafter)?;
+    let Some(fp) = explained.verify_fingerprint.clone() else {
+        anyhow::bail!("the runtime gave no verify-path fingerprint for {key}");
+    };
+    let table_path = match &a.table {
+        Some(p) => p.clone(),
+        None => tuner::output::propose::find_table(&std::env::current_dir()?)?,
+    };
+    let table_abs = table_path.canonicalize()?;
+    let root =
+        table_abs.parent().and_then(std::path::Path::parent).map(std::path::Path::to_path_buf).unwrap_or_default();
+    let old = tuner::output::propose::read_table(&table_abs).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let tbl = policy::table::compile(policy::TABLE_FILE, &old, policy::table::RecordCheck::Skip)?;
+    let Some(entry) = tbl.exact(&key).cloned() else {
+        anyhow::bail!("the table has no entry for {key}: `tuner calibrate` predicts one, `tuner sweep` measures one");
+    };
+    if entry.fresh_for(&fp) && !a.force {
+        println!(
+            "the entry for {key} is fresh for this build ({}; fingerprint {fp}): nothing to check (--force checks it anyway)",
+            entry.basis_words(&fp)
+        );
+        return Ok(ExitCode::from(tuner::exit::PASS));
+    }
+    let Some(drafting) = entry.drafting else {
+        eprintln!("tuner check: refused: the entry for {key} is off; a sweep, not a check, re-measures it");
+        return Ok(ExitCode::from(tuner::exit::REFUSED));
+    };
+    if entry.verify_cost.is_empty() {
+        eprintln!(
+            "tuner check: refused: the entry for {key} ({}) carries no verify-cost curve to compare this build's \
+             with (it predates them); re-measure it with `tuner sweep`",
+            entry.record
+        );
+        return Ok(ExitCode::from(tuner::exit::REFUSED));
+    }
+    // The entry's workload: its prompt set (by sha256) and its token limit.
+    let (prompts, text) = match &a.prompts {
+        Some(p) => (Some(p.clone()), runtime::limits::read_prompt_file(p)?),
+        None => (None, tuner::sweep::driver::DEFAULT_PROMPTS_JSONL.to_string()),
+    };
+    if runtime::events::sha256_hex(text.as_bytes()) != entry.prompts.sha256 {
+        anyhow::bail!(
+            "the entry was measured on {} (sha256 {}); give that set with --prompts",
+            entry.prompts.name,
+            entry.prompts.sha256
+        );
+    }
+    let max_tokens = match tuner::data::raw::read_raw(&root.join(&entry.record).join("raw.jsonl")) {
+        Ok(raw) => raw.header.settings.design.max_tokens,
+        Err(_) => tuner::analysis::calibration::read(&root.join(&entry.record))
+            .map(|c| c.max_tokens)
+            .unwrap_or(tuner::data::plan::DEFAULT_MAX_TOKENS),
+    };
+    let out = match &a.out {
+        Some(o) => o.clone(),
+        None => tuner::sweep::calibrate::out_dir_with(drafter, &target, "check"),
+    };
+    let opts = tuner::sweep::driver::SweepOptions {
+        target,
+        drafter,
+        drafter_model,
+        drafter_settings: entry.drafter_settings.clone(),
+        design: tuner::data::raw::Design {
+            widths: tuner::analysis::check::arms_for(drafting),
+            rounds: a.rounds,
+            bursts: 1,
+            bracket_arms: a.bracket_arms,
+            bracket_bursts: Some(1),
+            auto_rounds: None,
+            warmup: 0,
+            max_tokens,
+            threads,
+            cost_contexts: entry.verify_cost.iter().map(|c| c.context).collect(),
+        },
+        prompts,
+        out: out.clone(),
+        runtime,
+        gate: a.gate.config(),
+        gate_wait: seconds("--gate-wait", a.gate_wait)?,
+        gate_interval: seconds("--gate-interval", a.gate_interval)?,
+        served: None,
+    };
+    // A re-blessing rests on a host as quiet as a sweep's: no looser gate.
+    if let Err(r) = tuner::analysis::rules::plan::check_gate(&opts.gate, false)
+        && !a.dry_run
+    {
+        eprintln!(
+            "tuner check: refused: {r} (a check that re-blesses an entry runs with the default gate; --dry-run judges under a looser one)"
+        );
+        return Ok(ExitCode::from(tuner::exit::REFUSED));
+    }
+    let t0 = std::time::Instant::now();
+    let outcome = tuner::sweep::driver::start(&opts)?;
+    let summary = tuner::analysis::summarize::summarize_dir(&out).and_then(|(raw, s)| {
+        tuner::output::record::write_all(&out, &raw, &s)?;
+        Ok(s)
+    });
+    if let Some((records, line)) = tuner::output::ledger::for_sweep(
+        &out,
+        format!("check: {outcome:?}"),
+        summary.as_ref().map_err(|e| format!("{e:#}")),
+    ) && let Err(e) = tuner::output::ledger::append(&records, &line)
+    {
+        eprintln!("tuner check: the ledger line was not written: {e}");
+    }
+    let s = summary?;
+    let verdict = tuner::analysis::check::judge(&entry, &s);
+    std::fs::write(out.join("check.json"), serde_json::to_string_pretty(&verdict)? + "\n")?;
+    let took = t0.elapsed().as_secs_f64();
+    println!("record: {}", out.join("record.md").display());
+    println!(
+        "  verify cost: {} point(s), mean deviation {} from the entry's curve; {}: {} {}",
+        verdict.curve_points,
+        verdict.curve_mean_log.map_or("-".into(), |m| format!("{:.1}%", (m.exp() - 1.0) * 100.0)),
+        SpeculativeArmName(drafting),
+        verdict.ratio.map_or("-".into(), |r| format!("{r:.3}")),
+        verdict.interval.map_or(String::new(), |(l, h)| format!(
+            "[{l:.3}, {h:.3}] (entry: [{:.3}, {:.3}])",
+            entry.ratio_interval[0], entry.ratio_interval[1]
+        )),
+    );
+    println!("  {took:.0} s");
+    if !verdict.holds() {
+        for f in &verdict.failures {
+            eprintln!("tuner check: refused: {f}");
+        }
+        eprintln!("tuner check: the entry for {key} stays unused on this build; re-measure it with `tuner sweep`");
+        return Ok(ExitCode::from(tuner::exit::REFUSED));
+    }
+    let record = match out.canonicalize()?.strip_prefix(&root) {
+        Ok(rel) if rel.starts_with("records") => rel.to_string_lossy().replace(std::path::MAIN_SEPARATOR, "/"),
+        // A dry run elsewhere still shows the edit (under a placeholder name).
+        _ if a.dry_run => "records/(dry-run)".to_string(),
+        _ => {
+            let r = Refusal::NotUnderRecords { dir: out.display().to_string(), root: root.display().to_string() };
+            eprintln!("tuner check: holds, but {r}");
+            return Ok(ExitCode::from(tuner::exit::REFUSED));
+        }
+    };
+    let line = tuner::output::check::check_line(&fp, &record, &s.date);
+    // The check ran for minutes: the table is read again under its lock
+    // (`table_lock`), so another run's write in the meantime is kept, and
+    // the line goes on the entry the check measured or nowhere.
+    use tuner::output::table_lock::{LOCK_WAIT, TableLock, write_table};
+    let lock = if a.dry_run { None } else { Some(TableLock::acquire(&table_abs, LOCK_WAIT)?) };
+    let old = match &lock {
+        Some(_) => tuner::output::propose::read_table(&table_abs).map_err(|e| anyhow::anyhow!("{e}"))?,
+        None => old,
+    };
+    let now = policy::table::compile(policy::TABLE_FILE, &old, policy::table::RecordCheck::Skip)?;
+    if now.exact(&key) != Some(&entry) {
+        anyhow::bail!(
+            "the entry for {key} changed in {} while the check ran: run `tuner check` again",
+            table_abs.display()
+        );
+    }
+    let new = tuner::output::check::set_check(&old, &key, &line)?;
+    policy::table::compile(policy::TABLE_FILE, &new, policy::table::RecordCheck::Under(&root))
+        .map_err(|e| anyhow::anyhow!("the checked table does not compile: {e}"))?;
+    print!("{}", tuner::output::propose::diff(&old, &new, policy::TABLE_FILE));
+    if a.dry_run {
+        println!("dry run: {} not written", table_abs.display());
+    } else if let Some(lock) = &lock {
+        write_table(lock, &table_abs, &new)?;
+        println!("wrote {}: the entry holds on this build (fingerprint {fp})", table_abs.display());
+    }
+    Ok(ExitCode::from(tuner::exit::PASS))
+}
+
+/// An entry's drafting as a check names it.
+struct SpeculativeArmName(policy::Drafting);
+
+impl std::fmt::Display for SpeculativeArmName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            policy::Drafting::Fixed(w) => write!(f, "width {w}"),
+            policy::Drafting::Adaptive { max } => write!(f, "the adaptive draft length (up to {max})"),
+        }
+    }
+}
+
+fn run_calibrate(a: CalibrateArgs) -> anyhow::Result<ExitCode> {
+    let o = a.options()?;
+    let c = tuner::sweep::calibrate::run(&o, &mut |m| eprintln!("tuner calibrate: {m}"))?;
+    std::fs::write(o.out.join("record.md"), tuner::output::predicted::record_markdown(&c))?;
+    println!("record: {}", o.out.join("record.md").display());
+    println!("  {}", c.prediction.why);
+    println!("  wall time {:.1} s ({} cost process(es) a context)", c.wall_s, c.processes.len());
+    match tuner::output::ledger::records_of(&o.out) {
+        Some((records, folder)) => {
+            let sha = tuner::host::identity::sha256_file(&o.out.join(tuner::analysis::calibration::CALIBRATION_FILE))
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
+            let line = tuner::output::predicted::ledger_line(&c, &folder, sha);
+            match tuner::output::ledger::append(&records, &line) {
+                Ok(()) => eprintln!("ledger: {}", records.join(tuner::output::ledger::LEDGER_FILE).display()),
+                Err(e) => eprintln!("tuner calibrate: the ledger line was not written: {e}"),
+            }
+        }
+        None => {
+            eprintln!("tuner calibrate: {} is not under a records/ folder: no ledger line written", o.out.display())
+        }
+    }
+    eprintln!("next: `tuner propose {}` writes the predicted entry (or says why it cannot)", o.out.display());
+    Ok(ExitCode::from(tuner::exit::PASS))
+}
+
 fn run_propose(a: ProposeArgs) -> anyhow::Result<ExitCode> {
     use tuner::analysis::rules::Allow;
     use tuner::output::propose::ProposeError;
@@ -180,6 +463,9 @@ fn run_propose(a: ProposeArgs) -> anyhow::Result<ExitCode> {
         loose_gate: a.allow_loose_gate,
         weak_plan: a.allow_weak_plan,
     };
+    if tuner::analysis::calibration::is_calibration(&a.dir) {
+        return propose_predicted(&a, allow);
+    }
     match tuner::output::propose::propose(&a.dir, a.table.as_deref(), a.dry_run, allow) {
         Ok(p) => {
             for o in &p.overridden {

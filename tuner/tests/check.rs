@@ -1,0 +1,90 @@
+//! `tuner check`'s judgement (issue 54) on a committed sweep and the entry
+//! it gave: the entry holds against its own record; a verify-cost curve
+//! that moved, a speed outside the entry's interval and a neighbour
+//! credibly faster are each refused; and the table edit adds one line.
+use std::path::Path;
+
+use policy::table::{RecordCheck, compile};
+use tuner::analysis::check::{CURVE_TOLERANCE, arms_for, judge};
+
+const RECORD: &str = "records/2026-12-07-cpu-x86_64-avx512vnni-amd-zen4-ngram-2";
+
+fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap()
+}
+
+fn table_text() -> String {
+    std::fs::read_to_string(root().join(policy::TABLE_FILE)).unwrap()
+}
+
+fn entry_and_summary() -> (policy::Entry, tuner::analysis::summary::Summary) {
+    let t = compile(policy::TABLE_FILE, &table_text(), RecordCheck::Skip).unwrap();
+    let e = t.entries.iter().find(|e| e.record == RECORD).expect("the Zen 4 SmolLM2 entry").clone();
+    let raw = tuner::data::raw::read_raw(&root().join(RECORD).join("raw.jsonl")).unwrap();
+    let s = tuner::analysis::summarize::summarize_with(&raw, false).unwrap();
+    (e, s)
+}
+
+#[test]
+fn an_entry_holds_against_the_sweep_it_came_from() {
+    let (e, s) = entry_and_summary();
+    let v = judge(&e, &s);
+    assert!(v.holds(), "{:?}", v.failures);
+    assert!(v.curve_points >= 16 && v.curve_mean_log.unwrap() < 0.01, "{v:?}");
+}
+
+#[test]
+fn a_verify_pass_that_got_dearer_is_refused() {
+    // The entry's curve as a build whose verify pass runs row by row would
+    // show it against this one: every multi-row pass half as dear again.
+    let (mut e, s) = entry_and_summary();
+    for c in &mut e.verify_cost {
+        for (i, x) in c.relative.iter_mut().enumerate().skip(1) {
+            *x /= 1.0 + 0.5 * i as f64 / 8.0 + (CURVE_TOLERANCE * 1.5);
+        }
+    }
+    let v = judge(&e, &s);
+    assert!(v.failures.iter().any(|f| f.contains("the verify pass's cost moved")), "{:?}", v.failures);
+}
+
+#[test]
+fn a_speed_outside_the_entry_and_a_faster_neighbour_are_refused() {
+    let (mut e, s) = entry_and_summary();
+    e.ratio_interval = [1.6, 1.9];
+    e.ratio = 1.7;
+    let v = judge(&e, &s);
+    assert!(v.failures.iter().any(|f| f.contains("outside the entry's")), "{:?}", v.failures);
+    // Width 1 is not in this sweep's tie set: the rule found wider widths credibly faster.
+    let (mut e, s) = entry_and_summary();
+    e.drafting = Some(policy::Drafting::Fixed(policy::Width::new(1).unwrap()));
+    let v = judge(&e, &s);
+    assert!(v.failures.iter().any(|f| f.contains("credibly faster")), "{:?}", v.failures);
+}
+
+#[test]
+fn the_arms_are_the_entry_s_and_its_neighbours() {
+    let w = |n| policy::Drafting::Fixed(policy::Width::new(n).unwrap());
+    let codes = |d| arms_for(d).iter().map(|a| a.code()).collect::<Vec<_>>();
+    assert_eq!(codes(w(2)), [1, 2, 3]);
+    assert_eq!(codes(w(1)), [1, 2]);
+    assert_eq!(codes(policy::Drafting::Adaptive { max: policy::Width::new(8).unwrap() }), [7, 8, 0]);
+}
+
+#[test]
+fn the_check_line_is_one_line_added_and_then_replaced() {
+    let (e, _) = entry_and_summary();
+    let old = table_text();
+    let line = tuner::output::check::check_line("0123456789abcdef", "records/x-check", "2026-12-07");
+    let new = tuner::output::check::set_check(&old, &e.key, &line).unwrap();
+    assert_eq!(new.lines().count(), old.lines().count() + 1);
+    let d = tuner::output::propose::diff(&old, &new, "t");
+    assert_eq!(d.lines().filter(|l| l.starts_with('+') && !l.starts_with("+++")).count(), 1, "{d}");
+    let t = compile("t", &new, RecordCheck::Skip).unwrap();
+    let c = t.exact(&e.key).unwrap().check.clone().unwrap();
+    assert_eq!((c.verify_fingerprint.as_str(), c.record.as_str()), ("0123456789abcdef", "records/x-check"));
+    // A second check replaces the line.
+    let line2 = tuner::output::check::check_line("fedcba9876543210", "records/y-check", "2026-12-08");
+    let newer = tuner::output::check::set_check(&new, &e.key, &line2).unwrap();
+    assert_eq!(newer.lines().count(), new.lines().count());
+    assert!(!newer.contains("records/x-check") && newer.contains("records/y-check"));
+}

@@ -1,0 +1,127 @@
+//! `tuner propose` of a calibration (issue 54): a predicted entry is
+//! written where no measurement of the key stands, replaces a stale one
+//! (and says so), is refused over a fresh one, and is refused for a dirty
+//! build. The calibration is a real one (`tests/fixtures/calibrate`, a
+//! `tuner calibrate` of the default model on a Zen 4 host).
+use std::path::{Path, PathBuf};
+
+use policy::table::{Basis, RecordCheck, compile};
+use tuner::analysis::rules::{Allow, Refusal};
+use tuner::output::propose::ProposeError;
+
+const RECORD: &str = "records/2026-12-07-cpu-x86_64-avx512vnni-amd-zen4-ngram-2";
+const PROFILE: &str = "profiles/SmolLM2-135M-Instruct.Q4_1-ngram-3-4-sweep-48.jsonl";
+
+fn repo() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap()
+}
+
+/// A scratch repository: the table with only the Zen 4 SmolLM2 entry (its
+/// fingerprint replaced by `fp`, or the entry left out), its record folder,
+/// the profile, and the calibration under records/ (clean or dirty).
+fn scratch(fp: Option<&str>, clean: bool) -> (tempfile::TempDir, PathBuf) {
+    let d = tempfile::tempdir().unwrap();
+    let root = d.path();
+    std::fs::create_dir_all(root.join("policy")).unwrap();
+    std::fs::create_dir_all(root.join(RECORD)).unwrap();
+    std::fs::create_dir_all(root.join("profiles")).unwrap();
+    std::fs::copy(repo().join(PROFILE), root.join(PROFILE)).unwrap();
+    let text = std::fs::read_to_string(repo().join(policy::TABLE_FILE)).unwrap();
+    let t = compile(policy::TABLE_FILE, &text, RecordCheck::Skip).unwrap();
+    let e = t.entries.iter().find(|e| e.record == RECORD).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    let start = e.line.unwrap() - 1;
+    let end = (start + 1..lines.len()).find(|&i| lines[i].starts_with("[[entry]]")).unwrap_or(lines.len());
+    let mut table = String::from("schema_version = 3\n\n");
+    if let Some(fp) = fp {
+        let block = lines[start..end].join("\n");
+        table.push_str(&block.replace(&e.verify_fingerprint, fp));
+        table.push('\n');
+    }
+    std::fs::write(root.join(policy::TABLE_FILE), table).unwrap();
+    // The calibration, under this build's fingerprint.
+    let cal_dir = root.join("records/2026-12-07-cpu-x86_64-avx512vnni-amd-zen4-ngram-calibrate");
+    std::fs::create_dir_all(&cal_dir).unwrap();
+    let mut c: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(repo().join("tuner/tests/fixtures/calibrate/calibration.json")).unwrap(),
+    )
+    .unwrap();
+    let device = policy::DeviceClass::parse(c["device_class"].as_str().unwrap()).unwrap();
+    let formats: Vec<String> = serde_json::from_value(c["weight_formats"].clone()).unwrap();
+    c["verify_fingerprint"] = runtime::policy::verify_fingerprint(&device, Some(&formats)).into();
+    c["runtime"]["git_dirty"] = if clean { "clean" } else { "dirty" }.into();
+    // The fixture ran under a loosened gate (a shared host); the default one here.
+    c["gate"]["cpu_threshold_pct"] = 20.0.into();
+    c["gate"]["host_cpu_threshold_pct"] = 50.0.into();
+    std::fs::write(cal_dir.join("calibration.json"), serde_json::to_string(&c).unwrap()).unwrap();
+    (d, cal_dir)
+}
+
+fn this_fp() -> String {
+    let c: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(repo().join("tuner/tests/fixtures/calibrate/calibration.json")).unwrap(),
+    )
+    .unwrap();
+    let device = policy::DeviceClass::parse(c["device_class"].as_str().unwrap()).unwrap();
+    let formats: Vec<String> = serde_json::from_value(c["weight_formats"].clone()).unwrap();
+    runtime::policy::verify_fingerprint(&device, Some(&formats))
+}
+
+fn propose(dir: &Path, dry: bool) -> Result<tuner::output::predicted::PredictedProposal, ProposeError> {
+    tuner::output::predicted::propose(dir, None, dry, Allow::default())
+}
+
+#[test]
+fn a_prediction_is_written_where_no_measurement_stands() {
+    let (d, cal) = scratch(None, true);
+    let p = propose(&cal, false).unwrap();
+    assert!(p.written && p.replaced.is_none());
+    let text = std::fs::read_to_string(d.path().join(policy::TABLE_FILE)).unwrap();
+    let t = compile(policy::TABLE_FILE, &text, RecordCheck::Under(d.path())).unwrap();
+    let e = &t.entries[0];
+    assert_eq!(e.basis, Basis::Predicted);
+    assert_eq!(e.profile.as_ref().unwrap().name, PROFILE);
+    assert!(!e.verify_cost.is_empty() && e.ratio_interval[0] <= e.ratio && e.ratio <= e.ratio_interval[1]);
+    assert!(text.contains("basis = \"predicted\"") && text.contains("tuner calibrate (a prediction"), "{text}");
+}
+
+#[test]
+fn a_fresh_measurement_stands_and_a_stale_one_is_replaced_and_named() {
+    let (_d, cal) = scratch(Some(&this_fp()), true);
+    match propose(&cal, true) {
+        Err(ProposeError::Refused(Refusal::MeasurementStands { .. })) => {}
+        other => panic!("expected the measurement to stand: {other:?}"),
+    }
+    let (_d, cal) = scratch(Some("0000000000000000"), true);
+    let p = propose(&cal, true).unwrap();
+    let r = p.replaced.unwrap();
+    assert!(r.contains("replaces the measured entry") && r.contains("stale on this build"), "{r}");
+}
+
+#[test]
+fn a_dirty_build_is_refused_unless_allowed() {
+    let (_d, cal) = scratch(None, false);
+    match propose(&cal, true) {
+        Err(ProposeError::Refused(Refusal::DirtyBuild { .. })) => {}
+        other => panic!("expected a dirty-build refusal: {other:?}"),
+    }
+    let allowed =
+        tuner::output::predicted::propose(&cal, None, true, Allow { dirty: true, ..Allow::default() }).unwrap();
+    assert!(allowed.overridden.iter().any(|o| o.starts_with("--allow-dirty")));
+}
+
+#[test]
+fn a_calibration_under_a_looser_gate_is_refused_unless_allowed() {
+    let (_d, cal) = scratch(None, true);
+    let path = cal.join("calibration.json");
+    let mut c: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    c["gate"]["host_cpu_threshold_pct"] = 400.0.into();
+    std::fs::write(&path, serde_json::to_string(&c).unwrap()).unwrap();
+    match propose(&cal, true) {
+        Err(ProposeError::Refused(Refusal::LooserGate(_))) => {}
+        other => panic!("expected a looser-gate refusal: {other:?}"),
+    }
+    let allowed =
+        tuner::output::predicted::propose(&cal, None, true, Allow { loose_gate: true, ..Allow::default() }).unwrap();
+    assert!(allowed.overridden.iter().any(|o| o.starts_with("--allow-loose-gate")));
+}
