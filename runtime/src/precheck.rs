@@ -260,6 +260,11 @@ fn fixed_bytes(ty: u32) -> Option<u64> {
 /// leaves room for any of them and bounds a header's parse at about 80 MB.
 pub const MAX_SAFETENSORS_TENSORS: u64 = 1 << 16;
 
+/// Most `__metadata__` entries a safetensors header may carry: real files
+/// carry a few (`format`, a tool's name and version); the loader keeps
+/// each as two strings, so a header of millions took gigabytes uncounted.
+pub const MAX_SAFETENSORS_METADATA: u64 = 1 << 12;
+
 /// Largest safetensors header read (the `safetensors` crate's own limit).
 pub const MAX_SAFETENSORS_HEADER_BYTES: u64 = 100_000_000;
 
@@ -292,19 +297,23 @@ pub fn check_safetensors(dir: &Path) -> Result<(), String> {
     } else {
         vec!["model.safetensors".to_string()]
     };
-    let mut seen: Vec<(std::path::PathBuf, String)> = Vec::new();
+    // Files are told apart by device and inode (after symlinks): a hard
+    // link is another name of the same file, and its path another path.
+    let mut seen: Vec<((u64, u64), String)> = Vec::new();
     let mut total = 0u64;
     for name in names {
+        use std::os::unix::fs::MetadataExt;
         let p = dir.join(&name);
-        let Ok(real) = std::fs::canonicalize(&p) else { continue };
-        if let Some((_, other)) = seen.iter().find(|(r, _)| *r == real) {
+        let Ok(meta) = std::fs::metadata(&p) else { continue };
+        let id = (meta.dev(), meta.ino());
+        if let Some((_, other)) = seen.iter().find(|(r, _)| *r == id) {
             return Err(format!(
-                "{}: shards {other} and {name} are the same file ({}); each shard of an index must be its own file",
+                "{}: shards {other} and {name} are the same file (one inode, linked or named twice); each shard \
+                 of an index must be its own file",
                 index_path.display(),
-                real.display()
             ));
         }
-        seen.push((real, name));
+        seen.push((id, name));
         let n = count_safetensors_tensors(&p)?;
         if n > MAX_SAFETENSORS_TENSORS {
             return Err(format!(
@@ -325,7 +334,9 @@ pub fn check_safetensors(dir: &Path) -> Result<(), String> {
 }
 
 /// The tensors a safetensors file's header names (`__metadata__` is not
-/// one), read as a stream: nothing but the count is kept.
+/// one), read as a stream: nothing but the count is kept. A
+/// `__metadata__` of more than [`MAX_SAFETENSORS_METADATA`] entries is
+/// refused here (the loader keeps every entry, like a tensor's name).
 pub fn count_safetensors_tensors(path: &Path) -> Result<u64, String> {
     use std::io::Read;
     let err = |e: &dyn fmt::Display| format!("{}: {e}", path.display());
@@ -339,11 +350,16 @@ pub fn count_safetensors_tensors(path: &Path) -> Result<u64, String> {
         )));
     }
     let mut de = serde_json::Deserializer::from_reader(std::io::BufReader::new(f.take(n)));
-    TensorKeys.deserialize(&mut de).map_err(|e| err(&format!("the header is not a JSON object: {e}")))
+    TensorKeys.deserialize(&mut de).map_err(|e| match e.classify() {
+        // A bound of this pass (its own message), not the shape.
+        serde_json::error::Category::Data if e.to_string().contains("__metadata__") => err(&e),
+        _ => err(&format!("the header is not a JSON object: {e}")),
+    })
 }
 
 /// The keys of a safetensors header other than `__metadata__` (its
-/// tensors), counted in one pass; every value is skipped unread.
+/// tensors), counted in one pass, and `__metadata__`'s entries bounded;
+/// every other value is skipped unread.
 struct TensorKeys;
 
 impl<'de> DeserializeSeed<'de> for TensorKeys {
@@ -361,8 +377,18 @@ impl<'de> Visitor<'de> for TensorKeys {
     fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<u64, A::Error> {
         let mut n = 0;
         while let Some(k) = m.next_key::<std::borrow::Cow<'de, str>>()? {
-            n += u64::from(k != "__metadata__");
-            m.next_value::<IgnoredAny>()?;
+            if k == "__metadata__" {
+                let entries = m.next_value_seed(Entries)?;
+                if entries > MAX_SAFETENSORS_METADATA {
+                    return Err(serde::de::Error::custom(format!(
+                        "its __metadata__ has {entries} entries, more than the {MAX_SAFETENSORS_METADATA} this runtime \
+                         reads (real files carry a few, like \"format\": \"pt\")"
+                    )));
+                }
+            } else {
+                n += 1;
+                m.next_value::<IgnoredAny>()?;
+            }
         }
         Ok(n)
     }
@@ -725,7 +751,30 @@ mod tests {
         std::os::unix::fs::symlink(&p, dir.path().join("s2.safetensors")).unwrap();
         let e = check_safetensors(dir.path()).unwrap_err();
         assert!(e.contains("shards s1.safetensors and s2.safetensors are the same file"), "{e}");
+        // Hard links: other names, other paths, one file.
+        for s in ["s1.safetensors", "s2.safetensors"] {
+            std::fs::remove_file(dir.path().join(s)).unwrap();
+            std::fs::hard_link(&p, dir.path().join(s)).unwrap();
+        }
+        let e = check_safetensors(dir.path()).unwrap_err();
+        assert!(e.contains("shards s1.safetensors and s2.safetensors are the same file"), "{e}");
+        // A __metadata__ of 70,000 entries beside one tensor.
+        let mut meta = serde_json::Map::new();
+        for i in 0..70_000 {
+            meta.insert(format!("k{i}"), serde_json::json!("v"));
+        }
+        let header =
+            serde_json::json!({"__metadata__": meta, "a": {"dtype": "F32", "shape": [0], "data_offsets": [0, 0]}});
+        let bytes = header.to_string().into_bytes();
+        let mut file = (bytes.len() as u64).to_le_bytes().to_vec();
+        file.extend_from_slice(&bytes);
+        let m = dir.path().join("meta.safetensors");
+        std::fs::write(&m, file).unwrap();
+        let e = count_safetensors_tensors(&m).unwrap_err();
+        assert!(e.contains("__metadata__ has 70000 entries, more than the 4096"), "{e}");
         // Shards that are each under the bound but not together.
+        std::fs::remove_file(dir.path().join("s1.safetensors")).unwrap();
+        std::os::unix::fs::symlink(&p, dir.path().join("s1.safetensors")).unwrap();
         std::fs::remove_file(dir.path().join("s2.safetensors")).unwrap();
         zero_size_tensors(&dir.path().join("s2.safetensors"), 40_000);
         zero_size_tensors(&p, 40_000);
