@@ -30,6 +30,11 @@ pub const FINGERPRINT_LEN: usize = 16;
 /// hundred entries at most).
 pub const MAX_TABLE_BYTES: usize = 1 << 20;
 
+/// Most `[[entry]]` tables the compiler reads: a real entry is about 700
+/// bytes, so [`MAX_TABLE_BYTES`] holds some 1,500 of them; past this count
+/// the table is headers without entries, not a table to review.
+pub const MAX_ENTRIES: usize = 4096;
+
 /// The measured model file, for reviewers and the provenance: its file name
 /// (no directories: a record names models by name and sha256) and sha256.
 /// Its architecture and parameter count are in the key.
@@ -259,6 +264,10 @@ pub enum Problem {
     TooBig {
         bytes: usize,
     },
+    /// More than [`MAX_ENTRIES`] entries.
+    TooManyEntries {
+        entries: usize,
+    },
     /// Not TOML (the parser's message carries line and column); TOML's own
     /// duplicate keys inside one table land here.
     Malformed(String),
@@ -291,6 +300,11 @@ impl fmt::Display for Problem {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Problem::TooBig { bytes } => write!(f, "{bytes} bytes is over the limit of {MAX_TABLE_BYTES}"),
+            Problem::TooManyEntries { entries } => write!(
+                f,
+                "{entries} entries is over the limit of {MAX_ENTRIES} (a table is reviewed by hand); remove the \
+                 empty or repeated `[[entry]]` tables"
+            ),
             Problem::Malformed(m) => write!(f, "malformed TOML: {}", m.trim_end()),
             Problem::MissingSchemaVersion => {
                 write!(f, "schema_version is missing; add `schema_version = {SCHEMA_VERSION}` at the top")
@@ -475,11 +489,18 @@ pub fn compile(file: &str, text: &str, records: RecordCheck<'_>) -> Result<Table
             .collect::<Result<_, _>>()?,
         Some(_) => return Err(fail(None, Problem::EntryNotATable)),
     };
+    if raw.len() > MAX_ENTRIES {
+        return Err(fail(None, Problem::TooManyEntries { entries: raw.len() }));
+    }
+    let newlines = NewLines::of(text);
     let lines: Vec<Option<usize>> = match toml::from_str::<Spans>(text) {
-        Ok(s) if s.entry.len() == raw.len() => s.entry.iter().map(|e| Some(line_of(text, e.span()))).collect(),
+        Ok(s) if s.entry.len() == raw.len() => s.entry.iter().map(|e| Some(newlines.line_of(e.span()))).collect(),
         _ => vec![None; raw.len()],
     };
 
+    // Each key's first entry, found in one lookup per entry (a scan of the
+    // entries before it made the compiler quadratic in their count).
+    let mut first_of: std::collections::HashMap<PolicyKey, usize> = std::collections::HashMap::new();
     let mut entries: Vec<Entry> = Vec::with_capacity(raw.len());
     for (i, (t, line)) in raw.into_iter().zip(lines).enumerate() {
         let mut label = match line {
@@ -504,21 +525,33 @@ pub fn compile(file: &str, text: &str, records: RecordCheck<'_>) -> Result<Table
             );
         }
         let e = entry(t, line, records).map_err(|p| fail(Some(label.clone()), p))?;
-        if let Some(idx) = entries.iter().position(|f| f.key == e.key) {
+        if let Some(&idx) = first_of.get(&e.key) {
             let first = match entries[idx].line {
                 Some(l) => format!("entry {} (line {l})", idx + 1),
                 None => format!("entry {}", idx + 1),
             };
             return Err(fail(Some(label), Problem::DuplicateKey { first }));
         }
+        first_of.insert(e.key.clone(), entries.len());
         entries.push(e);
     }
     Ok(Table { file: file.to_string(), schema_version: SCHEMA_VERSION, entries })
 }
 
-fn line_of(text: &str, span: Range<usize>) -> usize {
-    let start = span.start.min(text.len());
-    text.as_bytes()[..start].iter().filter(|&&b| b == b'\n').count() + 1
+/// The offsets of a text's newlines, found once: an entry's line is a
+/// binary search, not a count from the start of the text for every entry
+/// (which made the compiler quadratic in `[[entry]]` headers).
+struct NewLines(Vec<usize>);
+
+impl NewLines {
+    fn of(text: &str) -> NewLines {
+        NewLines(text.bytes().enumerate().filter(|(_, b)| *b == b'\n').map(|(i, _)| i).collect())
+    }
+
+    /// The 1-based line of a span's start.
+    fn line_of(&self, span: Range<usize>) -> usize {
+        self.0.partition_point(|&n| n < span.start) + 1
+    }
 }
 
 fn bad(field: &'static str, problem: impl Into<String>) -> Problem {

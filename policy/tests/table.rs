@@ -338,3 +338,21 @@ fn cost_curves_typed_on_the_command_line_are_bounded_like_an_entrys() {
     assert!(parse_cost_curves(&v(&["64=1,2", "64=1,3"])).unwrap_err().contains("given twice"));
     assert!(parse_cost_curves(&v(&["1=1,2", "2=1,2", "3=1,2", "4=1,2", "5=1,2"])).unwrap_err().contains("at most 4"));
 }
+
+#[test]
+fn a_table_of_more_entry_headers_than_the_cap_is_refused_by_count() {
+    use policy::table::{MAX_ENTRIES, MAX_TABLE_BYTES};
+    // 100,000 empty `[[entry]]` headers fit in the byte cap; each used to
+    // cost a count of the newlines before it (16 s for 900 KB).
+    let n = (MAX_TABLE_BYTES - HEAD.len()) / "[[entry]]\n".len();
+    assert!(n > 20 * MAX_ENTRIES);
+    let text = format!("{HEAD}{}", "[[entry]]\n".repeat(n));
+    let e = compile_err(&text);
+    assert_eq!(e.problem, Problem::TooManyEntries { entries: n }, "{e}");
+    assert!(e.to_string().contains(&format!("over the limit of {MAX_ENTRIES}")), "{e}");
+    // At the cap, the entries are read (and the first, empty, named with its line).
+    let text = format!("{HEAD}{}", "[[entry]]\n".repeat(MAX_ENTRIES));
+    let e = compile_err(&text);
+    assert!(matches!(e.problem, Problem::Field(_)), "{e}");
+    assert_eq!(e.entry.as_deref(), Some("entry 1 (line 3)"), "{e}");
+}

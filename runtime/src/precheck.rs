@@ -24,6 +24,9 @@
 //! (every other value is skipped as `IgnoredAny`), so a file that cannot
 //! belong to its model is refused in about a second and in constant memory
 //! ([`check_against_model`], called by `runtime::open` before loading).
+//! Every other section (normalizer, pre-tokenizer, post-processor,
+//! decoder, the model's own fields) is walked the same way and bounded
+//! together ([`MAX_SECTION_VALUES`], [`MAX_SECTION_STRING_BYTES`]).
 
 use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use std::fmt;
@@ -35,6 +38,21 @@ use std::path::Path;
 /// ([`crate::model::config::MAX_VOCAB`]) times four leaves room for any of them.
 pub const MAX_MERGES: u64 = 4 * crate::model::config::MAX_VOCAB as u64;
 
+/// Most JSON values (each scalar, string, list and object counts one) all
+/// the sections of a tokenizer.json other than the vocabulary, the merges
+/// and the added tokens may hold together: the normalizer, pre-tokenizer,
+/// post-processor, decoder, truncation, padding and the model's scalars.
+/// Real files hold tens to hundreds (a sequence of a few normalizers, a
+/// template with its special tokens); the `tokenizers` crate builds each
+/// value into an object of its own, and a normalizer sequence of millions
+/// aborted the process at 3.7 GB.
+pub const MAX_SECTION_VALUES: u64 = 1 << 16;
+
+/// Most bytes of strings (keys included) those sections may hold together:
+/// the largest real one is a SentencePiece normalizer's
+/// `precompiled_charsmap`, a few hundred kB of base64.
+pub const MAX_SECTION_STRING_BYTES: u64 = 16 << 20;
+
 /// What the scan counted (0 where the file has no such field).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Counts {
@@ -44,6 +62,10 @@ pub struct Counts {
     pub merges: u64,
     /// Entries of `added_tokens`.
     pub added_tokens: u64,
+    /// JSON values of every other section ([`MAX_SECTION_VALUES`]).
+    pub section_values: u64,
+    /// Bytes of their strings and keys ([`MAX_SECTION_STRING_BYTES`]).
+    pub section_string_bytes: u64,
 }
 
 /// Counts `path`'s vocabulary, merges and added tokens without building
@@ -238,6 +260,11 @@ fn fixed_bytes(ty: u32) -> Option<u64> {
 /// leaves room for any of them and bounds a header's parse at about 80 MB.
 pub const MAX_SAFETENSORS_TENSORS: u64 = 1 << 16;
 
+/// Most `__metadata__` entries a safetensors header may carry: real files
+/// carry a few (`format`, a tool's name and version); the loader keeps
+/// each as two strings, so a header of millions took gigabytes uncounted.
+pub const MAX_SAFETENSORS_METADATA: u64 = 1 << 12;
+
 /// Largest safetensors header read (the `safetensors` crate's own limit).
 pub const MAX_SAFETENSORS_HEADER_BYTES: u64 = 100_000_000;
 
@@ -270,19 +297,23 @@ pub fn check_safetensors(dir: &Path) -> Result<(), String> {
     } else {
         vec!["model.safetensors".to_string()]
     };
-    let mut seen: Vec<(std::path::PathBuf, String)> = Vec::new();
+    // Files are told apart by device and inode (after symlinks): a hard
+    // link is another name of the same file, and its path another path.
+    let mut seen: Vec<((u64, u64), String)> = Vec::new();
     let mut total = 0u64;
     for name in names {
+        use std::os::unix::fs::MetadataExt;
         let p = dir.join(&name);
-        let Ok(real) = std::fs::canonicalize(&p) else { continue };
-        if let Some((_, other)) = seen.iter().find(|(r, _)| *r == real) {
+        let Ok(meta) = std::fs::metadata(&p) else { continue };
+        let id = (meta.dev(), meta.ino());
+        if let Some((_, other)) = seen.iter().find(|(r, _)| *r == id) {
             return Err(format!(
-                "{}: shards {other} and {name} are the same file ({}); each shard of an index must be its own file",
+                "{}: shards {other} and {name} are the same file (one inode, linked or named twice); each shard \
+                 of an index must be its own file",
                 index_path.display(),
-                real.display()
             ));
         }
-        seen.push((real, name));
+        seen.push((id, name));
         let n = count_safetensors_tensors(&p)?;
         if n > MAX_SAFETENSORS_TENSORS {
             return Err(format!(
@@ -303,7 +334,9 @@ pub fn check_safetensors(dir: &Path) -> Result<(), String> {
 }
 
 /// The tensors a safetensors file's header names (`__metadata__` is not
-/// one), read as a stream: nothing but the count is kept.
+/// one), read as a stream: nothing but the count is kept. A
+/// `__metadata__` of more than [`MAX_SAFETENSORS_METADATA`] entries is
+/// refused here (the loader keeps every entry, like a tensor's name).
 pub fn count_safetensors_tensors(path: &Path) -> Result<u64, String> {
     use std::io::Read;
     let err = |e: &dyn fmt::Display| format!("{}: {e}", path.display());
@@ -317,11 +350,16 @@ pub fn count_safetensors_tensors(path: &Path) -> Result<u64, String> {
         )));
     }
     let mut de = serde_json::Deserializer::from_reader(std::io::BufReader::new(f.take(n)));
-    TensorKeys.deserialize(&mut de).map_err(|e| err(&format!("the header is not a JSON object: {e}")))
+    TensorKeys.deserialize(&mut de).map_err(|e| match e.classify() {
+        // A bound of this pass (its own message), not the shape.
+        serde_json::error::Category::Data if e.to_string().contains("__metadata__") => err(&e),
+        _ => err(&format!("the header is not a JSON object: {e}")),
+    })
 }
 
 /// The keys of a safetensors header other than `__metadata__` (its
-/// tensors), counted in one pass; every value is skipped unread.
+/// tensors), counted in one pass, and `__metadata__`'s entries bounded;
+/// every other value is skipped unread.
 struct TensorKeys;
 
 impl<'de> DeserializeSeed<'de> for TensorKeys {
@@ -339,8 +377,18 @@ impl<'de> Visitor<'de> for TensorKeys {
     fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<u64, A::Error> {
         let mut n = 0;
         while let Some(k) = m.next_key::<std::borrow::Cow<'de, str>>()? {
-            n += u64::from(k != "__metadata__");
-            m.next_value::<IgnoredAny>()?;
+            if k == "__metadata__" {
+                let entries = m.next_value_seed(Entries)?;
+                if entries > MAX_SAFETENSORS_METADATA {
+                    return Err(serde::de::Error::custom(format!(
+                        "its __metadata__ has {entries} entries, more than the {MAX_SAFETENSORS_METADATA} this runtime \
+                         reads (real files carry a few, like \"format\": \"pt\")"
+                    )));
+                }
+            } else {
+                n += 1;
+                m.next_value::<IgnoredAny>()?;
+            }
         }
         Ok(n)
     }
@@ -412,8 +460,10 @@ impl<'de> Visitor<'de> for Top<'_> {
             match k.as_ref() {
                 "model" => m.next_value_seed(ModelPart(&mut *self.0))?,
                 "added_tokens" => self.0.added_tokens = m.next_value_seed(Entries)?,
-                _ => {
-                    m.next_value::<IgnoredAny>()?;
+                other => {
+                    let section = other.to_string();
+                    self.0.add_string(&section, other.len()).map_err(serde::de::Error::custom)?;
+                    m.next_value_seed(Section { counts: &mut *self.0, section: &section, depth: 0 })?
                 }
             }
         }
@@ -441,8 +491,10 @@ impl<'de> Visitor<'de> for ModelPart<'_> {
             match k.as_ref() {
                 "vocab" => self.0.vocab = m.next_value_seed(Entries)?,
                 "merges" => self.0.merges = m.next_value_seed(Entries)?,
-                _ => {
-                    m.next_value::<IgnoredAny>()?;
+                other => {
+                    let section = format!("model.{other}");
+                    self.0.add_string(&section, other.len()).map_err(serde::de::Error::custom)?;
+                    m.next_value_seed(Section { counts: &mut *self.0, section: &section, depth: 0 })?
                 }
             }
         }
@@ -450,6 +502,107 @@ impl<'de> Visitor<'de> for ModelPart<'_> {
     }
     // `model: null` and other shapes: nothing to count (the full parse judges them).
     fn visit_unit<E>(self) -> Result<(), E> {
+        Ok(())
+    }
+}
+
+impl Counts {
+    /// One more value of `section`, of `bytes` bytes of string: an error
+    /// naming the section once the sections pass either bound.
+    fn add_value(&mut self, section: &str, bytes: usize) -> Result<(), String> {
+        self.section_values += 1;
+        if self.section_values > MAX_SECTION_VALUES {
+            return Err(format!(
+                "its sections other than the vocabulary, merges and added tokens hold more than \
+                 {MAX_SECTION_VALUES} values (passed in `{section}`); real ones hold hundreds"
+            ));
+        }
+        self.add_string(section, bytes)
+    }
+
+    fn add_string(&mut self, section: &str, bytes: usize) -> Result<(), String> {
+        self.section_string_bytes += bytes as u64;
+        if self.section_string_bytes > MAX_SECTION_STRING_BYTES {
+            return Err(format!(
+                "its sections other than the vocabulary, merges and added tokens hold more than \
+                 {MAX_SECTION_STRING_BYTES} bytes of strings (passed in `{section}`)"
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Deepest nesting walked in a section (serde_json stops at 128 anyway).
+const MAX_SECTION_DEPTH: usize = 64;
+
+/// A section other than the vocabulary, merges and added tokens: every
+/// value is counted against [`MAX_SECTION_VALUES`] and
+/// [`MAX_SECTION_STRING_BYTES`] and dropped.
+struct Section<'a> {
+    counts: &'a mut Counts,
+    section: &'a str,
+    depth: usize,
+}
+
+impl<'de> DeserializeSeed<'de> for Section<'_> {
+    type Value = ();
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl Section<'_> {
+    fn value<E: serde::de::Error>(self, bytes: usize) -> Result<(), E> {
+        self.counts.add_value(self.section, bytes).map_err(E::custom)
+    }
+
+    fn inner(&mut self) -> Section<'_> {
+        Section { counts: &mut *self.counts, section: self.section, depth: self.depth + 1 }
+    }
+}
+
+impl<'de> Visitor<'de> for Section<'_> {
+    type Value = ();
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a JSON value")
+    }
+    fn visit_bool<E: serde::de::Error>(self, _: bool) -> Result<(), E> {
+        self.value(0)
+    }
+    fn visit_i64<E: serde::de::Error>(self, _: i64) -> Result<(), E> {
+        self.value(0)
+    }
+    fn visit_u64<E: serde::de::Error>(self, _: u64) -> Result<(), E> {
+        self.value(0)
+    }
+    fn visit_f64<E: serde::de::Error>(self, _: f64) -> Result<(), E> {
+        self.value(0)
+    }
+    fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<(), E> {
+        self.value(v.len())
+    }
+    fn visit_unit<E: serde::de::Error>(self) -> Result<(), E> {
+        self.value(0)
+    }
+    fn visit_seq<A: SeqAccess<'de>>(mut self, mut s: A) -> Result<(), A::Error> {
+        use serde::de::Error;
+        if self.depth >= MAX_SECTION_DEPTH {
+            return Err(A::Error::custom(format!("`{}` nests deeper than {MAX_SECTION_DEPTH}", self.section)));
+        }
+        self.counts.add_value(self.section, 0).map_err(A::Error::custom)?;
+        while s.next_element_seed(self.inner())?.is_some() {}
+        Ok(())
+    }
+    fn visit_map<A: MapAccess<'de>>(mut self, mut m: A) -> Result<(), A::Error> {
+        use serde::de::Error;
+        if self.depth >= MAX_SECTION_DEPTH {
+            return Err(A::Error::custom(format!("`{}` nests deeper than {MAX_SECTION_DEPTH}", self.section)));
+        }
+        self.counts.add_value(self.section, 0).map_err(A::Error::custom)?;
+        while let Some(k) = m.next_key::<std::borrow::Cow<'de, str>>()? {
+            self.counts.add_string(self.section, k.len()).map_err(A::Error::custom)?;
+            m.next_value_seed(self.inner())?;
+        }
         Ok(())
     }
 }
@@ -516,6 +669,36 @@ mod tests {
     }
 
     #[test]
+    fn a_normalizer_or_pre_tokenizer_of_millions_of_entries_is_refused_in_a_streaming_pass() {
+        use std::io::Write;
+        let dir = tempfile::tempdir().unwrap();
+        // The tiny checkpoint's tokenizer passes with its sections counted.
+        let tiny = Path::new(env!("CARGO_MANIFEST_DIR")).join("../reference/data/tiny/qwen2-hf");
+        let c = count(&tiny.join("tokenizer.json")).unwrap();
+        assert!(c.section_values > 0 && c.section_values < 1000, "{c:?}");
+        for section in ["normalizer", "pre_tokenizer", "decoder"] {
+            // A sequence of 1 M lowercase steps (18 MB): built by the
+            // tokenizers crate, such a file aborted the process at 3.7 GB.
+            let mut f = std::io::BufWriter::new(std::fs::File::create(dir.path().join("tokenizer.json")).unwrap());
+            write!(f, "{{\"version\":\"1.0\",\"{section}\":{{\"type\":\"Sequence\",\"steps\":[").unwrap();
+            for i in 0..1_000_000 {
+                write!(f, "{}{{\"type\":\"Lowercase\"}}", if i == 0 { "" } else { "," }).unwrap();
+            }
+            write!(f, "]}},\"model\":{{\"type\":\"BPE\",\"vocab\":{{\"a\":0}},\"merges\":[]}}}}").unwrap();
+            f.flush().unwrap();
+            drop(f);
+            let e = check_against_model(dir.path(), Some(10)).unwrap_err();
+            assert!(e.contains(&format!("more than {MAX_SECTION_VALUES} values (passed in `{section}`)")), "{e}");
+        }
+        // One long string in the model's own fields.
+        let long = "x".repeat(MAX_SECTION_STRING_BYTES as usize + 1);
+        let text = format!("{{\"model\":{{\"type\":\"BPE\",\"unk_token\":\"{long}\",\"vocab\":{{}},\"merges\":[]}}}}");
+        std::fs::write(dir.path().join("tokenizer.json"), text).unwrap();
+        let e = check_against_model(dir.path(), Some(10)).unwrap_err();
+        assert!(e.contains("bytes of strings (passed in `model.unk_token`)"), "{e}");
+    }
+
+    #[test]
     fn a_vocabulary_past_the_model_or_the_bound_is_refused_in_a_streaming_pass() {
         let dir = tempfile::tempdir().unwrap();
         // 2 M entries, 44 MB: past MAX_VOCAB. Built by the tokenizers crate, this took gigabytes.
@@ -568,7 +751,30 @@ mod tests {
         std::os::unix::fs::symlink(&p, dir.path().join("s2.safetensors")).unwrap();
         let e = check_safetensors(dir.path()).unwrap_err();
         assert!(e.contains("shards s1.safetensors and s2.safetensors are the same file"), "{e}");
+        // Hard links: other names, other paths, one file.
+        for s in ["s1.safetensors", "s2.safetensors"] {
+            std::fs::remove_file(dir.path().join(s)).unwrap();
+            std::fs::hard_link(&p, dir.path().join(s)).unwrap();
+        }
+        let e = check_safetensors(dir.path()).unwrap_err();
+        assert!(e.contains("shards s1.safetensors and s2.safetensors are the same file"), "{e}");
+        // A __metadata__ of 70,000 entries beside one tensor.
+        let mut meta = serde_json::Map::new();
+        for i in 0..70_000 {
+            meta.insert(format!("k{i}"), serde_json::json!("v"));
+        }
+        let header =
+            serde_json::json!({"__metadata__": meta, "a": {"dtype": "F32", "shape": [0], "data_offsets": [0, 0]}});
+        let bytes = header.to_string().into_bytes();
+        let mut file = (bytes.len() as u64).to_le_bytes().to_vec();
+        file.extend_from_slice(&bytes);
+        let m = dir.path().join("meta.safetensors");
+        std::fs::write(&m, file).unwrap();
+        let e = count_safetensors_tensors(&m).unwrap_err();
+        assert!(e.contains("__metadata__ has 70000 entries, more than the 4096"), "{e}");
         // Shards that are each under the bound but not together.
+        std::fs::remove_file(dir.path().join("s1.safetensors")).unwrap();
+        std::os::unix::fs::symlink(&p, dir.path().join("s1.safetensors")).unwrap();
         std::fs::remove_file(dir.path().join("s2.safetensors")).unwrap();
         zero_size_tensors(&dir.path().join("s2.safetensors"), 40_000);
         zero_size_tensors(&p, 40_000);

@@ -425,3 +425,61 @@ mod policy {
         assert!(adaptive_cost(&args(None, &[], Some("3")), &r).unwrap().0.is_none());
     }
 }
+
+mod logprobs {
+    use crate::engine::{Engine, PREFILL_CHUNK};
+    use crate::model::{LogitRows, Session, load};
+    use crate::serve::logprobs::{SCORE_ROWS, ScoreError, score};
+    use crate::test_models::*;
+    use kernels::dispatch::KernelFamily;
+    use std::cell::Cell;
+
+    fn engine(context: u32) -> Engine {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("tiny.gguf");
+        std::fs::write(&p, gguf_bytes_with(&vocab(), context)).unwrap();
+        Engine::new(load(&p).unwrap(), KernelFamily::SCALAR, 1).unwrap()
+    }
+
+    #[test]
+    fn the_scoring_pass_runs_in_chunks_asks_before_each_and_stops_when_cancelled() {
+        let e = engine(512);
+        let n_vocab = vocab().len() as u32;
+        // A long echo: 300 prompt tokens scored from the second.
+        let seq: Vec<u32> = (0..300u32).map(|i| (i * 7 + 3) % n_vocab).collect();
+        let asked = Cell::new(0usize);
+        let all = score(&e, &seq, 1, 2, &|| {
+            asked.set(asked.get() + 1);
+            false
+        })
+        .unwrap();
+        assert_eq!(all.len(), seq.len() - 1);
+        // No cache-filling prefix here (from 1): one question per scored chunk.
+        assert_eq!(asked.get(), (seq.len() - 1).div_ceil(SCORE_ROWS));
+        // Scoring the last 10 tokens fills the cache with 289 first, in prefill chunks.
+        asked.set(0);
+        let tail = score(&e, &seq, 290, 2, &|| {
+            asked.set(asked.get() + 1);
+            false
+        })
+        .unwrap();
+        assert_eq!(asked.get(), 289usize.div_ceil(PREFILL_CHUNK) + 1);
+        // The chunked pass gives the scores of the whole sequence's pass.
+        assert_eq!(tail[..], all[289..]);
+        let mut session = Session::new(&e.loaded.model.config);
+        let rows = e.install(|| e.loaded.model.forward(e.family, &mut session, &seq[..299], LogitRows::All)).unwrap();
+        let vocab = e.loaded.model.config.vocab;
+        let last = &rows[298 * vocab..];
+        let max = last.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
+        let norm = max + last.iter().map(|&x| (x as f64 - max).exp()).sum::<f64>().ln();
+        assert_eq!(tail[9].logprob, last[seq[299] as usize] as f64 - norm);
+        // A client that leaves (or a deadline that passes) after two chunks stops the pass.
+        asked.set(0);
+        let r = score(&e, &seq, 1, 2, &|| {
+            asked.set(asked.get() + 1);
+            asked.get() > 2
+        });
+        assert_eq!(r, Err(ScoreError::Cancelled));
+        assert_eq!(asked.get(), 3);
+    }
+}

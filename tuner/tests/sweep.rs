@@ -792,22 +792,32 @@ fn a_width_whose_rates_are_invalid_is_not_a_measurement_and_is_refused() {
     // Three widths, so that drift stays judgeable from the two valid ones.
     f.set_width(Some(3), &arm(Some(3), 110.0, Spec::default()));
     assert!(f.sweep(&["--widths", "1,2,3"]).status.success());
-    // Every width-1 request gets a negative or missing rate: width 1 would
-    // drop out and width 2 be chosen, silently, without the check.
+    // Every width-1 request gets a missing rate (a zero decode time, so the
+    // row agrees with itself) or a negative one: width 1 would drop out and
+    // width 2 be chosen, silently, without the check.
     doctor(&f, |_, v| {
         if v["kind"] == "request" && v["width"] == 1 {
-            let bad = if v["burst"] == 0 { json!(-5.0) } else { Value::Null };
-            v["decode_tok_per_s"] = bad;
+            v["decode_tok_per_s"] = Value::Null;
+            v["decode_ms"] = json!(0.0);
         }
         None
     });
     let s = f.summary();
     let why = s["widths"][0]["not_a_measurement"].as_str().unwrap();
-    assert!(why.contains("missing, non-finite, non-positive or implausible"), "{why}");
+    assert!(why.contains("missing, non-finite or implausible"), "{why}");
     assert_eq!(s["widths"][0]["invalid_rate_requests"], 12);
     assert_eq!(s["drift_unjudged"], false);
     assert_eq!(s["decision"]["width"], 2);
     assert_refused(&f.propose(true), "not measurements");
+    // A negative rate is also not what the row's counts and times give: a
+    // data problem, refused before the widths are looked at.
+    doctor(&f, |_, v| {
+        if v["kind"] == "request" && v["width"] == 1 && v["burst"] == 0 {
+            v["decode_tok_per_s"] = json!(-5.0);
+        }
+        None
+    });
+    assert_refused(&f.propose(true), "is not its own decode_tokens / decode_ms");
 }
 
 #[test]

@@ -126,6 +126,7 @@ pub fn bench(args: BenchSettings) -> Result<ExitCode> {
     ] {
         check_range(flag, v as u64, lo, hi).map_err(anyhow::Error::msg)?;
     }
+    bench_flags_apply(&args)?;
     let Opened { engine, path, .. } = open(&args.load, threads)?;
     // The prefill and what follows it must fit the model's context.
     let context = engine.loaded.model.config.context_length;
@@ -156,6 +157,65 @@ pub fn bench(args: BenchSettings) -> Result<ExitCode> {
         print!("{}", crate::bench::render(&report));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// A prompt of `n_prompt` tokens leaves room for at least one generated
+/// token in a context of `context` positions, or is refused naming the
+/// prompt and both numbers (the server's `context_length_exceeded`).
+pub fn check_prompt_fits(id: &str, n_prompt: usize, context: usize) -> Result<()> {
+    if n_prompt >= context {
+        bail!(
+            "prompt {id} is {n_prompt} tokens; the context length is {context}, so at most {} tokens of prompt \
+             leave room for one generated token: shorten it",
+            context.saturating_sub(1)
+        );
+    }
+    Ok(())
+}
+
+/// Every flag `bench` takes acts, or it is refused here, before the model
+/// loads: `--policy` (bench measures the widths it is given, it resolves
+/// none from a table), the width curve's flags without `--drafter`, and
+/// `--verify-cost` with one. (`--drafter-model` with a drafter that takes
+/// no model is refused with the drafter's settings.)
+fn bench_flags_apply(args: &BenchSettings) -> Result<()> {
+    let s = &args.spec;
+    if let Some(p) = &s.policy {
+        bail!(
+            "--policy {}: bench resolves no width from a table (it measures classic decoding, or with --drafter \
+             every width in --widths); try a table with `runtime generate --policy FILE` or `runtime serve --policy \
+             FILE`",
+            p.display()
+        );
+    }
+    let curve = s.drafter.as_deref().is_some_and(|k| k != "none");
+    if curve {
+        if args.verify_cost {
+            bail!("--verify-cost times the target's verify passes without a drafter: run it without --drafter");
+        }
+        return Ok(());
+    }
+    let given = [
+        ("--draft-width", s.draft_width.is_some()),
+        ("--drafter-model", s.drafter_model.is_some()),
+        ("--layerskip-layers", s.layerskip_layers.is_some()),
+        ("--ngram-min", s.ngram_min.is_some()),
+        ("--ngram-max", s.ngram_max.is_some()),
+        ("--suffix-min-match", s.suffix_min_match.is_some()),
+        ("--suffix-max-match", s.suffix_max_match.is_some()),
+        ("--suffix-min-prob", s.suffix_min_prob.is_some()),
+        ("--allow-inexact", s.allow_inexact),
+        ("--adaptive", s.adaptive.is_some()),
+        ("--cost-curve", !s.cost_curves.is_empty()),
+        ("--prompts", args.prompts.is_some()),
+    ];
+    if let Some((flag, _)) = given.iter().find(|(_, g)| *g) {
+        bail!(
+            "{flag} applies to the width curve, which needs --drafter KIND; without a drafter bench measures \
+             classic decoding and would ignore it"
+        );
+    }
+    Ok(())
 }
 
 /// `runtime bench --drafter KIND`: the width curve, one table per task.
@@ -277,10 +337,14 @@ pub fn generate(args: GenerateSettings) -> Result<ExitCode> {
     let Opened { engine, selection, cuda, .. } = open(&args.load, threads)?;
     let tok = &engine.loaded.tokenizer;
 
-    // Tokenize everything up front: a bad prompt fails before any work.
+    // Tokenize everything up front: a bad prompt fails before any work,
+    // one past the context too (as the server refuses it), not after its
+    // prefill.
     let mut prompts = Vec::with_capacity(items.len());
     for it in &items {
-        prompts.push((it.id.clone(), it.encode(tok)?));
+        let ids = it.encode(tok)?;
+        check_prompt_fits(&it.id, ids.len(), engine.loaded.info.context_length)?;
+        prompts.push((it.id.clone(), ids));
     }
 
     let decoding = crate::speculative::setup::Speculation::from_settings(&args.spec, &engine)?;
@@ -351,4 +415,52 @@ pub fn generate(args: GenerateSettings) -> Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod bench_flag_tests {
+    use super::*;
+
+    fn bench(spec: SpeculationSettings, prompts: Option<PathBuf>, verify_cost: bool) -> BenchSettings {
+        BenchSettings {
+            load: ModelSettings::default(),
+            prompt_tokens: 8,
+            gen_tokens: 8,
+            reps: 1,
+            warmup: 0,
+            verify_cost,
+            max_rows: 4,
+            json: false,
+            widths: vec![1, 2],
+            prompts,
+            max_tokens: 8,
+            spec,
+        }
+    }
+
+    #[test]
+    fn every_bench_flag_acts_or_is_refused_before_the_model_loads() {
+        // --policy: never read by bench, even when the file does not exist.
+        let policy = SpeculationSettings { policy: Some("/no/such/table.toml".into()), ..Default::default() };
+        let e = bench_flags_apply(&bench(policy.clone(), None, false)).unwrap_err().to_string();
+        assert!(e.contains("--policy /no/such/table.toml") && e.contains("resolves no width"), "{e}");
+        let curve = SpeculationSettings { drafter: Some("ngram".into()), ..policy };
+        assert!(bench_flags_apply(&bench(curve, None, false)).is_err());
+        // The width curve's flags without a drafter.
+        let model = SpeculationSettings { drafter_model: Some("d.gguf".into()), ..Default::default() };
+        let e = bench_flags_apply(&bench(model, None, false)).unwrap_err().to_string();
+        assert!(e.contains("--drafter-model applies to the width curve"), "{e}");
+        let none = SpeculationSettings { drafter: Some("none".into()), adaptive: Some(true), ..Default::default() };
+        assert!(bench_flags_apply(&bench(none, None, false)).unwrap_err().to_string().contains("--adaptive"));
+        let e = bench_flags_apply(&bench(SpeculationSettings::default(), Some("p.jsonl".into()), false)).unwrap_err();
+        assert!(e.to_string().contains("--prompts"), "{e}");
+        // --verify-cost with a drafter.
+        let ngram = SpeculationSettings { drafter: Some("ngram".into()), ..Default::default() };
+        assert!(
+            bench_flags_apply(&bench(ngram.clone(), None, true)).unwrap_err().to_string().contains("--verify-cost")
+        );
+        // What acts is accepted.
+        assert!(bench_flags_apply(&bench(ngram, Some("p.jsonl".into()), false)).is_ok());
+        assert!(bench_flags_apply(&bench(SpeculationSettings::default(), None, true)).is_ok());
+    }
 }

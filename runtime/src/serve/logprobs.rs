@@ -8,11 +8,16 @@
 //! `runtime/tests/prefill_chunks.rs` tests), so these are the logits the
 //! decoder chose each token from, and they are the same whether it
 //! speculated or not. The pass costs about one prefill of the scored
-//! tokens; requests without `logprobs` never run it. The values are the
-//! model's own distribution (log-softmax of the raw logits), before
-//! temperature, top-k or top-p, as vLLM reports them.
+//! tokens; requests without `logprobs` never run it. Like a prefill, it
+//! runs in chunks (the cache-filling part in [`PREFILL_CHUNK`]s, the scored
+//! part in [`SCORE_ROWS`]) and asks before each chunk whether the request
+//! is still wanted (client gone, deadline passed, shutdown), so an 8,000-
+//! token echo neither holds the engine past its deadline nor takes the
+//! memory of one 8,000-row pass. The values are the model's own
+//! distribution (log-softmax of the raw logits), before temperature, top-k
+//! or top-p, as vLLM reports them.
 
-use crate::engine::Engine;
+use crate::engine::{Engine, PREFILL_CHUNK};
 use crate::model::{LogitRows, Session};
 use crate::tokenizer::Tokenizer;
 use serde_json::{Value, json};
@@ -22,7 +27,7 @@ pub const MAX_TOP_LOGPROBS: usize = 20;
 
 /// Rows per scoring pass: bounds the logits held at once to this many
 /// vocabulary-sized rows (16 × 151,936 floats = 9.7 MB for Qwen).
-const SCORE_ROWS: usize = 16;
+pub const SCORE_ROWS: usize = 16;
 
 /// One scored token: its log probability and the `top` most likely tokens
 /// at its position (highest first; equal ones by id).
@@ -33,11 +38,26 @@ pub struct Scored {
     pub top: Vec<(u32, f64)>,
 }
 
+/// Why a scoring pass gave no scores.
+#[derive(Debug, PartialEq)]
+pub enum ScoreError {
+    /// `cancelled` said so before a chunk.
+    Cancelled,
+    /// A forward pass failed.
+    Forward(String),
+}
+
 /// Scores `seq[j]` for every `j` in `max(from, 1)..seq.len()` from the
 /// logits after `seq[..j]` (the first token of a sequence has no
 /// probability). `top` alternatives per position, at most
-/// [`MAX_TOP_LOGPROBS`].
-pub fn score(engine: &Engine, seq: &[u32], from: usize, top: usize) -> Result<Vec<Scored>, String> {
+/// [`MAX_TOP_LOGPROBS`]. `cancelled` is asked before every chunk.
+pub fn score(
+    engine: &Engine,
+    seq: &[u32],
+    from: usize,
+    top: usize,
+    cancelled: &dyn Fn() -> bool,
+) -> Result<Vec<Scored>, ScoreError> {
     let top = top.min(MAX_TOP_LOGPROBS);
     let first = from.max(1);
     if first >= seq.len() {
@@ -45,26 +65,31 @@ pub fn score(engine: &Engine, seq: &[u32], from: usize, top: usize) -> Result<Ve
     }
     let model = &engine.loaded.model;
     let vocab = model.config.vocab;
-    engine.install(|| {
-        let mut session = Session::new(&model.config);
-        // The row of position `first - 1` predicts `seq[first]`: the
-        // positions before it only fill the cache.
-        let start = first - 1;
-        if start > 0 {
-            model.forward(engine.family, &mut session, &seq[..start], LogitRows::Last).map_err(|e| e.to_string())?;
+    let forward = |session: &mut Session, chunk: &[u32], rows: LogitRows| {
+        if cancelled() {
+            return Err(ScoreError::Cancelled);
         }
-        let mut out = Vec::with_capacity(seq.len() - first);
-        let rows = &seq[start..seq.len() - 1];
-        for (c, chunk) in rows.chunks(SCORE_ROWS).enumerate() {
-            let logits =
-                model.forward(engine.family, &mut session, chunk, LogitRows::All).map_err(|e| e.to_string())?;
-            for (k, row) in logits.chunks_exact(vocab).enumerate() {
-                let at = start + c * SCORE_ROWS + k + 1;
-                out.push(scored(row, seq[at], top));
-            }
+        engine
+            .install(|| model.forward(engine.family, session, chunk, rows))
+            .map_err(|e| ScoreError::Forward(e.to_string()))
+    };
+    let mut session = Session::new(&model.config);
+    // The row of position `first - 1` predicts `seq[first]`: the
+    // positions before it only fill the cache, a prefill's chunk at a time.
+    let start = first - 1;
+    for chunk in seq[..start].chunks(PREFILL_CHUNK) {
+        forward(&mut session, chunk, LogitRows::Last)?;
+    }
+    let mut out = Vec::with_capacity(seq.len() - first);
+    let rows = &seq[start..seq.len() - 1];
+    for (c, chunk) in rows.chunks(SCORE_ROWS).enumerate() {
+        let logits = forward(&mut session, chunk, LogitRows::All)?;
+        for (k, row) in logits.chunks_exact(vocab).enumerate() {
+            let at = start + c * SCORE_ROWS + k + 1;
+            out.push(scored(row, seq[at], top));
         }
-        Ok(out)
-    })
+    }
+    Ok(out)
 }
 
 /// Log-softmax of one row at `id`, and its `top` entries.

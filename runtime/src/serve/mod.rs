@@ -6,7 +6,8 @@
 //! - [`worker`]: the engine thread, which decodes one request at a time
 //!   through [`crate::request::decode`] (the code path of `runtime generate`);
 //! - [`text`]: incremental detokenization and stop strings for streaming;
-//! - [`routes`]: the endpoints, responses and server-sent events.
+//! - [`routes`]: the endpoints, responses and server-sent events;
+//! - [`log_text`]: client text escaped and bounded for the logs.
 //!
 //! One sequence runs at a time (no batching): handlers parse and tokenize
 //! concurrently, then wait in arrival order. Speculative settings are fixed
@@ -16,6 +17,7 @@ pub mod parse;
 pub mod conn;
 pub mod error;
 pub mod llama;
+pub mod log_text;
 pub mod logprobs;
 pub mod metrics;
 pub mod queue;
@@ -122,11 +124,7 @@ impl ServeLimits {
         if args.api_key.as_deref().is_some_and(|k| k.is_empty() || k.len() > 4096) {
             return Err("--api-key must be 1 to 4096 bytes".into());
         }
-        if args.allowed_origins.len() > 64 || args.allowed_origins.iter().any(|o| o.is_empty() || o.len() > 256) {
-            return Err("--allowed-origins takes at most 64 origins of 1 to 256 bytes each (like \
-                        http://localhost:3000, or * for any)"
-                .into());
-        }
+        check_allowed_origins(&args.allowed_origins)?;
         Ok(ServeLimits {
             conn: conn::ConnLimits {
                 header_timeout,
@@ -138,6 +136,82 @@ impl ServeLimits {
             request_timeout: Duration::from_secs(secs),
         })
     }
+}
+
+/// `--allowed-origins`: at most 64 of 1 to 256 bytes, each one a browser
+/// could send ([`origin_problem`]).
+pub fn check_allowed_origins(origins: &[String]) -> Result<(), String> {
+    if origins.len() > 64 || origins.iter().any(|o| o.is_empty() || o.len() > 256) {
+        return Err("--allowed-origins takes at most 64 origins of 1 to 256 bytes each (like \
+                    http://localhost:3000, or * for any)"
+            .into());
+    }
+    for o in origins {
+        if let Some(why) = origin_problem(o) {
+            return Err(format!(
+                "--allowed-origins \"{}\" can never match a browser's Origin: {why}; give each origin as browsers \
+                 send it, scheme://host[:port] in lowercase (like http://localhost:3000, no path or trailing \
+                 slash), or * for any",
+                o.escape_debug()
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Why an `--allowed-origins` value can never equal an `Origin` header, if
+/// it cannot. A browser sends an origin serialized (RFC 6454 section 6.1,
+/// the WHATWG URL standard's "ASCII serialization of an origin"): ASCII,
+/// `scheme://host` and a port only when not the default, scheme and host
+/// in lowercase, no user, path, query, fragment or trailing slash; or the
+/// word `null`. The comparison is exact, so any other value is an operator's
+/// mistake that silently allows nothing.
+pub fn origin_problem(o: &str) -> Option<String> {
+    if o == "*" || o == "null" {
+        return None;
+    }
+    if o.trim().is_empty() {
+        return Some("it is blank".into());
+    }
+    if let Some(c) = o.chars().find(|c| c.is_control() || c.is_whitespace()) {
+        return Some(format!("it holds {:?} (a control or space character)", c));
+    }
+    if !o.is_ascii() {
+        return Some("it is not ASCII (browsers send a non-ASCII host in punycode, xn--...)".into());
+    }
+    let Some((scheme, rest)) = o.split_once("://") else {
+        return Some("it has no scheme:// (like http://)".into());
+    };
+    let scheme_ok = scheme.starts_with(|c: char| c.is_ascii_lowercase())
+        && scheme.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "+-.".contains(c));
+    if !scheme_ok {
+        return Some(format!("the scheme {scheme:?} is not a lowercase URL scheme"));
+    }
+    if let Some(c) = rest.chars().find(|c| "/?#@\\".contains(*c)) {
+        return Some(format!("it has {c:?} after the scheme (an origin has no user, path, query or trailing slash)"));
+    }
+    if rest.chars().any(|c| c.is_ascii_uppercase()) {
+        return Some("its host has uppercase letters (browsers send it in lowercase)".into());
+    }
+    // The port: the digits after the last colon outside an IPv6 literal's brackets.
+    let (host, port) = match rest.rfind(':') {
+        Some(i) if !rest[i..].contains(']') => (&rest[..i], Some(&rest[i + 1..])),
+        _ => (rest, None),
+    };
+    if host.is_empty() {
+        return Some("it has no host".into());
+    }
+    if let Some(p) = port {
+        match p.parse::<u16>() {
+            Ok(_) if p.bytes().all(|b| b.is_ascii_digit()) && !p.starts_with('0') => {}
+            _ => return Some(format!("the port {p:?} is not a number 1 to 65535 without leading zeros")),
+        }
+        let default = matches!((scheme, p), ("http", "80") | ("https", "443"));
+        if default {
+            return Some(format!("browsers leave out the default port {p} of {scheme}"));
+        }
+    }
+    None
 }
 
 /// The default `model` name: the file name without `.gguf`, or the directory name.
@@ -332,6 +406,34 @@ async fn wait_for_signal() -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_allowed_origin_that_can_never_match_is_refused_with_the_reason() {
+        for ok in ["*", "null", "http://localhost:3000", "https://example.com", "http://[::1]:8080", "app://x"] {
+            assert_eq!(check_allowed_origins(&[ok.to_string()]), Ok(()), "{ok}");
+        }
+        let refused = |o: &str| check_allowed_origins(&[o.to_string()]).err();
+        for (bad, why) in [
+            (" ", "blank"),
+            ("http://a\r\nSet-Cookie: x", "control or space"),
+            ("http://a b", "control or space"),
+            ("http://localhost:3000/", "trailing slash"),
+            ("http://localhost/app", "path"),
+            ("localhost:3000", "no scheme"),
+            ("HTTP://x", "scheme"),
+            ("http://Example.com", "uppercase"),
+            ("http://x:80", "default port"),
+            ("http://x:99999", "port"),
+            ("http://", "no host"),
+            ("http://bücher.de", "punycode"),
+        ] {
+            let got = refused(bad);
+            assert!(
+                got.as_deref().is_some_and(|g| g.contains(why) && g.contains("can never match")),
+                "{bad:?}: {got:?}"
+            );
+        }
+    }
 
     #[test]
     fn the_default_model_name_drops_the_gguf_extension() {

@@ -160,8 +160,9 @@ async fn access_log(State(app): State<Arc<App>>, mut req: Request, next: Next) -
     let start = Instant::now();
     let id = client_request_id(req.headers())
         .unwrap_or_else(|| format!("req-{:x}-{}", app.started, app.next_request.fetch_add(1, Ordering::Relaxed)));
-    let method = req.method().clone();
-    let path: String = req.uri().path().chars().take(256).collect();
+    // The client's text, escaped and bounded for the log line.
+    let method = super::log_text::log_text(req.method().as_str(), super::log_text::MAX_LOGGED_CHARS);
+    let path = super::log_text::log_text(req.uri().path(), 256);
     let client = req.extensions().get::<Peer>().map_or_else(|| "-".to_string(), |p| p.0.to_string());
     req.extensions_mut().insert(RequestId(id.clone()));
     let mut resp = next.run(req).await;
@@ -265,12 +266,14 @@ async fn detokenize(app: &App, id: Option<&RequestId>, bytes: &[u8]) -> Result<s
     Ok(json!({"prompt": text, "content": text}))
 }
 
-/// Unknown fields a request sent, accepted and ignored: one warning line.
+/// Unknown fields a request sent, accepted and ignored: one warning line,
+/// their names escaped and the list bounded (they are the client's text).
 fn log_ignored(id: Option<&RequestId>, ignored: &[String]) {
     if !ignored.is_empty() {
         tracing::warn!(
             request_id = %id.map_or("-", |r| r.0.as_str()),
-            fields = %ignored.join(", "),
+            n = ignored.len(),
+            fields = %super::log_text::field_list(ignored),
             "ignored request fields this server does not know (--strict-params refuses them)"
         );
     }

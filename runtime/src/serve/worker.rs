@@ -223,7 +223,8 @@ impl Worker {
         let finish_reason = if sink.text.stopped() { FinishReason::Stop } else { g.finish_reason };
         let logprobs = match p.request.logprobs {
             None => None,
-            Some(top) => Some(self.logprobs(p, &g.token_ids, top, text.len())?),
+            // Cancelled like the generation: client gone, deadline, shutdown.
+            Some(top) => Some(self.logprobs(p, &g.token_ids, top, text.len(), &|| sink.cancelled())?),
         };
         let echo = p.request.echo.then(|| match &p.request.prompt {
             super::parse::Prompt::Text(t) => t.clone(),
@@ -240,8 +241,15 @@ impl Worker {
     /// The `logprobs` object of a finished request: the scoring pass over
     /// the prompt (with `echo`) and the completion's tokens, the latter cut
     /// where the response text ends (a stop string's tokens are not shown).
-    fn logprobs(&self, p: &Prepared, ids: &[u32], top: usize, text_len: usize) -> Result<serde_json::Value, Failure> {
-        use super::logprobs::{chat_json, completions_json, score};
+    fn logprobs(
+        &self,
+        p: &Prepared,
+        ids: &[u32],
+        top: usize,
+        text_len: usize,
+        cancelled: &dyn Fn() -> bool,
+    ) -> Result<serde_json::Value, Failure> {
+        use super::logprobs::{ScoreError, chat_json, completions_json, score};
         let engine = &*self.engine;
         let tok = &engine.loaded.tokenizer;
         // The completion's tokens that start inside the response text; only
@@ -258,8 +266,10 @@ impl Worker {
         seq.extend_from_slice(&ids[..shown]);
         let echo = p.request.echo;
         let from = if echo { 1 } else { p.prompt_ids.len() };
-        let scored =
-            score(engine, &seq, from, top).map_err(|e| Failure::Error(format!("scoring log probabilities: {e}")))?;
+        let scored = score(engine, &seq, from, top, cancelled).map_err(|e| match e {
+            ScoreError::Cancelled => Failure::Cancelled,
+            ScoreError::Forward(e) => Failure::Error(format!("scoring log probabilities: {e}")),
+        })?;
         Ok(match p.request.endpoint {
             // With `echo`, the prompt's tokens come first, the first unscored.
             // (`/completion` refuses `logprobs`; its shape would be completions'.)

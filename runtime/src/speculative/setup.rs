@@ -218,6 +218,15 @@ pub fn requested_settings(kind: DrafterKind, args: &SpeculationSettings, n_layer
     if kind != DrafterKind::Layerskip && args.layerskip_layers.is_some() {
         bail!("--layerskip-layers is a setting of --drafter layerskip, not of {kind}");
     }
+    // Only the kinds that load a checkpoint of their own read it.
+    let takes_a_model = matches!(kind, DrafterKind::DraftModel | DrafterKind::Dflash | DrafterKind::Mtp);
+    if !takes_a_model && let Some(p) = &args.drafter_model {
+        bail!(
+            "--drafter-model {} is the checkpoint of --drafter draft-model; {kind} drafts from the target itself and \
+             would ignore it",
+            p.display()
+        );
+    }
     Ok(s)
 }
 
@@ -636,5 +645,18 @@ mod tests {
         let ngram_on_suffix = SpeculationSettings { ngram_min: Some(2), ..suffix_args(None, None, None) };
         let e = requested_settings(DrafterKind::Suffix, &ngram_on_suffix, 30).unwrap_err().to_string();
         assert!(e.contains("not of suffix"), "{e}");
+    }
+
+    #[test]
+    fn a_drafter_model_for_a_drafter_that_takes_none_is_refused() {
+        let with_model = SpeculationSettings { drafter_model: Some("d.gguf".into()), ..Default::default() };
+        for kind in [DrafterKind::Ngram, DrafterKind::Suffix, DrafterKind::Layerskip] {
+            let e = requested_settings(kind, &with_model, 30).unwrap_err().to_string();
+            assert!(
+                e.contains("--drafter-model d.gguf") && e.contains(&format!("{kind} drafts from the target")),
+                "{e}"
+            );
+        }
+        assert!(requested_settings(DrafterKind::DraftModel, &with_model, 30).is_ok());
     }
 }

@@ -640,10 +640,87 @@ mod tests {
             _ => None,
         });
         let r = r.as_mut().unwrap();
-        r.outcome.decode_tok_per_s = Some(crate::analysis::summary::MAX_PLAUSIBLE_TOK_PER_S);
+        // The row's own counts and times give the rate, so only the bound refuses it.
+        let at = |r: &mut crate::data::raw::RequestRow, tok_per_s: f64| {
+            r.outcome.decode_ms = r.outcome.decode_tokens as f64 * 1e3 / tok_per_s;
+            r.outcome.decode_tok_per_s = Some(tok_per_s);
+        };
+        at(r, crate::analysis::summary::MAX_PLAUSIBLE_TOK_PER_S);
         assert_eq!(crate::analysis::summary::rate(r), Some(crate::analysis::summary::MAX_PLAUSIBLE_TOK_PER_S));
-        r.outcome.decode_tok_per_s = Some(crate::analysis::summary::MAX_PLAUSIBLE_TOK_PER_S * 1.01);
+        at(r, crate::analysis::summary::MAX_PLAUSIBLE_TOK_PER_S * 1.01);
         assert_eq!(crate::analysis::summary::rate(r), None);
+    }
+
+    #[test]
+    // summarize's floor on rates and the agreement of a rate with its row, on a simulated sweep.
+    fn denormal_and_inconsistent_rates_are_no_measurement_and_a_data_problem() {
+        use crate::analysis::summary::{MIN_PLAUSIBLE_TOK_PER_S, rate, rate_inconsistency};
+        let t = crate::analysis::simulate::Template::new();
+        let raw =
+            crate::analysis::simulate::sweep(&t, &crate::analysis::simulate::SimConfig::default_plan(0.03, 0.11, 7));
+        let each_request = |raw: &mut crate::data::raw::RawFile,
+                            f: &mut dyn FnMut(&mut crate::data::raw::RequestRow)| {
+            for l in raw.lines.iter_mut() {
+                if let crate::data::raw::RawLine::Request(r) = l {
+                    f(r)
+                }
+            }
+        };
+        // A token in 32 years, with a time that gives it: positive, consistent, and no host's.
+        let mut denormal = raw.clone();
+        each_request(&mut denormal, &mut |r| {
+            r.outcome.decode_ms = r.outcome.decode_tokens as f64 * 1e3 / 1e-9;
+            r.outcome.decode_tok_per_s = Some(1e-9);
+            assert_eq!(rate_inconsistency(r), None);
+            assert_eq!(rate(r), None);
+            // The smallest positive double: no finite time gives it.
+            r.outcome.decode_tok_per_s = Some(5e-324);
+            assert_eq!(rate(r), None);
+            r.outcome.decode_tok_per_s = Some(1e-9);
+        });
+        let s = crate::analysis::summarize::summarize_with(&denormal, false).unwrap();
+        assert!(s.widths.iter().all(|w| w.not_a_measurement.as_deref().is_some_and(|m| m.contains("implausible"))));
+        assert!(s.data_problems.iter().any(|p| p.what.contains("has no valid rate")), "{:?}", s.data_problems);
+        assert_eq!(s.decision.width, None, "{:?}", s.decision);
+        // A plausible rate its own counts and times do not give: one width's
+        // rows report twice their speed.
+        let mut doubled = raw.clone();
+        let mut n = 0;
+        each_request(&mut doubled, &mut |r| {
+            if r.width.is_some_and(|w| w.code() == 3) {
+                r.outcome.decode_tok_per_s = r.outcome.decode_tok_per_s.map(|x| x * 2.0);
+                assert!(rate_inconsistency(r).is_some_and(|w| w.contains("decode_tokens / decode_ms")));
+                assert_eq!(rate(r), None);
+                n += 1;
+            }
+        });
+        assert!(n > 0);
+        let s = crate::analysis::summarize::summarize_with(&doubled, false).unwrap();
+        assert!(
+            s.data_problems.iter().any(|p| p.what.contains("is not its own decode_tokens / decode_ms")),
+            "{:?}",
+            s.data_problems
+        );
+        let w3 = s.widths.iter().find(|w| w.width.code() == 3).unwrap();
+        assert!(w3.not_a_measurement.is_some(), "{w3:?}");
+        // decode_tokens edited to match an edited rate: the token ids still say otherwise.
+        let mut r = match raw.lines.iter().find(|l| matches!(l, crate::data::raw::RawLine::Request(_))) {
+            Some(crate::data::raw::RawLine::Request(r)) => r.clone(),
+            _ => unreachable!(),
+        };
+        assert_eq!(rate_inconsistency(&r), None);
+        r.outcome.decode_tokens *= 2;
+        r.outcome.decode_tok_per_s = r.outcome.decode_tok_per_s.map(|x| x * 2.0);
+        assert!(rate_inconsistency(&r).is_some_and(|w| w.contains("token ids")), "{:?}", rate_inconsistency(&r));
+        // Just above the floor with a time that gives it is a rate.
+        let mut r2 = r.clone();
+        r2.outcome.decode_tokens /= 2;
+        r2.outcome.decode_ms = r2.outcome.decode_tokens as f64 * 1e3 / MIN_PLAUSIBLE_TOK_PER_S;
+        r2.outcome.decode_tok_per_s = Some(MIN_PLAUSIBLE_TOK_PER_S);
+        assert_eq!(rate(&r2), Some(MIN_PLAUSIBLE_TOK_PER_S));
+        r2.outcome.decode_ms *= 2.0;
+        r2.outcome.decode_tok_per_s = Some(MIN_PLAUSIBLE_TOK_PER_S / 2.0);
+        assert_eq!(rate(&r2), None);
     }
 
     #[test]

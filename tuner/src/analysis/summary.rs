@@ -29,16 +29,98 @@ use crate::data::raw::{ArmEnd, Bracket, Halt, RequestRow};
 /// a token reads 10^9).
 pub const MAX_PLAUSIBLE_TOK_PER_S: f64 = 1e6;
 
+/// The slowest rate a request may report, in tok/s: below it the clock or
+/// the row is broken, not the engine slow. The slowest committed record
+/// decodes at 6.5 tok/s and a 70B model on a small CPU at 0.1-1; 10^-3
+/// (one token in 17 minutes) leaves two orders of magnitude below that,
+/// and refuses the denormals (5e-324) that "positive" let through.
+pub const MIN_PLAUSIBLE_TOK_PER_S: f64 = 1e-3;
+
+/// How far a row's rate may sit from what its own counts and times give
+/// (relative): the runtime divides the same two numbers, so only rounding
+/// separates them (committed records: under 1e-15).
+const RATE_AGREEMENT: f64 = 1e-6;
+
 /// A request's sample: its end-to-end tok/s in a served sweep, else the
 /// runtime's decode tok/s; `None` when there is none (no token after the
-/// first, or none at all) or it is not a positive finite number at most
-/// [`MAX_PLAUSIBLE_TOK_PER_S`].
+/// first, or none at all), it is not a finite number in
+/// [[`MIN_PLAUSIBLE_TOK_PER_S`], [`MAX_PLAUSIBLE_TOK_PER_S`]], or the row's
+/// rates disagree with its own counts and times ([`rate_inconsistency`]).
 pub fn rate(r: &RequestRow) -> Option<f64> {
     match &r.served {
         Some(s) => s.e2e_tok_per_s,
         None => r.outcome.decode_tok_per_s,
     }
-    .filter(|x| x.is_finite() && *x > 0.0 && *x <= MAX_PLAUSIBLE_TOK_PER_S)
+    .filter(|x| plausible(*x) && rate_inconsistency(r).is_none())
+}
+
+fn plausible(tok_per_s: f64) -> bool {
+    tok_per_s.is_finite() && (MIN_PLAUSIBLE_TOK_PER_S..=MAX_PLAUSIBLE_TOK_PER_S).contains(&tok_per_s)
+}
+
+/// Where a row's rates disagree with its own counts and times, if they do:
+/// `decode_tokens` against its token ids, `decode_tok_per_s` against
+/// `decode_tokens / decode_ms`, `prefill_tok_per_s` against `prompt_tokens /
+/// prefill_ms`, and in a served row `e2e_tok_per_s` against
+/// `completion_tokens / e2e_ms` and the server's decode rate against its
+/// own time. A rate edited alone (or a clock that lied to one field) reads
+/// as a problem, not as a sample.
+pub fn rate_inconsistency(r: &RequestRow) -> Option<String> {
+    let o = &r.outcome;
+    let expected_tokens = o.token_ids.len().saturating_sub(1);
+    if o.decode_tokens != expected_tokens {
+        return Some(format!(
+            "decode_tokens {} is not the row's {} token ids less the first",
+            o.decode_tokens,
+            o.token_ids.len()
+        ));
+    }
+    let check = |name: &str, got: Option<f64>, tokens: usize, ms: f64, counts: &str| -> Option<String> {
+        let want = (tokens > 0 && ms.is_finite() && ms > 0.0).then(|| tokens as f64 * 1e3 / ms);
+        match (got, want) {
+            (None, None) => None,
+            (Some(g), Some(w)) if (g - w).abs() <= RATE_AGREEMENT * w => None,
+            (g, w) => Some(format!(
+                "{name} {} is not its own {counts} ({tokens} tokens in {ms} ms: {})",
+                g.map_or("null".into(), |g| format!("{g:e}")),
+                w.map_or("no rate".into(), |w| format!("{w:e} tok/s"))
+            )),
+        }
+    };
+    let decode =
+        check("decode_tok_per_s", o.decode_tok_per_s, o.decode_tokens, o.decode_ms, "decode_tokens / decode_ms");
+    let prefill = (o.usage.prompt_tokens > 0)
+        .then(|| {
+            check(
+                "prefill_tok_per_s",
+                Some(o.prefill_tok_per_s),
+                o.usage.prompt_tokens,
+                o.prefill_ms,
+                "usage.prompt_tokens / prefill_ms",
+            )
+        })
+        .flatten();
+    let served = r.served.as_ref().and_then(|s| {
+        check(
+            "served.e2e_tok_per_s",
+            s.e2e_tok_per_s,
+            o.usage.completion_tokens,
+            s.e2e_ms,
+            "usage.completion_tokens / served.e2e_ms",
+        )
+        .or_else(|| {
+            s.server.as_ref().and_then(|t| {
+                check(
+                    "served.server.decode_tok_per_s",
+                    t.decode_tok_per_s,
+                    o.usage.completion_tokens.saturating_sub(1),
+                    t.decode_ms,
+                    "completion tokens after the first / served.server.decode_ms",
+                )
+            })
+        })
+    });
+    decode.or(prefill).or(served)
 }
 
 /// Identity of one request's output against the classic reference.
@@ -97,7 +179,8 @@ pub struct WidthSummary {
     pub declined: usize,
     pub without_diagnostics: usize,
     pub zero_round_requests: usize,
-    /// Requests with a missing, non-finite, non-positive or implausible (above 1e6 tok/s) rate.
+    /// Requests with a missing, non-finite or implausible (outside 1e-3..=1e6 tok/s) rate, or one its own
+    /// counts and times do not give.
     pub invalid_rate_requests: usize,
     /// Why this width is not a measurement of speculation, if it is not.
     pub not_a_measurement: Option<String>,

@@ -441,8 +441,8 @@ pub struct Done {
 pub enum RawError {
     #[error("{path}: {source}")]
     Io { path: PathBuf, source: std::io::Error },
-    #[error("{path}: {size} bytes is over the limit of {MAX_RAW_BYTES}")]
-    TooBig { path: PathBuf, size: u64 },
+    #[error("{path}: more than {MAX_RAW_BYTES} bytes, over the limit")]
+    TooBig { path: PathBuf },
     #[error("{path}:{line}: line is over {MAX_RAW_LINE_BYTES} bytes")]
     LineTooLong { path: PathBuf, line: usize },
     #[error(
@@ -506,12 +506,11 @@ fn read_line_capped(r: &mut impl BufRead, cap: usize, buf: &mut Vec<u8>) -> std:
 /// leaves), which is counted in `partial_tail_bytes` and ignored.
 pub fn read_raw(path: &Path) -> Result<RawFile, RawError> {
     let io = |source| RawError::Io { path: path.to_path_buf(), source };
-    let f = std::fs::File::open(path).map_err(io)?;
-    let size = f.metadata().map_err(io)?.len();
-    if size > MAX_RAW_BYTES {
-        return Err(RawError::TooBig { path: path.to_path_buf(), size });
-    }
-    let mut r = std::io::BufReader::new(f);
+    // A regular file only, and the cap on the bytes read: a FIFO or a
+    // symlink to a device reports 0 bytes and never ends.
+    let f = crate::data::bounded::open_regular(path).map_err(io)?;
+    let mut r = std::io::BufReader::new(f.take(MAX_RAW_BYTES + 1));
+    let too_big = |r: &std::io::BufReader<std::io::Take<std::fs::File>>| r.get_ref().limit() == 0;
     let mut buf = Vec::new();
     let mut lines = Vec::new();
     let mut line_numbers = Vec::new();
@@ -519,6 +518,9 @@ pub fn read_raw(path: &Path) -> Result<RawFile, RawError> {
     let mut partial_tail_bytes = 0;
     let mut n = 0;
     while let Some((newline, too_long)) = read_line_capped(&mut r, MAX_RAW_LINE_BYTES, &mut buf).map_err(io)? {
+        if too_big(&r) {
+            return Err(RawError::TooBig { path: path.to_path_buf() });
+        }
         n += 1;
         if too_long {
             return Err(RawError::LineTooLong { path: path.to_path_buf(), line: n });
@@ -551,6 +553,9 @@ pub fn read_raw(path: &Path) -> Result<RawFile, RawError> {
                 line_numbers.push(n);
             }
         }
+    }
+    if too_big(&r) {
+        return Err(RawError::TooBig { path: path.to_path_buf() });
     }
     match header {
         Some(header) => Ok(RawFile { header, lines, line_numbers, partial_tail_bytes }),
@@ -611,6 +616,21 @@ mod tests {
         let e = read_raw(&p).unwrap_err();
         assert!(matches!(e, RawError::Malformed { line: 1, .. }), "{e}");
         assert!(e.to_string().contains("raw.jsonl:1"), "{e}");
+    }
+
+    #[test]
+    fn a_raw_file_that_never_ends_is_refused_not_read() {
+        let dir = tempfile::tempdir().unwrap();
+        // A FIFO no one writes: the open would wait for a writer.
+        let fifo = dir.path().join("raw.jsonl");
+        crate::data::bounded::mkfifo(&fifo);
+        let e = read_raw(&fifo).unwrap_err().to_string();
+        assert!(e.contains("a FIFO"), "{e}");
+        // A symlink to a device of endless bytes, whose metadata says 0.
+        let zero = dir.path().join("zero.jsonl");
+        std::os::unix::fs::symlink("/dev/zero", &zero).unwrap();
+        let e = read_raw(&zero).unwrap_err().to_string();
+        assert!(e.contains("a character device"), "{e}");
     }
 
     #[test]

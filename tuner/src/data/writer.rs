@@ -51,7 +51,10 @@ impl RawWriter {
 /// appending starts on a fresh line. Returns the bytes removed.
 pub fn drop_partial_tail(path: &Path) -> Result<usize, RawError> {
     let io = |source| RawError::Io { path: path.to_path_buf(), source };
-    let bytes = std::fs::read(path).map_err(io)?;
+    let bytes = crate::data::bounded::read_capped(path, crate::data::raw::MAX_RAW_BYTES).map_err(|e| match e {
+        crate::data::bounded::BoundedError::Io(e) => io(e),
+        crate::data::bounded::BoundedError::TooBig { .. } => RawError::TooBig { path: path.to_path_buf() },
+    })?;
     if bytes.is_empty() || bytes.last() == Some(&b'\n') {
         return Ok(0);
     }

@@ -8,6 +8,8 @@
 //! verify-path fingerprint, the decision, the sha256 of raw.jsonl and the
 //! outcome. The ledger is appended to, never rewritten.
 
+use crate::data::bounded::BoundedError;
+use crate::output::printable::printable;
 use serde::{Deserialize, Serialize};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -50,8 +52,8 @@ pub struct LedgerLine {
 pub enum LedgerError {
     #[error("{path}: {source}")]
     Io { path: PathBuf, source: std::io::Error },
-    #[error("{path} is {bytes} bytes, over the limit of {MAX_LEDGER_BYTES}")]
-    TooBig { path: PathBuf, bytes: u64 },
+    #[error("{path} is more than {MAX_LEDGER_BYTES} bytes, over the limit")]
+    TooBig { path: PathBuf },
     #[error("{path}:{line}: not a ledger line: {why}")]
     Malformed { path: PathBuf, line: usize, why: String },
 }
@@ -80,15 +82,19 @@ pub fn append(records: &Path, line: &LedgerLine) -> Result<(), LedgerError> {
 /// Every line of the ledger in `records/` (none when it does not exist).
 pub fn read(records: &Path) -> Result<Vec<LedgerLine>, LedgerError> {
     let path = records.join(LEDGER_FILE);
-    let bytes = match std::fs::metadata(&path) {
-        Ok(m) => m.len(),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(source) => return Err(LedgerError::Io { path, source }),
+    // A regular file only, capped on what is read (a FIFO or a symlink to a
+    // device reports 0 bytes and never ends).
+    let bytes = match crate::data::bounded::read_capped(&path, MAX_LEDGER_BYTES) {
+        Ok(b) => b,
+        Err(BoundedError::Io(e)) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(BoundedError::Io(source)) => return Err(LedgerError::Io { path, source }),
+        Err(BoundedError::TooBig { .. }) => return Err(LedgerError::TooBig { path }),
     };
-    if bytes > MAX_LEDGER_BYTES {
-        return Err(LedgerError::TooBig { path, bytes });
-    }
-    let text = std::fs::read_to_string(&path).map_err(|source| LedgerError::Io { path: path.clone(), source })?;
+    let text = String::from_utf8(bytes).map_err(|_| LedgerError::Malformed {
+        path: path.clone(),
+        line: 0,
+        why: "not UTF-8".into(),
+    })?;
     let mut out = Vec::new();
     for (i, l) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
         let line: LedgerLine = serde_json::from_str(l).map_err(|e| LedgerError::Malformed {
@@ -115,12 +121,13 @@ pub fn history(lines: &[LedgerLine], key: &str, fingerprint: &str, folder: &str,
                 _ => String::new(),
             };
             let differs = if l.decision != decision { " — DISAGREES with this record" } else { "" };
+            // The ledger is a file anyone edits: its text is escaped for the terminal.
             format!(
                 "{} ({}): {}{ratio}, {}{differs}",
-                l.folder,
-                l.date.as_deref().unwrap_or("undated"),
-                l.decision,
-                l.outcome
+                printable(&l.folder),
+                printable(l.date.as_deref().unwrap_or("undated")),
+                printable(&l.decision),
+                printable(&l.outcome)
             )
         })
         .collect()
@@ -144,7 +151,9 @@ pub fn for_sweep(
     summary: Result<&crate::analysis::summary::Summary, String>,
 ) -> Option<(PathBuf, LedgerLine)> {
     let (records, folder) = records_of(dir)?;
-    let raw_sha256 = std::fs::read(dir.join("raw.jsonl")).ok().map(|b| runtime::events::sha256_hex(&b));
+    let raw_sha256 = crate::data::bounded::read_capped(&dir.join("raw.jsonl"), crate::data::raw::MAX_RAW_BYTES)
+        .ok()
+        .map(|b| runtime::events::sha256_hex(&b));
     let at_unix_ms =
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
     let line = match summary {
@@ -224,6 +233,20 @@ mod tests {
     }
 
     #[test]
+    fn a_ledger_that_never_ends_is_refused_not_read() {
+        // A symlink to /dev/zero reports 0 bytes: only a cap on what is read sees it.
+        let dir = tempfile::tempdir().unwrap();
+        std::os::unix::fs::symlink("/dev/zero", dir.path().join(LEDGER_FILE)).unwrap();
+        let e = read(dir.path()).unwrap_err().to_string();
+        assert!(e.contains("a character device"), "{e}");
+        // A FIFO no one writes: the open would wait for a writer.
+        let dir = tempfile::tempdir().unwrap();
+        crate::data::bounded::mkfifo(&dir.path().join(LEDGER_FILE));
+        let e = read(dir.path()).unwrap_err().to_string();
+        assert!(e.contains("a FIFO"), "{e}");
+    }
+
+    #[test]
     fn history_lists_the_keys_earlier_sweeps_and_marks_those_that_disagree() {
         let mut other_key = line("c", "width 2");
         other_key.key = Some("ngram on another".into());
@@ -234,6 +257,20 @@ mod tests {
         assert_eq!(h.len(), 2, "{h:?}");
         assert!(h[0].starts_with("a (2026-12-03): width 2 at 1.200") && !h[0].contains("DISAGREES"), "{h:?}");
         assert!(h[1].starts_with("b (") && h[1].contains("DISAGREES"), "{h:?}");
+    }
+
+    #[test]
+    fn history_escapes_what_the_ledger_says_before_it_reaches_a_terminal() {
+        // A ledger line whose folder, date and outcome hold escape, bell
+        // and newline bytes: printed raw they retitle the terminal and forge
+        // a line of propose's output.
+        let mut evil = line("x\u{1b}]0;title\u{7}\r\ntuner propose: wrote", "width 2\u{1b}[2K");
+        evil.date = Some("2026\u{9b}31m".into());
+        evil.outcome = "complete\u{202e}".into();
+        let h = history(&[evil], "ngram on k", "0123456789abcdef", "this", "width 2");
+        assert_eq!(h.len(), 1);
+        assert!(!h[0].chars().any(|c| c.is_control() || c == '\u{202e}'), "{:?}", h[0]);
+        assert!(h[0].starts_with("x\\u{1b}]0;title\\u{7}\\r\\ntuner propose: wrote (2026\\u{9b}31m)"), "{}", h[0]);
     }
 
     #[test]

@@ -271,6 +271,15 @@ pub fn propose(
             .into());
         }
     };
+    // One writer at a time, from reading the table to the rename (`table_lock`).
+    let lock = match dry_run {
+        true => None,
+        false => Some(
+            crate::output::table_lock::TableLock::acquire(&table_abs, crate::output::table_lock::LOCK_WAIT).map_err(
+                |source| Refusal::Io { path: crate::output::table_lock::lock_path(&table_abs), source },
+            )?,
+        ),
+    };
     let old = read_table(&table_abs)?;
     let tbl = table::compile(TABLE_FILE, &old, RecordCheck::Skip).map_err(|e| Refusal::Table(e.to_string()))?;
     let replaced = match tbl.exact(&key) {
@@ -307,10 +316,9 @@ pub fn propose(
         return Err(Refusal::Table("the schema version changed".into()).into());
     }
     let d = diff(&old, &new, TABLE_FILE);
-    if !dry_run {
-        let tmp = table_abs.with_extension("toml.tmp");
-        std::fs::write(&tmp, &new).map_err(|source| Refusal::Io { path: tmp.clone(), source })?;
-        std::fs::rename(&tmp, &table_abs).map_err(|source| Refusal::Io { path: table_abs.clone(), source })?;
+    if let Some(lock) = &lock {
+        crate::output::table_lock::write_table(lock, &table_abs, &new)
+            .map_err(|source| Refusal::Io { path: table_abs.clone(), source })?;
     }
     Ok(PredictedProposal {
         table: table_abs,

@@ -687,6 +687,15 @@ pub fn propose(dir: &Path, table_path: Option<&Path>, dry_run: bool, allow: Allo
             .into());
         }
     };
+    // One writer at a time, from reading the table to the rename: a run
+    // that exits 0 has its entry in the table, whoever else ran at once.
+    let lock = match dry_run {
+        true => None,
+        false => Some(
+            crate::output::table_lock::TableLock::acquire(&table_abs, crate::output::table_lock::LOCK_WAIT)
+                .map_err(io(&crate::output::table_lock::lock_path(&table_abs)))?,
+        ),
+    };
     let old = read_table(&table_abs)?;
     let tbl = table::compile(TABLE_FILE, &old, RecordCheck::Skip).map_err(|e| Refusal::Table(e.to_string()))?;
     let key = record_key(&s)?;
@@ -746,21 +755,20 @@ pub fn propose(dir: &Path, table_path: Option<&Path>, dry_run: bool, allow: Allo
         return Err(Refusal::Table("the schema version changed".into()).into());
     }
     let d = diff(&old, &new, TABLE_FILE);
-    if !dry_run {
-        let tmp = table_abs.with_extension("toml.tmp");
-        std::fs::write(&tmp, &new).map_err(io(&tmp))?;
-        std::fs::rename(&tmp, &table_abs).map_err(io(&table_abs))?;
+    if let Some(lock) = &lock {
+        crate::output::table_lock::write_table(lock, &table_abs, &new).map_err(io(&table_abs))?;
     }
     Ok(Proposal { table: table_abs, diff: d, written: !dry_run, overridden, history, pooled, verdict, excluded })
 }
 
 /// The policy table's text, read at most [`table::MAX_TABLE_BYTES`] + 1
-/// bytes: a larger file (or `/dev/zero`) is refused before it is read whole.
+/// bytes from a regular file: a larger file is refused before it is read
+/// whole, a FIFO or a device before it is opened.
 pub fn read_table(path: &Path) -> Result<String, ProposeError> {
     use std::io::Read;
     let cap = table::MAX_TABLE_BYTES as u64;
     let mut buf = Vec::new();
-    std::fs::File::open(path)
+    crate::data::bounded::open_regular(path)
         .and_then(|f| f.take(cap + 1).read_to_end(&mut buf))
         .map_err(|source| Refusal::Io { path: path.to_path_buf(), source })?;
     if buf.len() as u64 > cap {

@@ -387,7 +387,7 @@ pub fn completed_arms(lines: &[RawLine]) -> Vec<usize> {
 
 fn read_capped(p: &Path, cap: u64) -> Result<Vec<u8>> {
     use std::io::Read;
-    let f = std::fs::File::open(p).with_context(|| format!("opening {}", p.display()))?;
+    let f = crate::data::bounded::open_regular(p).with_context(|| format!("opening {}", p.display()))?;
     let mut buf = Vec::new();
     f.take(cap + 1).read_to_end(&mut buf).with_context(|| format!("reading {}", p.display()))?;
     if buf.len() as u64 > cap {

@@ -86,16 +86,26 @@ pub fn data_problems(raw: &RawFile, ok_arms: &OkArms<'_>) -> Vec<DataProblem> {
                         remedy: format!("the row was altered or written by another build; {rerun}"),
                     });
                 }
+                // Every rate must be what the row's own counts and times give.
+                if let Some(why) = crate::analysis::summary::rate_inconsistency(r) {
+                    out.push(DataProblem {
+                        line: Some(*line),
+                        arm: Some(r.arm),
+                        what: format!("request (prompt {}, burst {}): {why}", r.prompt_id, r.burst),
+                        remedy: format!("the row was altered or its clock is broken; {rerun}"),
+                    });
+                }
                 // A classic request without a rate weakens the baseline of every width.
                 if r.width.is_none() && crate::analysis::summary::rate(r).is_none() {
                     out.push(DataProblem {
                         line: Some(*line),
                         arm: Some(r.arm),
                         what: format!(
-                            "classic request (prompt {}, burst {}) has no valid rate (none, non-finite, non-positive \
-                             or above {:.0e} tok/s)",
+                            "classic request (prompt {}, burst {}) has no valid rate (none, non-finite, below \
+                             {:.0e}, above {:.0e} tok/s, or not its own counts and times)",
                             r.prompt_id,
                             r.burst,
+                            crate::analysis::summary::MIN_PLAUSIBLE_TOK_PER_S,
                             crate::analysis::summary::MAX_PLAUSIBLE_TOK_PER_S
                         ),
                         remedy: "a missing rate: use prompts that decode at least two tokens (raise --max-tokens), \

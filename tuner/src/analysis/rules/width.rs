@@ -14,7 +14,7 @@ pub struct WidthRequests<'a> {
     pub first_decline: Option<&'a str>,
     pub without_diagnostics: usize,
     pub zero_round_requests: usize,
-    /// Requests with a missing, non-finite, non-positive or implausible rate
+    /// Requests with a missing, non-finite or implausible rate, or one its counts and times do not give
     /// (`crate::analysis::summary::rate`).
     pub invalid_rate_requests: usize,
 }
@@ -40,8 +40,10 @@ pub fn not_a_measurement(w: &WidthRequests<'_>, served: bool) -> Option<String> 
         Some(format!("every one of its {n} requests ran zero speculative rounds"))
     } else if w.invalid_rate_requests > 0 {
         Some(format!(
-            "{} of {n} requests have a missing, non-finite, non-positive or implausible (above {:.0e} tok/s) {}",
+            "{} of {n} requests have a missing, non-finite or implausible (outside {:.0e}..={:.0e} tok/s, or not \
+             its own counts and times) {}",
             w.invalid_rate_requests,
+            crate::analysis::summary::MIN_PLAUSIBLE_TOK_PER_S,
             crate::analysis::summary::MAX_PLAUSIBLE_TOK_PER_S,
             if served { "end-to-end rate" } else { "decode rate (no token after the first, or a bad time)" }
         ))

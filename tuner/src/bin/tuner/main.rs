@@ -510,6 +510,22 @@ fn check_one(
         }
     };
     let line = tuner::output::check::check_line(&fp, &record, &s.date);
+    // The check ran for minutes: the table is read again under its lock
+    // (`table_lock`), so another run's write in the meantime is kept, and
+    // the line goes on the entry the check measured or nowhere.
+    use tuner::output::table_lock::{LOCK_WAIT, TableLock, write_table};
+    let lock = if a.dry_run { None } else { Some(TableLock::acquire(&table_abs, LOCK_WAIT)?) };
+    let old = match &lock {
+        Some(_) => tuner::output::propose::read_table(&table_abs).map_err(|e| anyhow::anyhow!("{e}"))?,
+        None => old,
+    };
+    let now = policy::table::compile(policy::TABLE_FILE, &old, policy::table::RecordCheck::Skip)?;
+    if now.exact(&key) != Some(&entry) {
+        anyhow::bail!(
+            "the entry for {key} changed in {} while the check ran: run `tuner check` again",
+            table_abs.display()
+        );
+    }
     let new = tuner::output::check::set_check(&old, &key, &line)?;
     let records = if a.dry_run { policy::table::RecordCheck::Skip } else { policy::table::RecordCheck::Under(&root) };
     policy::table::compile(policy::TABLE_FILE, &new, records)
@@ -517,10 +533,8 @@ fn check_one(
     print!("{}", tuner::output::propose::diff(&old, &new, policy::TABLE_FILE));
     if a.dry_run {
         println!("dry run: {} not written", table_abs.display());
-    } else {
-        let tmp = table_abs.with_extension("toml.tmp");
-        std::fs::write(&tmp, &new)?;
-        std::fs::rename(&tmp, &table_abs)?;
+    } else if let Some(lock) = &lock {
+        write_table(lock, &table_abs, &new)?;
         println!("wrote {}: the entry holds on this build (fingerprint {fp})", table_abs.display());
     }
     Ok(tuner::exit::PASS)
@@ -593,11 +607,13 @@ fn run_propose(a: ProposeArgs) -> anyhow::Result<ExitCode> {
                 "tuner propose: the pooled rule over {} record(s) of this key and fingerprint:",
                 p.pooled.records.len()
             );
+            // Folder names are anyone's: escaped for the terminal.
+            use tuner::output::printable::printable;
             for r in &p.pooled.records {
-                eprintln!("  {r}");
+                eprintln!("  {}", printable(r));
             }
             for (r, why) in &p.excluded {
-                eprintln!("  left out: {r}: {why}");
+                eprintln!("  left out: {}: {}", printable(r), printable(why));
             }
             for w in &p.pooled.widths {
                 eprintln!(

@@ -763,7 +763,7 @@ fn validity(s: &Summary) -> String {
     if s.requests_without_rate > 0 {
         let _ = writeln!(
             m,
-            "- {} request(s) have no valid rate (no token after the first, or a non-positive or non-finite time); their widths are not measurements (above).",
+            "- {} request(s) have no valid rate (no token after the first, a non-finite or implausible rate, or one its own counts and times do not give); their widths are not measurements (above).",
             s.requests_without_rate
         );
     }
