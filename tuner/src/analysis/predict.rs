@@ -273,23 +273,25 @@ mod tests {
     use super::*;
     use policy::profile::{ModelRef, PROFILE_KIND, PROFILE_SCHEMA, ProfileHeader, PromptRef, Trace};
 
-    fn profile(traces: Vec<Trace>) -> Profile {
-        Profile {
-            header: ProfileHeader {
-                kind: PROFILE_KIND.into(),
-                schema: PROFILE_SCHEMA,
-                model: ModelRef { file: "m.gguf".into(), sha256: "a".repeat(64) },
-                drafter: "ngram".into(),
-                drafter_settings: policy::DrafterSettings::ngram(3, 4),
-                drafter_model: None,
-                draft_cost: 0.0,
-                prompts: PromptRef { name: "p.jsonl".into(), sha256: "b".repeat(64) },
-                max_tokens: 48,
-                lookahead: 16,
-                made_by: "test".into(),
-            },
-            traces,
+    /// A test profile's header: 48 tokens a request, proposals of up to 16.
+    pub(super) fn header() -> ProfileHeader {
+        ProfileHeader {
+            kind: PROFILE_KIND.into(),
+            schema: PROFILE_SCHEMA,
+            model: ModelRef { file: "m.gguf".into(), sha256: "a".repeat(64) },
+            drafter: "ngram".into(),
+            drafter_settings: policy::DrafterSettings::ngram(3, 4),
+            drafter_model: None,
+            draft_cost: 0.0,
+            prompts: PromptRef { name: "p.jsonl".into(), sha256: "b".repeat(64) },
+            max_tokens: 48,
+            lookahead: 16,
+            made_by: "test".into(),
         }
+    }
+
+    fn profile(traces: Vec<Trace>) -> Profile {
+        Profile { header: super::tests::header(), traces }
     }
 
     /// A prompt that copies `copy` tokens, then writes freely.
@@ -351,7 +353,7 @@ mod calibration {
     //! by its own, both log-normal), predicted with [`predict`], and the
     //! curve-part interval checked against the replay on the true curve.
     use super::*;
-    use policy::profile::{ModelRef, PROFILE_KIND, PROFILE_SCHEMA, ProfileHeader, PromptRef, Trace};
+    use policy::profile::Trace;
 
     fn normal(s: &mut u64) -> f64 {
         let mut u = || {
@@ -371,22 +373,8 @@ mod calibration {
             let avail: Vec<u8> = (0..out).map(|p| if p == 0 || p >= n { 0 } else { (n - p).min(16) as u8 }).collect();
             Trace { id: id.into(), task: "edit".into(), prompt_tokens: 40, out, avail: avail.clone(), agree: avail }
         };
-        let profile = Profile {
-            header: ProfileHeader {
-                kind: PROFILE_KIND.into(),
-                schema: PROFILE_SCHEMA,
-                model: ModelRef { file: "m.gguf".into(), sha256: "a".repeat(64) },
-                drafter: "ngram".into(),
-                drafter_settings: policy::DrafterSettings::ngram(3, 4),
-                drafter_model: None,
-                draft_cost: 0.0,
-                prompts: PromptRef { name: "p.jsonl".into(), sha256: "b".repeat(64) },
-                max_tokens: 48,
-                lookahead: 16,
-                made_by: "test".into(),
-            },
-            traces: vec![copy("a", 40), copy("b", 12), copy("c", 24)],
-        };
+        let profile =
+            Profile { header: super::tests::header(), traces: vec![copy("a", 40), copy("b", 12), copy("c", 24)] };
         let truth_curve = vec![CostCurve { context: 64, relative: (0..9).map(|i| 1.0 + 0.14 * i as f64).collect() }];
         let arms = [SpeculativeArm::fixed(3).unwrap(), SpeculativeArm::Adaptive];
         let truth: Vec<f64> = arms

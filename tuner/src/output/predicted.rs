@@ -10,9 +10,7 @@ use policy::{Drafting, TABLE_FILE, Width};
 use crate::analysis::calibration::Calibration;
 use crate::analysis::rules::{Allow, Refusal};
 use crate::data::plan::SpeculativeArm;
-use crate::output::propose::{
-    ProposeError, diff, edit_table, find_table, read_table, settings_inline, toml_str, width_text,
-};
+use crate::output::propose::{ProposeError, diff, edit_table, read_table, settings_inline, toml_str, width_text};
 
 fn arm_name(a: SpeculativeArm, cap: usize) -> String {
     match a {
@@ -251,33 +249,14 @@ pub fn propose(
         }
         overridden.push(format!("--allow-stale-fingerprint: {r}"));
     }
-    let table_path = match table_path {
-        Some(p) => p.to_path_buf(),
-        None => find_table(dir)?,
-    };
-    let table_abs = table_path.canonicalize().map_err(|source| Refusal::Io { path: table_path.clone(), source })?;
-    let root =
-        table_abs.parent().and_then(Path::parent).ok_or_else(|| Refusal::NoTable(table_abs.display().to_string()))?;
-    let dir_abs = dir.canonicalize().map_err(|source| Refusal::Io { path: dir.to_path_buf(), source })?;
-    let record = match dir_abs.strip_prefix(root) {
-        Ok(rel) if rel.starts_with("records") && rel.components().count() >= 2 => {
-            rel.to_string_lossy().replace(std::path::MAIN_SEPARATOR, "/")
-        }
-        _ => {
-            return Err(Refusal::NotUnderRecords {
-                dir: dir_abs.display().to_string(),
-                root: root.display().to_string(),
-            }
-            .into());
-        }
-    };
+    let (table_abs, root, record) = crate::output::propose::table_and_record(dir, table_path)?;
+    let root = root.as_path();
     // One writer at a time, from reading the table to the rename (`table_lock`).
     let lock = match dry_run {
         true => None,
         false => Some(
-            crate::output::table_lock::TableLock::acquire(&table_abs, crate::output::table_lock::LOCK_WAIT).map_err(
-                |source| Refusal::Io { path: crate::output::table_lock::lock_path(&table_abs), source },
-            )?,
+            crate::output::table_lock::TableLock::acquire(&table_abs, crate::output::table_lock::LOCK_WAIT)
+                .map_err(|source| Refusal::Io { path: crate::output::table_lock::lock_path(&table_abs), source })?,
         ),
     };
     let old = read_table(&table_abs)?;

@@ -663,29 +663,11 @@ pub fn propose(dir: &Path, table_path: Option<&Path>, dry_run: bool, allow: Allo
     check(&s)?;
     crate::analysis::rules::plan::check_range(&s, &raw.header.settings.design.widths)?;
     let weak = crate::analysis::rules::plan::check_plan(&s, raw.header.settings.design.bracket_arms, allow.weak_plan)?;
-    let table_path = match table_path {
-        Some(p) => p.to_path_buf(),
-        None => find_table(dir)?,
-    };
+    let (table_abs, root, record) = table_and_record(dir, table_path)?;
+    let root = root.as_path();
     let io = |path: &Path| {
         let path = path.to_path_buf();
         move |source| Refusal::Io { path, source }
-    };
-    let table_abs = table_path.canonicalize().map_err(io(&table_path))?;
-    let root =
-        table_abs.parent().and_then(Path::parent).ok_or_else(|| Refusal::NoTable(table_abs.display().to_string()))?;
-    let dir_abs = dir.canonicalize().map_err(io(dir))?;
-    let record = match dir_abs.strip_prefix(root) {
-        Ok(rel) if rel.starts_with("records") && rel.components().count() >= 2 => {
-            rel.to_string_lossy().replace(std::path::MAIN_SEPARATOR, "/")
-        }
-        _ => {
-            return Err(Refusal::NotUnderRecords {
-                dir: dir_abs.display().to_string(),
-                root: root.display().to_string(),
-            }
-            .into());
-        }
     };
     // One writer at a time, from reading the table to the rename: a run
     // that exits 0 has its entry in the table, whoever else ran at once.
@@ -759,6 +741,35 @@ pub fn propose(dir: &Path, table_path: Option<&Path>, dry_run: bool, allow: Allo
         crate::output::table_lock::write_table(lock, &table_abs, &new).map_err(io(&table_abs))?;
     }
     Ok(Proposal { table: table_abs, diff: d, written: !dry_run, overridden, history, pooled, verdict, excluded })
+}
+
+/// The table (`table_path`, else the one above `dir`), the repository root
+/// it sits in, and `dir` as an entry cites it (`records/<folder>`), or the
+/// refusal: a record folder outside `root/records/`.
+pub fn table_and_record(dir: &Path, table_path: Option<&Path>) -> Result<(PathBuf, PathBuf, String), Refusal> {
+    let table_path = match table_path {
+        Some(p) => p.to_path_buf(),
+        None => find_table(dir)?,
+    };
+    let table_abs = table_path.canonicalize().map_err(|source| Refusal::Io { path: table_path.clone(), source })?;
+    let root = table_abs
+        .parent()
+        .and_then(Path::parent)
+        .ok_or_else(|| Refusal::NoTable(table_abs.display().to_string()))?
+        .to_path_buf();
+    let dir_abs = dir.canonicalize().map_err(|source| Refusal::Io { path: dir.to_path_buf(), source })?;
+    let record = match dir_abs.strip_prefix(&root) {
+        Ok(rel) if rel.starts_with("records") && rel.components().count() >= 2 => {
+            rel.to_string_lossy().replace(std::path::MAIN_SEPARATOR, "/")
+        }
+        _ => {
+            return Err(Refusal::NotUnderRecords {
+                dir: dir_abs.display().to_string(),
+                root: root.display().to_string(),
+            });
+        }
+    };
+    Ok((table_abs, root, record))
 }
 
 /// The policy table's text, read at most [`table::MAX_TABLE_BYTES`] + 1

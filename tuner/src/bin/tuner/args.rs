@@ -135,23 +135,8 @@ impl CheckArgs {
 #[derive(clap::Args)]
 #[command(args_override_self = true)]
 pub struct CalibrateArgs {
-    /// The target model, as `tuner sweep --model` takes it; default: the default model.
-    #[arg(short = 'm', long = "model", alias = "target", value_name = "MODEL")]
-    pub target: Option<PathBuf>,
-    /// Drafter kind: ngram, suffix, layerskip or draft-model.
-    #[arg(long, default_value = "ngram")]
-    pub drafter: String,
-    /// The draft checkpoint for `--drafter draft-model`.
-    #[arg(long, value_name = "PATH")]
-    pub drafter_model: Option<PathBuf>,
     #[command(flatten)]
-    pub drafter_flags: DrafterFlags,
-    /// `layerskip`: the layers the drafter runs.
-    #[arg(long, value_name = "LIST")]
-    pub layerskip_layers: Option<String>,
-    /// The prompt set the prediction is for (its profile must be committed); default: prompts/sweep.jsonl.
-    #[arg(long, value_name = "FILE")]
-    pub prompts: Option<PathBuf>,
+    pub what: ForArgs,
     /// Tokens per request of the profile (a sweep's --max-tokens).
     #[arg(long, default_value_t = tuner::data::plan::DEFAULT_MAX_TOKENS)]
     pub max_tokens: usize,
@@ -190,25 +175,8 @@ impl CalibrateArgs {
             Some(p) => p,
             None => identity::default_runtime_path().map_err(anyhow::Error::msg)?,
         };
-        let target = match a.target {
-            Some(p) => runtime::fetch::resolve_model_arg(&p, None)?,
-            None => runtime::fetch::ensure_default_model(None)?,
-        };
-        let drafter = drafter_kind(&a.drafter)?;
-        let n_layers = if drafter == DrafterKind::Layerskip { target_layers(&target)? } else { 0 };
-        let settings =
-            drafter_settings(drafter, &a.drafter_flags, a.layerskip_layers.as_deref().map(|l| (l, n_layers)))?;
-        let (text, name) = match &a.prompts {
-            Some(p) => (
-                runtime::limits::read_prompt_file(p)?,
-                tuner::data::profile::entry_prompts_name(&p.display().to_string()),
-            ),
-            None => (tuner::sweep::driver::DEFAULT_PROMPTS_JSONL.to_string(), "prompts/sweep.jsonl".to_string()),
-        };
-        let drafter_model = match a.drafter_model {
-            Some(p) => Some(runtime::fetch::resolve_model_arg(&p, None)?),
-            None => None,
-        };
+        let For { target, drafter, settings, drafter_model, prompts_text: text, prompts_name: name } =
+            a.what.resolve()?;
         let mut widths = parse_widths(&a.widths)?;
         widths.push(SpeculativeArm::Adaptive);
         let out = match a.out {
@@ -479,23 +447,8 @@ pub struct ProfileArgs {
     /// prompts and token limit. The flags below are then not given.
     #[arg(long, value_name = "DIR", conflicts_with_all = ["target", "drafter", "drafter_model", "prompts", "max_tokens"])]
     pub record: Option<PathBuf>,
-    /// The target model, as `tuner sweep --model` takes it; default: the default model.
-    #[arg(short = 'm', long = "model", alias = "target", value_name = "MODEL")]
-    pub target: Option<PathBuf>,
-    /// Drafter kind: ngram, suffix, layerskip or draft-model.
-    #[arg(long)]
-    pub drafter: Option<String>,
-    /// The draft checkpoint for `--drafter draft-model`.
-    #[arg(long, value_name = "PATH")]
-    pub drafter_model: Option<PathBuf>,
     #[command(flatten)]
-    pub drafter_flags: DrafterFlags,
-    /// `layerskip`: the layers the drafter runs.
-    #[arg(long, value_name = "LIST")]
-    pub layerskip_layers: Option<String>,
-    /// The prompt set (JSONL); default: prompts/sweep.jsonl, compiled in.
-    #[arg(long, value_name = "FILE")]
-    pub prompts: Option<PathBuf>,
+    pub what: ForArgs,
     /// Tokens per request (a sweep's --max-tokens: the profile is for that limit).
     #[arg(long)]
     pub max_tokens: Option<usize>,
@@ -514,6 +467,56 @@ impl ProfileArgs {
         if let Some(dir) = &a.record {
             return tuner::sweep::profile::request_for_record(dir, threads);
         }
+        let f = a.what.resolve()?;
+        Ok(tuner::sweep::profile::ProfileRequest {
+            target: f.target,
+            drafter: f.drafter,
+            settings: f.settings,
+            drafter_model: f.drafter_model,
+            prompts_text: f.prompts_text,
+            prompts_name: f.prompts_name,
+            max_tokens: a.max_tokens.unwrap_or(tuner::data::plan::DEFAULT_MAX_TOKENS),
+            threads,
+        })
+    }
+}
+
+/// The model, drafter and prompt set a profile or a calibration is for.
+#[derive(clap::Args)]
+pub struct ForArgs {
+    /// The target model, as `tuner sweep --model` takes it; default: the default model.
+    #[arg(short = 'm', long = "model", alias = "target", value_name = "MODEL")]
+    pub target: Option<PathBuf>,
+    /// Drafter kind: ngram, suffix, layerskip or draft-model (default ngram).
+    #[arg(long)]
+    pub drafter: Option<String>,
+    /// The draft checkpoint for `--drafter draft-model`.
+    #[arg(long, value_name = "PATH")]
+    pub drafter_model: Option<PathBuf>,
+    #[command(flatten)]
+    pub drafter_flags: DrafterFlags,
+    /// `layerskip`: the layers the drafter runs.
+    #[arg(long, value_name = "LIST")]
+    pub layerskip_layers: Option<String>,
+    /// The prompt set (JSONL); default: prompts/sweep.jsonl, compiled in.
+    #[arg(long, value_name = "FILE")]
+    pub prompts: Option<PathBuf>,
+}
+
+/// [`ForArgs`] resolved: the target, the drafter with complete settings,
+/// a draft model, the prompt set's text and its name as an entry writes it.
+pub struct For {
+    pub target: PathBuf,
+    pub drafter: DrafterKind,
+    pub settings: policy::DrafterSettings,
+    pub drafter_model: Option<PathBuf>,
+    pub prompts_text: String,
+    pub prompts_name: String,
+}
+
+impl ForArgs {
+    pub fn resolve(self) -> anyhow::Result<For> {
+        let a = self;
         let target = match a.target {
             Some(p) => runtime::fetch::resolve_model_arg(&p, None)?,
             None => runtime::fetch::ensure_default_model(None)?,
@@ -523,10 +526,10 @@ impl ProfileArgs {
         let settings =
             drafter_settings(drafter, &a.drafter_flags, a.layerskip_layers.as_deref().map(|l| (l, n_layers)))?;
         let (prompts_text, prompts_name) = match &a.prompts {
-            Some(p) => {
-                let bytes = runtime::limits::read_prompt_file(p)?;
-                (bytes, tuner::data::profile::entry_prompts_name(&p.display().to_string()))
-            }
+            Some(p) => (
+                runtime::limits::read_prompt_file(p)?,
+                tuner::data::profile::entry_prompts_name(&p.display().to_string()),
+            ),
             None => (tuner::sweep::driver::DEFAULT_PROMPTS_JSONL.to_string(), "prompts/sweep.jsonl".to_string()),
         };
         if drafter == DrafterKind::DraftModel && a.drafter_model.is_none() {
@@ -536,16 +539,7 @@ impl ProfileArgs {
             Some(p) => Some(runtime::fetch::resolve_model_arg(&p, None)?),
             None => None,
         };
-        Ok(tuner::sweep::profile::ProfileRequest {
-            target,
-            drafter,
-            settings,
-            drafter_model,
-            prompts_text,
-            prompts_name,
-            max_tokens: a.max_tokens.unwrap_or(tuner::data::plan::DEFAULT_MAX_TOKENS),
-            threads,
-        })
+        Ok(For { target, drafter, settings, drafter_model, prompts_text, prompts_name })
     }
 }
 

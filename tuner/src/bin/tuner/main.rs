@@ -242,9 +242,29 @@ fn run_predict_error(a: PredictErrorArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::from(tuner::exit::PASS))
 }
 
+/// A proposal that failed: a file that could not be read or written
+/// (missing, no permission, a full disk) is an error (exit 1), not a
+/// verdict on the record; one read but refused for its content (too large,
+/// not UTF-8) is a refusal (exit 5), as is every rule's refusal.
+fn propose_failed(e: tuner::output::propose::ProposeError) -> anyhow::Result<ExitCode> {
+    use tuner::output::propose::ProposeError;
+    match e {
+        ProposeError::Refused(tuner::analysis::rules::Refusal::Io { path, source })
+            if source.kind() != std::io::ErrorKind::InvalidData =>
+        {
+            eprintln!("tuner propose: error: {}: {source}", path.display());
+            Ok(ExitCode::from(tuner::exit::ERROR))
+        }
+        ProposeError::Refused(r) => {
+            eprintln!("tuner propose: refused: {r}");
+            Ok(ExitCode::from(tuner::exit::REFUSED))
+        }
+        e => Err(e.into()),
+    }
+}
+
 /// `tuner propose` of a calibration record: the predicted entry.
 fn propose_predicted(a: &ProposeArgs, allow: tuner::analysis::rules::Allow) -> anyhow::Result<ExitCode> {
-    use tuner::output::propose::ProposeError;
     match tuner::output::predicted::propose(&a.dir, a.table.as_deref(), a.dry_run, allow) {
         Ok(p) => {
             for o in &p.overridden {
@@ -262,17 +282,7 @@ fn propose_predicted(a: &ProposeArgs, allow: tuner::analysis::rules::Allow) -> a
             }
             Ok(ExitCode::from(tuner::exit::PASS))
         }
-        Err(ProposeError::Refused(tuner::analysis::rules::Refusal::Io { path, source }))
-            if source.kind() != std::io::ErrorKind::InvalidData =>
-        {
-            eprintln!("tuner propose: error: {}: {source}", path.display());
-            Ok(ExitCode::from(tuner::exit::ERROR))
-        }
-        Err(ProposeError::Refused(r)) => {
-            eprintln!("tuner propose: refused: {r}");
-            Ok(ExitCode::from(tuner::exit::REFUSED))
-        }
-        Err(e) => Err(e.into()),
+        Err(e) => propose_failed(e),
     }
 }
 
@@ -579,7 +589,6 @@ fn run_calibrate(a: CalibrateArgs) -> anyhow::Result<ExitCode> {
 
 fn run_propose(a: ProposeArgs) -> anyhow::Result<ExitCode> {
     use tuner::analysis::rules::Allow;
-    use tuner::output::propose::ProposeError;
     let allow = Allow {
         dirty: a.allow_dirty,
         stale_fingerprint: a.allow_stale_fingerprint,
@@ -642,19 +651,6 @@ fn run_propose(a: ProposeArgs) -> anyhow::Result<ExitCode> {
             }
             Ok(ExitCode::from(tuner::exit::PASS))
         }
-        // A file that could not be read or written (missing, no permission,
-        // a full disk) is a failure, not a verdict on the record: exit 1.
-        // One read but refused for its content (too large, not UTF-8) is a refusal.
-        Err(ProposeError::Refused(tuner::analysis::rules::Refusal::Io { path, source }))
-            if source.kind() != std::io::ErrorKind::InvalidData =>
-        {
-            eprintln!("tuner propose: error: {}: {source}", path.display());
-            Ok(ExitCode::from(tuner::exit::ERROR))
-        }
-        Err(ProposeError::Refused(r)) => {
-            eprintln!("tuner propose: refused: {r}");
-            Ok(ExitCode::from(tuner::exit::REFUSED))
-        }
-        Err(e) => Err(e.into()),
+        Err(e) => propose_failed(e),
     }
 }
