@@ -10,7 +10,7 @@ use policy::{Drafting, TABLE_FILE, Width};
 use crate::analysis::calibration::Calibration;
 use crate::analysis::rules::{Allow, Refusal};
 use crate::data::plan::SpeculativeArm;
-use crate::output::propose::{ProposeError, diff, edit_table, read_table, settings_inline, toml_str, width_text};
+use crate::output::propose::{ProposeError, read_table, settings_inline, toml_str, width_text};
 
 fn arm_name(a: SpeculativeArm, cap: usize) -> String {
     match a {
@@ -288,17 +288,7 @@ pub fn propose(
             *note = format!("{body}; allowed by {flag}\"");
         }
     }
-    let new = edit_table(&old, &key, &fields)?;
-    let compiled = table::compile(TABLE_FILE, &new, RecordCheck::Under(root))
-        .map_err(|e| Refusal::Table(format!("the proposed table does not compile: {e}")))?;
-    if compiled.schema_version != tbl.schema_version {
-        return Err(Refusal::Table("the schema version changed".into()).into());
-    }
-    let d = diff(&old, &new, TABLE_FILE);
-    if let Some(lock) = &lock {
-        crate::output::table_lock::write_table(lock, &table_abs, &new)
-            .map_err(|source| Refusal::Io { path: table_abs.clone(), source })?;
-    }
+    let d = crate::output::propose::write_entry(&old, &key, &fields, root, &table_abs, lock.as_ref())?;
     Ok(PredictedProposal {
         table: table_abs,
         diff: d,

@@ -729,18 +729,31 @@ pub fn propose(dir: &Path, table_path: Option<&Path>, dry_run: bool, allow: Allo
             *note = format!("{body}; {say}\"");
         }
     }
-    let new = edit_table(&old, &key, &fields)?;
-    // The result must compile exactly as the build will compile it.
-    let compiled = table::compile(TABLE_FILE, &new, RecordCheck::Under(root))
-        .map_err(|e| Refusal::Table(format!("the proposed table does not compile: {e}")))?;
-    if compiled.schema_version != tbl.schema_version {
-        return Err(Refusal::Table("the schema version changed".into()).into());
-    }
-    let d = diff(&old, &new, TABLE_FILE);
-    if let Some(lock) = &lock {
-        crate::output::table_lock::write_table(lock, &table_abs, &new).map_err(io(&table_abs))?;
-    }
+    let d = write_entry(&old, &key, &fields, root, &table_abs, lock.as_ref())?;
     Ok(Proposal { table: table_abs, diff: d, written: !dry_run, overridden, history, pooled, verdict, excluded })
+}
+
+/// `key`'s entry set to `fields` in the table `old` (read under `lock`,
+/// `None` for a dry run), checked as the build compiles it (records under
+/// `root`), and written through the lock; the diff of the change.
+pub fn write_entry(
+    old: &str,
+    key: &PolicyKey,
+    fields: &[(&'static str, String)],
+    root: &Path,
+    table_abs: &Path,
+    lock: Option<&crate::output::table_lock::TableLock>,
+) -> Result<String, Refusal> {
+    let new = edit_table(old, key, fields)?;
+    // The result must compile exactly as the build will compile it.
+    table::compile(TABLE_FILE, &new, RecordCheck::Under(root))
+        .map_err(|e| Refusal::Table(format!("the proposed table does not compile: {e}")))?;
+    let d = diff(old, &new, TABLE_FILE);
+    if let Some(lock) = lock {
+        crate::output::table_lock::write_table(lock, table_abs, &new)
+            .map_err(|source| Refusal::Io { path: table_abs.to_path_buf(), source })?;
+    }
+    Ok(d)
 }
 
 /// The table (`table_path`, else the one above `dir`), the repository root
