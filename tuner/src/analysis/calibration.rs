@@ -100,12 +100,8 @@ impl Calibration {
 /// Reads a calibration record's file (size-capped, a regular file).
 pub fn read(dir: &Path) -> Result<Calibration, String> {
     let path = dir.join(CALIBRATION_FILE);
-    let meta = std::fs::symlink_metadata(&path).map_err(|e| format!("{}: {e}", path.display()))?;
-    if !meta.is_file() {
-        return Err(format!("{}: not a regular file", path.display()));
-    }
-    let bytes =
-        runtime::limits::read_capped(&path, MAX_CALIBRATION_BYTES).map_err(|e| format!("{}: {e}", path.display()))?;
+    let bytes = crate::data::bounded::read_capped(&path, MAX_CALIBRATION_BYTES)
+        .map_err(|e| format!("{}: {e}", path.display()))?;
     let c: Calibration = serde_json::from_slice(&bytes).map_err(|e| format!("{}: {e}", path.display()))?;
     if c.kind != "calibrate" || c.schema != CALIBRATION_SCHEMA {
         return Err(format!(

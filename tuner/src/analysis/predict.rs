@@ -113,12 +113,16 @@ fn per_prompt(profile: &Profile, schedule: Schedule, cost: &CostModel) -> Result
     (0..profile.traces.len()).map(|i| policy::profile::replay_all(profile, schedule, cost, &[i])).collect()
 }
 
-fn ratio_of(rs: &[Replayed]) -> f64 {
+fn total(rs: &[Replayed]) -> Replayed {
     let mut sum = Replayed::default();
     for r in rs {
         sum += *r;
     }
-    sum.ratio()
+    sum
+}
+
+fn ratio_of(rs: &[Replayed]) -> f64 {
+    total(rs).ratio()
 }
 
 /// A small deterministic generator for the bootstrap (xorshift64*).
@@ -191,10 +195,7 @@ pub fn predict(
         let per_mean = per_prompt(profile, s, &mean)?;
         let half_profile = Z95 * profile_sd_log(profile, &per_mean, BOOTSTRAP_DRAWS);
         let half = (half_cost.powi(2) + half_profile.powi(2) + half_model.powi(2)).sqrt();
-        let mut sum = Replayed::default();
-        for r in &per_mean {
-            sum += *r;
-        }
+        let sum = total(&per_mean);
         out.push(ArmPrediction {
             arm,
             ratio: est.ratio,

@@ -94,11 +94,7 @@ pub fn file_name(h: &ProfileHeader) -> String {
 
 /// Reads and checks one profile file (size-capped, regular files only).
 pub fn read(path: &Path) -> Result<Profile> {
-    let meta = std::fs::symlink_metadata(path).with_context(|| format!("{}", path.display()))?;
-    if !meta.is_file() {
-        bail!("{}: not a regular file", path.display());
-    }
-    let text = runtime::limits::read_capped(path, MAX_PROFILE_BYTES as u64)
+    let text = crate::data::bounded::read_capped(path, MAX_PROFILE_BYTES as u64)
         .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
     let text = String::from_utf8(text).map_err(|_| anyhow::anyhow!("{}: not UTF-8", path.display()))?;
     policy::profile::parse(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
