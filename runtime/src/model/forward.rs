@@ -477,7 +477,8 @@ impl Model {
     /// Runs `tokens` at positions `session.len()..` and appends them to the
     /// cache. Returns logits, (rows, vocab), for the rows `which` names.
     /// Runs on the current thread pool ([`pool::current`]: the engine's
-    /// inside `Engine::install`).
+    /// inside `Engine::install`). A batch of one [`Segment`]
+    /// ([`Model::forward_batch`]).
     pub fn forward(
         &self,
         family: KernelFamily,
@@ -485,42 +486,77 @@ impl Model {
         tokens: &[u32],
         which: LogitRows,
     ) -> Result<Vec<f32>, ForwardError> {
+        let mut seg = [Segment { session, tokens, which }];
+        let mut out = self.forward_batch(family, &mut seg)?;
+        Ok(out.pop().unwrap_or_default())
+    }
+
+    /// Runs several sequences' rows in one pass (continuous batching): each
+    /// segment's `tokens` at positions `session.len()..` of its own cache,
+    /// every matrix read once for the rows of all of them. Returns each
+    /// segment's logits, (rows, vocab), for the rows its `which` names, in
+    /// segment order.
+    ///
+    /// A segment's logits are the ones [`Model::forward`] gives it alone,
+    /// bit for bit, whatever the other segments are: mat-vec rows are
+    /// independent (the kernels' multi-row passes equal single-row calls),
+    /// norms, RoPE and quantization are per row, and a row attends to its
+    /// own segment's cache only, through the same attention calls as alone.
+    /// Every segment is checked before anything runs: a refused batch
+    /// writes to no session.
+    pub fn forward_batch(&self, family: KernelFamily, segs: &mut [Segment<'_>]) -> Result<Vec<Vec<f32>>, ForwardError> {
         let c = &self.config;
-        let n = tokens.len();
-        if n == 0 {
-            return Err(ForwardError::Empty);
+        for seg in segs.iter() {
+            let n = seg.tokens.len();
+            if n == 0 {
+                return Err(ForwardError::Empty);
+            }
+            if let Some(&id) = seg.tokens.iter().find(|&&t| t as usize >= c.vocab) {
+                return Err(ForwardError::TokenOutOfRange { id, vocab: c.vocab });
+            }
+            let start = seg.session.len();
+            if start + n > c.context_length {
+                return Err(ForwardError::ContextFull { have: start, adding: n, limit: c.context_length });
+            }
         }
-        if let Some(&id) = tokens.iter().find(|&&t| t as usize >= c.vocab) {
-            return Err(ForwardError::TokenOutOfRange { id, vocab: c.vocab });
-        }
-        let start = session.len();
-        if start + n > c.context_length {
-            return Err(ForwardError::ContextFull { have: start, adding: n, limit: c.context_length });
+        if segs.is_empty() {
+            return Ok(Vec::new());
         }
         #[cfg(feature = "cuda")]
         if let Some(g) = &self.cuda {
-            if session.dev.is_none() && start == 0 {
-                session.dev = Some(g.new_kv(c));
+            // One pass per segment, one after the other: the device has no
+            // batched pass yet.
+            let mut out = Vec::with_capacity(segs.len());
+            for seg in segs.iter_mut() {
+                let start = seg.session.len();
+                let session = &mut *seg.session;
+                if session.dev.is_none() && start == 0 {
+                    session.dev = Some(g.new_kv(c));
+                }
+                let Some(kv) = session.dev.as_mut() else {
+                    return Err(ForwardError::Device("this session's cache was filled on the CPU".into()));
+                };
+                out.push(g.forward(c, kv, start, seg.tokens, seg.which)?);
+                session.n_pos = start + seg.tokens.len();
             }
-            let Some(kv) = session.dev.as_mut() else {
-                return Err(ForwardError::Device("this session's cache was filled on the CPU".into()));
-            };
-            let logits = g.forward(c, kv, start, tokens, which)?;
-            session.n_pos = start + n;
-            return Ok(logits);
+            return Ok(out);
         }
         let pool = pool::current();
         let pool = &*pool;
-        let mut x = self.embed(tokens);
-        let rope = RopeTables::new(c, start, n);
-        let mut buf = PassBuffers::new(c, n);
+        let tokens: Vec<u32> = segs.iter().flat_map(|s| s.tokens.iter().copied()).collect();
+        let spans = Spans::new(segs);
+        let mut x = self.embed(&tokens);
+        let rope = RopeTables::new(c, &spans.positions());
+        let mut buf = PassBuffers::new(c, tokens.len());
         for (li, lw) in self.weights.layers.iter().enumerate() {
-            let layer = PassLayer { li, lw, local: c.block.is_local(li), start, n };
-            self.attention(family, pool, &layer, &rope, session, &mut x, &mut buf);
+            let layer = PassLayer { li, lw, local: c.block.is_local(li) };
+            self.attention(family, pool, &layer, &rope, &spans, segs, &mut x, &mut buf);
             self.feed_forward(family, pool, lw, &mut x, &mut buf);
         }
-        session.n_pos = start + n;
-        Ok(self.logits(family, pool, &x, which, &mut buf.xq))
+        for (seg, span) in segs.iter_mut().zip(&spans.0) {
+            seg.session.n_pos = span.start + span.n;
+        }
+        Ok(self.logits(family, pool, &x, &spans, segs, &mut buf.xq))
     }
 
     /// The residual stream's first value: each token's embedding row (scaled
@@ -547,13 +583,14 @@ impl Model {
         pool: &Pool,
         layer: &PassLayer,
         rope: &RopeTables,
-        session: &mut Session,
+        spans: &Spans,
+        segs: &mut [Segment<'_>],
         x: &mut [f32],
         buf: &mut PassBuffers,
     ) {
         let c = &self.config;
         let (d, qd, kvd, hd) = (c.dim, c.q_dim(), c.kv_dim(), c.head_dim);
-        let (lw, start, n) = (layer.lw, layer.start, layer.n);
+        let (lw, n) = (layer.lw, spans.rows());
         let PassBuffers { xn, xq, q, k, v, att, proj, head_tmp, .. } = buf;
         for (xr, or) in x.chunks_exact(d).zip(xn.chunks_exact_mut(d)) {
             ops::rmsnorm(family, xr, &lw.attn_norm, c.rms_eps, or);
@@ -590,17 +627,31 @@ impl Model {
             ops::rope(&mut k[i * kvd..(i + 1) * kvd], hd, c.rope_pairing, cs, sn);
         }
         let li = layer.li;
-        let keys = &mut session.k[li];
-        keys.resize(attn::key_cache_len(kvd, start + n), F16::default());
-        for (i, row) in k.chunks_exact(kvd).enumerate() {
-            for (col, &x) in row.iter().enumerate() {
-                keys[attn::key_index(kvd, start + i, col)] = F16::from_f32(x);
+        // Each segment's rows into its own cache.
+        for (seg, sp) in segs.iter_mut().zip(&spans.0) {
+            let session = &mut *seg.session;
+            let rows = sp.row0 * kvd..(sp.row0 + sp.n) * kvd;
+            let keys = &mut session.k[li];
+            keys.resize(attn::key_cache_len(kvd, sp.start + sp.n), F16::default());
+            for (i, row) in k[rows.clone()].chunks_exact(kvd).enumerate() {
+                for (col, &x) in row.iter().enumerate() {
+                    keys[attn::key_index(kvd, sp.start + i, col)] = F16::from_f32(x);
+                }
             }
+            session.v[li].extend(v[rows].iter().map(|&x| F16::from_f32(x)));
         }
-        session.v[li].extend(v.iter().map(|&x| F16::from_f32(x)));
-        let cache = KvLayer { keys: &session.k[li], values: &session.v[li], kvd, n_pos: start + n };
+        let caches: Vec<KvLayer> = segs
+            .iter()
+            .zip(&spans.0)
+            .map(|(seg, sp)| KvLayer {
+                keys: &seg.session.k[li],
+                values: &seg.session.v[li],
+                kvd,
+                n_pos: sp.start + sp.n,
+            })
+            .collect();
         let window = if layer.local { c.block.sliding.map(|sl| sl.window) } else { None };
-        self.attend(family, pool, cache, start, n, window, q, att);
+        self.attend(family, pool, &caches, spans, window, q, att);
         let quantized = lw.wo.matrix().wants_quantized_input();
         if quantized {
             quantize_rows(pool, att, qd, xq);
@@ -612,48 +663,68 @@ impl Model {
         }
     }
 
-    /// Attention of the pass's `n` rows (queries `q`, `(n, q_dim)`) over
-    /// `cache` into `att`. The pairs (row, query head) of the pass, in order
-    /// of (block of up to ATTEND_ROWS rows, KV head, row, head): row i sees
+    /// Attention of the pass's rows (queries `q`, `(rows, q_dim)`), each
+    /// segment's rows over its own cache (`caches[s]`) into `att`. Per
+    /// segment, the pairs (row, query head) in order of (block of up to
+    /// ATTEND_ROWS rows, KV head, row, head): the segment's row i sees
     /// positions 0..=start+i (on a local layer, the last `window` of them).
-    /// A chunk is a contiguous run of that list, attended in one call per
+    /// A chunk is a contiguous run of one segment's list ([`AttendPlan`],
+    /// the same chunks as that segment alone), attended in one call per
     /// (block, KV head) it touches, so each call reads a key tile and value
-    /// row once for all its pairs. Every pair's result is a function of its
-    /// query, its range and the cache alone (`kernels::attn`), so how pairs
-    /// are grouped, which depends on the thread count, cannot change it.
+    /// row once for all its pairs; every segment's chunks share one
+    /// parallel section. Every pair's result is a function of its query,
+    /// its range and its cache alone (`kernels::attn`), so how pairs are
+    /// grouped, which depends on the thread count and the batch, cannot
+    /// change it.
     #[allow(clippy::too_many_arguments)]
     fn attend(
         &self,
         family: KernelFamily,
         pool: &Pool,
-        cache: KvLayer,
-        start: usize,
-        n: usize,
+        caches: &[KvLayer],
+        spans: &Spans,
         window: Option<usize>,
         q: &[f32],
         att: &mut [f32],
     ) {
         let c = &self.config;
         let (qd, hd) = (c.q_dim(), c.head_dim);
-        let plan = AttendPlan::new(n, c.n_kv_heads, c.n_heads / c.n_kv_heads, pool.threads());
+        let plans: Vec<AttendPlan> = spans
+            .0
+            .iter()
+            .map(|sp| AttendPlan::new(sp.n, c.n_kv_heads, c.n_heads / c.n_kv_heads, pool.threads()))
+            .collect();
+        // The first pool chunk of each segment, and the total.
+        let mut firsts = Vec::with_capacity(plans.len());
+        let mut total = 0;
+        for p in &plans {
+            firsts.push(total);
+            total += p.chunks();
+        }
         let att_out = Out(att.as_mut_ptr());
-        pool.for_each(plan.chunks(), &|j| {
+        pool.for_each(total, &|j| {
+            let s = firsts.partition_point(|&f| f <= j) - 1;
+            let (plan, sp, cache) = (&plans[s], &spans.0[s], caches[s]);
             ATTEND_SCRATCH.with_borrow_mut(|sc| {
-                for call in plan.calls(j) {
+                for call in plan.calls(j - firsts[s]) {
                     sc.qs.clear();
                     sc.ranges.clear();
                     for (i, h) in call.pairs() {
-                        sc.qs.extend_from_slice(&q[i * qd + h * hd..][..hd]);
-                        let end = start + i + 1;
+                        sc.qs.extend_from_slice(&q[(sp.row0 + i) * qd + h * hd..][..hd]);
+                        let end = sp.start + i + 1;
                         sc.ranges.push((window.map_or(0, |w| end.saturating_sub(w)), end));
                     }
                     let outs = grown(&mut sc.outs, sc.ranges.len() * hd);
                     attn::attend(family, cache, call.kv_head, hd, &sc.qs, &sc.ranges, &mut sc.scores, outs);
                     for (r, (i, h)) in call.pairs().enumerate() {
-                        // SAFETY: head h of row i owns att[i * qd + h * hd ..][..hd],
-                        // and the pair (i, h) belongs to this chunk alone
-                        // (chunks are disjoint runs of the pair list).
-                        let out = unsafe { std::slice::from_raw_parts_mut(att_out.ptr().add(i * qd + h * hd), hd) };
+                        // SAFETY: head h of the pass's row sp.row0 + i owns
+                        // att[(sp.row0 + i) * qd + h * hd ..][..hd], and the
+                        // pair belongs to this chunk alone (a segment's
+                        // chunks are disjoint runs of its pair list, and
+                        // segments own disjoint rows).
+                        let out = unsafe {
+                            std::slice::from_raw_parts_mut(att_out.ptr().add((sp.row0 + i) * qd + h * hd), hd)
+                        };
                         out.copy_from_slice(&outs[r * hd..(r + 1) * hd]);
                     }
                 }
@@ -687,20 +758,34 @@ impl Model {
         }
     }
 
-    /// Final norm and head on the rows `which` names of the residual stream.
-    fn logits(&self, family: KernelFamily, pool: &Pool, x: &[f32], which: LogitRows, xq: &mut Vec<ActRow>) -> Vec<f32> {
+    /// Final norm and head on the rows each segment's `which` names, one
+    /// head pass for all of them; the logits split back per segment.
+    fn logits(
+        &self,
+        family: KernelFamily,
+        pool: &Pool,
+        x: &[f32],
+        spans: &Spans,
+        segs: &[Segment<'_>],
+        xq: &mut Vec<ActRow>,
+    ) -> Vec<Vec<f32>> {
         let (c, w) = (&self.config, &self.weights);
         let d = c.dim;
-        let n = x.len() / d;
-        let first = match which {
-            LogitRows::Last => n - 1,
-            LogitRows::All => 0,
-        };
-        let rows = &x[first * d..];
-        let m = rows.len() / d;
+        // The pass's rows that get logits, and how many per segment.
+        let mut rows = Vec::new();
+        let mut counts = Vec::with_capacity(segs.len());
+        for (seg, sp) in segs.iter().zip(&spans.0) {
+            let first = match seg.which {
+                LogitRows::Last => sp.n - 1,
+                LogitRows::All => 0,
+            };
+            rows.extend(sp.row0 + first..sp.row0 + sp.n);
+            counts.push(sp.n - first);
+        }
+        let m = rows.len();
         let mut xf = vec![0.0f32; m * d];
-        for (xr, or) in rows.chunks_exact(d).zip(xf.chunks_exact_mut(d)) {
-            ops::rmsnorm(family, xr, &w.out_norm, c.rms_eps, or);
+        for (&r, or) in rows.iter().zip(xf.chunks_exact_mut(d)) {
+            ops::rmsnorm(family, &x[r * d..(r + 1) * d], &w.out_norm, c.rms_eps, or);
         }
         let head = w.head();
         let quantized = head.matrix().wants_quantized_input();
@@ -709,18 +794,72 @@ impl Model {
         }
         let mut logits = vec![0.0f32; m * c.vocab];
         par_matmul(pool, family, &mut [(head, logits.as_mut_slice())], &inputs(&xf, d, xq, quantized));
-        logits
+        if counts.len() == 1 {
+            return vec![logits];
+        }
+        let mut out = Vec::with_capacity(counts.len());
+        let mut at = 0;
+        for k in counts {
+            out.push(logits[at * c.vocab..(at + k) * c.vocab].to_vec());
+            at += k;
+        }
+        out
     }
 }
 
-/// Where one layer of a CPU pass is: its index and weights, whether it is a
-/// local (sliding-window) layer, and the pass's rows `start..start + n`.
+/// One sequence's part of a batched pass ([`Model::forward_batch`]): its
+/// cache, the tokens it runs next, and which of their rows get logits.
+pub struct Segment<'a> {
+    pub session: &'a mut Session,
+    pub tokens: &'a [u32],
+    pub which: LogitRows,
+}
+
+/// Where each segment's rows are in a pass.
+#[derive(Clone, Copy, Debug)]
+struct Span {
+    /// The segment's first row in the pass.
+    row0: usize,
+    /// The cache position of that row (the session's length before the pass).
+    start: usize,
+    /// The segment's rows.
+    n: usize,
+}
+
+/// The spans of a pass's segments, in order.
+struct Spans(Vec<Span>);
+
+impl Spans {
+    fn new(segs: &[Segment<'_>]) -> Self {
+        let mut row0 = 0;
+        Spans(
+            segs.iter()
+                .map(|s| {
+                    let sp = Span { row0, start: s.session.len(), n: s.tokens.len() };
+                    row0 += sp.n;
+                    sp
+                })
+                .collect(),
+        )
+    }
+
+    /// Rows in the pass.
+    fn rows(&self) -> usize {
+        self.0.last().map_or(0, |sp| sp.row0 + sp.n)
+    }
+
+    /// The cache position of every row of the pass.
+    fn positions(&self) -> Vec<usize> {
+        self.0.iter().flat_map(|sp| sp.start..sp.start + sp.n).collect()
+    }
+}
+
+/// Where one layer of a CPU pass is: its index and weights, and whether it
+/// is a local (sliding-window) layer.
 struct PassLayer<'a> {
     li: usize,
     lw: &'a LayerWeights,
     local: bool,
-    start: usize,
-    n: usize,
 }
 
 /// The buffers of one CPU pass of `n` rows, reused by every layer.
@@ -766,13 +905,15 @@ struct RopeTables {
 }
 
 impl RopeTables {
-    fn new(c: &ModelConfig, start: usize, n: usize) -> Self {
+    /// The rotations of a pass whose row i sits at cache position `positions[i]`.
+    fn new(c: &ModelConfig, positions: &[usize]) -> Self {
         let half = c.head_dim / 2;
+        let n = positions.len();
         let angles = |base: f32| {
             let mut cos = vec![0.0f32; n * half];
             let mut sin = vec![0.0f32; n * half];
-            for i in 0..n {
-                rope_angles(c, start + i, base, &mut cos[i * half..][..half], &mut sin[i * half..][..half]);
+            for (i, &pos) in positions.iter().enumerate() {
+                rope_angles(c, pos, base, &mut cos[i * half..][..half], &mut sin[i * half..][..half]);
             }
             (cos, sin)
         };

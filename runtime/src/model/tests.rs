@@ -486,3 +486,101 @@ fn llama_gguf_variants_this_runtime_does_not_run_are_refused_by_name() {
 fn llama_error(extra: &[(&str, Value)], tensors: &[(&str, Vec<f32>)]) -> String {
     load_error(&gguf_bytes_stored(&vocab(), 64, GgmlType::F32, false, extra, tensors))
 }
+
+/// A batched pass ([`super::forward::Model::forward_batch`]) gives every
+/// segment the logits and the cache it gets alone, bit for bit: mixed
+/// segments (one-token decode rows, verify blocks, prefill chunks, `Last`
+/// and `All` rows) over caches of different lengths (tile boundaries
+/// inside and at the edges of a segment), in random order, for every kernel
+/// family on one, two and three threads, for a Llama and for Gemma 3's
+/// sliding-window layers.
+#[test]
+fn a_batched_pass_equals_each_segment_alone() {
+    use super::forward::Segment;
+    let dir = tempfile::tempdir().unwrap();
+    let models = [
+        ("llama", load_named(&dir, "tiny-long.gguf", gguf_bytes_with(&vocab(), 512))),
+        ("gemma3", load_named(&dir, "gemma3.gguf", gemma3_gguf(8))),
+    ];
+    for (name, m) in &models {
+        let c = &m.model.config;
+        let v = c.vocab;
+        let ids: Vec<u32> = (0..200u32).map(|i| 3 + (i * 11 + i * i / 3) % (v as u32 - 3)).collect();
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move |k: usize| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state % k as u64) as usize
+        };
+        for threads in [1, 2, 3] {
+            let pool = crate::pool::Pool::new(threads).unwrap();
+            pool.install(|| {
+                for fam in KernelFamily::all_supported() {
+                    for trial in 0..6 {
+                        let segs = 1 + next(5);
+                        // (cache length before, rows, all rows?) per segment
+                        let plan: Vec<(usize, usize, bool)> = (0..segs)
+                            .map(|_| {
+                                let start = [0, 1, 15, 16, 17, 31, 64, 100][next(8)].min(c.context_length - 40);
+                                let rows = [1, 1, 2, 5, 16, 17, 33][next(7)];
+                                (start, rows, next(2) == 0)
+                            })
+                            .collect();
+                        let mut alone = Vec::new();
+                        let mut sessions = Vec::new();
+                        for &(start, rows, all) in &plan {
+                            let mut s = Session::new(c);
+                            if start > 0 {
+                                m.model.forward(fam, &mut s, &ids[..start], LogitRows::Last).unwrap();
+                            }
+                            sessions.push(s.clone());
+                            let which = if all { LogitRows::All } else { LogitRows::Last };
+                            let l = m.model.forward(fam, &mut s, &ids[start..start + rows], which).unwrap();
+                            alone.push((l, s));
+                        }
+                        let mut batch: Vec<Segment> = sessions
+                            .iter_mut()
+                            .zip(&plan)
+                            .map(|(s, &(start, rows, all))| Segment {
+                                session: s,
+                                tokens: &ids[start..start + rows],
+                                which: if all { LogitRows::All } else { LogitRows::Last },
+                            })
+                            .collect();
+                        let got = m.model.forward_batch(fam, &mut batch).unwrap();
+                        drop(batch);
+                        for (k, ((want, want_s), got)) in alone.iter().zip(&got).enumerate() {
+                            let what =
+                                format!("{name} {fam:?} {threads} threads trial {trial} segment {k} of {plan:?}");
+                            assert_eq!(got.len() % v, 0, "{what}");
+                            assert_eq!(bits(got), bits(want), "{what}: logits");
+                            assert!(sessions[k] == *want_s, "{what}: cache");
+                        }
+                    }
+                }
+            });
+        }
+    }
+}
+
+/// A batch with one bad segment is refused whole: no session changes.
+#[test]
+fn a_refused_batch_writes_no_session() {
+    use super::forward::{ForwardError, Segment};
+    let dir = tempfile::tempdir().unwrap();
+    let m = load_named(&dir, "tiny.gguf", gguf_bytes());
+    let c = &m.model.config;
+    let fam = KernelFamily::best();
+    let (mut a, mut b) = (Session::new(c), Session::new(c));
+    m.model.forward(fam, &mut a, &[3, 4], LogitRows::Last).unwrap();
+    let before = (a.clone(), b.clone());
+    let bad = c.vocab as u32;
+    let mut batch = [
+        Segment { session: &mut a, tokens: &[5], which: LogitRows::Last },
+        Segment { session: &mut b, tokens: &[3, bad], which: LogitRows::Last },
+    ];
+    let e = m.model.forward_batch(fam, &mut batch).unwrap_err();
+    assert!(matches!(e, ForwardError::TokenOutOfRange { .. }), "{e}");
+    assert!(a == before.0 && b == before.1);
+}
