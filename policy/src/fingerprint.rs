@@ -167,6 +167,11 @@ pub const VERIFY_PATH: &[Part] = &[
     part("runtime/src/engine.rs", Devices::All, "the engine and the classic loop the ratio divides by"),
     part("runtime/src/sampling.rs", Devices::All, "sampling over the vocabulary, once per emitted token"),
     part("runtime/src/request.rs", Devices::All, "one request decoded classic or speculative"),
+    part(
+        "runtime/src/sequence.rs",
+        Devices::All,
+        "one sequence's passes: the classic step, the speculative round (draft, verify, accept, roll back), the batch's",
+    ),
     part("runtime/src/speculative/mod.rs", Devices::All, "the speculative decoder's shared types"),
     part(
         "runtime/src/speculative/decode.rs",

@@ -4,7 +4,8 @@
 use crate::model::forward::{ForwardError, LogitRows};
 use crate::model::{Loaded, Session};
 use crate::pool::Pool;
-use crate::sampling::{Rng, SamplingParams, sample};
+use crate::sampling::SamplingParams;
+use crate::sequence::Sequence;
 use kernels::dispatch::KernelFamily;
 use serde::{Deserialize, Serialize};
 use std::ops::ControlFlow;
@@ -234,35 +235,22 @@ impl Engine {
         sink: &mut dyn TokenSink,
         ignore_eos: bool,
     ) -> Result<Generation, GenerateError> {
+        let mut seq = Sequence::prefilled(p, max_tokens, *sampling, ignore_eos);
+        self.run_alone(&mut seq, sink)?;
+        Ok(seq.into_generation().0)
+    }
+
+    /// Runs `seq` to its end alone: one forward pass per plan, on this
+    /// engine's pool.
+    pub fn run_alone(&self, seq: &mut Sequence<'_>, sink: &mut dyn TokenSink) -> Result<(), GenerateError> {
         let model = &self.loaded.model;
-        let tok = &self.loaded.tokenizer;
-        let Prefilled { prompt, mut session, mut logits, prefill_s } = p;
         self.install(|| {
-            let mut rng = Rng::new(sampling.seed);
-            let t1 = Instant::now();
-            let mut out = Vec::new();
-            let mut steps = 0;
-            let finish = loop {
-                if out.len() >= max_tokens {
-                    break FinishReason::Length;
-                }
-                let next = sample(&logits, sampling, &mut rng);
-                if !ignore_eos && tok.is_end_of_generation(next) {
-                    break FinishReason::Stop;
-                }
-                out.push(next);
-                match sink.token(next) {
-                    ControlFlow::Continue(()) => {}
-                    ControlFlow::Break(Halt::Stop) => break FinishReason::Stop,
-                    ControlFlow::Break(Halt::Cancel) => return Err(GenerateError::Cancelled),
-                }
-                if at_limit(prompt.len(), out.len(), max_tokens, model.config.context_length) {
-                    break FinishReason::Length;
-                }
-                logits = model.forward(self.family, &mut session, &[next], LogitRows::Last)?;
-                steps += 1;
-            };
-            Ok(Generation::finished(prompt.len(), out, finish, prefill_s, t1, steps))
+            while let Some(plan) = seq.plan(self, sink)? {
+                let t = Instant::now();
+                let logits = model.forward(self.family, seq.session_mut(), &plan.tokens, plan.which)?;
+                seq.absorb(self, logits, t.elapsed().as_secs_f64(), sink)?;
+            }
+            Ok(())
         })
     }
 }

@@ -31,6 +31,7 @@ pub mod prompts;
 pub mod request;
 pub mod sampling;
 pub mod sandbox;
+pub mod sequence;
 pub mod serve;
 pub mod speculative;
 pub mod tokenizer;

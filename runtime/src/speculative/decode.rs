@@ -1,17 +1,7 @@
-//! The speculative decode loop.
-//!
-//! Each round: the next token `t` comes from the pending logits exactly as in
-//! classic decoding (same sampler, same stop rule); the drafter proposes up
-//! to `width` tokens after it; one target pass runs `[t, d0 .. dn-1]`
-//! (W = n + 1 rows) and yields, for every row, the logits classic decoding
-//! would have computed at that position — bit for bit, because a verify row
-//! uses exactly the chain's arithmetic (see `model::llama`). Greedy
-//! acceptance keeps the longest prefix of the draft that equals the argmax
-//! of the preceding row, so every emitted token is the token classic
-//! decoding emits; the KV cache is cut back to the accepted prefix. With
-//! sampling, draft tokens are accepted with probability `min(1, p/q)` and a
-//! rejection resamples from `max(0, p − q)` (Leviathan et al. 2023; Chen et
-//! al. 2023), which preserves the target distribution.
+//! Speculative decoding's entry points and counters. The loop itself is
+//! [`crate::sequence::Sequence`]'s (classic decoding and the server's
+//! batches run the same one): draft, one verify pass of the drafted rows,
+//! accept, roll back.
 //!
 //! How many tokens a round drafts is the [`Schedule`]'s: a fixed width, or
 //! the adaptive length chosen per round (a round asked for 0 is a plain
@@ -19,12 +9,10 @@
 
 use super::drafter::{Drafter, Proposal};
 use super::schedule::Schedule;
-use crate::engine::{Engine, FinishReason, GenerateError, Generation, Halt, NoSink, Prefilled, TokenSink, at_limit};
-use crate::model::forward::LogitRows;
-use crate::sampling::{Rng, SamplingParams, distribution, draw, sample};
+use crate::engine::{Engine, GenerateError, Generation, NoSink, Prefilled, TokenSink};
+use crate::sampling::{Rng, SamplingParams, draw};
+use crate::sequence::{DrafterSlot, Sequence};
 use serde::{Deserialize, Serialize};
-use std::ops::ControlFlow;
-use std::time::Instant;
 
 /// Per-request counters of the speculative loop.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -81,13 +69,6 @@ impl SpecStats {
     }
 }
 
-/// What to sample the next token from.
-enum Pending {
-    Logits(Vec<f32>),
-    /// A token already drawn (a rejection's residual sample).
-    Token(u32),
-}
-
 impl Engine {
     /// Speculative decoding of `prompt` with `drafter`, drafting per round
     /// what `schedule` says (a [`crate::policy::Width`] is a fixed one).
@@ -105,8 +86,9 @@ impl Engine {
     }
 
     /// Speculative decoding after a prefill, reporting each emitted token to
-    /// `sink` ([`crate::engine::NoSink`] for none) as soon as it is accepted (so a sink sees a round's tokens one
-    /// by one, in order, before the next round is drafted).
+    /// `sink` ([`crate::engine::NoSink`] for none) as soon as it is accepted
+    /// (so a sink sees a round's tokens one by one, in order, before the
+    /// next round is drafted). The rounds are [`Sequence`]'s, run alone.
     pub fn decode_speculative(
         &self,
         p: Prefilled,
@@ -116,156 +98,14 @@ impl Engine {
         schedule: impl Into<Schedule>,
         sink: &mut dyn TokenSink,
     ) -> Result<(Generation, SpecStats), GenerateError> {
-        let schedule: Schedule = schedule.into();
-        let model = &self.loaded.model;
-        let tok = &self.loaded.tokenizer;
-        let ctx_limit = model.config.context_length;
-        let fam = self.family;
-        let Prefilled { prompt, mut session, logits, prefill_s } = p;
-        self.install(|| {
-            let mut rng = Rng::new(sampling.seed);
-            let cap = schedule.cap().get();
-            let mut rounds = schedule.start(drafter.step_cost(model));
-            let mut stats = SpecStats {
-                accepted_per_position: vec![0; cap],
-                draft_lengths: vec![0; cap + 1],
-                ..Default::default()
-            };
-            let mut pending = Pending::Logits(logits);
-            let t1 = Instant::now();
-            let mut context: Vec<u32> = prompt.clone();
-            let mut out: Vec<u32> = Vec::new();
-            let mut steps = 0;
-            let full = |out: &Vec<u32>| at_limit(prompt.len(), out.len(), max_tokens, ctx_limit);
-            let finish = 'outer: loop {
-                if out.len() >= max_tokens {
-                    break FinishReason::Length;
-                }
-                let ts = Instant::now();
-                let t = match std::mem::replace(&mut pending, Pending::Token(0)) {
-                    Pending::Logits(l) => sample(&l, sampling, &mut rng),
-                    Pending::Token(t) => t,
-                };
-                stats.sample_s += ts.elapsed().as_secs_f64();
-                if tok.is_end_of_generation(t) {
-                    break FinishReason::Stop;
-                }
-                out.push(t);
-                context.push(t);
-                match sink.token(t) {
-                    ControlFlow::Continue(()) => {}
-                    ControlFlow::Break(Halt::Stop) => break FinishReason::Stop,
-                    ControlFlow::Break(Halt::Cancel) => return Err(GenerateError::Cancelled),
-                }
-                if full(&out) {
-                    break FinishReason::Length;
-                }
-                // This round's draft: the schedule's, no further than the
-                // budget and the context allow.
-                let room = cap.min(max_tokens - out.len()).min(ctx_limit - session.len() - 1);
-                let ask = rounds.ask(session.len(), room);
-                let round_width = ask.draft.min(room);
-                if room > 0 {
-                    stats.draft_lengths[round_width] += 1;
-                }
-                stats.probes += usize::from(ask.probe);
-                let td = Instant::now();
-                let mut proposal = if round_width > 0 {
-                    drafter.propose(fam, &context, round_width, sampling, &mut rng)?
-                } else {
-                    Default::default()
-                };
-                proposal.tokens.truncate(round_width);
-                stats.draft_s += td.elapsed().as_secs_f64();
-                let draft = &proposal.tokens;
-                // The verify pass's rows: the last emitted token, then the drafts.
-                let mut verify_rows = Vec::with_capacity(draft.len() + 1);
-                verify_rows.push(t);
-                verify_rows.extend_from_slice(draft);
-                let base = session.len();
-                let tv = Instant::now();
-                let rows = model.forward(fam, &mut session, &verify_rows, LogitRows::All)?;
-                let pass_s = tv.elapsed().as_secs_f64();
-                stats.verify_s += pass_s;
-                steps += 1;
-                if draft.is_empty() {
-                    stats.plain_s += pass_s;
-                    stats.plain_steps += 1;
-                    stats.plain_at.push((out.len(), pass_s));
-                    pending = Pending::Logits(rows);
-                    continue;
-                }
-                stats.round_verify_s += pass_s;
-                let ta = Instant::now();
-                stats.rounds += 1;
-                stats.drafted += draft.len();
-                let vocab = model.config.vocab;
-                let row = |j: usize| &rows[j * vocab..(j + 1) * vocab];
-                let mut k = 0;
-                let mut next: Option<Pending> = None;
-                let mut stop: Option<FinishReason> = None;
-                // The sink ended the request after an emitted token (unlike an
-                // accepted end-of-generation token, which is not emitted).
-                let mut halted = false;
-                for (j, &d) in draft.iter().enumerate() {
-                    // The token classic decoding would emit at this position.
-                    let chosen = if sampling.is_greedy() {
-                        let c = sample(row(j), sampling, &mut rng);
-                        if c != d {
-                            next = Some(Pending::Token(c));
-                            break;
-                        }
-                        c
-                    } else {
-                        let p = distribution(row(j), sampling);
-                        match verify_sampled(&p, &proposal, j, &mut rng) {
-                            Ok(d) => d,
-                            Err(r) => {
-                                next = Some(Pending::Token(r));
-                                break;
-                            }
-                        }
-                    };
-                    k += 1;
-                    stats.accepted += 1;
-                    stats.accepted_per_position[j] += 1;
-                    if tok.is_end_of_generation(chosen) {
-                        stop = Some(FinishReason::Stop);
-                        break;
-                    }
-                    out.push(chosen);
-                    context.push(chosen);
-                    match sink.token(chosen) {
-                        ControlFlow::Continue(()) => {}
-                        ControlFlow::Break(Halt::Stop) => {
-                            halted = true;
-                            stop = Some(FinishReason::Stop);
-                            break;
-                        }
-                        ControlFlow::Break(Halt::Cancel) => return Err(GenerateError::Cancelled),
-                    }
-                    if full(&out) {
-                        stop = Some(FinishReason::Length);
-                        break;
-                    }
-                }
-                stats.emitted_in_rounds += 1 + k;
-                // A rejection tested one draft more than it accepted; a
-                // request that ended inside the round tested only `k`.
-                rounds.observe(k + usize::from(next.is_some()), k);
-                session.truncate(base + 1 + k);
-                pending = next.unwrap_or_else(|| Pending::Logits(row(k).to_vec()));
-                stats.accept_s += ta.elapsed().as_secs_f64();
-                if let Some(f) = stop {
-                    // An accepted end-of-generation token is not emitted.
-                    if f == FinishReason::Stop && !halted {
-                        stats.emitted_in_rounds -= 1;
-                    }
-                    break 'outer f;
-                }
-            };
-            Ok((Generation::finished(prompt.len(), out, finish, prefill_s, t1, steps), stats))
-        })
+        let mut seq = Sequence::prefilled(p, max_tokens, *sampling, false).speculate(
+            &self.loaded.model,
+            DrafterSlot::Borrowed(drafter),
+            schedule.into(),
+        );
+        self.run_alone(&mut seq, sink)?;
+        let (g, stats) = seq.into_generation();
+        Ok((g, stats.unwrap_or_default()))
     }
 }
 
