@@ -167,6 +167,7 @@ pub const VERIFY_PATH: &[Part] = &[
     part("runtime/src/engine.rs", Devices::All, "the engine and the classic loop the ratio divides by"),
     part("runtime/src/sampling.rs", Devices::All, "sampling over the vocabulary, once per emitted token"),
     part("runtime/src/request.rs", Devices::All, "one request decoded classic or speculative"),
+    part("runtime/src/batch.rs", Devices::All, "which sequences' rows share each pass of the server's batches"),
     part(
         "runtime/src/sequence.rs",
         Devices::All,

@@ -10,6 +10,7 @@
 //! build's verify-path fingerprints; the policy types are the `policy`
 //! crate's) and [`serve`] (the OpenAI-compatible HTTP server).
 
+pub mod batch;
 pub mod bench;
 pub mod build_info;
 pub mod checkpoint;

@@ -4,9 +4,10 @@
 //! both go through [`decode`], so they emit the same tokens and the same
 //! per-request events.
 
-use crate::events::{Declined, Event, SCHEMA_VERSION, SpeculativeDiagnostics};
-use crate::engine::{Engine, GenerateError, Generation, TokenSink};
+use crate::engine::{Engine, GenerateError, Generation, PREFILL_CHUNK, TokenSink};
+use crate::events::{Event, SCHEMA_VERSION, SpeculativeDiagnostics};
 use crate::sampling::SamplingParams;
+use crate::sequence::{DrafterSlot, Sequence};
 use crate::speculative::setup::Speculation;
 
 /// Which request this is, for its events.
@@ -42,7 +43,9 @@ pub const IGNORE_EOS_DECLINE: &str = "ignore_eos: the speculative decoder always
 /// [`decode`], optionally ignoring end-of-generation tokens (`ignore_eos`):
 /// classic decoding emits them and runs to the budget. The speculative
 /// decoder does not take the option, so such a request decodes classically
-/// and says so with a `declined` event ([`IGNORE_EOS_DECLINE`]).
+/// and says so with a `declined` event ([`IGNORE_EOS_DECLINE`]). The
+/// request runs alone: [`begin`], [`Engine::run_alone`], [`end`] (the
+/// server's batches run the same three steps, with other sequences beside).
 #[allow(clippy::too_many_arguments)]
 pub fn decode_opts(
     engine: &Engine,
@@ -54,42 +57,86 @@ pub fn decode_opts(
     sink: &mut dyn TokenSink,
     tag: Tag<'_>,
 ) -> Result<(Generation, Option<Event>), GenerateError> {
-    if ignore_eos {
-        let declined =
-            spec.and_then(|sp| Some(declined(sp, &tag, sp.active_width()?, IGNORE_EOS_DECLINE.to_string())));
-        let p = engine.prefill_cancellable(prompt, &|| sink.cancelled())?;
-        let g = engine.decode_with_eos(p, max_tokens, sampling, sink, true)?;
-        return Ok((g, declined));
-    }
-    match spec {
+    let (mut seq, declined) = begin(engine, spec, prompt, max_tokens, sampling, ignore_eos, PREFILL_CHUNK, false)?;
+    engine.run_alone(&mut seq, sink)?;
+    Ok(end(seq, declined, tag))
+}
+
+/// The sequence of one request, decoding the way the process was
+/// configured, its prompt run in passes of `chunk` tokens. It speculates
+/// with the process's drafter, borrowed, or with a fork of it (`fork`: a
+/// sequence decoded beside others, each with its own drafter state). Besides it, the `declined` event when a drafter was asked
+/// for but this request decodes classically: a failed exactness probe, or
+/// `ignore_eos` ([`IGNORE_EOS_DECLINE`]). The request's tag is given at
+/// [`end`].
+#[allow(clippy::too_many_arguments)]
+pub fn begin<'d>(
+    engine: &Engine,
+    spec: Option<&'d mut Speculation>,
+    prompt: &[u32],
+    max_tokens: usize,
+    sampling: &SamplingParams,
+    ignore_eos: bool,
+    chunk: usize,
+    fork: bool,
+) -> Result<(Sequence<'d>, Option<Declined>), GenerateError> {
+    let seq = Sequence::new(&engine.loaded.model, prompt, chunk, max_tokens, *sampling, ignore_eos)?;
+    Ok(match spec {
+        Some(sp) if ignore_eos => {
+            let declined = sp.active_width().map(|w| declined(sp, w, IGNORE_EOS_DECLINE.to_string()));
+            (seq, declined)
+        }
         Some(sp) if sp.active_width().is_some() => {
             let schedule = sp.schedule().expect("the match guard saw a width");
-            let p = engine.prefill_cancellable(prompt, &|| sink.cancelled())?;
-            let (g, stats) =
-                engine.decode_speculative(p, max_tokens, sampling, sp.drafter.as_mut(), schedule.clone(), sink)?;
-            let diag = SpeculativeDiagnostics::new(tag.id, tag.warmup, tag.repeat, sp.kind.as_str(), &schedule, &stats);
-            Ok((g, Some(Event::SpeculativeDiagnostics(diag))))
+            let drafter =
+                if fork { DrafterSlot::Owned(sp.drafter.fork()) } else { DrafterSlot::Borrowed(sp.drafter.as_mut()) };
+            (seq.speculate(&engine.loaded.model, drafter, schedule), None)
         }
         other => {
             let declined = other.and_then(|sp| match (sp.declined_reason(), sp.width) {
-                (Some(reason), Some(width)) => Some(declined(sp, &tag, width, reason)),
+                (Some(reason), Some(width)) => Some(declined(sp, width, reason)),
                 _ => None,
             });
-            let p = engine.prefill_cancellable(prompt, &|| sink.cancelled())?;
-            let g = engine.decode_with(p, max_tokens, sampling, sink)?;
-            Ok((g, declined))
+            (seq, declined)
         }
-    }
+    })
 }
 
+/// A finished [`begin`] sequence's generation, and the event that follows
+/// its `completion`: `speculative_diagnostics` when it speculated, its
+/// `declined` event when it declined, `None` otherwise (no drafter, or a
+/// policy entry that turned speculation off — the `startup` event says so).
+pub fn end(mut seq: Sequence<'_>, declined: Option<Declined>, tag: Tag<'_>) -> (Generation, Option<Event>) {
+    let (kind, schedule) = (seq.drafter_kind(), seq.schedule().cloned());
+    let (g, stats) = seq.into_generation();
+    let event =
+        match (stats, kind, schedule) {
+            (Some(stats), Some(kind), Some(schedule)) => Some(Event::SpeculativeDiagnostics(
+                SpeculativeDiagnostics::new(tag.id, tag.warmup, tag.repeat, kind.as_str(), &schedule, &stats),
+            )),
+            _ => declined.map(|d| {
+                Event::Declined(crate::events::Declined {
+                    prompt_id: tag.id.to_string(),
+                    warmup: tag.warmup,
+                    repeat: tag.repeat,
+                    ..d.0
+                })
+            }),
+        };
+    (g, event)
+}
+
+/// A `declined` event waiting for its request's tag ([`end`]).
+pub struct Declined(crate::events::Declined);
+
 /// The `declined` event of a request that decoded classically on an engine
-/// set up for speculation at `width`.
-fn declined(sp: &Speculation, tag: &Tag<'_>, width: crate::policy::Width, reason: String) -> Event {
-    Event::Declined(Declined {
+/// set up for speculation at `width` (its tag is filled in at [`end`]).
+fn declined(sp: &Speculation, width: crate::policy::Width, reason: String) -> Declined {
+    Declined(crate::events::Declined {
         schema_version: SCHEMA_VERSION,
-        prompt_id: tag.id.to_string(),
-        warmup: tag.warmup,
-        repeat: tag.repeat,
+        prompt_id: String::new(),
+        warmup: false,
+        repeat: 0,
         drafter: sp.kind.to_string(),
         width,
         reason,

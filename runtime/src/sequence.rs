@@ -207,6 +207,11 @@ impl<'d> Sequence<'d> {
         }
     }
 
+    /// The drafter it speculates with, if any.
+    pub fn drafter_kind(&mut self) -> Option<crate::policy::DrafterKind> {
+        self.spec.as_mut().map(|s| s.drafter.get().kind())
+    }
+
     /// The schedule it speculates with, if any.
     pub fn schedule(&self) -> Option<&Schedule> {
         self.spec.as_ref().map(|s| &s.schedule)

@@ -74,6 +74,17 @@ impl<T> Queue<T> {
         }
     }
 
+    /// The oldest item if one waits, without waiting; `Err(())` once the
+    /// queue is closed.
+    #[allow(clippy::result_unit_err)]
+    pub fn try_pop(&self) -> Result<Option<T>, ()> {
+        let mut s = self.lock();
+        if s.closed {
+            return Err(());
+        }
+        Ok(s.items.pop_front())
+    }
+
     /// Items waiting now.
     pub fn len(&self) -> usize {
         self.lock().items.len()

@@ -52,11 +52,16 @@ pub trait Drafter: Send {
     fn step_cost(&self, _target: &Model) -> f64 {
         0.0
     }
+
+    /// A drafter of the same kind and settings with no state of its own
+    /// yet, for another sequence decoded beside this one's (the server's
+    /// batches): weights are shared, caches are not.
+    fn fork(&self) -> Box<dyn Drafter>;
 }
 
 /// A drafter that copies from the context alone (no weights, no state
 /// between rounds): its proposal is a point mass on each looked-up token.
-pub trait ContextLookup: Send {
+pub trait ContextLookup: Send + Clone + 'static {
     const KIND: DrafterKind;
     /// Up to `max` tokens proposed to follow `context`.
     fn lookup(&self, context: &[u32], max: usize) -> Vec<u32>;
@@ -76,6 +81,10 @@ impl<T: ContextLookup> Drafter for T {
         _rng: &mut Rng,
     ) -> Result<Proposal, ForwardError> {
         Ok(Proposal { tokens: self.lookup(context, max), dists: None })
+    }
+
+    fn fork(&self) -> Box<dyn Drafter> {
+        Box::new(self.clone())
     }
 }
 
@@ -270,7 +279,8 @@ impl ContextLookup for SuffixDrafter {
 /// seen, so each round only feeds what is new.
 pub struct ModelDrafter {
     kind: DrafterKind,
-    model: Model,
+    /// Shared with the drafter's forks.
+    model: std::sync::Arc<Model>,
     session: Session,
     /// The tokens `session` holds.
     fed: Vec<u32>,
@@ -281,7 +291,7 @@ pub struct ModelDrafter {
 impl ModelDrafter {
     pub fn new(kind: DrafterKind, model: Model) -> Self {
         let session = Session::new(&model.config);
-        ModelDrafter { kind, model, session, fed: Vec::new(), pending: None }
+        ModelDrafter { kind, model: std::sync::Arc::new(model), session, fed: Vec::new(), pending: None }
     }
 
     /// Self-speculation: the target's layers `layers` (in order), its
@@ -314,6 +324,11 @@ impl Drafter for ModelDrafter {
     fn step_cost(&self, target: &Model) -> f64 {
         let t = target.weights.step_bytes();
         if t == 0 { 0.0 } else { self.model.weights.step_bytes() as f64 / t as f64 }
+    }
+
+    fn fork(&self) -> Box<dyn Drafter> {
+        let session = Session::new(&self.model.config);
+        Box::new(ModelDrafter { kind: self.kind, model: self.model.clone(), session, fed: Vec::new(), pending: None })
     }
 
     fn propose(

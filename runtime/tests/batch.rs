@@ -1,0 +1,180 @@
+//! Continuous batching is byte-identical to each sequence alone: prompts of
+//! `prompts/mixed.jsonl` joining a batch at random steps (random batch
+//! sizes, random prefill chunks), decoded classically and speculatively
+//! (n-gram drafter, a fixed width and the adaptive length), greedy and
+//! sampled with a seed, at 1 and 2 threads; every sequence's tokens and
+//! finish reason must equal its run alone.
+
+mod common;
+
+use common::model;
+use kernels::dispatch::KernelFamily;
+use runtime::batch::{Running, step};
+use runtime::engine::{Engine, FinishReason, NoSink, PREFILL_CHUNK};
+use runtime::policy::adaptive::CostModel;
+use runtime::policy::table::CostCurve;
+use runtime::prompts::{PromptKind, parse_prompts};
+use runtime::sampling::SamplingParams;
+use runtime::sequence::{DrafterSlot, Sequence};
+use runtime::speculative::drafter::NgramDrafter;
+use runtime::speculative::schedule::Schedule;
+use std::path::Path;
+
+const MAX_TOKENS: usize = 24;
+
+/// Every fourth prompt of the mixed set (all six task types).
+fn prompts() -> Vec<Vec<u32>> {
+    let path = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../prompts/mixed.jsonl"));
+    let items = parse_prompts(&std::fs::read_to_string(path).unwrap(), path).unwrap();
+    let tok = &model().tokenizer;
+    items
+        .into_iter()
+        .step_by(4)
+        .map(|it| {
+            let text = match it.kind {
+                PromptKind::Text(t) => t,
+                PromptKind::Chat(m) => tok.render_chat(&m, true).unwrap(),
+            };
+            tok.encode_prompt(&text).unwrap()
+        })
+        .collect()
+}
+
+fn engine(threads: usize) -> Engine {
+    Engine::new(runtime::model::load(&model().info.path).unwrap(), KernelFamily::best(), threads).unwrap()
+}
+
+/// How the sequences of one case decode.
+#[derive(Clone, Copy, Debug)]
+enum Mode {
+    Classic,
+    Fixed(usize),
+    Adaptive,
+}
+
+fn schedule(mode: Mode) -> Option<Schedule> {
+    match mode {
+        Mode::Classic => None,
+        Mode::Fixed(w) => Some(Schedule::from(policy::Width::new(w).unwrap())),
+        Mode::Adaptive => Some(Schedule::Adaptive {
+            cap: policy::Width::new(6).unwrap(),
+            cost: CostModel::new(&[CostCurve { context: 64, relative: vec![1.0, 1.04, 1.08, 1.12, 1.17, 1.22, 1.27] }])
+                .unwrap(),
+        }),
+    }
+}
+
+fn sequence(e: &Engine, prompt: &[u32], chunk: usize, mode: Mode, sampling: SamplingParams) -> Sequence<'static> {
+    let s = Sequence::new(&e.loaded.model, prompt, chunk, MAX_TOKENS, sampling, false).unwrap();
+    match schedule(mode) {
+        None => s,
+        Some(sc) => s.speculate(&e.loaded.model, DrafterSlot::Owned(Box::new(NgramDrafter::default())), sc),
+    }
+}
+
+fn sampling(i: usize, sampled: bool) -> SamplingParams {
+    if sampled {
+        SamplingParams { temperature: 0.8, top_k: 40, top_p: 0.95, seed: 1000 + i as u64 }
+    } else {
+        SamplingParams::default()
+    }
+}
+
+/// A small deterministic generator for the arrival schedule.
+struct XorShift(u64);
+
+impl XorShift {
+    fn below(&mut self, n: usize) -> usize {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        (self.0 % n as u64) as usize
+    }
+}
+
+/// Runs every prompt through batches with random arrivals; returns each
+/// prompt's (tokens, finish reason) and the most sequences one pass carried.
+fn batched(
+    e: &Engine,
+    prompts: &[Vec<u32>],
+    mode: Mode,
+    sampled: bool,
+    rng: &mut XorShift,
+) -> (Vec<(Vec<u32>, FinishReason)>, usize) {
+    let parallel = [2, 3, 5][rng.below(3)];
+    let chunk = [7, 16, 128][rng.below(3)];
+    let mut next = 0;
+    // The running sequences and the prompt each belongs to.
+    let mut slots: Vec<Running<'static, NoSink>> = Vec::new();
+    let mut ids: Vec<usize> = Vec::new();
+    let mut done: Vec<Option<(Vec<u32>, FinishReason)>> = vec![None; prompts.len()];
+    let mut widest = 0;
+    while next < prompts.len() || !slots.is_empty() {
+        // 0 to 2 arrivals per step, up to the batch's size (at least one
+        // when nothing runs).
+        let mut arrivals = rng.below(3);
+        if slots.is_empty() {
+            arrivals = arrivals.max(1);
+        }
+        while arrivals > 0 && next < prompts.len() && slots.len() < parallel {
+            slots.push(Running::new(sequence(e, &prompts[next], chunk, mode, sampling(next, sampled)), NoSink));
+            ids.push(next);
+            next += 1;
+            arrivals -= 1;
+        }
+        let st = step(e, &mut slots, chunk);
+        widest = widest.max(st.sequences);
+        for k in (0..slots.len()).rev() {
+            if let Some(res) = &st.ended[k] {
+                assert!(res.is_ok(), "prompt {}: {res:?}", ids[k]);
+                let r = slots.remove(k);
+                let id = ids.remove(k);
+                let (g, _) = r.seq.into_generation();
+                done[id] = Some((g.token_ids, g.finish_reason));
+            }
+        }
+    }
+    (done.into_iter().map(|d| d.unwrap()).collect(), widest)
+}
+
+/// Each prompt alone, its prompt in one-chunk passes of the default size.
+fn alone(e: &Engine, prompts: &[Vec<u32>], mode: Mode, sampled: bool) -> Vec<(Vec<u32>, FinishReason)> {
+    prompts
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let mut seq = sequence(e, p, PREFILL_CHUNK, mode, sampling(i, sampled));
+            e.run_alone(&mut seq, &mut NoSink).unwrap();
+            let (g, _) = seq.into_generation();
+            (g.token_ids, g.finish_reason)
+        })
+        .collect()
+}
+
+#[test]
+fn every_sequence_of_a_batch_emits_what_it_emits_alone() {
+    let prompts = prompts();
+    assert!(prompts.len() >= 12);
+    let mut rng = XorShift(0x2545_f491_4f6c_dd1d);
+    let mut widest = 0;
+    for threads in [1, 2] {
+        let e = engine(threads);
+        for mode in [Mode::Classic, Mode::Fixed(4), Mode::Adaptive] {
+            for sampled in [false, true] {
+                let want = alone(&e, &prompts, mode, sampled);
+                for trial in 0..2 {
+                    let (got, w) = batched(&e, &prompts, mode, sampled, &mut rng);
+                    widest = widest.max(w);
+                    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                        assert_eq!(
+                            g, w,
+                            "prompt {i}, {mode:?}, sampled {sampled}, {threads} threads, trial {trial}: \
+                             batched differs from alone"
+                        );
+                    }
+                }
+            }
+        }
+    }
+    assert!(widest >= 3, "no pass carried three sequences: the test would prove little");
+}
