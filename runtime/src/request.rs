@@ -57,18 +57,17 @@ pub fn decode_opts(
     sink: &mut dyn TokenSink,
     tag: Tag<'_>,
 ) -> Result<(Generation, Option<Event>), GenerateError> {
-    let (mut seq, declined) = begin(engine, spec, prompt, max_tokens, sampling, ignore_eos, PREFILL_CHUNK, false)?;
+    let (mut seq, declined) = begin(engine, spec, prompt, max_tokens, sampling, ignore_eos, PREFILL_CHUNK)?;
     engine.run_alone(&mut seq, sink)?;
     Ok(end(seq, declined, tag))
 }
 
 /// The sequence of one request, decoding the way the process was
-/// configured, its prompt run in passes of `chunk` tokens. It speculates
-/// with the process's drafter, borrowed, or with a fork of it (`fork`: a
-/// sequence decoded beside others, each with its own drafter state). Besides it, the `declined` event when a drafter was asked
-/// for but this request decodes classically: a failed exactness probe, or
-/// `ignore_eos` ([`IGNORE_EOS_DECLINE`]). The request's tag is given at
-/// [`end`].
+/// configured, its prompt run in passes of `chunk` tokens, speculating (when
+/// it does) with the process's drafter, borrowed. Besides it, the `declined`
+/// event when a drafter was asked for but this request decodes classically:
+/// a failed exactness probe, or `ignore_eos` ([`IGNORE_EOS_DECLINE`]). The
+/// request's tag is given at [`end`].
 #[allow(clippy::too_many_arguments)]
 pub fn begin<'d>(
     engine: &Engine,
@@ -78,28 +77,60 @@ pub fn begin<'d>(
     sampling: &SamplingParams,
     ignore_eos: bool,
     chunk: usize,
-    fork: bool,
 ) -> Result<(Sequence<'d>, Option<Declined>), GenerateError> {
     let seq = Sequence::new(&engine.loaded.model, prompt, chunk, max_tokens, *sampling, ignore_eos)?;
-    Ok(match spec {
+    let route = route(spec.as_deref(), ignore_eos);
+    Ok(match (route, spec) {
+        (Route::Speculate(schedule), Some(sp)) => {
+            (seq.speculate(&engine.loaded.model, DrafterSlot::Borrowed(sp.drafter.as_mut()), schedule), None)
+        }
+        (Route::Classic(declined), _) => (seq, declined),
+        (Route::Speculate(_), None) => (seq, None),
+    })
+}
+
+/// [`begin`] for a sequence decoded beside others (the server's batches):
+/// it speculates with a fork of the process's drafter, its own state.
+#[allow(clippy::too_many_arguments)]
+pub fn begin_forked(
+    engine: &Engine,
+    spec: Option<&Speculation>,
+    prompt: &[u32],
+    max_tokens: usize,
+    sampling: &SamplingParams,
+    ignore_eos: bool,
+    chunk: usize,
+) -> Result<(Sequence<'static>, Option<Declined>), GenerateError> {
+    let seq = Sequence::new(&engine.loaded.model, prompt, chunk, max_tokens, *sampling, ignore_eos)?;
+    Ok(match (route(spec, ignore_eos), spec) {
+        (Route::Speculate(schedule), Some(sp)) => {
+            (seq.speculate(&engine.loaded.model, DrafterSlot::Owned(sp.drafter.fork()), schedule), None)
+        }
+        (Route::Classic(declined), _) => (seq, declined),
+        (Route::Speculate(_), None) => (seq, None),
+    })
+}
+
+/// How one request decodes.
+enum Route {
+    /// Classically; with the `declined` event when speculation was asked for.
+    Classic(Option<Declined>),
+    Speculate(crate::speculative::schedule::Schedule),
+}
+
+fn route(spec: Option<&Speculation>, ignore_eos: bool) -> Route {
+    match spec {
         Some(sp) if ignore_eos => {
-            let declined = sp.active_width().map(|w| declined(sp, w, IGNORE_EOS_DECLINE.to_string()));
-            (seq, declined)
+            Route::Classic(sp.active_width().map(|w| declined(sp, w, IGNORE_EOS_DECLINE.to_string())))
         }
         Some(sp) if sp.active_width().is_some() => {
-            let schedule = sp.schedule().expect("the match guard saw a width");
-            let drafter =
-                if fork { DrafterSlot::Owned(sp.drafter.fork()) } else { DrafterSlot::Borrowed(sp.drafter.as_mut()) };
-            (seq.speculate(&engine.loaded.model, drafter, schedule), None)
+            Route::Speculate(sp.schedule().expect("the match guard saw a width"))
         }
-        other => {
-            let declined = other.and_then(|sp| match (sp.declined_reason(), sp.width) {
-                (Some(reason), Some(width)) => Some(declined(sp, width, reason)),
-                _ => None,
-            });
-            (seq, declined)
-        }
-    })
+        other => Route::Classic(other.and_then(|sp| match (sp.declined_reason(), sp.width) {
+            (Some(reason), Some(width)) => Some(declined(sp, width, reason)),
+            _ => None,
+        })),
+    }
 }
 
 /// A finished [`begin`] sequence's generation, and the event that follows
@@ -127,6 +158,7 @@ pub fn end(mut seq: Sequence<'_>, declined: Option<Declined>, tag: Tag<'_>) -> (
 }
 
 /// A `declined` event waiting for its request's tag ([`end`]).
+#[derive(Clone, Debug)]
 pub struct Declined(crate::events::Declined);
 
 /// The `declined` event of a request that decoded classically on an engine

@@ -73,7 +73,7 @@ const NO_EFFECT: &[(&[&str], bool, &str)] = &[
     (
         &["-cb", "--cont-batching", "-nocb", "--no-cont-batching"],
         false,
-        "runtime serve runs one sequence at a time behind a fair queue, docs/serve.md",
+        "runtime serve always batches continuously, up to --parallel sequences per pass, docs/serve.md",
     ),
     (&["--jinja"], false, "the model's chat template is always rendered with Jinja here"),
 ];
@@ -177,15 +177,9 @@ pub fn rewrite(args: Vec<OsString>, cuda_built: bool) -> Result<Rewritten, FlagE
             }
             "-np" => {
                 let n = take_value(&mut rest, &inline, &name, "a sequence count")?;
-                if n.trim() == "1" {
-                    note("-np 1 (llama-server: one slot) is what runtime serve does: one sequence at a time".into());
-                } else {
-                    return Err(refuse(
-                        format!("-np {n}"),
-                        "runtime serve runs one sequence at a time (a fair queue, docs/serve.md); more slots are \
-                         not implemented: drop -np (--max-queue sets how many requests may wait)",
-                    ));
-                }
+                note(format!("-np {} (llama-server: slots) runs as --parallel {}", n.trim(), n.trim()));
+                out.push("--parallel".into());
+                out.push(n.trim().to_string().into());
             }
             "--draft-min" => {
                 let n = take_value(&mut rest, &inline, &name, "a token count")?;

@@ -14,7 +14,7 @@ pub mod bench;
 mod served;
 
 pub use crate::engine::FinishReason;
-pub use served::{ServedSpeculative, ServedTimings};
+pub use served::{ServedBatch, ServedSpeculative, ServedTimings};
 
 use crate::build_info::BuildInfo;
 use crate::engine::{Engine, Generation};

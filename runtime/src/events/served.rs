@@ -24,6 +24,21 @@ pub struct ServedTimings {
     /// Null for a request that did not speculate.
     #[serde(default)]
     pub speculative: Option<ServedSpeculative>,
+    /// The batches the request ran in (`runtime serve --parallel`); absent
+    /// in records of servers that ran one sequence at a time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batch: Option<ServedBatch>,
+}
+
+/// `draftwise.batch`: the passes a served request had rows in, and how many
+/// sequences those passes carried (itself included).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ServedBatch {
+    pub passes: usize,
+    /// Sequences per pass, on average over its passes.
+    pub mean_sequences: f64,
+    /// The most sequences one of its passes carried.
+    pub widest: usize,
 }
 
 /// `draftwise.speculative`: the counters of a speculative request, or the
@@ -93,6 +108,7 @@ impl ServedTimings {
                     declined: d.reason.clone(),
                 },
             }),
+            batch: None,
         }
     }
 }

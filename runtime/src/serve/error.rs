@@ -139,6 +139,21 @@ impl ApiError {
         }
     }
 
+    /// The request's prompt and budget need more cache positions than the
+    /// server's whole cache budget (`--kv-budget-mb`): it could never run.
+    pub fn kv_budget(need: usize, budget: usize) -> Self {
+        ApiError {
+            status: StatusCode::BAD_REQUEST,
+            message: format!(
+                "the prompt and max_tokens need {need} cache positions, more than the server's whole cache budget \
+                 of {budget} (--kv-budget-mb); ask for fewer tokens or a shorter prompt"
+            ),
+            kind: "invalid_request_error",
+            param: Some("max_tokens".into()),
+            code: Some("kv_budget_exceeded"),
+        }
+    }
+
     /// Too many requests are being tokenized or waiting to be (`--max-preparing`).
     pub fn too_many_preparing(max: usize, waiting: usize) -> Self {
         ApiError {

@@ -122,6 +122,7 @@ mod tests {
             text: text.into(),
             finish_reason: reason,
             queue_ms: 0.0,
+            batch: Default::default(),
             logprobs: None,
             echo: None,
         }

@@ -7,12 +7,17 @@
 
 use std::fmt::Write;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 /// Upper bounds of the time-to-first-token buckets, seconds.
 pub const TTFT_BUCKETS_S: &[f64] = &[0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0];
 /// Upper bounds of the per-output-token latency buckets, seconds.
 pub const TOKEN_BUCKETS_S: &[f64] = &[0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5];
+
+/// Upper bounds of the rows-per-pass buckets of the server's batches.
+pub const ROWS_BUCKETS: &[f64] = &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0];
+/// Upper bounds of the sequences-per-pass buckets.
+pub const SEQUENCES_BUCKETS: &[f64] = &[1.0, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 16.0, 32.0, 64.0];
 
 /// Draft positions counted per position: the widest width.
 pub const MAX_POSITIONS: usize = policy::MAX_WIDTH;
@@ -83,6 +88,10 @@ pub struct Metrics {
     pub e2e_s: Histogram,
     /// Time in the wait queue before the engine took the request up.
     pub queue_s: Histogram,
+    /// Rows of each batched pass (every sequence's rows together).
+    pub batch_rows: Histogram,
+    /// Sequences with rows in each batched pass.
+    pub batch_sequences: Histogram,
 }
 
 impl Default for Metrics {
@@ -102,6 +111,8 @@ impl Default for Metrics {
             per_token_s: Histogram::new(TOKEN_BUCKETS_S),
             e2e_s: Histogram::new(TTFT_BUCKETS_S),
             queue_s: Histogram::new(TTFT_BUCKETS_S),
+            batch_rows: Histogram::new(ROWS_BUCKETS),
+            batch_sequences: Histogram::new(SEQUENCES_BUCKETS),
         }
     }
 }
@@ -136,14 +147,16 @@ pub struct Stats {
     pub idle_closed: AtomicU64,
     /// Tokens, latencies and speculation counters (`/metrics`).
     pub metrics: Metrics,
-    /// A request is decoding now.
-    pub running: AtomicBool,
+    /// Requests decoding now (the sequences of the batch).
+    pub running: AtomicUsize,
 }
 
 /// What `/metrics` reports besides the counters in [`Stats`].
 pub struct Gauges<'a> {
     pub waiting: usize,
-    pub running: bool,
+    pub running: usize,
+    /// `--parallel`: sequences that may decode at once.
+    pub slots: usize,
     pub drafter: &'a str,
     /// The resolved draft width; 0 when the server decodes classically.
     pub width: usize,
@@ -205,7 +218,10 @@ pub fn render(stats: &Stats, g: &Gauges<'_>) -> String {
     );
     m.queue_s.render(&mut out, "draftwise_queue_wait_seconds", "Time waiting for the engine, per completed request.");
     gauge(&mut out, "draftwise_queue_waiting", "Requests waiting for the engine.", g.waiting as u64);
-    gauge(&mut out, "draftwise_requests_running", "Requests decoding now (0 or 1).", u64::from(g.running));
+    gauge(&mut out, "draftwise_requests_running", "Requests decoding now (sequences in the batch).", g.running as u64);
+    gauge(&mut out, "draftwise_batch_slots", "Sequences that may decode at once (--parallel).", g.slots as u64);
+    m.batch_rows.render(&mut out, "draftwise_batch_rows", "Rows per forward pass, every running sequence's together.");
+    m.batch_sequences.render(&mut out, "draftwise_batch_sequences", "Sequences with rows in each forward pass.");
     gauge(&mut out, "draftwise_connections_open", "Open HTTP connections.", load(&stats.connections));
     let name = "draftwise_connections_closed_total";
     let _ = writeln!(out, "# HELP {name} Connections the server closed or refused, by reason.\n# TYPE {name} counter");
@@ -321,7 +337,8 @@ mod tests {
         stats.metrics.draft_lengths[3].store(2, Ordering::Relaxed);
         let g = Gauges {
             waiting: 2,
-            running: true,
+            running: 1,
+            slots: 1,
             drafter: "ngram",
             width: 3,
             entry_emitted_per_verify: Some(2.25),

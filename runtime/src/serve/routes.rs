@@ -1,14 +1,14 @@
 //! The HTTP side: handlers for each endpoint, the OpenAI response and
 //! chunk bodies, and the server-sent-event stream.
 
-use super::parse::{self, Endpoint};
 use super::conn::Peer;
 use super::error::ApiError;
 use super::metrics::Stats;
+use super::parse::{self, Endpoint};
 use super::queue::{PushError, Queue};
 use super::worker::{Finished, Job, Msg};
-use crate::events::ServedTimings;
 use crate::engine::{Engine, FinishReason};
+use crate::events::ServedTimings;
 use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::extract::Request;
@@ -305,6 +305,10 @@ async fn health(State(app): State<Arc<App>>) -> Response {
             "status": status,
             "model": app.model_id,
             "running": s.running.load(Ordering::SeqCst),
+            "slots": {
+                "in_use": s.running.load(Ordering::SeqCst),
+                "total": app.config["server"]["parallel"].as_u64().unwrap_or(1),
+            },
             "waiting": app.queue.len(),
             "queue_capacity": app.queue.capacity(),
             "requests": {
@@ -322,6 +326,7 @@ async fn metrics(State(app): State<Arc<App>>) -> Response {
     let g = super::metrics::Gauges {
         waiting: app.queue.len(),
         running: app.stats.running.load(Ordering::SeqCst),
+        slots: app.config["server"]["parallel"].as_u64().unwrap_or(1) as usize,
         drafter: spec["drafter"].as_str().unwrap_or("none"),
         width: spec["width"].as_u64().unwrap_or(0) as usize,
         entry_emitted_per_verify: spec["entry_emitted_per_verify"].as_f64(),
@@ -595,7 +600,10 @@ struct Shape {
 
 /// Server-side timings and speculation counters beside OpenAI's fields.
 fn timings(f: &Finished) -> ServedTimings {
-    ServedTimings::new(f.queue_ms, &f.completion, f.speculation.as_ref())
+    ServedTimings {
+        batch: Some(f.batch.clone()),
+        ..ServedTimings::new(f.queue_ms, &f.completion, f.speculation.as_ref())
+    }
 }
 
 impl Shape {

@@ -5,16 +5,16 @@
 //! handler is gone (the client disconnected) is skipped if it is still
 //! waiting, and cancelled at the next token if it is running.
 
-use super::parse::Prepared;
 use super::error::ApiError;
 use super::metrics::Stats;
+use super::parse::Prepared;
 use super::queue::Queue;
 use super::text::{Detokenizer, StopText};
-use crate::events::{Completion, Event, SpeculationReport};
+use crate::batch::Running;
 use crate::engine::{Engine, FinishReason, GenerateError, Halt, TokenSink};
+use crate::events::{Completion, Event, SpeculationReport};
 use crate::sampling::SamplingParams;
 use crate::speculative::setup::Speculation;
-use crate::tokenizer::Tokenizer;
 use std::io::Write;
 use std::ops::ControlFlow;
 use std::sync::Arc;
@@ -52,6 +52,8 @@ pub struct Finished {
     pub logprobs: Option<serde_json::Value>,
     /// Completions' `echo`: the prompt's text, before the completion's.
     pub echo: Option<String>,
+    /// The batches it ran in.
+    pub batch: crate::events::ServedBatch,
 }
 
 /// One request in the queue.
@@ -78,66 +80,213 @@ pub struct Worker {
     pub spec: Option<Speculation>,
     pub queue: Arc<Queue<Job>>,
     pub stats: Arc<Stats>,
-    /// Set at shutdown once the grace period is over: the running request
-    /// is cancelled at its next token.
+    /// Set at shutdown once the grace period is over: the running requests
+    /// are cancelled at their next token.
     pub abort: Arc<AtomicBool>,
     /// Write `completion` (and `speculative_diagnostics`/`declined`) events on stdout.
     pub json: bool,
+    /// Sequences decoding at once (`--parallel`).
+    pub parallel: usize,
+    /// Prompt tokens per pass (`--prefill-chunk`).
+    pub prefill_chunk: usize,
+    /// Cache positions the running sequences may reserve together
+    /// (`--kv-budget-mb`, in positions).
+    pub kv_positions: usize,
 }
 
+/// A running request beside its sequence.
+struct Meta {
+    job: Job,
+    declined: Option<crate::request::Declined>,
+    queue_ms: f64,
+    /// Cache positions reserved for it ([`Worker::reservation`]).
+    reserved: usize,
+}
+
+/// How a request ended in the batch.
+type Ended = Result<(), GenerateError>;
+
 impl Worker {
-    /// Serves requests until the queue is closed.
-    pub fn run(mut self) {
-        while let Some(mut job) = self.queue.pop() {
-            // No longer waiting: the client's place is free for its next request.
-            drop(job.place.take());
-            if job.tx.is_closed() {
-                tracing::info!(id = %job.id, outcome = "cancelled", "client left while waiting; skipped");
-                self.stats.cancelled.fetch_add(1, Ordering::SeqCst);
-                continue;
-            }
-            if Instant::now() >= job.deadline {
-                tracing::info!(id = %job.id, outcome = "timed_out", "deadline passed while waiting; skipped");
-                self.stats.timed_out.fetch_add(1, Ordering::SeqCst);
-                let _ = job.tx.send(Msg::Done(Err(ApiError::deadline(job.timeout))));
-                continue;
-            }
-            self.stats.running.store(true, Ordering::SeqCst);
-            // A panic in one request must not take the server down with it.
-            let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.serve(&job)));
-            self.stats.running.store(false, Ordering::SeqCst);
-            // Count before answering, so a client that reads `/health` right
-            // after its response sees itself counted.
-            let reply = match outcome {
-                Ok(Ok(finished)) => {
-                    self.account(&job, &finished);
-                    self.stats.completed.fetch_add(1, Ordering::SeqCst);
-                    Some(Ok(Box::new(finished)))
-                }
-                Ok(Err(Failure::Cancelled)) if Instant::now() >= job.deadline => {
-                    tracing::info!(id = %job.id, outcome = "timed_out", "deadline passed; generation cancelled");
-                    self.stats.timed_out.fetch_add(1, Ordering::SeqCst);
-                    Some(Err(ApiError::deadline(job.timeout)))
-                }
-                Ok(Err(Failure::Cancelled)) => {
-                    tracing::info!(id = %job.id, outcome = "cancelled", "client left; generation cancelled");
+    /// Serves requests until the queue is closed and the running ones end:
+    /// up to `parallel` sequences share each pass ([`crate::batch::step`]);
+    /// a request joins at the next pass once a slot and its cache
+    /// reservation are free (in arrival order: a request that does not fit
+    /// yet holds the ones behind it), and leaves when it finishes.
+    pub fn run(self) {
+        let mut runs: Vec<Running<'static, JobSink>> = Vec::new();
+        let mut metas: Vec<Meta> = Vec::new();
+        // The oldest waiting request, taken from the queue but waiting for
+        // cache room.
+        let mut held: Option<Job> = None;
+        let mut closed = false;
+        loop {
+            while runs.len() < self.parallel {
+                let mut job = match held.take() {
+                    Some(j) => j,
+                    None if runs.is_empty() => match self.queue.pop() {
+                        Some(j) => j,
+                        None => return,
+                    },
+                    None => match self.queue.try_pop() {
+                        Ok(Some(j)) => j,
+                        Ok(None) => break,
+                        Err(()) => {
+                            closed = true;
+                            break;
+                        }
+                    },
+                };
+                // No longer waiting: the client's place is free for its next request.
+                drop(job.place.take());
+                if job.tx.is_closed() {
+                    tracing::info!(id = %job.id, outcome = "cancelled", "client left while waiting; skipped");
                     self.stats.cancelled.fetch_add(1, Ordering::SeqCst);
-                    None
+                    continue;
                 }
-                Ok(Err(Failure::Error(e))) => {
-                    tracing::error!(id = %job.id, outcome = "failed", "generation failed: {e}");
+                if Instant::now() >= job.deadline {
+                    tracing::info!(id = %job.id, outcome = "timed_out", "deadline passed while waiting; skipped");
+                    self.stats.timed_out.fetch_add(1, Ordering::SeqCst);
+                    let _ = job.tx.send(Msg::Done(Err(ApiError::deadline(job.timeout))));
+                    continue;
+                }
+                let need = self.reservation(&job);
+                if need > self.kv_positions {
+                    tracing::info!(id = %job.id, outcome = "failed", "needs more cache than --kv-budget-mb allows");
                     self.stats.failed.fetch_add(1, Ordering::SeqCst);
-                    Some(Err(ApiError::internal(e)))
+                    let _ = job.tx.send(Msg::Done(Err(ApiError::kv_budget(need, self.kv_positions))));
+                    continue;
+                }
+                if metas.iter().map(|m| m.reserved).sum::<usize>() + need > self.kv_positions {
+                    held = Some(job);
+                    break;
+                }
+                let queue_ms = job.enqueued.elapsed().as_secs_f64() * 1e3;
+                match self.begin(&job) {
+                    Ok((run, declined)) => {
+                        runs.push(run);
+                        metas.push(Meta { job, declined, queue_ms, reserved: need });
+                    }
+                    Err(e) => {
+                        tracing::error!(id = %job.id, outcome = "failed", "generation failed: {e}");
+                        self.stats.failed.fetch_add(1, Ordering::SeqCst);
+                        let _ = job.tx.send(Msg::Done(Err(ApiError::internal(e))));
+                    }
+                }
+            }
+            if runs.is_empty() {
+                if closed {
+                    return;
+                }
+                continue;
+            }
+            self.stats.running.store(runs.len(), Ordering::SeqCst);
+            // A panic in one pass must not take the server down with it.
+            let engine = self.engine.clone();
+            let chunk = self.prefill_chunk;
+            let stepped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                crate::batch::step(&engine, &mut runs, chunk)
+            }));
+            let ended: Vec<Option<Ended>> = match stepped {
+                Ok(st) => {
+                    if st.sequences > 0 {
+                        self.stats.metrics.batch_rows.observe(st.rows as f64);
+                        self.stats.metrics.batch_sequences.observe(st.sequences as f64);
+                    }
+                    st.ended
                 }
                 Err(_) => {
-                    tracing::error!(id = %job.id, outcome = "failed", "generation panicked");
-                    self.stats.failed.fetch_add(1, Ordering::SeqCst);
-                    Some(Err(ApiError::internal("the generation failed unexpectedly")))
+                    tracing::error!("a batched pass panicked; failing its requests");
+                    runs.clear();
+                    for meta in metas.drain(..) {
+                        self.reply(&meta.job, Err(Failure::Panicked));
+                    }
+                    self.stats.running.store(0, Ordering::SeqCst);
+                    continue;
                 }
             };
-            if let Some(r) = reply {
-                let _ = job.tx.send(Msg::Done(r));
+            for k in (0..runs.len()).rev() {
+                let Some(end) = &ended[k] else { continue };
+                let run = runs.remove(k);
+                let meta = metas.remove(k);
+                let outcome = match end {
+                    Ok(()) => std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.complete(run, &meta)))
+                        .unwrap_or(Err(Failure::Panicked)),
+                    Err(GenerateError::Cancelled) => Err(Failure::Cancelled),
+                    Err(e) => Err(Failure::Error(e.to_string())),
+                };
+                self.reply(&meta.job, outcome);
             }
+            self.stats.running.store(runs.len(), Ordering::SeqCst);
+        }
+    }
+
+    /// Cache positions a request may fill: its prompt, its budget and one
+    /// verify block's drafts, at most the context.
+    fn reservation(&self, job: &Job) -> usize {
+        let p = &job.prepared;
+        let cap = self.spec.as_ref().and_then(|s| s.active_width()).map_or(0, |w| w.get());
+        (p.prompt_ids.len() + p.max_tokens + cap + 1).min(self.engine.loaded.model.config.context_length)
+    }
+
+    /// The request's sequence, ready to join the batch.
+    fn begin(&self, job: &Job) -> Result<(Running<'static, JobSink>, Option<crate::request::Declined>), String> {
+        let p = &job.prepared;
+        let (seq, declined) = crate::request::begin_forked(
+            &self.engine,
+            self.spec.as_ref(),
+            &p.prompt_ids,
+            p.max_tokens,
+            &job.sampling,
+            p.request.ignore_eos,
+            self.prefill_chunk,
+        )
+        .map_err(|e| e.to_string())?;
+        let sink = JobSink {
+            engine: self.engine.clone(),
+            tx: job.tx.clone(),
+            stream: p.request.stream,
+            abort: self.abort.clone(),
+            deadline: job.deadline,
+            ids: Vec::new(),
+            detok: Detokenizer::default(),
+            text: StopText::new(p.request.stop.clone()),
+        };
+        Ok((Running::new(seq, sink), declined))
+    }
+
+    /// Answers a request that left the batch, counting it.
+    fn reply(&self, job: &Job, outcome: Result<Finished, Failure>) {
+        // Count before answering, so a client that reads `/health` right
+        // after its response sees itself counted.
+        let reply = match outcome {
+            Ok(finished) => {
+                self.account(job, &finished);
+                self.stats.completed.fetch_add(1, Ordering::SeqCst);
+                Some(Ok(Box::new(finished)))
+            }
+            Err(Failure::Cancelled) if Instant::now() >= job.deadline => {
+                tracing::info!(id = %job.id, outcome = "timed_out", "deadline passed; generation cancelled");
+                self.stats.timed_out.fetch_add(1, Ordering::SeqCst);
+                Some(Err(ApiError::deadline(job.timeout)))
+            }
+            Err(Failure::Cancelled) => {
+                tracing::info!(id = %job.id, outcome = "cancelled", "client left; generation cancelled");
+                self.stats.cancelled.fetch_add(1, Ordering::SeqCst);
+                None
+            }
+            Err(Failure::Error(e)) => {
+                tracing::error!(id = %job.id, outcome = "failed", "generation failed: {e}");
+                self.stats.failed.fetch_add(1, Ordering::SeqCst);
+                Some(Err(ApiError::internal(e)))
+            }
+            Err(Failure::Panicked) => {
+                tracing::error!(id = %job.id, outcome = "failed", "generation panicked");
+                self.stats.failed.fetch_add(1, Ordering::SeqCst);
+                Some(Err(ApiError::internal("the generation failed unexpectedly")))
+            }
+        };
+        if let Some(r) = reply {
+            let _ = job.tx.send(Msg::Done(r));
         }
     }
 
@@ -184,36 +333,17 @@ impl Worker {
         );
     }
 
-    fn serve(&mut self, job: &Job) -> Result<Finished, Failure> {
-        let queue_ms = job.enqueued.elapsed().as_secs_f64() * 1e3;
+    /// The response of a request whose sequence finished: its text (cut at
+    /// a stop string), log probabilities when asked for, its events.
+    fn complete(&self, run: Running<'static, JobSink>, meta: &Meta) -> Result<Finished, Failure> {
+        let (job, queue_ms) = (&meta.job, meta.queue_ms);
         let engine = &*self.engine;
         let tok = &engine.loaded.tokenizer;
         let p = &job.prepared;
-        let mut sink = JobSink {
-            tok,
-            tx: &job.tx,
-            stream: p.request.stream,
-            abort: &self.abort,
-            deadline: job.deadline,
-            ids: Vec::new(),
-            detok: Detokenizer::default(),
-            text: StopText::new(p.request.stop.clone()),
-        };
+        let Running { seq, mut sink, passes, batched, widest } = run;
         let tag = crate::request::Tag { id: &job.id, warmup: false, repeat: 0 };
-        let (g, speculation) = crate::request::decode_opts(
-            engine,
-            self.spec.as_mut(),
-            &p.prompt_ids,
-            p.max_tokens,
-            &job.sampling,
-            p.request.ignore_eos,
-            &mut sink,
-            tag,
-        )
-        .map_err(|e| match e {
-            GenerateError::Cancelled => Failure::Cancelled,
-            e => Failure::Error(e.to_string()),
-        })?;
+        let declined = meta.declined.clone();
+        let (g, speculation) = crate::request::end(seq, declined, tag);
         let full = tok.decode(&g.token_ids).map_err(|e| Failure::Error(format!("decoding the completion: {e}")))?;
         let (rest, text) = sink.text.finish(&full);
         let text = text.to_string();
@@ -235,7 +365,12 @@ impl Worker {
         if self.json {
             self.write_events(&completion, speculation.as_ref());
         }
-        Ok(Finished { completion, speculation, text, finish_reason, queue_ms, logprobs, echo })
+        let batch = crate::events::ServedBatch {
+            passes,
+            mean_sequences: if passes > 0 { batched as f64 / passes as f64 } else { 0.0 },
+            widest,
+        };
+        Ok(Finished { completion, speculation, text, finish_reason, queue_ms, logprobs, echo, batch })
     }
 
     /// The `logprobs` object of a finished request: the scoring pass over
@@ -299,21 +434,22 @@ enum Failure {
     /// The client left (or shutdown's grace period ended).
     Cancelled,
     Error(String),
+    Panicked,
 }
 
 /// Streams text pieces to the handler and notices a departed client.
-struct JobSink<'a> {
-    tok: &'a Tokenizer,
-    tx: &'a UnboundedSender<Msg>,
+pub struct JobSink {
+    engine: Arc<Engine>,
+    tx: UnboundedSender<Msg>,
     stream: bool,
-    abort: &'a AtomicBool,
+    abort: Arc<AtomicBool>,
     deadline: Instant,
     ids: Vec<u32>,
     detok: Detokenizer,
     text: StopText,
 }
 
-impl TokenSink for JobSink<'_> {
+impl TokenSink for JobSink {
     /// The client is gone, shutdown's grace ended, or the deadline passed.
     fn cancelled(&self) -> bool {
         self.tx.is_closed() || self.abort.load(Ordering::Relaxed) || Instant::now() >= self.deadline
@@ -328,7 +464,7 @@ impl TokenSink for JobSink<'_> {
             let _ = self.tx.send(Msg::First);
         }
         // A decoding failure here only delays text: `finish` decodes everything again.
-        let piece = self.detok.next(self.tok, &self.ids).unwrap_or_default();
+        let piece = self.detok.next(&self.engine.loaded.tokenizer, &self.ids).unwrap_or_default();
         let out = self.text.push(&piece);
         if self.stream && !out.is_empty() && self.tx.send(Msg::Text(out)).is_err() {
             return ControlFlow::Break(Halt::Cancel);

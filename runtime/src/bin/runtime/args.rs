@@ -263,6 +263,22 @@ pub struct ServeArgs {
     /// `declined`) per finished request, as `runtime generate --json` writes them.
     #[arg(long)]
     pub json: bool,
+    /// Sequences decoding at once (continuous batching): up to N requests share every forward
+    /// pass, a new one joining at the next pass and a finished one leaving; more wait in the
+    /// queue. vLLM's --max-num-seqs; llama-server's -np maps here. Default: 4 (1 to 256).
+    #[arg(long, alias = "max-num-seqs", value_name = "N")]
+    pub parallel: Option<usize>,
+    /// Prompt tokens per forward pass: a prompt runs in chunks of this many tokens beside the
+    /// other sequences' decode steps, so a long prompt delays their next token by one chunk,
+    /// not by the whole prompt (1 to 8192).
+    #[arg(long, default_value_t = runtime::engine::PREFILL_CHUNK, value_name = "TOKENS")]
+    pub prefill_chunk: usize,
+    /// The KV cache the running sequences may fill together, in MiB: a request joins once its
+    /// prompt, max_tokens and one draft fit beside the running ones' reservations (it waits
+    /// until then, in arrival order), and one that could never fit is refused (400
+    /// kv_budget_exceeded). Default: a full context for each of --parallel.
+    #[arg(long, value_name = "MB")]
+    pub kv_budget_mb: Option<u64>,
     #[command(flatten)]
     pub spec: SpeculationArgs,
 }
@@ -404,6 +420,9 @@ impl From<ServeArgs> for ServeSettings {
             json: a.json,
             strict_params: a.strict_params,
             allowed_origins: a.allowed_origins,
+            parallel: a.parallel,
+            prefill_chunk: a.prefill_chunk,
+            kv_budget_mb: a.kv_budget_mb,
             spec: a.spec.into(),
         }
     }

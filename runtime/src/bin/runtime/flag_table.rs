@@ -101,8 +101,19 @@ fn cases() -> Vec<Case> {
         ("--cont-batching", &["serve", "--cont-batching"], false, Parses(&["--cont-batching (llama.cpp)"])),
         ("-nocb", &["serve", "-nocb"], false, Parses(&["-nocb (llama.cpp)"])),
         ("--no-cont-batching", &["serve", "--no-cont-batching"], false, Parses(&["--no-cont-batching (llama.cpp)"])),
-        ("-np", &["serve", "-np", "1"], false, Parses(&["-np 1 (llama-server: one slot)"])),
-        ("-np", &["serve", "-np", "4"], false, Refused("drop -np (--max-queue sets how many requests may wait)")),
+        (
+            "-np",
+            &["serve", "-np", "1"],
+            false,
+            Parses(&["-np 1 (llama-server: slots) runs as --parallel 1", "parallel: Some(1)"]),
+        ),
+        (
+            "-np",
+            &["serve", "-np", "4"],
+            false,
+            Parses(&["-np 4 (llama-server: slots) runs as --parallel 4", "parallel: Some(4)"]),
+        ),
+        ("--max-num-seqs", &["serve", "--max-num-seqs", "8"], false, Parses(&["parallel: Some(8)"])),
         // Sampling controls this engine lacks: refused by name, unless neutral.
         (
             "--repeat-penalty",
