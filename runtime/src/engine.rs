@@ -5,7 +5,6 @@ use crate::model::forward::{ForwardError, LogitRows};
 use crate::model::{Loaded, Session};
 use crate::pool::Pool;
 use crate::sampling::SamplingParams;
-use crate::sequence::Sequence;
 use kernels::dispatch::KernelFamily;
 use serde::{Deserialize, Serialize};
 use std::ops::ControlFlow;
@@ -222,35 +221,5 @@ impl Engine {
         sink: &mut dyn TokenSink,
     ) -> Result<Generation, GenerateError> {
         self.decode_with_eos(p, max_tokens, sampling, sink, false)
-    }
-
-    /// [`Engine::decode_with`]; with `ignore_eos`, end-of-generation tokens
-    /// are emitted like any other and only the budget (or the context) ends
-    /// the generation (serving benchmarks fix output lengths this way).
-    pub fn decode_with_eos(
-        &self,
-        p: Prefilled,
-        max_tokens: usize,
-        sampling: &SamplingParams,
-        sink: &mut dyn TokenSink,
-        ignore_eos: bool,
-    ) -> Result<Generation, GenerateError> {
-        let mut seq = Sequence::prefilled(p, max_tokens, *sampling, ignore_eos);
-        self.run_alone(&mut seq, sink)?;
-        Ok(seq.into_generation().0)
-    }
-
-    /// Runs `seq` to its end alone: one forward pass per plan, on this
-    /// engine's pool.
-    pub fn run_alone(&self, seq: &mut Sequence<'_>, sink: &mut dyn TokenSink) -> Result<(), GenerateError> {
-        let model = &self.loaded.model;
-        self.install(|| {
-            while let Some(plan) = seq.plan(self, sink)? {
-                let t = Instant::now();
-                let logits = model.forward(self.family, seq.session_mut(), &plan.tokens, plan.which)?;
-                seq.absorb(self, logits, t.elapsed().as_secs_f64(), sink)?;
-            }
-            Ok(())
-        })
     }
 }

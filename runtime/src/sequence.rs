@@ -23,7 +23,7 @@
 //! resamples from `max(0, p − q)` (Leviathan et al. 2023; Chen et al. 2023),
 //! which keeps the target distribution.
 
-use crate::engine::{Engine, FinishReason, GenerateError, Generation, Halt, Prefilled, TokenSink, at_limit};
+use crate::engine::{Engine, FinishReason, GenerateError, Generation, Halt, NoSink, Prefilled, TokenSink, at_limit};
 use crate::model::Session;
 use crate::model::forward::{LogitRows, Model};
 use crate::sampling::{Rng, SamplingParams, distribution, sample};
@@ -450,5 +450,77 @@ impl<'d> Sequence<'d> {
         let start = self.decode_start.unwrap_or_else(Instant::now);
         let g = Generation::finished(self.prompt.len(), self.out, finish, self.prefill_s, start, self.steps);
         (g, self.spec.map(|s| s.stats))
+    }
+}
+
+impl Engine {
+    /// [`Engine::decode_with`]; with `ignore_eos`, end-of-generation tokens
+    /// are emitted like any other and only the budget (or the context) ends
+    /// the generation (serving benchmarks fix output lengths this way).
+    pub fn decode_with_eos(
+        &self,
+        p: Prefilled,
+        max_tokens: usize,
+        sampling: &SamplingParams,
+        sink: &mut dyn TokenSink,
+        ignore_eos: bool,
+    ) -> Result<Generation, GenerateError> {
+        let mut seq = Sequence::prefilled(p, max_tokens, *sampling, ignore_eos);
+        self.run_alone(&mut seq, sink)?;
+        Ok(seq.into_generation().0)
+    }
+
+    /// Runs `seq` to its end alone: one forward pass per plan, on this
+    /// engine's pool.
+    pub fn run_alone(&self, seq: &mut Sequence<'_>, sink: &mut dyn TokenSink) -> Result<(), GenerateError> {
+        let model = &self.loaded.model;
+        self.install(|| {
+            while let Some(plan) = seq.plan(self, sink)? {
+                let t = Instant::now();
+                let logits = model.forward(self.family, seq.session_mut(), &plan.tokens, plan.which)?;
+                seq.absorb(self, logits, t.elapsed().as_secs_f64(), sink)?;
+            }
+            Ok(())
+        })
+    }
+}
+
+impl Engine {
+    /// Speculative decoding of `prompt` with `drafter`, drafting per round
+    /// what `schedule` says (a [`crate::policy::Width`] is a fixed one).
+    /// Greedy output equals [`Engine::generate`]'s token for token.
+    pub fn generate_speculative(
+        &self,
+        prompt: &[u32],
+        max_tokens: usize,
+        sampling: &SamplingParams,
+        drafter: &mut dyn Drafter,
+        schedule: impl Into<Schedule>,
+    ) -> Result<(Generation, SpecStats), GenerateError> {
+        let p = self.prefill(prompt)?;
+        self.decode_speculative(p, max_tokens, sampling, drafter, schedule, &mut NoSink)
+    }
+
+    /// Speculative decoding after a prefill, reporting each emitted token to
+    /// `sink` ([`crate::engine::NoSink`] for none) as soon as it is accepted
+    /// (so a sink sees a round's tokens one by one, in order, before the
+    /// next round is drafted). The rounds are [`Sequence`]'s, run alone.
+    pub fn decode_speculative(
+        &self,
+        p: Prefilled,
+        max_tokens: usize,
+        sampling: &SamplingParams,
+        drafter: &mut dyn Drafter,
+        schedule: impl Into<Schedule>,
+        sink: &mut dyn TokenSink,
+    ) -> Result<(Generation, SpecStats), GenerateError> {
+        let mut seq = Sequence::prefilled(p, max_tokens, *sampling, false).speculate(
+            &self.loaded.model,
+            DrafterSlot::Borrowed(drafter),
+            schedule.into(),
+        );
+        self.run_alone(&mut seq, sink)?;
+        let (g, stats) = seq.into_generation();
+        Ok((g, stats.unwrap_or_default()))
     }
 }

@@ -1,17 +1,14 @@
-//! Speculative decoding's entry points and counters. The loop itself is
-//! [`crate::sequence::Sequence`]'s (classic decoding and the server's
-//! batches run the same one): draft, one verify pass of the drafted rows,
-//! accept, roll back.
+//! Speculative decoding's counters and its sampled acceptance rule. The
+//! loop itself, and `Engine::decode_speculative`, are in
+//! [`crate::sequence`] (classic decoding and the server's batches run the
+//! same one): draft, one verify pass of the drafted rows, accept, roll back.
 //!
 //! How many tokens a round drafts is the [`Schedule`]'s: a fixed width, or
 //! the adaptive length chosen per round (a round asked for 0 is a plain
 //! step); either way the tokens that come out are the same.
 
-use super::drafter::{Drafter, Proposal};
-use super::schedule::Schedule;
-use crate::engine::{Engine, GenerateError, Generation, NoSink, Prefilled, TokenSink};
-use crate::sampling::{Rng, SamplingParams, draw};
-use crate::sequence::{DrafterSlot, Sequence};
+use super::drafter::Proposal;
+use crate::sampling::{Rng, draw};
 use serde::{Deserialize, Serialize};
 
 /// Per-request counters of the speculative loop.
@@ -66,46 +63,6 @@ impl SpecStats {
 
     pub fn emitted_per_verify(&self) -> Option<f64> {
         (self.rounds > 0).then(|| self.emitted_in_rounds as f64 / self.rounds as f64)
-    }
-}
-
-impl Engine {
-    /// Speculative decoding of `prompt` with `drafter`, drafting per round
-    /// what `schedule` says (a [`crate::policy::Width`] is a fixed one).
-    /// Greedy output equals [`Engine::generate`]'s token for token.
-    pub fn generate_speculative(
-        &self,
-        prompt: &[u32],
-        max_tokens: usize,
-        sampling: &SamplingParams,
-        drafter: &mut dyn Drafter,
-        schedule: impl Into<Schedule>,
-    ) -> Result<(Generation, SpecStats), GenerateError> {
-        let p = self.prefill(prompt)?;
-        self.decode_speculative(p, max_tokens, sampling, drafter, schedule, &mut NoSink)
-    }
-
-    /// Speculative decoding after a prefill, reporting each emitted token to
-    /// `sink` ([`crate::engine::NoSink`] for none) as soon as it is accepted
-    /// (so a sink sees a round's tokens one by one, in order, before the
-    /// next round is drafted). The rounds are [`Sequence`]'s, run alone.
-    pub fn decode_speculative(
-        &self,
-        p: Prefilled,
-        max_tokens: usize,
-        sampling: &SamplingParams,
-        drafter: &mut dyn Drafter,
-        schedule: impl Into<Schedule>,
-        sink: &mut dyn TokenSink,
-    ) -> Result<(Generation, SpecStats), GenerateError> {
-        let mut seq = Sequence::prefilled(p, max_tokens, *sampling, false).speculate(
-            &self.loaded.model,
-            DrafterSlot::Borrowed(drafter),
-            schedule.into(),
-        );
-        self.run_alone(&mut seq, sink)?;
-        let (g, stats) = seq.into_generation();
-        Ok((g, stats.unwrap_or_default()))
     }
 }
 
