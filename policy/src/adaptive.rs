@@ -201,6 +201,21 @@ pub struct Controller {
     plain_streak: usize,
 }
 
+/// The other sequences' part of a pass a round's rows join
+/// ([`Controller::choose_shared`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct Share {
+    /// Their rows.
+    pub rows: usize,
+    /// Their sequences.
+    pub sequences: usize,
+}
+
+impl Share {
+    /// No other sequence: a pass of one's own.
+    pub const ALONE: Share = Share { rows: 0, sequences: 0 };
+}
+
 /// What [`Controller::choose`] decided, and why.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Choice {
@@ -227,13 +242,31 @@ impl Controller {
     /// The draft length for the next round at `context` positions, at most
     /// `budget` (what the request's token and context limits leave).
     pub fn choose(&mut self, context: usize, budget: usize) -> Choice {
+        self.choose_shared(context, budget, Share::ALONE)
+    }
+
+    /// [`Controller::choose`] for a round whose rows share a pass with
+    /// other sequences' (`share`): the length that gives the pass the most
+    /// tokens per unit of its cost, the others' tokens counted one per
+    /// sequence. A drafted row is priced at its marginal cost in that pass
+    /// (the curve at the pass's total rows), so as the batch fills, a row
+    /// must bring more expected tokens to be worth its place, and drafting
+    /// shrinks. Alone ([`Share::ALONE`]) it is [`Controller::choose`]'s rule.
+    pub fn choose_shared(&mut self, context: usize, budget: usize, share: Share) -> Choice {
         let cap = self.cap.min(budget);
+        let others = share.sequences as f64;
+        // Alone, a plain step is the unit every cost is measured against.
+        let plain = if share.rows == 0 { 1.0 } else { (others + 1.0) / self.cost.relative(context, share.rows + 1) };
         let mut best = Choice { draft: 0, rate: 1.0, probe: false };
+        let mut best_total = plain;
         for n in 1..=cap {
-            let cost = self.cost.relative(context, n + 1) + n as f64 * self.draft_cost;
-            let rate = self.acceptance.expected_tokens(n) / cost;
-            if rate > best.rate {
+            let cost = self.cost.relative(context, share.rows + n + 1) + n as f64 * self.draft_cost;
+            let total = (others + self.acceptance.expected_tokens(n)) / cost;
+            if total > best_total {
+                let rate = self.acceptance.expected_tokens(n)
+                    / (self.cost.relative(context, n + 1) + n as f64 * self.draft_cost);
                 best = Choice { draft: n, rate, probe: false };
+                best_total = total;
             }
         }
         if best.draft == 0 && cap > 0 && self.plain_streak >= PROBE_AFTER {
@@ -266,6 +299,43 @@ mod tests {
     /// Cheap rows at a short context, dear ones at a long one.
     fn model() -> CostModel {
         CostModel::new(&[curve(2048, &[1.0, 1.5, 2.0, 2.5]), curve(64, &[1.0, 1.05, 1.1, 1.15])]).unwrap()
+    }
+
+    /// Alone, the shared rule is the plain one, choice for choice, over
+    /// random acceptance histories; in a full pass whose rows grow dear,
+    /// drafting shrinks, and a pass of cheap rows still drafts.
+    #[test]
+    fn a_shared_pass_prices_drafts_at_their_marginal_cost() {
+        let dear = CostModel::new(&[curve(64, &[1.0, 1.05, 1.1, 1.15, 1.6, 2.1, 2.6, 3.1, 3.6])]).unwrap();
+        let mut state = 7u64;
+        for _ in 0..200 {
+            let (mut a, mut b) = (Controller::new(dear.clone(), 6, 0.0), Controller::new(dear.clone(), 6, 0.0));
+            for _ in 0..12 {
+                state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                let (d, k) = (1 + (state >> 33) as usize % 6, (state >> 40) as usize % 7);
+                let k = k.min(d);
+                let (x, y) = (a.choose(64, 6), b.choose_shared(64, 6, Share::ALONE));
+                assert_eq!(x, y);
+                a.observe(d, k);
+                b.observe(d, k);
+            }
+        }
+        let sure = |c: &mut Controller| {
+            for _ in 0..20 {
+                c.observe(6, 6);
+            }
+        };
+        let mut c = Controller::new(dear.clone(), 6, 0.0);
+        sure(&mut c);
+        let alone = c.choose(64, 6).draft;
+        let mut c = Controller::new(dear.clone(), 6, 0.0);
+        sure(&mut c);
+        let full = c.choose_shared(64, 6, Share { rows: 4, sequences: 4 }).draft;
+        assert!(alone >= 3 && full < alone, "alone {alone}, beside four sequences {full}");
+        let cheap = CostModel::new(&[curve(64, &[1.0, 1.02, 1.04, 1.06, 1.08, 1.1, 1.12, 1.14, 1.16, 1.18])]).unwrap();
+        let mut c = Controller::new(cheap, 6, 0.0);
+        sure(&mut c);
+        assert!(c.choose_shared(64, 6, Share { rows: 3, sequences: 3 }).draft >= 3, "cheap rows still pay");
     }
 
     #[test]

@@ -17,6 +17,7 @@
 
 use crate::engine::{Engine, GenerateError, TokenSink};
 use crate::model::forward::Segment;
+use crate::policy::adaptive::Share;
 use crate::sequence::{Plan, Sequence};
 use std::time::Instant;
 
@@ -56,17 +57,24 @@ pub fn step<S: TokenSink>(engine: &Engine, running: &mut [Running<'_, S>], prefi
     let mut ended: Vec<Option<Result<(), GenerateError>>> = running.iter().map(|_| None).collect();
     let mut plans: Vec<Option<Plan>> = Vec::with_capacity(running.len());
     let mut prefill_left = prefill_rows;
+    // The rows planned so far; each sequence not planned yet counts one row.
+    let decoding = running.iter().filter(|r| !r.seq.prefilling()).count();
+    let (mut planned_rows, mut planned) = (0usize, 0usize);
     for (i, r) in running.iter_mut().enumerate() {
         let prefilling = r.seq.prefilling();
         if prefilling && prefill_left == 0 {
             plans.push(None);
             continue;
         }
-        plans.push(match r.seq.plan(engine, &mut r.sink) {
+        let later = decoding.saturating_sub(planned + usize::from(!prefilling));
+        let share = Share { rows: planned_rows + later, sequences: planned + later };
+        plans.push(match r.seq.plan_shared(engine, &mut r.sink, share) {
             Ok(Some(p)) => {
                 if prefilling {
                     prefill_left = prefill_left.saturating_sub(p.tokens.len());
                 }
+                planned_rows += p.tokens.len();
+                planned += usize::from(!prefilling);
                 Some(p)
             }
             Ok(None) => {

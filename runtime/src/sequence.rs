@@ -26,6 +26,7 @@
 use crate::engine::{Engine, FinishReason, GenerateError, Generation, Halt, NoSink, Prefilled, TokenSink, at_limit};
 use crate::model::Session;
 use crate::model::forward::{LogitRows, Model};
+use crate::policy::adaptive::Share;
 use crate::sampling::{Rng, SamplingParams, distribution, sample};
 use crate::speculative::decode::{SpecStats, verify_sampled};
 use crate::speculative::drafter::{Drafter, Proposal};
@@ -245,6 +246,21 @@ impl<'d> Sequence<'d> {
     /// [`Sequence::finished`] says why). A prefill asks `sink` before each
     /// chunk whether the request is abandoned.
     pub fn plan(&mut self, engine: &Engine, sink: &mut dyn TokenSink) -> Result<Option<Plan>, GenerateError> {
+        self.plan_shared(engine, sink, Share::ALONE)
+    }
+
+    /// [`Sequence::plan`] for a pass shared with other sequences' rows
+    /// (`share`): a greedy sequence's adaptive draft length prices its rows
+    /// at their marginal cost in that pass ([`Rounds::ask_shared`]); its
+    /// tokens are the same whatever it drafts. A sampled one drafts as
+    /// alone, so that a seeded request draws the same tokens in any batch
+    /// (its random draws follow its draft lengths).
+    pub fn plan_shared(
+        &mut self,
+        engine: &Engine,
+        sink: &mut dyn TokenSink,
+        share: Share,
+    ) -> Result<Option<Plan>, GenerateError> {
         let (tok, family) = (&engine.loaded.tokenizer, engine.family);
         let ctx_limit = engine.loaded.model.config.context_length;
         match std::mem::replace(&mut self.phase, Phase::Step) {
@@ -290,7 +306,8 @@ impl<'d> Sequence<'d> {
                 // budget and the context allow.
                 let cap = s.schedule.cap().get();
                 let room = cap.min(self.max_tokens - self.out.len()).min(ctx_limit - self.session.len() - 1);
-                let ask = s.rounds.ask(self.session.len(), room);
+                let share = if self.sampling.is_greedy() { share } else { Share::ALONE };
+                let ask = s.rounds.ask_shared(self.session.len(), room, share);
                 let round_width = ask.draft.min(room);
                 if room > 0 {
                     s.stats.draft_lengths[round_width] += 1;

@@ -454,7 +454,8 @@ fn send_long_completion(addr: std::net::SocketAddr) -> std::net::TcpStream {
 
 #[test]
 fn a_full_queue_is_refused_with_503_and_recovers() {
-    let s = Server::start(&["--max-queue", "1"]);
+    // One slot (--parallel 1), so B waits behind A rather than joining its batch.
+    let s = Server::start(&["--max-queue", "1", "--parallel", "1"]);
     // A runs, B waits, C finds the queue full.
     let (a, _) = stream_until(s.addr, "/v1/completions", &long_request(true), "data:", Duration::from_secs(60));
     let b = send_long_completion(s.addr);

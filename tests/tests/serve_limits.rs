@@ -97,7 +97,8 @@ fn send(c: &mut TcpStream, body: &Value) {
 
 #[test]
 fn one_client_cannot_take_the_whole_queue_and_another_client_still_gets_in() {
-    let s = Server::start(&["--max-queue", "8", "--max-waiting-per-client", "2"]);
+    // One slot (--parallel 1), so the requests after A wait rather than join its batch.
+    let s = Server::start(&["--max-queue", "8", "--max-waiting-per-client", "2", "--parallel", "1"]);
     // A runs; B and C wait: client 127.0.0.1 has its share of two waiting.
     let (_a, _) = stream_until(s.addr, "/v1/completions", &long_story(true), "data:", Duration::from_secs(60));
     let mut waiting = Vec::new();

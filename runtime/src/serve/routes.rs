@@ -304,7 +304,7 @@ async fn health(State(app): State<Arc<App>>) -> Response {
         &json!({
             "status": status,
             "model": app.model_id,
-            "running": s.running.load(Ordering::SeqCst),
+            "running": s.running.load(Ordering::SeqCst) > 0,
             "slots": {
                 "in_use": s.running.load(Ordering::SeqCst),
                 "total": app.config["server"]["parallel"].as_u64().unwrap_or(1),

@@ -12,7 +12,7 @@
 //! timings, so a seeded run repeats itself.
 
 use crate::policy::Width;
-use crate::policy::adaptive::{Controller, CostModel};
+use crate::policy::adaptive::{Controller, CostModel, Share};
 
 /// The draft length of every round of a request.
 #[derive(Clone, Debug, PartialEq)]
@@ -79,10 +79,17 @@ impl Rounds {
     /// The draft length of the next round at `context` positions, when the
     /// request's limits leave room for `budget` drafted tokens.
     pub fn ask(&mut self, context: usize, budget: usize) -> Ask {
+        self.ask_shared(context, budget, Share::ALONE)
+    }
+
+    /// [`Rounds::ask`] for a round whose rows join other sequences' in one
+    /// pass (`share`): the adaptive length prices its rows at their marginal
+    /// cost there ([`Controller::choose_shared`]); a fixed width ignores it.
+    pub fn ask_shared(&mut self, context: usize, budget: usize, share: Share) -> Ask {
         match &mut self.controller {
             None => Ask { draft: self.cap.min(budget), probe: false },
             Some(c) => {
-                let ch = c.choose(context, budget);
+                let ch = c.choose_shared(context, budget, share);
                 Ask { draft: ch.draft, probe: ch.probe }
             }
         }
