@@ -165,6 +165,14 @@ impl Pool {
             }
         }
         let mine = catch_unwind(AssertUnwindSafe(|| run_chunks(sh, f, n)));
+        if mine.is_err() || sh.panicked.load(Ordering::Relaxed) {
+            // A chunk panicked, here or on a worker (which then stops
+            // claiming): the chunks nobody claimed yet are counted without
+            // running, so the wait below ends and the panic is re-raised
+            // (every participant panicking would otherwise leave some
+            // unclaimed, and this thread spinning on them for ever).
+            skip_unclaimed(sh, n);
+        }
         wait_until(|| sh.finished.load(Ordering::Acquire) >= n);
         sh.state.store(generation << 1, Ordering::SeqCst);
         wait_until(|| sh.active.load(Ordering::SeqCst) == 0);
@@ -221,6 +229,13 @@ fn run_chunks(sh: &Shared, f: &(dyn Fn(usize) + Sync), n: usize) {
         }
         let _finish = Finish(&sh.finished);
         f(c);
+    }
+}
+
+/// Claims every chunk not claimed yet and counts it finished without running it.
+fn skip_unclaimed(sh: &Shared, n: usize) {
+    while sh.next.fetch_add(1, Ordering::Relaxed) < n {
+        sh.finished.fetch_add(1, Ordering::Release);
     }
 }
 
@@ -344,6 +359,32 @@ mod tests {
             })
         }));
         assert!(r.is_err());
+        let count = AtomicU64::new(0);
+        pool.for_each(16, &|_| {
+            count.fetch_add(1, Ordering::Relaxed);
+        });
+        assert_eq!(count.load(Ordering::Relaxed), 16);
+    }
+
+    /// Every participant panicking (each on the first chunk it claims)
+    /// leaves chunks nobody claimed: the call must still return, re-raising
+    /// the panic, and the pool keep working (it used to spin for ever).
+    #[test]
+    fn chunks_left_unclaimed_by_panicking_participants_do_not_hang_the_caller() {
+        let pool = Pool::new(2).unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let p = Arc::clone(&pool);
+        thread::spawn(move || {
+            let r = catch_unwind(AssertUnwindSafe(|| {
+                p.for_each(64, &|_| {
+                    thread::sleep(std::time::Duration::from_millis(20));
+                    panic!("every chunk");
+                })
+            }));
+            let _ = tx.send(r.is_err());
+        });
+        let got = rx.recv_timeout(std::time::Duration::from_secs(20));
+        assert_eq!(got, Ok(true), "for_each did not return within 20 s");
         let count = AtomicU64::new(0);
         pool.for_each(16, &|_| {
             count.fetch_add(1, Ordering::Relaxed);
