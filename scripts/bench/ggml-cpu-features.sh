@@ -1,3 +1,4 @@
+# shellcheck shell=bash disable=SC2034 # sets variables for the script that sources it
 # Sourced (not run) by the scripts that build llama.cpp from source
 # (llamacpp-venv.sh, llama-server.sh): sets GGML_CPU_CMAKE_FEATURES to the
 # cmake options that switch on every ggml x86 feature this CPU's flags list

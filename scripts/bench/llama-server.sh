@@ -30,7 +30,7 @@ if [ -n "${DRAFTWISE_LLAMA_SERVER:-}" ]; then
 fi
 
 CACHE=${XDG_CACHE_HOME:-$HOME/.cache}/draftwise
-# shellcheck source=ggml-cpu-features.sh
+# shellcheck source=scripts/bench/ggml-cpu-features.sh
 . "$(dirname "${BASH_SOURCE[0]}")/ggml-cpu-features.sh"
 # Static libraries: the binary runs from anywhere, with no library path.
 CMAKE_OPTIONS="-DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF -DLLAMA_BUILD_SERVER=ON -DLLAMA_CURL=OFF \

@@ -22,7 +22,7 @@ if [ -n "${DRAFTWISE_BENCH_VENV:-}" ]; then
     [ -x "$VENV/bin/python" ] || die "DRAFTWISE_BENCH_VENV=$VENV has no bin/python"
 else
     VENV=$CACHE/bench-venv
-    # shellcheck source=ggml-cpu-features.sh
+    # shellcheck source=scripts/bench/ggml-cpu-features.sh
     . "$(dirname "${BASH_SOURCE[0]}")/ggml-cpu-features.sh"
     CMAKE_FEATURES=$GGML_CPU_CMAKE_FEATURES
     # What the build depends on: version, Python, CPU model and flags.
