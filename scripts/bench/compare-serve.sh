@@ -7,7 +7,8 @@
 #   scripts/bench/compare-serve.sh [--runtime PATH] [--llama-server PATH]
 #       [--model PATH|smollm2|qwen1.5b] [--threads N] [--ctx N] [--parallel N]
 #       [--concurrency 1,2,4,8] [--rounds K] [--requests R] [--max-tokens N]
-#       [--startup-timeout-s S] [--out DIR]
+#       [--startup-timeout-s S] [--out DIR] [--quiet-max-pct P]
+#       [--quiet-wait-s S] [--allow-contended]
 #       [--draftwise-args "..."] [--llama-server-args "..."]
 #
 # Defaults: --runtime target/release/runtime (or $DRAFTWISE_RUNTIME), the
@@ -32,6 +33,17 @@
 # temperature 0. Note that a draftwise server with a drafter runs
 # `ignore_eos` requests with classic decoding (docs/serve.md), so this
 # measures batching, not speculation.
+#
+# A contended host is waited on, not measured through: before every run (both
+# servers idle) the whole host's CPU use is sampled over 1 s, and the run
+# waits until it is at most --quiet-max-pct percent of one core (default
+# 15), for up to --quiet-wait-s seconds (default 600), then fails naming the
+# busiest processes. --allow-contended measures anyway and marks the runs.
+# It matters more for one side than the other: llama-server's OpenMP
+# threads spin at every barrier of a pass, and on 2 cores shared with a
+# compiler they wait out scheduler quanta (2026-12-07, SmolLM2, 2 threads,
+# load ~8 from other builds: one client got 4 tok/s against draftwise's 62;
+# 18 with OMP_WAIT_POLICY=passive, 36 with one thread).
 #
 # Replication: each round starts both servers afresh (model load not timed),
 # checks that each uses no CPU while idle, then runs every concurrency level
@@ -63,6 +75,9 @@ ROUNDS=3
 REQUESTS=4
 MAX_TOKENS=128
 STARTUP_TIMEOUT_S=180
+QUIET_MAX_PCT=15
+QUIET_WAIT_S=600
+ALLOW_CONTENDED=0
 OUT=""
 DRAFTWISE_ARGS=""
 LLAMA_SERVER_ARGS=""
@@ -82,7 +97,7 @@ int_arg() { # name value min
 
 while [ $# -gt 0 ]; do
     case "$1" in
-    -h | --help) ;;
+    -h | --help | --allow-contended) ;;
     --*) [ $# -ge 2 ] || usage_error "$1 needs a value (see --help)" ;;
     esac
     case "$1" in
@@ -97,6 +112,9 @@ while [ $# -gt 0 ]; do
     --requests) REQUESTS=$2; shift 2 ;;
     --max-tokens) MAX_TOKENS=$2; shift 2 ;;
     --startup-timeout-s) STARTUP_TIMEOUT_S=$2; shift 2 ;;
+    --quiet-max-pct) QUIET_MAX_PCT=$2; shift 2 ;;
+    --quiet-wait-s) QUIET_WAIT_S=$2; shift 2 ;;
+    --allow-contended) ALLOW_CONTENDED=1; shift ;;
     --out) OUT=$2; shift 2 ;;
     --draftwise-args) DRAFTWISE_ARGS=$2; shift 2 ;;
     --llama-server-args) LLAMA_SERVER_ARGS=$2; shift 2 ;;
@@ -110,6 +128,8 @@ int_arg --rounds "$ROUNDS" 1
 int_arg --requests "$REQUESTS" 1
 int_arg --max-tokens "$MAX_TOKENS" 1
 int_arg --startup-timeout-s "$STARTUP_TIMEOUT_S" 1
+int_arg --quiet-max-pct "$QUIET_MAX_PCT" 0
+int_arg --quiet-wait-s "$QUIET_WAIT_S" 0
 [[ "$CONCURRENCY" =~ ^[1-9][0-9]*(,[1-9][0-9]*)*$ ]] || usage_error "--concurrency $CONCURRENCY: a comma-separated list of positive integers, e.g. 1,2,4,8"
 IFS=, read -r -a LEVELS <<<"$CONCURRENCY"
 MAX_LEVEL=0
@@ -245,15 +265,53 @@ idle_check() { # round: both servers idle must use (almost) no CPU, or one would
     [ $(((a1 - a0) * 100 / hz / 2)) -le 5 ] || die "idle draftwise used $(((a1 - a0) * 100 / hz / 2))% of a core over 2 s: it would slow llama-server's runs"
     [ $(((b1 - b0) * 100 / hz / 2)) -le 5 ] || die "idle llama-server used $(((b1 - b0) * 100 / hz / 2))% of a core over 2 s: it would slow draftwise's runs"
 }
+host_busy_pct() { # the whole host's CPU use over 1 s, in percent of one core
+    python3 - <<'PY'
+import time
+def sample():
+    f = [int(x) for x in open("/proc/stat").readline().split()[1:]]
+    return sum(f), f[3] + f[4]  # total, idle + iowait
+t0, i0 = sample()
+time.sleep(1.0)
+t1, i1 = sample()
+ncpu = sum(1 for line in open("/proc/stat") if line.startswith("cpu") and line[3].isdigit())
+print(round(100.0 * ncpu * (1 - (i1 - i0) / max(t1 - t0, 1))))
+PY
+}
+quiet_gate() { # waits until the host is quiet; prints the busy percentage it measured last
+    local busy deadline=$((SECONDS + QUIET_WAIT_S)) said=0
+    while :; do
+        busy=$(host_busy_pct)
+        if [ "$busy" -le "$QUIET_MAX_PCT" ]; then
+            echo "$busy"
+            return 0
+        fi
+        if [ "$ALLOW_CONTENDED" = 1 ]; then
+            echo "compare-serve: warning: host busy ($busy% of a core besides the idle servers); measuring anyway (--allow-contended)" >&2
+            echo "$busy"
+            return 0
+        fi
+        if [ "$SECONDS" -ge "$deadline" ]; then
+            ps -eo pid,pcpu,etime,args --sort=-pcpu | head -n 6 | cut -c1-160 >&2
+            die "the host stayed busy ($busy% of a core used besides the idle servers, more than --quiet-max-pct $QUIET_MAX_PCT) for ${QUIET_WAIT_S}s; busiest processes above. Rerun on a quiet host, or pass --allow-contended (the runs are then marked)"
+        fi
+        if [ "$said" = 0 ]; then
+            echo "compare-serve: host busy ($busy% of a core besides the idle servers); waiting up to ${QUIET_WAIT_S}s for it to quiet down" >&2
+            said=1
+        fi
+        sleep 5
+    done
+}
 run_load() { # side url clients round
-    local side=$1 url=$2 c=$3 r=$4 raw line rc=0 load_before
+    local side=$1 url=$2 c=$3 r=$4 raw line rc=0 load_before busy_before
     raw=$OUT/raw/$side-c$c-r$r.json
+    busy_before=$(quiet_gate)
     load_before=$(cut -d' ' -f1 /proc/loadavg)
     line=$(python3 "$ROOT/scripts/bench/serve-load.py" --url "$url" --clients "$c" --requests "$REQUESTS" \
         --max-tokens "$MAX_TOKENS" --warmup 1 --label "$side" --json-out "$raw") || rc=$?
     [ "$rc" -eq 0 ] || die "serve-load.py against $side at $c clients (round $r) failed (exit $rc; its messages above, its report in $raw)"
-    python3 -c 'import json, sys; d = json.loads(sys.argv[1]); d.update(side=sys.argv[2], round=int(sys.argv[3]), load1_before=float(sys.argv[4])); print(json.dumps(d))' \
-        "$line" "$side" "$r" "$load_before" >>"$OUT/runs.jsonl"
+    python3 -c 'import json, sys; d = json.loads(sys.argv[1]); d.update(side=sys.argv[2], round=int(sys.argv[3]), load1_before=float(sys.argv[4]), host_busy_pct_before=int(sys.argv[5]), contended=int(sys.argv[5]) > int(sys.argv[6])); print(json.dumps(d))' \
+        "$line" "$side" "$r" "$load_before" "$busy_before" "$QUIET_MAX_PCT" >>"$OUT/runs.jsonl"
     local pid
     pid=$([ "$side" = draftwise ] && echo "$DW_PID" || echo "$LL_PID")
     kill -0 "$pid" 2>/dev/null || die "$side exited during the run at $c clients (logs in $OUT/logs)"
@@ -371,6 +429,15 @@ for c in levels:
         f"{fmt(e['draftwise_over_llama_server'], 2, 'x')} | {fmt(dw['vs_own_c1'], 2, 'x')} | {fmt(ll['vs_own_c1'], 2, 'x')} | "
         f"{fmt(dw['ttft_p50_ms'], 0)} / {fmt(dw['ttft_p95_ms'], 0)} | {fmt(ll['ttft_p50_ms'], 0)} / {fmt(ll['ttft_p95_ms'], 0)} | "
         f"{fmt(dw['per_request_tok_per_s_p50'])} / {fmt(ll['per_request_tok_per_s_p50'])} |")
+contended = [r for r in runs if r.get("contended")]
+summary["contended_runs"] = [{"side": r["side"], "clients": r["clients"], "round": r["round"],
+                              "host_busy_pct_before": r["host_busy_pct_before"]} for r in contended]
+json.dump(summary, open(f"{out}/summary.json", "w"), indent=1)
+if contended:
+    lines.append("")
+    lines.append(f"**Contended host: {len(contended)} of {len(runs)} runs started with other processes using CPU "
+                 f"(up to {max(r['host_busy_pct_before'] for r in contended)}% of a core; --allow-contended). "
+                 "These numbers are not a measurement of either server.**")
 sources = {s for c in levels for side in sides for s in summary["levels"][str(c)][side]["token_count_source"]}
 if sources != {"usage"}:
     lines.append("")
