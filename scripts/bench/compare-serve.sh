@@ -302,18 +302,29 @@ quiet_gate() { # waits until the host is quiet; prints the busy percentage it me
         sleep 5
     done
 }
+host_ticks() { # busy and total clock ticks of the whole host so far
+    awk '/^cpu / { t = 0; for (i = 2; i <= NF; i++) t += $i; print t - $5 - $6, t; exit }' /proc/stat
+}
 run_load() { # side url clients round
-    local side=$1 url=$2 c=$3 r=$4 raw line rc=0 load_before busy_before
+    local side=$1 url=$2 c=$3 r=$4 raw line rc=0 load_before busy_before pid
+    local h0 t0 h1 t1 s0 s1 others_during
     raw=$OUT/raw/$side-c$c-r$r.json
+    pid=$([ "$side" = draftwise ] && echo "$DW_PID" || echo "$LL_PID")
     busy_before=$(quiet_gate)
     load_before=$(cut -d' ' -f1 /proc/loadavg)
+    read -r h0 t0 < <(host_ticks)
+    s0=$(cpu_ticks "$pid")
     line=$(python3 "$ROOT/scripts/bench/serve-load.py" --url "$url" --clients "$c" --requests "$REQUESTS" \
         --max-tokens "$MAX_TOKENS" --warmup 1 --label "$side" --json-out "$raw") || rc=$?
     [ "$rc" -eq 0 ] || die "serve-load.py against $side at $c clients (round $r) failed (exit $rc; its messages above, its report in $raw)"
-    python3 -c 'import json, sys; d = json.loads(sys.argv[1]); d.update(side=sys.argv[2], round=int(sys.argv[3]), load1_before=float(sys.argv[4]), host_busy_pct_before=int(sys.argv[5]), contended=int(sys.argv[5]) > int(sys.argv[6])); print(json.dumps(d))' \
-        "$line" "$side" "$r" "$load_before" "$busy_before" "$QUIET_MAX_PCT" >>"$OUT/runs.jsonl"
-    local pid
-    pid=$([ "$side" = draftwise ] && echo "$DW_PID" || echo "$LL_PID")
+    # What the host spent during the run besides the measured server: the
+    # load client itself and anything foreign (percent of one core).
+    read -r h1 t1 < <(host_ticks)
+    s1=$(cpu_ticks "$pid")
+    others_during=$(((h1 - h0 - (s1 - s0)) * 100 * $(nproc) / (t1 - t0 > 0 ? t1 - t0 : 1)))
+    python3 -c 'import json, sys; d = json.loads(sys.argv[1]); d.update(side=sys.argv[2], round=int(sys.argv[3]), load1_before=float(sys.argv[4]), host_busy_pct_before=int(sys.argv[5]), others_pct_during=int(sys.argv[7]), contended=int(sys.argv[5]) > int(sys.argv[6])); print(json.dumps(d))' \
+        "$line" "$side" "$r" "$load_before" "$busy_before" "$QUIET_MAX_PCT" "$others_during" >>"$OUT/runs.jsonl"
+    echo "compare-serve: $side at $c clients: host CPU besides the server during the run: $others_during% of a core (the load client included)" >&2
     kill -0 "$pid" 2>/dev/null || die "$side exited during the run at $c clients (logs in $OUT/logs)"
 }
 
@@ -429,6 +440,9 @@ for c in levels:
         f"{fmt(e['draftwise_over_llama_server'], 2, 'x')} | {fmt(dw['vs_own_c1'], 2, 'x')} | {fmt(ll['vs_own_c1'], 2, 'x')} | "
         f"{fmt(dw['ttft_p50_ms'], 0)} / {fmt(dw['ttft_p95_ms'], 0)} | {fmt(ll['ttft_p50_ms'], 0)} / {fmt(ll['ttft_p95_ms'], 0)} | "
         f"{fmt(dw['per_request_tok_per_s_p50'])} / {fmt(ll['per_request_tok_per_s_p50'])} |")
+lines.append("")
+lines.append("Host CPU besides the measured server during each run (the load client included), % of one core: "
+             + ", ".join(f"{r['side']} c={r['clients']} r={r['round']}: {r.get('others_pct_during')}" for r in runs) + ".")
 contended = [r for r in runs if r.get("contended")]
 summary["contended_runs"] = [{"side": r["side"], "clients": r["clients"], "round": r["round"],
                               "host_busy_pct_before": r["host_busy_pct_before"]} for r in contended]
