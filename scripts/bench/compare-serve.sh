@@ -171,6 +171,7 @@ mkdir -p "$OUT/raw" "$OUT/logs"
 # --- servers ----------------------------------------------------------------------
 DW_PID=""
 LL_PID=""
+BUSY_BEFORE=""
 stop_server() { # pid
     local pid=$1 i
     [ -n "$pid" ] || return 0
@@ -278,17 +279,19 @@ ncpu = sum(1 for line in open("/proc/stat") if line.startswith("cpu") and line[3
 print(round(100.0 * ncpu * (1 - (i1 - i0) / max(t1 - t0, 1))))
 PY
 }
-quiet_gate() { # waits until the host is quiet; prints the busy percentage it measured last
+# Waits until the host is quiet and sets BUSY_BEFORE to the percentage it
+# measured last. Runs in this shell (not in a $(...)), so that a TERM while
+# it waits is handled within one `sleep 5`.
+quiet_gate() {
     local busy deadline=$((SECONDS + QUIET_WAIT_S)) said=0
     while :; do
         busy=$(host_busy_pct)
+        BUSY_BEFORE=$busy
         if [ "$busy" -le "$QUIET_MAX_PCT" ]; then
-            echo "$busy"
             return 0
         fi
         if [ "$ALLOW_CONTENDED" = 1 ]; then
             echo "compare-serve: warning: host busy ($busy% of a core besides the idle servers); measuring anyway (--allow-contended)" >&2
-            echo "$busy"
             return 0
         fi
         if [ "$SECONDS" -ge "$deadline" ]; then
@@ -306,11 +309,11 @@ host_ticks() { # busy and total clock ticks of the whole host so far
     awk '/^cpu / { t = 0; for (i = 2; i <= NF; i++) t += $i; print t - $5 - $6, t; exit }' /proc/stat
 }
 run_load() { # side url clients round
-    local side=$1 url=$2 c=$3 r=$4 raw line rc=0 load_before busy_before pid
+    local side=$1 url=$2 c=$3 r=$4 raw line rc=0 load_before pid
     local h0 t0 h1 t1 s0 s1 others_during
     raw=$OUT/raw/$side-c$c-r$r.json
     pid=$([ "$side" = draftwise ] && echo "$DW_PID" || echo "$LL_PID")
-    busy_before=$(quiet_gate)
+    quiet_gate
     load_before=$(cut -d' ' -f1 /proc/loadavg)
     read -r h0 t0 < <(host_ticks)
     s0=$(cpu_ticks "$pid")
@@ -323,7 +326,7 @@ run_load() { # side url clients round
     s1=$(cpu_ticks "$pid")
     others_during=$(((h1 - h0 - (s1 - s0)) * 100 * $(nproc) / (t1 - t0 > 0 ? t1 - t0 : 1)))
     python3 -c 'import json, sys; d = json.loads(sys.argv[1]); d.update(side=sys.argv[2], round=int(sys.argv[3]), load1_before=float(sys.argv[4]), host_busy_pct_before=int(sys.argv[5]), others_pct_during=int(sys.argv[7]), contended=int(sys.argv[5]) > int(sys.argv[6])); print(json.dumps(d))' \
-        "$line" "$side" "$r" "$load_before" "$busy_before" "$QUIET_MAX_PCT" "$others_during" >>"$OUT/runs.jsonl"
+        "$line" "$side" "$r" "$load_before" "$BUSY_BEFORE" "$QUIET_MAX_PCT" "$others_during" >>"$OUT/runs.jsonl"
     echo "compare-serve: $side at $c clients: host CPU besides the server during the run: $others_during% of a core (the load client included)" >&2
     kill -0 "$pid" 2>/dev/null || die "$side exited during the run at $c clients (logs in $OUT/logs)"
 }
