@@ -7,7 +7,7 @@
 #   scripts/bench/compare-serve.sh [--runtime PATH] [--llama-server PATH]
 #       [--model PATH|smollm2|qwen1.5b] [--threads N] [--ctx N] [--parallel N]
 #       [--concurrency 1,2,4,8] [--rounds K] [--requests R] [--max-tokens N]
-#       [--startup-timeout-s S] [--out DIR] [--quiet-max-pct P]
+#       [--startup-timeout-s S] [--request-timeout-s S] [--out DIR] [--quiet-max-pct P]
 #       [--quiet-wait-s S] [--allow-contended]
 #       [--draftwise-args "..."] [--llama-server-args "..."]
 #
@@ -55,6 +55,12 @@
 # draftwise / llama-server paired within a round, and each server against
 # its own concurrency-1 rate in the same round.
 #
+# The runtime binary is copied into $OUT first and every round runs the copy:
+# a rebuild of the original during the comparison (a shared checkout) then
+# changes nothing, and host.txt names what ran. A request that receives no
+# byte for --request-timeout-s seconds (default 300) fails the comparison: a
+# server that hangs is found, not waited on.
+#
 # Writes $OUT/runs.jsonl (one serve-load.py report per run), $OUT/raw/ (the
 # per-request records), the server logs, host.txt, summary.json and
 # summary.md (printed at the end). Fails (exit 1) on any failed request, a
@@ -75,6 +81,7 @@ ROUNDS=3
 REQUESTS=4
 MAX_TOKENS=128
 STARTUP_TIMEOUT_S=180
+REQUEST_TIMEOUT_S=300
 QUIET_MAX_PCT=15
 QUIET_WAIT_S=600
 ALLOW_CONTENDED=0
@@ -112,6 +119,7 @@ while [ $# -gt 0 ]; do
     --requests) REQUESTS=$2; shift 2 ;;
     --max-tokens) MAX_TOKENS=$2; shift 2 ;;
     --startup-timeout-s) STARTUP_TIMEOUT_S=$2; shift 2 ;;
+    --request-timeout-s) REQUEST_TIMEOUT_S=$2; shift 2 ;;
     --quiet-max-pct) QUIET_MAX_PCT=$2; shift 2 ;;
     --quiet-wait-s) QUIET_WAIT_S=$2; shift 2 ;;
     --allow-contended) ALLOW_CONTENDED=1; shift ;;
@@ -128,6 +136,7 @@ int_arg --rounds "$ROUNDS" 1
 int_arg --requests "$REQUESTS" 1
 int_arg --max-tokens "$MAX_TOKENS" 1
 int_arg --startup-timeout-s "$STARTUP_TIMEOUT_S" 1
+int_arg --request-timeout-s "$REQUEST_TIMEOUT_S" 1
 int_arg --quiet-max-pct "$QUIET_MAX_PCT" 0
 int_arg --quiet-wait-s "$QUIET_WAIT_S" 0
 [[ "$CONCURRENCY" =~ ^[1-9][0-9]*(,[1-9][0-9]*)*$ ]] || usage_error "--concurrency $CONCURRENCY: a comma-separated list of positive integers, e.g. 1,2,4,8"
@@ -167,6 +176,9 @@ LLAMA_CTX=$((PARALLEL * CTX))
 [ -n "$OUT" ] || OUT=$(mktemp -d "${TMPDIR:-/tmp}/draftwise-compare-serve.XXXXXX")
 mkdir -p "$OUT/raw" "$OUT/logs"
 : >"$OUT/runs.jsonl"
+RUNTIME_ORIGIN=$RUNTIME
+cp "$RUNTIME" "$OUT/runtime" || die "cannot copy $RUNTIME into $OUT"
+RUNTIME=$OUT/runtime
 
 # --- servers ----------------------------------------------------------------------
 DW_PID=""
@@ -318,8 +330,8 @@ run_load() { # side url clients round
     read -r h0 t0 < <(host_ticks)
     s0=$(cpu_ticks "$pid")
     line=$(python3 "$ROOT/scripts/bench/serve-load.py" --url "$url" --clients "$c" --requests "$REQUESTS" \
-        --max-tokens "$MAX_TOKENS" --warmup 1 --label "$side" --json-out "$raw") || rc=$?
-    [ "$rc" -eq 0 ] || die "serve-load.py against $side at $c clients (round $r) failed (exit $rc; its messages above, its report in $raw)"
+        --max-tokens "$MAX_TOKENS" --warmup 1 --timeout-s "$REQUEST_TIMEOUT_S" --label "$side" --json-out "$raw") || rc=$?
+    [ "$rc" -eq 0 ] || die "serve-load.py against $side at $c clients (round $r) failed (exit $rc; its messages above, its report in $raw, the server's log in $OUT/logs)"
     # What the host spent during the run besides the measured server: the
     # load client itself and anything foreign (percent of one core).
     read -r h1 t1 < <(host_ticks)
@@ -337,7 +349,7 @@ run_load() { # side url clients round
     echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
     echo "host: $(grep -m1 '^model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'), $(nproc) CPUs available"
     echo "model: $MODEL ($(sha256sum "$MODEL" | cut -c1-16))"
-    echo "draftwise: $RUNTIME: $("$RUNTIME" build-info 2>&1 | head -n1); $DW_PARALLEL_NOTE; extra args: ${DRAFTWISE_ARGS:-none}"
+    echo "draftwise: $RUNTIME_ORIGIN (copied to $RUNTIME, sha256 $(sha256sum "$RUNTIME" | cut -c1-16)): $("$RUNTIME" build-info 2>&1 | head -n1); $DW_PARALLEL_NOTE; extra args: ${DRAFTWISE_ARGS:-none}"
     echo "llama-server: $LLAMA_SERVER: $("$LLAMA_SERVER" --version 2>&1 | grep -m1 -i 'version' || echo unknown); -np $PARALLEL -c $LLAMA_CTX; extra args: ${LLAMA_SERVER_ARGS:-none}"
     [ ! -f "$(dirname "$LLAMA_SERVER")/../BUILD-INFO" ] || sed 's/^/llama-server build: /' "$(dirname "$LLAMA_SERVER")/../BUILD-INFO"
     echo "threads $THREADS, context $CTX per sequence, concurrency $CONCURRENCY, rounds $ROUNDS, requests per client $REQUESTS, max_tokens $MAX_TOKENS"
