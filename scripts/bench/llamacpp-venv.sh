@@ -4,12 +4,8 @@
 #
 # Cached in ${DRAFTWISE_BENCH_VENV:-$XDG_CACHE_HOME/draftwise/bench-venv},
 # from the PyPI source distribution with every ggml x86 feature this CPU's
-# flags list switched on (AVX, AVX2, FMA, F16C, BMI2, AVX-512
-# F/VBMI/VNNI/BF16, AVX-VNNI) except AMX: GGML_NATIVE=ON enables AMX
-# wherever CPUID lists it, and in virtual machines that list AMX without
-# running it (this project's Sapphire Rapids hosts) llama.cpp then dies with
-# "Illegal instruction" at its first `tilezero`. A different CPU, Python or
-# version rebuilds it. Setting DRAFTWISE_BENCH_VENV to an existing venv uses
+# flags list switched on except AMX (ggml-cpu-features.sh says which and
+# why). A different CPU, Python or version rebuilds it. Setting DRAFTWISE_BENCH_VENV to an existing venv uses
 # it as it is (it is never rebuilt or deleted).
 set -euo pipefail
 
@@ -26,24 +22,15 @@ if [ -n "${DRAFTWISE_BENCH_VENV:-}" ]; then
     [ -x "$VENV/bin/python" ] || die "DRAFTWISE_BENCH_VENV=$VENV has no bin/python"
 else
     VENV=$CACHE/bench-venv
-    FLAGS=" $(grep -m1 '^flags' /proc/cpuinfo | cut -d: -f2) "
-    CMAKE_FEATURES="-DGGML_NATIVE=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF"
-    for pair in avx:AVX avx2:AVX2 fma:FMA f16c:F16C bmi2:BMI2 sse4_2:SSE42 avx512f:AVX512 \
-        avx512vbmi:AVX512_VBMI avx512_vnni:AVX512_VNNI avx512_bf16:AVX512_BF16 avx_vnni:AVX_VNNI; do
-        flag=${pair%%:*}
-        opt=${pair#*:}
-        case "$FLAGS" in
-        *" $flag "*) CMAKE_FEATURES="$CMAKE_FEATURES -DGGML_$opt=ON" ;;
-        *) CMAKE_FEATURES="$CMAKE_FEATURES -DGGML_$opt=OFF" ;;
-        esac
-    done
+    # shellcheck source=scripts/bench/ggml-cpu-features.sh
+    . "$(dirname "${BASH_SOURCE[0]}")/ggml-cpu-features.sh"
+    CMAKE_FEATURES=$GGML_CPU_CMAKE_FEATURES
     # What the build depends on: version, Python, CPU model and flags.
     WANT_ID=$(
         {
             echo "llama-cpp-python $LLAMA_CPP_PYTHON_VERSION $CMAKE_FEATURES"
             python3 --version
-            grep -m1 '^model name' /proc/cpuinfo || true
-            grep -m1 '^flags' /proc/cpuinfo || true
+            [ -z "$GGML_CPU_ID_TEXT" ] || echo "$GGML_CPU_ID_TEXT"
         } | sha256sum | cut -d' ' -f1
     )
     if [ ! -x "$VENV/bin/python" ] || [ "$(cat "$VENV/.draftwise-build-id" 2>/dev/null)" != "$WANT_ID" ]; then
