@@ -86,16 +86,19 @@ fn main() {
         .unwrap_or_else(|e| fail(&format!("{file}: cannot read {}: {e}", table_path.display())));
     let compiled =
         table::compile(file, &text, table::RecordCheck::Under(&root)).unwrap_or_else(|e| fail(&e.to_string()));
-    for e in &compiled.entries {
-        let key_fp =
-            fingerprint::combine(&refs, |p| fingerprint::applies(p, e.key.device.as_str(), Some(&e.weight_formats)));
-        if e.verify_fingerprint != key_fp {
-            println!(
-                "cargo:warning={file}: entry {} is stale (measured with verify-path fingerprint {}, this build has \
-                 {key_fp} for its key); it is not used until it is re-measured",
-                e.key, e.verify_fingerprint
-            );
-        }
+    // Stale entries: a warning for each of this host's class; the other
+    // classes' only counted, in the build script's log (`cargo build -vv`),
+    // since no build here runs them (`runtime policy explain` names each).
+    let host = policy::HostClass::this_host();
+    let with_fps = compiled.entries.iter().map(|e| {
+        (e, fingerprint::combine(&refs, |p| fingerprint::applies(p, e.key.device.as_str(), Some(&e.weight_formats))))
+    });
+    let report = table::stale_report(file, with_fps, host.as_ref().map_err(String::as_str));
+    for w in &report.warnings {
+        println!("cargo:warning={w}");
+    }
+    if let Some(q) = &report.quiet {
+        eprintln!("{q}");
     }
     std::fs::write(out.join("draft-block-width.toml"), &text)
         .unwrap_or_else(|e| fail(&format!("writing the validated table to {}: {e}", out.display())));

@@ -109,6 +109,72 @@ pub struct ProfileFile {
     pub sha256: String,
 }
 
+/// What a build says about the table's stale entries (entries this build's
+/// verify-path fingerprint for their key does not make fresh, see
+/// [`Entry::fresh_for`]): one warning per stale entry of the host class the
+/// build runs on, whose default this build will not use; the stale entries
+/// of other host classes only counted, in one `quiet` line (no build on this
+/// host runs them, and `runtime policy explain` names each). When the
+/// build's host class cannot be read, that one line is a warning too.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StaleReport {
+    /// Lines for `cargo:warning`.
+    pub warnings: Vec<String>,
+    /// The other host classes' stale entries in one line, for the build
+    /// script's own log (shown by `cargo build -vv`).
+    pub quiet: Option<String>,
+}
+
+/// [`StaleReport`] of `entries`, each with this build's fingerprint for its
+/// key, for a build on `host` (or why its class could not be read). `file`
+/// names the table in each line.
+pub fn stale_report<'a>(
+    file: &str,
+    entries: impl IntoIterator<Item = (&'a Entry, String)>,
+    host: Result<&HostClass, &str>,
+) -> StaleReport {
+    let mut report = StaleReport::default();
+    let mut others: Vec<&str> = Vec::new();
+    for (e, build_fp) in entries {
+        if e.fresh_for(&build_fp) {
+            continue;
+        }
+        if host.is_ok_and(|h| *h == e.key.host) {
+            report.warnings.push(format!(
+                "{file}: entry {} is stale (measured with verify-path fingerprint {}, this build has {build_fp} for \
+                 its key); it is not used until it is re-measured (`tuner check` or `tuner sweep`)",
+                e.key, e.verify_fingerprint
+            ));
+        } else {
+            others.push(e.key.host.as_str());
+        }
+    }
+    if others.is_empty() {
+        return report;
+    }
+    let n = others.len();
+    others.sort_unstable();
+    others.dedup();
+    let entries = if n == 1 { "entry" } else { "entries" };
+    let line = match host {
+        Ok(h) => format!(
+            "{file}: {n} stale {entries} of other host classes than this one ({h}): {}; `runtime policy explain` \
+             names each",
+            others.join(", ")
+        ),
+        Err(why) => format!(
+            "{file}: {n} stale {entries} (this build's host class could not be read: {why}) of host classes {}; \
+             `runtime policy explain` names each",
+            others.join(", ")
+        ),
+    };
+    match host {
+        Ok(_) => report.quiet = Some(line),
+        Err(_) => report.warnings.push(line),
+    }
+    report
+}
+
 /// A re-check of the entry on a later build (`tuner check`): the build's
 /// verify-path fingerprint for the key, the check's record and its date.
 /// An entry is fresh for its own fingerprint and for its check's.

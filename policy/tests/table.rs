@@ -356,3 +356,47 @@ fn a_table_of_more_entry_headers_than_the_cap_is_refused_by_count() {
     assert!(matches!(e.problem, Problem::Field(_)), "{e}");
     assert_eq!(e.entry.as_deref(), Some("entry 1 (line 3)"), "{e}");
 }
+
+#[test]
+fn a_build_warns_of_stale_entries_of_its_own_host_class_only() {
+    use policy::HostClass;
+    use policy::table::stale_report;
+    let mine_stale = entry_on(HOST, "llama", PARAMS, "ngram", "cpu:x86_64-avx2", "q4_1", "4", OTHER_FP);
+    let mine_fresh = entry_on(HOST, "qwen2", PARAMS, "ngram", "cpu:x86_64-avx2", "q4_1", "4", FP);
+    let mine_checked = format!(
+        "{}\ncheck = {{ verify_fingerprint = \"{FP}\", record = \"records/r1-check\", date = 2026-02-01 }}\n",
+        entry_on(HOST, "gemma3", PARAMS, "ngram", "cpu:x86_64-avx2", "q4_1", "4", OTHER_FP).trim_end()
+    );
+    let zen5 = entry_on("amd-zen5", "llama", PARAMS, "ngram", "cpu:x86_64-avx2", "q4_1", "4", OTHER_FP);
+    let zen5_b = entry_on("amd-zen5", "qwen2", PARAMS, "ngram", "cpu:x86_64-avx2", "q4_1", "4", OTHER_FP);
+    let intel = entry_on("intel-sapphire-rapids", "llama", PARAMS, "ngram", "cpu:x86_64-avx2", "q4_1", "4", OTHER_FP);
+    let t = table(&[mine_stale, mine_fresh, mine_checked, zen5, zen5_b, intel]);
+    let with_fps = || t.entries.iter().map(|e| (e, FP.to_string()));
+    let here = HostClass::parse(HOST).unwrap();
+    let r = stale_report("policy/t.toml", with_fps(), Ok(&here));
+    // One warning: this host's stale entry (the fresh and the re-checked ones are used).
+    assert_eq!(r.warnings.len(), 1, "{r:?}");
+    assert!(
+        r.warnings[0].starts_with("policy/t.toml: entry ngram on cpu:x86_64-avx2 (amd-zen4) with a q4_1 llama"),
+        "{r:?}"
+    );
+    assert!(r.warnings[0].contains(&format!("measured with verify-path fingerprint {OTHER_FP}, this build has {FP}")));
+    // The other classes' three, counted in one line that is not a warning.
+    let q = r.quiet.unwrap();
+    assert_eq!(
+        q,
+        "policy/t.toml: 3 stale entries of other host classes than this one (amd-zen4): amd-zen5, \
+         intel-sapphire-rapids; `runtime policy explain` names each"
+    );
+    // A host with no entries of its own: no warning at all.
+    let elsewhere = HostClass::parse("arm-neoverse-v2").unwrap();
+    let r = stale_report("policy/t.toml", with_fps(), Ok(&elsewhere));
+    assert!(r.warnings.is_empty() && r.quiet.as_deref().is_some_and(|q| q.contains("4 stale entries")), "{r:?}");
+    // A host whose class cannot be read: the one line is the warning.
+    let r = stale_report("policy/t.toml", with_fps(), Err("/proc/cpuinfo: not found"));
+    assert_eq!(r.warnings.len(), 1, "{r:?}");
+    assert!(r.warnings[0].contains("4 stale entries (this build's host class could not be read: /proc/cpuinfo"));
+    // Nothing stale: nothing said.
+    let r = stale_report("policy/t.toml", t.entries.iter().map(|e| (e, e.verify_fingerprint.clone())), Ok(&here));
+    assert_eq!(r, Default::default());
+}

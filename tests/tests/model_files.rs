@@ -128,3 +128,34 @@ fn a_gguf_of_large_metadata_arrays_nobody_reads_is_refused_before_it_is_parsed()
     drop(f);
     assert_refused_cheaply(&path, &["arrays.gguf", "x.unused.scores", "more than 65536"]);
 }
+
+#[test]
+fn a_sharded_checkpoint_is_loaded_holding_one_shards_header_at_a_time() {
+    use std::io::Write;
+    // Four shards, each a header of 48 MB (a __metadata__ of 4,000 entries,
+    // under the precheck's bound, with 12 kB values) and one tensor: held
+    // together, the parsed headers peaked at about 4 x 2 x 48 MB; one at a
+    // time, at one header's parse. The checkpoint's own tensors are absent,
+    // so the load is refused after the headers, naming the first missing.
+    let dir = tiny_checkpoint();
+    std::fs::remove_file(dir.path().join("model.safetensors")).unwrap();
+    let value = "v".repeat(12_000);
+    let mut weight_map = serde_json::Map::new();
+    for i in 0..4 {
+        let name = format!("s{i}.safetensors");
+        let mut header = String::from("{\"__metadata__\":{\"format\":\"pt\"");
+        for j in 0..4_000 {
+            header.push_str(&format!(",\"k{j}\":\"{value}\""));
+        }
+        header.push_str(&format!("}},\"t{i}\":{{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}}}"));
+        let mut f = std::io::BufWriter::new(std::fs::File::create(dir.path().join(&name)).unwrap());
+        f.write_all(&(header.len() as u64).to_le_bytes()).unwrap();
+        f.write_all(header.as_bytes()).unwrap();
+        f.write_all(&[0; 4]).unwrap();
+        f.flush().unwrap();
+        weight_map.insert(format!("t{i}"), name.into());
+    }
+    let index = serde_json::json!({ "weight_map": weight_map }).to_string();
+    std::fs::write(dir.path().join("model.safetensors.index.json"), index).unwrap();
+    assert_refused_cheaply(dir.path(), &["model.layers.0", "is missing"]);
+}

@@ -258,7 +258,7 @@ fn a_clean_sweep_writes_a_record_and_proposes_the_best_qualified_width() {
     }
     assert!(f.out.join("summary.csv").exists());
     let svg = std::fs::read_to_string(f.out.join("plot.svg")).unwrap();
-    assert!(svg.contains("<svg") && svg.contains("code") && svg.contains("chosen width 1"), "plot");
+    assert!(svg.contains("<svg") && svg.contains("code") && svg.contains("decision: width 1"), "plot");
     // Summaries are reproducible byte for byte.
     let again = f.summary();
     assert_eq!(s, again);

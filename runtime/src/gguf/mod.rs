@@ -1,7 +1,8 @@
 //! GGUF v3 (and v2) reader over a memory map.
 //!
 //! [`GgufFile::open`] maps the file, parses the header, the metadata
-//! key-value pairs ([`Value`]) and the tensor infos ([`TensorInfo`]), and
+//! key-value pairs ([`Value`]; it keeps those the engine reads) and the
+//! tensor infos ([`TensorInfo`]), and
 //! validates every tensor's byte range before returning; after that,
 //! [`GgufFile::tensor_data`] hands out the exact bytes of a tensor without
 //! copying. The format is specified in ggml's `docs/gguf.md`; the parser
@@ -18,7 +19,9 @@ use std::path::{Path, PathBuf};
 
 use kernels::quant::GgmlType;
 
-pub use parse::{DEFAULT_ALIGNMENT, MAX_ARRAY_DEPTH, MAX_ARRAY_LEN, MAX_DIMS, MAX_STRING_LEN};
+pub use parse::{
+    DEFAULT_ALIGNMENT, MAX_ARRAY_DEPTH, MAX_ARRAY_LEN, MAX_DIMS, MAX_METADATA_KV, MAX_STRING_LEN, READ_NAMESPACES,
+};
 
 /// A metadata value (GGUF value types 0..=12).
 #[derive(Clone, Debug, PartialEq)]
@@ -184,6 +187,11 @@ pub enum GgufError {
     NestingTooDeep { offset: u64, context: String, max: usize },
     #[error("{context}: at byte {offset}, a BOOL is stored as {byte}; it must be 0 or 1")]
     BadBool { offset: u64, context: String, byte: u8 },
+    #[error(
+        "at byte {offset}, the file declares {count} metadata key-value pairs, over the limit of {max} (real files \
+         carry tens); remove the pairs the model does not need"
+    )]
+    TooManyKeys { offset: u64, count: u64, max: u64 },
     #[error("at byte {offset}, metadata key \"{key}\" appears a second time")]
     DuplicateKey { offset: u64, key: String },
     #[error("metadata general.alignment = {value} is invalid: it must be a nonzero power of two")]
@@ -246,6 +254,9 @@ pub struct GgufFile {
     pub version: u32,
     /// Alignment of every tensor's data (`general.alignment`, default 32).
     pub alignment: u64,
+    /// The metadata the engine reads: the pairs of [`READ_NAMESPACES`] and
+    /// of the architecture's namespace (every pair, when the file names no
+    /// architecture). The other pairs were checked at open and dropped.
     pub metadata: BTreeMap<String, Value>,
     /// In file order.
     pub tensors: Vec<TensorInfo>,

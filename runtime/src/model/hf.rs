@@ -219,6 +219,34 @@ pub fn parse_index(path: &Path, bytes: &[u8]) -> Result<(Vec<String>, HashMap<St
     Ok((shards, which))
 }
 
+/// A file as its filesystem knows it, to tell two names of one file apart:
+/// on unix its device and inode, so a hard link (another name, another path)
+/// is the same file; elsewhere its canonical path, which sees through
+/// symbolic links but not hard links.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileId(FileKey);
+
+#[cfg(unix)]
+type FileKey = (u64, u64);
+#[cfg(not(unix))]
+type FileKey = PathBuf;
+
+impl FileId {
+    /// The identity of the file `path` names (after symbolic links).
+    pub fn of(path: &Path) -> std::io::Result<FileId> {
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::MetadataExt;
+            let m = std::fs::metadata(path)?;
+            Ok(FileId((m.dev(), m.ino())))
+        }
+        #[cfg(not(unix))]
+        {
+            std::fs::canonicalize(path).map(FileId)
+        }
+    }
+}
+
 /// The mapped weight files of a checkpoint.
 struct Maps {
     paths: Vec<PathBuf>,
@@ -240,8 +268,22 @@ impl Maps {
         };
         let mut paths = Vec::with_capacity(names.len());
         let mut maps = Vec::with_capacity(names.len());
-        for n in names {
+        // Each shard its own file: two names of one file would be parsed
+        // and mapped twice, its tensors held once per name.
+        let mut seen: Vec<(FileId, &str)> = Vec::with_capacity(names.len());
+        for n in &names {
             let p = dir.join(n);
+            let id = FileId::of(&p).map_err(|source| ModelError::Io { path: p.clone(), source })?;
+            if let Some((_, other)) = seen.iter().find(|(s, _)| *s == id) {
+                return Err(invalid(
+                    &index_path,
+                    format!(
+                        "shards {other} and {n} are the same file (one inode, linked or named twice); each shard of \
+                         an index must be its own file"
+                    ),
+                ));
+            }
+            seen.push((id, n.as_str()));
             let file = std::fs::File::open(&p).map_err(|source| ModelError::Io { path: p.clone(), source })?;
             // SAFETY: read-only map, dropped before load_dir returns (weights
             // are copied out); see GgufFile::open on files changing underneath.
@@ -254,23 +296,94 @@ impl Maps {
     }
 }
 
-/// Tensor lookup across a checkpoint's files (each header parsed once).
+/// Tells the kernel that this process no longer needs the mapped pages of a
+/// safetensors header of `header_len` bytes (after its 8-byte length): they
+/// leave the resident set, as the parsed header is dropped, so a checkpoint
+/// of large headers is not held at the size of all of them. Whole pages
+/// only: the page the header shares with the first tensor's data stays.
+fn release_header_pages(m: &memmap2::Mmap, header_len: usize) {
+    let end = (8 + header_len) / 4096 * 4096;
+    if end > 0 && end <= m.len() {
+        // SAFETY: the map is read-only and private to this process, so
+        // dropping its pages loses nothing: a later read faults them in from
+        // the file again with the same contents (GgufFile::release_tensor_pages
+        // does the same for tensors).
+        let _ = unsafe { m.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, 0, end) };
+    }
+}
+
+/// Where one tensor's bytes lie, as its shard's header declares them
+/// (checked by the safetensors crate when the header was parsed).
+struct Slot<'a> {
+    /// Index into the checkpoint's files.
+    shard: usize,
+    dtype: Dtype,
+    shape: Vec<usize>,
+    data: &'a [u8],
+}
+
+/// Tensor lookup across a checkpoint's files.
 struct Tensors<'a> {
     maps: &'a Maps,
-    files: Vec<SafeTensors<'a>>,
+    /// Tensor name → its slot: the tensors of the single file, or those the
+    /// index names, each in the shard it names.
+    slots: HashMap<String, Slot<'a>>,
 }
 
 impl<'a> Tensors<'a> {
-    /// Parses every file's header; for a sharded checkpoint, checks that
-    /// each tensor the index names is in the shard it names.
+    /// Parses the files' headers one at a time: each header's tensors are
+    /// copied out as slots and the parsed header (its `__metadata__`
+    /// included) is dropped before the next is read, so a checkpoint holds
+    /// one header at a time, not one per shard. Refuses a header whose
+    /// `__metadata__` passes [`crate::precheck::MAX_SAFETENSORS_METADATA`]
+    /// entries and a checkpoint past
+    /// [`crate::precheck::MAX_SAFETENSORS_TENSORS`] tensors (the bounds the
+    /// precheck streams, held here for the callers that load without it);
+    /// for a sharded checkpoint, checks that each tensor the index names is
+    /// in the shard it names.
     fn new(maps: &'a Maps) -> Result<Self, ModelError> {
-        let mut files = Vec::with_capacity(maps.maps.len());
-        for (m, p) in maps.maps.iter().zip(&maps.paths) {
-            files.push(SafeTensors::deserialize(m).map_err(|e| invalid(p, e.to_string()))?);
+        use crate::precheck::{MAX_SAFETENSORS_METADATA, MAX_SAFETENSORS_TENSORS};
+        let mut slots = HashMap::new();
+        for (i, (m, p)) in maps.maps.iter().zip(&maps.paths).enumerate() {
+            let (header_len, header) = SafeTensors::read_metadata(m).map_err(|e| invalid(p, e.to_string()))?;
+            let entries = header.metadata().as_ref().map_or(0, |m| m.len());
+            if entries as u64 > MAX_SAFETENSORS_METADATA {
+                return Err(invalid(
+                    p,
+                    format!(
+                        "its __metadata__ has {entries} entries, more than the {MAX_SAFETENSORS_METADATA} this \
+                         runtime reads (real files carry a few, like \"format\": \"pt\")"
+                    ),
+                ));
+            }
+            // The data section follows the 8-byte length and the header.
+            let data = m.get(8 + header_len..).unwrap_or(&[]);
+            for (name, info) in header.tensors() {
+                if maps.which.as_ref().is_some_and(|w| w.get(&name) != Some(&i)) {
+                    continue;
+                }
+                let (start, end) = info.data_offsets;
+                let bytes = data
+                    .get(start..end)
+                    .ok_or_else(|| invalid(p, format!("tensor {name}: bytes {start}..{end} lie outside the file")))?;
+                slots.insert(name, Slot { shard: i, dtype: info.dtype, shape: info.shape.clone(), data: bytes });
+                if slots.len() as u64 > MAX_SAFETENSORS_TENSORS {
+                    return Err(invalid(
+                        p,
+                        format!(
+                            "the checkpoint's files name more than {MAX_SAFETENSORS_TENSORS} tensors together (the \
+                             most this runtime loads)"
+                        ),
+                    ));
+                }
+            }
+            // The parsed header goes here, and its mapped pages with it.
+            drop(header);
+            release_header_pages(m, header_len);
         }
         if let Some(which) = &maps.which {
             for (name, &i) in which {
-                if files[i].tensor(name).is_err() {
+                if !slots.contains_key(name) {
                     return Err(invalid(
                         &maps.paths[i],
                         format!("the index puts tensor {name} in this shard, which does not hold it"),
@@ -278,17 +391,15 @@ impl<'a> Tensors<'a> {
                 }
             }
         }
-        Ok(Tensors { maps, files })
+        Ok(Tensors { maps, slots })
     }
 
     fn get(&self, name: &str) -> Result<(TensorView<'a>, &'a Path), ModelError> {
-        let missing = || ModelError::MissingTensor(name.to_string());
-        let i = match &self.maps.which {
-            Some(w) => *w.get(name).ok_or_else(missing)?,
-            None => 0,
-        };
-        let t = self.files[i].tensor(name).map_err(|_| missing())?;
-        Ok((t, &self.maps.paths[i]))
+        let slot = self.slots.get(name).ok_or_else(|| ModelError::MissingTensor(name.to_string()))?;
+        let path = &self.maps.paths[slot.shard];
+        let t = TensorView::new(slot.dtype, slot.shape.clone(), slot.data)
+            .map_err(|e| invalid(path, format!("tensor {name}: {e}")))?;
+        Ok((t, path))
     }
 
     fn contains(&self, name: &str) -> bool {
@@ -450,6 +561,76 @@ mod tests {
     fn index(entries: impl Iterator<Item = (String, String)>) -> Vec<u8> {
         let map: serde_json::Map<String, serde_json::Value> = entries.map(|(k, v)| (k, v.into())).collect();
         serde_json::json!({ "weight_map": map }).to_string().into_bytes()
+    }
+
+    /// A safetensors file of one F32 tensor `name` (one element) whose
+    /// `__metadata__` has `entries` entries.
+    fn safetensors(path: &Path, name: &str, entries: usize) {
+        let meta: serde_json::Map<String, serde_json::Value> =
+            (0..entries).map(|i| (format!("k{i}"), serde_json::Value::from("v"))).collect();
+        let header = serde_json::json!({
+            "__metadata__": meta,
+            name: {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]},
+        });
+        let h = header.to_string().into_bytes();
+        let mut bytes = (h.len() as u64).to_le_bytes().to_vec();
+        bytes.extend_from_slice(&h);
+        bytes.extend_from_slice(&1.0f32.to_le_bytes());
+        std::fs::write(path, bytes).unwrap();
+    }
+
+    /// A checkpoint directory with the tiny Qwen 2 config and an index
+    /// naming `shards` (tensor `t<i>` in shard i).
+    fn sharded(shards: &[&str]) -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        let tiny = Path::new(env!("CARGO_MANIFEST_DIR")).join("../reference/data/tiny/qwen2-hf");
+        std::fs::copy(tiny.join("config.json"), dir.path().join("config.json")).unwrap();
+        let map = shards.iter().enumerate().map(|(i, s)| (format!("t{i}"), s.to_string()));
+        std::fs::write(dir.path().join("model.safetensors.index.json"), index(map)).unwrap();
+        dir
+    }
+
+    fn load_err(dir: &Path) -> String {
+        match load_dir(dir) {
+            Ok(_) => panic!("{} loaded", dir.display()),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    #[test]
+    fn shards_that_are_one_file_under_two_names_are_refused_by_the_loader() {
+        // The loader runs without the precheck for a draft model, so it
+        // tells files apart itself: hard links (other names and paths, one
+        // inode) and symbolic links alike.
+        let dir = sharded(&["s0.safetensors", "s1.safetensors", "s2.safetensors"]);
+        let p = |n: &str| dir.path().join(n);
+        safetensors(&p("s0.safetensors"), "t0", 1);
+        std::fs::hard_link(p("s0.safetensors"), p("s1.safetensors")).unwrap();
+        safetensors(&p("s2.safetensors"), "t2", 1);
+        let e = load_err(dir.path());
+        assert!(e.contains("shards s0.safetensors and s1.safetensors are the same file"), "{e}");
+        std::fs::remove_file(p("s1.safetensors")).unwrap();
+        std::os::unix::fs::symlink(p("s2.safetensors"), p("s1.safetensors")).unwrap();
+        let e = load_err(dir.path());
+        assert!(e.contains("shards s1.safetensors and s2.safetensors are the same file"), "{e}");
+        // Three files of their own pass this check (and fail on the model's tensors).
+        std::fs::remove_file(p("s1.safetensors")).unwrap();
+        safetensors(&p("s1.safetensors"), "t1", 1);
+        let e = load_err(dir.path());
+        assert!(e.contains("model.layers.0") && e.contains("is missing"), "{e}");
+    }
+
+    #[test]
+    fn a_metadata_section_past_the_bound_is_refused_by_the_loader() {
+        let max = crate::precheck::MAX_SAFETENSORS_METADATA as usize;
+        let dir = sharded(&["s0.safetensors", "s1.safetensors"]);
+        safetensors(&dir.path().join("s0.safetensors"), "t0", max);
+        safetensors(&dir.path().join("s1.safetensors"), "t1", max + 1);
+        let e = load_err(dir.path());
+        assert!(e.contains("s1.safetensors") && e.contains(&format!("__metadata__ has {} entries", max + 1)), "{e}");
+        safetensors(&dir.path().join("s1.safetensors"), "t1", max);
+        let e = load_err(dir.path());
+        assert!(e.contains("is missing"), "{e}");
     }
 
     #[test]

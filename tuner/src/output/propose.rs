@@ -102,17 +102,16 @@ pub fn entry_fields(raw: &RawFile, s: &Summary, record: &str) -> Result<Fields, 
     let drafting = s.decision.width.map(|a| a.drafting(cap));
     let width = width_text(drafting);
     let note = format!(
-        "tuner propose: {}{}; {} rounds (the unit of the interval), each {} classic arm(s) a side x {} burst(s) \
-         and one arm per width x {} burst(s) over {} prompts, widths {:?}",
+        "tuner propose: {}the record's {}; {} rounds (the unit of the interval), each {} classic arm(s) a side x {} \
+         burst(s) and one arm per width x {} burst(s) over {} prompts, widths [{}]",
         if s.served { "served sweep (end-to-end tok/s of streamed requests): " } else { "" },
-        s.decision.why,
+        decision_note(s),
         s.complete_rounds,
         raw.header.settings.design.bracket_arms,
         raw.header.settings.design.bursts_of(None),
         raw.header.settings.design.bursts,
         raw.header.prompts.len(),
-        // The numbers records store (the adaptive arm as 0), as notes have always said them.
-        raw.header.settings.design.widths.iter().map(|w| w.code()).collect::<Vec<_>>()
+        raw.header.settings.design.widths.iter().map(SpeculativeArm::to_string).collect::<Vec<_>>().join(", ")
     );
     let mut fields: Fields = vec![
         ("drafter", toml_str(key.drafter.as_str())),
@@ -165,6 +164,29 @@ pub fn entry_fields(raw: &RawFile, s: &Summary, record: &str) -> Result<Fields, 
     }
     fields.push(("note", toml_str(&note)));
     Ok(fields)
+}
+
+/// The record's decision as the note says it: the record's headline
+/// sentence (the one interval the record gives for its decision, as its
+/// headline and plot give it), why the adaptive arm was not chosen where
+/// the record has one, and, for a drifted record whose choice survives,
+/// what either bracket alone chose. The decision rule's own wording (which
+/// states the two-sided interval a drifted record does not show) is left
+/// to the record.
+fn decision_note(s: &Summary) -> String {
+    let (lead, rest) = crate::output::record::decision_sentence(s);
+    let mut note = format!("{}{}", lead.to_lowercase(), rest.trim_end_matches('.'));
+    if let Some((_, adaptive)) = s.decision.why.split_once("; the adaptive arm is not chosen: ") {
+        let adaptive = adaptive.split("; the host drifted").next().unwrap_or(adaptive);
+        note.push_str(&format!("; the adaptive arm is not chosen: {adaptive}"));
+    }
+    if let Some(d) = s.drift_survival.as_ref().filter(|d| s.drift && d.survives) {
+        note.push_str(&format!(
+            "; the host drifted and the choice survives it ({}), so its interval holds both",
+            d.say()
+        ));
+    }
+    note
 }
 
 /// The record's tokens per verify pass at `width` (its median over

@@ -66,10 +66,70 @@ pub fn statistic(s: &Summary) -> &'static str {
     if s.served { "end-to-end tok/s" } else { "decode tok/s" }
 }
 
-/// The record's first line after the status: the decision and its interval.
-pub fn headline(s: &Summary) -> String {
+/// How a person reads an arm's name in a sentence: `width 2`, or `the
+/// adaptive arm` (raw.jsonl stores it as 0; no human reads that number).
+pub fn arm_name(a: SpeculativeArm) -> String {
+    match a {
+        SpeculativeArm::Adaptive => "the adaptive arm".to_string(),
+        w => format!("width {w}"),
+    }
+}
+
+/// What the decision chose, as every output names it: `width 2`, `the
+/// adaptive draft length`, or `off` (also without a decision).
+pub fn choice(s: &Summary) -> String {
+    match s.decision.width {
+        Some(SpeculativeArm::Adaptive) => "the adaptive draft length".to_string(),
+        Some(w) => format!("width {w}"),
+        None => "off".to_string(),
+    }
+}
+
+/// The one interval a record gives for its decision, as its headline, its
+/// plot and `tuner propose`'s note write it: `1.253x classic [1.178, 1.372]`.
+/// It is the decision's ratio and interval (for `off`, the best width's):
+/// in a drifted record whose choice survives, the interval widened to hold
+/// the chosen arm's intervals against either bracket alone, never the
+/// two-sided one the widths table does not show. `None` without both.
+pub fn decision_interval(s: &Summary) -> Option<String> {
+    let (r, (lo, hi)) = (s.decision.ratio?, s.decision.ratio_interval?);
+    Some(format!("{r:.3}x classic [{lo:.3}, {hi:.3}]"))
+}
+
+/// The decision in one sentence, as the record's headline and `tuner
+/// propose`'s note say it, in two parts: the choice (`Decision: width 2`,
+/// which the headline sets in bold) and the rest, which states
+/// [`decision_interval`] once.
+pub fn decision_sentence(s: &Summary) -> (String, String) {
     let d = &s.decision;
     let tied = d.tied.iter().map(SpeculativeArm::to_string).collect::<Vec<_>>().join(", ");
+    let best = d.best_width.map_or("none".into(), |b| b.to_string());
+    let unit = format!("(95%, {} rounds; the process is the unit)", s.complete_rounds);
+    match (d.width, decision_interval(s)) {
+        (Some(SpeculativeArm::Adaptive), Some(iv)) => (
+            "Decision: the adaptive draft length".into(),
+            format!(
+                " (each round's draft chosen up to the widest width), {iv} {unit}, tied with or faster than the best \
+                 fixed width ({best}). Fixed widths tied with the best: {tied}."
+            ),
+        ),
+        (Some(w), Some(iv)) => {
+            (format!("Decision: width {w}"), format!(", {iv} {unit}. Tied with the best (width {best}): {tied}."))
+        }
+        (None, iv) if d.ratio.is_some() => (
+            "Decision: off".into(),
+            format!(
+                " — no width tied with the best has an interval wholly above 1.0 (best: width {best}, {}; tied: \
+                 {tied}).",
+                iv.unwrap_or_else(|| format!("{:.3}x classic, no interval", d.ratio.unwrap_or(f64::NAN)))
+            ),
+        ),
+        _ => ("No decision".into(), format!(": {}.", d.why)),
+    }
+}
+
+/// The record's first line after the status: the decision and its interval.
+pub fn headline(s: &Summary) -> String {
     let survives = s.drift_survival.as_ref().is_some_and(|d| d.survives);
     let validity = if s.drift && survives {
         " **The host drifted, and the decision survives it** (the same choice against either bracket alone; the \
@@ -81,24 +141,8 @@ pub fn headline(s: &Summary) -> String {
     } else {
         ""
     };
-    match (d.width, d.ratio, d.ratio_interval) {
-        (Some(crate::data::plan::SpeculativeArm::Adaptive), Some(r), Some((lo, hi))) => format!(
-            "**Decision: the adaptive draft length** (each round's draft chosen up to the widest width), {r:.3}x classic [{lo:.3}, {hi:.3}] (95%, {} rounds; the process is the unit), tied with or faster than the best fixed width ({}). Fixed widths tied with the best: {tied}.{validity}",
-            s.complete_rounds,
-            d.best_width.map_or("none".into(), |b| b.to_string())
-        ),
-        (Some(w), Some(r), Some((lo, hi))) => format!(
-            "**Decision: width {w}**, {r:.3}x classic [{lo:.3}, {hi:.3}] (95%, {} rounds; the process is the unit). Tied with the best (width {}): {tied}.{validity}",
-            s.complete_rounds,
-            d.best_width.map_or("none".into(), |b| b.to_string())
-        ),
-        (None, Some(r), iv) => format!(
-            "**Decision: off** — no width tied with the best has an interval wholly above 1.0 (best: width {}, {r:.3}x classic{}; tied: {tied}).{validity}",
-            d.best_width.map_or("none".into(), |b| b.to_string()),
-            iv.map_or(", no interval".to_string(), |(lo, hi)| format!(" [{lo:.3}, {hi:.3}]"))
-        ),
-        _ => format!("**No decision**: {}.{validity}", d.why),
-    }
+    let (lead, rest) = decision_sentence(s);
+    format!("**{lead}**{rest}{validity}")
 }
 
 /// Conclusions, each drawn only from numbers stated above.
@@ -110,17 +154,15 @@ pub fn conclusions(s: &Summary) -> Vec<String> {
             let (Some(o), Some(c)) = (&w.ratio_vs_open, &w.ratio_vs_close) else { continue };
             if o.above_one() && c.above_one() {
                 out.push(format!(
-                    "Survives the drift: width {} is faster than classic against both brackets ({} vs open, {} vs close).",
-                    // The number raw.jsonl stores (the adaptive arm as 0), as records have always printed
-                    // it here; naming the adaptive arm in these lines is issue 58's.
-                    w.width.code(),
+                    "Survives the drift: {} is faster than classic against both brackets ({} vs open, {} vs close).",
+                    arm_name(w.width),
                     iv(o),
                     iv(c)
                 ));
             } else if o.below_one() && c.below_one() {
                 out.push(format!(
-                    "Survives the drift: width {} is slower than classic against both brackets ({} vs open, {} vs close).",
-                    w.width.code(),
+                    "Survives the drift: {} is slower than classic against both brackets ({} vs open, {} vs close).",
+                    arm_name(w.width),
                     iv(o),
                     iv(c)
                 ));
@@ -154,8 +196,8 @@ pub fn conclusions(s: &Summary) -> Vec<String> {
             out.push(format!("By the decision rule the entry is the adaptive draft length: {}.", d.why))
         }
         (Some(w), Some(r), Some((lo, hi))) => out.push(format!(
-            "By the decision rule the width is {w}: ratio {r:.3}, interval [{lo:.3}, {hi:.3}] wholly above 1.0; the narrowest of the tied widths {:?} that qualifies.",
-            d.tied.iter().map(|w| w.code()).collect::<Vec<_>>()
+            "By the decision rule the width is {w}: ratio {r:.3}, interval [{lo:.3}, {hi:.3}] wholly above 1.0; the narrowest of the tied widths [{}] that qualifies.",
+            d.tied.iter().map(SpeculativeArm::to_string).collect::<Vec<_>>().join(", ")
         )),
         (None, Some(_), _) => out.push(format!("By the decision rule the entry is `off`: {}.", d.why)),
         _ => out.push(format!("No decision: {}.", d.why)),
@@ -266,27 +308,47 @@ pub fn write_csv(path: &Path, s: &Summary) -> Result<()> {
 
 /// `plot.svg`: what the decision uses. Each width's ratio to classic with
 /// its 95% interval (black), a dashed line at 1.0 labelled as classic, the
-/// widths tied with the best shaded, the best width and the chosen width
-/// marked, and the ratio over each prompt type's prompts (coloured, no
-/// interval). The y range is the widths' intervals and 1.0 (a prompt type's
-/// point outside it is clipped, and the legend says so); the x ticks are
-/// the measured widths; the legend sits beside the data, not on it.
+/// widths tied with the best shaded, the best width marked, and the ratio
+/// over each prompt type's prompts (coloured, no interval). The decision is
+/// drawn with its one interval ([`decision_interval`], red) and named in the
+/// legend with it, as the headline states it. In a drifted record the
+/// two-sided ratios are not drawn (the widths table does not show them
+/// either): each width is drawn against the opening and against the closing
+/// brackets alone, and the caption says the host drifted. The adaptive arm
+/// sits at its own tick, `adaptive`. The y range is the intervals drawn and
+/// 1.0 (a prompt type's point outside it is clipped, and the legend says
+/// so); the legend sits beside the data, not on it.
 pub fn write_plot(path: &Path, s: &Summary, widths: &[SpeculativeArm]) -> Result<()> {
     use plotters::prelude::*;
-    // The x axis: each arm at its stored number, the adaptive arm at 0 ("A").
+    // The x axis: each arm at its stored number, the adaptive arm at 0 (its tick says `adaptive`).
     let widths: Vec<usize> = widths.iter().map(|w| w.code()).collect();
     let adaptive_x = SpeculativeArm::Adaptive.code() as f64;
     let root = SVGBackend::new(path, (1000, 560)).into_drawing_area();
     let err = |e: &dyn std::fmt::Display| anyhow::anyhow!("drawing {}: {e}", path.display());
     root.fill(&WHITE).map_err(|e| err(&e))?;
     let (plot_area, legend_area) = root.split_horizontally(730);
+    /// (x, ratio, interval) of each width with an estimate.
+    type Point = (f64, f64, Option<(f64, f64)>);
+    let points = |pick: fn(&WidthSummary) -> Option<&RatioEstimate>| -> Vec<Point> {
+        s.widths.iter().filter_map(|w| pick(w).map(|r| (w.width.code() as f64, r.ratio, r.interval))).collect()
+    };
+    // What is drawn: the two-sided ratios, or in a drifted record each bracket side's.
+    let all: Vec<Point> = if s.drift { vec![] } else { points(|w| w.ratio.as_ref()) };
+    let (open, close) = if s.drift {
+        (points(|w| w.ratio_vs_open.as_ref()), points(|w| w.ratio_vs_close.as_ref()))
+    } else {
+        (vec![], vec![])
+    };
+    // The decision's point and interval, at the chosen arm (for `off`, none).
+    let decided: Option<Point> = match (s.decision.width, s.decision.ratio) {
+        (Some(w), Some(r)) => Some((w.code() as f64, r, s.decision.ratio_interval)),
+        _ => None,
+    };
     let mut ys: Vec<f64> = vec![1.0];
-    for w in &s.widths {
-        if let Some(r) = &w.ratio {
-            ys.push(r.ratio);
-            if let Some((lo, hi)) = r.interval {
-                ys.extend([lo, hi]);
-            }
+    for (_, y, iv) in all.iter().chain(&open).chain(&close).chain(&decided) {
+        ys.push(*y);
+        if let Some((lo, hi)) = iv {
+            ys.extend([*lo, *hi]);
         }
     }
     ys.retain(|y| y.is_finite());
@@ -295,22 +357,25 @@ pub fn write_plot(path: &Path, s: &Summary, widths: &[SpeculativeArm]) -> Result
     let (ylo, yhi) = ((ylo - pad).max(0.0), yhi + pad);
     let xmax = widths.iter().copied().max().unwrap_or(1) as f64 + 0.5;
     let xmin = widths.iter().copied().min().unwrap_or(1) as f64 - 0.5;
-    let chosen = s.decision.width;
     let measured: Vec<usize> = widths.clone();
-    let measured_adaptive = widths.contains(&SpeculativeArm::Adaptive.code());
+    let caption = if s.drift {
+        format!("ratio to classic ({}) by width; drifted: vs each bracket alone", statistic(s))
+    } else {
+        format!("ratio to classic ({}) by width", statistic(s))
+    };
     let mut chart = ChartBuilder::on(&plot_area)
-        .caption(format!("ratio to classic ({}) by width", statistic(s)), ("sans-serif", 17))
+        .caption(caption, ("sans-serif", 17))
         .margin(12)
         .x_label_area_size(40)
         .y_label_area_size(56)
         .build_cartesian_2d(xmin..xmax, ylo..yhi)
         .map_err(|e| err(&e))?;
-    // Ticks at the measured widths only, written as integers.
+    // Ticks at the measured widths only, written as integers, the adaptive arm by name.
     let steps = ((xmax - xmin) * 2.0).round() as usize + 1;
     let tick = move |x: &f64| {
         let n = x.round();
         if (x - n).abs() < 1e-9 && measured.contains(&(n as usize)) {
-            if n == adaptive_x { "A".to_string() } else { format!("{}", n as usize) }
+            if n == adaptive_x { "adaptive".to_string() } else { format!("{}", n as usize) }
         } else {
             String::new()
         }
@@ -321,14 +386,7 @@ pub fn write_plot(path: &Path, s: &Summary, widths: &[SpeculativeArm]) -> Result
         .x_label_formatter(&tick)
         .disable_x_mesh()
         .light_line_style(BLACK.mix(0.05))
-        .x_desc(match chosen {
-            Some(crate::data::plan::SpeculativeArm::Adaptive) => {
-                "draft width (tokens per verify; A = adaptive); chosen: A".to_string()
-            }
-            Some(w) if measured_adaptive => format!("draft width (tokens per verify; A = adaptive); chosen: {w}"),
-            Some(w) => format!("draft width (tokens per verify); chosen: {w}"),
-            None => "draft width (tokens per verify); decision: off".to_string(),
-        })
+        .x_desc(format!("draft width (tokens per verify); decision: {}", choice(s)))
         .y_desc("speculative / classic")
         .draw()
         .map_err(|e| err(&e))?;
@@ -371,46 +429,78 @@ pub fn write_plot(path: &Path, s: &Summary, widths: &[SpeculativeArm]) -> Result
             .map_err(|e| err(&e))?;
         legend.push((format!("{t} prompts"), LegendMark::Line(color.to_rgba(), 1)));
     }
-    /// (width, ratio, interval) of each width with a ratio.
-    type Point = (f64, f64, Option<(f64, f64)>);
-    let all: Vec<Point> = s
-        .widths
-        .iter()
-        .filter_map(|w| w.ratio.as_ref().map(|r| (w.width.code() as f64, r.ratio, r.interval)))
-        .collect();
-    chart
-        .draw_series(all.iter().filter_map(|(x, _, iv)| {
-            iv.map(|(lo, hi)| PathElement::new(vec![(*x, lo.max(ylo)), (*x, hi.min(yhi))], BLACK.stroke_width(2)))
-        }))
-        .map_err(|e| err(&e))?;
-    // The fixed widths joined by a line; the adaptive arm (at A) a point of its own.
-    chart
-        .draw_series(LineSeries::new(
-            all.iter().filter(|(x, _, _)| *x != adaptive_x).map(|(x, y, _)| (*x, *y)),
-            BLACK.stroke_width(2),
-        ))
-        .map_err(|e| err(&e))?;
-    chart
-        .draw_series(
-            all.iter().filter(|(x, _, _)| *x == adaptive_x).map(|(x, y, _)| Circle::new((*x, *y), 4, BLACK.filled())),
-        )
-        .map_err(|e| err(&e))?;
-    legend.insert(0, ("all prompts: ratio and 95% interval".into(), LegendMark::Line(BLACK.to_rgba(), 2)));
-    legend.insert(1, ("classic decoding (1.0)".into(), LegendMark::Dashed));
+    // Each set of points: its intervals, the fixed widths joined by a line,
+    // the adaptive arm a point of its own; `dx` sets a bracket side beside
+    // the width it belongs to.
+    let mut draw = |pts: &[Point], color: RGBAColor, dx: f64| -> Result<()> {
+        chart
+            .draw_series(pts.iter().filter_map(|(x, _, iv)| {
+                iv.map(|(lo, hi)| {
+                    PathElement::new(vec![(*x + dx, lo.max(ylo)), (*x + dx, hi.min(yhi))], color.stroke_width(2))
+                })
+            }))
+            .map_err(|e| err(&e))?;
+        chart
+            .draw_series(LineSeries::new(
+                pts.iter().filter(|(x, _, _)| *x != adaptive_x).map(|(x, y, _)| (*x + dx, *y)),
+                color.stroke_width(2),
+            ))
+            .map_err(|e| err(&e))?;
+        chart
+            .draw_series(
+                pts.iter()
+                    .filter(|(x, _, _)| *x == adaptive_x)
+                    .map(|(x, y, _)| Circle::new((*x + dx, *y), 4, color.filled())),
+            )
+            .map_err(|e| err(&e))?;
+        Ok(())
+    };
+    let (green, orange) = (RGBColor(30, 130, 60).to_rgba(), RGBColor(210, 110, 0).to_rgba());
+    if s.drift {
+        draw(&open, green, -0.12)?;
+        draw(&close, orange, 0.12)?;
+        legend.insert(0, ("vs opening brackets: ratio, 95%".into(), LegendMark::Line(green, 2)));
+        legend.insert(1, ("vs closing brackets: ratio, 95%".into(), LegendMark::Line(orange, 2)));
+        legend.insert(2, ("classic decoding (1.0)".into(), LegendMark::Dashed));
+    } else {
+        draw(&all, BLACK.to_rgba(), 0.0)?;
+        legend.insert(0, ("all prompts: ratio and 95% interval".into(), LegendMark::Line(BLACK.to_rgba(), 2)));
+        legend.insert(1, ("classic decoding (1.0)".into(), LegendMark::Dashed));
+    }
     if !s.decision.tied.is_empty() {
-        legend.insert(2, ("tied with the best width".into(), LegendMark::Band(shade.to_rgba())));
+        legend.insert(
+            if s.drift { 3 } else { 2 },
+            ("tied with the best width".into(), LegendMark::Band(shade.to_rgba())),
+        );
     }
-    if let Some(b) = s.decision.best_width
-        && let Some((x, y, _)) = all.iter().find(|(x, _, _)| *x == b.code() as f64)
-    {
-        chart.draw_series(std::iter::once(TriangleMarker::new((*x, *y), 7, BLUE.filled()))).map_err(|e| err(&e))?;
-        legend.push((format!("best width {b}"), LegendMark::Triangle));
+    if let Some(b) = s.decision.best_width {
+        let y = s
+            .widths
+            .iter()
+            .find(|w| w.width == b)
+            .and_then(|w| if s.drift { w.ratio_vs_open.as_ref() } else { w.ratio.as_ref() }.map(|r| r.ratio));
+        if let Some(y) = y {
+            let x = b.code() as f64 + if s.drift { -0.12 } else { 0.0 };
+            chart.draw_series(std::iter::once(TriangleMarker::new((x, y), 7, BLUE.filled()))).map_err(|e| err(&e))?;
+            legend.push((format!("best width {b}"), LegendMark::Triangle));
+        }
     }
-    if let Some(w) = chosen
-        && let Some((x, y, _)) = all.iter().find(|(x, _, _)| *x == w.code() as f64)
-    {
-        chart.draw_series(std::iter::once(Circle::new((*x, *y), 9, RED.stroke_width(3)))).map_err(|e| err(&e))?;
-        legend.push((format!("chosen width {}", w), LegendMark::Ring));
+    // The decision, with the interval the headline states.
+    let voice = decision_interval(s);
+    if let Some((x, y, iv)) = decided {
+        if let Some((lo, hi)) = iv {
+            chart
+                .draw_series(std::iter::once(PathElement::new(
+                    vec![(x, lo.max(ylo)), (x, hi.min(yhi))],
+                    RED.stroke_width(3),
+                )))
+                .map_err(|e| err(&e))?;
+        }
+        chart.draw_series(std::iter::once(Circle::new((x, y), 9, RED.stroke_width(3)))).map_err(|e| err(&e))?;
+        let label = format!("decision: {}", choice(s));
+        legend.push((voice.map_or(label.clone(), |v| format!("{label}\n{v}")), LegendMark::Ring));
+    } else if let Some(v) = voice {
+        legend.push((format!("decision: off (best width)\n{v}"), LegendMark::Ring));
     }
     draw_legend(&legend_area, &legend, clipped, &title(s)).map_err(|e| err(&e))?;
     root.present().map_err(|e| err(&e))?;
@@ -456,8 +546,11 @@ fn draw_legend<DB: plotters::prelude::DrawingBackend>(
             LegendMark::Triangle => area.draw(&TriangleMarker::new(((x0 + x1) / 2, cy), 6, BLUE.filled()))?,
             LegendMark::Ring => area.draw(&Circle::new(((x0 + x1) / 2, cy), 6, RED.stroke_width(2)))?,
         }
-        area.draw(&Text::new(label.clone(), (x1 + 8, y), font.clone()))?;
-        y += 20;
+        // A label's further lines (the decision's interval) below its first.
+        for (k, line) in label.lines().enumerate() {
+            area.draw(&Text::new(line.to_string(), (x1 + 8, y + 16 * k as i32), font.clone()))?;
+        }
+        y += 20 + 16 * (label.lines().count().max(1) as i32 - 1);
     }
     if clipped {
         y += 6;
@@ -569,6 +662,58 @@ mod tests {
         assert!(s.verify_cost.is_empty());
         assert!(!serde_json::to_string(&s).unwrap().contains("verify_cost"));
         assert!(!crate::output::record::markdown(&raw, &s, "dir").contains("Verify cost"));
+    }
+
+    /// A committed record re-summarized into a temporary copy (its raw.jsonl
+    /// only), as `tuner summarize` writes it.
+    fn resummarized(name: &str) -> (tempfile::TempDir, crate::data::raw::RawFile, crate::analysis::summary::Summary) {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../records");
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::copy(root.join(name).join("raw.jsonl"), dir.path().join("raw.jsonl")).unwrap();
+        let (raw, s) = crate::analysis::summarize::summarize_dir(dir.path()).unwrap();
+        super::write_all(dir.path(), &raw, &s).unwrap();
+        (dir, raw, s)
+    }
+
+    #[test]
+    fn a_records_headline_plot_and_proposal_note_give_its_decision_one_interval() {
+        // A drifted record whose adaptive choice survives (its interval
+        // widened to hold both brackets'), and a clean fixed-width one.
+        for name in [
+            "2026-12-06-cpu-x86_64-avx512vnni-intel-family6-model167-ngram-12",
+            "2026-12-07-cpu-x86_64-avx512vnni-amd-zen4-ngram-2",
+        ] {
+            let (dir, raw, s) = resummarized(name);
+            let voice = super::decision_interval(&s).expect("the record decides");
+            let md = std::fs::read_to_string(dir.path().join("record.md")).unwrap();
+            let headline = md.lines().find(|l| l.starts_with("**Decision")).unwrap();
+            let svg = std::fs::read_to_string(dir.path().join("plot.svg")).unwrap();
+            let fields = crate::output::propose::entry_fields(&raw, &s, &format!("records/{name}")).unwrap();
+            let note = &fields.iter().find(|(k, _)| *k == "note").unwrap().1;
+            for (what, text) in [("headline", headline), ("plot", svg.as_str()), ("note", note.as_str())] {
+                assert_eq!(text.matches(&voice).count(), 1, "{name}: the {what} states {voice} once: {text}");
+            }
+            // The chosen arm's two-sided interval, where it is not the
+            // decision's (a drifted record), is in none of them.
+            let chosen = s.widths.iter().find(|w| Some(w.width) == s.decision.width).unwrap();
+            let two_sided = super::ratio(&chosen.ratio);
+            let (lo, hi) = s.decision.ratio_interval.unwrap();
+            assert_eq!(s.drift, !two_sided.ends_with(&format!("[{lo:.3}, {hi:.3}]")), "{name}: {two_sided}");
+            if s.drift {
+                for text in [headline, svg.as_str(), note.as_str(), md.as_str()] {
+                    assert!(!text.contains(&two_sided), "{name}: {two_sided} in {text}");
+                }
+                assert!(svg.contains("drifted: vs each bracket alone"), "{name}");
+                assert!(svg.contains("vs opening brackets") && svg.contains("vs closing brackets"), "{name}");
+            }
+            // The adaptive arm is named as such wherever a person reads it.
+            let conclusions = super::conclusions(&s).join("\n");
+            for text in [md.as_str(), note.as_str(), conclusions.as_str()] {
+                assert!(!text.contains("width 0"), "{name}: {text}");
+            }
+            assert!(note.contains(", adaptive]"), "{name}: {note}");
+            assert!(svg.lines().any(|l| l.trim() == "adaptive"), "{name}: the x axis names the adaptive arm");
+        }
     }
 
     fn one_if(b: bool) -> usize {
