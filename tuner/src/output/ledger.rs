@@ -397,6 +397,60 @@ mod tests {
     }
 
     #[test]
+    fn every_committed_record_is_vouched_for_by_the_committed_ledger() {
+        // No committed record outside the ledger: `propose` pools none that is.
+        let records = Path::new(env!("CARGO_MANIFEST_DIR")).join("../records");
+        let lines = read(&records).unwrap();
+        let mut n = 0;
+        for d in std::fs::read_dir(&records).unwrap().flatten() {
+            let Ok(bytes) = std::fs::read(d.path().join("raw.jsonl")) else { continue };
+            let name = d.file_name().to_string_lossy().into_owned();
+            let sha = runtime::events::sha256_hex(&bytes);
+            assert!(vouched(&lines, &name, &sha).is_ok(), "records/{name}: {:?}", vouched(&lines, &name, &sha));
+            n += 1;
+        }
+        assert!(n >= 61, "{n} records");
+        // The 18 of 2026-11-29 to 12-02 by backfilled lines.
+        let backfilled: Vec<&LedgerLine> = lines.iter().filter(|l| l.backfilled).collect();
+        assert_eq!(backfilled.len(), 18);
+        assert!(backfilled.iter().all(|l| l.date.as_deref().is_some_and(|d| d < LEDGER_STARTED)));
+    }
+
+    #[test]
+    fn the_latest_hash_of_a_folder_vouches_and_an_earlier_one_does_not() {
+        let a = "a".repeat(64);
+        let b = "b".repeat(64);
+        let mut edited = line("x", "width 2");
+        edited.raw_sha256 = Some(b.clone());
+        let mut no_hash = line("x", "none (no record)");
+        no_hash.raw_sha256 = None;
+        // x hashed a, then b (a deliberate edit), then a line with no hash.
+        let lines = [line("x", "width 2"), line("y", "width 2"), edited, no_hash];
+        assert_eq!(vouched(&lines, "x", &b), Ok(2));
+        assert_eq!(vouched(&lines, "x", &b.to_uppercase()), Ok(2));
+        assert_eq!(vouched(&lines, "x", &a), Err(Unvouched::Edited { file: a.clone(), ledger: b.clone() }));
+        assert_eq!(vouched(&lines, "y", &a), Ok(1));
+        assert_eq!(vouched(&lines, "z", &a), Err(Unvouched::NoLine));
+        // A line written before the field existed reads as not backfilled.
+        let old = serde_json::to_string(&line("x", "width 2")).unwrap();
+        assert!(!old.contains("backfilled"), "{old}");
+        let back: LedgerLine = serde_json::from_str(&old).unwrap();
+        assert!(!back.backfilled);
+    }
+
+    #[test]
+    fn a_ledger_that_is_a_symbolic_link_is_not_the_repositorys_own() {
+        let elsewhere = tempfile::tempdir().unwrap();
+        append(elsewhere.path(), &line("x", "width 2")).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        std::os::unix::fs::symlink(elsewhere.path().join(LEDGER_FILE), dir.path().join(LEDGER_FILE)).unwrap();
+        assert_eq!(read(dir.path()).unwrap().len(), 1, "read follows it");
+        let e = read_own(dir.path()).unwrap_err().to_string();
+        assert!(e.contains("a symbolic link"), "{e}");
+        assert_eq!(read_own(elsewhere.path()).unwrap().len(), 1);
+    }
+
+    #[test]
     fn a_folder_is_named_relative_to_its_records_folder() {
         let dir = tempfile::tempdir().unwrap();
         let rec = dir.path().join("records/2026-12-03-x");
