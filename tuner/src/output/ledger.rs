@@ -253,7 +253,6 @@ pub fn backfill(dir: &Path) -> Result<(PathBuf, LedgerLine), BackfillError> {
 }
 
 /// The decision in a ledger's words: `width 2`, `off`, or `none (why)`.
-
 pub fn decision_of(s: &crate::analysis::summary::Summary) -> String {
     match (s.decision.width, s.decision.ratio) {
         (Some(crate::data::plan::SpeculativeArm::Adaptive), _) => "adaptive".into(),
