@@ -570,6 +570,15 @@ struct Scratch {
     dir: PathBuf,
 }
 
+/// A line for `dir` in its records/ledger.jsonl, hashing its raw.jsonl as
+/// it is now (as `tuner sweep` writes one when a sweep ends): `propose`
+/// pools only records the ledger vouches for.
+fn vouch(dir: &Path) {
+    let (records, line) =
+        tuner::output::ledger::for_sweep(dir, "complete".into(), Err("a test's copy of a record".into())).unwrap();
+    tuner::output::ledger::append(&records, &line).unwrap();
+}
+
 fn scratch(entry_date: &str, git_dirty: &str, fingerprint: Option<&str>) -> Scratch {
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path().to_path_buf();
@@ -602,6 +611,7 @@ fn scratch(entry_date: &str, git_dirty: &str, fingerprint: Option<&str>) -> Scra
         out.push('\n');
     }
     std::fs::write(dir.join("raw.jsonl"), out).unwrap();
+    vouch(&dir);
     let table = format!(
         "# scratch table\nschema_version = 3\n\n# the entry the record replaces\n[[entry]]\ndrafter = \"ngram\"\n\
          device_class = \"cpu:x86_64-avx512vnni\"\nhost_class = \"{HOST}\"\ntarget_quant = \"q4_1\"\nthreads = 2\n\
@@ -714,16 +724,21 @@ fn a_record_of_a_dirty_build_is_left_out_of_the_pool_and_named() {
     std::fs::create_dir_all(&other).unwrap();
     let raw = std::fs::read_to_string(f.dir.join("raw.jsonl")).unwrap();
     assert!(raw.contains("\"git_dirty\":\"false\""), "the scratch record states its build clean");
+    // Another sweep: its own start time (a copy of one sweep is pooled once).
+    let raw = raw.replacen("\"started_at_unix_ms\":", "\"started_at_unix_ms\":1", 1);
     std::fs::write(other.join("raw.jsonl"), raw.replace("\"git_dirty\":\"false\"", "\"git_dirty\":\"true\"")).unwrap();
+    vouch(&other);
     let o = f.propose(&["--dry-run"]);
     assert!(o.status.success(), "{}", text(&o));
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("left out: records/r-dirty") && err.contains("dirty"), "{}", text(&o));
-    assert!(!String::from_utf8_lossy(&o.stdout).contains("records/r-dirty"), "{}", text(&o));
+    // Not pooled; the note names it as left out.
+    assert_eq!(pool_of(&o).0, "+pooled = [\"records/r\"]", "{}", text(&o));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("left out of the pool: records/r-dirty (refused alone)"));
     // With --allow-dirty it counts, and the entry names both records.
     let o = f.propose(&["--dry-run", "--allow-dirty"]);
     assert!(o.status.success(), "{}", text(&o));
-    assert!(String::from_utf8_lossy(&o.stdout).contains("records/r-dirty"), "{}", text(&o));
+    assert_eq!(pool_of(&o).0, "+pooled = [\"records/r\", \"records/r-dirty\"]", "{}", text(&o));
 }
 
 #[test]
@@ -767,6 +782,7 @@ fn the_binary_refuses_a_record_swept_with_a_looser_gate_unless_allowed_and_the_n
     h["settings"]["gate"]["host_cpu_threshold_pct"] = 90.0.into();
     lines[0] = h.to_string();
     std::fs::write(f.dir.join("raw.jsonl"), lines.join("\n") + "\n").unwrap();
+    vouch(&f.dir);
     let before = f.table();
     assert_refused(&f.propose(&[]), "--allow-loose-gate");
     assert_eq!(f.table(), before);
@@ -820,4 +836,176 @@ fn a_record_that_cannot_be_read_is_an_error_not_a_refusal() {
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("error") && err.contains("no-such-record") && !err.contains("refused"), "{err}");
+}
+
+/// `records/<name>`: a copy of the scratch record's raw.jsonl as another
+/// sweep would have written it (its own start time), vouched for by a
+/// ledger line when `vouched`.
+fn another_sweep(f: &Scratch, name: &str, start: u64, vouched: bool) -> PathBuf {
+    let raw = std::fs::read_to_string(f.dir.join("raw.jsonl")).unwrap();
+    let mut lines: Vec<String> = raw.lines().map(str::to_string).collect();
+    let mut h: Value = serde_json::from_str(&lines[0]).unwrap();
+    h["started_at_unix_ms"] = start.into();
+    lines[0] = h.to_string();
+    let dir = f.root.join("records").join(name);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("raw.jsonl"), lines.join("\n") + "\n").unwrap();
+    if vouched {
+        vouch(&dir);
+    }
+    dir
+}
+
+/// What `propose --dry-run` of the scratch record pooled (`+pooled = [...]`)
+/// and said it left out.
+fn pool_of(o: &Output) -> (String, String) {
+    let out = String::from_utf8_lossy(&o.stdout);
+    let pooled = out.lines().find(|l| l.starts_with("+pooled = ")).unwrap_or_default().to_string();
+    (pooled, String::from_utf8_lossy(&o.stderr).into_owned())
+}
+
+#[test]
+fn a_copied_record_is_pooled_once_whatever_its_name_or_ledger_line() {
+    let f = scratch("2026-01-01", "false", Some(&current()));
+    // Another sweep of the key: pooled.
+    another_sweep(&f, "r2", 1_796_000_000_001, true);
+    let o = f.propose(&["--dry-run"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let (pooled, _) = pool_of(&o);
+    assert_eq!(pooled, "+pooled = [\"records/r\", \"records/r2\"]", "{}", text(&o));
+    // A byte-for-byte copy of each, with a ledger line of its own (a copy's
+    // line copied too): one sweep's rounds count once.
+    for (from, to) in [("r", "r-copy"), ("r2", "z-copy-of-r2")] {
+        let dir = f.root.join("records").join(to);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::copy(f.root.join("records").join(from).join("raw.jsonl"), dir.join("raw.jsonl")).unwrap();
+        vouch(&dir);
+    }
+    // A copy of r2 whose raw.jsonl differs by a byte: the same start time.
+    let raw = std::fs::read_to_string(f.root.join("records/r2/raw.jsonl")).unwrap();
+    let dir = f.root.join("records/r2-touched");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("raw.jsonl"), raw + "\n").unwrap();
+    vouch(&dir);
+    let o = f.propose(&["--dry-run"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let (pooled, err) = pool_of(&o);
+    assert_eq!(pooled, "+pooled = [\"records/r\", \"records/r2\"]", "{}", text(&o));
+    assert!(err.contains("left out: records/r-copy: the same sweep as records/r ("), "{err}");
+    assert!(err.contains("left out: records/z-copy-of-r2: the same sweep as records/r2 ("), "{err}");
+    assert!(err.contains("left out: records/r2-touched: the same sweep as records/r2 ("), "{err}");
+    let note = String::from_utf8_lossy(&o.stdout);
+    assert!(note.contains("left out of the pool: records/r-copy (the same sweep as records/r)"), "{note}");
+}
+
+#[test]
+fn a_record_edited_after_its_ledger_line_is_left_out_and_is_not_proposed() {
+    let f = scratch("2026-01-01", "false", Some(&current()));
+    let r2 = another_sweep(&f, "r2", 1_796_000_000_001, true);
+    // Edited after its line (its date, here: the ledger's hash no longer
+    // matches, whatever the edit says).
+    let raw = std::fs::read_to_string(r2.join("raw.jsonl")).unwrap();
+    assert!(raw.contains("\"date\":\"2026-12-02\""));
+    std::fs::write(r2.join("raw.jsonl"), raw.replacen("\"date\":\"2026-12-02\"", "\"date\":\"2026-12-01\"", 1))
+        .unwrap();
+    // And a folder the ledger never named.
+    another_sweep(&f, "r3", 1_796_000_000_002, false);
+    let o = f.propose(&["--dry-run"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let (pooled, err) = pool_of(&o);
+    assert_eq!(pooled, "+pooled = [\"records/r\"]", "{}", text(&o));
+    assert!(err.contains("left out: records/r2: its raw.jsonl (sha256 ") && err.contains("edited after"), "{err}");
+    assert!(err.contains("left out: records/r3: no line of records/ledger.jsonl"), "{err}");
+    let note = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        note.contains("records/r2 (raw.jsonl edited after its ledger line), records/r3 (not in the ledger)"),
+        "{note}"
+    );
+    // Proposed itself, the edited record is refused (exit 5), and so is the
+    // unvouched one, each saying why.
+    for (dir, why) in [(r2, "edited after the sweep"), (f.root.join("records/r3"), "no line of records/ledger.jsonl")] {
+        let o = Command::new(env!("CARGO_BIN_EXE_tuner"))
+            .args(["propose", dir.to_str().unwrap(), "--dry-run", "--allow-weak-plan"])
+            .output()
+            .unwrap();
+        assert_refused(&o, why);
+        assert!(text(&o).contains("is not the sweep records/ledger.jsonl records"), "{}", text(&o));
+    }
+    // A later line that hashes the edit (a deliberate edit, said in the
+    // ledger) vouches for it again.
+    vouch(&f.root.join("records/r2"));
+    let (pooled, _) = pool_of(&f.propose(&["--dry-run"]));
+    assert_eq!(pooled, "+pooled = [\"records/r\", \"records/r2\"]");
+}
+
+#[test]
+fn a_symlinked_record_folder_or_raw_file_is_not_pooled() {
+    let f = scratch("2026-01-01", "false", Some(&current()));
+    // A record outside the repository, vouched for where it lies, and a
+    // link to it under records/.
+    let outside = tempfile::tempdir().unwrap();
+    let out_records = outside.path().join("records");
+    let elsewhere = {
+        let d = another_sweep(&f, "elsewhere", 1_796_000_000_003, false);
+        let to = out_records.join("linked");
+        std::fs::create_dir_all(&out_records).unwrap();
+        std::fs::rename(&d, &to).unwrap();
+        to
+    };
+    std::os::unix::fs::symlink(&elsewhere, f.root.join("records/linked")).unwrap();
+    // The ledger says what a line for it would say, hash and all.
+    let sha = runtime::events::sha256_hex(&std::fs::read(elsewhere.join("raw.jsonl")).unwrap());
+    let mut line = tuner::output::ledger::read(&f.root.join("records")).unwrap()[0].clone();
+    (line.folder, line.raw_sha256) = ("linked".into(), Some(sha));
+    tuner::output::ledger::append(&f.root.join("records"), &line).unwrap();
+    // A real folder whose raw.jsonl is a link to another sweep's file.
+    let real = f.root.join("records/r4");
+    std::fs::create_dir_all(&real).unwrap();
+    std::os::unix::fs::symlink(elsewhere.join("raw.jsonl"), real.join("raw.jsonl")).unwrap();
+    vouch(&real);
+    let o = f.propose(&["--dry-run"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let (pooled, err) = pool_of(&o);
+    assert_eq!(pooled, "+pooled = [\"records/r\"]", "{}", text(&o));
+    assert!(err.contains("left out: records/linked: a symbolic link (to "), "{err}");
+    assert!(err.contains("left out: records/r4: its raw.jsonl is a symbolic link"), "{err}");
+}
+
+#[test]
+fn a_record_from_before_the_ledger_is_backfilled_once_and_marked() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("records/2026-12-02-old");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::copy(repo().join(SCRATCH_RECORD).join("raw.jsonl"), dir.join("raw.jsonl")).unwrap();
+    let tuner = |args: &[&str]| Command::new(env!("CARGO_BIN_EXE_tuner")).args(args).output().unwrap();
+    let d = dir.to_str().unwrap();
+    let o = tuner(&["ledger", "backfill", d]);
+    assert!(o.status.success(), "{}", text(&o));
+    let lines = tuner::output::ledger::read(&tmp.path().join("records")).unwrap();
+    assert_eq!(lines.len(), 1);
+    let l = &lines[0];
+    assert!(l.backfilled && l.outcome.contains("backfilled"), "{l:?}");
+    assert_eq!(l.folder, "2026-12-02-old");
+    let sha = runtime::events::sha256_hex(&std::fs::read(dir.join("raw.jsonl")).unwrap());
+    assert_eq!(l.raw_sha256.as_deref(), Some(sha.as_str()));
+    assert_eq!(tuner::output::ledger::vouched(&lines, "2026-12-02-old", &sha), Ok(0));
+    // The field is written only when set, and read back.
+    let text_of = std::fs::read_to_string(tmp.path().join("records/ledger.jsonl")).unwrap();
+    assert!(text_of.contains("\"backfilled\":true"), "{text_of}");
+    let o = tuner(&["ledger", "show", tmp.path().join("records").to_str().unwrap()]);
+    assert!(String::from_utf8_lossy(&o.stdout).contains("2026-12-02-old [backfilled]: "), "{}", text(&o));
+    // Once: a folder the ledger names is not backfilled again.
+    let o = tuner(&["ledger", "backfill", d]);
+    assert_eq!(o.status.code(), Some(5), "{}", text(&o));
+    assert!(text(&o).contains("already has a line"), "{}", text(&o));
+    // Nor a record from the ledger's first day on: its sweep wrote its own line.
+    let later = tmp.path().join("records/2026-12-05-new");
+    std::fs::create_dir_all(&later).unwrap();
+    let raw = std::fs::read_to_string(dir.join("raw.jsonl")).unwrap();
+    std::fs::write(later.join("raw.jsonl"), raw.replacen("\"date\":\"2026-12-02\"", "\"date\":\"2026-12-05\"", 1))
+        .unwrap();
+    let o = tuner(&["ledger", "backfill", later.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(5), "{}", text(&o));
+    assert!(text(&o).contains("not before 2026-12-03"), "{}", text(&o));
+    assert_eq!(tuner::output::ledger::read(&tmp.path().join("records")).unwrap().len(), 1);
 }

@@ -28,6 +28,15 @@ fn current() -> String {
     runtime::policy::verify_fingerprint(&DeviceClass::parse(DEVICE).unwrap(), Some(&formats))
 }
 
+/// A line for `dir` in its records/ledger.jsonl, hashing its raw.jsonl as
+/// it is now (as `tuner sweep` writes one when a sweep ends): `propose`
+/// pools only records the ledger vouches for.
+fn vouch(dir: &Path) {
+    let (records, line) =
+        tuner::output::ledger::for_sweep(dir, "complete".into(), Err("a test's copy of a record".into())).unwrap();
+    tuner::output::ledger::append(&records, &line).unwrap();
+}
+
 /// A repository root holding `records/` and a table without entries.
 struct Root {
     _tmp: tempfile::TempDir,
@@ -72,6 +81,7 @@ impl Root {
             out.push('\n');
         }
         std::fs::write(dir.join("raw.jsonl"), out).unwrap();
+        vouch(&dir);
         dir
     }
 

@@ -7,7 +7,7 @@
 //! sweep decide?" reads this file; the estimates it takes are
 //! [`crate::analysis::estimate`]'s, the types [`crate::analysis::summary`]'s.
 use crate::analysis::estimate::RatioEstimate;
-use crate::analysis::summary::{Decision, DriftSurvival, Summary, WidthSummary};
+use crate::analysis::summary::{Decision, DriftSize, DriftSurvival, Summary, WidthSummary};
 use crate::data::plan::SpeculativeArm;
 
 /// The part of the decision rule after its statistic, shared by the
@@ -223,22 +223,69 @@ fn decide_fixed(widths: &[WidthSummary]) -> Decision {
 
 /// The rule by which a drifted record may still propose its decision, as
 /// records print it (docs/records.md, "A decision that survives the drift").
-pub const DRIFT_SURVIVAL_RULE: &str = "A record that drifted proposes its decision only when the decision survives \
-the drift: the rule above, applied with every width's ratio taken against the opening brackets alone and again \
-against the closing brackets alone (the tie tests are paired by round, so the brackets cancel from them), makes the \
-same choice both times (the same width, or off both times), each with an interval. The decision's interval then \
-holds both one-sided intervals of its width, and when pooled the record's rounds carry half the gap between the \
-two one-sided ratios as their drift widening.";
+pub const DRIFT_SURVIVAL_RULE: &str = "A record that drifted proposes its decision only when the drift is within \
+what the plan's own spread explains and the decision survives it. Within the spread: no round's closing brackets, \
+and not the sweep's as a whole, lie further from the opening ones, in either direction, than the 2% tolerance plus \
+the 95% range of the difference between two single bracket arms at the record's own measured bracket-arm variance \
+V (ln 1.02 + t sqrt(2V)); a larger drift is refused whatever the choice. Surviving: the rule above, applied with \
+every width's ratio taken against the opening brackets alone and again against the closing brackets alone (the tie \
+tests are paired by round, so the brackets cancel from them), makes the same choice both times (the same width, or \
+off both times), each with an interval. The decision's interval then holds both one-sided intervals of its width, \
+and when pooled the record's rounds carry half the gap between the two one-sided ratios as their drift widening.";
 
 impl DriftSurvival {
     /// What the two one-sided decisions chose, in words.
     pub fn say(&self) -> String {
-        format!(
+        let sides = format!(
             "against the opening brackets alone the rule takes {}, against the closing brackets alone {}",
             choice(&self.vs_open),
             choice(&self.vs_close)
-        )
+        );
+        match &self.size {
+            Some(z) if !z.within => format!(
+                "the drift is larger than the plan's own spread explains: in {} the closing brackets ran {:.3}x{} the \
+                 opening ones' speed, wholly outside [{:.3}, {:.3}] (two of its bracket processes differ by less 95% \
+                 of the time without drift, plus the 2% tolerance), so no choice survives it ({sides})",
+                z.at,
+                z.drift,
+                z.interval.map_or_else(String::new, |(lo, hi)| format!(" [{lo:.3}, {hi:.3}]")),
+                1.0 / z.explained_factor,
+                z.explained_factor
+            ),
+            Some(_) => sides,
+            None => format!("the plan's bracket-arm spread could not be estimated, so no drift is within it ({sides})"),
+        }
     }
+}
+
+/// The record's largest drift over every round's test and the sweep's,
+/// against `bound_log` ([`crate::analysis::estimate::survivable_drift_log`]);
+/// `None` without a bound or a drift to weigh. A drift is measured with
+/// noise, so its size is how far its 95 % interval lies from no drift (in
+/// logs; 0 when the interval holds 1.0): a drift is beyond the bound when
+/// its whole interval is, either way, and a round whose closing side is
+/// merely noisy near the bound is not refused for it. Without an interval
+/// the point is its size.
+pub fn drift_size(
+    rounds: &[crate::analysis::summary::RoundBrackets],
+    sweep: Option<&crate::analysis::estimate::SweepDriftTest>,
+    bound_log: Option<f64>,
+) -> Option<DriftSize> {
+    let bound = bound_log.filter(|b| b.is_finite())?;
+    let each = rounds
+        .iter()
+        .filter_map(|r| r.test.as_ref().map(|t| (t.drift, t.interval, format!("round {}", r.round + 1))))
+        .chain(sweep.map(|d| (d.drift, Some(d.interval), "the sweep".to_string())));
+    // A drift or an end that is not a positive finite number is no drift the
+    // bound can hold (a rate of 0 or infinity reached a ratio): the largest.
+    let ln = |x: f64| if x.is_finite() && x > 0.0 { x.ln() } else { f64::INFINITY.copysign(x - 1.0) };
+    let size = |d: f64, iv: Option<(f64, f64)>| match iv {
+        Some((lo, hi)) => ln(lo).max(-ln(hi)).max(0.0),
+        None => ln(d).abs(),
+    };
+    let (drift, interval, at) =
+        each.max_by(|a, b| size(a.0, a.1).total_cmp(&size(b.0, b.1)).then(ln(a.0).abs().total_cmp(&ln(b.0).abs())))?;
+    Some(DriftSize { drift, interval, at, explained_factor: bound.exp(), within: size(drift, interval) <= bound })
 }
 
 /// A decision's choice with its interval, in words.
@@ -258,10 +305,15 @@ fn choice(d: &Decision) -> String {
 
 /// [`DRIFT_SURVIVAL_RULE`]: the rule ([`decide`]) over `widths` with each
 /// width's ratio against one bracket side, once per side, against the
-/// record's `decision`; and `decision` with its interval widened to hold the
-/// one-sided intervals of its width (for `off`, of the best width) when the
-/// choice survives.
-pub fn drift_survival(widths: &[WidthSummary], decision: &Decision) -> (DriftSurvival, Decision) {
+/// record's `decision`, and the drift's `size` ([`drift_size`]: nothing
+/// survives a drift outside it, or one with no bound); and `decision` with
+/// its interval widened to hold the one-sided intervals of its width (for
+/// `off`, of the best width) when the choice survives.
+pub fn drift_survival(
+    widths: &[WidthSummary],
+    decision: &Decision,
+    size: Option<DriftSize>,
+) -> (DriftSurvival, Decision) {
     let side = |pick: fn(&WidthSummary) -> Option<RatioEstimate>| {
         let ws: Vec<WidthSummary> = widths.iter().map(|w| WidthSummary { ratio: pick(w), ..w.clone() }).collect();
         decide(&ws)
@@ -269,7 +321,8 @@ pub fn drift_survival(widths: &[WidthSummary], decision: &Decision) -> (DriftSur
     let vs_open = side(|w| w.ratio_vs_open.clone());
     let vs_close = side(|w| w.ratio_vs_close.clone());
     let same = |d: &Decision| d.width == decision.width && d.ratio.is_some() && d.ratio_interval.is_some();
-    let survives = decision.ratio_interval.is_some() && same(&vs_open) && same(&vs_close);
+    let within = size.as_ref().is_some_and(|z| z.within);
+    let survives = within && decision.ratio_interval.is_some() && same(&vs_open) && same(&vs_close);
     let mut widened = decision.clone();
     let shown = decision.width.or(decision.best_width);
     if survives && let Some(w) = widths.iter().find(|w| Some(w.width) == shown) {
@@ -278,7 +331,7 @@ pub fn drift_survival(widths: &[WidthSummary], decision: &Decision) -> (DriftSur
         widened.ratio_interval =
             ends.fold(decision.ratio_interval, |acc, (lo, hi)| acc.map(|(a, b)| (a.min(lo), b.max(hi))));
     }
-    let s = DriftSurvival { vs_open, vs_close, survives, two_sided_interval: decision.ratio_interval };
+    let s = DriftSurvival { vs_open, vs_close, survives, two_sided_interval: decision.ratio_interval, size };
     if survives {
         widened.why = format!(
             "{}; the host drifted and the choice survives it ({}), so its interval holds both",
@@ -307,6 +360,123 @@ mod tests {
         }
     }
 
+    /// A drift of `drift` (closing over opening) against a bound of 15 %.
+    fn size(drift: f64) -> Option<DriftSize> {
+        let bound = 1.15f64.ln();
+        Some(DriftSize {
+            drift,
+            interval: None,
+            at: "round 2".into(),
+            explained_factor: bound.exp(),
+            within: drift.ln().abs() <= bound,
+        })
+    }
+
+    /// A drift the bound holds.
+    fn small() -> Option<DriftSize> {
+        size(1.05)
+    }
+
+    #[test]
+    fn a_drift_beyond_the_plans_spread_survives_whatever_the_choice_in_either_direction() {
+        // The first test's widths: the same choice against either bracket.
+        let ws = [
+            width(1, &[1.30, 1.32, 1.31], &[1.28, 1.29, 1.285], &[1.33, 1.36, 1.34], true),
+            width(2, &[1.10, 1.12, 1.11], &[1.08, 1.09, 1.085], &[1.13, 1.16, 1.14], false),
+        ];
+        let d = decide(&ws);
+        assert!(drift_survival(&ws, &d, small()).0.survives);
+        // Closing brackets at a tenth of the speed, or ten times it: both refused.
+        for drift in [0.1, 10.0, 0.8, 1.25] {
+            let (s, widened) = drift_survival(&ws, &d, size(drift));
+            assert!(!s.survives, "{drift}: {}", s.say());
+            assert_eq!((s.vs_open.width, s.vs_close.width), (Some(arm(1)), Some(arm(1))), "the choice was the same");
+            assert!(s.say().contains("larger than the plan's own spread explains"), "{}", s.say());
+            assert!(s.say().contains(&format!("{drift:.3}x")), "{}", s.say());
+            assert_eq!((widened.ratio_interval, &widened.why), (d.ratio_interval, &d.why));
+        }
+        // Just inside the bound either way: within.
+        for drift in [1.149, 1.0 / 1.149] {
+            assert!(drift_survival(&ws, &d, size(drift)).0.survives, "{drift}");
+        }
+        // No bound (the spread could not be estimated): nothing survives.
+        let (s, _) = drift_survival(&ws, &d, None);
+        assert!(!s.survives && s.say().contains("could not be estimated"), "{}", s.say());
+    }
+
+    #[test]
+    fn the_drift_size_is_the_largest_of_the_rounds_and_the_sweep_either_way() {
+        use crate::analysis::estimate::{DriftTest, SweepDriftTest};
+        use crate::analysis::summary::RoundBrackets;
+        let round = |k: usize, drift: f64| RoundBrackets {
+            round: k,
+            open: None,
+            close: None,
+            test: Some(DriftTest {
+                round: k,
+                drift,
+                interval: None,
+                se_log: None,
+                se_request_log: None,
+                se_process_log: None,
+                critical_t: None,
+                df: 0,
+                prompts: 12,
+                open_arms: 9,
+                close_arms: 9,
+                drifted: false,
+                detectable: None,
+            }),
+            drifted: false,
+            judgeable: true,
+            incomplete: false,
+        };
+        let sweep = |drift: f64| SweepDriftTest {
+            drift,
+            interval: (drift, drift),
+            se_log: 0.01,
+            df: 10,
+            critical_t: 2.0,
+            rounds: 3,
+            drifted: true,
+            detectable: 0.05,
+        };
+        let bound = Some(1.2f64.ln());
+        // A speedup of round 3 is larger in logs than a slowdown of round 1.
+        let rs = [round(0, 0.9), round(1, 1.01), round(2, 1.15)];
+        let z = drift_size(&rs, Some(&sweep(1.05)), bound).unwrap();
+        assert_eq!((z.drift, z.at.as_str(), z.within), (1.15, "round 3", true));
+        assert!((z.explained_factor - 1.2).abs() < 1e-12);
+        // A tenth of the speed in round 2, or ten times it: outside.
+        for far in [0.1, 10.0] {
+            let rs = [round(0, 0.97), round(1, far), round(2, 1.02)];
+            let z = drift_size(&rs, Some(&sweep(1.05)), bound).unwrap();
+            assert_eq!((z.drift, z.at.as_str(), z.within), (far, "round 2", false));
+        }
+        // The sweep's, when it is the largest; no bound, no size.
+        let z = drift_size(&[round(0, 1.01)], Some(&sweep(0.75)), bound).unwrap();
+        assert_eq!((z.at.as_str(), z.within), ("the sweep", false));
+        assert_eq!(drift_size(&[round(0, 1.01)], None, None), None);
+        // A drift of zero speed is no drift a bound holds.
+        assert!(!drift_size(&[round(0, 0.0)], None, bound).unwrap().within);
+        // With an interval, the size is how far the whole interval lies from
+        // no drift: a noisy round whose interval reaches inside the bound is
+        // within, one wholly beyond it (either way) is not.
+        let with = |drift: f64, lo: f64, hi: f64| {
+            let mut r = round(1, drift);
+            r.test.as_mut().unwrap().interval = Some((lo, hi));
+            r
+        };
+        let z = drift_size(&[round(0, 1.01), with(1.3, 1.15, 1.45)], None, bound).unwrap();
+        assert_eq!((z.at.as_str(), z.interval, z.within), ("round 2", Some((1.15, 1.45)), true));
+        let z = drift_size(&[round(0, 1.01), with(1.4, 1.25, 1.55)], None, bound).unwrap();
+        assert!(!z.within, "{z:?}");
+        let z = drift_size(&[round(0, 1.01), with(0.7, 0.6, 0.8)], None, bound).unwrap();
+        assert!(!z.within, "{z:?}");
+        let z = drift_size(&[with(0.7, 0.6, 0.85)], None, bound).unwrap();
+        assert!(z.within, "0.85 is inside 1/1.2: {z:?}");
+    }
+
     #[test]
     fn a_choice_made_against_either_bracket_survives_with_both_intervals() {
         // Width 1 well above 1.0 against every baseline; width 2 slower.
@@ -316,7 +486,7 @@ mod tests {
         ];
         let d = decide(&ws);
         assert_eq!(d.width, Some(arm(1)));
-        let (s, widened) = drift_survival(&ws, &d);
+        let (s, widened) = drift_survival(&ws, &d, small());
         assert!(s.survives, "{}", s.say());
         assert_eq!((s.vs_open.width, s.vs_close.width), (Some(arm(1)), Some(arm(1))));
         assert_eq!(s.two_sided_interval, d.ratio_interval);
@@ -341,7 +511,7 @@ mod tests {
         ];
         let d = decide(&ws);
         assert_eq!(d.width, Some(arm(1)));
-        let (s, widened) = drift_survival(&ws, &d);
+        let (s, widened) = drift_survival(&ws, &d, small());
         assert!(!s.survives, "{}", s.say());
         assert_eq!((s.vs_open.width, s.vs_close.width), (Some(arm(1)), None));
         assert!(s.say().contains("against the closing brackets alone off"), "{}", s.say());
@@ -355,14 +525,14 @@ mod tests {
         let ws = [width(1, &[0.95, 0.97, 0.96], &[0.93, 0.95, 0.94], &[0.97, 0.99, 0.98], true)];
         let d = decide(&ws);
         assert_eq!((d.width, d.best_width), (None, Some(arm(1))));
-        let (s, widened) = drift_survival(&ws, &d);
+        let (s, widened) = drift_survival(&ws, &d, small());
         assert!(s.survives, "{}", s.say());
         assert!(widened.ratio_interval.unwrap().1 >= ws[0].ratio_vs_close.as_ref().unwrap().interval.unwrap().1);
         // Against the opening side alone width 1 is faster: off does not survive.
         let ws = [width(1, &[0.99, 1.01, 1.0], &[1.05, 1.06, 1.055], &[0.94, 0.96, 0.95], true)];
         let d = decide(&ws);
         assert_eq!(d.width, None);
-        let (s, _) = drift_survival(&ws, &d);
+        let (s, _) = drift_survival(&ws, &d, small());
         assert!(!s.survives, "{}", s.say());
         assert_eq!(s.vs_open.width, Some(arm(1)));
     }

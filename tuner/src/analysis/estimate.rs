@@ -99,6 +99,27 @@ pub const DRIFT_POWER: f64 = 0.90;
 /// drift is larger, and names the bracket arms that would reach it.
 pub const DRIFT_TO_DETECT: f64 = 0.10;
 
+/// The largest drift, in logs and in either direction, that a drifted
+/// record may survive ([`crate::analysis::decision::DRIFT_SURVIVAL_RULE`]):
+/// the tolerance plus the 95 % range of the difference between two single
+/// bracket arms of the plan at its own measured variance `v` (one bracket
+/// arm's level, process and request noise; `df` its degrees of freedom),
+/// `ln(1 + DRIFT_TOLERANCE) + t_df sqrt(2 v)`.
+///
+/// Why this size: survival rests on the truth lying between the two
+/// one-sided baselines and the choice not depending on which is believed.
+/// A closing side further from the opening side than two of the plan's own
+/// processes ever are without drift is no longer a host that leaned during
+/// the round: it is another host (a closing bracket at a tenth of the
+/// speed), and whatever the rule chooses against either side, the widths
+/// ran somewhere between two machines. It is symmetric: a closing side that
+/// ran faster is bounded exactly as one that ran slower. At the default plan
+/// it lies near 14 % at a 3 % process spread and 28 % at 7.5 %
+/// (docs/records.md, "A decision that survives the drift").
+pub fn survivable_drift_log(v: f64, df: usize) -> f64 {
+    (1.0 + DRIFT_TOLERANCE).ln() + t_quantile(df) * (2.0 * v.max(0.0)).sqrt()
+}
+
 /// One arm's data: the log of each recorded request's rate, per prompt.
 #[derive(Clone, Debug)]
 pub struct ArmLevels {

@@ -189,8 +189,13 @@ impl Family {
         (q, self.items.len() - 1, sw - w.iter().map(|w| w * w).sum::<f64>() / sw)
     }
 
+    /// Each item's weight in the pooled mean, `1 / (v_j + tau^2)`.
+    fn weights(&self, tau2: f64) -> Vec<f64> {
+        self.items.iter().map(|(_, n)| 1.0 / (self.within / *n as f64 + tau2)).collect()
+    }
+
     fn combine(&self, tau2: f64) -> PooledLog {
-        let ws: Vec<f64> = self.items.iter().map(|(_, n)| 1.0 / (self.within / *n as f64 + tau2)).collect();
+        let ws = self.weights(tau2);
         let sws: f64 = ws.iter().sum();
         PooledLog {
             mean: self.items.iter().zip(&ws).map(|((y, _), w)| w * y).sum::<f64>() / sws,
@@ -302,22 +307,35 @@ pub fn difference(records: &[RecordRounds], a: SpeculativeArm, b: SpeculativeArm
 /// The decision rule on the pooled records.
 pub fn pool(records: &[RecordRounds]) -> Pooled {
     let widths: BTreeSet<SpeculativeArm> = records.iter().flat_map(|r| r.rounds.keys().copied()).collect();
-    let fams: Vec<(SpeculativeArm, Family)> = widths
+    // Per width, the family of the records' rounds and, item by item, the
+    // drift widening each record brings (the records `Family::of` keeps:
+    // two rounds or more, in order).
+    let fams: Vec<(SpeculativeArm, Family, Vec<f64>)> = widths
         .into_iter()
         .filter_map(|w| {
-            let samples: Vec<Vec<f64>> = records
+            let (samples, widen): (Vec<Vec<f64>>, Vec<f64>) = records
                 .iter()
-                .filter_map(|r| r.rounds.get(&w).map(|xs| xs.iter().map(|(_, x)| *x).collect::<Vec<f64>>()))
-                .collect();
-            Family::of(&samples).map(|f| (w, f))
+                .filter_map(|r| {
+                    let xs = r.rounds.get(&w)?.iter().map(|(_, x)| *x).collect::<Vec<f64>>();
+                    Some((xs, r.widen.get(&w).copied().unwrap_or(0.0)))
+                })
+                .unzip();
+            let kept = samples.iter().zip(widen).filter(|(xs, _)| xs.len() >= 2).map(|(_, b)| b).collect();
+            Family::of(&samples).map(|f| (w, f, kept))
         })
         .collect();
-    let tau2 = common_tau2(&fams.iter().map(|(_, f)| f).collect::<Vec<_>>());
+    let tau2 = common_tau2(&fams.iter().map(|(_, f, _)| f).collect::<Vec<_>>());
     let mut out: Vec<PooledWidth> = Vec::new();
-    for (w, f) in &fams {
+    for (w, f, widen) in &fams {
         let log = f.combine(tau2);
-        let widen: Vec<f64> = records.iter().filter_map(|r| r.widen.get(w).copied()).collect();
-        let widen = if widen.is_empty() { 0.0 } else { mean(&widen) };
+        // A record's drift can move the pooled mean by its widening times
+        // its weight in that mean: the bound on the pooled mean's bias is the
+        // widenings weighted as the means are, not their plain mean (a
+        // drifted record of many rounds among short clean ones moves the mean
+        // by more than its share of the records).
+        let weights = f.weights(tau2);
+        let total: f64 = weights.iter().sum();
+        let widen = if total > 0.0 { weights.iter().zip(widen).map(|(a, b)| a * b).sum::<f64>() / total } else { 0.0 };
         out.push(PooledWidth {
             width: *w,
             ratio: log.mean.exp(),
@@ -582,6 +600,27 @@ mod tests {
         assert!(matches!(v, Verdict::Change { from, to, .. } if from == Some(arm(1)) && to == Some(arm(3))), "{v:?}");
         assert!(v.say().contains("width 3 replaces width 1"), "{}", v.say());
         assert_eq!(Verdict::First { width: Some(arm(1)) }.say(), Verdict::Same { width: Some(arm(1)) }.say());
+    }
+
+    #[test]
+    fn a_records_drift_widening_counts_by_its_weight_in_the_pooled_mean() {
+        // A clean record of two rounds and a drifted one of eight that agree:
+        // no between-sweep term, weights 2 : 8, so the drifted record's
+        // widening moves the pooled interval by 8/10 of it, not by half.
+        let clean = rec("records/a", &[(1, &[1.10, 1.12])]);
+        let mut drifted = rec("records/b", &[(1, &[1.11, 1.10, 1.12, 1.11, 1.10, 1.12, 1.11, 1.11])]);
+        drifted.widen.insert(arm(1), 0.1);
+        let p = pool(&[clean.clone(), drifted.clone()]);
+        let x = p.width(arm(1)).unwrap();
+        assert_eq!(x.log.tau2, 0.0, "{x:?}");
+        let widen = 0.1 * 8.0 / 10.0;
+        assert!((x.interval.0.ln() - (x.log.low() - widen)).abs() < 1e-12, "{x:?}");
+        assert!((x.interval.1.ln() - (x.log.high() + widen)).abs() < 1e-12, "{x:?}");
+        // A record of one round is not in the mean, and brings no widening.
+        let mut one = rec("records/c", &[(1, &[1.5])]);
+        one.widen.insert(arm(1), 5.0);
+        let q = pool(&[clean, drifted, one]);
+        assert_eq!(q.width(arm(1)).unwrap().interval, x.interval);
     }
 
     #[test]

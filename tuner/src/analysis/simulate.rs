@@ -9,8 +9,8 @@
 //! speed (prompts differ by about 20 %), `ratio_w` the width's true ratio to
 //! classic (1 for classic arms), `f_a = exp(N(0, process_spread))` the
 //! arm's process factor, `e_r = exp(N(0, request_noise))` the request's
-//! noise, and `slow` a slowdown applied to every arm of one round's closing
-//! bracket side (the drift under test).
+//! noise, and `slow` a slowdown (or speedup) applied to every arm of one
+//! round's closing bracket side, or of every round's (the drift under test).
 use std::collections::BTreeMap;
 
 use runtime::events::{FinishReason, Outcome, SpeculativeDiagnostics, Startup, Usage};
@@ -42,6 +42,10 @@ pub struct SimConfig {
     /// Every closing-bracket arm of every round runs `1 - fraction` as fast
     /// (a systematic drift: the host slows inside each round).
     pub close_slowdown_every_round: Option<f64>,
+    /// Every closing-bracket arm of every round runs `1 / (1 - fraction)` as
+    /// fast: the mirror image, in logs, of a slowdown of the same fraction
+    /// (0.9: ten times the speed, as 0.9 slower is a tenth of it).
+    pub close_speedup_every_round: Option<f64>,
     /// The host slows steadily through every round: an arm at fraction
     /// `pos` of its round (0 the first arm, 1 the last) runs
     /// `1 - fraction · pos` as fast, speculative arms too, so a width's true
@@ -72,6 +76,7 @@ impl SimConfig {
             request_noise,
             close_slowdown: None,
             close_slowdown_every_round: None,
+            close_speedup_every_round: None,
             slowdown_through_round: None,
             auto: None,
             seed,
@@ -277,6 +282,9 @@ pub fn sweep(t: &Template, c: &SimConfig) -> RawFile {
         } * match (c.close_slowdown_every_round, a.bracket) {
             (Some(frac), Some(Bracket::Close)) => 1.0 - frac,
             _ => 1.0,
+        } * match (c.close_speedup_every_round, a.bracket) {
+            (Some(frac), Some(Bracket::Close)) => 1.0 / (1.0 - frac),
+            _ => 1.0,
         };
         let ratio = a.width.map_or(1.0, |w| c.truth[&w.code()]);
         lines.push(RawLine::from(ArmStart {
@@ -378,6 +386,10 @@ pub struct Calibration {
     /// pooled alone, as `tuner propose` writes it) covers the same truth.
     pub survived_pooled_covered: usize,
     pub survived_chosen: BTreeMap<Option<usize>, usize>,
+    /// Drifted sweeps whose drift lies beyond what the plan's spread
+    /// explains ([`crate::analysis::summary::DriftSize`]): refused whatever
+    /// the choice.
+    pub beyond_spread: usize,
     /// `--rounds auto`: rounds at the stop → sweeps.
     pub stopped_after: BTreeMap<usize, usize>,
 }
@@ -483,6 +495,9 @@ pub fn calibrate(t: &Template, c: &SimConfig, n: usize, threads: usize) -> Calib
                                 usize::from(sum.rounds.iter().any(|r| r.round == k && r.drifted));
                         }
                         *cal.chosen.entry(sum.decision.width.map(SpeculativeArm::code)).or_default() += 1;
+                        cal.beyond_spread += usize::from(
+                            sum.drift_survival.as_ref().is_some_and(|d| d.size.as_ref().is_none_or(|z| !z.within)),
+                        );
                         if sum.drift_survival.as_ref().is_some_and(|d| d.survives) {
                             cal.survived += 1;
                             *cal.survived_chosen.entry(sum.decision.width.map(SpeculativeArm::code)).or_default() += 1;
@@ -526,6 +541,7 @@ pub fn calibrate(t: &Template, c: &SimConfig, n: usize, threads: usize) -> Calib
         out.survived += p.survived;
         out.survived_covered += p.survived_covered;
         out.survived_pooled_covered += p.survived_pooled_covered;
+        out.beyond_spread += p.beyond_spread;
         for (w, x) in p.survived_chosen {
             *out.survived_chosen.entry(w).or_default() += x;
         }

@@ -413,11 +413,38 @@ pub struct DriftSurvival {
     pub vs_open: Decision,
     /// The rule with every width's ratio against the closing brackets alone.
     pub vs_close: Decision,
-    /// Both make the record's choice, each with an interval.
+    /// The drift is within what the plan's spread explains ([`DriftSize`])
+    /// and both one-sided decisions make the record's choice, each with an
+    /// interval.
     pub survives: bool,
     /// The record's decision interval against both brackets, before it was
     /// widened to hold the one-sided ones (the decision states the widened).
     pub two_sided_interval: Option<(f64, f64)>,
+    /// The record's largest drift against the largest its plan's spread
+    /// explains; null when the spread could not be estimated (then nothing
+    /// survives).
+    #[serde(default)]
+    pub size: Option<DriftSize>,
+}
+
+/// A drifted record's largest drift (a round's or the sweep's: the one whose
+/// interval lies furthest from no drift) against the bound
+/// [`crate::analysis::estimate::survivable_drift_log`] puts on it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DriftSize {
+    /// Closing over opening brackets (1.0: no drift; 0.1: the closing side
+    /// ran at a tenth of the speed) where `|ln drift|` is largest.
+    pub drift: f64,
+    /// Its 95 % interval (null when the test has none).
+    pub interval: Option<(f64, f64)>,
+    /// Where: `round 2` (1-based) or `the sweep`.
+    pub at: String,
+    /// The bound, as the factor either way: a drift inside `[1/factor,
+    /// factor]` is within what the plan's spread explains.
+    pub explained_factor: f64,
+    /// Its interval reaches inside `[1/factor, factor]` (without one: the
+    /// drift lies inside it).
+    pub within: bool,
 }
 
 /// How often a replicate sweep would choose the same width (computed by

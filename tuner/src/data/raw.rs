@@ -505,20 +505,63 @@ fn read_line_capped(r: &mut impl BufRead, cap: usize, buf: &mut Vec<u8>) -> std:
 /// except a final line without a newline (what an interrupted write
 /// leaves), which is counted in `partial_tail_bytes` and ignored.
 pub fn read_raw(path: &Path) -> Result<RawFile, RawError> {
-    let io = |source| RawError::Io { path: path.to_path_buf(), source };
     // A regular file only, and the cap on the bytes read: a FIFO or a
     // symlink to a device reports 0 bytes and never ends.
+    let f =
+        crate::data::bounded::open_regular(path).map_err(|source| RawError::Io { path: path.to_path_buf(), source })?;
+    parse_raw(path, &mut std::io::BufReader::new(f.take(MAX_RAW_BYTES + 1)))
+}
+
+/// [`read_raw`], and the sha256 of the very bytes it parsed (the whole file:
+/// what the ledger's `raw_sha256` says of it). One read: the file cannot
+/// change between the hash and the parse.
+pub fn read_raw_with_sha256(path: &Path) -> Result<(RawFile, String), RawError> {
+    let io = |source| RawError::Io { path: path.to_path_buf(), source };
     let f = crate::data::bounded::open_regular(path).map_err(io)?;
-    let mut r = std::io::BufReader::new(f.take(MAX_RAW_BYTES + 1));
-    let too_big = |r: &std::io::BufReader<std::io::Take<std::fs::File>>| r.get_ref().limit() == 0;
+    let mut r = std::io::BufReader::new(Hashing { inner: f, sha: sha2::Sha256::default() }.take(MAX_RAW_BYTES + 1));
+    let raw = parse_raw(path, &mut r)?;
+    // The parse stops at a partial last line; the rest (none, or that line)
+    // is hashed too. The cap still holds: `take` ends the read.
+    std::io::copy(&mut r, &mut std::io::sink()).map_err(io)?;
+    if r.get_ref().limit() == 0 {
+        return Err(RawError::TooBig { path: path.to_path_buf() });
+    }
+    let hashing = r.into_inner().into_inner();
+    Ok((raw, hex(&sha2::Digest::finalize(hashing.sha))))
+}
+
+/// A reader that hashes every byte it passes on.
+struct Hashing<R> {
+    inner: R,
+    sha: sha2::Sha256,
+}
+
+impl<R: Read> Read for Hashing<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        sha2::Digest::update(&mut self.sha, &buf[..n]);
+        Ok(n)
+    }
+}
+
+/// Lowercase hex, as `runtime::events::sha256_hex` writes a digest.
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The lines of raw.jsonl from `r`, which holds at most [`MAX_RAW_BYTES`] + 1
+/// bytes of the file at `path` (named in errors).
+fn parse_raw<R: Read>(path: &Path, r: &mut std::io::BufReader<std::io::Take<R>>) -> Result<RawFile, RawError> {
+    let io = |source| RawError::Io { path: path.to_path_buf(), source };
+    let too_big = |r: &std::io::BufReader<std::io::Take<R>>| r.get_ref().limit() == 0;
     let mut buf = Vec::new();
     let mut lines = Vec::new();
     let mut line_numbers = Vec::new();
     let mut header: Option<SweepHeader> = None;
     let mut partial_tail_bytes = 0;
     let mut n = 0;
-    while let Some((newline, too_long)) = read_line_capped(&mut r, MAX_RAW_LINE_BYTES, &mut buf).map_err(io)? {
-        if too_big(&r) {
+    while let Some((newline, too_long)) = read_line_capped(r, MAX_RAW_LINE_BYTES, &mut buf).map_err(io)? {
+        if too_big(r) {
             return Err(RawError::TooBig { path: path.to_path_buf() });
         }
         n += 1;
@@ -554,7 +597,7 @@ pub fn read_raw(path: &Path) -> Result<RawFile, RawError> {
             }
         }
     }
-    if too_big(&r) {
+    if too_big(r) {
         return Err(RawError::TooBig { path: path.to_path_buf() });
     }
     match header {
@@ -589,6 +632,30 @@ mod tests {
             }
         }
         assert!(checked > 0, "no committed record has every settings field");
+    }
+
+    #[test]
+    fn the_hash_read_with_the_raw_data_is_the_files_sha256_partial_tail_included() {
+        let records = Path::new(env!("CARGO_MANIFEST_DIR")).join("../records");
+        let dir = std::fs::read_dir(&records)
+            .unwrap()
+            .flatten()
+            .map(|d| d.path())
+            .find(|d| d.join("raw.jsonl").is_file())
+            .expect("a committed record");
+        let path = dir.join("raw.jsonl");
+        let bytes = std::fs::read(&path).unwrap();
+        let (raw, sha) = read_raw_with_sha256(&path).unwrap();
+        assert_eq!(sha, runtime::events::sha256_hex(&bytes));
+        assert_eq!(raw.lines.len(), read_raw(&path).unwrap().lines.len());
+        // A partial last line is not parsed, and is hashed.
+        let tmp = tempfile::tempdir().unwrap();
+        let cut = tmp.path().join("raw.jsonl");
+        let mut partial = bytes.clone();
+        partial.extend_from_slice(b"{\"kind\":\"do");
+        std::fs::write(&cut, &partial).unwrap();
+        let (raw, sha) = read_raw_with_sha256(&cut).unwrap();
+        assert_eq!((raw.partial_tail_bytes, sha), (11, runtime::events::sha256_hex(&partial)));
     }
 
     #[test]

@@ -7,6 +7,12 @@
 //! A line names the folder relative to `records/`, the key (its phrase), the
 //! verify-path fingerprint, the decision, the sha256 of raw.jsonl and the
 //! outcome. The ledger is appended to, never rewritten.
+//!
+//! The ledger is also what `tuner propose` pools by: a record is pooled only
+//! when its raw.jsonl is the one its folder's latest ledger line hashed
+//! ([`vouched`]). The records committed before the ledger existed have lines
+//! written afterwards from the committed files, marked `backfilled`
+//! ([`backfill`]).
 
 use crate::data::bounded::BoundedError;
 use crate::output::printable::printable;
@@ -45,7 +51,18 @@ pub struct LedgerLine {
     /// account of a sweep that ended otherwise.
     pub outcome: String,
     pub at_unix_ms: u64,
+    /// The line was written after the sweep, from its committed record, for
+    /// a sweep that ran before the ledger existed ([`backfill`]): its hash is
+    /// of the file as committed, not as the sweep left it. Absent (false) on
+    /// every line a sweep wrote itself.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub backfilled: bool,
 }
+
+/// The first day of the ledger: every sweep from it on wrote its own line
+/// (or has one written by hand saying why not), so only records dated
+/// before it may be [`backfill`]ed.
+pub const LEDGER_STARTED: &str = "2026-12-03";
 
 /// Errors reading or writing the ledger, naming the file and line.
 #[derive(Debug, thiserror::Error)]
@@ -107,6 +124,21 @@ pub fn read(records: &Path) -> Result<Vec<LedgerLine>, LedgerError> {
     Ok(out)
 }
 
+/// [`read`] of the ledger a proposal trusts: the repository's own file, not
+/// a symbolic link (one can lead out of the repository, to a ledger no
+/// review saw). None at all is an empty ledger, which vouches for nothing.
+pub fn read_own(records: &Path) -> Result<Vec<LedgerLine>, LedgerError> {
+    let path = records.join(LEDGER_FILE);
+    match std::fs::symlink_metadata(&path) {
+        Ok(m) if m.file_type().is_symlink() => Err(LedgerError::Malformed {
+            path,
+            line: 0,
+            why: "a symbolic link, not the repository's own ledger: commit the file itself".into(),
+        }),
+        _ => read(records),
+    }
+}
+
 /// The key's earlier sweeps with this fingerprint, other than `folder`, each
 /// as one line for `propose` to print; those whose decision differs from
 /// `decision` are marked.
@@ -121,9 +153,10 @@ pub fn history(lines: &[LedgerLine], key: &str, fingerprint: &str, folder: &str,
                 _ => String::new(),
             };
             let differs = if l.decision != decision { " — DISAGREES with this record" } else { "" };
+            let backfilled = if l.backfilled { " [backfilled]" } else { "" };
             // The ledger is a file anyone edits: its text is escaped for the terminal.
             format!(
-                "{} ({}): {}{ratio}, {}{differs}",
+                "{} ({}){backfilled}: {}{ratio}, {}{differs}",
                 printable(&l.folder),
                 printable(l.date.as_deref().unwrap_or("undated")),
                 printable(&l.decision),
@@ -131,6 +164,92 @@ pub fn history(lines: &[LedgerLine], key: &str, fingerprint: &str, folder: &str,
             )
         })
         .collect()
+}
+
+/// Why the ledger does not vouch for a record's raw.jsonl ([`vouched`]).
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum Unvouched {
+    #[error(
+        "no line of records/{LEDGER_FILE} hashes its raw.jsonl (a sweep writes its line as it ends): a copy, or a \
+         folder made by hand; a sweep that ran before {LEDGER_STARTED} gets its line with `tuner ledger backfill \
+         DIR`"
+    )]
+    NoLine,
+    #[error(
+        "its raw.jsonl (sha256 {file}) is not the one its latest line of records/{LEDGER_FILE} hashed ({ledger}): \
+         it was edited after the sweep; re-run the sweep, or, for a deliberate edit, append a line by hand saying \
+         what was edited (docs/records.md, \"The ledger\")"
+    )]
+    Edited { file: String, ledger: String },
+}
+
+/// Whether the ledger vouches for `folder`'s raw.jsonl, whose sha256 is
+/// `raw_sha256`: the latest of the folder's lines that hashes a raw.jsonl
+/// must hash exactly this one (a later line supersedes an earlier one's
+/// hash, as the line of a deliberate edit does). The line's index when it
+/// does.
+pub fn vouched(lines: &[LedgerLine], folder: &str, raw_sha256: &str) -> Result<usize, Unvouched> {
+    let latest = lines
+        .iter()
+        .enumerate()
+        .rev()
+        .filter(|(_, l)| l.folder == folder)
+        .find_map(|(i, l)| l.raw_sha256.as_deref().map(|h| (i, h)));
+    match latest {
+        None => Err(Unvouched::NoLine),
+        Some((i, h)) if h.eq_ignore_ascii_case(raw_sha256) => Ok(i),
+        Some((_, h)) => Err(Unvouched::Edited { file: raw_sha256.to_string(), ledger: h.to_string() }),
+    }
+}
+
+/// Why [`backfill`] wrote no line.
+#[derive(Debug, thiserror::Error)]
+pub enum BackfillError {
+    #[error("{0} is not a record folder under a records/ folder")]
+    NotUnderRecords(PathBuf),
+    #[error("{dir}: the record cannot be read: {why}")]
+    Unreadable { dir: PathBuf, why: String },
+    #[error(
+        "records/{folder} already has a line in records/{LEDGER_FILE}: only a record outside the ledger is \
+         backfilled (a deliberate edit of raw.jsonl gets a line by hand saying what was edited)"
+    )]
+    HasLine { folder: String },
+    #[error(
+        "records/{folder} is dated {date:?}, not before {LEDGER_STARTED}, the ledger's first day: its sweep wrote \
+         its own line, or ran outside the tuner (then a line is added by hand saying so); nothing is backfilled"
+    )]
+    AfterLedger { folder: String, date: String },
+    #[error(transparent)]
+    Ledger(#[from] LedgerError),
+}
+
+/// The ledger line of a record committed before the ledger existed, built
+/// from its files as committed (the key, decision and hash a sweep would
+/// have written, the measurement rules' verdict in the outcome) and marked
+/// `backfilled`, with the `records/` folder it goes to. Refused for a folder
+/// the ledger already names, or a record not dated before [`LEDGER_STARTED`].
+pub fn backfill(dir: &Path) -> Result<(PathBuf, LedgerLine), BackfillError> {
+    let (records, folder) = records_of(dir).ok_or_else(|| BackfillError::NotUnderRecords(dir.to_path_buf()))?;
+    if read(&records)?.iter().any(|l| l.folder == folder) {
+        return Err(BackfillError::HasLine { folder });
+    }
+    let unreadable = |why: String| BackfillError::Unreadable { dir: dir.to_path_buf(), why };
+    let (_, s) = crate::analysis::summarize::summarize_dir(dir).map_err(|e| unreadable(format!("{e:#}")))?;
+    // ISO dates order as strings; a date that is not one is not before the ledger.
+    let iso = s.date.len() == 10
+        && s.date.bytes().enumerate().all(|(i, b)| if matches!(i, 4 | 7) { b == b'-' } else { b.is_ascii_digit() });
+    if !iso || s.date.as_str() >= LEDGER_STARTED {
+        return Err(BackfillError::AfterLedger { folder, date: s.date.clone() });
+    }
+    let ended = if s.complete { "complete" } else { "incomplete" };
+    let outcome = format!("{ended} (backfilled: the sweep ran before the ledger existed; hashed as committed)");
+    let (records, mut line) =
+        for_sweep(dir, outcome, Ok(&s)).ok_or_else(|| BackfillError::NotUnderRecords(dir.to_path_buf()))?;
+    if line.raw_sha256.is_none() {
+        return Err(unreadable("raw.jsonl could not be hashed".into()));
+    }
+    line.backfilled = true;
+    Ok((records, line))
 }
 
 /// The decision in a ledger's words: `width 2`, `off`, or `none (why)`.
@@ -174,6 +293,7 @@ pub fn for_sweep(
                 Err(r) => format!("{outcome}; refused by the measurement rules: {r}"),
             },
             at_unix_ms,
+            backfilled: false,
         },
         Err(why) => LedgerLine {
             schema_version: LEDGER_SCHEMA_VERSION,
@@ -187,6 +307,7 @@ pub fn for_sweep(
             raw_sha256,
             outcome: format!("{outcome}; no record: {why}"),
             at_unix_ms,
+            backfilled: false,
         },
     };
     Some((records, line))
@@ -209,6 +330,7 @@ mod tests {
             raw_sha256: Some("a".repeat(64)),
             outcome: "complete".into(),
             at_unix_ms: 1,
+            backfilled: false,
         }
     }
 
@@ -271,6 +393,60 @@ mod tests {
         assert_eq!(h.len(), 1);
         assert!(!h[0].chars().any(|c| c.is_control() || c == '\u{202e}'), "{:?}", h[0]);
         assert!(h[0].starts_with("x\\u{1b}]0;title\\u{7}\\r\\ntuner propose: wrote (2026\\u{9b}31m)"), "{}", h[0]);
+    }
+
+    #[test]
+    fn every_committed_record_is_vouched_for_by_the_committed_ledger() {
+        // No committed record outside the ledger: `propose` pools none that is.
+        let records = Path::new(env!("CARGO_MANIFEST_DIR")).join("../records");
+        let lines = read(&records).unwrap();
+        let mut n = 0;
+        for d in std::fs::read_dir(&records).unwrap().flatten() {
+            let Ok(bytes) = std::fs::read(d.path().join("raw.jsonl")) else { continue };
+            let name = d.file_name().to_string_lossy().into_owned();
+            let sha = runtime::events::sha256_hex(&bytes);
+            assert!(vouched(&lines, &name, &sha).is_ok(), "records/{name}: {:?}", vouched(&lines, &name, &sha));
+            n += 1;
+        }
+        assert!(n >= 61, "{n} records");
+        // The 18 of 2026-11-29 to 12-02 by backfilled lines.
+        let backfilled: Vec<&LedgerLine> = lines.iter().filter(|l| l.backfilled).collect();
+        assert_eq!(backfilled.len(), 18);
+        assert!(backfilled.iter().all(|l| l.date.as_deref().is_some_and(|d| d < LEDGER_STARTED)));
+    }
+
+    #[test]
+    fn the_latest_hash_of_a_folder_vouches_and_an_earlier_one_does_not() {
+        let a = "a".repeat(64);
+        let b = "b".repeat(64);
+        let mut edited = line("x", "width 2");
+        edited.raw_sha256 = Some(b.clone());
+        let mut no_hash = line("x", "none (no record)");
+        no_hash.raw_sha256 = None;
+        // x hashed a, then b (a deliberate edit), then a line with no hash.
+        let lines = [line("x", "width 2"), line("y", "width 2"), edited, no_hash];
+        assert_eq!(vouched(&lines, "x", &b), Ok(2));
+        assert_eq!(vouched(&lines, "x", &b.to_uppercase()), Ok(2));
+        assert_eq!(vouched(&lines, "x", &a), Err(Unvouched::Edited { file: a.clone(), ledger: b.clone() }));
+        assert_eq!(vouched(&lines, "y", &a), Ok(1));
+        assert_eq!(vouched(&lines, "z", &a), Err(Unvouched::NoLine));
+        // A line written before the field existed reads as not backfilled.
+        let old = serde_json::to_string(&line("x", "width 2")).unwrap();
+        assert!(!old.contains("backfilled"), "{old}");
+        let back: LedgerLine = serde_json::from_str(&old).unwrap();
+        assert!(!back.backfilled);
+    }
+
+    #[test]
+    fn a_ledger_that_is_a_symbolic_link_is_not_the_repositorys_own() {
+        let elsewhere = tempfile::tempdir().unwrap();
+        append(elsewhere.path(), &line("x", "width 2")).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        std::os::unix::fs::symlink(elsewhere.path().join(LEDGER_FILE), dir.path().join(LEDGER_FILE)).unwrap();
+        assert_eq!(read(dir.path()).unwrap().len(), 1, "read follows it");
+        let e = read_own(dir.path()).unwrap_err().to_string();
+        assert!(e.contains("a symbolic link"), "{e}");
+        assert_eq!(read_own(elsewhere.path()).unwrap().len(), 1);
     }
 
     #[test]

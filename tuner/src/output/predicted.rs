@@ -117,6 +117,7 @@ pub fn ledger_line(c: &Calibration, folder: &str, calibration_sha256: String) ->
         raw_sha256: Some(calibration_sha256),
         outcome: "calibrate complete".into(),
         at_unix_ms: c.started_at_unix_ms,
+        backfilled: false,
     }
 }
 

@@ -546,77 +546,12 @@ pub struct Proposal {
     /// The rule on every pooled record of the key, and what it did to the entry.
     pub pooled: crate::analysis::pool::Pooled,
     pub verdict: crate::analysis::pool::Verdict,
-    /// Committed records of the key and fingerprint left out of the pool, each with why.
-    pub excluded: Vec<(String, String)>,
+    /// Records of `records/` left out of the pool, each with why
+    /// ([`crate::output::pool_records`]).
+    pub excluded: Vec<LeftOut>,
 }
 
-/// The pool's records, and those left out with why.
-pub type Gathered = (Vec<crate::analysis::pool::RecordRounds>, Vec<(String, String)>);
-
-/// Record folders read when pooling, at most (a typo'd root must not read a disk).
-pub const MAX_POOL_FOLDERS: usize = 4096;
-
-/// Every committed record of `key` with fingerprint `fp` under `root/records`,
-/// as pool rounds (`this`, the record proposed, from `s`), and those left
-/// out with the reason (a refusal of theirs; never silently).
-pub fn gather_pool(
-    root: &Path,
-    this: &str,
-    s: &Summary,
-    key: &PolicyKey,
-    fp: &str,
-    allow: Allow,
-) -> Result<Gathered, Refusal> {
-    let dir = root.join("records");
-    let io = |source| Refusal::Io { path: dir.clone(), source };
-    let mut names: Vec<String> = Vec::new();
-    for e in std::fs::read_dir(&dir).map_err(io)? {
-        let e = e.map_err(io)?;
-        if e.path().join("raw.jsonl").is_file() {
-            names.push(e.file_name().to_string_lossy().into_owned());
-        }
-        if names.len() > MAX_POOL_FOLDERS {
-            return Err(Refusal::Table(format!("{} holds more than {MAX_POOL_FOLDERS} record folders", dir.display())));
-        }
-    }
-    names.sort();
-    let mut pooled = Vec::new();
-    let mut excluded = Vec::new();
-    for n in names {
-        let rel = format!("records/{n}");
-        if rel == this {
-            pooled.push(crate::analysis::pool::RecordRounds::of(&rel, s));
-            continue;
-        }
-        let Ok(raw) = crate::data::raw::read_raw(&dir.join(&n).join("raw.jsonl")) else { continue };
-        let Ok(other) = crate::analysis::summarize::summarize_with(&raw, false) else { continue };
-        if record_key(&other).ok().as_ref() != Some(key) || other.verify_fingerprint.as_deref() != Some(fp) {
-            continue;
-        }
-        // A record the rules would refuse alone does not count in a pool
-        // either, under the same `--allow-*` flags: its data, its plan and
-        // its build (a dirty build is code no commit holds).
-        let why = check(&other)
-            .err()
-            .or_else(|| {
-                crate::analysis::rules::plan::check_plan(
-                    &other,
-                    raw.header.settings.design.bracket_arms,
-                    allow.weak_plan,
-                )
-                .err()
-            })
-            .or_else(|| if allow.dirty { None } else { crate::analysis::rules::check_build(&raw).err() });
-        match why {
-            Some(r) => excluded.push((rel, r.to_string())),
-            None => pooled.push(crate::analysis::pool::RecordRounds::of(&rel, &other)),
-        }
-    }
-    if !pooled.iter().any(|r| r.record == this) {
-        pooled.push(crate::analysis::pool::RecordRounds::of(this, s));
-    }
-    Ok((pooled, excluded))
-}
+pub use crate::output::pool_records::{Gathered, LeftOut, MAX_POOL_FOLDERS, SweepId, gather_pool};
 
 /// Puts the pooled decision into the entry's fields: the verdict's width,
 /// its pooled ratio and interval, the records it rests on, and the verdict
@@ -626,6 +561,7 @@ pub fn apply_pool(
     s: &Summary,
     pooled: &crate::analysis::pool::Pooled,
     verdict: &crate::analysis::pool::Verdict,
+    left_out: &[LeftOut],
 ) {
     let width = verdict.width();
     // The adaptive arm's cap: the widest fixed width the record measured.
@@ -666,7 +602,14 @@ pub fn apply_pool(
     if let Some((_, note)) = fields.iter_mut().find(|(k, _)| *k == "note") {
         let body = note.trim_end_matches('"');
         let say = verdict.say().replace('\\', "\\\\").replace('"', "\\\"");
-        *note = format!("{body}; pooled over {} record(s): {say}\"", pooled.records.len());
+        *note = format!("{body}; pooled over {} record(s): {say}", pooled.records.len());
+        if !left_out.is_empty() {
+            // Folder names are anyone's: escaped as TOML (the note is one basic string).
+            let named = crate::output::pool_records::note_text(left_out);
+            let named = toml_str(&named);
+            note.push_str(&format!("; left out of the pool: {}", &named[1..named.len() - 1]));
+        }
+        note.push('"');
     }
 }
 
@@ -680,8 +623,10 @@ const PROVENANCE_NOTES: [(&str, &str); 3] = [
 
 /// Proposes the entry for the record in `dir`; writes the table unless `dry_run`.
 pub fn propose(dir: &Path, table_path: Option<&Path>, dry_run: bool, allow: Allow) -> Result<Proposal, ProposeError> {
-    let (raw, s) =
-        crate::analysis::summarize::summarize_dir(dir).map_err(|e| ProposeError::Record(format!("{e:#}")))?;
+    // The hash is of the very bytes summarized: the ledger vouches for them.
+    let (raw, raw_sha256) = crate::data::raw::read_raw_with_sha256(&dir.join("raw.jsonl"))
+        .map_err(|e| ProposeError::Record(e.to_string()))?;
+    let s = crate::analysis::summarize::summarize(&raw).map_err(|e| ProposeError::Record(format!("{e:#}")))?;
     check(&s)?;
     crate::analysis::rules::plan::check_range(&s, &raw.header.settings.design.widths)?;
     let weak = crate::analysis::rules::plan::check_plan(&s, raw.header.settings.design.bracket_arms, allow.weak_plan)?;
@@ -703,34 +648,38 @@ pub fn propose(dir: &Path, table_path: Option<&Path>, dry_run: bool, allow: Allo
     let old = read_table(&table_abs)?;
     let tbl = table::compile(TABLE_FILE, &old, RecordCheck::Skip).map_err(|e| Refusal::Table(e.to_string()))?;
     let key = record_key(&s)?;
-    let history = match crate::output::ledger::records_of(dir) {
-        Some((records, folder)) => {
-            let lines = crate::output::ledger::read(&records).map_err(|e| ProposeError::Record(e.to_string()))?;
-            let fp = s.verify_fingerprint.as_deref().unwrap_or_default();
-            crate::output::ledger::history(
-                &lines,
-                &key.to_string(),
-                fp,
-                &folder,
-                &crate::output::ledger::decision_of(&s),
-            )
-        }
-        None => Vec::new(),
-    };
+    // The ledger of the repository's records/ (the record is under it:
+    // `table_and_record`): it must vouch for this record's raw.jsonl as it
+    // does for every record pooled with it.
+    let lines = crate::output::ledger::read_own(&root.join("records")).map_err(|e| match e {
+        crate::output::ledger::LedgerError::Io { path, source } => Refusal::Io { path, source }.into(),
+        e => ProposeError::Record(e.to_string()),
+    })?;
+    let folder = record.strip_prefix("records/").unwrap_or(&record);
+    crate::output::ledger::vouched(&lines, folder, &raw_sha256)
+        .map_err(|u| Refusal::Unvouched { record: record.clone(), why: u.to_string() })?;
+    let this_sweep = SweepId { started_at_unix_ms: raw.header.started_at_unix_ms, raw_sha256 };
+    let history = crate::output::ledger::history(
+        &lines,
+        &key.to_string(),
+        s.verify_fingerprint.as_deref().unwrap_or_default(),
+        folder,
+        &crate::output::ledger::decision_of(&s),
+    );
     // Only this key's entry: a record of another CPU or model adds its own.
     let existing = tbl.exact(&key);
     let current = current_fingerprint(&s).unwrap_or_default();
     let mut overridden = check_provenance(&raw, &s, existing, &current, allow)?;
     let loose = crate::analysis::rules::plan::check_gate(&raw.header.settings.gate, allow.loose_gate)?;
     let fp = s.verify_fingerprint.clone().unwrap_or_default();
-    let (pool_records, excluded) = gather_pool(root, &record, &s, &key, &fp, allow)?;
+    let (pool_records, excluded) = gather_pool(root, &record, &this_sweep, &s, &key, &fp, allow, &lines)?;
     let pooled = crate::analysis::pool::pool(&pool_records);
     // An entry of another verify fingerprint rests on other code: the
     // pooled data decide afresh.
     let current = existing.filter(|e| e.verify_fingerprint == fp).map(|e| e.drafting.map(SpeculativeArm::of));
     let verdict = crate::analysis::pool::hysteresis(current, &pooled, &pool_records);
     let mut fields = entry_fields(&raw, &s, &record)?;
-    apply_pool(&mut fields, &s, &pooled, &verdict);
+    apply_pool(&mut fields, &s, &pooled, &verdict, &excluded);
     // The entry says what the reviewer allowed, each override in its note.
     let mut allowed: Vec<&str> = PROVENANCE_NOTES
         .iter()

@@ -117,6 +117,8 @@ pub enum Refusal {
         "the record's date {0:?} is not YYYY-MM-DD (raw.jsonl's `sweep` header); the record is damaged: re-run `tuner sweep`"
     )]
     BadDate(String),
+    #[error("{record} is not the sweep records/ledger.jsonl records: {why}")]
+    Unvouched { record: String, why: String },
     #[error("{dir} is not under {root}/records/; move the record folder there (entries cite records/<folder>)")]
     NotUnderRecords { dir: String, root: String },
     #[error("no policy table found above {0}: pass `--table PATH` (policy/draft-block-width.toml in the repository)")]

@@ -133,7 +133,9 @@ pub fn summarize_with(raw: &RawFile, with_stability: bool) -> Result<Summary> {
         && h.plan.iter().filter(|a| a.round < sc.n_rounds).all(|a| sc.ok_arms.contains_key(&a.index));
     let drifted = rounds.iter().any(|r| r.drifted) || sweep_drift.as_ref().is_some_and(|d| d.drifted);
     let (decision, drift_survival) = if drifted {
-        let (s, d) = drift_survival(&widths, &decide(&widths));
+        let bound = est.bracket_arm_variance_log.map(|v| estimate::survivable_drift_log(v, est.process_variance_df));
+        let size = crate::analysis::decision::drift_size(&rounds, sweep_drift.as_ref(), bound);
+        let (s, d) = drift_survival(&widths, &decide(&widths), size);
         (d, Some(s))
     } else {
         (decide(&widths), None)

@@ -61,6 +61,33 @@ pub enum Command {
     /// build's fingerprint (`check = {...}` in the entry). Exit 0 holds, 5
     /// refused (the entry then needs a sweep), 1 an error.
     Check(Box<CheckArgs>),
+    /// The sweep ledger (records/ledger.jsonl): print its lines, or backfill
+    /// the line of a record committed before the ledger existed.
+    Ledger(LedgerArgs),
+}
+
+#[derive(clap::Args)]
+pub struct LedgerArgs {
+    #[command(subcommand)]
+    pub command: LedgerCommand,
+}
+
+#[derive(clap::Subcommand)]
+pub enum LedgerCommand {
+    /// Print every line of the ledger in RECORDS (default `records`), one a
+    /// line, backfilled ones marked.
+    Show {
+        #[arg(default_value = "records")]
+        records: PathBuf,
+    },
+    /// Append the ledger line of each record folder, built from its committed
+    /// files and marked backfilled: only for a record dated before the
+    /// ledger's first day (2026-12-03) that has no line yet. Exit 5 when one
+    /// is refused (the others are still written).
+    Backfill {
+        #[arg(required = true)]
+        dirs: Vec<PathBuf>,
+    },
 }
 
 #[derive(clap::Args)]

@@ -12,8 +12,8 @@ use tuner::host::identity::{self, IdentityOptions};
 use tuner::sweep::driver::Outcome;
 
 use args::{
-    CalibrateArgs, CheckArgs, Cli, Command, GateArgs, IdentityArgs, PredictErrorArgs, ProfileArgs, ProposeArgs,
-    SummarizeArgs, SweepArgs, seconds,
+    CalibrateArgs, CheckArgs, Cli, Command, GateArgs, IdentityArgs, LedgerArgs, LedgerCommand, PredictErrorArgs,
+    ProfileArgs, ProposeArgs, SummarizeArgs, SweepArgs, seconds,
 };
 
 fn main() -> ExitCode {
@@ -38,6 +38,52 @@ fn run() -> anyhow::Result<ExitCode> {
         Command::PredictError(a) => run_predict_error(a),
         Command::Calibrate(a) => run_calibrate(*a),
         Command::Check(a) => run_check(*a),
+        Command::Ledger(a) => run_ledger(a),
+    }
+}
+
+fn run_ledger(a: LedgerArgs) -> anyhow::Result<ExitCode> {
+    use tuner::output::printable::printable;
+    match a.command {
+        LedgerCommand::Show { records } => {
+            for l in tuner::output::ledger::read(&records)? {
+                let ratio = match (l.ratio, l.ratio_interval) {
+                    (Some(r), Some([lo, hi])) => format!(" {r:.3} [{lo:.3}, {hi:.3}]"),
+                    _ => String::new(),
+                };
+                // The ledger is a file anyone edits: escaped for the terminal.
+                println!(
+                    "{} {}{}: {}{ratio}; {}",
+                    printable(l.date.as_deref().unwrap_or("undated")),
+                    printable(&l.folder),
+                    if l.backfilled { " [backfilled]" } else { "" },
+                    printable(&l.decision),
+                    printable(&l.outcome)
+                );
+            }
+            Ok(ExitCode::from(tuner::exit::PASS))
+        }
+        LedgerCommand::Backfill { dirs } => {
+            let mut code = tuner::exit::PASS;
+            for d in dirs {
+                match tuner::output::ledger::backfill(&d) {
+                    Ok((records, line)) => {
+                        tuner::output::ledger::append(&records, &line)?;
+                        println!(
+                            "backfilled records/{}: {} ({})",
+                            printable(&line.folder),
+                            printable(&line.decision),
+                            line.raw_sha256.as_deref().unwrap_or_default()
+                        );
+                    }
+                    Err(e) => {
+                        eprintln!("tuner ledger backfill: refused: {}", printable(&e.to_string()));
+                        code = tuner::exit::REFUSED;
+                    }
+                }
+            }
+            Ok(ExitCode::from(code))
+        }
     }
 }
 
@@ -621,8 +667,8 @@ fn run_propose(a: ProposeArgs) -> anyhow::Result<ExitCode> {
             for r in &p.pooled.records {
                 eprintln!("  {}", printable(r));
             }
-            for (r, why) in &p.excluded {
-                eprintln!("  left out: {}: {}", printable(r), printable(why));
+            for l in &p.excluded {
+                eprintln!("  left out: {}: {}", printable(&l.record), printable(&l.why));
             }
             for w in &p.pooled.widths {
                 eprintln!(
