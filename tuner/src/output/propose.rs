@@ -20,7 +20,9 @@ use std::path::{Path, PathBuf};
 use policy::table::{self, RecordCheck};
 use policy::{Drafting, PolicyKey, TABLE_FILE, Width};
 
-use crate::analysis::rules::{Allow, Refusal, check, check_provenance, current_fingerprint, record_key};
+use crate::analysis::rules::{
+    Allow, Refusal, check, check_concurrency, check_provenance, current_fingerprint, record_key,
+};
 use crate::analysis::summary::Summary;
 use crate::data::plan::SpeculativeArm;
 use crate::data::raw::RawFile;
@@ -572,10 +574,11 @@ pub fn gather_pool(
             continue;
         }
         // A record the rules would refuse alone does not count in a pool
-        // either, under the same `--allow-*` flags: its data, its plan and
-        // its build (a dirty build is code no commit holds).
-        let why = check(&other)
+        // either, under the same `--allow-*` flags: its load, its data, its
+        // plan and its build (a dirty build is code no commit holds).
+        let why = check_concurrency(&other)
             .err()
+            .or_else(|| check(&other).err())
             .or_else(|| {
                 crate::analysis::rules::plan::check_plan(
                     &other,
@@ -660,6 +663,8 @@ const PROVENANCE_NOTES: [(&str, &str); 3] = [
 pub fn propose(dir: &Path, table_path: Option<&Path>, dry_run: bool, allow: Allow) -> Result<Proposal, ProposeError> {
     let (raw, s) =
         crate::analysis::summarize::summarize_dir(dir).map_err(|e| ProposeError::Record(format!("{e:#}")))?;
+    // First: whatever else holds, a record under load gives no entry.
+    check_concurrency(&s)?;
     check(&s)?;
     crate::analysis::rules::plan::check_range(&s, &raw.header.settings.design.widths)?;
     let weak = crate::analysis::rules::plan::check_plan(&s, raw.header.settings.design.bracket_arms, allow.weak_plan)?;

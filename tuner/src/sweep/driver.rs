@@ -974,6 +974,16 @@ mod tests {
     }
 
     #[test]
+    fn a_record_folder_under_load_says_its_concurrency() {
+        assert_eq!(concurrency_suffix(1), "");
+        assert_eq!(concurrency_suffix(4), "-c4");
+        let d = default_out_dir(DrafterKind::Ngram, 2).display().to_string();
+        assert!(d.starts_with("records/") && d.contains("-ngram-c2"), "{d}");
+        let d = default_out_dir(DrafterKind::Ngram, 1).display().to_string();
+        assert!(!d.contains("-ngram-c"), "{d}");
+    }
+
+    #[test]
     fn utc_dates_are_civil() {
         assert_eq!(utc_date(0), "1970-01-01");
         assert_eq!(utc_date(951_782_400_000), "2000-02-29");
