@@ -10,8 +10,13 @@
 use draftwise_tests::{REPEATING_PROMPT, real_sweep};
 use serde_json::Value;
 
+/// The two sweeps of this file one at a time: the gate watching one sweep's
+/// arms would see the other's servers as foreign model processes.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 #[test]
 fn a_real_served_sweep_records_streamed_requests_and_stops_every_server() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     let dir = tempfile::tempdir().unwrap();
     let chat = r#"{"id": "chat", "type": "chat", "messages": [{"role": "user", "content": "What is the capital of France?"}]}"#;
     let (out, s) = real_sweep(dir.path(), &[REPEATING_PROMPT, chat], "1,2", &["--served", "--health-timeout", "60"]);
@@ -63,4 +68,40 @@ fn a_real_served_sweep_records_streamed_requests_and_stops_every_server() {
     let record = std::fs::read_to_string(out.join("record.md")).unwrap();
     assert!(record.contains("**Served sweep.**") && record.contains("byte-identical"), "{record}");
     assert!(record.contains("### Time to first token"), "{record}");
+}
+
+/// The same tiny sweep at `--concurrency 2`: two clients per pass to a real
+/// `runtime serve --parallel 2`, so requests share its forward passes. What
+/// it pins: the settings say 2, every row keeps the server's
+/// `draftwise.batch`, some request ran in a pass of two sequences, batched
+/// output is still byte-identical to classic, and the summary states both.
+#[test]
+fn a_real_served_sweep_at_concurrency_2_records_the_batches_its_requests_ran_in() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let dir = tempfile::tempdir().unwrap();
+    let chat = r#"{"id": "chat", "type": "chat", "messages": [{"role": "user", "content": "What is the capital of France?"}]}"#;
+    let (out, s) = real_sweep(
+        dir.path(),
+        &[REPEATING_PROMPT, chat],
+        "1,2",
+        &["--served", "--health-timeout", "60", "--concurrency", "2"],
+    );
+    assert_eq!((s["complete"].as_bool(), s["identical"].as_bool()), (Some(true), Some(true)), "{s}");
+    assert_eq!(s["concurrency"], 2, "{s}");
+    let raw = std::fs::read_to_string(out.join("raw.jsonl")).unwrap();
+    let lines: Vec<Value> = raw.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(lines[0]["settings"]["served"]["concurrency"], 2);
+    let requests: Vec<&Value> = lines.iter().filter(|l| l["kind"] == "request").collect();
+    assert_eq!(requests.len(), 5 * 2, "one burst of two prompts per arm");
+    for r in &requests {
+        let b = &r["served"]["server"]["batch"];
+        assert!(b["passes"].as_u64().unwrap() > 0 && b["mean_sequences"].as_f64().unwrap() >= 1.0, "{r}");
+    }
+    assert!(
+        requests.iter().any(|r| r["served"]["server"]["batch"]["widest"].as_u64().unwrap() >= 2),
+        "no request shared a pass with the other client: {requests:?}"
+    );
+    assert!(s["batch"]["mean_sequences"].as_f64().unwrap() > 1.0, "{s}");
+    let record = std::fs::read_to_string(out.join("record.md")).unwrap();
+    assert!(record.lines().next().unwrap().ends_with("served at concurrency 2)"), "{record}");
 }

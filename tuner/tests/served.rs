@@ -84,6 +84,10 @@ fn fake_http(mode: Mode) -> SocketAddr {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = l.local_addr().unwrap();
     let counter = Arc::new(AtomicUsize::new(0));
+    // Requests of each (arm, prompt) so far: a response's id (and so its
+    // events' tokens) follows the prompt, whatever order concurrent clients
+    // connect in; one client at a time gets ids in arrival order.
+    let mut per_prompt: std::collections::HashMap<(usize, usize), usize> = std::collections::HashMap::new();
     std::thread::spawn(move || {
         for conn in l.incoming() {
             let Ok(mut s) = conn else { continue };
@@ -118,6 +122,10 @@ fn fake_http(mode: Mode) -> SocketAddr {
             assert_eq!(req["stream_options"]["include_usage"], true, "{req}");
             assert_eq!(req["temperature"], 0, "{req}");
             let chat = req.get("messages").is_some();
+            let (arm, prompt) = (n / PER_ARM, usize::from(chat));
+            let k = per_prompt.entry((arm, prompt)).or_default();
+            let n = arm * PER_ARM + *k * PROMPTS + prompt;
+            *k += 1;
             let (ids, text) = answer(n % PROMPTS);
             let id = format!("cmpl-{n}");
             let piece = |t: &str, finish: Value| {
@@ -139,7 +147,8 @@ fn fake_http(mode: Mode) -> SocketAddr {
                     let usage = json!({"id": id, "choices": [],
                         "usage": {"prompt_tokens": 5, "completion_tokens": ids.len(), "total_tokens": 5 + ids.len()},
                         "draftwise": {"queue_ms": 0.0, "prefill_ms": 1.0, "decode_ms": 3.0, "decode_steps": 3,
-                                      "decode_tok_per_s": 1000.0, "token_ids": ids, "speculative": null}});
+                                      "decode_tok_per_s": 1000.0, "token_ids": ids, "speculative": null,
+                                      "batch": {"passes": 4, "mean_sequences": 1.5, "widest": 2}}});
                     out.push_str(&format!("data: {usage}\n\ndata: [DONE]\n\n"));
                 }
             }
@@ -243,9 +252,12 @@ fn a_clean_served_sweep_records_client_timings_and_summarizes_as_served() {
     assert!(o.status.success(), "{}", text(&o));
     let args = std::fs::read_to_string(f.fake.join("args-1")).unwrap();
     assert!(args.starts_with("serve --json --host 127.0.0.1 --port 0 --model "), "{args}");
-    assert!(args.contains("--threads 2 --drafter ngram --draft-width 1 --ngram-min 3 --ngram-max 4"), "{args}");
+    assert!(
+        args.contains("--threads 2 --parallel 1 --drafter ngram --draft-width 1 --ngram-min 3 --ngram-max 4"),
+        "{args}"
+    );
     let args0 = std::fs::read_to_string(f.fake.join("args-0")).unwrap();
-    assert!(args0.trim_end().ends_with("--threads 2 --drafter none"), "{args0}");
+    assert!(args0.trim_end().ends_with("--threads 2 --parallel 1 --drafter none"), "{args0}");
     let reqs = f.raw("request");
     assert_eq!(reqs.len(), 8 * PROMPTS * BURSTS, "warm-ups are not recorded");
     for r in &reqs {
@@ -257,6 +269,7 @@ fn a_clean_served_sweep_records_client_timings_and_summarizes_as_served() {
         let chat = r["prompt_id"] == "p2";
         assert_eq!(s["endpoint"], if chat { "/v1/chat/completions" } else { "/v1/completions" });
         assert_eq!(r["diagnostics_present"], r["width"].is_number(), "{r}");
+        assert_eq!(s["server"]["batch"], json!({"passes": 4, "mean_sequences": 1.5, "widest": 2}), "{r}");
     }
     for e in f.raw("arm_end") {
         assert_eq!((e["ok"].as_bool(), e["warmup_requests"].as_u64()), (Some(true), Some(PROMPTS as u64)), "{e}");
@@ -266,6 +279,7 @@ fn a_clean_served_sweep_records_client_timings_and_summarizes_as_served() {
     assert!((0..8).all(|n| gone(f.pid(n))));
     let header = &f.raw("sweep")[0];
     assert_eq!(header["settings"]["served"]["health_timeout_s"], 120.0);
+    assert_eq!(header["settings"]["served"]["concurrency"], 1);
     let o = f.tuner(&["summarize", f.out.to_str().unwrap(), "--json"], &[]);
     assert!(o.status.success(), "{}", text(&o));
     let s: Value = serde_json::from_slice(&o.stdout).unwrap();
@@ -278,6 +292,7 @@ fn a_clean_served_sweep_records_client_timings_and_summarizes_as_served() {
     assert_eq!(s["decision"]["width"], 1, "{}", s["decision"]);
     assert_eq!(s["classic_ttft_ms"]["n"], 4 * PROMPTS * BURSTS);
     assert_eq!(s["widths"][0]["ttft_ms"]["n"], 2 * PROMPTS * BURSTS);
+    assert_eq!((s["concurrency"].as_u64(), s["batch"]["mean_sequences"].as_f64()), (Some(1), Some(1.5)), "{s}");
     let record = std::fs::read_to_string(f.out.join("record.md")).unwrap();
     assert!(record.contains("**Served sweep.**") && record.contains("### Time to first token"), "{record}");
     let csv = std::fs::read_to_string(f.out.join("summary.csv")).unwrap();
@@ -288,6 +303,56 @@ fn a_clean_served_sweep_records_client_timings_and_summarizes_as_served() {
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(o.status.success() && out.contains("served sweep (end-to-end tok/s"), "{}", text(&o));
     assert!(f.root.join("policy/draft-block-width.toml").exists());
+}
+
+#[test]
+fn a_sweep_at_concurrency_2_records_it_and_its_batches_and_propose_refuses_an_entry() {
+    let f = Fixture::new(fake_http(Mode::Good));
+    let o = f.sweep(&["--concurrency", "2"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("as evidence of the width at concurrency 2"), "{}", text(&o));
+    for n in 0..8 {
+        let args = std::fs::read_to_string(f.fake.join(format!("args-{n}"))).unwrap();
+        assert!(args.contains("--threads 2 --parallel 2 --drafter "), "{args}");
+    }
+    assert_eq!(f.raw("sweep")[0]["settings"]["served"]["concurrency"], 2);
+    let reqs = f.raw("request");
+    assert_eq!(reqs.len(), 8 * PROMPTS * BURSTS);
+    // Written in prompt order after each pass, whichever request finished first.
+    let order: Vec<&str> = reqs.iter().map(|r| r["prompt_id"].as_str().unwrap()).collect();
+    assert!(order.chunks(2).all(|c| c == ["p1", "p2"]), "{order:?}");
+    assert!(reqs.iter().all(|r| r["served"]["server"]["batch"]["widest"] == 2), "the rows keep draftwise.batch");
+    let o = f.tuner(&["summarize", f.out.to_str().unwrap(), "--json"], &[]);
+    let s: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!((s["concurrency"].as_u64(), s["batch"]["widest"].as_u64()), (Some(2), Some(2)), "{s}");
+    assert_eq!(s["identical"], true, "{s}");
+    let record = std::fs::read_to_string(f.out.join("record.md")).unwrap();
+    assert!(record.lines().next().unwrap().ends_with(", served at concurrency 2)"), "{record}");
+    assert!(record.contains("**concurrency 2**") && record.contains("1.50 sequences per forward pass"), "{record}");
+    assert!(record.contains("| width 1 | 12 |") && record.contains("| 1.50 (2) |"), "{record}");
+    // The same flags that let the clean sweep's entry through: only the load refuses this one.
+    let o = f.tuner(&["propose", f.out.to_str().unwrap(), "--dry-run", "--allow-loose-gate", "--allow-weak-plan"], &[]);
+    assert_eq!(o.status.code(), Some(5), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("measured at concurrency 2") && err.contains("stands as evidence"), "{err}");
+    let table = std::fs::read_to_string(f.root.join("policy/draft-block-width.toml")).unwrap();
+    assert_eq!(table, common::empty_table(), "no entry written");
+}
+
+#[test]
+fn concurrency_needs_served_and_stays_within_its_bounds() {
+    let f = Fixture::new(fake_http(Mode::Good));
+    let o = f.fake_sweep(BURSTS, 4, &["--concurrency", "2"]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("--served"), "{}", text(&o));
+    for n in ["0", "65"] {
+        let o = f.sweep(&["--concurrency", n]);
+        assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+        assert!(text(&o).contains(&format!("--concurrency {n} is out of range 1..=64")), "{}", text(&o));
+        assert!(!f.out.join("raw.jsonl").exists(), "refused before anything is written");
+    }
+    let o = f.sweep(&["--concurrency", "-1"]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
 }
 
 #[test]

@@ -78,13 +78,10 @@ pub(crate) struct Ask {
 impl Rounds {
     /// The draft length of the next round at `context` positions, when the
     /// request's limits leave room for `budget` drafted tokens.
-    pub fn ask(&mut self, context: usize, budget: usize) -> Ask {
-        self.ask_shared(context, budget, Share::ALONE)
-    }
-
-    /// [`Rounds::ask`] for a round whose rows join other sequences' in one
-    /// pass (`share`): the adaptive length prices its rows at their marginal
-    /// cost there ([`Controller::choose_shared`]); a fixed width ignores it.
+    /// A round whose rows join other sequences' in one pass (`share`;
+    /// [`Share::ALONE`] for a pass of its own): the adaptive length prices
+    /// its rows at their marginal cost there ([`Controller::choose_shared`]);
+    /// a fixed width ignores it.
     pub fn ask_shared(&mut self, context: usize, budget: usize, share: Share) -> Ask {
         match &mut self.controller {
             None => Ask { draft: self.cap.min(budget), probe: false },
@@ -118,10 +115,10 @@ mod tests {
     fn a_fixed_schedule_asks_for_its_width_within_the_budget() {
         let w = Width::new(4).unwrap();
         let mut r = Schedule::from(w).start(0.0);
-        assert_eq!(r.ask(10, 9), Ask { draft: 4, probe: false });
-        assert_eq!(r.ask(10, 2).draft, 2);
+        assert_eq!(r.ask_shared(10, 9, Share::ALONE), Ask { draft: 4, probe: false });
+        assert_eq!(r.ask_shared(10, 2, Share::ALONE).draft, 2);
         r.observe(4, 0);
-        assert_eq!(r.ask(10, 9).draft, 4, "a fixed width does not learn");
+        assert_eq!(r.ask_shared(10, 9, Share::ALONE).draft, 4, "a fixed width does not learn");
         assert_eq!(Schedule::from(w).label(), "4");
     }
 
@@ -133,12 +130,12 @@ mod tests {
         for _ in 0..20 {
             r.observe(1, 0);
         }
-        assert_eq!(r.ask(64, 4).draft, 0, "drafts that never pass: plain steps");
+        assert_eq!(r.ask_shared(64, 4, Share::ALONE).draft, 0, "drafts that never pass: plain steps");
         let mut r = s.start(0.0);
         for _ in 0..20 {
             r.observe(4, 4);
         }
-        assert_eq!(r.ask(64, 4).draft, 4);
-        assert_eq!(r.ask(64, 3).draft, 3, "the budget bounds it");
+        assert_eq!(r.ask_shared(64, 4, Share::ALONE).draft, 4);
+        assert_eq!(r.ask_shared(64, 3, Share::ALONE).draft, 3, "the budget bounds it");
     }
 }

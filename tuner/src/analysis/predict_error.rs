@@ -103,6 +103,10 @@ pub fn compare(root: &Path, dir: &Path) -> Result<Compared, String> {
     if !s.complete {
         return Err("the sweep did not complete".into());
     }
+    if s.served && s.concurrency > 1 {
+        // The predictor prices one sequence's verify passes on an idle host.
+        return Err(format!("served at concurrency {}: the prediction is of one client alone", s.concurrency));
+    }
     let processes = process_curves(&s);
     if processes.len() < 2 {
         return Err(format!("{} round(s) with a verify-cost curve; a prediction needs two", processes.len()));

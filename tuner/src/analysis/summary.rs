@@ -155,6 +155,40 @@ pub struct RoundBrackets {
     pub incomplete: bool,
 }
 
+/// The batches a set of served requests ran in, from each response's
+/// `draftwise.batch` (`runtime serve --parallel`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct BatchSummary {
+    /// Requests whose response said its batches.
+    pub requests: usize,
+    /// Sequences per forward pass (the request itself included): the mean
+    /// over those requests of each one's mean over its passes.
+    pub mean_sequences: f64,
+    /// The most sequences one pass of one of them carried.
+    pub widest: usize,
+}
+
+impl BatchSummary {
+    /// The batches of `rows`' served requests; `None` when none said them.
+    pub fn of<'r>(rows: impl Iterator<Item = &'r RequestRow>) -> Option<BatchSummary> {
+        let batches: Vec<&runtime::events::ServedBatch> =
+            rows.filter_map(|r| r.served.as_ref()?.server.as_ref()?.batch.as_ref()).collect();
+        let means: Vec<f64> = batches.iter().map(|b| b.mean_sequences).filter(|x| x.is_finite()).collect();
+        if means.is_empty() {
+            return None;
+        }
+        Some(BatchSummary {
+            requests: means.len(),
+            mean_sequences: means.iter().sum::<f64>() / means.len() as f64,
+            widest: batches.iter().map(|b| b.widest).max().unwrap_or(0),
+        })
+    }
+}
+
+fn one_client() -> usize {
+    1
+}
+
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct WidthSummary {
     pub width: SpeculativeArm,
@@ -163,6 +197,9 @@ pub struct WidthSummary {
     pub tok_per_s: Option<Stats>,
     /// Served sweeps: per request, the client's time to first token.
     pub ttft_ms: Option<Stats>,
+    /// Served sweeps: the batches its requests ran in.
+    #[serde(default)]
+    pub batch: Option<BatchSummary>,
     /// Against both brackets of each round (the decision uses this).
     pub ratio: Option<RatioEstimate>,
     pub ratio_vs_open: Option<RatioEstimate>,
@@ -197,6 +234,7 @@ impl WidthSummary {
             arms: vec![],
             tok_per_s: None,
             ttft_ms: None,
+            batch: None,
             ratio,
             ratio_vs_open: None,
             ratio_vs_close: None,
@@ -279,6 +317,15 @@ pub struct Summary {
     pub drafter: policy::DrafterKind,
     /// A served sweep (`tuner sweep --served`): the rates are end-to-end tok/s.
     pub served: bool,
+    /// Concurrent clients per served arm (`--concurrency`; 1 for a generate
+    /// sweep and for records before the flag). Above 1 the record is evidence
+    /// of the width under load, and `tuner propose` writes no entry from it.
+    #[serde(default = "one_client")]
+    pub concurrency: usize,
+    /// Served sweeps: the batches every measured request ran in (the server's
+    /// `draftwise.batch`); null when no response carried one.
+    #[serde(default)]
+    pub batch: Option<BatchSummary>,
     /// From the arms' `startup` events (must agree across arms).
     pub device_class: Option<String>,
     pub target_quant: Option<String>,
@@ -338,6 +385,9 @@ pub struct Summary {
     pub classic: Option<Stats>,
     /// Served sweeps: the classic requests' time to first token.
     pub classic_ttft_ms: Option<Stats>,
+    /// Served sweeps: the batches the classic requests ran in.
+    #[serde(default)]
+    pub classic_batch: Option<BatchSummary>,
     pub rounds: Vec<RoundBrackets>,
     /// Complete rounds (both bracket sides): the n of every interval.
     pub complete_rounds: usize,

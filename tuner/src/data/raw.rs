@@ -128,7 +128,8 @@ pub struct Settled {
     pub settled: bool,
 }
 
-/// The served mode's timeouts (`--health-timeout`, `--stop-timeout`, `--request-timeout`).
+/// The served mode's timeouts (`--health-timeout`, `--stop-timeout`,
+/// `--request-timeout`) and its load (`--concurrency`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ServedSettings {
     /// From starting the server to `GET /health` answering 200.
@@ -137,6 +138,43 @@ pub struct ServedSettings {
     pub stop_timeout_s: f64,
     /// One streamed request, from connecting to `data: [DONE]`.
     pub request_timeout_s: f64,
+    /// Client threads sending each pass's prompts at once (at most this many
+    /// requests in flight); the server runs with `--parallel` this. Records
+    /// written before `--concurrency` existed sent one at a time: 1.
+    #[serde(default = "one_client")]
+    pub concurrency: usize,
+}
+
+fn one_client() -> usize {
+    1
+}
+
+/// The most `--concurrency` a served sweep takes: far past the
+/// concurrencies a policy entry would be keyed on (issue 55 asks for 1, 2,
+/// 4), and few enough client threads and sockets for any host.
+pub const MAX_CONCURRENCY: usize = 64;
+
+impl ServedSettings {
+    /// Every bound on the served settings, whether typed as flags or read
+    /// back from a record's header (`--resume`); the error names the flag.
+    pub fn check(&self) -> Result<(), String> {
+        for (flag, x) in [
+            ("--health-timeout", self.health_timeout_s),
+            ("--stop-timeout", self.stop_timeout_s),
+            ("--request-timeout", self.request_timeout_s),
+        ] {
+            if !(x.is_finite() && x > 0.0) {
+                return Err(format!("{flag} {x}: give a positive number of seconds"));
+            }
+        }
+        if !(1..=MAX_CONCURRENCY).contains(&self.concurrency) {
+            return Err(format!(
+                "--concurrency {} is out of range 1..={MAX_CONCURRENCY} (concurrent clients of each served arm)",
+                self.concurrency
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// First line of raw.jsonl.
@@ -656,6 +694,23 @@ mod tests {
         std::fs::write(&cut, &partial).unwrap();
         let (raw, sha) = read_raw_with_sha256(&cut).unwrap();
         assert_eq!((raw.partial_tail_bytes, sha), (11, runtime::events::sha256_hex(&partial)));
+    }
+
+    #[test]
+    fn served_settings_without_a_concurrency_read_back_as_one_client_and_every_bound_is_checked() {
+        let old = r#"{"health_timeout_s":120.0,"stop_timeout_s":15.0,"request_timeout_s":300.0}"#;
+        let s: ServedSettings = serde_json::from_str(old).unwrap();
+        assert_eq!(s.concurrency, 1);
+        assert_eq!(s.check(), Ok(()));
+        for n in [1, 2, MAX_CONCURRENCY] {
+            assert_eq!(ServedSettings { concurrency: n, ..s.clone() }.check(), Ok(()), "{n}");
+        }
+        for n in [0, MAX_CONCURRENCY + 1, usize::MAX] {
+            let e = ServedSettings { concurrency: n, ..s.clone() }.check().unwrap_err();
+            assert!(e.starts_with(&format!("--concurrency {n} is out of range 1..=64")), "{e}");
+        }
+        let e = ServedSettings { request_timeout_s: f64::NAN, ..s.clone() }.check().unwrap_err();
+        assert!(e.starts_with("--request-timeout NaN"), "{e}");
     }
 
     #[test]

@@ -20,7 +20,9 @@ use std::path::{Path, PathBuf};
 use policy::table::{self, RecordCheck};
 use policy::{Drafting, PolicyKey, TABLE_FILE, Width};
 
-use crate::analysis::rules::{Allow, Refusal, check, check_provenance, current_fingerprint, record_key};
+use crate::analysis::rules::{
+    Allow, Refusal, check, check_concurrency, check_provenance, current_fingerprint, record_key,
+};
 use crate::analysis::summary::Summary;
 use crate::data::plan::SpeculativeArm;
 use crate::data::raw::RawFile;
@@ -627,6 +629,8 @@ pub fn propose(dir: &Path, table_path: Option<&Path>, dry_run: bool, allow: Allo
     let (raw, raw_sha256) = crate::data::raw::read_raw_with_sha256(&dir.join("raw.jsonl"))
         .map_err(|e| ProposeError::Record(e.to_string()))?;
     let s = crate::analysis::summarize::summarize(&raw).map_err(|e| ProposeError::Record(format!("{e:#}")))?;
+    // First: whatever else holds, a record under load gives no entry.
+    check_concurrency(&s)?;
     check(&s)?;
     crate::analysis::rules::plan::check_range(&s, &raw.header.settings.design.widths)?;
     let weak = crate::analysis::rules::plan::check_plan(&s, raw.header.settings.design.bracket_arms, allow.weak_plan)?;

@@ -63,7 +63,7 @@ pub fn default_out_dir(drafter: DrafterKind, target: &Path) -> PathBuf {
 
 /// `records/<date>-<device>-<host>-<drafter>[-<model stem>]-<what>[-N]`.
 pub fn out_dir_with(drafter: DrafterKind, target: &Path, what: &str) -> PathBuf {
-    let base = crate::sweep::driver::default_out_dir(drafter);
+    let base = crate::sweep::driver::default_out_dir(drafter, 1);
     let stem = base.display().to_string();
     // The default model's records carry no model name; others do.
     let model = target.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();

@@ -40,13 +40,19 @@ pub const DEFAULT_PROMPTS_JSONL: &str = include_str!("../../../prompts/sweep.jso
 /// the arm halts it (each attempt is kept in raw.jsonl).
 pub const MAX_CONTENTION_ATTEMPTS: usize = 3;
 
-/// `records/<date>-<device class>-<host class>-<drafter>` (`:` becomes
-/// `-`; two CPUs of one kernel family are two keys, so the folder names
-/// both), with `-2`, `-3`, ... when that folder exists.
-pub fn default_out_dir(drafter: DrafterKind) -> PathBuf {
+/// `records/<date>-<device class>-<host class>-<drafter>[-c<N>]` (`:`
+/// becomes `-`; two CPUs of one kernel family are two keys, so the folder
+/// names both; `-c<N>` for a served sweep at `--concurrency N` above 1), with
+/// `-2`, `-3`, ... when that folder exists.
+pub fn default_out_dir(drafter: DrafterKind, concurrency: usize) -> PathBuf {
     let device = kernels::dispatch::selected().map_or_else(|_| "unknown".to_string(), |s| s.family.device_class());
     let host = runtime::policy::host_class_here();
-    let base = format!("records/{}-{}-{host}-{drafter}", utc_date(now_ms()), device.replace(':', "-"));
+    let base = format!(
+        "records/{}-{}-{host}-{drafter}{}",
+        utc_date(now_ms()),
+        device.replace(':', "-"),
+        concurrency_suffix(concurrency)
+    );
     let mut p = PathBuf::from(&base);
     let mut n = 2;
     while p.exists() {
@@ -54,6 +60,12 @@ pub fn default_out_dir(drafter: DrafterKind) -> PathBuf {
         n += 1;
     }
     p
+}
+
+/// The record folder's mark of a served sweep's load: `-c<N>` above one
+/// client, nothing at one (the folders of idle measurements keep their names).
+pub fn concurrency_suffix(concurrency: usize) -> String {
+    if concurrency > 1 { format!("-c{concurrency}") } else { String::new() }
 }
 
 /// What `tuner sweep` was asked to do (after defaults).
@@ -231,15 +243,7 @@ fn check_options(opts: &SweepOptions) -> Result<()> {
         );
     }
     if let Some(sv) = &opts.served {
-        for (flag, x) in [
-            ("--health-timeout", sv.health_timeout_s),
-            ("--stop-timeout", sv.stop_timeout_s),
-            ("--request-timeout", sv.request_timeout_s),
-        ] {
-            if !(x.is_finite() && x > 0.0) {
-                bail!("{flag} {x}: give a positive number of seconds");
-            }
-        }
+        sv.check().map_err(anyhow::Error::msg)?;
     }
     for (flag, p) in [("--target", Some(&opts.target)), ("--drafter-model", opts.drafter_model.as_ref())] {
         if let Some(p) = p
@@ -584,7 +588,9 @@ impl<'a> Driver<'a> {
     ) -> Result<Self> {
         let s = &header.settings;
         let served_prompts = match &s.served {
-            Some(_) => {
+            Some(sv) => {
+                // A resumed header is read from a file: its bounds are checked again.
+                sv.check().map_err(anyhow::Error::msg)?;
                 let bytes = read_capped(&s.prompts, MAX_PROMPTS_BYTES)?;
                 let text = String::from_utf8(bytes).with_context(|| format!("{}: not UTF-8", s.prompts.display()))?;
                 runtime::prompts::parse_prompts(&text, &s.prompts)?
@@ -965,6 +971,16 @@ mod tests {
         let given: Vec<String> = a.iter().skip(1).step_by(2).cloned().collect();
         let curves = policy::table::parse_cost_curves(&given).unwrap();
         assert_eq!(curves.len(), 2);
+    }
+
+    #[test]
+    fn a_record_folder_under_load_says_its_concurrency() {
+        assert_eq!(concurrency_suffix(1), "");
+        assert_eq!(concurrency_suffix(4), "-c4");
+        let d = default_out_dir(DrafterKind::Ngram, 2).display().to_string();
+        assert!(d.starts_with("records/") && d.contains("-ngram-c2"), "{d}");
+        let d = default_out_dir(DrafterKind::Ngram, 1).display().to_string();
+        assert!(!d.contains("-ngram-c"), "{d}");
     }
 
     #[test]

@@ -7,7 +7,8 @@
 //!   round drifted or cannot be judged, and which startup events make an
 //!   arm inexact or no classic baseline.
 //! - [`data`]: raw data that is not what the plan says ([`DataProblem`]).
-//! - [`key`]: the policy key a record gives, or why it gives none.
+//! - [`key`]: the policy key a record gives, or why it gives none; a
+//!   served record under load, which the key cannot tell from an idle one.
 //! - [`measurement`]: the record-level refusals of `tuner propose` over a
 //!   [`crate::analysis::summary::Summary`] ([`check`]).
 //! - [`plan`]: whether the plan could carry its decision (a chosen width at
@@ -30,7 +31,7 @@ pub mod refusal;
 pub mod width;
 
 pub use data::{DataProblem, data_problems};
-pub use key::record_key;
+pub use key::{check_concurrency, record_key};
 pub use measurement::check;
 pub use provenance::{Allow, check_build, check_fingerprint, check_not_older, check_provenance, current_fingerprint};
 pub use refusal::Refusal;

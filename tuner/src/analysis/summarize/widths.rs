@@ -227,6 +227,7 @@ fn width(
         arms,
         tok_per_s: stats(&rates),
         ttft_ms: ttft(mine.iter().copied()),
+        batch: crate::analysis::summary::BatchSummary::of(mine.iter().copied()),
         ratio: est.ratio.get(&w).cloned(),
         ratio_vs_open: est.ratio_vs_open.get(&w).cloned(),
         ratio_vs_close: est.ratio_vs_close.get(&w).cloned(),

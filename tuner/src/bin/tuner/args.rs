@@ -423,6 +423,13 @@ pub struct SweepArgs {
     /// --served: the limit of one streamed request, from connecting to `data: [DONE]`.
     #[arg(long, value_name = "SECONDS", default_value_t = tuner::sweep::arm::served::DEFAULT_REQUEST_TIMEOUT_S, requires = "served")]
     pub request_timeout: f64,
+    /// --served: concurrent clients per arm (1..=64). Every pass over the prompt
+    /// set is sent through N client threads, at most N requests in flight, to a
+    /// server started with `--parallel N`; each request runs beside up to N-1
+    /// others. A record measured at N > 1 is evidence, not a table entry: `tuner
+    /// propose` refuses it.
+    #[arg(long, value_name = "N", default_value_t = 1, requires = "served")]
+    pub concurrency: usize,
     #[command(flatten)]
     pub gate: GateOpts,
 }
@@ -605,7 +612,7 @@ impl SweepArgs {
         let n_layers = if drafter == DrafterKind::Layerskip { target_layers(&target)? } else { 0 };
         let out = match a.out {
             Some(o) => o,
-            None => tuner::sweep::driver::default_out_dir(drafter),
+            None => tuner::sweep::driver::default_out_dir(drafter, if a.served { a.concurrency } else { 1 }),
         };
         let (rounds, auto_rounds) = match a.rounds.trim() {
             "auto" => (
@@ -659,6 +666,7 @@ impl SweepArgs {
                 health_timeout_s: a.health_timeout,
                 stop_timeout_s: a.stop_timeout,
                 request_timeout_s: a.request_timeout,
+                concurrency: a.concurrency,
             }),
         };
         Ok(opts)

@@ -169,7 +169,14 @@ fn run_sweep(mut a: SweepArgs) -> anyhow::Result<ExitCode> {
             for c in tuner::output::record::conclusions(s) {
                 println!("  {c}");
             }
-            if matches!(outcome, Outcome::Complete) {
+            if matches!(outcome, Outcome::Complete) && s.concurrency > 1 {
+                eprintln!(
+                    "next: commit {} as evidence of the width at concurrency {} (`tuner propose` writes no entry \
+                     from it: the policy key has no concurrency yet)",
+                    dir.display(),
+                    s.concurrency
+                );
+            } else if matches!(outcome, Outcome::Complete) {
                 eprintln!(
                     "next: `tuner propose {}` writes the policy entry from this record (or says why it cannot)",
                     dir.display()

@@ -191,12 +191,39 @@ fn method(raw: &RawFile, s: &Summary) -> String {
             "**Served sweep.** Each arm is a fresh `runtime serve --json` process on a free loopback port with \
              every setting on its command line; the tuner learns the port from its typed `startup` event, waits \
              for `GET /health` (up to {} s), sends every prompt as a streamed request (text prompts to \
-             `/v1/completions`, message lists to `/v1/chat/completions`; `stream_options.include_usage`), one \
-             at a time, and stops it with SIGTERM (SIGKILL after {} s). Per request it measures the time to \
+             `/v1/completions`, message lists to `/v1/chat/completions`; `stream_options.include_usage`), {}, \
+             and stops it with SIGTERM (SIGKILL after {} s). Per request it measures the time to \
              first token (request written to the first chunk with a choice) and the end-to-end time (to \
              `data: [DONE]`); the sample is end-to-end tok/s, completion tokens over the end-to-end seconds. \
              Each response is joined to the server's `completion` event (and diagnostics) by its id.\n",
-            sv.health_timeout_s, sv.stop_timeout_s
+            sv.health_timeout_s,
+            match sv.concurrency {
+                1 => "one at a time (**concurrency 1**; the server runs with `--parallel 1`)".to_string(),
+                n => format!(
+                    "through {n} client threads, each taking the next prompt of the pass, so at most {n} requests \
+                     are in flight and each ran beside up to {} others (**concurrency {n}**; the server runs with \
+                     `--parallel {n}`, so every request has a batch slot); the raw rows are written in prompt \
+                     order after each pass",
+                    n - 1
+                ),
+            },
+            sv.stop_timeout_s
+        );
+        let _ = writeln!(
+            m,
+            "{}\n",
+            match &s.batch {
+                Some(b) => format!(
+                    "The batches the measured requests ran in (each response's `draftwise.batch`): {:.2} \
+                     sequences per forward pass on average (the request itself included), the widest pass {}, \
+                     over {} requests; per arm kind in the time-to-first-token table. The unit of replication \
+                     is still the process: requests of one arm, concurrent or not, share its speed.",
+                    b.mean_sequences, b.widest, b.requests
+                ),
+                None => "No response said the batches it ran in (`draftwise.batch`: a server before \
+                         `--parallel`)."
+                    .to_string(),
+            }
         );
     }
     let _ = writeln!(
@@ -507,14 +534,21 @@ fn time_to_first_token(s: &Summary) -> String {
     let mut m = String::new();
     if s.served {
         let _ = writeln!(m, "\n### Time to first token (served, client side)\n");
-        let _ = writeln!(m, "| arms | n | median ms | min..max ms |\n|---|---|---|---|");
+        let _ = writeln!(
+            m,
+            "| arms | n | median ms | min..max ms | mean sequences per pass (widest) |\n|---|---|---|---|---|"
+        );
         let ms = |x: &Option<Stats>| match x {
             Some(t) => format!("{} | {:.1} | {:.1}..{:.1}", t.n, t.median, t.min, t.max),
             None => "0 | - | -".into(),
         };
-        let _ = writeln!(m, "| classic | {} |", ms(&s.classic_ttft_ms));
+        let batch = |b: &Option<crate::analysis::summary::BatchSummary>| match b {
+            Some(b) => format!("{:.2} ({})", b.mean_sequences, b.widest),
+            None => "-".into(),
+        };
+        let _ = writeln!(m, "| classic | {} | {} |", ms(&s.classic_ttft_ms), batch(&s.classic_batch));
         for w in &s.widths {
-            let _ = writeln!(m, "| width {} | {} |", w.width, ms(&w.ttft_ms));
+            let _ = writeln!(m, "| width {} | {} | {} |", w.width, ms(&w.ttft_ms), batch(&w.batch));
         }
     }
     m

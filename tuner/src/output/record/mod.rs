@@ -49,7 +49,8 @@ fn opt_interval(iv: Option<(f64, f64)>) -> String {
 }
 
 /// The headline of a record: what was measured where (and, for a served
-/// sweep, that it was measured through the server).
+/// sweep, that it was measured through the server, and at what concurrency
+/// when above one client).
 pub fn title(s: &Summary) -> String {
     format!(
         "{} drafter on {}, {} target ({}{})",
@@ -57,8 +58,35 @@ pub fn title(s: &Summary) -> String {
         s.device_class.as_deref().unwrap_or("an unknown device class"),
         s.target_quant.as_deref().unwrap_or("unknown"),
         s.date,
-        if s.served { ", served" } else { "" }
+        match (s.served, s.concurrency) {
+            (false, _) => String::new(),
+            (true, 1) => ", served".to_string(),
+            (true, n) => format!(", served at concurrency {n}"),
+        }
     )
+}
+
+/// A served record measured under load: what it measured, the batches its
+/// requests ran in, and that it is evidence rather than a table entry.
+/// `None` at one client.
+pub fn under_load(s: &Summary) -> Option<String> {
+    if !s.served || s.concurrency <= 1 {
+        return None;
+    }
+    let batch = match &s.batch {
+        Some(b) => format!(
+            "its measured requests ran in passes of {:.2} sequences on average (the widest {}, over {} requests)",
+            b.mean_sequences, b.widest, b.requests
+        ),
+        None => "no response said the batches it ran in (a server before `--parallel`)".to_string(),
+    };
+    Some(format!(
+        "Measured at concurrency {}: every request was sent beside up to {} others, and {batch}. The policy key \
+         has no concurrency yet, so `tuner propose` writes no entry from this record: it stands as evidence of \
+         the width under load.",
+        s.concurrency,
+        s.concurrency - 1
+    ))
 }
 
 /// What the record's tok/s are.
@@ -230,6 +258,7 @@ pub fn conclusions(s: &Summary) -> Vec<String> {
     if !s.complete {
         out.push("The sweep is incomplete; these numbers cover only the arms that finished.".into());
     }
+    out.extend(under_load(s));
     out
 }
 

@@ -456,7 +456,19 @@ mod tests {
         assert!(v.starts_with("serve --json --host 127.0.0.1 --port 0 --model m.gguf --threads 2"), "{v}");
         assert!(v.ends_with("--drafter ngram --draft-width 3 --ngram-min 3 --ngram-max 4"), "{v}");
         let c = served::serve_args(&s, None).join(" ");
-        assert!(c.ends_with("--threads 2 --drafter none"), "{c}");
+        assert!(c.ends_with("--threads 2 --parallel 1 --drafter none"), "{c}");
+        // As many batch slots as the sweep has concurrent clients.
+        let loaded = crate::data::raw::Settings {
+            served: Some(crate::data::raw::ServedSettings {
+                health_timeout_s: 1.0,
+                stop_timeout_s: 1.0,
+                request_timeout_s: 1.0,
+                concurrency: 3,
+            }),
+            ..s.clone()
+        };
+        let c = served::serve_args(&loaded, None).join(" ");
+        assert!(c.ends_with("--threads 2 --parallel 3 --drafter none"), "{c}");
         assert!(!c.contains("--draft-width") && !c.contains("--ngram-"), "{c}");
     }
 

@@ -51,7 +51,9 @@ const DRAIN_WAIT: Duration = Duration::from_secs(2);
 
 /// The server's command line for one arm: the model, threads and
 /// speculative flags of [`super::generate::arm_args`], on an any-port loopback
-/// listener with typed events on stdout.
+/// listener with typed events on stdout, with as many batch slots
+/// (`--parallel`) as the sweep has concurrent clients, so no measured request
+/// waits in the server's queue for a slot.
 pub fn serve_args(s: &Settings, width: Option<crate::data::plan::SpeculativeArm>) -> Vec<String> {
     let mut a: Vec<String> = vec![
         "serve".into(),
@@ -64,9 +66,16 @@ pub fn serve_args(s: &Settings, width: Option<crate::data::plan::SpeculativeArm>
         s.target.display().to_string(),
         "--threads".into(),
         s.design.threads.to_string(),
+        "--parallel".into(),
+        concurrency(s).to_string(),
     ];
     a.extend(super::drafter_args(s, width));
     a
+}
+
+/// The sweep's concurrent clients per arm (1 for a generate sweep).
+pub fn concurrency(s: &Settings) -> usize {
+    s.served.as_ref().map_or(1, |sv| sv.concurrency)
 }
 
 /// A line of the server's stdout, or why it could not be read or logged.
@@ -395,9 +404,11 @@ fn await_health(
     }
 }
 
-/// Step 3: the warm-up passes, then the bursts: every prompt in file order,
-/// one streamed request at a time, each joined to its `completion` event
-/// and written to `w` as a request line.
+/// Step 3: the warm-up passes, then the bursts. Each pass sends every prompt
+/// as a streamed request through [`ServedSettings::concurrency`] client
+/// threads ([`send_pass`]); then, in file order, each response is joined to
+/// its `completion` event and written to `w` as a request line, so the raw
+/// rows keep one order whatever order the requests finished in.
 fn send_passes(
     a: &ServedArm<'_>,
     w: &mut RawWriter,
@@ -412,15 +423,23 @@ fn send_passes(
     let request_timeout = secs(a.served.request_timeout_s);
     for pass in 0..s.design.warmup + s.design.bursts_of(arm.width) {
         let warmup = pass < s.design.warmup;
-        for p in a.prompts {
-            let what = if warmup {
+        let what = |p: &PromptItem| {
+            if warmup {
                 format!("warm-up pass {} of prompt {}", pass + 1, p.id)
             } else {
                 format!("burst {} of prompt {}", pass - s.design.warmup, p.id)
-            };
-            let got = match stream::complete(addr, model, &p.kind, s.design.max_tokens, request_timeout) {
-                Ok(g) => g,
-                Err(e) => return Ok(Err(format!("{what}: {} {}: {e}", "POST", Endpoint::of(&p.kind).path()))),
+            }
+        };
+        let sent = send_pass(a.prompts, a.served.concurrency, |p| {
+            stream::complete(addr, model, &p.kind, s.design.max_tokens, request_timeout)
+        });
+        for (p, got) in a.prompts.iter().zip(sent) {
+            let what = what(p);
+            let got = match got {
+                Some(Ok(g)) => g,
+                Some(Err(e)) => return Ok(Err(format!("{what}: {} {}: {e}", "POST", Endpoint::of(&p.kind).path()))),
+                // Not sent: an earlier request of the pass failed, and is reported first.
+                None => return Ok(Err(format!("{what}: not sent, a request of the pass failed"))),
             };
             let (completion, extra) = events.take(&got.id, arm.width.is_some());
             let Some(c) = completion else {
@@ -454,6 +473,8 @@ fn send_passes(
                 e2e_tok_per_s: (got.usage.completion_tokens > 0 && e2e_s > 0.0)
                     .then(|| got.usage.completion_tokens as f64 / e2e_s),
                 chunks: got.chunks,
+                // `batch` (the passes it ran in and how many sequences they
+                // carried) stays: it is what the concurrency did to it.
                 server: got.draftwise.map(|d| ServedTimings { token_ids: None, ..d }),
             });
             w.write(&RawLine::from(row))?;
@@ -461,4 +482,83 @@ fn send_passes(
         }
     }
     Ok(Ok(()))
+}
+
+/// One pass over `prompts` through `clients` threads: each thread takes the
+/// next prompt not yet taken and sends it with `send`, so at most `clients`
+/// requests are in flight and each runs beside up to `clients - 1` others.
+/// The answers come back in prompt order. After a failure no thread takes
+/// another prompt; the prompts never sent are `None`.
+fn send_pass<T: Send, E: Send>(
+    prompts: &[PromptItem],
+    clients: usize,
+    send: impl Fn(&PromptItem) -> std::result::Result<T, E> + Sync,
+) -> Vec<Option<std::result::Result<T, E>>> {
+    use std::sync::Mutex;
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    let next = AtomicUsize::new(0);
+    let failed = AtomicBool::new(false);
+    let answers: Mutex<Vec<Option<std::result::Result<T, E>>>> =
+        Mutex::new(std::iter::repeat_with(|| None).take(prompts.len()).collect());
+    std::thread::scope(|scope| {
+        for _ in 0..clients.clamp(1, prompts.len().max(1)) {
+            scope.spawn(|| {
+                while !failed.load(Ordering::Acquire) {
+                    let i = next.fetch_add(1, Ordering::AcqRel);
+                    let Some(p) = prompts.get(i) else { return };
+                    let got = send(p);
+                    if got.is_err() {
+                        failed.store(true, Ordering::Release);
+                    }
+                    // A poisoned lock only means another client panicked,
+                    // which the scope re-raises; the slots stay usable.
+                    answers.lock().unwrap_or_else(|e| e.into_inner())[i] = Some(got);
+                }
+            });
+        }
+    });
+    answers.into_inner().unwrap_or_else(|e| e.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    fn prompts(n: usize) -> Vec<PromptItem> {
+        (0..n)
+            .map(|i| PromptItem {
+                id: format!("p{i}"),
+                kind: runtime::prompts::PromptKind::Text("x".into()),
+                tag: None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_pass_keeps_at_most_its_clients_in_flight_and_answers_in_prompt_order() {
+        for clients in [1, 2, 3, 8] {
+            let (now, most) = (AtomicUsize::new(0), AtomicUsize::new(0));
+            let ps = prompts(7);
+            let got = send_pass(&ps, clients, |p| {
+                let n = now.fetch_add(1, Ordering::SeqCst) + 1;
+                most.fetch_max(n, Ordering::SeqCst);
+                std::thread::sleep(Duration::from_millis(20));
+                now.fetch_sub(1, Ordering::SeqCst);
+                Ok::<String, ()>(p.id.clone())
+            });
+            let ids: Vec<String> = got.into_iter().map(|g| g.unwrap().unwrap()).collect();
+            assert_eq!(ids, (0..7).map(|i| format!("p{i}")).collect::<Vec<_>>(), "{clients} client(s)");
+            // Seven prompts of 20 ms each: the clients are all busy at once.
+            assert_eq!(most.load(Ordering::SeqCst), clients.min(7), "{clients} client(s)");
+        }
+    }
+
+    #[test]
+    fn after_a_failed_request_no_client_takes_another_prompt() {
+        let ps = prompts(6);
+        let got = send_pass(&ps, 1, |p| if p.id == "p2" { Err(p.id.clone()) } else { Ok(()) });
+        assert!(matches!(got[..3], [Some(Ok(())), Some(Ok(())), Some(Err(_))]), "{got:?}");
+        assert!(got[3..].iter().all(Option::is_none), "{got:?}");
+    }
 }
