@@ -439,6 +439,18 @@ async fn wait_for_signal() -> &'static str {
     }
 }
 
+/// The cache positions the running sequences may reserve together: what
+/// `--kv-budget-mb` holds at this model's bytes per position (keys and
+/// values in 16 bits, every layer), or a full context for each of the
+/// `parallel` sequences.
+pub fn kv_budget_positions(c: &crate::model::ModelConfig, parallel: usize, mb: Option<u64>) -> usize {
+    let per_position = (c.n_layers * c.kv_dim() * 2 * 2).max(1) as u64;
+    match mb {
+        Some(mb) => usize::try_from(mb.saturating_mul(1 << 20) / per_position).unwrap_or(usize::MAX),
+        None => parallel.saturating_mul(c.context_length),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -475,17 +487,5 @@ mod tests {
     fn the_default_model_name_drops_the_gguf_extension() {
         assert_eq!(default_model_id(Path::new("/m/SmolLM2-135M-Instruct.Q4_1.gguf")), "SmolLM2-135M-Instruct.Q4_1");
         assert_eq!(default_model_id(Path::new("/m/Llama-3.2-1B/")), "Llama-3.2-1B");
-    }
-}
-
-/// The cache positions the running sequences may reserve together: what
-/// `--kv-budget-mb` holds at this model's bytes per position (keys and
-/// values in 16 bits, every layer), or a full context for each of the
-/// `parallel` sequences.
-pub fn kv_budget_positions(c: &crate::model::ModelConfig, parallel: usize, mb: Option<u64>) -> usize {
-    let per_position = (c.n_layers * c.kv_dim() * 2 * 2).max(1) as u64;
-    match mb {
-        Some(mb) => usize::try_from(mb.saturating_mul(1 << 20) / per_position).unwrap_or(usize::MAX),
-        None => parallel.saturating_mul(c.context_length),
     }
 }

@@ -1205,7 +1205,6 @@ mod tests {
         assert_eq!(completions(&format!("{{{base}, \"top_k\": 5}}")).unwrap().sampling.top_k, 5);
     }
 
-
     /// The bodies of vLLM's serving benchmark client
     /// (`benchmarks/backend_request_func.py`, `async_request_openai_completions`
     /// and `async_request_openai_chat_completions`), with and without ignore_eos.
