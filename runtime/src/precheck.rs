@@ -255,16 +255,9 @@ fn fixed_bytes(ty: u32) -> Option<u64> {
     })
 }
 
-/// Most tensors one safetensors file may name, and all of a checkpoint's
-/// files together: a dense model of the families this engine runs has
-/// about nine per layer (a 126-layer Llama 3.1 405B: 1,138), so 65,536
-/// leaves room for any of them and bounds a header's parse at about 80 MB.
-pub const MAX_SAFETENSORS_TENSORS: u64 = 1 << 16;
-
-/// Most `__metadata__` entries a safetensors header may carry: real files
-/// carry a few (`format`, a tool's name and version); the loader keeps
-/// each as two strings, so a header of millions took gigabytes uncounted.
-pub const MAX_SAFETENSORS_METADATA: u64 = 1 << 12;
+/// The loader's bounds (defined beside it, `model::hf`, which this module
+/// checks ahead of: one definition, and no import circle).
+pub use crate::model::hf::{MAX_SAFETENSORS_METADATA, MAX_SAFETENSORS_TENSORS};
 
 /// Largest safetensors header read (the `safetensors` crate's own limit).
 pub const MAX_SAFETENSORS_HEADER_BYTES: u64 = 100_000_000;

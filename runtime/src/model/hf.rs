@@ -19,6 +19,17 @@ use serde::Deserialize;
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
+/// Most tensors one safetensors file may name, and all of a checkpoint's
+/// files together: a dense model of the families this engine runs has
+/// about nine per layer (a 126-layer Llama 3.1 405B: 1,138), so 65,536
+/// leaves room for any of them and bounds a header's parse at about 80 MB.
+pub const MAX_SAFETENSORS_TENSORS: u64 = 1 << 16;
+
+/// Most `__metadata__` entries a safetensors header may carry: real files
+/// carry a few (`format`, a tool's name and version); the loader keeps
+/// each as two strings, so a header of millions took gigabytes uncounted.
+pub const MAX_SAFETENSORS_METADATA: u64 = 1 << 12;
+
 /// The most shards an index may name (the largest public checkpoints use
 /// a few hundred).
 pub const MAX_SHARDS: usize = 4096;
@@ -335,14 +346,13 @@ impl<'a> Tensors<'a> {
     /// copied out as slots and the parsed header (its `__metadata__`
     /// included) is dropped before the next is read, so a checkpoint holds
     /// one header at a time, not one per shard. Refuses a header whose
-    /// `__metadata__` passes [`crate::precheck::MAX_SAFETENSORS_METADATA`]
+    /// `__metadata__` passes [`MAX_SAFETENSORS_METADATA`]
     /// entries and a checkpoint past
-    /// [`crate::precheck::MAX_SAFETENSORS_TENSORS`] tensors (the bounds the
+    /// [`MAX_SAFETENSORS_TENSORS`] tensors (the bounds the
     /// precheck streams, held here for the callers that load without it);
     /// for a sharded checkpoint, checks that each tensor the index names is
     /// in the shard it names.
     fn new(maps: &'a Maps) -> Result<Self, ModelError> {
-        use crate::precheck::{MAX_SAFETENSORS_METADATA, MAX_SAFETENSORS_TENSORS};
         let mut slots = HashMap::new();
         for (i, (m, p)) in maps.maps.iter().zip(&maps.paths).enumerate() {
             let (header_len, header) = SafeTensors::read_metadata(m).map_err(|e| invalid(p, e.to_string()))?;
@@ -622,7 +632,7 @@ mod tests {
 
     #[test]
     fn a_metadata_section_past_the_bound_is_refused_by_the_loader() {
-        let max = crate::precheck::MAX_SAFETENSORS_METADATA as usize;
+        let max = MAX_SAFETENSORS_METADATA as usize;
         let dir = sharded(&["s0.safetensors", "s1.safetensors"]);
         safetensors(&dir.path().join("s0.safetensors"), "t0", max);
         safetensors(&dir.path().join("s1.safetensors"), "t1", max + 1);

@@ -760,3 +760,37 @@ mod tests {
         assert!((st.choices.iter().map(|c| c.1).sum::<f64>() - 1.0).abs() < 1e-9);
     }
 }
+
+/// The propose refusal of a served record under load, on simulated sweeps.
+#[cfg(test)]
+mod under_load {
+    use crate::analysis::rules::{Refusal, check_concurrency};
+    use crate::analysis::simulate::{SimConfig, Template, sweep};
+    use crate::analysis::summary::Summary;
+    use crate::data::raw::ServedSettings;
+
+    fn summary(served: Option<usize>) -> Summary {
+        let mut raw = sweep(&Template::new(), &SimConfig::default_plan(0.03, 0.11, 7));
+        raw.header.settings.served = served.map(|concurrency| ServedSettings {
+            health_timeout_s: 120.0,
+            stop_timeout_s: 15.0,
+            request_timeout_s: 300.0,
+            concurrency,
+        });
+        crate::analysis::summarize::summarize_with(&raw, false).unwrap()
+    }
+
+    #[test]
+    fn a_served_record_under_load_is_refused_an_entry_and_named_evidence() {
+        let s = summary(Some(4));
+        assert_eq!(s.concurrency, 4);
+        let e = check_concurrency(&s).unwrap_err();
+        assert!(matches!(e, Refusal::UnderLoad { concurrency: 4 }), "{e}");
+        let e = e.to_string();
+        assert!(e.contains("measured at concurrency 4") && e.contains("stands as evidence"), "{e}");
+        assert!(e.contains("--concurrency 1"), "the remedy: {e}");
+        // One client, served or not, is the idle measurement an entry is.
+        assert!(check_concurrency(&summary(Some(1))).is_ok());
+        assert!(check_concurrency(&summary(None)).is_ok());
+    }
+}

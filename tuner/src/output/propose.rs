@@ -1046,4 +1046,56 @@ verify_fingerprint = \"0123456789abcdef\"\n"
     fn strings_are_escaped_as_toml() {
         assert_eq!(toml_str("a \"b\"\n"), "\"a \\\"b\\\"\\n\"");
     }
+
+    /// A committed record re-summarized into a temporary copy (its raw.jsonl
+    /// only), as `tuner summarize` writes it.
+    fn resummarized(name: &str) -> (tempfile::TempDir, crate::data::raw::RawFile, crate::analysis::summary::Summary) {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../records");
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::copy(root.join(name).join("raw.jsonl"), dir.path().join("raw.jsonl")).unwrap();
+        let (raw, s) = crate::analysis::summarize::summarize_dir(dir.path()).unwrap();
+        crate::output::record::write_all(dir.path(), &raw, &s).unwrap();
+        (dir, raw, s)
+    }
+
+    #[test]
+    fn a_records_headline_plot_and_proposal_note_give_its_decision_one_interval() {
+        // A drifted record whose adaptive choice survives (its interval
+        // widened to hold both brackets'), and a clean fixed-width one.
+        for name in [
+            "2026-12-06-cpu-x86_64-avx512vnni-intel-family6-model167-ngram-12",
+            "2026-12-07-cpu-x86_64-avx512vnni-amd-zen4-ngram-2",
+        ] {
+            let (dir, raw, s) = resummarized(name);
+            let voice = crate::output::record::decision_interval(&s).expect("the record decides");
+            let md = std::fs::read_to_string(dir.path().join("record.md")).unwrap();
+            let headline = md.lines().find(|l| l.starts_with("**Decision")).unwrap();
+            let svg = std::fs::read_to_string(dir.path().join("plot.svg")).unwrap();
+            let fields = super::entry_fields(&raw, &s, &format!("records/{name}")).unwrap();
+            let note = &fields.iter().find(|(k, _)| *k == "note").unwrap().1;
+            for (what, text) in [("headline", headline), ("plot", svg.as_str()), ("note", note.as_str())] {
+                assert_eq!(text.matches(&voice).count(), 1, "{name}: the {what} states {voice} once: {text}");
+            }
+            // The chosen arm's two-sided interval, where it is not the
+            // decision's (a drifted record), is in none of them.
+            let chosen = s.widths.iter().find(|w| Some(w.width) == s.decision.width).unwrap();
+            let two_sided = crate::output::record::ratio(&chosen.ratio);
+            let (lo, hi) = s.decision.ratio_interval.unwrap();
+            assert_eq!(s.drift, !two_sided.ends_with(&format!("[{lo:.3}, {hi:.3}]")), "{name}: {two_sided}");
+            if s.drift {
+                for text in [headline, svg.as_str(), note.as_str(), md.as_str()] {
+                    assert!(!text.contains(&two_sided), "{name}: {two_sided} in {text}");
+                }
+                assert!(svg.contains("drifted: vs each bracket alone"), "{name}");
+                assert!(svg.contains("vs opening brackets") && svg.contains("vs closing brackets"), "{name}");
+            }
+            // The adaptive arm is named as such wherever a person reads it.
+            let conclusions = crate::output::record::conclusions(&s).join("\n");
+            for text in [md.as_str(), note.as_str(), conclusions.as_str()] {
+                assert!(!text.contains("width 0"), "{name}: {text}");
+            }
+            assert!(note.contains(", adaptive]"), "{name}: {note}");
+            assert!(svg.lines().any(|l| l.trim() == "adaptive"), "{name}: the x axis names the adaptive arm");
+        }
+    }
 }
