@@ -73,7 +73,9 @@ fn the_arms_are_the_entry_s_and_its_neighbours() {
 #[test]
 fn the_check_line_is_one_line_added_and_then_replaced() {
     let (e, _) = entry_and_summary();
-    let old = table_text();
+    // The committed table without its check lines: the entry starts unchecked
+    // whatever `tuner check` last wrote there.
+    let old: String = table_text().lines().filter(|l| !l.starts_with("check = ")).map(|l| format!("{l}\n")).collect();
     let line = tuner::output::check::check_line("0123456789abcdef", "records/x-check", "2026-12-07");
     let new = tuner::output::check::set_check(&old, &e.key, &line).unwrap();
     assert_eq!(new.lines().count(), old.lines().count() + 1);
