@@ -24,6 +24,7 @@ pub mod gguf;
 pub mod limits;
 pub mod model;
 pub mod open;
+pub mod penalty;
 pub mod policy;
 pub mod pool;
 pub mod precheck;

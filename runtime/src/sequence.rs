@@ -22,10 +22,20 @@
 //! token is accepted with probability `min(1, p/q)` and a rejection
 //! resamples from `max(0, p − q)` (Leviathan et al. 2023; Chen et al. 2023),
 //! which keeps the target distribution.
+//!
+//! Penalties (repetition, presence, frequency) change each row's logits
+//! from the tokens before its position ([`History`]). The history grows as
+//! tokens are emitted, and a verify pass's rows are examined in order, each
+//! draft emitted (counted) before the next row is penalized; so row `j` is
+//! penalized for the prompt, the emitted tokens and drafts `0..j`, exactly
+//! what classic decoding's step at that position sees. Greedy acceptance
+//! compares the penalized argmax, and sampled acceptance tests against the
+//! penalized distribution `p`, so both guarantees above hold with them.
 
 use crate::engine::{Engine, FinishReason, GenerateError, Generation, Halt, NoSink, Prefilled, TokenSink, at_limit};
 use crate::model::Session;
 use crate::model::forward::{LogitRows, Model};
+use crate::penalty::History;
 use crate::policy::adaptive::Share;
 use crate::sampling::{Rng, SamplingParams, distribution, sample};
 use crate::speculative::decode::{SpecStats, verify_sampled};
@@ -109,6 +119,9 @@ pub struct Sequence<'d> {
     prefill_s: f64,
     decode_start: Option<Instant>,
     spec: Option<Spec<'d>>,
+    /// The tokens the penalties count; `None` when the request asks for
+    /// no penalty.
+    history: Option<History>,
 }
 
 impl<'d> Sequence<'d> {
@@ -126,6 +139,7 @@ impl<'d> Sequence<'d> {
             return Err(GenerateError::EmptyPrompt);
         }
         Ok(Sequence {
+            history: penalty_history(&sampling, prompt),
             prompt: prompt.to_vec(),
             session: Session::new(&model.config),
             phase: Phase::Prefill { done: 0, chunk: chunk.max(1) },
@@ -146,6 +160,7 @@ impl<'d> Sequence<'d> {
     pub fn prefilled(p: Prefilled, max_tokens: usize, sampling: SamplingParams, ignore_eos: bool) -> Self {
         let Prefilled { prompt, session, logits, prefill_s } = p;
         Sequence {
+            history: penalty_history(&sampling, &prompt),
             prompt,
             session,
             phase: Phase::Decode(Pending::Logits(logits)),
@@ -230,6 +245,9 @@ impl<'d> Sequence<'d> {
         if let Some(s) = &mut self.spec {
             s.context.push(t);
         }
+        if let Some(h) = &mut self.history {
+            h.push(t);
+        }
         match sink.token(t) {
             ControlFlow::Continue(()) => Ok(()),
             ControlFlow::Break(Halt::Stop) => Err(Ok(FinishReason::Stop)),
@@ -282,7 +300,10 @@ impl<'d> Sequence<'d> {
                 }
                 let ts = Instant::now();
                 let t = match pending {
-                    Pending::Logits(l) => sample(&l, &self.sampling, &mut self.rng),
+                    Pending::Logits(mut l) => {
+                        self.penalize(&mut l);
+                        sample(&l, &self.sampling, &mut self.rng)
+                    }
                     Pending::Token(t) => t,
                 };
                 let speculating = self.spec.is_some();
@@ -367,7 +388,7 @@ impl<'d> Sequence<'d> {
     fn accept(
         &mut self,
         engine: &Engine,
-        rows: Vec<f32>,
+        mut rows: Vec<f32>,
         pass_s: f64,
         proposal: Proposal,
         base: usize,
@@ -391,7 +412,7 @@ impl<'d> Sequence<'d> {
         s.stats.rounds += 1;
         s.stats.drafted += draft.len();
         let vocab = model.config.vocab;
-        let row = |j: usize| &rows[j * vocab..(j + 1) * vocab];
+        let at = |j: usize| j * vocab..(j + 1) * vocab;
         let mut k = 0;
         let mut next: Option<Pending> = None;
         let mut stop: Option<FinishReason> = None;
@@ -399,16 +420,23 @@ impl<'d> Sequence<'d> {
         // accepted end-of-generation token, which is not emitted).
         let mut halted = false;
         for (j, &d) in draft.iter().enumerate() {
+            // Row j's penalties count the history as it stands now: the
+            // prompt, the emitted tokens, and drafts 0..j, each emitted
+            // below before the next row is reached. Each row is penalized
+            // once, here; the row after the last accepted draft is left raw
+            // for `plan`.
+            self.penalize(&mut rows[at(j)]);
+            let row = &rows[at(j)];
             // The token classic decoding would emit at this position.
             let chosen = if self.sampling.is_greedy() {
-                let c = sample(row(j), &self.sampling, &mut self.rng);
+                let c = sample(row, &self.sampling, &mut self.rng);
                 if c != d {
                     next = Some(Pending::Token(c));
                     break;
                 }
                 c
             } else {
-                let p = distribution(row(j), &self.sampling);
+                let p = distribution(row, &self.sampling);
                 match verify_sampled(&p, &proposal, j, &mut self.rng) {
                     Ok(d) => d,
                     Err(r) => {
@@ -445,7 +473,7 @@ impl<'d> Sequence<'d> {
         // that ended inside the round tested only `k`.
         s.rounds.observe(k + usize::from(next.is_some()), k);
         self.session.truncate(base + 1 + k);
-        let pending = next.unwrap_or_else(|| Pending::Logits(row(k).to_vec()));
+        let pending = next.unwrap_or_else(|| Pending::Logits(rows[at(k)].to_vec()));
         s.stats.accept_s += ta.elapsed().as_secs_f64();
         match stop {
             Some(f) => {
@@ -460,6 +488,13 @@ impl<'d> Sequence<'d> {
         Ok(())
     }
 
+    /// Applies the request's penalties for the history so far to `row`.
+    fn penalize(&self, row: &mut [f32]) {
+        if let Some(h) = &self.history {
+            h.apply(row, &self.sampling);
+        }
+    }
+
     /// The finished generation (and the speculative counters, when it
     /// speculated). Call once [`Sequence::plan`] has returned `None`.
     pub fn into_generation(self) -> (Generation, Option<SpecStats>) {
@@ -468,6 +503,11 @@ impl<'d> Sequence<'d> {
         let g = Generation::finished(self.prompt.len(), self.out, finish, self.prefill_s, start, self.steps);
         (g, self.spec.map(|s| s.stats))
     }
+}
+
+/// The penalty history a request needs: `None` when it asks for no penalty.
+fn penalty_history(sampling: &SamplingParams, prompt: &[u32]) -> Option<History> {
+    sampling.penalized().then(|| History::new(sampling.penalty_scope, prompt))
 }
 
 impl Engine {

@@ -104,7 +104,8 @@ mod model {
                         let mut d = NgramDrafter { max_n: 4, min_n: 1 };
                         let width = ::policy::Width::new(w).unwrap();
                         let sink = &mut crate::engine::NoSink;
-                        let (spec, stats) = e.decode_speculative(pre.clone(), 24, &greedy, &mut d, width, sink).unwrap();
+                        let (spec, stats) =
+                            e.decode_speculative(pre.clone(), 24, &greedy, &mut d, width, sink).unwrap();
                         assert_eq!(spec.token_ids, classic.token_ids, "{name} {text:?} width {w} at {threads} threads");
                         rounds += stats.rounds;
                     }
@@ -124,8 +125,50 @@ mod model {
     /// nothing.
     #[test]
     fn sampled_adaptive_speculation_keeps_the_target_distribution() {
+        use crate::sampling::SamplingParams;
+        let p = SamplingParams { temperature: 1.0, ..Default::default() };
+        sampled_adaptive_speculation_matches(p, SamplingParams { temperature: 0.6, ..p });
+    }
+
+    /// The same check with repetition, presence and frequency penalties and
+    /// min-p: the exact distribution penalizes each position for the tokens
+    /// before it, counted from scratch
+    /// ([`crate::penalty::penalize_from_scratch`]); the speculative loop
+    /// must match it (each verified row penalized for the prompt, the
+    /// accepted tokens and the drafts before it). The same samples checked
+    /// against the unpenalized distribution must fail. vLLM's scopes (the
+    /// penalties on the output differ from token to token) and llama.cpp's
+    /// window of the last 3 tokens (tokens leave it as the loop goes).
+    #[test]
+    fn sampled_adaptive_speculation_with_penalties_keeps_the_penalized_distribution() {
+        use crate::sampling::{PenaltyScope, SamplingParams};
+        for scope in [PenaltyScope::Vllm, PenaltyScope::Last(3)] {
+            let p = SamplingParams {
+                temperature: 1.0,
+                repetition_penalty: 1.8,
+                presence_penalty: 1.0,
+                frequency_penalty: 0.7,
+                min_p: 0.01,
+                penalty_scope: scope,
+                ..Default::default()
+            };
+            sampled_adaptive_speculation_matches(
+                p,
+                SamplingParams { repetition_penalty: 1.0, presence_penalty: 0.0, frequency_penalty: 0.0, ..p },
+            );
+        }
+    }
+
+    /// Sampled speculative decoding with `p` (its seed replaced per run)
+    /// draws the third token as classic sampling with `p` does, and not
+    /// as with `wrong` (the check's power).
+    fn sampled_adaptive_speculation_matches(
+        p: crate::sampling::SamplingParams,
+        wrong: crate::sampling::SamplingParams,
+    ) {
         use crate::engine::Engine;
         use crate::model::forward::LogitRows;
+        use crate::penalty::penalize_from_scratch;
         use crate::sampling::{SamplingParams, distribution};
         use crate::speculative::drafter::NgramDrafter;
         use crate::speculative::schedule::Schedule;
@@ -145,24 +188,29 @@ mod model {
         // Outcome of a run: the third token, or at which token it stopped
         // (an end-of-generation token is not emitted): keys 0, 1, 2 for a
         // stop before the first, second, third token; 3 + id otherwise.
-        let exact = |temperature: f32| -> BTreeMap<u64, f64> {
-            let p = SamplingParams { temperature, ..Default::default() };
+        // Each position's distribution: its logits penalized for the
+        // tokens before it, counted from scratch.
+        let at = |logits: &[f32], after: &[u32], p: &SamplingParams| {
+            let history: Vec<u32> = ids.iter().chain(after).copied().collect();
+            distribution(&penalize_from_scratch(logits, &history, ids.len(), p), p)
+        };
+        let exact = |p: &SamplingParams| -> BTreeMap<u64, f64> {
             let mut out: BTreeMap<u64, f64> = BTreeMap::new();
-            for (t1, p1) in distribution(&pre.logits, &p) {
+            for (t1, p1) in at(&pre.logits, &[], p) {
                 if tok.is_end_of_generation(t1) {
                     *out.entry(0).or_default() += p1;
                     continue;
                 }
                 let mut s1 = pre.session.clone();
                 let l1 = model.forward(e.family, &mut s1, &[t1], LogitRows::Last).unwrap();
-                for (t2, p2) in distribution(&l1, &p) {
+                for (t2, p2) in at(&l1, &[t1], p) {
                     if tok.is_end_of_generation(t2) {
                         *out.entry(1).or_default() += p1 * p2;
                         continue;
                     }
                     let mut s2 = s1.clone();
                     let l2 = model.forward(e.family, &mut s2, &[t2], LogitRows::Last).unwrap();
-                    for (t3, p3) in distribution(&l2, &p) {
+                    for (t3, p3) in at(&l2, &[t1, t2], p) {
                         let k = if tok.is_end_of_generation(t3) { 2 } else { 3 + u64::from(t3) };
                         *out.entry(k).or_default() += p1 * p2 * p3;
                     }
@@ -178,7 +226,7 @@ mod model {
         let mut counts: BTreeMap<u64, usize> = BTreeMap::new();
         let (mut lengths, mut rounds) = (vec![0usize; 5], 0);
         for seed in 0..n {
-            let p = SamplingParams { temperature: 1.0, seed: seed as u64, ..Default::default() };
+            let p = SamplingParams { seed: seed as u64, ..p };
             let mut d = NgramDrafter { max_n: 4, min_n: 1 };
             // Eight tokens: the third is the one counted, the rest give the
             // controller room to choose lengths up to the cap.
@@ -219,10 +267,10 @@ mod model {
             }
             (stat, ChiSquared::new((bins - 1) as f64).unwrap().inverse_cdf(0.999))
         };
-        let (stat, limit) = chi(&exact(1.0));
+        let (stat, limit) = chi(&exact(&p));
         assert!(stat < limit, "chi-square {stat:.1} >= {limit:.1}: counts {counts:?}");
-        let (stat, limit) = chi(&exact(0.6));
-        assert!(stat > limit, "another temperature's distribution passed ({stat:.1} < {limit:.1}): no power");
+        let (stat, limit) = chi(&exact(&wrong));
+        assert!(stat > limit, "another setting's distribution passed ({stat:.1} < {limit:.1}): no power");
     }
 
     #[test]

@@ -2,8 +2,10 @@
 //! `prompts/mixed.jsonl` joining a batch at random steps (random batch
 //! sizes, random prefill chunks), decoded classically and speculatively
 //! (n-gram drafter, a fixed width and the adaptive length), greedy and
-//! sampled with a seed, at 1 and 2 threads; every sequence's tokens and
-//! finish reason must equal its run alone.
+//! sampled with a seed, at 1 and 2 threads, every other prompt with
+//! repetition, presence and frequency penalties and min-p (each sequence's
+//! penalties count its own history); every sequence's tokens and finish
+//! reason must equal its run alone.
 
 mod common;
 
@@ -14,7 +16,7 @@ use runtime::engine::{Engine, FinishReason, NoSink, PREFILL_CHUNK};
 use runtime::policy::adaptive::CostModel;
 use runtime::policy::table::CostCurve;
 use runtime::prompts::{PromptKind, parse_prompts};
-use runtime::sampling::SamplingParams;
+use runtime::sampling::{PenaltyScope, SamplingParams};
 use runtime::sequence::{DrafterSlot, Sequence};
 use runtime::speculative::drafter::NgramDrafter;
 use runtime::speculative::schedule::Schedule;
@@ -73,10 +75,23 @@ fn sequence(e: &Engine, prompt: &[u32], chunk: usize, mode: Mode, sampling: Samp
 }
 
 fn sampling(i: usize, sampled: bool) -> SamplingParams {
-    if sampled {
-        SamplingParams { temperature: 0.8, top_k: 40, top_p: 0.95, seed: 1000 + i as u64 }
+    let base = if sampled {
+        SamplingParams { temperature: 0.8, top_k: 40, top_p: 0.95, seed: 1000 + i as u64, ..Default::default() }
     } else {
         SamplingParams::default()
+    };
+    if i % 2 == 0 {
+        return base;
+    }
+    // Every other prompt penalized, alternating llama.cpp's window and vLLM's scopes.
+    let scope = if i % 4 == 1 { PenaltyScope::Last(32) } else { PenaltyScope::Vllm };
+    SamplingParams {
+        repetition_penalty: 1.2,
+        presence_penalty: 0.3,
+        frequency_penalty: 0.2,
+        min_p: 0.05,
+        penalty_scope: scope,
+        ..base
     }
 }
 

@@ -2,7 +2,8 @@
 //! prompt of `prompts/mixed.jsonl` (53 prompts in six task types), every
 //! width 1..=8, at 1 and 2 threads, with the n-gram drafter; the suffix
 //! drafter and the model drafters on a subset (the model drafters cost a
-//! model pass per drafted token).
+//! model pass per drafted token); and with repetition, presence and
+//! frequency penalties, which change each row from the tokens before it.
 
 mod common;
 
@@ -10,7 +11,7 @@ use common::model;
 use kernels::dispatch::KernelFamily;
 use runtime::engine::{Engine, NoSink};
 use runtime::prompts::{PromptKind, parse_prompts};
-use runtime::sampling::SamplingParams;
+use runtime::sampling::{PenaltyScope, SamplingParams};
 use runtime::speculative::drafter::{Drafter, ModelDrafter, NgramDrafter, SuffixDrafter};
 use std::path::Path;
 
@@ -46,7 +47,18 @@ fn check_drafter(
     widths: &[usize],
     make: &dyn Fn() -> Box<dyn Drafter>,
 ) {
-    let greedy = SamplingParams::default();
+    check_drafter_with(engine, prompts, widths, make, &SamplingParams::default());
+}
+
+/// [`check_drafter`] with greedy settings `greedy` (penalties, say).
+fn check_drafter_with(
+    engine: &Engine,
+    prompts: &[(String, Vec<u32>)],
+    widths: &[usize],
+    make: &dyn Fn() -> Box<dyn Drafter>,
+    greedy: &SamplingParams,
+) {
+    let greedy = *greedy;
     let mut rounds = 0;
     for (id, ids) in prompts {
         let pre = engine.prefill(ids).unwrap();
@@ -160,7 +172,8 @@ fn adaptive_output_equals_classic_at_one_and_two_threads_short_and_long_contexts
             let classic = e.decode(pre.clone(), max_tokens, &greedy).unwrap();
             for cap in [4, 8] {
                 let mut d = NgramDrafter { max_n: 4, min_n: 1 };
-                let (spec, st) = e.decode_speculative(pre.clone(), max_tokens, &greedy, &mut d, adaptive(cap), &mut NoSink).unwrap();
+                let (spec, st) =
+                    e.decode_speculative(pre.clone(), max_tokens, &greedy, &mut d, adaptive(cap), &mut NoSink).unwrap();
                 assert_eq!(spec.token_ids, classic.token_ids, "{id}: adaptive up to {cap} at {threads} threads");
                 assert_eq!(spec.finish_reason, classic.finish_reason, "{id} adaptive up to {cap}");
                 assert_eq!(st.draft_lengths.len(), cap + 1);
@@ -171,5 +184,67 @@ fn adaptive_output_equals_classic_at_one_and_two_threads_short_and_long_contexts
         }
         assert!(lengths[0] > 0, "no plain step by choice at {threads} threads: {lengths:?}");
         assert!(lengths[1..].iter().filter(|&&c| c > 0).count() >= 3, "few draft lengths chosen: {lengths:?}");
+    }
+}
+
+/// Greedy settings with every penalty on: llama.cpp's window of the last
+/// 64 tokens, the whole context, and vLLM's scopes.
+fn penalized() -> Vec<SamplingParams> {
+    [PenaltyScope::Last(64), PenaltyScope::Context, PenaltyScope::Vllm]
+        .into_iter()
+        .map(|scope| SamplingParams {
+            repetition_penalty: 1.3,
+            presence_penalty: 0.4,
+            frequency_penalty: 0.3,
+            min_p: 0.05,
+            penalty_scope: scope,
+            ..SamplingParams::default()
+        })
+        .collect()
+}
+
+/// With penalties, each verified row is penalized for exactly the tokens
+/// before its position (the accepted drafts included), so greedy
+/// speculative output still equals classic output token for token: every
+/// third prompt, widths 1 to 8, 1 and 2 threads, three penalty scopes.
+#[test]
+fn penalized_greedy_output_equals_classic_at_every_width_and_thread_count() {
+    let ps: Vec<_> = prompts().into_iter().step_by(3).collect();
+    for threads in [1, 2] {
+        let e = engine(threads);
+        for p in penalized() {
+            check_drafter_with(&e, &ps, &[1, 2, 3, 5, 8], &|| Box::new(NgramDrafter { max_n: 4, min_n: 1 }), &p);
+        }
+    }
+}
+
+/// The penalties change greedy output where the model repeats itself (so
+/// the test above compares outputs the penalties shaped): a list the
+/// model would continue verbatim, and the prompt set at large.
+#[test]
+fn penalties_change_greedy_output_on_a_repetitive_prompt() {
+    let e = engine(2);
+    let tok = &model().tokenizer;
+    let ids = tok.encode_prompt(&"the cat sat on the mat. ".repeat(8)).unwrap();
+    let pre = e.prefill(&ids).unwrap();
+    let plain = e.decode(pre.clone(), 24, &SamplingParams::default()).unwrap();
+    let repeats = |t: &[u32]| t.iter().filter(|x| ids.contains(x)).count();
+    for p in penalized() {
+        let pen = e.decode(pre.clone(), 24, &p).unwrap();
+        assert_ne!(pen.token_ids, plain.token_ids, "{:?}: the penalties changed nothing", p.penalty_scope);
+        assert!(
+            repeats(&pen.token_ids) < repeats(&plain.token_ids),
+            "{:?}: penalized output repeats the prompt's tokens no less ({} vs {})",
+            p.penalty_scope,
+            repeats(&pen.token_ids),
+            repeats(&plain.token_ids)
+        );
+    }
+    for p in [
+        SamplingParams { repetition_penalty: 1.5, ..SamplingParams::default() },
+        SamplingParams { presence_penalty: 1.0, ..SamplingParams::default() },
+        SamplingParams { frequency_penalty: 1.0, ..SamplingParams::default() },
+    ] {
+        assert_ne!(e.decode(pre.clone(), 24, &p).unwrap().token_ids, plain.token_ids, "{p:?}");
     }
 }

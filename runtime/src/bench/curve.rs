@@ -92,7 +92,7 @@ pub fn run(
     tasks: &[Task],
     spec: &CurveSpec,
 ) -> Result<Vec<TaskCurve>, GenerateError> {
-    let greedy = SamplingParams { temperature: 0.0, top_k: 0, top_p: 1.0, seed: 0 };
+    let greedy = SamplingParams::default();
     let model = &engine.loaded.model;
     let probe_ids = engine.loaded.tokenizer.encode(PROBE_TEXT).unwrap_or_default();
     // The speculative arms: each fixed width, then the adaptive arm (up to
