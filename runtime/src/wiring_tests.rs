@@ -127,7 +127,7 @@ mod model {
     fn sampled_adaptive_speculation_keeps_the_target_distribution() {
         use crate::sampling::SamplingParams;
         let p = SamplingParams { temperature: 1.0, ..Default::default() };
-        sampled_adaptive_speculation_matches(p, SamplingParams { temperature: 0.6, ..p });
+        sampled_adaptive_speculation_matches(p, SamplingParams { temperature: 0.6, ..p }, false);
     }
 
     /// The same check with repetition, presence and frequency penalties and
@@ -138,7 +138,12 @@ mod model {
     /// accepted tokens and the drafts before it). The same samples checked
     /// against the unpenalized distribution must fail. vLLM's scopes (the
     /// penalties on the output differ from token to token) and llama.cpp's
-    /// window of the last 3 tokens (tokens leave it as the loop goes).
+    /// window of the last 3 tokens (tokens leave it as the loop goes). The
+    /// drafter is the target model itself, sampling without penalties: its
+    /// drafts are mostly accepted, so the third token often comes from a
+    /// verify row after an accepted draft, where a history missing that
+    /// draft would show (the outcome keys repeats apart: a row penalized
+    /// without the draft before it repeats it more often).
     #[test]
     fn sampled_adaptive_speculation_with_penalties_keeps_the_penalized_distribution() {
         use crate::sampling::{PenaltyScope, SamplingParams};
@@ -146,8 +151,8 @@ mod model {
             let p = SamplingParams {
                 temperature: 1.0,
                 repetition_penalty: 1.8,
-                presence_penalty: 1.0,
-                frequency_penalty: 0.7,
+                presence_penalty: 2.0,
+                frequency_penalty: 2.0,
                 min_p: 0.01,
                 penalty_scope: scope,
                 ..Default::default()
@@ -155,22 +160,26 @@ mod model {
             sampled_adaptive_speculation_matches(
                 p,
                 SamplingParams { repetition_penalty: 1.0, presence_penalty: 0.0, frequency_penalty: 0.0, ..p },
+                true,
             );
         }
     }
 
     /// Sampled speculative decoding with `p` (its seed replaced per run)
     /// draws the third token as classic sampling with `p` does, and not
-    /// as with `wrong` (the check's power).
+    /// as with `wrong` (the check's power). `model_drafter`: the target
+    /// drafts for itself at a fixed width of 3, else the n-gram drafter
+    /// with the adaptive length.
     fn sampled_adaptive_speculation_matches(
         p: crate::sampling::SamplingParams,
         wrong: crate::sampling::SamplingParams,
+        model_drafter: bool,
     ) {
         use crate::engine::Engine;
         use crate::model::forward::LogitRows;
         use crate::penalty::penalize_from_scratch;
         use crate::sampling::{SamplingParams, distribution};
-        use crate::speculative::drafter::NgramDrafter;
+        use crate::speculative::drafter::{Drafter, ModelDrafter, NgramDrafter};
         use crate::speculative::schedule::Schedule;
         use ::policy::adaptive::CostModel;
         use ::policy::table::CostCurve;
@@ -178,6 +187,7 @@ mod model {
         use std::collections::BTreeMap;
 
         let e = Engine::new(load_bytes(&gguf_bytes()), KernelFamily::best(), 1).unwrap();
+        let own = ModelDrafter::new(crate::policy::DrafterKind::DraftModel, load_bytes(&gguf_bytes()).model);
         // Every character once: whatever is sampled, the n-gram drafter
         // finds an earlier occurrence to draft from (and the tiny model's
         // 64 positions leave room for drafts after it).
@@ -185,9 +195,11 @@ mod model {
         let pre = e.prefill(&ids).unwrap();
         let tok = &e.loaded.tokenizer;
         let model = &e.loaded.model;
-        // Outcome of a run: the third token, or at which token it stopped
-        // (an end-of-generation token is not emitted): keys 0, 1, 2 for a
-        // stop before the first, second, third token; 3 + id otherwise.
+        // Outcome of a run: the third token and whether it repeats the
+        // second, or at which token it stopped (an end-of-generation token
+        // is not emitted): keys 0, 1, 2 for a stop before the first,
+        // second, third token; 3 + 2·id + [repeat] otherwise.
+        let key = |t2: u32, t3: u32| 3 + 2 * u64::from(t3) + u64::from(t2 == t3);
         // Each position's distribution: its logits penalized for the
         // tokens before it, counted from scratch.
         let at = |logits: &[f32], after: &[u32], p: &SamplingParams| {
@@ -211,7 +223,7 @@ mod model {
                     let mut s2 = s1.clone();
                     let l2 = model.forward(e.family, &mut s2, &[t2], LogitRows::Last).unwrap();
                     for (t3, p3) in at(&l2, &[t1, t2], p) {
-                        let k = if tok.is_end_of_generation(t3) { 2 } else { 3 + u64::from(t3) };
+                        let k = if tok.is_end_of_generation(t3) { 2 } else { key(t2, t3) };
                         *out.entry(k).or_default() += p1 * p2 * p3;
                     }
                 }
@@ -221,19 +233,26 @@ mod model {
         // Rows cheap enough that drafting pays at the prior, so every
         // draft length is tried and the acceptance steers it.
         let cost = CostModel::new(&[CostCurve { context: 8, relative: vec![1.0, 1.02, 1.04, 1.06, 1.08] }]).unwrap();
-        let schedule = Schedule::Adaptive { cap: ::policy::Width::new(4).unwrap(), cost };
+        // The target drafting for itself costs as much per row as it
+        // saves, so the adaptive length would never draft: a fixed width.
+        let schedule = if model_drafter {
+            Schedule::from(::policy::Width::new(3).unwrap())
+        } else {
+            Schedule::Adaptive { cap: ::policy::Width::new(4).unwrap(), cost }
+        };
         let n = 20_000;
         let mut counts: BTreeMap<u64, usize> = BTreeMap::new();
         let (mut lengths, mut rounds) = (vec![0usize; 5], 0);
         for seed in 0..n {
             let p = SamplingParams { seed: seed as u64, ..p };
-            let mut d = NgramDrafter { max_n: 4, min_n: 1 };
+            let mut d: Box<dyn Drafter> =
+                if model_drafter { own.fork() } else { Box::new(NgramDrafter { max_n: 4, min_n: 1 }) };
             // Eight tokens: the third is the one counted, the rest give the
             // controller room to choose lengths up to the cap.
             let sink = &mut crate::engine::NoSink;
-            let (g, st) = e.decode_speculative(pre.clone(), 8, &p, &mut d, schedule.clone(), sink).unwrap();
+            let (g, st) = e.decode_speculative(pre.clone(), 8, &p, d.as_mut(), schedule.clone(), sink).unwrap();
             let k = match g.token_ids.get(2) {
-                Some(&t) => 3 + u64::from(t),
+                Some(&t) => key(g.token_ids[1], t),
                 None => g.token_ids.len() as u64,
             };
             *counts.entry(k).or_default() += 1;
@@ -243,7 +262,10 @@ mod model {
             rounds += st.rounds;
         }
         assert!(rounds > n / 4, "too few verify rounds ran ({rounds}): the check would prove little");
-        assert!(lengths.iter().filter(|&&c| c > 0).count() >= 4, "the draft length hardly varied: {lengths:?}");
+        assert!(
+            model_drafter || lengths.iter().filter(|&&c| c > 0).count() >= 4,
+            "the draft length hardly varied: {lengths:?}"
+        );
         // Pearson's chi-square over the outcomes, those expected fewer than
         // 5 times pooled into one bin.
         let chi = |want: &BTreeMap<u64, f64>| -> (f64, f64) {
