@@ -42,17 +42,21 @@ pub struct Rewritten {
 pub const COMMANDS: [&str; 3] = ["generate", "serve", "bench"];
 
 /// Sampling controls other engines have and this one does not yet, with
-/// the value that asks for nothing (accepted: the output is the same). The
-/// sampler is on the verify path, so these wait for a round that can
-/// re-measure it.
-pub const MISSING_SAMPLING: &[(&str, f64, &str)] = &[
-    ("--repeat-penalty", 1.0, "repetition penalties are"),
-    ("--presence-penalty", 0.0, "presence penalties are"),
-    ("--frequency-penalty", 0.0, "frequency penalties are"),
-    ("--repeat-last-n", 0.0, "repetition penalties are"),
-    ("--min-p", 0.0, "min-p sampling is"),
-    ("--typical", 1.0, "locally typical sampling is"),
-    ("--mirostat", 0.0, "mirostat sampling is"),
+/// the value that asks for nothing (accepted: the output is the same).
+pub const MISSING_SAMPLING: &[(&str, f64, &str)] =
+    &[("--typical", 1.0, "locally typical sampling is"), ("--mirostat", 0.0, "mirostat sampling is")];
+
+/// llama.cpp's penalty and min-p flags: `generate` takes them as its own
+/// (clap parses them); on `serve` and `bench` they are not settings of the
+/// process (a server takes them per request, under the request field named
+/// here; bench measures plain decoding), so there only the value that
+/// changes nothing (`serve`'s default for a request) is accepted.
+pub const PER_REQUEST_SAMPLING: &[(&str, f64, &str)] = &[
+    ("--repeat-penalty", 1.0, "repeat_penalty"),
+    ("--presence-penalty", 0.0, "presence_penalty"),
+    ("--frequency-penalty", 0.0, "frequency_penalty"),
+    ("--repeat-last-n", 64.0, "repeat_last_n"),
+    ("--min-p", 0.0, "min_p"),
 ];
 
 /// Performance switches of llama.cpp's that change nothing in the output
@@ -86,8 +90,8 @@ const FLASH_ATTN_VALUES: [&str; 7] = ["on", "off", "auto", "1", "0", "true", "fa
 /// needs it). Only the commands of [`COMMANDS`] are touched, and nothing
 /// after a `--`.
 pub fn rewrite(args: Vec<OsString>, cuda_built: bool) -> Result<Rewritten, FlagError> {
-    let command = args.get(1).and_then(|a| a.to_str()).unwrap_or("");
-    if !COMMANDS.contains(&command) {
+    let command = args.get(1).and_then(|a| a.to_str()).unwrap_or("").to_string();
+    if !COMMANDS.contains(&command.as_str()) {
         return Ok(Rewritten { args, notes: Vec::new() });
     }
     let mut out: Vec<OsString> = args[..2].to_vec();
@@ -236,6 +240,22 @@ pub fn rewrite(args: Vec<OsString>, cuda_built: bool) -> Result<Rewritten, FlagE
                 ));
                 out.extend(mapped.flags.into_iter().map(OsString::from));
             }
+            n if command != "generate" && PER_REQUEST_SAMPLING.iter().any(|(f, ..)| *f == n) => {
+                let (flag, neutral, field) = *PER_REQUEST_SAMPLING.iter().find(|(f, ..)| *f == n).expect("just found");
+                let v = take_value(&mut rest, &inline, &name, "a number")?;
+                let instead = if command == "serve" {
+                    format!(
+                        "runtime serve takes it per request: send \"{field}\" in the request body (/completion and \
+                         the OpenAI routes, docs/serve.md); runtime generate takes {flag}"
+                    )
+                } else {
+                    format!("runtime {command} measures decoding without it; runtime generate takes {flag}")
+                };
+                if v.parse::<f64>().ok() != Some(neutral) {
+                    return Err(refuse(format!("{flag} {v}"), instead));
+                }
+                note(format!("{flag} {v} asks for nothing here (a request's default); {instead}"));
+            }
             n if MISSING_SAMPLING.iter().any(|(f, ..)| *f == n) => {
                 let (flag, neutral, what) = *MISSING_SAMPLING.iter().find(|(f, ..)| *f == n).expect("just found");
                 let v = take_value(&mut rest, &inline, &name, "a number")?;
@@ -243,8 +263,8 @@ pub fn rewrite(args: Vec<OsString>, cuda_built: bool) -> Result<Rewritten, FlagE
                     return Err(refuse(
                         format!("{flag} {v}"),
                         format!(
-                            "{what} not implemented in this engine yet (its sampler is on the measured verify path); \
-                             drop it, or give {neutral} (no effect), or sample with --temperature, --top-k and --top-p"
+                            "{what} not implemented in this engine; drop it, or give {neutral} (no effect), or \
+                             sample with --temperature, --top-k, --top-p, --min-p and the penalties"
                         ),
                     ));
                 }

@@ -8,9 +8,9 @@ pub mod drafter_flags;
 pub mod policy;
 
 use crate::build_info::BuildInfo;
+use crate::engine::{Engine, NoSink};
 use crate::events::{Completion, Event, SpeculationReport, startup_event};
 use crate::fetch;
-use crate::engine::{Engine, NoSink};
 use crate::open::{ModelSettings, Opened, open};
 use crate::prompts::{PromptItem, PromptKind, parse_prompts};
 use crate::sampling::SamplingParams;
@@ -74,6 +74,13 @@ pub struct GenerateSettings {
     pub temperature: f32,
     pub top_k: usize,
     pub top_p: f32,
+    pub min_p: f32,
+    /// llama.cpp's `--repeat-penalty` (1: off).
+    pub repeat_penalty: f32,
+    pub presence_penalty: f32,
+    pub frequency_penalty: f32,
+    /// llama.cpp's `--repeat-last-n`: -1 the whole context, 0 no penalty.
+    pub repeat_last_n: i64,
     pub seed: u64,
     /// Recorded passes over the prompts.
     pub repeat: usize,
@@ -307,11 +314,34 @@ impl crate::engine::TokenSink for TerminalSink<'_> {
     }
 }
 
+/// A [`SamplingParams::validate`] message (it starts with the setting's
+/// name) with the name as `generate`'s flag spells it.
+fn flag_spelling(e: &str) -> String {
+    let (name, rest) = e.split_once(' ').unwrap_or((e, ""));
+    let flag = match name {
+        "repetition_penalty" => "repeat-penalty".to_string(),
+        n => n.replace('_', "-"),
+    };
+    format!("{flag} {rest}")
+}
+
 /// `runtime generate`: each prompt decoded as the settings and the policy say.
 pub fn generate(args: GenerateSettings) -> Result<ExitCode> {
-    let sampling =
-        SamplingParams { temperature: args.temperature, top_k: args.top_k, top_p: args.top_p, seed: args.seed };
-    sampling.validate().map_err(anyhow::Error::msg)?;
+    // The penalties count llama.cpp's window: the flags are llama.cpp's.
+    let penalty_scope = crate::sampling::PenaltyScope::from_repeat_last_n(args.repeat_last_n)
+        .map_err(|e| anyhow::anyhow!("--{}", flag_spelling(&e)))?;
+    let sampling = SamplingParams {
+        temperature: args.temperature,
+        top_k: args.top_k,
+        top_p: args.top_p,
+        seed: args.seed,
+        min_p: args.min_p,
+        repetition_penalty: args.repeat_penalty,
+        presence_penalty: args.presence_penalty,
+        frequency_penalty: args.frequency_penalty,
+        penalty_scope,
+    };
+    sampling.validate().map_err(|e| anyhow::anyhow!("--{}", flag_spelling(&e)))?;
     for (flag, v, lo, hi) in [
         ("--repeat", args.repeat, 1, crate::limits::MAX_PASSES),
         ("--warmup", args.warmup, 0, crate::limits::MAX_WARMUP_PASSES),
@@ -367,8 +397,7 @@ pub fn generate(args: GenerateSettings) -> Result<ExitCode> {
             // the JSON events are written whole, as before.
             let mut terminal = TerminalSink { tok, ids: Vec::new(), detok: Default::default(), printed: String::new() };
             let mut quiet = NoSink;
-            let sink: &mut dyn crate::engine::TokenSink =
-                if args.json || warmup { &mut quiet } else { &mut terminal };
+            let sink: &mut dyn crate::engine::TokenSink = if args.json || warmup { &mut quiet } else { &mut terminal };
             let (g, extra) = crate::request::decode(&engine, spec.as_mut(), ids, args.max_tokens, &sampling, sink, tag)
                 .with_context(|| format!("prompt {id}"))?;
             let text = tok.decode(&g.token_ids)?;

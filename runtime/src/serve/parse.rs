@@ -7,7 +7,9 @@
 
 use super::error::ApiError;
 use crate::engine::Engine;
-use crate::sampling::SamplingParams;
+use crate::sampling::{
+    MAX_PENALTY_WINDOW, MAX_PRESENCE_FREQUENCY, MAX_REPETITION_PENALTY, PenaltyScope, SamplingParams,
+};
 use crate::tokenizer::chat::{Message, Turn};
 use serde_json::{Map, Value};
 
@@ -87,13 +89,10 @@ pub struct Prepared {
 /// Parameters the server accepts and ignores (they change nothing here).
 const IGNORED: &[&str] = &["user", "metadata", "store", "service_tier", "parallel_tool_calls"];
 
-/// llama-server's fields that only qualify a penalty (the window it looks
-/// back over, whether newlines count): with every penalty neutral, as this
-/// server requires, they change nothing, so any value is accepted.
+/// llama-server's fields that only qualify a sampler this server lacks
+/// (DRY, XTC, mirostat, dynamic temperature): with that sampler off, as
+/// this server requires, they change nothing, so any value is accepted.
 const QUALIFIERS: &[&str] = &[
-    "repeat_last_n",
-    "penalty_last_n",
-    "penalize_nl",
     "dry_base",
     "dry_allowed_length",
     "dry_penalty_last_n",
@@ -234,6 +233,7 @@ pub fn parse(endpoint: Endpoint, body: &[u8], served_model: &str, unknown: Unkno
             _ => return Err(type_error("top_k", "a non-negative integer, or -1 (every token)")),
         },
     };
+    let penalties = take_penalties(endpoint, &mut obj)?;
     let ignore_eos = take_bool(&mut obj, "ignore_eos")?.unwrap_or(false);
     // OpenAI seeds are 64-bit integers; negative ones keep their bit pattern.
     let seed = match take(&mut obj, "seed") {
@@ -269,7 +269,7 @@ pub fn parse(endpoint: Endpoint, body: &[u8], served_model: &str, unknown: Unkno
         endpoint,
         prompt,
         max_tokens,
-        sampling: SamplingParams { temperature, top_k, top_p, seed: seed.unwrap_or(0) },
+        sampling: SamplingParams { temperature, top_k, top_p, seed: seed.unwrap_or(0), ..penalties },
         seed_given: seed.is_some(),
         stop,
         stream,
@@ -279,6 +279,115 @@ pub fn parse(endpoint: Endpoint, body: &[u8], served_model: &str, unknown: Unkno
         logprobs,
         echo,
     })
+}
+
+/// Two spellings of one setting (vLLM's and llama-server's), which must
+/// agree when both are given: the value and the field that gave it.
+fn take_either(
+    obj: &mut Map<String, Value>,
+    names: [&'static str; 2],
+) -> Result<Option<(f32, &'static str)>, ApiError> {
+    let a = take_f32(obj, names[0])?;
+    let b = take_f32(obj, names[1])?;
+    match (a, b) {
+        (Some(x), Some(y)) if x != y => Err(ApiError::invalid(
+            format!("{} ({x}) and {} ({y}) are two names of one penalty and disagree; give one", names[0], names[1]),
+            Some(names[1]),
+            "invalid_value",
+        )),
+        (Some(x), _) => Ok(Some((x, names[0]))),
+        (None, y) => Ok(y.map(|y| (y, names[1]))),
+    }
+}
+
+/// The penalties and min-p, in both spellings: vLLM's and OpenAI's
+/// (`repetition_penalty`, `presence_penalty`, `frequency_penalty`,
+/// `min_p`) and llama-server's (`repeat_penalty`, `repeat_last_n` or
+/// `penalty_last_n`, `penalize_nl`). Which tokens the penalties count
+/// follows the spelling: on `/completion`, or when the request uses a
+/// llama.cpp name (`repeat_penalty`, `repeat_last_n`), llama.cpp's window
+/// (the last `repeat_last_n` tokens of prompt and output, default 64, for
+/// all three); otherwise vLLM's (repetition over the prompt and output,
+/// presence and frequency over the output). Returned as the sampling
+/// settings' penalty fields (the rest default).
+fn take_penalties(endpoint: Endpoint, obj: &mut Map<String, Value>) -> Result<SamplingParams, ApiError> {
+    let range = |name: &str, v: f32, ok: bool, want: String| {
+        if ok {
+            Ok(v)
+        } else {
+            Err(ApiError::invalid(format!("{name} {v} must be {want}"), Some(name), "invalid_value"))
+        }
+    };
+    // A llama.cpp name asks for llama.cpp's window (null counts as absent).
+    let llama_named =
+        ["repeat_penalty", "repeat_last_n", "penalty_last_n"].iter().any(|k| obj.get(*k).is_some_and(|v| !v.is_null()));
+    let repetition = match take_either(obj, ["repetition_penalty", "repeat_penalty"])? {
+        None => 1.0,
+        Some((r, name)) => range(
+            name,
+            r,
+            r > 0.0 && r <= MAX_REPETITION_PENALTY,
+            format!("in (0, {MAX_REPETITION_PENALTY}] (1 is off; above 1 discourages repeats)"),
+        )?,
+    };
+    let mut pf = [0.0f32; 2];
+    for (slot, name) in pf.iter_mut().zip(["presence_penalty", "frequency_penalty"]) {
+        if let Some(v) = take_f32(obj, name)? {
+            let m = MAX_PRESENCE_FREQUENCY;
+            *slot = range(name, v, (-m..=m).contains(&v), format!("in [-{m}, {m}] (0 is off)"))?;
+        }
+    }
+    let min_p = match take_f32(obj, "min_p")? {
+        None => 0.0,
+        Some(v) => range("min_p", v, (0.0..=1.0).contains(&v), "in [0, 1] (0 keeps every token)".into())?,
+    };
+    let window = |obj: &mut Map<String, Value>, name: &'static str| -> Result<Option<(i64, &'static str)>, ApiError> {
+        take(obj, name)
+            .map(|v| {
+                v.as_i64().map(|n| (n, name)).ok_or_else(|| {
+                    type_error(
+                        name,
+                        &format!("an integer: -1 (the whole context), 0 (off) or 1 to {MAX_PENALTY_WINDOW}"),
+                    )
+                })
+            })
+            .transpose()
+    };
+    let last_n = match (window(obj, "repeat_last_n")?, window(obj, "penalty_last_n")?) {
+        (Some((a, _)), Some((b, _))) if a != b => {
+            return Err(ApiError::invalid(
+                format!("repeat_last_n ({a}) and penalty_last_n ({b}) disagree; give one"),
+                Some("penalty_last_n"),
+                "invalid_value",
+            ));
+        }
+        (a, b) => a.or(b),
+    };
+    let penalty_scope = match last_n {
+        Some((n, name)) => PenaltyScope::from_repeat_last_n(n)
+            .map_err(|e| ApiError::invalid(e.replacen("repeat_last_n", name, 1), Some(name), "invalid_value"))?,
+        None if endpoint == Endpoint::Llama || llama_named => PenaltyScope::LLAMA_DEFAULT,
+        None => PenaltyScope::Vllm,
+    };
+    let p = SamplingParams {
+        min_p,
+        repetition_penalty: repetition,
+        presence_penalty: pf[0],
+        frequency_penalty: pf[1],
+        penalty_scope,
+        ..SamplingParams::default()
+    };
+    // llama.cpp's old `penalize_nl: false` kept newlines out of the
+    // penalties; newlines count like any token here (as in llama.cpp since
+    // it dropped the option), so `false` is refused where a penalty applies.
+    if take_bool(obj, "penalize_nl")? == Some(false) && p.penalized() {
+        return Err(ApiError::unsupported(
+            "penalize_nl",
+            "newlines are penalized like every other token here, as llama.cpp does since it dropped the option \
+             (give true, or leave it out)",
+        ));
+    }
+    Ok(p)
 }
 
 /// `max_tokens` or its other name `alias`, which must agree when both are
@@ -638,9 +747,6 @@ fn check_rest(obj: Map<String, Value>, endpoint: Endpoint, unknown: UnknownField
         }
         let neutral = match k.as_str() {
             "n" | "best_of" => v.as_u64() == Some(1),
-            "presence_penalty" | "frequency_penalty" | "min_p" => v.as_f64() == Some(0.0),
-            // vLLM's and llama-server's spellings of one penalty.
-            "repetition_penalty" | "repeat_penalty" => v.as_f64() == Some(1.0),
             // llama-server's other samplers, off at these values.
             "typical_p" | "tfs_z" => v.as_f64() == Some(1.0),
             "mirostat" | "dry_multiplier" | "xtc_probability" | "dynatemp_range" => v.as_f64() == Some(0.0),
@@ -670,11 +776,6 @@ fn check_rest(obj: Map<String, Value>, endpoint: Endpoint, unknown: UnknownField
         if !neutral {
             let why = match k.as_str() {
                 "n" | "best_of" => "one choice per request (send separate requests)",
-                "presence_penalty" | "frequency_penalty" | "repetition_penalty" | "repeat_penalty" => {
-                    "sampling penalties are not implemented yet (give 0, or 1 for repetition_penalty and \
-                     repeat_penalty, or leave it out)"
-                }
-                "min_p" => "min_p sampling is not implemented yet (give 0, or leave it out)",
                 "typical_p" | "tfs_z" => "this sampler is not implemented (give 1, or leave it out)",
                 "mirostat" | "dry_multiplier" | "xtc_probability" | "dynatemp_range" => {
                     "this sampler is not implemented (give 0, or leave it out)"
@@ -1007,10 +1108,21 @@ mod tests {
             (r#""stop": [""]"#, "stop"),
             (r#""stream": "yes""#, "stream"),
             (r#""stream_options": {"include_usage": true}"#, "stream_options"),
+            // Penalties and min-p out of their bounds.
+            (r#""repetition_penalty": 0"#, "repetition_penalty"),
+            (r#""repetition_penalty": -1.1"#, "repetition_penalty"),
+            (r#""repeat_penalty": 1000"#, "repeat_penalty"),
+            (r#""repetition_penalty": "1.1""#, "repetition_penalty"),
+            (r#""frequency_penalty": 2.5"#, "frequency_penalty"),
+            (r#""presence_penalty": -3"#, "presence_penalty"),
+            (r#""min_p": 1.5"#, "min_p"),
+            (r#""min_p": -0.1"#, "min_p"),
+            (r#""repeat_last_n": -2"#, "repeat_last_n"),
+            (r#""repeat_last_n": 1e12"#, "repeat_last_n"),
+            (r#""penalty_last_n": 2000000"#, "penalty_last_n"),
+            (r#""repeat_last_n": 1.5"#, "repeat_last_n"),
+            (r#""repetition_penalty": 1.1, "repeat_penalty": 1.2"#, "repeat_penalty"),
             // Not neutral: not run here.
-            (r#""repetition_penalty": 1.1"#, "repetition_penalty"),
-            (r#""frequency_penalty": 0.2"#, "frequency_penalty"),
-            (r#""min_p": 0.05"#, "min_p"),
             (r#""min_tokens": 3"#, "min_tokens"),
             (r#""top_k": -2"#, "top_k"),
             (r#""ignore_eos": "yes""#, "ignore_eos"),
@@ -1054,11 +1166,6 @@ mod tests {
     #[test]
     fn sampling_controls_this_server_lacks_are_refused_by_name_in_every_spelling() {
         for extra in [
-            r#""repeat_penalty": 1.1"#,
-            r#""repetition_penalty": 1.1"#,
-            r#""presence_penalty": 0.5"#,
-            r#""frequency_penalty": 0.5"#,
-            r#""min_p": 0.05"#,
             r#""typical_p": 0.9"#,
             r#""mirostat": 2"#,
             r#""dry_multiplier": 0.8"#,
@@ -1080,6 +1187,66 @@ mod tests {
         assert!(e.message.contains("POST /v1/completions returns it"), "{}", e.message);
     }
 
+    /// The penalties and min-p in each spelling, and which tokens the
+    /// penalties count: llama.cpp's window on `/completion` and wherever a
+    /// llama.cpp name is used, vLLM's scopes otherwise.
+    #[test]
+    fn penalties_and_min_p_parse_in_vllm_and_llama_server_spellings() {
+        let r = completions(
+            r#"{"model": "m", "prompt": "x", "repetition_penalty": 1.3, "presence_penalty": 0.5,
+                "frequency_penalty": -0.25, "min_p": 0.05}"#,
+        )
+        .unwrap();
+        let s = r.sampling;
+        assert_eq!((s.repetition_penalty, s.presence_penalty, s.frequency_penalty), (1.3, 0.5, -0.25));
+        assert_eq!((s.min_p, s.penalty_scope), (0.05, PenaltyScope::Vllm));
+        // A llama.cpp name on an OpenAI route: llama.cpp's window.
+        let r =
+            chat(r#"{"model": "m", "messages": [{"role": "user", "content": "x"}], "repeat_penalty": 1.1}"#).unwrap();
+        assert_eq!((r.sampling.repetition_penalty, r.sampling.penalty_scope), (1.1, PenaltyScope::Last(64)));
+        let r = completions(r#"{"model": "m", "prompt": "x", "frequency_penalty": 1, "repeat_last_n": -1}"#).unwrap();
+        assert_eq!(r.sampling.penalty_scope, PenaltyScope::Context);
+        // Both names of the repetition penalty, agreeing, are one.
+        let r =
+            completions(r#"{"model": "m", "prompt": "x", "repetition_penalty": 1.2, "repeat_penalty": 1.2}"#).unwrap();
+        assert_eq!(r.sampling.repetition_penalty, 1.2);
+        // llama-server's /completion, strict: every field is known.
+        for (body, scope) in [
+            (
+                r#"{"prompt": "x", "repeat_penalty": 1.1, "presence_penalty": 0.2, "min_p": 0.1}"#,
+                PenaltyScope::Last(64),
+            ),
+            (r#"{"prompt": "x", "repeat_penalty": 1.1, "repeat_last_n": 0}"#, PenaltyScope::Off),
+            (
+                r#"{"prompt": "x", "repeat_penalty": 1.1, "repeat_last_n": 256, "penalize_nl": true}"#,
+                PenaltyScope::Last(256),
+            ),
+            (r#"{"prompt": "x", "frequency_penalty": 0.3, "penalty_last_n": -1}"#, PenaltyScope::Context),
+            (r#"{"prompt": "x", "repetition_penalty": 1.1}"#, PenaltyScope::Last(64)),
+        ] {
+            let r = llama(body, UnknownFields::Refuse).unwrap_or_else(|e| panic!("{body}: {e:?}"));
+            assert_eq!(r.sampling.penalty_scope, scope, "{body}");
+            assert!(r.sampling.penalized() || scope == PenaltyScope::Off, "{body}");
+            assert!(r.ignored.is_empty(), "{body}");
+        }
+        // llama.cpp's old penalize_nl: false (newlines exempt) is not run
+        // here: refused where a penalty applies, taken where none does.
+        let e = llama(r#"{"prompt": "x", "repeat_penalty": 1.1, "penalize_nl": false}"#, UnknownFields::Ignore)
+            .unwrap_err();
+        assert_eq!((e.param.as_deref(), e.code), (Some("penalize_nl"), Some("unsupported_parameter")));
+        llama(r#"{"prompt": "x", "penalize_nl": false}"#, UnknownFields::Refuse).unwrap();
+        // Absent, null and neutral: no penalty.
+        for body in [
+            r#"{"model": "m", "prompt": "x"}"#,
+            r#"{"model": "m", "prompt": "x", "repetition_penalty": null, "min_p": null}"#,
+            r#"{"model": "m", "prompt": "x", "repetition_penalty": 1, "presence_penalty": 0, "frequency_penalty": 0}"#,
+        ] {
+            let s = completions(body).unwrap().sampling;
+            assert!(!s.penalized() && s.min_p == 0.0, "{body}");
+            s.validate().unwrap();
+        }
+    }
+
     #[test]
     fn unsupported_parameters_are_named_unless_neutral() {
         let base = r#""model": "m", "messages": [{"role": "user", "content": "x"}]"#;
@@ -1087,7 +1254,6 @@ mod tests {
             r#""n": 2"#,
             r#""top_logprobs": 2"#,
             r#""tools": [{"type": "function"}]"#,
-            r#""presence_penalty": 0.5"#,
             r#""response_format": {"type": "json_object"}"#,
         ] {
             let e = chat(&format!("{{{base}, {extra}}}")).unwrap_err();

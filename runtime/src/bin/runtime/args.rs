@@ -73,6 +73,22 @@ pub struct GenerateArgs {
     pub top_k: usize,
     #[arg(long, default_value_t = 1.0)]
     pub top_p: f32,
+    /// Keep the tokens at least this times as likely as the most likely one (after the temperature); 0 keeps all.
+    #[arg(long, default_value_t = 0.0)]
+    pub min_p: f32,
+    /// Repetition penalty (llama.cpp's): a counted token's positive logit is divided by it, a negative one
+    /// multiplied; 1 is off.
+    #[arg(long, default_value_t = 1.0)]
+    pub repeat_penalty: f32,
+    /// Subtracted once from each counted token's logit; 0 is off.
+    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
+    pub presence_penalty: f32,
+    /// Subtracted per occurrence of each counted token; 0 is off.
+    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
+    pub frequency_penalty: f32,
+    /// The tokens the penalties count (llama.cpp's): the last N of prompt and output; -1 all, 0 none.
+    #[arg(long, default_value_t = 64, allow_negative_numbers = true)]
+    pub repeat_last_n: i64,
     /// Seed of the sampler (sampled decoding; greedy ignores it).
     #[arg(short = 's', long, default_value_t = 0)]
     pub seed: u64,
@@ -364,6 +380,11 @@ impl From<GenerateArgs> for GenerateSettings {
             temperature: a.temperature,
             top_k: a.top_k,
             top_p: a.top_p,
+            min_p: a.min_p,
+            repeat_penalty: a.repeat_penalty,
+            presence_penalty: a.presence_penalty,
+            frequency_penalty: a.frequency_penalty,
+            repeat_last_n: a.repeat_last_n,
             seed: a.seed,
             repeat: a.repeat,
             warmup: a.warmup,
