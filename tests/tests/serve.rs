@@ -365,7 +365,7 @@ fn unsupported_parameters_are_named() {
         ("top_logprobs", json!(25)),
         ("tools", json!([{"type": "function", "function": {"name": "f"}}])),
         ("response_format", json!({"type": "json_object"})),
-        ("presence_penalty", json!(0.5)),
+        ("presence_penalty", json!(2.5)),                   // out of OpenAI's -2..=2
         ("stream_options", json!({"include_usage": true})), // without stream
     ] {
         let mut body = chat_body();

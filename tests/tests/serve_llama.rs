@@ -1,8 +1,9 @@
 //! `runtime serve` for llama-server's clients: its native `POST
 //! /completion` in its shape (greedy text equal to `/v1/completions`'),
 //! its streaming form (pieces, then the final object, no `[DONE]`), a
-//! sampling control this server lacks refused by name, and a 404 that
-//! names the routes there are.
+//! sampling control this server lacks refused by name, penalties in
+//! llama-server's spelling run (the same tokens from a speculating server
+//! as from a classic one), and a 404 that names the routes there are.
 
 use draftwise_tests::serve::Server;
 use serde_json::{Value, json};
@@ -51,8 +52,11 @@ fn llama_servers_completion_endpoint_answers_in_its_shape() {
     let streamed: String = pieces.iter().map(|p| p["content"].as_str().unwrap()).collect();
     assert_eq!(streamed, text);
     assert_eq!(last["tokens_predicted"], l["tokens_predicted"]);
-    // A penalty this server lacks: 400 naming it, not a silent drop.
-    let e = server.post("/completion", &json!({"prompt": prompt, "repeat_penalty": 1.1}));
+    // A sampler this server lacks: 400 naming it, not a silent drop; a
+    // penalty out of its range likewise.
+    let e = server.post("/completion", &json!({"prompt": prompt, "mirostat": 2}));
+    assert_eq!((e.status, e.error()["param"].as_str()), (400, Some("mirostat")), "{}", e.text());
+    let e = server.post("/completion", &json!({"prompt": prompt, "repeat_penalty": 0}));
     assert_eq!((e.status, e.error()["param"].as_str()), (400, Some("repeat_penalty")), "{}", e.text());
     // The OpenAI route without `model` says where a request without one goes.
     let e = server.post("/v1/completions", &json!({"prompt": prompt}));
@@ -64,5 +68,42 @@ fn llama_servers_completion_endpoint_answers_in_its_shape() {
     let m = e.error()["message"].as_str().unwrap().to_string();
     for route in ["POST /v1/chat/completions", "POST /completion", "GET /v1/models"] {
         assert!(m.contains(route), "{m}");
+    }
+}
+
+/// Penalties and min-p in llama-server's spelling on `/completion` and on
+/// `/v1/completions` (a llama.cpp name there asks for llama.cpp's window
+/// too, so both routes give the same text); they change the greedy text of
+/// a repetitive prompt, `generation_settings` echoes them, and a
+/// speculating server answers with the same text as a classic one.
+#[test]
+fn penalties_run_in_llama_servers_spelling_and_speculation_keeps_the_text() {
+    let classic = Server::start(&["--drafter", "none"]);
+    let spec = Server::start(&["--drafter", "ngram", "--draft-width", "4", "--ngram-min", "1"]);
+    let prompt = "one two three, one two three, one two three, one two three, one two";
+    let plain = classic.post("/completion", &json!({"prompt": prompt, "n_predict": 24, "temperature": 0})).json();
+    for penalties in [
+        json!({"repeat_penalty": 1.3, "frequency_penalty": 0.2, "min_p": 0.05}),
+        json!({"repeat_penalty": 1.1, "presence_penalty": 0.5, "repeat_last_n": -1}),
+        json!({"frequency_penalty": 0.2, "repeat_last_n": 256}),
+    ] {
+        let mut b = json!({"prompt": prompt, "n_predict": 24, "temperature": 0});
+        b.as_object_mut().unwrap().extend(penalties.as_object().unwrap().clone());
+        let l = classic.post("/completion", &b).json();
+        assert_ne!(l["content"], plain["content"], "{penalties}: the penalties changed nothing");
+        let g = &l["generation_settings"];
+        for (k, v) in penalties.as_object().unwrap() {
+            // f32 settings, echoed as llama-server does (0.2 reads 0.20000000298...).
+            assert!((g[k].as_f64().unwrap() - v.as_f64().unwrap()).abs() < 1e-6, "{k}: {g}");
+        }
+        let s = spec.post("/completion", &b).json();
+        assert_eq!(s["content"], l["content"], "{penalties}: speculating server differs");
+        assert!(!s["draftwise"]["speculative"].is_null(), "not speculative: {s}");
+        let mut o = b.clone();
+        o["model"] = json!(model());
+        o["max_tokens"] = json!(24);
+        o.as_object_mut().unwrap().remove("n_predict");
+        let o = spec.post("/v1/completions", &o).json();
+        assert_eq!(o["choices"][0]["text"], l["content"], "{penalties}: /v1/completions differs: {o}");
     }
 }
