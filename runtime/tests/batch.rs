@@ -80,7 +80,7 @@ fn sampling(i: usize, sampled: bool) -> SamplingParams {
     } else {
         SamplingParams::default()
     };
-    if i % 2 == 0 {
+    if i.is_multiple_of(2) {
         return base;
     }
     // Every other prompt penalized, alternating llama.cpp's window and vLLM's scopes.
