@@ -51,6 +51,12 @@
 //! into the widened nibbles once per chunk for all activation rows
 //! (`x86/interleaved_k.rs`).
 //!
+//! At 8-bit activations ([`crate::act8`], [`scalar8`]) the same tiles feed
+//! `vpdpbusd` (AVX2: `vpmaddubsw`): a `vpermw` of two chunks gives each
+//! lane four consecutive bytes of its row, and each activation row pays one
+//! instruction per 64 products and one or two FMAs per super-block
+//! (`x86/interleaved_k8.rs`).
+//!
 //! ## SIMD data flow (Q2_K, Q3_K)
 //!
 //! These keep GGUF's layout and the lane specification of [`scalar`]. Their
