@@ -130,7 +130,7 @@ impl Case {
     }
 
     fn inputs(&self) -> Vec<Input<'_>> {
-        self.xs.iter().zip(&self.qs).map(|(x, q)| Input { x, q: q.view() }).collect()
+        self.xs.iter().zip(&self.qs).map(|(x, q)| Input::new(x, q.view())).collect()
     }
 }
 

@@ -382,7 +382,7 @@ fn main() {
     let acts = amx::activations(tokens, cols, 11);
     let views: Vec<_> = acts.iter().map(|a| a.view()).collect();
     let x = vec![0f32; cols];
-    let inputs: Vec<Input> = views.iter().map(|q| Input { x: &x, q: *q }).collect();
+    let inputs: Vec<Input> = views.iter().map(|q| Input::new(&x, *q)).collect();
     let (lo, hi) = amx::split(&views, cols);
 
     let mut want = vec![0f32; tokens * rows];

@@ -13,6 +13,11 @@
 //! arithmetic, at the cost of twice the integer multiply work per weight;
 //! weight bytes read — what bounds decode — are unchanged.
 //!
+//! The K-quants (Q4_K, Q5_K, Q6_K) multiply 8-bit rows instead at the
+//! default [`crate::act8::Precision::Int8`] ([`crate::act8`]): docs/accuracy.md
+//! measures what that costs on the models that use them; these 16-bit rows
+//! serve every other format at both precisions.
+//!
 //! # Layout ([`ActRow`], viewed as [`QRow`])
 //!
 //! Blocks are stored in pairs `(2p, 2p+1)`, each pair one 64-byte-aligned

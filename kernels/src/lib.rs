@@ -4,6 +4,8 @@
 //!   `BlockQ4_1`, ...) and their scalar dequantization.
 //! - [`act`]: activation rows quantized to 16-bit blocks for integer dots
 //!   ([`act::ActRow`], viewed as [`act::QRow`]).
+//! - [`act8`]: the activation [`act8::Precision`] and 8-bit rows per 256
+//!   elements for the K-quants ([`act8::ActRow8`], viewed as [`act8::Q8Row`]).
 //! - [`matvec`]: quantized mat-vec ([`matvec::Matrix`], [`matvec::matvec_rows`],
 //!   [`matvec::matmul_rows`]), single- and multi-row, scalar specification
 //!   plus SIMD families.
@@ -16,6 +18,7 @@
 //!   and the thresholds that steer the multi-row pass.
 
 pub mod act;
+pub mod act8;
 pub mod attn;
 pub mod cuda;
 pub mod dispatch;

@@ -192,7 +192,7 @@ fn gpu_matvec_matches_the_cpu_scalar_reference_within_tolerance() {
                 act.quantize(&x);
             }
             let mut want = vec![0.0f32; rows];
-            matvec_rows(KernelFamily::SCALAR, &m, Input { x: &x, q: act.view() }, 0, &mut want);
+            matvec_rows(KernelFamily::SCALAR, &m, Input::new(&x, act.view()), 0, &mut want);
             let rb = ty.row_bytes(cols).unwrap();
             let mut w = vec![0.0f32; cols];
             for r in 0..rows {

@@ -14,6 +14,7 @@
 mod common;
 mod golden;
 
+use kernels::act8::Precision;
 use kernels::dispatch::KernelFamily;
 use runtime::engine::Engine;
 use runtime::model::Loaded;
@@ -48,6 +49,15 @@ const FLOAT64_TOLERANCE: f32 = 0.02;
 /// twice the measured difference above.
 const FLOAT64_NEAR_TIE: f32 = 0.02;
 
+/// The same at 8-bit activations for the Q4_K / Q6_K matrices (the default
+/// precision): measured at most 1.229, mean 0.211 over the 896 top-8 logits
+/// (2026-12-07; llama.cpp's move by up to 1.32). The bound leaves a margin.
+const FLOAT64_TOLERANCE_INT8: f32 = 1.5;
+
+/// Float64's own margin below which the 8-bit argmax is not checked: twice
+/// the measured difference above.
+const FLOAT64_NEAR_TIE_INT8: f32 = 2.5;
+
 fn model_path() -> PathBuf {
     match std::env::var_os("DRAFTWISE_TEST_GEMMA") {
         Some(p) => p.into(),
@@ -55,11 +65,26 @@ fn model_path() -> PathBuf {
     }
 }
 
+/// The engines at the default precision (8-bit activations for the
+/// K-quants), at 1 and 2 threads.
 fn engine(threads: usize) -> &'static Engine {
-    static E: [OnceLock<Engine>; 2] = [OnceLock::new(), OnceLock::new()];
-    E[threads - 1].get_or_init(|| {
-        Engine::new(runtime::model::load(&model_path()).expect("load gemma3-270m"), KernelFamily::best(), threads)
-            .unwrap()
+    engine_at(threads, Precision::Int8)
+}
+
+/// An engine at `precision`: 1 or 2 threads at int8, 1 thread at int16.
+fn engine_at(threads: usize, precision: Precision) -> &'static Engine {
+    static E: [OnceLock<Engine>; 3] = [OnceLock::new(), OnceLock::new(), OnceLock::new()];
+    let slot = match (threads, precision) {
+        (1, Precision::Int8) => 0,
+        (2, Precision::Int8) => 1,
+        (1, Precision::Int16) => 2,
+        other => panic!("no engine for {other:?}"),
+    };
+    E[slot].get_or_init(|| {
+        let mut loaded = runtime::model::load(&model_path()).expect("load gemma3-270m");
+        loaded.model.set_precision(precision);
+        assert!(loaded.model.precision_matters(), "the file's Q4_K / Q6_K matrices take 8-bit activations");
+        Engine::new(loaded, KernelFamily::best(), threads).unwrap()
     })
 }
 
@@ -117,7 +142,14 @@ fn greedy_continuations_and_first_logits_agree_with_llamacpp() {
 }
 
 #[test]
-fn the_capital_of_france_is_exact_maths_continuation() {
+fn greedy_continuations_and_first_logits_agree_with_llamacpp_at_int16() {
+    let g =
+        golden::Golden { name: "gemma3-270m int16", near_tie: NEAR_TIE, tolerance: LOGIT_TOLERANCE, min_compared: 20 };
+    golden::check_greedy(engine_at(1, Precision::Int16), reference(), &g);
+}
+
+#[test]
+fn the_capital_of_france_is_exact_maths_continuation_at_int16() {
     // llama.cpp: " the capital of the country of France. It is the largest
     // city in France." Its 16th token, ".", leads " and" by 0.114 only, and
     // in float64 " and" leads "." by 0.012 (reference/gemma3_numpy.py; the
@@ -128,7 +160,7 @@ fn the_capital_of_france_is_exact_maths_continuation() {
     let p = &reference()["greedy"][0];
     assert_eq!(p["id"], "capital");
     let prompt = tok.encode_prompt("The capital of France is").unwrap();
-    let g = engine(2).generate(&prompt, 16, &SamplingParams::default()).unwrap();
+    let g = engine_at(1, Precision::Int16).generate(&prompt, 16, &SamplingParams::default()).unwrap();
     let want = ids(&p["greedy_ids"]);
     assert_eq!(g.token_ids[..15], want[..15]);
     let exact = &float64()["prompts"][0];
@@ -137,6 +169,23 @@ fn the_capital_of_france_is_exact_maths_continuation() {
     assert_eq!(
         tok.decode(&g.token_ids).unwrap(),
         " the capital of the country of France. It is the largest city in France and"
+    );
+}
+
+/// At 8-bit activations the 16th token goes llama.cpp's way (".", which
+/// leads " and" by 0.114 there and trails it by 0.012 in float64): the
+/// activation rounding is llama.cpp's kind, and so is the near-tie's answer.
+#[test]
+fn the_capital_of_france_at_int8_is_llamacpps_continuation() {
+    let tok = &model().tokenizer;
+    let p = &reference()["greedy"][0];
+    assert_eq!(p["id"], "capital");
+    let prompt = tok.encode_prompt("The capital of France is").unwrap();
+    let g = engine(2).generate(&prompt, 16, &SamplingParams::default()).unwrap();
+    assert_eq!(g.token_ids[..], ids(&p["greedy_ids"])[..16]);
+    assert_eq!(
+        tok.decode(&g.token_ids).unwrap(),
+        " the capital of the country of France. It is the largest city in France."
     );
 }
 
@@ -187,22 +236,36 @@ fn float64() -> &'static Value {
 /// own margin is at least FLOAT64_NEAR_TIE.
 #[test]
 fn logits_agree_with_the_float64_reference_at_every_step() {
+    check_float64(engine_at(1, Precision::Int16), FLOAT64_TOLERANCE, FLOAT64_NEAR_TIE, 50);
+}
+
+/// As [`logits_agree_with_the_float64_reference_at_every_step`] at 8-bit
+/// activations, under the wider bounds the 8-bit rounding needs.
+#[test]
+fn int8_logits_agree_with_the_float64_reference_at_every_step() {
+    check_float64(engine(1), FLOAT64_TOLERANCE_INT8, FLOAT64_NEAR_TIE_INT8, 20);
+}
+
+fn check_float64(e: &Engine, tolerance: f32, near_tie: f32, min_checked: usize) {
     let mut worst = (0.0f32, String::new());
     let (mut argmax_checked, mut flips_at_ties) = (0, 0);
+    let (mut sum, mut count) = (0.0f64, 0usize);
     for p in float64()["prompts"].as_array().unwrap() {
         let id = p["id"].as_str().unwrap();
-        let logits = golden::teacher_forced(engine(1), &ids(&p["prompt_ids"]), &ids(&p["llamacpp_greedy_ids"]));
+        let logits = golden::teacher_forced(e, &ids(&p["prompt_ids"]), &ids(&p["llamacpp_greedy_ids"]));
         for s in p["steps"].as_array().unwrap() {
             let step = s["step"].as_u64().unwrap() as usize;
             for pair in s["float64_top8"].as_array().unwrap() {
                 let (t, exact) = (pair[0].as_u64().unwrap() as usize, pair[1].as_f64().unwrap() as f32);
                 let d = (logits[step][t] - exact).abs();
+                sum += d as f64;
+                count += 1;
                 if d > worst.0 {
                     worst = (d, format!("{id} step {step} token {t}: {} vs float64 {exact}", logits[step][t]));
                 }
             }
             let ours = argmax(&logits[step]) as u64;
-            if s["float64_margin"].as_f64().unwrap() as f32 >= FLOAT64_NEAR_TIE {
+            if s["float64_margin"].as_f64().unwrap() as f32 >= near_tie {
                 assert_eq!(ours, s["float64_argmax"].as_u64().unwrap(), "{id} step {step}: argmax");
                 argmax_checked += 1;
             } else if ours != s["float64_argmax"].as_u64().unwrap() {
@@ -211,10 +274,13 @@ fn logits_agree_with_the_float64_reference_at_every_step() {
         }
     }
     eprintln!(
-        "largest top-8 difference from float64: {} ({}); {argmax_checked} argmaxes checked, {flips_at_ties} near-ties \
-         went the other way",
-        worst.0, worst.1
+        "{}: largest top-8 difference from float64: {} ({}); mean {:.4} over {count}; {argmax_checked} argmaxes \
+         checked, {flips_at_ties} near-ties went the other way",
+        e.loaded.model.precision(),
+        worst.0,
+        worst.1,
+        sum / count as f64
     );
-    assert!(worst.0 <= FLOAT64_TOLERANCE, "largest difference {} over the tolerance: {}", worst.0, worst.1);
-    assert!(argmax_checked >= 50, "only {argmax_checked} steps checked");
+    assert!(worst.0 <= tolerance, "largest difference {} over the tolerance: {}", worst.0, worst.1);
+    assert!(argmax_checked >= min_checked, "only {argmax_checked} steps checked");
 }

@@ -51,6 +51,12 @@
 //! into the widened nibbles once per chunk for all activation rows
 //! (`x86/interleaved_k.rs`).
 //!
+//! At 8-bit activations ([`crate::act8`], [`scalar8`]) the same tiles feed
+//! `vpdpbusd` (AVX2: `vpmaddubsw`): a `vpermw` of two chunks gives each
+//! lane four consecutive bytes of its row, and each activation row pays one
+//! instruction per 64 products and one or two FMAs per super-block
+//! (`x86/interleaved_k8.rs`).
+//!
 //! ## SIMD data flow (Q2_K, Q3_K)
 //!
 //! These keep GGUF's layout and the lane specification of [`scalar`]. Their
@@ -74,10 +80,12 @@
 
 pub mod r16;
 pub mod scalar;
+pub mod scalar8;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 
 use crate::act::QRow;
+use crate::act8::Q8Row;
 use crate::dispatch::{self, FamilyKind, KernelFamily};
 use crate::quant::{
     BlockQ2K, BlockQ3K, BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ5_0, BlockQ5_1, BlockQ5K, BlockQ6K, BlockQ8_0, GgmlType,
@@ -203,15 +211,44 @@ impl<'a> Matrix<'a> {
     pub fn wants_quantized_input(&self) -> bool {
         !matches!(self.w, Weights::F32(_) | Weights::F16(_) | Weights::BF16(_))
     }
+
+    /// Whether this matrix multiplies 8-bit activations at
+    /// [`Precision::Int8`](crate::act8::Precision): Q4_K, Q5_K and Q6_K, in
+    /// either layout. (Q2_K / Q3_K and the non-K formats stay on 16 bits.)
+    pub fn takes_int8(&self) -> bool {
+        match self.w {
+            Weights::Q4K(_) | Weights::Q5K(_) | Weights::Q6K(_) => true,
+            Weights::R16(v) => matches!(v.fmt, r16::R16Format::K(_)),
+            _ => false,
+        }
+    }
 }
 
-/// One activation row in both forms: f32 (for f32 weights) and quantized
-/// (for block-quantized weights). `q` may be [`QRow::EMPTY`] when only f32
-/// matrices consume the row.
+/// One activation row in its forms: f32 (for f32 weights), quantized to
+/// 16 bits (for block-quantized weights) and, at
+/// [`Precision::Int8`](crate::act8::Precision), to 8 bits (for the K-quants).
+/// `q` may be [`QRow::EMPTY`] when no matrix consuming the row reads it, and
+/// `q8` is [`Q8Row::EMPTY`] unless the row is meant to meet the K-quants at
+/// 8 bits: a K-quant matrix ([`Matrix::takes_int8`]) multiplies `q8` when
+/// the inputs carry it and `q` otherwise, every other matrix `q`.
 #[derive(Clone, Copy, Debug)]
 pub struct Input<'a> {
     pub x: &'a [f32],
     pub q: QRow<'a>,
+    pub q8: Q8Row<'a>,
+}
+
+impl<'a> Input<'a> {
+    /// A row with its f32 and 16-bit forms (no 8-bit one).
+    pub fn new(x: &'a [f32], q: QRow<'a>) -> Self {
+        Input { x, q, q8: Q8Row::EMPTY }
+    }
+}
+
+/// Whether a product of `m` with `inputs` runs on the 8-bit rows: `m` is a
+/// K-quant and the (first) input carries its 8-bit row.
+fn uses_int8(m: &Matrix, inputs: &[Input]) -> bool {
+    m.takes_int8() && inputs.first().is_some_and(|i| i.q8.nsb > 0)
 }
 
 /// Computes output rows `row0 .. row0 + out.len()` of `m · input` with the
@@ -252,9 +289,12 @@ pub fn matmul_rows_with(
     assert_eq!(outs.len() % inputs.len(), 0, "outputs per input");
     let n = outs.len() / inputs.len();
     assert!(row0 + n <= m.rows, "rows out of range");
+    let int8 = uses_int8(m, inputs);
     for inp in inputs {
         assert_eq!(inp.x.len(), m.cols, "input length");
-        if m.wants_quantized_input() {
+        if int8 {
+            assert_eq!(inp.q8.nsb * crate::quant::QK_K, m.cols, "8-bit input length (every input or none)");
+        } else if m.wants_quantized_input() {
             assert_eq!(inp.q.nb * QK, m.cols, "quantized input length");
         }
     }
@@ -269,15 +309,20 @@ pub fn matmul_rows_with(
 
 /// Shapes checked; runs the family's kernel, or the scalar one.
 fn kernel(family: KernelFamily, m: &Matrix, inputs: &[Input], row0: usize, outs: &mut [f32]) {
+    let int8 = uses_int8(m, inputs);
     #[cfg(target_arch = "x86_64")]
-    if family.kind() != FamilyKind::Scalar {
+    if family.kind() != FamilyKind::Scalar && (!int8 || x86::has_int8_kernel(family)) {
         x86::matmul_rows(family, m, inputs, row0, outs);
         return;
     }
     let _ = family;
     let n = outs.len() / inputs.len();
     for (inp, out) in inputs.iter().zip(outs.chunks_exact_mut(n)) {
-        scalar::matvec_rows(m, *inp, row0, out);
+        if int8 {
+            scalar8::matvec_rows(m, *inp, row0, out);
+        } else {
+            scalar::matvec_rows(m, *inp, row0, out);
+        }
     }
 }
 

@@ -92,7 +92,7 @@ fn check_matrix(ty: GgmlType, raw: &[u8], rows: usize, cols: usize, x: &[f32]) {
     let m = Matrix::from_bytes(ty, bytes, rows, cols).unwrap();
     let mut q = ActRow::default();
     q.quantize(x);
-    let input = Input { x, q: q.view() };
+    let input = Input::new(x, q.view());
     let mut want = vec![0.0f32; rows];
     scalar::matvec_rows(&m, input, 0, &mut want);
 
@@ -273,7 +273,7 @@ fn quantized(xs: &[Vec<f32>]) -> Vec<ActRow> {
 fn assert_multi_row_equals_scalar(ty: GgmlType, m: &Matrix, xs: &[Vec<f32>]) {
     let rows = m.rows;
     let qs = quantized(xs);
-    let inputs: Vec<Input> = xs.iter().zip(&qs).map(|(x, q)| Input { x, q: q.view() }).collect();
+    let inputs: Vec<Input> = xs.iter().zip(&qs).map(|(x, q)| Input::new(x, q.view())).collect();
     let mut want = vec![0.0f32; inputs.len() * rows];
     for (inp, out) in inputs.iter().zip(want.chunks_exact_mut(rows)) {
         scalar::matvec_rows(m, *inp, 0, out);
@@ -416,7 +416,7 @@ fn every_family_equals_scalar_on_f16_and_bf16_at_awkward_lengths_and_alignments(
                 for fam in KernelFamily::all_supported() {
                     let m = Matrix::from_f16_bits(w, bf, 1, len);
                     let mut got = [0.0f32];
-                    matvec_rows(fam, &m, Input { x, q: QRow::EMPTY }, 0, &mut got);
+                    matvec_rows(fam, &m, Input::new(x, QRow::EMPTY), 0, &mut got);
                     assert_eq!(got[0].to_bits(), want.to_bits(), "{fam:?} bf16={bf} len {len} skew {skew}");
                 }
             }
@@ -438,7 +438,7 @@ fn every_family_equals_scalar_on_f32_at_awkward_lengths_and_alignments() {
             for fam in KernelFamily::all_supported() {
                 let m = Matrix::from_f32(a, 1, len);
                 let mut got = [0.0f32];
-                matvec_rows(fam, &m, Input { x: b, q: QRow::EMPTY }, 0, &mut got);
+                matvec_rows(fam, &m, Input::new(b, QRow::EMPTY), 0, &mut got);
                 assert_eq!(got[0].to_bits(), want.to_bits(), "{fam:?} len {len} skew {skew}");
             }
         }
@@ -457,7 +457,7 @@ fn check_multirow(ty: GgmlType, shapes: &[(usize, usize)]) {
         let m = Matrix::from_bytes(ty, as_bytes(&store, raw.len()), rows, cols).unwrap();
         let xs: Vec<Vec<f32>> = (0..17).map(|_| (0..cols).map(|_| rng.f32()).collect()).collect();
         let qs = quantized(&xs);
-        let all: Vec<Input> = xs.iter().zip(&qs).map(|(x, q)| Input { x, q: q.view() }).collect();
+        let all: Vec<Input> = xs.iter().zip(&qs).map(|(x, q)| Input::new(x, q.view())).collect();
         let row0 = rows / 3;
         let n = rows - row0;
         let packed = r16::Repacked::from_native(ty, &raw, rows, cols).unwrap();
@@ -517,4 +517,221 @@ fn from_bytes_refuses_wrong_lengths_and_columns() {
     // Odd float rows are fine: no block structure.
     let w = aligned(&bytes);
     assert!(matches!(Matrix::from_bytes(GgmlType::BF16, as_bytes(&w, 38), 1, 19).unwrap().w, Weights::BF16(_)));
+}
+
+// ---- 8-bit activations for the K-quants (`Precision::Int8`, `scalar8`) ----
+
+use crate::act8::ActRow8;
+
+/// A row in all three forms, as the runtime builds it at `Precision::Int8`.
+fn input8<'a>(x: &'a [f32], q: &'a ActRow, q8: &'a ActRow8) -> Input<'a> {
+    Input { x, q: q.view(), q8: q8.view() }
+}
+
+fn quantized8(xs: &[Vec<f32>]) -> Vec<ActRow8> {
+    xs.iter()
+        .map(|x| {
+            let mut q = ActRow8::default();
+            q.quantize(x);
+            q
+        })
+        .collect()
+}
+
+/// The 8-bit specification against f64 over the dequantized weights and
+/// the dequantized 8-bit activation, then every family (both layouts, a
+/// sub-range starting at row 1, one ending inside a group) against the
+/// specification bit for bit.
+fn check_matrix8(ty: GgmlType, raw: &[u8], rows: usize, cols: usize, x: &[f32]) {
+    let store = aligned(raw);
+    let m = Matrix::from_bytes(ty, as_bytes(&store, raw.len()), rows, cols).unwrap();
+    assert!(m.takes_int8());
+    let (mut q, mut q8) = (ActRow::default(), ActRow8::default());
+    q.quantize(x);
+    q8.quantize(x);
+    let input = input8(x, &q, &q8);
+    let mut want = vec![0.0f32; rows];
+    scalar8::matvec_rows(&m, input, 0, &mut want);
+    let v8 = q8.view();
+    let xq: Vec<f64> = (0..cols).map(|e| v8.d[e / QK_K] as f64 * v8.qs[e] as f64).collect();
+    let row_bytes = ty.row_bytes(cols).unwrap();
+    for r in 0..rows {
+        let mut wr = vec![0.0f32; cols];
+        dequantize_row(ty, &raw[r * row_bytes..(r + 1) * row_bytes], &mut wr).unwrap();
+        let exact: f64 = wr.iter().zip(&xq).map(|(&a, &b)| a as f64 * b).sum();
+        // The scaled sums before the min is subtracted bound the rounding.
+        let mag: f64 = wr.iter().zip(&xq).map(|(&a, &b)| (a as f64 * b).abs()).sum::<f64>()
+            + xq.iter().map(|b| b.abs()).sum::<f64>() * wr.iter().fold(0.0f64, |m, &a| m.max(a.abs() as f64));
+        let (got, tol) = (want[r] as f64, 1e-5 * mag + 1e-6);
+        assert!(
+            (got - exact).abs() <= tol || (got.is_nan() && exact.is_nan()) || (got.is_infinite() && got == exact),
+            "{ty:?} {rows}x{cols} row {r}: int8 spec {got} vs f64 {exact}"
+        );
+    }
+    let packed = r16::Repacked::from_native(ty, raw, rows, cols).unwrap().expect("K-quants repack");
+    for (layout, m) in [("gguf", m), ("r16", packed.matrix())] {
+        for fam in KernelFamily::all_supported() {
+            let mut got = vec![0.0f32; rows];
+            matvec_rows(fam, &m, input, 0, &mut got);
+            assert_eq!(bits(&got), bits(&want), "{ty:?} int8 {layout} {fam:?} {rows}x{cols}");
+            if rows > 2 {
+                let mut mid = vec![0.0f32; rows - 2];
+                matvec_rows(fam, &m, input, 1, &mut mid);
+                assert_eq!(bits(&mid), bits(&want[1..rows - 1]), "{ty:?} int8 {layout} {fam:?} rows 1..-1");
+            }
+        }
+    }
+}
+
+/// 8-bit activation rows at the extremes: all +127 (every element 1), all
+/// −127, signs alternating every `period`, one outlier that leaves the
+/// others at 0 or ±1, an all-zero row (d = 0), and a random one.
+fn extreme_inputs8(cols: usize, period: usize, rng: &mut Rng) -> Vec<Vec<f32>> {
+    let mut xs = extreme_inputs(cols, period, rng);
+    xs.push((0..cols).map(|i| if i % 97 == 5 { 1e4 } else { rng.f32() * 60.0 }).collect());
+    xs.push(vec![0.0; cols]);
+    xs
+}
+
+#[test]
+fn int8_every_family_equals_the_spec_on_k_quants_at_awkward_shapes() {
+    for ty in [GgmlType::Q4K, GgmlType::Q5K, GgmlType::Q6K] {
+        let mut rng = Rng(0x8B17 ^ ty.id() as u64);
+        for cols in k_cols() {
+            for &rows in ROWS {
+                let raw = random_weights(ty, rows, cols, &mut rng);
+                let x: Vec<f32> = (0..cols).map(|_| rng.f32() * 2.0).collect();
+                check_matrix8(ty, &raw, rows, cols, &x);
+            }
+        }
+    }
+}
+
+/// The extreme K-quant blocks of the 16-bit test (largest quants and
+/// scales, Q6_K scales of −128 and 127, zero quants under the largest
+/// mins, f16 scales from 65504 to subnormal) against the extreme 8-bit rows:
+/// the integer sums' worst case of `scalar8`'s overflow proof.
+#[test]
+fn int8_every_family_equals_the_spec_on_k_quants_at_extreme_values() {
+    let cols = 3 * QK_K;
+    let mut rng = Rng(0xE78);
+    let xs = extreme_inputs8(cols, 7, &mut rng);
+    for ty in [GgmlType::Q4K, GgmlType::Q5K, GgmlType::Q6K] {
+        let (raw, rows) = extreme_rows(ty, cols, &mut rng, |blk, r, pattern| match ty {
+            GgmlType::Q6K => {
+                blk[208..210].copy_from_slice(&extreme_f16(r));
+                for (k, s) in blk[192..208].iter_mut().enumerate() {
+                    *s = match pattern {
+                        0 => 0x7F,
+                        1 => 0x80,
+                        2 => [0x80, 0x7F][k % 2],
+                        _ => *s,
+                    };
+                }
+            }
+            _ => {
+                blk[0..2].copy_from_slice(&extreme_f16(r));
+                blk[2..4].copy_from_slice(&extreme_f16(r + 1));
+                if pattern == 1 {
+                    blk[4..16].fill(0xFF);
+                }
+            }
+        });
+        for x in &xs {
+            check_matrix8(ty, &raw, rows, cols, x);
+        }
+    }
+}
+
+/// A `W`-row call at 8 bits equals `W` single-row calls bit for bit, for
+/// W = 1..=17 (two passes of the widest width, plus one), both layouts,
+/// every family, a sub-range of rows; and the multi-row control agrees.
+#[test]
+fn int8_multi_row_passes_equal_single_row_calls_bit_for_bit_for_w_1_to_17() {
+    for ty in [GgmlType::Q4K, GgmlType::Q5K, GgmlType::Q6K] {
+        let mut rng = Rng(0x5EED8 ^ ty.id() as u64);
+        for (rows, cols) in [(1, QK_K), (3, QK_K), (9, 2 * QK_K), (17, 3 * QK_K), (40, 5 * QK_K)] {
+            let raw = random_weights(ty, rows, cols, &mut rng);
+            let store = aligned(&raw);
+            let m = Matrix::from_bytes(ty, as_bytes(&store, raw.len()), rows, cols).unwrap();
+            let packed = r16::Repacked::from_native(ty, &raw, rows, cols).unwrap().unwrap();
+            let xs: Vec<Vec<f32>> = (0..17).map(|_| (0..cols).map(|_| rng.f32()).collect()).collect();
+            let (qs, q8s) = (quantized(&xs), quantized8(&xs));
+            let all: Vec<Input> = (0..17).map(|i| input8(&xs[i], &qs[i], &q8s[i])).collect();
+            let row0 = rows / 3;
+            let n = rows - row0;
+            for fam in KernelFamily::all_supported() {
+                for m in [m, packed.matrix()] {
+                    let singles: Vec<Vec<f32>> = all
+                        .iter()
+                        .map(|inp| {
+                            let mut one = vec![0.0f32; n];
+                            matvec_rows(fam, &m, *inp, row0, &mut one);
+                            let mut spec = vec![0.0f32; n];
+                            scalar8::matvec_rows(&m, *inp, row0, &mut spec);
+                            assert_eq!(bits(&one), bits(&spec), "{ty:?} {fam:?} single row");
+                            one
+                        })
+                        .collect();
+                    for w in 1..=17 {
+                        for multirow in [true, false] {
+                            let mut outs = vec![f32::NAN; w * n];
+                            matmul_rows_with(fam, multirow, &m, &all[..w], row0, &mut outs);
+                            for (i, one) in singles.iter().take(w).enumerate() {
+                                assert_eq!(
+                                    bits(&outs[i * n..(i + 1) * n]),
+                                    bits(one),
+                                    "{ty:?} int8 {fam:?} {rows}x{cols} W={w} row {i} multirow={multirow}"
+                                );
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// At `Precision::Int8` only the K-quants read the 8-bit row: a Q4_1 (or
+/// any other) matrix given inputs that carry one computes exactly what it
+/// computes without, so SmolLM2's numbers cannot move.
+#[test]
+fn int8_rows_leave_non_k_formats_on_the_16_bit_path() {
+    let mut rng = Rng(0x16B1);
+    let cols = 2 * QK_K;
+    let xs: Vec<Vec<f32>> = (0..3).map(|_| (0..cols).map(|_| rng.f32()).collect()).collect();
+    let (qs, q8s) = (quantized(&xs), quantized8(&xs));
+    for ty in [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q8_0, GgmlType::Q2K, GgmlType::Q3K] {
+        let raw = random_weights(ty, 19, cols, &mut rng);
+        let store = aligned(&raw);
+        let m = Matrix::from_bytes(ty, as_bytes(&store, raw.len()), 19, cols).unwrap();
+        assert!(!m.takes_int8(), "{ty:?}");
+        for fam in KernelFamily::all_supported() {
+            let with: Vec<Input> = (0..3).map(|i| input8(&xs[i], &qs[i], &q8s[i])).collect();
+            let without: Vec<Input> = (0..3).map(|i| Input::new(&xs[i], qs[i].view())).collect();
+            let (mut a, mut b) = (vec![0.0f32; 3 * 19], vec![0.0f32; 3 * 19]);
+            matmul_rows_with(fam, true, &m, &with, 0, &mut a);
+            matmul_rows_with(fam, true, &m, &without, 0, &mut b);
+            assert_eq!(bits(&a), bits(&b), "{ty:?} {fam:?}");
+        }
+    }
+}
+
+/// The two precisions are different computations (the 8-bit one is not the
+/// 16-bit one in disguise) and both stay close to each other on a K-quant.
+#[test]
+fn int8_and_int16_differ_slightly_on_a_k_quant() {
+    let mut rng = Rng(0xD1FF);
+    let (rows, cols) = (32, 4 * QK_K);
+    let raw = random_weights(GgmlType::Q4K, rows, cols, &mut rng);
+    let store = aligned(&raw);
+    let m = Matrix::from_bytes(GgmlType::Q4K, as_bytes(&store, raw.len()), rows, cols).unwrap();
+    let x: Vec<f32> = (0..cols).map(|_| rng.f32()).collect();
+    let (qs, q8s) = (quantized(std::slice::from_ref(&x)), quantized8(std::slice::from_ref(&x)));
+    let (mut a, mut b) = (vec![0.0f32; rows], vec![0.0f32; rows]);
+    matvec_rows(KernelFamily::best(), &m, input8(&x, &qs[0], &q8s[0]), 0, &mut a);
+    matvec_rows(KernelFamily::best(), &m, Input::new(&x, qs[0].view()), 0, &mut b);
+    assert_ne!(bits(&a), bits(&b));
+    let scale = b.iter().fold(0.0f32, |s, v| s.max(v.abs()));
+    assert!(a.iter().zip(&b).all(|(p, q)| (p - q).abs() <= 0.05 * scale), "{a:?} vs {b:?}");
 }

@@ -19,6 +19,7 @@ use super::weights::{LayerWeights, ModelWeights, WeightMatrix};
 pub use super::{ForwardError, LogitRows};
 use crate::pool::{self, Pool};
 use kernels::act::{ActRow, QRow};
+use kernels::act8::{ActRow8, Precision, Q8Row};
 use kernels::attn::{self, KvLayer};
 use kernels::dispatch::KernelFamily;
 use kernels::matvec::{Input, matmul_rows};
@@ -31,6 +32,9 @@ use kernels::quant::F16;
 pub struct Model {
     pub config: ModelConfig,
     pub weights: ModelWeights,
+    /// The activation format the K-quant matrices multiply on the CPU
+    /// ([`Model::set_precision`]); CUDA passes ignore it.
+    precision: Precision,
     /// Set by [`Model::attach_cuda`]: forward passes run on this device.
     #[cfg(feature = "cuda")]
     pub cuda: Option<std::sync::Arc<super::cuda::CudaModel>>,
@@ -410,12 +414,12 @@ fn grown(v: &mut Vec<f32>, len: usize) -> &mut [f32] {
 /// pool chunk when there are several rows (a verify block or a prefill),
 /// since quantization is otherwise serial work between two sections. Each
 /// row's quants are a function of that row alone.
-fn quantize_rows(pool: &Pool, x: &[f32], width: usize, q: &mut Vec<ActRow>) {
+fn quantize_rows<T: Default + Send>(pool: &Pool, x: &[f32], width: usize, q: &mut Vec<T>, f: fn(&mut T, &[f32])) {
     let n = x.len() / width;
-    q.resize_with(n, ActRow::default);
+    q.resize_with(n, T::default);
     if n == 1 || pool.threads() == 1 {
         for (row, qr) in x.chunks_exact(width).zip(q.iter_mut()) {
-            qr.quantize(row);
+            f(qr, row);
         }
         return;
     }
@@ -424,15 +428,61 @@ fn quantize_rows(pool: &Pool, x: &[f32], width: usize, q: &mut Vec<ActRow>) {
         // SAFETY: chunk i alone touches q[i] (i < n = q.len()), and `q`
         // outlives the section.
         let qr = unsafe { &mut *rows.ptr().add(i) };
-        qr.quantize(&x[i * width..(i + 1) * width]);
+        f(qr, &x[i * width..(i + 1) * width]);
     });
 }
 
-fn inputs<'a>(x: &'a [f32], width: usize, q: &'a [ActRow], quantized: bool) -> Vec<Input<'a>> {
+/// Which quantized forms of one input the matrices reading it need: the
+/// 16-bit rows for every quantized matrix that does not take 8 bits at this
+/// precision, the 8-bit rows for the K-quants at [`Precision::Int8`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Forms {
+    q16: bool,
+    q8: bool,
+}
+
+impl Forms {
+    fn of(precision: Precision, mats: &[&WeightMatrix]) -> Self {
+        let int8 = precision == Precision::Int8;
+        let (mut q16, mut q8) = (false, false);
+        for m in mats.iter().map(|w| w.matrix()) {
+            if int8 && m.takes_int8() {
+                q8 = true;
+            } else if m.wants_quantized_input() {
+                q16 = true;
+            }
+        }
+        Forms { q16, q8 }
+    }
+}
+
+/// Quantizes each row of `x` (rows × `width`) into the forms `forms` asks
+/// for, each once ([`quantize_rows`]).
+fn quantize_input(pool: &Pool, x: &[f32], width: usize, forms: Forms, xq: &mut QuantRows) {
+    if forms.q16 {
+        quantize_rows(pool, x, width, &mut xq.q16, ActRow::quantize);
+    }
+    if forms.q8 {
+        quantize_rows(pool, x, width, &mut xq.q8, ActRow8::quantize);
+    }
+}
+
+fn inputs<'a>(x: &'a [f32], width: usize, xq: &'a QuantRows, forms: Forms) -> Vec<Input<'a>> {
     x.chunks_exact(width)
         .enumerate()
-        .map(|(i, row)| Input { x: row, q: if quantized { q[i].view() } else { QRow::EMPTY } })
+        .map(|(i, row)| Input {
+            x: row,
+            q: if forms.q16 { xq.q16[i].view() } else { QRow::EMPTY },
+            q8: if forms.q8 { xq.q8[i].view() } else { Q8Row::EMPTY },
+        })
         .collect()
+}
+
+/// The quantized rows of the current matrices' input, reused by every layer.
+#[derive(Default)]
+struct QuantRows {
+    q16: Vec<ActRow>,
+    q8: Vec<ActRow8>,
 }
 
 impl Model {
@@ -440,9 +490,32 @@ impl Model {
         Model {
             config,
             weights,
+            precision: Precision::default(),
             #[cfg(feature = "cuda")]
             cuda: None,
         }
+    }
+
+    /// Chooses the activation format of the K-quant matrices for every
+    /// later CPU pass: set it before the first forward pass of a session (a
+    /// session whose cache was filled at one precision and continued at the
+    /// other holds keys and values of both).
+    pub fn set_precision(&mut self, precision: Precision) {
+        self.precision = precision;
+    }
+
+    /// The activation precision CPU passes run at.
+    pub fn precision(&self) -> Precision {
+        self.precision
+    }
+
+    /// Whether the precision changes any product: some matrix the passes
+    /// read is a K-quant that takes 8-bit activations at
+    /// [`Precision::Int8`]. Otherwise both precisions run the same numbers.
+    pub fn precision_matters(&self) -> bool {
+        let w = &self.weights;
+        let layers = w.layers.iter().flat_map(|l| [&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down]);
+        layers.chain([w.head()]).any(|m| m.matrix().takes_int8())
     }
 
     /// Uploads the weights to `dev`; every later forward pass runs there.
@@ -597,11 +670,9 @@ impl Model {
         }
         // A group of matrices reading one input may mix formats (Gemma
         // files: Q5_0 queries, Q8_0 values); f32 ones ignore the quants.
-        let quantized = [&lw.wq, &lw.wk, &lw.wv].iter().any(|m| m.matrix().wants_quantized_input());
-        if quantized {
-            quantize_rows(pool, xn, d, xq);
-        }
-        let ins = inputs(xn, d, xq, quantized);
+        let forms = Forms::of(self.precision, &[&lw.wq, &lw.wk, &lw.wv]);
+        quantize_input(pool, xn, d, forms, xq);
+        let ins = inputs(xn, d, xq, forms);
         par_matmul(
             pool,
             family,
@@ -652,11 +723,9 @@ impl Model {
             .collect();
         let window = if layer.local { c.block.sliding.map(|sl| sl.window) } else { None };
         self.attend(family, pool, &caches, spans, window, q, att);
-        let quantized = lw.wo.matrix().wants_quantized_input();
-        if quantized {
-            quantize_rows(pool, att, qd, xq);
-        }
-        par_matmul(pool, family, &mut [(&lw.wo, proj.as_mut_slice())], &inputs(att, qd, xq, quantized));
+        let forms = Forms::of(self.precision, &[&lw.wo]);
+        quantize_input(pool, att, qd, forms, xq);
+        par_matmul(pool, family, &mut [(&lw.wo, proj.as_mut_slice())], &inputs(att, qd, xq, forms));
         post_norm(family, lw.extra.post_attn.as_deref(), c.rms_eps, proj, xn);
         for (a, b) in x.iter_mut().zip(proj.iter()) {
             *a += b;
@@ -741,17 +810,13 @@ impl Model {
         for (xr, or) in x.chunks_exact(d).zip(xn.chunks_exact_mut(d)) {
             ops::rmsnorm(family, xr, &lw.ffn_norm, c.rms_eps, or);
         }
-        let quantized = [&lw.w_gate, &lw.w_up].iter().any(|m| m.matrix().wants_quantized_input());
-        if quantized {
-            quantize_rows(pool, xn, d, xq);
-        }
-        let ins = inputs(xn, d, xq, quantized);
+        let forms = Forms::of(self.precision, &[&lw.w_gate, &lw.w_up]);
+        quantize_input(pool, xn, d, forms, xq);
+        let ins = inputs(xn, d, xq, forms);
         par_glu(pool, family, c.block.ffn, &lw.w_gate, &lw.w_up, &ins, gate);
-        let quantized = lw.w_down.matrix().wants_quantized_input();
-        if quantized {
-            quantize_rows(pool, gate, c.ffn_dim, xq);
-        }
-        par_matmul(pool, family, &mut [(&lw.w_down, proj.as_mut_slice())], &inputs(gate, c.ffn_dim, xq, quantized));
+        let forms = Forms::of(self.precision, &[&lw.w_down]);
+        quantize_input(pool, gate, c.ffn_dim, forms, xq);
+        par_matmul(pool, family, &mut [(&lw.w_down, proj.as_mut_slice())], &inputs(gate, c.ffn_dim, xq, forms));
         post_norm(family, lw.extra.post_ffn.as_deref(), c.rms_eps, proj, xn);
         for (a, b) in x.iter_mut().zip(proj.iter()) {
             *a += b;
@@ -767,7 +832,7 @@ impl Model {
         x: &[f32],
         spans: &Spans,
         segs: &[Segment<'_>],
-        xq: &mut Vec<ActRow>,
+        xq: &mut QuantRows,
     ) -> Vec<Vec<f32>> {
         let (c, w) = (&self.config, &self.weights);
         let d = c.dim;
@@ -788,12 +853,10 @@ impl Model {
             ops::rmsnorm(family, &x[r * d..(r + 1) * d], &w.out_norm, c.rms_eps, or);
         }
         let head = w.head();
-        let quantized = head.matrix().wants_quantized_input();
-        if quantized {
-            quantize_rows(pool, &xf, d, xq);
-        }
+        let forms = Forms::of(self.precision, &[head]);
+        quantize_input(pool, &xf, d, forms, xq);
         let mut logits = vec![0.0f32; m * c.vocab];
-        par_matmul(pool, family, &mut [(head, logits.as_mut_slice())], &inputs(&xf, d, xq, quantized));
+        par_matmul(pool, family, &mut [(head, logits.as_mut_slice())], &inputs(&xf, d, xq, forms));
         if counts.len() == 1 {
             return vec![logits];
         }
@@ -867,7 +930,7 @@ struct PassBuffers {
     /// A normed copy of the residual stream, `(n, dim)`.
     xn: Vec<f32>,
     /// The quantized rows of the current matrices' input.
-    xq: Vec<ActRow>,
+    xq: QuantRows,
     q: Vec<f32>,
     k: Vec<f32>,
     v: Vec<f32>,
@@ -885,7 +948,7 @@ impl PassBuffers {
         let (d, qd, kvd) = (c.dim, c.q_dim(), c.kv_dim());
         PassBuffers {
             xn: vec![0.0; n * d],
-            xq: Vec::new(),
+            xq: QuantRows::default(),
             q: vec![0.0; n * qd],
             k: vec![0.0; n * kvd],
             v: vec![0.0; n * kvd],

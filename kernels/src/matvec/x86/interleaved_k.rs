@@ -47,11 +47,11 @@ use crate::matvec::r16::k::KFormat;
 use std::arch::x86_64::*;
 
 /// Format tags of the const-generic kernels.
-const Q4K: u8 = 0;
-const Q5K: u8 = 1;
-const Q6K: u8 = 2;
+pub(super) const Q4K: u8 = 0;
+pub(super) const Q5K: u8 = 1;
+pub(super) const Q6K: u8 = 2;
 
-const fn fmt_of(f: u8) -> KFormat {
+pub(super) const fn fmt_of(f: u8) -> KFormat {
     match f {
         Q4K => KFormat::Q4K,
         Q5K => KFormat::Q5K,
@@ -61,7 +61,7 @@ const fn fmt_of(f: u8) -> KFormat {
 
 /// The 32-element block that a Q6_K `ql` quarter's low nibbles belong to
 /// (its high nibbles: two blocks on).
-const Q6K_LOW_BLOCK: [usize; 4] = [0, 1, 4, 5];
+pub(super) const Q6K_LOW_BLOCK: [usize; 4] = [0, 1, 4, 5];
 
 /// Picks the const-generic instance for (family, format, width).
 ///
@@ -103,7 +103,7 @@ pub(super) unsafe fn run_pass(family: KernelFamily, fmt: KFormat, w: usize, pass
 /// (`prefetcht2`), if it lies before `end`: why L2 and one tile, in the
 /// module docs.
 #[inline(always)]
-fn prefetch_next_tile(t: *const u8, tb: usize, end: *const u8) {
+pub(super) fn prefetch_next_tile(t: *const u8, tb: usize, end: *const u8) {
     let next = t.wrapping_add(tb);
     let mut off = 0;
     while off < tb {
@@ -161,7 +161,7 @@ macro_rules! unroll {
 /// # Safety
 /// Sixteen bytes at `p` are readable.
 #[inline(always)]
-unsafe fn plane(p: *const u8) -> __m128i {
+pub(super) unsafe fn plane(p: *const u8) -> __m128i {
     // SAFETY: forwarded from the caller.
     unsafe { _mm_loadu_si128(p.cast()) }
 }
@@ -173,7 +173,7 @@ unsafe fn plane(p: *const u8) -> __m128i {
 /// # Safety
 /// SSE2; the 192 plane bytes at `p` are readable.
 #[inline(always)]
-unsafe fn scale_min_bytes(p: *const u8, j: usize) -> (__m128i, __m128i) {
+pub(super) unsafe fn scale_min_bytes(p: *const u8, j: usize) -> (__m128i, __m128i) {
     // SAFETY: every plane index is below 12.
     unsafe {
         let at = |k: usize| plane(p.add(16 * k));
@@ -191,7 +191,7 @@ unsafe fn scale_min_bytes(p: *const u8, j: usize) -> (__m128i, __m128i) {
 
 /// `v` shifted left by `n` bits (right by `-n` when negative), per 16-bit lane.
 #[inline(always)]
-fn shift512(v: __m512i, n: i32) -> __m512i {
+pub(super) fn shift512(v: __m512i, n: i32) -> __m512i {
     // SAFETY: the callers run with AVX-512 BW enabled (their target features).
     unsafe {
         if n >= 0 { _mm512_sll_epi16(v, _mm_cvtsi32_si128(n)) } else { _mm512_srl_epi16(v, _mm_cvtsi32_si128(-n)) }
@@ -200,7 +200,7 @@ fn shift512(v: __m512i, n: i32) -> __m512i {
 
 /// As [`shift512`], on 256 bits.
 #[inline(always)]
-fn shift256(v: __m256i, n: i32) -> __m256i {
+pub(super) fn shift256(v: __m256i, n: i32) -> __m256i {
     // SAFETY: the callers run with AVX2 enabled (their target features).
     unsafe {
         if n >= 0 { _mm256_sll_epi16(v, _mm_cvtsi32_si128(n)) } else { _mm256_srl_epi16(v, _mm_cvtsi32_si128(-n)) }

@@ -9,6 +9,8 @@
 //!   ([`crate::matvec::r16`]), through the group driver here
 //!   ([`matmul_r16`]; GGUF-layout matrices are repacked a group at a time
 //!   on the way, [`matmul_native`]);
+//! - at 8-bit activations the K-quants run [`interleaved_k8`] on the same
+//!   tiles;
 //! - Q2_K and Q3_K keep GGUF's layout ([`q2k_q3k`], in row tiles here);
 //! - F16 and BF16 widen in [`half`], f32 in [`dot_f32`].
 //!
@@ -22,14 +24,12 @@
 mod dot_f32;
 mod half;
 mod interleaved_k;
+mod interleaved_k8;
 mod interleaved_q4_q8;
 mod interleaved_q5;
 mod q2k_q3k;
 mod shared;
 
-pub(super) use dot_f32::{dot_f32_avx2, dot4_f32_avx2};
-use q2k_q3k::{rows_k23_avx2, rows_k23_avx512};
-use shared::{Pass, Q2K, Q3K, Tile, block_bytes};
 use crate::dispatch::{
     AVX2_MAX_ROWS, AVX512_MAX_ROWS, FamilyKind, KernelFamily, ROW_TILE, interleaved_rows, max_rows_per_pass,
 };
@@ -37,6 +37,17 @@ use crate::matvec::r16::k::KFormat;
 use crate::matvec::r16::{GROUP, R16, R16Format, repack_group};
 use crate::matvec::{Input, Matrix, Weights};
 use crate::quant::QK_K;
+pub(super) use dot_f32::{dot_f32_avx2, dot4_f32_avx2};
+use q2k_q3k::{rows_k23_avx2, rows_k23_avx512};
+use shared::{Pass, Q2K, Q3K, Tile, block_bytes};
+
+/// Whether `family` has 8-bit-activation kernels for the K-quants
+/// ([`interleaved_k8`]); a family without them runs the scalar
+/// specification ([`crate::matvec::scalar8`]) at 8 bits. Every x86 family
+/// has them.
+pub(super) fn has_int8_kernel(family: KernelFamily) -> bool {
+    matches!(family.kind(), FamilyKind::Avx2 | FamilyKind::Avx512Vnni)
+}
 
 /// Runs the family's kernel for `m`: every x86 family has one for every
 /// format. `outs` is (inputs.len(), n) with `n = outs.len() / inputs.len()`;
@@ -271,7 +282,13 @@ unsafe fn run_interleaved_pass(family: KernelFamily, fmt: R16Format, w: usize, p
     if fmt.has_high_bits() {
         unsafe { interleaved_q5::run_pass(family, fmt, w, pass) }
     } else if let R16Format::K(kf) = fmt {
-        unsafe { interleaved_k::run_pass(family, kf, w, pass) }
+        // The inputs carry 8-bit rows only when the call runs at 8 bits
+        // (`matvec::uses_int8`), and then all of them do.
+        if pass.xs[0].q8.nsb > 0 {
+            unsafe { interleaved_k8::run_pass(family, kf, w, pass) }
+        } else {
+            unsafe { interleaved_k::run_pass(family, kf, w, pass) }
+        }
     } else {
         unsafe { interleaved_q4_q8::run_pass(family, fmt, w, pass) }
     }
