@@ -49,6 +49,11 @@ impl Drafting {
         }
     }
 
+    /// "width 5", "the adaptive draft length (up to 8)", or "off".
+    pub fn label(d: Option<Drafting>) -> String {
+        d.map_or_else(|| "off".to_string(), |d| d.to_string())
+    }
+
     /// The two fields back: (`width`, `adaptive`); `None` is off.
     pub fn fields(d: Option<Drafting>) -> (Option<Width>, bool) {
         (d.map(Drafting::max), d.is_some_and(Drafting::is_adaptive))

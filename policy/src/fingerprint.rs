@@ -97,6 +97,12 @@ pub const VERIFY_PATH: &[Part] = &[
     part("kernels/src/lib.rs", Devices::All, "the kernel crate's module tree and shared helpers"),
     part("kernels/src/dispatch.rs", Devices::All, "chooses the kernel family and the multi-row switch"),
     part("kernels/src/act.rs", Devices::All, "activation quantization, paid once per verify row"),
+    format_part(
+        "kernels/src/act8.rs",
+        Devices::Cpu,
+        K_QUANTS,
+        "8-bit activation quantization for the K-quants (--precision int8), paid once per verify row",
+    ),
     part("kernels/src/ops/mod.rs", Devices::All, "the ops' module tree and the dot product they share"),
     part("kernels/src/ops/norm.rs", Devices::All, "RMSNorm of every row"),
     part("kernels/src/ops/rope.rs", Devices::All, "RoPE of every row"),
@@ -108,6 +114,12 @@ pub const VERIFY_PATH: &[Part] = &[
     part("kernels/src/matvec/mod.rs", Devices::All, "the mat-vec entry points and the multi-row dispatch"),
     // kernels, CPU
     part("kernels/src/matvec/scalar.rs", Devices::Cpu, "the scalar kernel family (and the specification)"),
+    format_part(
+        "kernels/src/matvec/scalar8.rs",
+        Devices::Cpu,
+        K_QUANTS,
+        "the scalar K-quant products against 8-bit activations (and their specification)",
+    ),
     format_part(
         "kernels/src/matvec/r16.rs",
         Devices::Cpu,
@@ -148,6 +160,12 @@ pub const VERIFY_PATH: &[Part] = &[
         K_QUANTS,
         "x86_64 kernels of the row-interleaved K-quants",
     ),
+    format_part(
+        "kernels/src/matvec/x86/interleaved_k8.rs",
+        Devices::CpuX86,
+        K_QUANTS,
+        "x86_64 kernels of the row-interleaved K-quants against 8-bit activations (--precision int8)",
+    ),
     format_part("kernels/src/matvec/x86/q2k_q3k.rs", Devices::CpuX86, Q2K_Q3K, "x86_64 kernels of Q2_K and Q3_K"),
     format_part("kernels/src/matvec/x86/half.rs", Devices::CpuX86, HALF, "x86_64 kernels of F16 and BF16 matrices"),
     // kernels, CUDA
@@ -166,6 +184,7 @@ pub const VERIFY_PATH: &[Part] = &[
     part("runtime/src/pool.rs", Devices::All, "the thread pool every multi-threaded kernel runs on"),
     part("runtime/src/engine.rs", Devices::All, "the engine and the classic loop the ratio divides by"),
     part("runtime/src/sampling.rs", Devices::All, "sampling over the vocabulary, once per emitted token"),
+    part("runtime/src/penalty.rs", Devices::All, "repetition penalties over the history, once per verified row"),
     part("runtime/src/request.rs", Devices::All, "one request decoded classic or speculative"),
     part("runtime/src/batch.rs", Devices::All, "which sequences' rows share each pass of the server's batches"),
     part(

@@ -1,7 +1,8 @@
 //! The policy key: everything a measured width depended on, as one type.
 //!
 //! [`PolicyKey`] is (drafter kind, device class, host class, target
-//! quantization class, target model, CPU threads). Its `Display` is the
+//! quantization class, activation precision, target model, CPU threads,
+//! concurrency). Its `Display` is the
 //! phrase every message uses (`ngram on cpu:x86_64-avx512vnni (amd-zen4) with
 //! a q4_1 llama 134.5M target at 2 threads`). Two keys differ exactly when
 //! their phrases do.
@@ -14,7 +15,15 @@
 //!   things about a model that set what a verify pass reads. Two files of
 //!   one model class (a fine-tune and its base, the same weights under
 //!   another name) share a key; the entry names the file it measured.
+//! - the activation precision ([`Precision`]) of the K-quant matrices, on
+//!   CPU device classes and targets with K-quant matrices only (elsewhere
+//!   both precisions run the same numbers, and the key has none).
 //! - the thread count, on CPU device classes only.
+//! - the concurrency: how many sequences a server decoded at once when the
+//!   width was measured (`tuner sweep --served --concurrency N`); 1 for an
+//!   idle server and for `generate`. An entry at concurrency `N` above 1 is
+//!   a *bucket*: the runtime uses it for the steps where at least `N`
+//!   sequences run (`Resolver::ladder`), never as a run's own key.
 
 use crate::host::HostClass;
 use crate::kind::DrafterKind;
@@ -24,6 +33,71 @@ use std::fmt;
 /// The most CPU threads a key may name (a bound on a typed number; real
 /// hosts have far fewer).
 pub const MAX_THREADS: usize = 4096;
+
+/// The most concurrent sequences a key may name: `runtime serve
+/// --parallel`'s bound.
+pub const MAX_CONCURRENCY: usize = 256;
+
+/// The activation precision the K-quant matrices multiply (issue 56):
+/// `int8` (8-bit activations, llama.cpp's `Q8_K` numerics; the runtime's
+/// default) or `int16` (16-bit activations, closer to float64). An entry
+/// measured at one does not apply to the other.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Precision {
+    Int8,
+    Int16,
+}
+
+impl Precision {
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Precision::Int8 => "int8",
+            Precision::Int16 => "int16",
+        }
+    }
+
+    /// `int8` or `int16`; the error names both.
+    pub fn parse(s: &str) -> Result<Precision, String> {
+        match s {
+            "int8" => Ok(Precision::Int8),
+            "int16" => Ok(Precision::Int16),
+            other => Err(format!("{other:?} is not an activation precision: give \"int8\" or \"int16\"")),
+        }
+    }
+}
+
+impl fmt::Display for Precision {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The weight formats whose products the activation precision changes
+/// (lowercase ggml names): a target with none of them has no precision in
+/// its key.
+pub const PRECISION_FORMATS: &[&str] = &["q4_k", "q5_k", "q6_k"];
+
+/// Whether a target of these weight formats has a precision in its key.
+pub fn precision_applies<S: AsRef<str>>(formats: &[S]) -> bool {
+    formats.iter().any(|f| PRECISION_FORMATS.contains(&f.as_ref()))
+}
+
+/// The key's precision for a run on a CPU (`cpu`) or not, of a target of
+/// `formats`, that reported `reported`: `None` where the precision changes
+/// nothing; where it does, the reported one, and 16 bits when none was
+/// reported (a table entry, an event or a record from before 8-bit
+/// activations, when 16 bits was the only precision).
+pub fn key_precision<S: AsRef<str>>(
+    cpu: bool,
+    formats: &[S],
+    reported: Option<&str>,
+) -> Result<Option<Precision>, String> {
+    if !(cpu && precision_applies(formats)) {
+        return Ok(None);
+    }
+    reported.map_or(Ok(Precision::Int16), Precision::parse).map(Some)
+}
 
 /// Which kernels run: `cpu:<arch>-<kernel family>` (`cpu:x86_64-avx512vnni`,
 /// `cpu:aarch64-neon`) or `cuda:sm_<digits>[a-z]` (`cuda:sm_90a`).
@@ -137,9 +211,15 @@ pub struct PolicyKey {
     pub host: HostClass,
     /// The target's quantization class (`q4_1`, `nvfp4`, ...).
     pub quant: String,
+    /// The K-quant matrices' activation precision; `None` where it changes
+    /// nothing (no K-quant matrix, or a CUDA device).
+    pub precision: Option<Precision>,
     pub model: ModelClass,
     /// CPU worker threads; `None` on CUDA device classes.
     pub threads: Option<usize>,
+    /// Sequences decoding at once when measured: 1 (an idle server,
+    /// `generate`) or a bucket above it (module docs).
+    pub concurrency: usize,
 }
 
 /// `a q4_1`, `an nvfp4`: the article English uses before a class name read
@@ -158,6 +238,11 @@ pub fn article(class: &str) -> &'static str {
     if an { "an" } else { "a" }
 }
 
+/// `, 4 sequences at once`, or nothing at concurrency 1.
+pub fn at_concurrency(concurrency: usize) -> String {
+    if concurrency > 1 { format!(", {concurrency} sequences at once") } else { String::new() }
+}
+
 /// ` at 2 threads`, ` at 1 thread`, or nothing (a CUDA key).
 pub fn at_threads(threads: Option<usize>) -> String {
     match threads {
@@ -174,7 +259,14 @@ impl PolicyKey {
         self.drafter == other.drafter
             && self.device == other.device
             && self.quant == other.quant
+            && self.precision == other.precision
             && self.threads == other.threads
+            && self.concurrency == other.concurrency
+    }
+
+    /// This key at `concurrency` sequences at once.
+    pub fn at(&self, concurrency: usize) -> PolicyKey {
+        PolicyKey { concurrency, ..self.clone() }
     }
 }
 
@@ -182,14 +274,16 @@ impl fmt::Display for PolicyKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "{} on {} ({}) with {} {} {} target{}",
+            "{} on {} ({}) with {} {} {} target{}{}{}",
             self.drafter,
             self.device,
             self.host,
             article(&self.quant),
             self.quant,
             self.model,
-            at_threads(self.threads)
+            self.precision.map_or(String::new(), |p| format!(" ({p} activations)")),
+            at_threads(self.threads),
+            at_concurrency(self.concurrency)
         )
     }
 }
@@ -204,8 +298,10 @@ mod tests {
             device: DeviceClass::parse("cpu:x86_64-avx512vnni").unwrap(),
             host: HostClass::parse(host).unwrap(),
             quant: "q4_1".into(),
+            precision: None,
             model: ModelClass { architecture: "llama".into(), parameters: params },
             threads,
+            concurrency: 1,
         }
     }
 
@@ -221,6 +317,19 @@ mod tests {
             k.to_string(),
             "ngram on cpu:x86_64-avx512vnni (intel-sapphire-rapids) with an nvfp4 llama 1.54B target at 1 thread"
         );
+        assert_eq!(
+            key("amd-zen4", 134_515_008, Some(2)).at(4).to_string(),
+            "ngram on cpu:x86_64-avx512vnni (amd-zen4) with a q4_1 llama 134.5M target at 2 threads, 4 sequences at once"
+        );
+        let k = PolicyKey {
+            quant: "q4_k_m".into(),
+            precision: Some(Precision::Int8),
+            ..key("amd-zen4", 1_543_714_304, Some(1))
+        };
+        assert_eq!(
+            k.to_string(),
+            "ngram on cpu:x86_64-avx512vnni (amd-zen4) with a q4_k_m llama 1.54B target (int8 activations) at 1 thread"
+        );
     }
 
     #[test]
@@ -230,12 +339,15 @@ mod tests {
             key("amd-zen5", 134_515_008, Some(2)),
             key("amd-zen4", 268_098_176, Some(2)),
             key("amd-zen4", 134_515_008, Some(1)),
+            key("amd-zen4", 134_515_008, Some(2)).at(2),
+            PolicyKey { precision: Some(Precision::Int16), ..key("amd-zen4", 134_515_008, Some(2)) },
         ] {
             assert_ne!(a, b);
             assert_ne!(a.to_string(), b.to_string());
         }
         assert!(a.same_measurement(&key("amd-zen5", 268_098_176, Some(2))));
         assert!(!a.same_measurement(&key("amd-zen4", 134_515_008, Some(1))));
+        assert!(!a.same_measurement(&a.at(4)), "a bucket never stands in for an idle server");
     }
 
     #[test]

@@ -43,11 +43,11 @@ pub mod width;
 pub use declared::Declared;
 pub use drafting::Drafting;
 pub use host::HostClass;
-pub use key::{DeviceClass, ModelClass, PolicyKey};
+pub use key::{DeviceClass, MAX_CONCURRENCY, ModelClass, PolicyKey, Precision};
 pub use kind::{DeclarationSource, DrafterKind, DrafterSettings, Probability};
 pub use quant::QuantClass;
 pub use resolve::{
-    EnvWidth, Fallback, Fit, PolicyError, Provenance, Resolution, ResolveInput, Resolver, Run, Step, StepKind,
+    Bucket, EnvWidth, Fallback, Fit, PolicyError, Provenance, Resolution, ResolveInput, Resolver, Run, Step, StepKind,
     WIDTH_ENV, WIDTH_ENV_OLD, WIDTH_FLAG, env_override,
 };
 pub use table::{Entry, Table, TableError};

@@ -65,6 +65,10 @@ pub struct Run<'a> {
     pub file: Option<&'a str>,
     /// Worker threads (part of the key on CPU device classes only).
     pub threads: usize,
+    /// The K-quant matrices' activation precision this run multiplies at,
+    /// when it changes anything (`None`: no K-quant matrix; ignored on CUDA
+    /// device classes).
+    pub precision: Option<crate::key::Precision>,
     /// The storage formats of the target's weight matrices (which kernels
     /// run); `None` when not known (every format's kernels count).
     pub weight_formats: Option<&'a [String]>,
@@ -84,8 +88,10 @@ impl Run<'_> {
             device: self.device.clone(),
             host: self.host.clone(),
             quant: self.quant.class.clone(),
+            precision: self.precision.filter(|_| self.device.is_cpu()),
             model: self.model.clone(),
             threads: self.key_threads(),
+            concurrency: 1,
         })
     }
 }
@@ -534,6 +540,40 @@ pub struct Resolution {
     /// exactly these); `None` when no entry decided.
     pub drafter_settings: Option<DrafterSettings>,
     pub steps: Vec<Step>,
+    /// What a server drafts when several sequences run at once: the
+    /// buckets of the deciding entry's key ([`Bucket`]), by increasing
+    /// concurrency; empty when no entry of this run's own key decided or
+    /// none is measured under load (the width then holds at every
+    /// concurrency).
+    pub ladder: Vec<Bucket>,
+    /// One line per bucket entry of the key, used or not and why (`policy
+    /// explain`); empty when no entry decided.
+    pub ladder_notes: Vec<String>,
+}
+
+/// An entry of the run's key measured with several sequences at once
+/// (`tuner sweep --served --concurrency N`): from `sequences` sequences on,
+/// a server drafts what it says.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Bucket {
+    pub sequences: usize,
+    /// `None` is off: classic steps at this concurrency.
+    #[serde(serialize_with = "drafting_label")]
+    pub drafting: Option<Drafting>,
+    pub record: String,
+}
+
+fn drafting_label<S: serde::Serializer>(d: &Option<Drafting>, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&Drafting::label(*d))
+}
+
+impl Bucket {
+    /// The bucket for `sequences` at once: the one of the highest
+    /// concurrency not above it (`None`: fewer than every bucket's, so the
+    /// run's own width holds).
+    pub fn for_sequences(ladder: &[Bucket], sequences: usize) -> Option<&Bucket> {
+        ladder.iter().filter(|b| b.sequences <= sequences).max_by_key(|b| b.sequences)
+    }
 }
 
 impl Resolution {
@@ -552,7 +592,16 @@ impl Resolution {
             }
             _ => None,
         };
-        Resolution { drafter, width, width_from: provenance.to_string(), provenance, drafter_settings, steps }
+        Resolution {
+            drafter,
+            width,
+            width_from: provenance.to_string(),
+            provenance,
+            drafter_settings,
+            steps,
+            ladder: Vec::new(),
+            ladder_notes: Vec::new(),
+        }
     }
 
     /// `--drafter none`: classic decoding, the policy not asked.
@@ -694,7 +743,12 @@ impl Resolver<'_> {
             return Lookup::Fallback(Fallback::NotAboveClassic { entry: e.clone() });
         }
         if elsewhere.is_empty() {
-            let others = self.table.at_any_threads(kind, run.device, &key.quant);
+            let others: Vec<&Entry> = self
+                .table
+                .at_any_threads(kind, run.device, &key.quant)
+                .into_iter()
+                .filter(|e| e.key.precision == key.precision && e.key.concurrency == 1)
+                .collect();
             return Lookup::Fallback(if others.is_empty() || key.threads.is_none() {
                 Fallback::NoMeasurement { key }
             } else {
@@ -833,7 +887,63 @@ impl Resolver<'_> {
             steps.push(Step { step, decided: i == decider, detail });
         }
         let (provenance, w) = decided.expect("the per-kind constant always gives a width");
-        Ok(Resolution::new(Some(kind), w, provenance, steps))
+        let mut r = Resolution::new(Some(kind), w, provenance, steps);
+        self.fill_ladder(&mut r, &input.run);
+        Ok(r)
+    }
+
+    /// The buckets of the entry that decided `r` (module docs of
+    /// [`crate::key`]): the entries of the same key at a concurrency above
+    /// 1, when the deciding entry is this run's own (this host, this model)
+    /// and measured (a prediction replays one sequence); each bucket fresh
+    /// for this build and measured with the deciding entry's drafter
+    /// settings, or named in the notes with why it is not used.
+    fn fill_ladder(&self, r: &mut Resolution, run: &Run<'_>) {
+        let Some(decided) = r.entry() else { return };
+        let own = run.key(decided.key.drafter);
+        let mut notes = Vec::new();
+        let mut ladder = Vec::new();
+        let buckets = self.table.entries.iter().filter(|e| e.key.concurrency > 1 && e.key.at(1) == decided.key);
+        let build = self.key_fingerprint(run);
+        for e in buckets {
+            let at = e.key.concurrency;
+            let why = if own.as_ref() != Some(&decided.key) {
+                Some(format!("the width here comes from {} (another host or model)", decided.key))
+            } else if !e.fresh_for(&build) {
+                Some(format!("stale (fingerprint {}, this build {build})", e.verify_fingerprint))
+            } else if !e.drafter_settings.differences(&decided.drafter_settings).is_empty() {
+                Some(format!(
+                    "other drafter settings than the entry that decided: {}",
+                    e.drafter_settings.differences(&decided.drafter_settings).join(", ")
+                ))
+            } else {
+                None
+            };
+            match why {
+                Some(w) => notes.push(format!("from {at} sequences at once: not used ({}): {w}", e.record)),
+                None => {
+                    notes.push(format!(
+                        "from {at} sequences at once: {} ({}, {:.2}x classic [{:.2}, {:.2}])",
+                        Drafting::label(e.drafting),
+                        e.record,
+                        e.ratio,
+                        e.ratio_interval[0],
+                        e.ratio_interval[1]
+                    ));
+                    ladder.push(Bucket { sequences: at, drafting: e.drafting, record: e.record.clone() });
+                }
+            }
+        }
+        ladder.sort_by_key(|b| b.sequences);
+        notes.sort();
+        if notes.is_empty() {
+            notes.push(format!(
+                "no entry of this key measured with several sequences at once: {} holds at every concurrency",
+                Drafting::label(decided.drafting)
+            ));
+        }
+        r.ladder = ladder;
+        r.ladder_notes = notes;
     }
 
     /// No drafter named: whether the policy speculates on `run`, with which
@@ -870,12 +980,14 @@ impl Resolver<'_> {
         }
         if let Some((i, e, fit)) = best {
             steps[i].decided = true;
-            return Resolution::new(
+            let mut r = Resolution::new(
                 Some(e.key.drafter),
                 e.drafting.map(Drafting::max),
                 Provenance::PolicyOn { entry: e.clone(), fit },
                 steps,
             );
+            self.fill_ladder(&mut r, run);
+            return r;
         }
         // The most telling reason; among equals, the first kind's.
         let mut chosen: Option<(DrafterKind, Fallback)> = None;

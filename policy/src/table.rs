@@ -9,7 +9,7 @@
 
 use crate::drafting::Drafting;
 use crate::host::HostClass;
-use crate::key::{DeviceClass, MAX_THREADS, ModelClass, PolicyKey};
+use crate::key::{DeviceClass, MAX_CONCURRENCY, MAX_THREADS, ModelClass, PRECISION_FORMATS, PolicyKey};
 use crate::kind::{DrafterKind, DrafterSettings};
 use crate::width::{MAX_WIDTH, Width};
 use serde::{Deserialize, Serialize};
@@ -469,6 +469,10 @@ struct RawEntry {
     target_quant_format: Option<String>,
     #[serde(default)]
     threads: Option<toml::Value>,
+    #[serde(default)]
+    concurrency: Option<toml::Value>,
+    #[serde(default)]
+    precision: Option<String>,
     drafter_settings: toml::Value,
     weight_formats: Vec<toml::Value>,
     verify_fingerprint: String,
@@ -582,8 +586,12 @@ pub fn compile(file: &str, text: &str, records: RecordCheck<'_>) -> Result<Table
                 Some(n) => format!(", {n} threads"),
                 None => String::new(),
             };
+            let at = match t.get("concurrency").and_then(|v| v.as_integer()) {
+                Some(n) if n > 1 => format!(", {n} sequences at once"),
+                _ => String::new(),
+            };
             label = format!(
-                "{label} ({}, {}, {}, {}{threads})",
+                "{label} ({}, {}, {}, {}{threads}{at})",
                 key_part("drafter"),
                 key_part("device_class"),
                 key_part("host_class"),
@@ -720,6 +728,16 @@ fn entry(t: toml::Table, line: Option<usize>, records: RecordCheck<'_>) -> Resul
         (Some(_), false) => return Err(bad("threads", "is for CPU entries; a CUDA entry is keyed without it")),
         (None, false) => None,
     };
+    let concurrency = match &r.concurrency {
+        None => 1,
+        Some(toml::Value::Integer(n)) if (1..=MAX_CONCURRENCY as i64).contains(n) => *n as usize,
+        Some(v) => {
+            return Err(bad(
+                "concurrency",
+                format!("{v} is not a count of sequences at once: give an integer 1..={MAX_CONCURRENCY}"),
+            ));
+        }
+    };
     let drafter_settings: DrafterSettings = r
         .drafter_settings
         .clone()
@@ -800,6 +818,13 @@ fn entry(t: toml::Table, line: Option<usize>, records: RecordCheck<'_>) -> Resul
         }
         (None, Basis::Measured) => None,
     };
+    if basis == Basis::Predicted && concurrency > 1 {
+        return Err(bad(
+            "concurrency",
+            "a predicted entry is for an idle server (its profile replays one sequence); measure a bucket \
+             with `tuner sweep --served --concurrency N`",
+        ));
+    }
     if basis == Basis::Predicted && verify_cost.is_empty() {
         return Err(bad("verify_cost", "a predicted entry carries the cost curve it was predicted on"));
     }
@@ -822,13 +847,33 @@ fn entry(t: toml::Table, line: Option<usize>, records: RecordCheck<'_>) -> Resul
             Some(Check { verify_fingerprint: c.verify_fingerprint.clone(), record: c.record.clone(), date })
         }
     };
+    // The activation precision: on CPU entries of targets with K-quant
+    // matrices only; absent there, the entry predates 8-bit activations
+    // and was measured at 16 bits, the only precision then.
+    let applies = device.is_cpu() && crate::key::precision_applies(&weight_formats);
+    let precision = match (&r.precision, applies) {
+        (p, true) => crate::key::key_precision(true, &weight_formats, p.as_deref()).map_err(|e| bad("precision", e))?,
+        (Some(_), false) => {
+            return Err(bad(
+                "precision",
+                format!(
+                    "changes nothing here: only CPU entries of targets with {} matrices have an activation \
+                     precision",
+                    PRECISION_FORMATS.join(", ")
+                ),
+            ));
+        }
+        (None, false) => None,
+    };
     let key = PolicyKey {
         drafter,
         device,
         host,
         quant: r.target_quant,
+        precision,
         model: ModelClass { architecture: r.model.architecture, parameters },
         threads,
+        concurrency,
     };
     Ok(Entry {
         key,

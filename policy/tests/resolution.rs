@@ -184,3 +184,88 @@ fn no_drafter_means_no_width() {
     assert_eq!(r.width_from, "speculation off: --drafter none");
     assert_eq!(r.summary(), "classic decoding: speculation off: --drafter none");
 }
+
+/// A bucket: `entry` measured with `n` sequences at once.
+fn at(n: usize, e: String) -> String {
+    e.replace("threads = 2\n", &format!("threads = 2\nconcurrency = {n}\n"))
+        .replace("records/r1", &format!("records/r1-c{n}"))
+}
+
+#[test]
+fn the_buckets_of_the_deciding_entry_form_the_ladder_and_unusable_ones_are_named() {
+    let base = entry("ngram", "cpu:x86_64-avx2", "q4_1", "4", FP);
+    let t = table(&[
+        base.clone(),
+        at(4, entry("ngram", "cpu:x86_64-avx2", "q4_1", "\"off\"", FP)),
+        at(2, entry("ngram", "cpu:x86_64-avx2", "q4_1", "2", FP)),
+        at(8, entry("ngram", "cpu:x86_64-avx2", "q4_1", "3", OTHER_FP)),
+    ]);
+    let i = In::new(DrafterKind::Ngram, "q4_1");
+    for r in [i.resolve(&t).unwrap(), i.auto(&t)] {
+        // The run's own width is the idle entry's: a bucket never decides it.
+        assert_eq!(r.width.map(Width::get), Some(4));
+        assert!(r.entry().unwrap().key.concurrency == 1);
+        let ladder: Vec<_> = r.ladder.iter().map(|b| (b.sequences, b.drafting.map(|d| d.max().get()))).collect();
+        assert_eq!(ladder, [(2, Some(2)), (4, None)], "the stale bucket at 8 is not used");
+        assert!(
+            r.ladder_notes.iter().any(|n| n.starts_with("from 8 sequences at once: not used") && n.contains("stale"))
+        );
+        let pick = |n| policy::Bucket::for_sequences(&r.ladder, n).map(|b| b.sequences);
+        assert_eq!([pick(1), pick(2), pick(3), pick(4), pick(9)], [None, Some(2), Some(2), Some(4), Some(4)]);
+    }
+    // An override holds at every concurrency: no ladder.
+    let r = In { flag: Some("5"), ..In::new(DrafterKind::Ngram, "q4_1") }.resolve(&t).unwrap();
+    assert!(r.ladder.is_empty() && r.ladder_notes.is_empty());
+    // Buckets measured with other drafter settings are named, not used.
+    let other = at(2, entry("ngram", "cpu:x86_64-avx2", "q4_1", "2", FP)).replace("ngram_max = 4", "ngram_max = 5");
+    let r = i.resolve(&table(&[base.clone(), other])).unwrap();
+    assert!(r.ladder.is_empty());
+    assert!(r.ladder_notes[0].contains("other drafter settings"), "{:?}", r.ladder_notes);
+    // Without buckets the note says the width holds under load.
+    let r = i.resolve(&table(&[base])).unwrap();
+    assert!(r.ladder.is_empty());
+    assert!(
+        r.ladder_notes[0].starts_with("no entry of this key measured with several sequences"),
+        "{:?}",
+        r.ladder_notes
+    );
+}
+
+#[test]
+fn a_bucket_alone_never_decides_a_run() {
+    // Only a bucket is measured: the run's key (concurrency 1) has no entry.
+    let t = table(&[at(2, entry("ngram", "cpu:x86_64-avx2", "q4_1", "2", FP))]);
+    let i = In::new(DrafterKind::Ngram, "q4_1");
+    let r = i.resolve(&t).unwrap();
+    assert_eq!(decided(&r), StepKind::Default);
+    assert!(i.auto(&t).drafter.is_none(), "no idle entry: classic decoding");
+}
+
+#[test]
+fn the_activation_precision_is_part_of_the_key_and_an_entry_without_one_is_16_bit() {
+    let k = |e: String| e.replace("[\"q4_1\", \"q8_0\"]", "[\"q4_k\", \"q6_k\"]");
+    let old = k(entry("ngram", "cpu:x86_64-avx2", "q4_k_m", "4", FP));
+    let int8 = old.replace("threads = 2\n", "threads = 2\nprecision = \"int8\"\n").replace("width = 4", "width = 2");
+    let t = table(&[old.clone(), int8]);
+    let keys: Vec<_> = t.entries.iter().map(|e| e.key.precision.map(|p| p.as_str())).collect();
+    assert_eq!(keys, [Some("int16"), Some("int8")], "no precision on a K-quant entry reads as 16 bits");
+    assert!(t.entries[1].key.to_string().contains("q4_k_m llama 134.5M target (int8 activations) at 2 threads"));
+    let mut i = In::new(DrafterKind::Ngram, "q4_k_m");
+    i.formats = vec!["q4_k".into(), "q6_k".into()];
+    for (p, width) in [(policy::Precision::Int8, 2), (policy::Precision::Int16, 4)] {
+        i.precision = Some(p);
+        assert_eq!(i.resolve(&t).unwrap().width.map(Width::get), Some(width), "{p}");
+    }
+    // Only the 16-bit entry: a run at 8 bits has no entry of its own key.
+    let t = table(&[old.clone()]);
+    i.precision = Some(policy::Precision::Int8);
+    assert_ne!(decided(&i.resolve(&t).unwrap()), StepKind::Table, "a 16-bit entry never decides an 8-bit run");
+    // A precision on an entry it changes nothing for, or an unknown one, is refused by name.
+    let text = format!("schema_version = 3\n\n{}", entry("ngram", "cpu:x86_64-avx2", "q4_1", "4", FP))
+        .replace("threads = 2\n", "threads = 2\nprecision = \"int8\"\n");
+    let e = policy::table::compile("t", &text, policy::table::RecordCheck::Skip).unwrap_err().to_string();
+    assert!(e.contains("precision") && e.contains("changes nothing"), "{e}");
+    let text = format!("schema_version = 3\n\n{}", old.replace("threads = 2\n", "threads = 2\nprecision = \"int4\"\n"));
+    let e = policy::table::compile("t", &text, policy::table::RecordCheck::Skip).unwrap_err().to_string();
+    assert!(e.contains("\"int4\" is not an activation precision"), "{e}");
+}

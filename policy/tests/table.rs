@@ -56,6 +56,13 @@ fn duplicate_keys_fail_naming_both_entries() {
     let c = a.replace("threads = 2", "threads = 1");
     let t = compile("t", &format!("{HEAD}{a}{c}"), RecordCheck::Skip).unwrap();
     assert_eq!(t.entries.iter().map(|e| e.key.threads).collect::<Vec<_>>(), [Some(2), Some(1)]);
+    // And the same key at another concurrency (a bucket): its phrase says so.
+    let c4 = a.replace("threads = 2", "threads = 2\nconcurrency = 4");
+    let t = compile("t", &format!("{HEAD}{a}{c4}"), RecordCheck::Skip).unwrap();
+    assert_eq!(t.entries.iter().map(|e| e.key.concurrency).collect::<Vec<_>>(), [1, 4]);
+    assert!(t.entries[1].key.to_string().ends_with("at 2 threads, 4 sequences at once"), "{}", t.entries[1].key);
+    let e = compile_err(&format!("{HEAD}{a}{c4}{c4}"));
+    assert!(e.to_string().contains("2 threads, 4 sequences at once): duplicate key"), "{e}");
     // So is the same measurement on another CPU, or of another model.
     let zen5 = entry_on("amd-zen5", "llama", PARAMS, "ngram", "cpu:x86_64-avx2", "q4_1", "4", FP);
     let gemma = entry_on(HOST, "gemma3", 268_098_176, "ngram", "cpu:x86_64-avx2", "q4_1", "4", FP);
@@ -166,7 +173,7 @@ fn a_record_path_that_does_not_exist_fails() {
 #[test]
 fn other_bad_fields_fail_with_the_field_named() {
     let ok = format!("{HEAD}{}", entry("ngram", "cpu:x86_64-avx2", "q4_1", "4", FP));
-    let cases: [(&str, &str, &str); 16] = [
+    let cases: [(&str, &str, &str); 19] = [
         ("device_class = \"cpu:x86_64-avx2\"", "device_class = \"gpu0\"", "device_class"),
         ("target_quant = \"q4_1\"", "target_quant = \"unknown\"", "target_quant"),
         ("target_quant = \"q4_1\"", "target_quant = \"Q4_1\"", "target_quant"),
@@ -179,6 +186,9 @@ fn other_bad_fields_fail_with_the_field_named() {
         ("threads = 2\n", "", "threads"),
         ("threads = 2", "threads = 0", "threads"),
         ("threads = 2", "threads = 100000", "threads"),
+        ("threads = 2", "threads = 2\nconcurrency = 0", "concurrency"),
+        ("threads = 2", "threads = 2\nconcurrency = 257", "concurrency"),
+        ("threads = 2", "threads = 2\nconcurrency = \"4\"", "concurrency"),
         ("ngram_min = 3", "ngram_min = 5", "drafter_settings"),
         ("{ ngram_min = 3, ngram_max = 4 }", "{ layers = [1] }", "drafter_settings"),
         ("weight_formats = [\"q4_1\", \"q8_0\"]", "weight_formats = []", "weight_formats"),

@@ -5,8 +5,8 @@
 //! Principal items: [`open`], [`Opened`], [`resolve_model`].
 
 use crate::device::{CudaReport, DeviceRequest};
-use crate::fetch;
 use crate::engine::Engine;
+use crate::fetch;
 use crate::model;
 use anyhow::{Context, Result};
 use kernels::dispatch;
@@ -32,6 +32,9 @@ pub struct ModelSettings {
     pub ctx_size: Option<usize>,
     /// `--chat-template`: a Jinja template file used in place of the model's.
     pub chat_template: Option<PathBuf>,
+    /// `--precision`: `int8` or `int16` for the K-quant matrices (`None`:
+    /// int8, [`kernels::act8::Precision`]'s default).
+    pub precision: Option<String>,
 }
 
 /// Largest `--chat-template` file read (templates are a few KiB; the
@@ -92,6 +95,13 @@ pub fn resolve_model(model: Option<&Path>, cache_dir: Option<&Path>) -> Result<P
     }
 }
 
+/// `--precision` as given: int8 (the default) or int16; the error names both.
+pub fn parse_precision(s: Option<&str>) -> Result<kernels::act8::Precision> {
+    s.map_or(Ok(Default::default()), |p| {
+        kernels::act8::Precision::parse(p).map_err(|e| anyhow::anyhow!("--precision: {e}"))
+    })
+}
+
 /// Loads, places and builds the engine. The kernel family and the device
 /// are checked before the model is read, so a bad override fails at once.
 /// Head dimensions the CPU attention kernels take: `kernels::attn::attend`
@@ -116,6 +126,7 @@ pub fn check_cpu_attention(cfg: &crate::model::config::ModelConfig) -> Result<()
 /// from `s.threads`, so a bad count fails before anything loads).
 pub fn open(s: &ModelSettings, threads: usize) -> Result<Opened> {
     let selection = dispatch::selected()?;
+    let precision = parse_precision(s.precision.as_deref())?;
     let device = DeviceRequest::parse(s.device.as_deref())?;
     let path = resolve_model(s.model.as_deref(), s.cache_dir.as_deref())?;
     tracing::info!(model = %path.display(), "loading");
@@ -126,6 +137,7 @@ pub fn open(s: &ModelSettings, threads: usize) -> Result<Opened> {
         .map_err(anyhow::Error::msg)
         .with_context(|| format!("loading {}", path.display()))?;
     let mut loaded = model::load(&path).with_context(|| format!("loading {}", path.display()))?;
+    loaded.model.set_precision(precision);
     apply_ctx_size(&mut loaded, s.ctx_size)?;
     apply_chat_template(&mut loaded, s.chat_template.as_deref())?;
     let cuda = crate::device::place(&mut loaded, device)?;

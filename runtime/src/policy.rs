@@ -33,6 +33,17 @@ use std::sync::OnceLock;
 // once no verify-path file uses it.
 pub use ::policy::{DrafterKind, ModelClass, Width, adaptive, table};
 
+/// The activation precision a run of `device` with these weight formats
+/// puts in its key ([`::policy::key::key_precision`]): the model's own
+/// precision where it changes anything, else none.
+pub fn key_precision(
+    device: &DeviceClass,
+    weight_formats: &[String],
+    precision: kernels::act8::Precision,
+) -> Option<::policy::Precision> {
+    ::policy::key::key_precision(device.is_cpu(), weight_formats, Some(precision.as_str())).ok().flatten()
+}
+
 /// The classifier entry points and class type the loaders reach as
 /// `crate::policy::quant::...` (`model/mod.rs`, `model/hf.rs`, both on the
 /// verify path; see above).

@@ -82,7 +82,9 @@ pub fn begin<'d>(
     let route = route(spec.as_deref(), ignore_eos);
     Ok(match (route, spec) {
         (Route::Speculate(schedule), Some(sp)) => {
-            (seq.speculate(&engine.loaded.model, DrafterSlot::Borrowed(sp.drafter.as_mut()), schedule), None)
+            let ladder = sp.ladder.clone();
+            let seq = seq.speculate(&engine.loaded.model, DrafterSlot::Borrowed(sp.drafter.as_mut()), schedule);
+            (seq.under_load(&ladder), None)
         }
         (Route::Classic(declined), _) => (seq, declined),
         (Route::Speculate(_), None) => (seq, None),
@@ -104,7 +106,8 @@ pub fn begin_forked(
     let seq = Sequence::new(&engine.loaded.model, prompt, chunk, max_tokens, *sampling, ignore_eos)?;
     Ok(match (route(spec, ignore_eos), spec) {
         (Route::Speculate(schedule), Some(sp)) => {
-            (seq.speculate(&engine.loaded.model, DrafterSlot::Owned(sp.drafter.fork()), schedule), None)
+            let seq = seq.speculate(&engine.loaded.model, DrafterSlot::Owned(sp.drafter.fork()), schedule);
+            (seq.under_load(&sp.ladder), None)
         }
         (Route::Classic(declined), _) => (seq, declined),
         (Route::Speculate(_), None) => (seq, None),

@@ -191,6 +191,21 @@ impl<'d> Sequence<'d> {
         self
     }
 
+    /// Drafts by the policy's buckets when several sequences share a pass
+    /// ([`crate::speculative::schedule::Rounds::ask_shared`]); a classic
+    /// sequence, or an empty ladder, is left as it is.
+    pub fn under_load(mut self, ladder: &[::policy::Bucket]) -> Self {
+        if let Some(s) = &mut self.spec
+            && !ladder.is_empty()
+        {
+            s.rounds.set_ladder(ladder);
+            let cap = s.rounds.cap();
+            s.stats.accepted_per_position.resize(cap, 0);
+            s.stats.draft_lengths.resize(cap + 1, 0);
+        }
+        self
+    }
+
     /// The cache the next pass appends to.
     pub fn session_mut(&mut self) -> &mut Session {
         &mut self.session
@@ -325,7 +340,7 @@ impl<'d> Sequence<'d> {
                 };
                 // This round's draft: the schedule's, no further than the
                 // budget and the context allow.
-                let cap = s.schedule.cap().get();
+                let cap = s.rounds.cap();
                 let room = cap.min(self.max_tokens - self.out.len()).min(ctx_limit - self.session.len() - 1);
                 let share = if self.sampling.is_greedy() { share } else { Share::ALONE };
                 let ask = s.rounds.ask_shared(self.session.len(), room, share);

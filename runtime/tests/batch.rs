@@ -1,11 +1,12 @@
 //! Continuous batching is byte-identical to each sequence alone: prompts of
 //! `prompts/mixed.jsonl` joining a batch at random steps (random batch
 //! sizes, random prefill chunks), decoded classically and speculatively
-//! (n-gram drafter, a fixed width and the adaptive length), greedy and
-//! sampled with a seed, at 1 and 2 threads, every other prompt with
-//! repetition, presence and frequency penalties and min-p (each sequence's
-//! penalties count its own history); every sequence's tokens and finish
-//! reason must equal its run alone.
+//! (n-gram drafter, a fixed width, the adaptive length, and a fixed width
+//! with the policy's buckets under load: another width, off, a wider one,
+//! by the sequences in each pass), greedy and sampled with a seed, at 1 and
+//! 2 threads, every other prompt with repetition, presence and frequency
+//! penalties and min-p (each sequence's penalties count its own history);
+//! every sequence's tokens and finish reason must equal its run alone.
 
 mod common;
 
@@ -52,12 +53,24 @@ enum Mode {
     Classic,
     Fixed(usize),
     Adaptive,
+    /// Width 4 alone, 1 from two sequences in a pass, off from three, 7
+    /// from five (`policy::Bucket`).
+    Laddered,
+}
+
+fn ladder() -> Vec<policy::Bucket> {
+    let w = |n| Some(policy::Drafting::Fixed(policy::Width::new(n).unwrap()));
+    [(2, w(1)), (3, None), (5, w(7))]
+        .into_iter()
+        .map(|(sequences, drafting)| policy::Bucket { sequences, drafting, record: "records/test".into() })
+        .collect()
 }
 
 fn schedule(mode: Mode) -> Option<Schedule> {
     match mode {
         Mode::Classic => None,
         Mode::Fixed(w) => Some(Schedule::from(policy::Width::new(w).unwrap())),
+        Mode::Laddered => Some(Schedule::from(policy::Width::new(4).unwrap())),
         Mode::Adaptive => Some(Schedule::Adaptive {
             cap: policy::Width::new(6).unwrap(),
             cost: CostModel::new(&[CostCurve { context: 64, relative: vec![1.0, 1.04, 1.08, 1.12, 1.17, 1.22, 1.27] }])
@@ -70,7 +83,10 @@ fn sequence(e: &Engine, prompt: &[u32], chunk: usize, mode: Mode, sampling: Samp
     let s = Sequence::new(&e.loaded.model, prompt, chunk, MAX_TOKENS, sampling, false).unwrap();
     match schedule(mode) {
         None => s,
-        Some(sc) => s.speculate(&e.loaded.model, DrafterSlot::Owned(Box::new(NgramDrafter::default())), sc),
+        Some(sc) => {
+            let s = s.speculate(&e.loaded.model, DrafterSlot::Owned(Box::new(NgramDrafter::default())), sc);
+            if matches!(mode, Mode::Laddered) { s.under_load(&ladder()) } else { s }
+        }
     }
 }
 
@@ -108,14 +124,15 @@ impl XorShift {
 }
 
 /// Runs every prompt through batches with random arrivals; returns each
-/// prompt's (tokens, finish reason) and the most sequences one pass carried.
+/// prompt's (tokens, finish reason), the most sequences one pass carried,
+/// and how many rounds asked for each draft length (all sequences).
 fn batched(
     e: &Engine,
     prompts: &[Vec<u32>],
     mode: Mode,
     sampled: bool,
     rng: &mut XorShift,
-) -> (Vec<(Vec<u32>, FinishReason)>, usize) {
+) -> (Vec<(Vec<u32>, FinishReason)>, usize, Vec<usize>) {
     let parallel = [2, 3, 5][rng.below(3)];
     let chunk = [7, 16, 128][rng.below(3)];
     let mut next = 0;
@@ -124,6 +141,7 @@ fn batched(
     let mut ids: Vec<usize> = Vec::new();
     let mut done: Vec<Option<(Vec<u32>, FinishReason)>> = vec![None; prompts.len()];
     let mut widest = 0;
+    let mut asked = vec![0; 9];
     while next < prompts.len() || !slots.is_empty() {
         // 0 to 2 arrivals per step, up to the batch's size (at least one
         // when nothing runs).
@@ -144,12 +162,15 @@ fn batched(
                 assert!(res.is_ok(), "prompt {}: {res:?}", ids[k]);
                 let r = slots.remove(k);
                 let id = ids.remove(k);
-                let (g, _) = r.seq.into_generation();
+                let (g, stats) = r.seq.into_generation();
+                for (a, n) in asked.iter_mut().zip(stats.map(|s| s.draft_lengths).unwrap_or_default()) {
+                    *a += n;
+                }
                 done[id] = Some((g.token_ids, g.finish_reason));
             }
         }
     }
-    (done.into_iter().map(|d| d.unwrap()).collect(), widest)
+    (done.into_iter().map(|d| d.unwrap()).collect(), widest, asked)
 }
 
 /// Each prompt alone, its prompt in one-chunk passes of the default size.
@@ -172,14 +193,19 @@ fn every_sequence_of_a_batch_emits_what_it_emits_alone() {
     assert!(prompts.len() >= 12);
     let mut rng = XorShift(0x2545_f491_4f6c_dd1d);
     let mut widest = 0;
+    // Draft lengths the laddered greedy sequences asked for, batched.
+    let mut laddered = vec![0; 9];
     for threads in [1, 2] {
         let e = engine(threads);
-        for mode in [Mode::Classic, Mode::Fixed(4), Mode::Adaptive] {
+        for mode in [Mode::Classic, Mode::Fixed(4), Mode::Adaptive, Mode::Laddered] {
             for sampled in [false, true] {
                 let want = alone(&e, &prompts, mode, sampled);
                 for trial in 0..2 {
-                    let (got, w) = batched(&e, &prompts, mode, sampled, &mut rng);
+                    let (got, w, asked) = batched(&e, &prompts, mode, sampled, &mut rng);
                     widest = widest.max(w);
+                    if matches!(mode, Mode::Laddered) && !sampled {
+                        laddered.iter_mut().zip(&asked).for_each(|(a, n)| *a += n);
+                    }
                     for (i, (g, w)) in got.iter().zip(&want).enumerate() {
                         assert_eq!(
                             g, w,
@@ -192,4 +218,9 @@ fn every_sequence_of_a_batch_emits_what_it_emits_alone() {
         }
     }
     assert!(widest >= 3, "no pass carried three sequences: the test would prove little");
+    // The buckets applied: width 1 (two sequences), off (three or four)
+    // and width 7 (five) were asked for beside the base width 4.
+    for w in [0, 1, 4, 7] {
+        assert!(laddered[w] > 0, "no greedy round asked for {w} drafts under the ladder: {laddered:?}");
+    }
 }

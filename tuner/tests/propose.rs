@@ -56,6 +56,8 @@ fn pk(k: Key) -> PolicyKey {
         quant: k.2.into(),
         model: ModelClass { architecture: "llama".into(), parameters: PARAMS },
         threads: k.3,
+        precision: None,
+        concurrency: 1,
     }
 }
 

@@ -306,11 +306,11 @@ fn a_clean_served_sweep_records_client_timings_and_summarizes_as_served() {
 }
 
 #[test]
-fn a_sweep_at_concurrency_2_records_it_and_its_batches_and_propose_refuses_an_entry() {
+fn a_sweep_at_concurrency_2_records_it_and_its_batches_and_propose_writes_a_bucket() {
     let f = Fixture::new(fake_http(Mode::Good));
     let o = f.sweep(&["--concurrency", "2"]);
     assert!(o.status.success(), "{}", text(&o));
-    assert!(text(&o).contains("as evidence of the width at concurrency 2"), "{}", text(&o));
+    assert!(text(&o).contains("writes the bucket entry for 2 sequences at once"), "{}", text(&o));
     for n in 0..8 {
         let args = std::fs::read_to_string(f.fake.join(format!("args-{n}"))).unwrap();
         assert!(args.contains("--threads 2 --parallel 2 --drafter "), "{args}");
@@ -330,13 +330,15 @@ fn a_sweep_at_concurrency_2_records_it_and_its_batches_and_propose_refuses_an_en
     assert!(record.lines().next().unwrap().ends_with(", served at concurrency 2)"), "{record}");
     assert!(record.contains("**concurrency 2**") && record.contains("1.50 sequences per forward pass"), "{record}");
     assert!(record.contains("| width 1 | 12 |") && record.contains("| 1.50 (2) |"), "{record}");
-    // The same flags that let the clean sweep's entry through: only the load refuses this one.
-    let o = f.tuner(&["propose", f.out.to_str().unwrap(), "--dry-run", "--allow-loose-gate", "--allow-weak-plan"], &[]);
-    assert_eq!(o.status.code(), Some(5), "{}", text(&o));
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert!(err.contains("measured at concurrency 2") && err.contains("stands as evidence"), "{err}");
+    // The same flags that let the clean sweep's entry through write this
+    // one as a bucket of the idle key: `concurrency = 2`.
+    let o = f.tuner(&["propose", f.out.to_str().unwrap(), "--allow-loose-gate", "--allow-weak-plan"], &[]);
+    assert!(o.status.success(), "{}", text(&o));
     let table = std::fs::read_to_string(f.root.join("policy/draft-block-width.toml")).unwrap();
-    assert_eq!(table, common::empty_table(), "no entry written");
+    assert!(table.contains("\nthreads = 2\nconcurrency = 2\n"), "{table}");
+    let t = policy::table::compile("t", &table, policy::table::RecordCheck::Skip).unwrap();
+    assert_eq!(t.entries.len(), 1);
+    assert!(t.entries[0].key.to_string().ends_with(", 2 sequences at once"), "{}", t.entries[0].key);
 }
 
 #[test]

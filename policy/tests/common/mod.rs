@@ -117,6 +117,8 @@ pub struct In<'a> {
     pub quant: QuantClass,
     pub threads: usize,
     pub formats: Vec<String>,
+    /// The run's activation precision (`None`: no K-quant matrix).
+    pub precision: Option<::policy::Precision>,
     pub settings: DrafterSettings,
     pub flag: Option<&'a str>,
     pub env: Option<&'a str>,
@@ -133,6 +135,7 @@ impl<'a> In<'a> {
             quant: known(quant),
             threads: 2,
             formats: formats(),
+            precision: None,
             settings: DrafterSettings::default(),
             flag: None,
             env: None,
@@ -150,6 +153,7 @@ impl<'a> In<'a> {
             file: Some("m.gguf"),
             threads: self.threads,
             weight_formats: Some(&self.formats),
+            precision: self.precision,
         }
     }
 

@@ -31,6 +31,8 @@ pub struct ExplainSettings {
     pub drafter: Option<String>,
     /// `None`: the CPUs available to this process.
     pub threads: Option<usize>,
+    /// `--precision` as given (`None`: int8).
+    pub precision: Option<String>,
     pub ngram_min: Option<usize>,
     pub ngram_max: Option<usize>,
     pub suffix_min_match: Option<usize>,
@@ -80,6 +82,9 @@ pub struct Explanation {
     /// kernels count in the fingerprint).
     pub weight_formats: Option<Vec<String>>,
     pub threads: usize,
+    /// The K-quant activation precision of the key (`None`: no K-quant
+    /// matrix, or a CUDA device: it changes nothing).
+    pub precision: Option<::policy::Precision>,
     /// The key's model part (architecture and parameter count).
     pub model: ModelClass,
     /// This build's verify-path fingerprint for the key.
@@ -126,6 +131,8 @@ pub struct Question<'a> {
     pub host_class: &'a HostClass,
     pub host_from: &'a str,
     pub threads: usize,
+    /// The run's activation precision (`--precision`).
+    pub precision: kernels::act8::Precision,
     pub settings: &'a DrafterSettings,
     pub flag: Option<&'a str>,
     pub env: Option<&'a EnvWidth>,
@@ -142,6 +149,8 @@ pub fn explain(resolver: &Resolver<'_>, q: &Question<'_>) -> Result<Explanation>
         .as_ref()
         .map_or_else(|| ModelClass { architecture: "unreadable".into(), parameters: 0 }, |(m, _)| m.clone());
     let weight_formats = found.map(|(_, f)| f);
+    let precision =
+        weight_formats.as_deref().and_then(|f| crate::policy::key_precision(q.device_class, f, q.precision));
     let run = Run {
         device: q.device_class,
         host: q.host_class,
@@ -150,6 +159,7 @@ pub fn explain(resolver: &Resolver<'_>, q: &Question<'_>) -> Result<Explanation>
         file: q.target.file_name().and_then(|n| n.to_str()),
         threads: q.threads,
         weight_formats: weight_formats.as_deref(),
+        precision,
     };
     let named: Option<DrafterKind> = match q.drafter {
         None | Some("none") => None,
@@ -176,6 +186,7 @@ pub fn explain(resolver: &Resolver<'_>, q: &Question<'_>) -> Result<Explanation>
         verify_fingerprint,
         weight_formats,
         threads: q.threads,
+        precision,
         model,
         generate,
         drafter_model: q.drafter_model.map(Path::to_path_buf),
@@ -273,6 +284,7 @@ pub fn explain_command(a: ExplainSettings) -> Result<ExitCode> {
         host_class: &host_class,
         host_from: &host_from,
         threads,
+        precision: crate::open::parse_precision(a.precision.as_deref())?,
         settings: &settings,
         flag: a.draft_width.as_deref(),
         env: env.as_ref(),
@@ -400,6 +412,10 @@ pub fn render(e: &Explanation) -> String {
     let _ = writeln!(s, "host class    {} ({})", e.host_class, e.host_from);
     let _ = writeln!(s, "model         {} ({} parameters)", e.model, e.model.parameters);
     let _ = writeln!(s, "threads       {}", e.threads);
+    let precision = e.precision.map_or("none in the key (no K-quant matrix, or not a CPU)".to_string(), |p| {
+        format!("{p} activations for the K-quant matrices (--precision)")
+    });
+    let _ = writeln!(s, "precision     {precision}");
     let formats =
         e.weight_formats.as_ref().map_or("unreadable (every format's kernels count)".into(), |f| f.join(", "));
     let _ = writeln!(s, "formats       {formats}");
@@ -420,6 +436,12 @@ pub fn render(e: &Explanation) -> String {
         let mark = if st.decided { "->" } else { "  " };
         let _ = writeln!(s, "  {mark} {}", st.detail);
     }
+    if !g.ladder_notes.is_empty() {
+        let _ = writeln!(s, "  a server with several sequences at once:");
+        for n in &g.ladder_notes {
+            let _ = writeln!(s, "     {n}");
+        }
+    }
     for r in &e.resolutions {
         let kind = r.drafter.map_or("none", |k| k.as_str());
         let w = match (r.width, r.entry().and_then(|x| x.drafting).is_some_and(policy::Drafting::is_adaptive)) {
@@ -430,6 +452,9 @@ pub fn render(e: &Explanation) -> String {
         for (i, st) in r.steps.iter().enumerate() {
             let mark = if st.decided { "->" } else { "  " };
             let _ = writeln!(s, "  {mark} {}. {:<28} {}", i + 1, st.step.label(), st.detail);
+        }
+        for n in &r.ladder_notes {
+            let _ = writeln!(s, "     under load: {n}");
         }
     }
     s

@@ -103,6 +103,17 @@ pub struct Startup {
     /// why it is off); empty without a drafter.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub adaptive_from: String,
+    /// The activation precision of the target's K-quant matrices (`int8`,
+    /// `int16`: `--precision`); absent where it changes nothing (no K-quant
+    /// matrix, a CUDA device) and in events before the field (which ran
+    /// 16-bit activations).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub precision: Option<String>,
+    /// What a server drafts with several sequences in a pass: the policy's
+    /// buckets for this key, by increasing concurrency (`policy::Bucket`);
+    /// absent when the width holds at every concurrency.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub under_load: Vec<LoadBucket>,
     /// The CPU class of this host (the policy key's host part,
     /// [`policy::HostClass`]); null in events before schema 2, or
     /// when `/proc/cpuinfo` names no family and model.
@@ -132,6 +143,16 @@ pub struct Startup {
     /// is usable by a program) and the served model id; absent elsewhere.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub server: Option<ServerInfo>,
+}
+
+/// A bucket of the `startup` event's `under_load`: from `sequences`
+/// sequences in a pass on, draft `drafting` (`width 2`, `off`, ...), as
+/// `record` measured.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LoadBucket {
+    pub sequences: usize,
+    pub drafting: String,
+    pub record: String,
 }
 
 /// The `startup` event: this build, the device, the target and the
@@ -169,6 +190,25 @@ pub fn startup_event(
         entry_emitted_per_verify: decoding.resolution.entry().and_then(|e| e.emitted_per_verify),
         adaptive: spec.is_some_and(|s| s.cost.is_some()),
         adaptive_from: spec.map_or(String::new(), |s| s.adaptive_from.clone()),
+        precision: policy::DeviceClass::parse(&engine.loaded.model.device_class(selection.family))
+            .ok()
+            .and_then(|d| {
+                crate::policy::key_precision(&d, &engine.loaded.info.weight_formats, engine.loaded.model.precision())
+            })
+            .map(|p| p.as_str().to_string()),
+        under_load: spec
+            .filter(|s| s.active_width().is_some())
+            .map(|s| {
+                s.ladder
+                    .iter()
+                    .map(|b| LoadBucket {
+                        sequences: b.sequences,
+                        drafting: policy::Drafting::label(b.drafting),
+                        record: b.record.clone(),
+                    })
+                    .collect()
+            })
+            .unwrap_or_default(),
         kernel_fingerprint: crate::policy::KERNEL_FINGERPRINT.into(),
         verify_fingerprint,
         exactness_probe: spec.and_then(|s| s.probe.clone()),

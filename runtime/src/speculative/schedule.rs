@@ -13,6 +13,7 @@
 
 use crate::policy::Width;
 use crate::policy::adaptive::{Controller, CostModel, Share};
+use ::policy::{Bucket, Drafting};
 
 /// The draft length of every round of a request.
 #[derive(Clone, Debug, PartialEq)]
@@ -53,10 +54,12 @@ impl Schedule {
     /// one-row target passes.
     pub(crate) fn start(&self, draft_cost: f64) -> Rounds {
         match self {
-            Schedule::Fixed(w) => Rounds { cap: w.get(), controller: None },
-            Schedule::Adaptive { cap, cost } => {
-                Rounds { cap: cap.get(), controller: Some(Controller::new(cost.clone(), cap.get(), draft_cost)) }
-            }
+            Schedule::Fixed(w) => Rounds { cap: w.get(), controller: None, ladder: Vec::new() },
+            Schedule::Adaptive { cap, cost } => Rounds {
+                cap: cap.get(),
+                controller: Some(Controller::new(cost.clone(), cap.get(), draft_cost)),
+                ladder: Vec::new(),
+            },
         }
     }
 }
@@ -65,6 +68,10 @@ impl Schedule {
 pub(crate) struct Rounds {
     cap: usize,
     controller: Option<Controller>,
+    /// What to draft with several sequences in a pass: the policy's
+    /// buckets (`policy::Bucket`); empty: the schedule at every
+    /// concurrency.
+    ladder: Vec<Bucket>,
 }
 
 /// What a round asks the drafter for.
@@ -82,7 +89,27 @@ impl Rounds {
     /// [`Share::ALONE`] for a pass of its own): the adaptive length prices
     /// its rows at their marginal cost there ([`Controller::choose_shared`]);
     /// a fixed width ignores it.
+    ///
+    /// With a ladder ([`Rounds::set_ladder`]), a pass of `share.sequences +
+    /// 1` sequences drafts what its bucket says: `off` a plain step, a fixed
+    /// width that width, the adaptive length the controller (up to the
+    /// bucket's width; a fixed one where the schedule has no controller).
     pub fn ask_shared(&mut self, context: usize, budget: usize, share: Share) -> Ask {
+        match Bucket::for_sequences(&self.ladder, share.sequences + 1).map(|b| b.drafting) {
+            None => {}
+            Some(None) => return Ask { draft: 0, probe: false },
+            Some(Some(Drafting::Fixed(w))) => return Ask { draft: w.get().min(budget), probe: false },
+            Some(Some(Drafting::Adaptive { max })) => {
+                let budget = budget.min(max.get());
+                return match &mut self.controller {
+                    None => Ask { draft: budget, probe: false },
+                    Some(c) => {
+                        let ch = c.choose_shared(context, budget, share);
+                        Ask { draft: ch.draft, probe: ch.probe }
+                    }
+                };
+            }
+        }
         match &mut self.controller {
             None => Ask { draft: self.cap.min(budget), probe: false },
             Some(c) => {
@@ -90,6 +117,16 @@ impl Rounds {
                 Ask { draft: ch.draft, probe: ch.probe }
             }
         }
+    }
+
+    /// Drafts by `ladder` when several sequences share a pass.
+    pub fn set_ladder(&mut self, ladder: &[Bucket]) {
+        self.ladder = ladder.to_vec();
+    }
+
+    /// The most tokens a round may draft, at any concurrency.
+    pub fn cap(&self) -> usize {
+        self.ladder.iter().filter_map(|b| b.drafting).map(|d| d.max().get()).fold(self.cap, usize::max)
     }
 
     /// A round's verdicts: `tested` drafted tokens were checked against the
@@ -137,5 +174,33 @@ mod tests {
         }
         assert_eq!(r.ask_shared(64, 4, Share::ALONE).draft, 4);
         assert_eq!(r.ask_shared(64, 3, Share::ALONE).draft, 3, "the budget bounds it");
+    }
+
+    #[test]
+    fn a_ladder_drafts_by_the_sequences_in_the_pass() {
+        let w = |n| Some(Drafting::Fixed(Width::new(n).unwrap()));
+        let bucket = |sequences, drafting| Bucket { sequences, drafting, record: "records/r".into() };
+        let mut r = Schedule::from(Width::new(4).unwrap()).start(0.0);
+        r.set_ladder(&[bucket(2, w(6)), bucket(4, None)]);
+        let with = |others| Share { rows: others, sequences: others };
+        assert_eq!(r.cap(), 6, "the widest bucket bounds a round's draft");
+        assert_eq!(r.ask_shared(10, 9, Share::ALONE).draft, 4, "alone: the schedule's width");
+        assert_eq!(r.ask_shared(10, 9, with(1)).draft, 6, "two sequences: the bucket at 2");
+        assert_eq!(r.ask_shared(10, 5, with(2)).draft, 5, "the budget bounds a bucket's width");
+        assert_eq!(r.ask_shared(10, 9, with(3)).draft, 0, "four sequences: off, a plain step");
+        assert_eq!(r.ask_shared(10, 9, with(20)).draft, 0, "beyond the last bucket: the last");
+        // An adaptive bucket on a fixed schedule drafts its width.
+        let mut r = Schedule::from(Width::new(4).unwrap()).start(0.0);
+        r.set_ladder(&[bucket(2, Some(Drafting::Adaptive { max: Width::new(3).unwrap() }))]);
+        assert_eq!(r.ask_shared(10, 9, with(1)).draft, 3);
+        // On an adaptive schedule, the controller within the bucket's width.
+        let s = Schedule::Adaptive { cap: Width::new(4).unwrap(), cost: cost() };
+        let mut r = s.start(0.0);
+        r.set_ladder(&[bucket(2, Some(Drafting::Adaptive { max: Width::new(2).unwrap() }))]);
+        for _ in 0..20 {
+            r.observe(4, 4);
+        }
+        assert_eq!(r.ask_shared(64, 4, Share::ALONE).draft, 4);
+        assert_eq!(r.ask_shared(64, 4, with(1)).draft, 2);
     }
 }

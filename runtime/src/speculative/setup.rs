@@ -95,6 +95,10 @@ pub struct Speculation {
     /// Why the draft length adapts or not, in words (the `startup` event's
     /// `adaptive_from`).
     pub adaptive_from: String,
+    /// What a server's sequences draft when several share a pass: the
+    /// policy's buckets for this key (`policy::Resolution::ladder`); empty
+    /// when `width` holds at every concurrency.
+    pub ladder: Vec<policy::Bucket>,
 }
 
 /// How a process decodes: the speculation it runs, if any, and the
@@ -303,7 +307,11 @@ pub fn build_drafter_with(
 /// The drafter `args` ask for (`kind_s` is `--drafter`'s value), with the
 /// settings given or the kind's defaults, checked against the target; no
 /// width, policy or probe (`runtime bench --drafter`).
-pub fn build_drafter(kind_s: &str, args: &SpeculationSettings, engine: &Engine) -> Result<(DrafterKind, Box<dyn Drafter>)> {
+pub fn build_drafter(
+    kind_s: &str,
+    args: &SpeculationSettings,
+    engine: &Engine,
+) -> Result<(DrafterKind, Box<dyn Drafter>)> {
     let kind: DrafterKind = kind_s.parse().map_err(anyhow::Error::msg)?;
     let n_layers = engine.loaded.model.config.n_layers;
     let settings = default_settings(kind, n_layers).overlaid_with(&requested_settings(kind, args, n_layers)?);
@@ -326,6 +334,11 @@ pub fn run_of<'a>(
         file: engine.loaded.info.path.file_name().and_then(|n| n.to_str()),
         threads: engine.threads,
         weight_formats: Some(&engine.loaded.info.weight_formats),
+        precision: crate::policy::key_precision(
+            device,
+            &engine.loaded.info.weight_formats,
+            engine.loaded.model.precision(),
+        ),
     }
 }
 
@@ -335,7 +348,10 @@ pub fn run_of<'a>(
 /// measured entry that decided the width chose it and no `--draft-width`
 /// fixed the width. `--cost-curve` where nothing adapts is an error (a flag
 /// is never ignored).
-pub fn adaptive_cost(args: &SpeculationSettings, resolution: &policy::Resolution) -> Result<(Option<CostModel>, String)> {
+pub fn adaptive_cost(
+    args: &SpeculationSettings,
+    resolution: &policy::Resolution,
+) -> Result<(Option<CostModel>, String)> {
     let given = policy::table::parse_cost_curves(&args.cost_curves).map_err(anyhow::Error::msg)?;
     let entry = resolution.entry();
     let curve_of = |why: &str| -> Result<(Option<CostModel>, String)> {
@@ -361,7 +377,9 @@ pub fn adaptive_cost(args: &SpeculationSettings, resolution: &policy::Resolution
         }
         Some(false) => Ok((None, "off (--adaptive off)".into())),
         None => match entry {
-            Some(e) if e.drafting.is_some_and(policy::Drafting::is_adaptive) && args.draft_width.is_none() => curve_of("on (the entry chose it)"),
+            Some(e) if e.drafting.is_some_and(policy::Drafting::is_adaptive) && args.draft_width.is_none() => {
+                curve_of("on (the entry chose it)")
+            }
             _ if !given.is_empty() => bail!(
                 "--cost-curve is for the adaptive draft length, which is off here: give --adaptive on, or \
                  leave the width to an entry that chose adaptive"
@@ -474,14 +492,17 @@ impl Speculation {
             return Ok(Decoding { speculation: Some(spec), resolution });
         };
         let width_from = resolution.width_from.clone();
+        let ladder = resolution.ladder.clone();
+        // The probe checks the widest block any concurrency drafts.
+        let widest = ladder.iter().filter_map(|b| b.drafting).map(|d| d.max()).fold(width, policy::Width::max);
         let allow_inexact = args.allow_inexact || std::env::var(ALLOW_INEXACT_ENV).is_ok_and(|v| v == "1");
         let probe_ids = target.tokenizer.encode(PROBE_TEXT).unwrap_or_default();
         let (probe, probe_error) = match engine
-            .install(|| block_vs_chain(&target.model, engine.family, engine.threads, &probe_ids, width.get()))
+            .install(|| block_vs_chain(&target.model, engine.family, engine.threads, &probe_ids, widest.get()))
         {
             Ok(p) => (Some(p), None),
             Err(e) => {
-                let why = format!("the width-{width} exactness probe could not run: {e}");
+                let why = format!("the width-{widest} exactness probe could not run: {e}");
                 tracing::warn!("speculation declined: {why}; decoding classically");
                 (None, Some(why))
             }
@@ -489,7 +510,7 @@ impl Speculation {
         if let Some(probe) = probe.as_ref().filter(|p| !p.passed) {
             if allow_inexact {
                 tracing::warn!(
-                    "EXACTNESS FORFEITED: the width-{width} verify block differs from the one-token chain \
+                    "EXACTNESS FORFEITED: the width-{widest} verify block differs from the one-token chain \
                      ({} of {} bytes, first at row {:?}); speculating anyway because of --allow-inexact",
                     probe.differing_bytes,
                     probe.compared_bytes,
@@ -497,7 +518,7 @@ impl Speculation {
                 );
             } else {
                 tracing::warn!(
-                    "speculation declined: the width-{width} verify block differs from the chain; decoding classically"
+                    "speculation declined: the width-{widest} verify block differs from the chain; decoding classically"
                 );
             }
         }
@@ -513,6 +534,7 @@ impl Speculation {
             allow_inexact,
             cost,
             adaptive_from,
+            ladder,
         };
         Ok(Decoding { speculation: Some(spec), resolution })
     }
@@ -530,6 +552,7 @@ impl Speculation {
             allow_inexact: false,
             cost: None,
             adaptive_from: "off: the policy turned speculation off".into(),
+            ladder: Vec::new(),
         }
     }
 

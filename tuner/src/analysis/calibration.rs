@@ -64,6 +64,10 @@ pub struct Calibration {
     pub target_quant: String,
     pub model_class: policy::ModelClass,
     pub threads: Option<usize>,
+    /// The K-quant activation precision (`int8`, `int16`) where it changes
+    /// anything; absent before the field (16 bits then) and elsewhere.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub precision: Option<String>,
     pub target_quant_format: Option<String>,
     pub weight_formats: Vec<String>,
     /// The measuring build's verify-path fingerprint for the key.
@@ -93,6 +97,12 @@ impl Calibration {
             quant: self.target_quant.clone(),
             model: self.model_class.clone(),
             threads: self.threads,
+            concurrency: 1,
+            precision: policy::key::key_precision(
+                self.device_class.starts_with("cpu:"),
+                &self.weight_formats,
+                self.precision.as_deref(),
+            )?,
         })
     }
 }

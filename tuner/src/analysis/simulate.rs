@@ -162,6 +162,7 @@ impl Template {
             gate_wait_s: 0.0,
             gate_interval_s: 1.0,
             served: None,
+            precision: None,
         };
         let header = SweepHeader {
             raw_schema_version: crate::data::raw::RAW_SCHEMA_VERSION,
@@ -761,10 +762,10 @@ mod tests {
     }
 }
 
-/// The propose refusal of a served record under load, on simulated sweeps.
+/// A served record under load, on simulated sweeps: its key is a bucket.
 #[cfg(test)]
 mod under_load {
-    use crate::analysis::rules::{Refusal, check_concurrency};
+    use crate::analysis::rules::record_key;
     use crate::analysis::simulate::{SimConfig, Template, sweep};
     use crate::analysis::summary::Summary;
     use crate::data::raw::ServedSettings;
@@ -781,16 +782,17 @@ mod under_load {
     }
 
     #[test]
-    fn a_served_record_under_load_is_refused_an_entry_and_named_evidence() {
+    fn a_served_record_under_load_is_keyed_at_its_concurrency() {
         let s = summary(Some(4));
         assert_eq!(s.concurrency, 4);
-        let e = check_concurrency(&s).unwrap_err();
-        assert!(matches!(e, Refusal::UnderLoad { concurrency: 4 }), "{e}");
-        let e = e.to_string();
-        assert!(e.contains("measured at concurrency 4") && e.contains("stands as evidence"), "{e}");
-        assert!(e.contains("--concurrency 1"), "the remedy: {e}");
-        // One client, served or not, is the idle measurement an entry is.
-        assert!(check_concurrency(&summary(Some(1))).is_ok());
-        assert!(check_concurrency(&summary(None)).is_ok());
+        let k = record_key(&s).unwrap();
+        assert_eq!(k.concurrency, 4);
+        assert!(k.to_string().ends_with(", 4 sequences at once"), "{k}");
+        let text = crate::output::record::under_load(&s).unwrap();
+        assert!(text.contains("`concurrency = 4`") && text.contains("bucket"), "{text}");
+        // One client, served or not, is the idle key.
+        assert_eq!(record_key(&summary(Some(1))).unwrap().concurrency, 1);
+        assert_eq!(record_key(&summary(None)).unwrap().concurrency, 1);
+        assert_eq!(record_key(&summary(Some(1))).unwrap(), k.at(1));
     }
 }

@@ -114,6 +114,11 @@ pub struct Settings {
     /// records written before served sweeps existed).
     #[serde(default)]
     pub served: Option<ServedSettings>,
+    /// `--precision`: the K-quant activation precision every arm runs at
+    /// (`int8`, `int16`); absent: the runtime's default, which its startup
+    /// events name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub precision: Option<String>,
 }
 
 /// `--rounds auto` stopped after `rounds` complete rounds.

@@ -280,12 +280,10 @@ pub fn for_sweep(
             schema_version: LEDGER_SCHEMA_VERSION,
             folder,
             date: Some(s.date.clone()),
-            // Under load, the key's phrase says the concurrency, so a
-            // key's history never sets a loaded sweep beside the idle ones.
-            key: crate::analysis::rules::record_key(s).ok().map(|k| match s.served && s.concurrency > 1 {
-                true => format!("{k} at concurrency {}", s.concurrency),
-                false => k.to_string(),
-            }),
+            // Under load, the key's phrase says the concurrency (", 4
+            // sequences at once"), so a key's history never sets a loaded
+            // sweep beside the idle ones.
+            key: crate::analysis::rules::record_key(s).ok().map(|k| k.to_string()),
             verify_fingerprint: s.verify_fingerprint.clone(),
             decision: decision_of(s),
             ratio: s.decision.ratio,
@@ -293,8 +291,7 @@ pub fn for_sweep(
             raw_sha256,
             // A complete sweep whose record cannot become an entry says why:
             // its decision is the rule's, not a decision anyone may use.
-            outcome: match crate::analysis::rules::check_concurrency(s).and_then(|()| crate::analysis::rules::check(s))
-            {
+            outcome: match crate::analysis::rules::check(s) {
                 Ok(()) => outcome,
                 Err(r) => format!("{outcome}; refused by the measurement rules: {r}"),
             },

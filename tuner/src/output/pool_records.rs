@@ -19,7 +19,7 @@ use std::path::Path;
 use policy::PolicyKey;
 
 use crate::analysis::pool::RecordRounds;
-use crate::analysis::rules::{Allow, Refusal, check, check_concurrency, record_key};
+use crate::analysis::rules::{Allow, Refusal, check, record_key};
 use crate::analysis::summary::Summary;
 use crate::output::ledger::LedgerLine;
 
@@ -164,12 +164,11 @@ pub fn gather_pool(
             }
         };
         // A record the rules would refuse alone does not count in a pool
-        // either, under the same `--allow-*` flags: its load (a served
-        // record under concurrency), its data, its plan and its build (a
-        // dirty build is code no commit holds).
-        let why = check_concurrency(&other)
+        // either, under the same `--allow-*` flags: its data, its plan and
+        // its build (a dirty build is code no commit holds). One of another
+        // concurrency has another key, and is never among them.
+        let why = check(&other)
             .err()
-            .or_else(|| check(&other).err())
             .or_else(|| {
                 crate::analysis::rules::plan::check_plan(
                     &other,

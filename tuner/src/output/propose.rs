@@ -20,9 +20,7 @@ use std::path::{Path, PathBuf};
 use policy::table::{self, RecordCheck};
 use policy::{Drafting, PolicyKey, TABLE_FILE, Width};
 
-use crate::analysis::rules::{
-    Allow, Refusal, check, check_concurrency, check_provenance, current_fingerprint, record_key,
-};
+use crate::analysis::rules::{Allow, Refusal, check, check_provenance, current_fingerprint, record_key};
 use crate::analysis::summary::Summary;
 use crate::data::plan::SpeculativeArm;
 use crate::data::raw::RawFile;
@@ -124,8 +122,14 @@ pub fn entry_fields(raw: &RawFile, s: &Summary, record: &str) -> Result<Fields, 
     if let Some(f) = &s.target_quant_format {
         fields.push(("target_quant_format", toml_str(f)));
     }
+    if let Some(p) = key.precision {
+        fields.push(("precision", toml_str(p.as_str())));
+    }
     if let Some(t) = key.threads {
         fields.push(("threads", t.to_string()));
+    }
+    if key.concurrency > 1 {
+        fields.push(("concurrency", key.concurrency.to_string()));
     }
     let prompts = prompts_name(&raw.header.settings.prompts_source);
     fields.extend([
@@ -629,8 +633,6 @@ pub fn propose(dir: &Path, table_path: Option<&Path>, dry_run: bool, allow: Allo
     let (raw, raw_sha256) = crate::data::raw::read_raw_with_sha256(&dir.join("raw.jsonl"))
         .map_err(|e| ProposeError::Record(e.to_string()))?;
     let s = crate::analysis::summarize::summarize(&raw).map_err(|e| ProposeError::Record(format!("{e:#}")))?;
-    // First: whatever else holds, a record under load gives no entry.
-    check_concurrency(&s)?;
     check(&s)?;
     crate::analysis::rules::plan::check_range(&s, &raw.header.settings.design.widths)?;
     let weak = crate::analysis::rules::plan::check_plan(&s, raw.header.settings.design.bracket_arms, allow.weak_plan)?;
@@ -831,8 +833,10 @@ verify_fingerprint = \"0123456789abcdef\"\n"
             device: DeviceClass::parse(device).unwrap(),
             host: HostClass::parse(host).unwrap(),
             quant: "q4_1".into(),
+            precision: None,
             model: policy::ModelClass { architecture: "llama".into(), parameters: 134_515_008 },
             threads,
+            concurrency: 1,
         }
     }
 

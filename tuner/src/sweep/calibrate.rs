@@ -89,6 +89,9 @@ pub struct Explained {
     pub target_quant: ExplainedQuant,
     pub weight_formats: Option<Vec<String>>,
     pub threads: Option<usize>,
+    /// `int8` / `int16` where the precision changes anything.
+    #[serde(default)]
+    pub precision: Option<String>,
     pub model: Option<policy::ModelClass>,
     pub verify_fingerprint: Option<String>,
     pub device_class: String,
@@ -116,6 +119,13 @@ impl Explained {
             quant: quant.clone(),
             model: model.clone(),
             threads: self.threads,
+            concurrency: 1,
+            precision: policy::key::key_precision(
+                self.device_class.starts_with("cpu:"),
+                self.weight_formats.as_deref().unwrap_or_default(),
+                self.precision.as_deref(),
+            )
+            .map_err(anyhow::Error::msg)?,
         })
     }
 }
@@ -323,6 +333,7 @@ pub fn run(o: &CalibrateOptions, progress: &mut dyn FnMut(&str)) -> Result<Calib
         target_quant: quant,
         model_class,
         threads: explained.threads,
+        precision: explained.precision.clone(),
         target_quant_format: explained.target_quant.format,
         weight_formats: formats,
         verify_fingerprint: fingerprint,

@@ -87,6 +87,8 @@ pub struct SweepOptions {
     pub gate_interval: Duration,
     /// `--served`: arms are `runtime serve` processes fed streamed requests.
     pub served: Option<crate::data::raw::ServedSettings>,
+    /// `--precision` for every arm (`None`: the runtime's default).
+    pub precision: Option<String>,
 }
 
 /// How a sweep ended.
@@ -302,6 +304,7 @@ pub fn start(opts: &SweepOptions) -> Result<Outcome> {
         gate_wait_s: opts.gate_wait.as_secs_f64(),
         gate_interval_s: opts.gate_interval.as_secs_f64(),
         served: opts.served.clone(),
+        precision: opts.precision.clone(),
     };
     let mut models = vec![settings.target.clone()];
     models.extend(settings.drafter_model.clone());

@@ -32,6 +32,11 @@ pub struct ModelArgs {
     /// CUDA and it is usable, else the CPU).
     #[arg(long, env = "DRAFTWISE_DEVICE")]
     pub device: Option<String>,
+    /// What the K-quant matrices (Q4_K, Q5_K, Q6_K) multiply on the CPU: int8 (8-bit activations,
+    /// llama.cpp's numerics and the faster; the default) or int16 (16-bit activations, closer to
+    /// float64). Other formats run 16-bit activations at both; the policy key holds it.
+    #[arg(long, value_name = "int8|int16")]
+    pub precision: Option<String>,
     #[command(flatten)]
     pub cache: CacheArgs,
 }
@@ -45,6 +50,7 @@ impl From<ModelArgs> for ModelSettings {
             cache_dir: a.cache.cache_dir,
             ctx_size: a.ctx_size,
             chat_template: a.chat_template,
+            precision: a.precision,
         }
     }
 }
@@ -330,6 +336,9 @@ pub struct ExplainArgs {
     /// Worker threads, as `generate -t/--threads` (default: the CPUs available to this process).
     #[arg(short = 't', long)]
     pub threads: Option<usize>,
+    /// The K-quant activation precision, as `generate --precision` takes it (int8, the default, or int16).
+    #[arg(long, value_name = "int8|int16")]
+    pub precision: Option<String>,
     #[command(flatten)]
     pub drafter_flags: DrafterFlags,
     /// The drafter checkpoint (draft-model, dflash): read for a declared width only.
@@ -456,6 +465,7 @@ impl From<ExplainArgs> for ExplainSettings {
             policy: a.policy,
             drafter: a.drafter,
             threads: a.threads,
+            precision: a.precision,
             ngram_min: a.drafter_flags.ngram_min,
             ngram_max: a.drafter_flags.ngram_max,
             suffix_min_match: a.drafter_flags.suffix_min_match,

@@ -1,7 +1,8 @@
 //! The policy key a record's summary gives (typed once by the summarizer,
-//! [`crate::analysis::summary::Summary::key`]) as a refusal when it has none,
-//! and [`check_concurrency`]: a record the key cannot tell apart from an
-//! idle measurement.
+//! [`crate::analysis::summary::Summary::key`]) as a refusal when it has none.
+//! A served record at `--concurrency N` has a key at concurrency `N`: its
+//! entry is a bucket of the idle key (`policy::key`), and it pools only with
+//! records of its own concurrency.
 use policy::PolicyKey;
 
 use super::Refusal;
@@ -10,17 +11,4 @@ use crate::analysis::summary::Summary;
 /// The record's policy key, or the refusal that says which part is missing.
 pub fn record_key(s: &Summary) -> Result<PolicyKey, Refusal> {
     s.key.clone().map_err(Refusal::Key)
-}
-
-/// A served record measured at more than one concurrent client
-/// (`tuner sweep --served --concurrency N`) cannot become an entry: the key
-/// has no concurrency yet, so its width would be resolved for an idle server,
-/// the very case it was not measured in. Nor does it pool with the idle
-/// records of its key. The record still stands as evidence of the width
-/// under load.
-pub fn check_concurrency(s: &Summary) -> Result<(), Refusal> {
-    if s.served && s.concurrency > 1 {
-        return Err(Refusal::UnderLoad { concurrency: s.concurrency });
-    }
-    Ok(())
 }

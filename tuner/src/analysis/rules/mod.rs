@@ -31,7 +31,7 @@ pub mod refusal;
 pub mod width;
 
 pub use data::{DataProblem, data_problems};
-pub use key::{check_concurrency, record_key};
+pub use key::record_key;
 pub use measurement::check;
 pub use provenance::{Allow, check_build, check_fingerprint, check_not_older, check_provenance, current_fingerprint};
 pub use refusal::Refusal;

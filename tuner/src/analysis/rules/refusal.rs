@@ -15,13 +15,6 @@ pub enum Refusal {
     #[error("the record's key is unknown: {0}; re-run the sweep with one runtime build and one target")]
     Key(String),
     #[error(
-        "the record was measured at concurrency {concurrency} (`tuner sweep --served --concurrency {concurrency}`), \
-         and the policy key has no concurrency yet: its width would become the default of an idle server, which \
-         it did not measure, so no entry is written. The record stands as evidence of the width under load: \
-         commit it as it is. For an entry, sweep at concurrency 1 (`--concurrency 1`, the default)"
-    )]
-    UnderLoad { concurrency: usize },
-    #[error(
         "the host drifted: in {0} the closing brackets' speed differs from the opening brackets' by more than \
          the drift tests allow (a round's by credibly more than their tolerance, the sweep's by more than the \
          bracket arms' spread explains); re-run `tuner sweep` (every run is in records/ledger.jsonl)"

@@ -18,6 +18,10 @@ pub(super) struct Key {
     pub target_quant: Option<String>,
     pub target_quant_format: Option<String>,
     pub threads: Option<usize>,
+    /// The K-quant activation precision the arms reported (`int8`,
+    /// `int16`); `None` in events before the field (16-bit activations, the
+    /// only precision then) and where it changes nothing.
+    pub precision: Option<String>,
     pub drafter_settings: Option<DrafterSettings>,
     pub weight_formats: Option<Vec<String>>,
     pub kernel_fingerprint: Option<String>,
@@ -35,7 +39,12 @@ impl Key {
     /// The record's policy key, typed once here (every reader of the record
     /// takes it from [`crate::analysis::summary::Summary::key`]), or what is
     /// missing or malformed. The strings above are what the record states.
-    pub fn policy_key(&self, drafter: DrafterKind, problem: Option<&str>) -> Result<PolicyKey, String> {
+    pub fn policy_key(
+        &self,
+        drafter: DrafterKind,
+        problem: Option<&str>,
+        concurrency: usize,
+    ) -> Result<PolicyKey, String> {
         let missing = || problem.unwrap_or("missing").to_string();
         let (Some(device), Some(quant), Some(host), Some(model)) =
             (&self.device_class, &self.target_quant, &self.host_class, &self.model)
@@ -49,7 +58,20 @@ impl Key {
             (true, None) => return Err("the arms report no thread count".into()),
             (false, _) => None,
         };
-        Ok(PolicyKey { drafter, device, host, quant: quant.clone(), model: model.clone(), threads })
+        // As the table reads an entry without one: where the precision
+        // applies, an event without it ran 16-bit activations.
+        let formats = self.weight_formats.as_deref().unwrap_or_default();
+        let precision = policy::key::key_precision(device.is_cpu(), formats, self.precision.as_deref())?;
+        Ok(PolicyKey {
+            drafter,
+            device,
+            host,
+            quant: quant.clone(),
+            precision,
+            model: model.clone(),
+            threads,
+            concurrency,
+        })
     }
 }
 
@@ -63,6 +85,7 @@ struct Reported {
     kernel_fingerprint: BTreeSet<String>,
     verify_fingerprint: BTreeSet<String>,
     threads: BTreeSet<usize>,
+    precision: BTreeSet<Option<String>>,
     settings: Vec<Option<DrafterSettings>>,
     formats: BTreeSet<Vec<String>>,
     hosts: BTreeSet<Option<String>>,
@@ -79,6 +102,7 @@ impl Reported {
         self.verify_fingerprint.insert(s.verify_fingerprint.clone());
         self.quant_format.insert(s.target.quant.format.clone());
         self.threads.insert(s.threads);
+        self.precision.insert(s.precision.clone());
         self.formats.insert(s.target.weight_formats.clone());
         self.hosts.insert(s.host_class.clone());
         self.models.insert((s.target.architecture.clone(), s.target.parameters));
@@ -159,6 +183,7 @@ pub(super) fn key(raw: &RawFile, ok_arms: &OkArms<'_>) -> Key {
     let weight_formats = newer(formats, |f| f.is_empty(), "weight formats", &mut p);
     let target_quant_format = one(r.quant_format.into_iter(), "quantization format", &mut p).flatten();
     let threads = one(r.threads.into_iter(), "thread count", &mut p);
+    let precision = one(r.precision.into_iter(), "activation precision", &mut p).flatten();
     let settings = one(r.settings.into_iter(), "drafter settings", &mut p);
     let drafter_settings = newer(settings, Option::is_none, "drafter settings", &mut p).flatten();
     let (host_class, host_class_from) = host(one(r.hosts.into_iter(), "host class", &mut p), raw, &mut p);
@@ -191,6 +216,7 @@ pub(super) fn key(raw: &RawFile, ok_arms: &OkArms<'_>) -> Key {
         target_quant,
         target_quant_format,
         threads,
+        precision,
         drafter_settings,
         weight_formats,
         kernel_fingerprint,

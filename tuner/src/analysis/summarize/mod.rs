@@ -147,12 +147,13 @@ pub fn summarize_with(raw: &RawFile, with_stability: bool) -> Result<Summary> {
     };
     let served = h.settings.served.is_some();
     let key_problem = (!key.problems.is_empty()).then(|| key.problems.join("; "));
-    let policy_key = key.policy_key(h.settings.drafter, key_problem.as_deref());
+    let concurrency = h.settings.served.as_ref().map_or(1, |sv| sv.concurrency);
+    let policy_key = key.policy_key(h.settings.drafter, key_problem.as_deref(), concurrency);
     Ok(Summary {
         date: h.date.clone(),
         drafter: h.settings.drafter,
         served,
-        concurrency: h.settings.served.as_ref().map_or(1, |sv| sv.concurrency),
+        concurrency,
         batch: crate::analysis::summary::BatchSummary::of(sc.reqs.iter().copied()),
         device_class: key.device_class,
         target_quant: key.target_quant,

@@ -313,7 +313,7 @@ impl GateOpts {
     }
 }
 
-#[derive(clap::Args)]
+#[derive(clap::Args, Clone)]
 // A flag given twice takes the last value (so a wrapper can override defaults).
 #[command(args_override_self = true)]
 pub struct SweepArgs {
@@ -423,13 +423,19 @@ pub struct SweepArgs {
     /// --served: the limit of one streamed request, from connecting to `data: [DONE]`.
     #[arg(long, value_name = "SECONDS", default_value_t = tuner::sweep::arm::served::DEFAULT_REQUEST_TIMEOUT_S, requires = "served")]
     pub request_timeout: f64,
-    /// --served: concurrent clients per arm (1..=64). Every pass over the prompt
-    /// set is sent through N client threads, at most N requests in flight, to a
-    /// server started with `--parallel N`; each request runs beside up to N-1
-    /// others. A record measured at N > 1 is evidence, not a table entry: `tuner
-    /// propose` refuses it.
-    #[arg(long, value_name = "N", default_value_t = 1, requires = "served")]
-    pub concurrency: usize,
+    /// --served: concurrent clients per arm (1..=64), or a list (`1,2,4`): one
+    /// sweep per count, one after another, each into its own folder (`-c<N>`
+    /// above 1). Every pass over the prompt set is sent through N client
+    /// threads, at most N requests in flight, to a server started with
+    /// `--parallel N`; each request runs beside up to N-1 others. `tuner
+    /// propose` writes a record at N > 1 as a bucket entry (`concurrency = N`)
+    /// that a server uses when at least N sequences run.
+    #[arg(long, value_name = "N[,N...]", default_value = "1", requires = "served")]
+    pub concurrency: String,
+    /// The K-quant activation precision every arm runs at (`runtime --precision`: int8 or int16;
+    /// default: the runtime's, int8). Part of the record's key for targets with K-quant matrices.
+    #[arg(long, value_name = "int8|int16")]
+    pub precision: Option<String>,
     #[command(flatten)]
     pub gate: GateOpts,
 }
@@ -592,10 +598,36 @@ pub struct IdentityArgs {
 }
 
 impl SweepArgs {
-    /// A new sweep's options from the flags: the runtime and the target
-    /// resolved, every list parsed and checked as far as flags can be
-    /// (the library checks the rest before anything is written).
-    pub fn options(self) -> anyhow::Result<SweepOptions> {
+    /// `--concurrency` as counts: one (`4`) or a list (`1,2,4`), each
+    /// 1..=64, in increasing order without repeats. A list with `--out` is
+    /// refused: each count has its own folder.
+    pub fn concurrencies(&self) -> anyhow::Result<Vec<usize>> {
+        let s = &self.concurrency;
+        let mut out = Vec::new();
+        for part in s.split(',').map(str::trim) {
+            let n: usize =
+                part.parse().map_err(|_| anyhow::anyhow!("--concurrency {s:?}: {part:?} is not a count of clients"))?;
+            let max = tuner::data::raw::MAX_CONCURRENCY;
+            anyhow::ensure!(
+                (1..=max).contains(&n),
+                "--concurrency {n} is out of range 1..={max} (concurrent clients of each served arm)"
+            );
+            out.push(n);
+        }
+        anyhow::ensure!(out.len() <= 8, "--concurrency {s:?}: at most 8 counts in one run");
+        out.sort_unstable();
+        out.dedup();
+        if out.len() > 1 && self.out.is_some() {
+            anyhow::bail!("--concurrency {s:?} with --out: each count sweeps into its own folder; leave --out out");
+        }
+        Ok(out)
+    }
+
+    /// A new sweep's options from the flags, at `concurrency` clients: the
+    /// runtime and the target resolved, every list parsed and checked as far
+    /// as flags can be (the library checks the rest before anything is
+    /// written).
+    pub fn options_at(self, concurrency: usize) -> anyhow::Result<SweepOptions> {
         let a = self;
         let runtime = match a.runtime {
             Some(p) => p,
@@ -612,7 +644,7 @@ impl SweepArgs {
         let n_layers = if drafter == DrafterKind::Layerskip { target_layers(&target)? } else { 0 };
         let out = match a.out {
             Some(o) => o,
-            None => tuner::sweep::driver::default_out_dir(drafter, if a.served { a.concurrency } else { 1 }),
+            None => tuner::sweep::driver::default_out_dir(drafter, if a.served { concurrency } else { 1 }),
         };
         let (rounds, auto_rounds) = match a.rounds.trim() {
             "auto" => (
@@ -666,8 +698,13 @@ impl SweepArgs {
                 health_timeout_s: a.health_timeout,
                 stop_timeout_s: a.stop_timeout,
                 request_timeout_s: a.request_timeout,
-                concurrency: a.concurrency,
+                concurrency,
             }),
+            precision: a
+                .precision
+                .map(|p| policy::Precision::parse(&p).map(|p| p.as_str().to_string()))
+                .transpose()
+                .map_err(|e| anyhow::anyhow!("--precision: {e}"))?,
         };
         Ok(opts)
     }
@@ -785,6 +822,33 @@ mod tests {
             suffix_min_prob: Some(min_prob),
         };
         super::drafter_settings(kind, &flags, layers)
+    }
+
+    /// `tuner sweep --served` with `extra` flags, parsed as the binary does.
+    fn sweep_args(extra: &[&str]) -> super::SweepArgs {
+        use clap::Parser;
+        let argv = [&["tuner", "sweep", "--served"][..], extra].concat();
+        match super::Cli::try_parse_from(argv).unwrap().command {
+            super::Command::Sweep(a) => *a,
+            _ => unreachable!(),
+        }
+    }
+
+    #[test]
+    fn concurrency_parses_as_one_count_or_a_list_each_bounded() {
+        assert_eq!(sweep_args(&[]).concurrencies().unwrap(), [1]);
+        assert_eq!(sweep_args(&["--concurrency", "4,1, 2,4"]).concurrencies().unwrap(), [1, 2, 4]);
+        for (bad, says) in
+            [("0", "out of range 1..=64"), ("65", "out of range"), ("2,x", "not a count"), ("", "not a count")]
+        {
+            let e = sweep_args(&["--concurrency", bad]).concurrencies().unwrap_err().to_string();
+            assert!(e.contains(says), "{bad}: {e}");
+        }
+        let e = sweep_args(&["--concurrency", "1,2,3,4,5,6,7,8,9"]).concurrencies().unwrap_err().to_string();
+        assert!(e.contains("at most 8"), "{e}");
+        let e = sweep_args(&["--concurrency", "1,2", "--out", "records/x"]).concurrencies().unwrap_err().to_string();
+        assert!(e.contains("own folder"), "{e}");
+        assert_eq!(sweep_args(&["--concurrency", "2", "--out", "records/x"]).concurrencies().unwrap(), [2]);
     }
 
     #[test]

@@ -146,17 +146,37 @@ fn print_flat(v: &serde_json::Value, path: &str) {
 
 fn run_sweep(mut a: SweepArgs) -> anyhow::Result<ExitCode> {
     let json = a.json;
-    let (dir, outcome) = match a.resume.take() {
-        Some(dir) => {
-            let o = tuner::sweep::driver::resume(&dir)?;
-            (dir, o)
+    if let Some(dir) = a.resume.take() {
+        let o = tuner::sweep::driver::resume(&dir)?;
+        return finish_sweep(&dir, o, json).map(ExitCode::from);
+    }
+    let counts = a.concurrencies()?;
+    let n = counts.len();
+    for (i, c) in counts.into_iter().enumerate() {
+        let mut opts = SweepArgs { concurrency: c.to_string(), ..a.clone() }.options_at(c)?;
+        // A list's later counts get a fresh folder of their own even when
+        // an earlier run of the same day took the default name.
+        if n > 1 {
+            eprintln!("tuner sweep: concurrency {c} ({} of {n})", i + 1);
+            opts.out = tuner::sweep::driver::default_out_dir(opts.drafter, c);
         }
-        None => {
-            let opts = a.options()?;
-            let o = tuner::sweep::driver::start(&opts)?;
-            (opts.out, o)
+        let o = tuner::sweep::driver::start(&opts)?;
+        let done = finish_sweep(&opts.out, o, json)?;
+        // The first sweep that did not pass ends the list: the host is
+        // busy or an arm failed, and the later counts would meet the same.
+        if done != tuner::exit::PASS {
+            if i + 1 < n {
+                eprintln!("tuner sweep: the counts after {c} were not swept");
+            }
+            return Ok(ExitCode::from(done));
         }
-    };
+    }
+    Ok(ExitCode::from(tuner::exit::PASS))
+}
+
+/// A sweep's record, profile and ledger line, and its exit code.
+fn finish_sweep(dir: &std::path::Path, outcome: Outcome, json: bool) -> anyhow::Result<u8> {
+    let dir = dir.to_path_buf();
     // A halted sweep still gets its (incomplete) record, so the halt is reviewable.
     let summary = tuner::analysis::summarize::summarize_dir(&dir).and_then(|(raw, s)| {
         tuner::output::record::write_all(&dir, &raw, &s)?;
@@ -171,8 +191,8 @@ fn run_sweep(mut a: SweepArgs) -> anyhow::Result<ExitCode> {
             }
             if matches!(outcome, Outcome::Complete) && s.concurrency > 1 {
                 eprintln!(
-                    "next: commit {} as evidence of the width at concurrency {} (`tuner propose` writes no entry \
-                     from it: the policy key has no concurrency yet)",
+                    "next: `tuner propose {}` writes the bucket entry for {} sequences at once (or says why it \
+                     cannot)",
                     dir.display(),
                     s.concurrency
                 );
@@ -208,7 +228,7 @@ fn run_sweep(mut a: SweepArgs) -> anyhow::Result<ExitCode> {
         },
         None => eprintln!("tuner sweep: {} is not under a records/ folder: no ledger line written", dir.display()),
     }
-    Ok(ExitCode::from(match outcome {
+    Ok(match outcome {
         Outcome::Complete => {
             summary?;
             tuner::exit::PASS
@@ -216,7 +236,7 @@ fn run_sweep(mut a: SweepArgs) -> anyhow::Result<ExitCode> {
         Outcome::Halted(HaltKind::GateTimeout | HaltKind::Contention) => tuner::exit::WAIT,
         Outcome::Halted(HaltKind::Gate | HaltKind::NvrmBudget) => tuner::exit::HALT,
         Outcome::Halted(HaltKind::ArmFailed) => tuner::exit::ERROR,
-    }))
+    })
 }
 
 /// The profile a sweep's record needs, when `profiles/` (beside its
@@ -495,6 +515,8 @@ fn check_one(
         drafter,
         drafter_model,
         drafter_settings: entry.drafter_settings.clone(),
+        // The entry's own precision: a check measures what the entry did.
+        precision: entry.key.precision.map(|p| p.as_str().to_string()),
         design: tuner::data::raw::Design {
             widths: tuner::analysis::check::arms_for(drafting),
             rounds: a.rounds,

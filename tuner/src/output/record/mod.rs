@@ -67,7 +67,7 @@ pub fn title(s: &Summary) -> String {
 }
 
 /// A served record measured under load: what it measured, the batches its
-/// requests ran in, and that it is evidence rather than a table entry.
+/// requests ran in, and what its entry is (a bucket of the idle key).
 /// `None` at one client.
 pub fn under_load(s: &Summary) -> Option<String> {
     if !s.served || s.concurrency <= 1 {
@@ -81,11 +81,14 @@ pub fn under_load(s: &Summary) -> Option<String> {
         None => "no response said the batches it ran in (a server before `--parallel`)".to_string(),
     };
     Some(format!(
-        "Measured at concurrency {}: every request was sent beside up to {} others, and {batch}. The policy key \
-         has no concurrency yet, so `tuner propose` writes no entry from this record: it stands as evidence of \
-         the width under load.",
+        "Measured at concurrency {}: every request was sent beside up to {} others, and {batch}. `tuner propose` \
+         writes its entry with `concurrency = {}`: a bucket of the idle key, which a server uses for the steps \
+         where at least {} sequences run, never as a run's own width; it pools only with records of the same \
+         concurrency.",
         s.concurrency,
-        s.concurrency - 1
+        s.concurrency - 1,
+        s.concurrency,
+        s.concurrency
     ))
 }
 

@@ -16,7 +16,7 @@ pub fn max_rows(s: &Settings) -> usize {
 
 /// The cost process's command line: the arms' model and threads.
 pub fn cost_args(s: &Settings, context: usize) -> Vec<String> {
-    vec![
+    let mut a: Vec<String> = vec![
         "bench".into(),
         "--json".into(),
         "--verify-cost".into(),
@@ -32,7 +32,11 @@ pub fn cost_args(s: &Settings, context: usize) -> Vec<String> {
         COST_REPS.to_string(),
         "--warmup".into(),
         "1".into(),
-    ]
+    ];
+    if let Some(p) = &s.precision {
+        a.extend(["--precision".to_string(), p.clone()]);
+    }
+    a
 }
 
 /// Runs one cost process (logs `logs/cost-rNN-cC-attempt-K.{stdout.jsonl,

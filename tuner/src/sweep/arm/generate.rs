@@ -33,6 +33,9 @@ pub fn arm_args(s: &crate::data::raw::Settings, width: Option<crate::data::plan:
         "--seed".into(),
         "0".into(),
     ];
+    if let Some(p) = &s.precision {
+        a.extend(["--precision".to_string(), p.clone()]);
+    }
     a.extend(drafter_args(s, width));
     a
 }

@@ -427,6 +427,7 @@ mod tests {
             gate_wait_s: 0.0,
             gate_interval_s: 1.0,
             served: None,
+            precision: None,
         }
     }
 

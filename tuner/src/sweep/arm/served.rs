@@ -69,6 +69,9 @@ pub fn serve_args(s: &Settings, width: Option<crate::data::plan::SpeculativeArm>
         "--parallel".into(),
         concurrency(s).to_string(),
     ];
+    if let Some(p) = &s.precision {
+        a.extend(["--precision".to_string(), p.clone()]);
+    }
     a.extend(super::drafter_args(s, width));
     a
 }
