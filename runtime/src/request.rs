@@ -80,15 +80,8 @@ pub fn begin<'d>(
 ) -> Result<(Sequence<'d>, Option<Declined>), GenerateError> {
     let seq = Sequence::new(&engine.loaded.model, prompt, chunk, max_tokens, *sampling, ignore_eos)?;
     let route = route(spec.as_deref(), ignore_eos);
-    Ok(match (route, spec) {
-        (Route::Speculate(schedule), Some(sp)) => {
-            let ladder = sp.ladder.clone();
-            let seq = seq.speculate(&engine.loaded.model, DrafterSlot::Borrowed(sp.drafter.as_mut()), schedule);
-            (seq.under_load(&ladder), None)
-        }
-        (Route::Classic(declined), _) => (seq, declined),
-        (Route::Speculate(_), None) => (seq, None),
-    })
+    let slot = spec.map(|sp| DrafterSlot::Borrowed(sp.drafter.as_mut()));
+    Ok(start(engine, seq, route, slot))
 }
 
 /// [`begin`] for a sequence decoded beside others (the server's batches):
@@ -104,21 +97,35 @@ pub fn begin_forked(
     chunk: usize,
 ) -> Result<(Sequence<'static>, Option<Declined>), GenerateError> {
     let seq = Sequence::new(&engine.loaded.model, prompt, chunk, max_tokens, *sampling, ignore_eos)?;
-    Ok(match (route(spec, ignore_eos), spec) {
-        (Route::Speculate(schedule), Some(sp)) => {
-            let seq = seq.speculate(&engine.loaded.model, DrafterSlot::Owned(sp.drafter.fork()), schedule);
-            (seq.under_load(&sp.ladder), None)
+    let route = route(spec, ignore_eos);
+    // A fork only for a sequence that speculates: it copies the drafter's state.
+    let slot = spec.filter(|_| matches!(route, Route::Speculate(..))).map(|sp| DrafterSlot::Owned(sp.drafter.fork()));
+    Ok(start(engine, seq, route, slot))
+}
+
+/// `seq` set to decode as `route` says, drafting with `slot` when it
+/// speculates; the `declined` event of a classic route.
+fn start<'d>(
+    engine: &Engine,
+    seq: Sequence<'d>,
+    route: Route,
+    slot: Option<DrafterSlot<'d>>,
+) -> (Sequence<'d>, Option<Declined>) {
+    match (route, slot) {
+        (Route::Speculate(schedule, ladder), Some(slot)) => {
+            (seq.speculate(&engine.loaded.model, slot, schedule).under_load(&ladder), None)
         }
         (Route::Classic(declined), _) => (seq, declined),
-        (Route::Speculate(_), None) => (seq, None),
-    })
+        (Route::Speculate(..), None) => (seq, None),
+    }
 }
 
 /// How one request decodes.
 enum Route {
     /// Classically; with the `declined` event when speculation was asked for.
     Classic(Option<Declined>),
-    Speculate(crate::speculative::schedule::Schedule),
+    /// Speculatively, with the schedule and the policy's buckets under load.
+    Speculate(crate::speculative::schedule::Schedule, Vec<::policy::Bucket>),
 }
 
 fn route(spec: Option<&Speculation>, ignore_eos: bool) -> Route {
@@ -127,7 +134,7 @@ fn route(spec: Option<&Speculation>, ignore_eos: bool) -> Route {
             Route::Classic(sp.active_width().map(|w| declined(sp, w, IGNORE_EOS_DECLINE.to_string())))
         }
         Some(sp) if sp.active_width().is_some() => {
-            Route::Speculate(sp.schedule().expect("the match guard saw a width"))
+            Route::Speculate(sp.schedule().expect("the match guard saw a width"), sp.ladder.clone())
         }
         other => Route::Classic(other.and_then(|sp| match (sp.declined_reason(), sp.width) {
             (Some(reason), Some(width)) => Some(declined(sp, width, reason)),

@@ -138,11 +138,36 @@ impl<'d> Sequence<'d> {
         if prompt.is_empty() {
             return Err(GenerateError::EmptyPrompt);
         }
-        Ok(Sequence {
-            history: penalty_history(&sampling, prompt),
-            prompt: prompt.to_vec(),
-            session: Session::new(&model.config),
-            phase: Phase::Prefill { done: 0, chunk: chunk.max(1) },
+        let phase = Phase::Prefill { done: 0, chunk: chunk.max(1) };
+        let session = Session::new(&model.config);
+        Ok(Self::with(prompt.to_vec(), session, phase, max_tokens, sampling, ignore_eos))
+    }
+
+    /// A sequence whose prompt has run ([`Engine::prefill`]).
+    pub fn prefilled(p: Prefilled, max_tokens: usize, sampling: SamplingParams, ignore_eos: bool) -> Self {
+        let Prefilled { prompt, session, logits, prefill_s } = p;
+        let phase = Phase::Decode(Pending::Logits(logits));
+        let mut s = Self::with(prompt, session, phase, max_tokens, sampling, ignore_eos);
+        s.prefill_s = prefill_s;
+        s.decode_start = Some(Instant::now());
+        s
+    }
+
+    /// The fields both constructors share: nothing emitted, no pass run
+    /// after the prefill, classic until [`Sequence::speculate`].
+    fn with(
+        prompt: Vec<u32>,
+        session: Session,
+        phase: Phase,
+        max_tokens: usize,
+        sampling: SamplingParams,
+        ignore_eos: bool,
+    ) -> Self {
+        Sequence {
+            history: penalty_history(&sampling, &prompt),
+            prompt,
+            session,
+            phase,
             max_tokens,
             sampling,
             ignore_eos,
@@ -152,27 +177,6 @@ impl<'d> Sequence<'d> {
             started: Instant::now(),
             prefill_s: 0.0,
             decode_start: None,
-            spec: None,
-        })
-    }
-
-    /// A sequence whose prompt has run ([`Engine::prefill`]).
-    pub fn prefilled(p: Prefilled, max_tokens: usize, sampling: SamplingParams, ignore_eos: bool) -> Self {
-        let Prefilled { prompt, session, logits, prefill_s } = p;
-        Sequence {
-            history: penalty_history(&sampling, &prompt),
-            prompt,
-            session,
-            phase: Phase::Decode(Pending::Logits(logits)),
-            max_tokens,
-            sampling,
-            ignore_eos,
-            rng: Rng::new(sampling.seed),
-            out: Vec::new(),
-            steps: 0,
-            started: Instant::now(),
-            prefill_s,
-            decode_start: Some(Instant::now()),
             spec: None,
         }
     }

@@ -420,6 +420,7 @@ mod policy {
             policy: None,
             drafter: Some("suffix".into()),
             threads: Some(2),
+            precision: None,
             ngram_min: None,
             ngram_max: None,
             suffix_min_match: None,

@@ -515,6 +515,18 @@ fn a_port_in_use_and_a_host_name_are_refused_with_the_flag_to_fix() {
     assert!(refuse(&["--port", &port]).contains("--port"));
     assert!(refuse(&["--host", "localhost", "--port", "0"]).contains("--host \"localhost\": give an IP address"));
     assert!(refuse(&["--port", "0", "--max-queue", "0"]).contains("--max-queue"));
+    // The batching flags are bounded too, each refusal naming its flag and range.
+    for (flag, bad, range) in [
+        ("--parallel", "0", "give 1 to 256"),
+        ("--parallel", "257", "give 1 to 256"),
+        ("--prefill-chunk", "0", "--prefill-chunk"),
+        ("--prefill-chunk", "100000000", "--prefill-chunk"),
+        ("--kv-budget-mb", "0", "--kv-budget-mb"),
+        ("--kv-budget-mb", "2000000000", "--kv-budget-mb"),
+    ] {
+        let e = refuse(&["--port", "0", flag, bad]);
+        assert!(e.contains(flag) && e.contains(range), "{flag} {bad}: {e}");
+    }
 }
 
 #[test]

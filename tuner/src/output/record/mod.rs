@@ -696,6 +696,22 @@ mod tests {
         assert!(!crate::output::record::markdown(&raw, &s, "dir").contains("Verify cost"));
     }
 
+    #[test]
+    fn a_record_under_load_says_its_entry_is_a_bucket() {
+        let mut raw = crate::analysis::simulate::sweep(&Template::new(), &SimConfig::default_plan(0.03, 0.11, 7));
+        raw.header.settings.served = Some(crate::data::raw::ServedSettings {
+            health_timeout_s: 120.0,
+            stop_timeout_s: 15.0,
+            request_timeout_s: 300.0,
+            concurrency: 4,
+        });
+        let s = crate::analysis::summarize::summarize(&raw).unwrap();
+        let text = super::under_load(&s).unwrap();
+        assert!(text.contains("`concurrency = 4`") && text.contains("bucket"), "{text}");
+        raw.header.settings.served.as_mut().unwrap().concurrency = 1;
+        assert!(super::under_load(&crate::analysis::summarize::summarize(&raw).unwrap()).is_none());
+    }
+
     fn one_if(b: bool) -> usize {
         usize::from(b)
     }
