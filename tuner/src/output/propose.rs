@@ -104,7 +104,14 @@ pub fn entry_fields(raw: &RawFile, s: &Summary, record: &str) -> Result<Fields, 
     let note = format!(
         "tuner propose: {}the record's {}; {} rounds (the unit of the interval), each {} classic arm(s) a side x {} \
          burst(s) and one arm per width x {} burst(s) over {} prompts, widths [{}]",
-        if s.served { "served sweep (end-to-end tok/s of streamed requests): " } else { "" },
+        match (s.served, s.concurrency) {
+            (false, _) => String::new(),
+            (true, 1) => "served sweep (end-to-end tok/s of streamed requests): ".to_string(),
+            (true, n) => format!(
+                "served sweep at {n} concurrent clients (end-to-end tok/s of streamed requests; a bucket for {n} \
+                 or more sequences in a pass): "
+            ),
+        },
         decision_note(s),
         s.complete_rounds,
         raw.header.settings.design.bracket_arms,
@@ -585,7 +592,11 @@ pub fn apply_pool(
     {
         fields.insert(i + 1, ("adaptive", "true".into()));
     }
-    let shown = width.or(pooled.best).and_then(|w| pooled.width(w));
+    // A pool of this record alone that keeps its decision states the
+    // record's own interval (its headline's, drift-widened the record's
+    // way): one decision, one interval.
+    let own = pooled.records.len() == 1 && width == s.decision.width;
+    let shown = width.or(pooled.best).and_then(|w| pooled.width(w)).filter(|_| !own);
     let set = |fields: &mut Fields, k: &str, v: String| {
         if let Some((_, x)) = fields.iter_mut().find(|(key, _)| *key == k) {
             *x = v;
@@ -1060,6 +1071,28 @@ verify_fingerprint = \"0123456789abcdef\"\n"
         let (raw, s) = crate::analysis::summarize::summarize_dir(dir.path()).unwrap();
         crate::output::record::write_all(dir.path(), &raw, &s).unwrap();
         (dir, raw, s)
+    }
+
+    #[test]
+    fn a_pool_of_one_drifted_record_keeps_the_records_interval() {
+        // A served record at 4 clients whose `off` survives the drift: the
+        // record's interval holds both one-sided ones; the pool of it alone
+        // (which widens drift its own way) must not restate another.
+        let name = "2026-12-07-cpu-x86_64-avx512vnni-amd-zen4-ngram-c4";
+        let (_dir, raw, s) = resummarized(name);
+        assert!(s.drift, "the record drifted");
+        let rec = format!("records/{name}");
+        let mut fields = super::entry_fields(&raw, &s, &rec).unwrap();
+        let before = fields.iter().find(|(k, _)| *k == "ratio_interval").unwrap().1.clone();
+        let rounds = [crate::analysis::pool::RecordRounds::of(&rec, &s)];
+        let pooled = crate::analysis::pool::pool(&rounds);
+        let verdict = crate::analysis::pool::hysteresis(None, &pooled, &rounds);
+        assert_eq!(verdict.width(), s.decision.width, "the pool keeps the record's decision");
+        super::apply_pool(&mut fields, &s, &pooled, &verdict, &[]);
+        let after = &fields.iter().find(|(k, _)| *k == "ratio_interval").unwrap().1;
+        assert_eq!(after, &before, "one decision, one interval");
+        let (lo, hi) = s.decision.ratio_interval.unwrap();
+        assert_eq!(before, format!("[{}, {}]", (lo * 1000.0).floor() / 1000.0, (hi * 1000.0).ceil() / 1000.0));
     }
 
     #[test]
