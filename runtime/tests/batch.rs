@@ -123,6 +123,9 @@ impl XorShift {
     }
 }
 
+/// One prompt's tokens and why it finished.
+type Outcome = (Vec<u32>, FinishReason);
+
 /// Runs every prompt through batches with random arrivals; returns each
 /// prompt's (tokens, finish reason), the most sequences one pass carried,
 /// and how many rounds asked for each draft length (all sequences).
@@ -132,7 +135,7 @@ fn batched(
     mode: Mode,
     sampled: bool,
     rng: &mut XorShift,
-) -> (Vec<(Vec<u32>, FinishReason)>, usize, Vec<usize>) {
+) -> (Vec<Outcome>, usize, Vec<usize>) {
     let parallel = [2, 3, 5][rng.below(3)];
     let chunk = [7, 16, 128][rng.below(3)];
     let mut next = 0;

@@ -13,7 +13,7 @@ use policy::table::{RecordCheck, Table, compile};
 use policy::{DeviceClass, DrafterKind, DrafterSettings, Resolver, Run, Width};
 use runtime::engine::{Engine, NoSink};
 use runtime::sampling::SamplingParams;
-use runtime::speculative::setup::{Decoding, SpeculationSettings, Speculation};
+use runtime::speculative::setup::{Decoding, Speculation, SpeculationSettings};
 use std::process::Command;
 
 /// The default model, loaded once for this binary, on 2 threads.
@@ -170,7 +170,8 @@ fn a_stale_entry_or_none_keeps_classic_decoding() {
 fn explicit_flags_still_win_over_the_policy() {
     let t = table(&[entry("3", 1.2, [1.1, 1.3], 2)]);
     // A width flag decides the width; the drafter's settings are then the defaults.
-    let d = decide(&t, &SpeculationSettings { drafter: Some("ngram".into()), draft_width: Some("5".into()), ..no_flags() });
+    let d =
+        decide(&t, &SpeculationSettings { drafter: Some("ngram".into()), draft_width: Some("5".into()), ..no_flags() });
     let s = d.speculation.as_ref().unwrap();
     assert_eq!((s.width, d.drafter_from()), (width(5), "flag"));
     assert_eq!(s.settings, DrafterSettings::ngram(3, 4));
@@ -216,6 +217,7 @@ fn generate_without_flags_follows_the_compiled_table_and_says_why() {
         file,
         threads,
         weight_formats: Some(&e.loaded.info.weight_formats),
+        precision: None,
     };
     let prompt = ["--prompt", "Repeat this three times: one two three four five.", "--chat", "--max-tokens", "32"];
     let generate = |args: &[&str]| {
