@@ -21,7 +21,8 @@ const FLOOR: f64 = 0.97;
 /// may not fall further (a change that lowers one fails); one that rises
 /// above the floor is to be removed from the list (the test says so).
 const BELOW: &[(&str, &str, f64)] = &[
-    ("SmolLM2-135M-Instruct.Q4_1-ngram-3-4-sweep-48.jsonl", "summarize", 0.956),
+    // On the Zen 4 curves of the 2026-12-07 re-sweep (the table's SmolLM2 entry).
+    ("SmolLM2-135M-Instruct.Q4_1-ngram-3-4-sweep-48.jsonl", "edit", 0.931),
     ("gemma-3-270m-q4_k_m-ngram-3-4-sweep-48.jsonl", "code", 0.944),
     ("gemma-3-270m-q4_k_m-ngram-3-4-sweep-48.jsonl", "arithmetic", 0.876),
     ("qwen2.5-coder-0.5b-instruct-ngram-3-4-sweep-32.jsonl", "edit", 0.947),
