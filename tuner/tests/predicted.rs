@@ -13,30 +13,7 @@ const RECORD: &str = "records/2026-12-07-cpu-x86_64-avx512vnni-amd-zen4-ngram-2"
 const PROFILE: &str = "profiles/SmolLM2-135M-Instruct.Q4_1-ngram-3-4-sweep-48.jsonl";
 
 /// The Zen 4 SmolLM2 entry of `RECORD`, as the table held it on 2026-12-07.
-const OLD_ENTRY: &str = r#"[[entry]]
-drafter = "ngram"
-device_class = "cpu:x86_64-avx512vnni"
-host_class = "amd-zen4"
-target_quant = "q4_1"
-target_quant_format = "gguf"
-threads = 2
-model = { architecture = "llama", parameters = 134515008, file = "SmolLM2-135M-Instruct.Q4_1.gguf", sha256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53" }
-prompts = { name = "prompts/sweep.jsonl", sha256 = "c8e867dabef149addfc929ffbfd5bd6ffec17e7bc09d1164bc092ae0587cd931" }
-drafter_settings = { ngram_min = 3, ngram_max = 4 }
-weight_formats = ["q4_1", "q8_0"]
-width = 2
-record = "records/2026-12-07-cpu-x86_64-avx512vnni-amd-zen4-ngram-2"
-pooled = ["records/2026-12-07-cpu-x86_64-avx512vnni-amd-zen4-ngram-2"]
-date = 2026-12-07
-ratio = 1.182
-ratio_interval = [1.033, 1.353]
-emitted_per_verify = 2.314
-host = "AMD EPYC (AuthenticAMD family 25 model 17 stepping 1, microcode 0x1000065), 2 threads available, Linux (Debian GNU/Linux 12), Linux 6.18.44-fc-v1300"
-verify_fingerprint = "48c04c5bb7912fac"
-verify_cost = [{ context = 64, relative = [1.0, 1.069, 1.219, 1.318, 1.494, 1.672, 1.932, 1.98, 2.266] }, { context = 2048, relative = [1.0, 1.149, 1.351, 1.447, 1.592, 1.742, 1.905, 2.043, 2.364] }]
-check = { verify_fingerprint = "22cc44d6b1acc292", record = "records/2026-12-07-cpu-x86_64-avx512vnni-amd-zen4-ngram-check-2", date = 2026-12-07 }
-note = "tuner propose: width 2 is the narrowest of the widths tied with the best (width 3; tied: 2, 3, 4, 5, 6, 7, 8) whose interval lies wholly above 1.0: 1.182 [1.033, 1.352]; the adaptive arm is not chosen: its interval 1.202 [0.887, 1.629] does not lie wholly above 1.0; 4 rounds (the unit of the interval), each 9 classic arm(s) a side x 1 burst(s) and one arm per width x 1 burst(s) over 12 prompts, widths [1, 2, 3, 4, 5, 6, 7, 8, 0]; pooled over 1 record(s): width 2: the pooled rule's choice"
-"#;
+const OLD_ENTRY: &str = include_str!("fixtures/zen4-smollm2-ngram-2-entry.toml");
 
 fn repo() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap()
