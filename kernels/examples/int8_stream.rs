@@ -1,0 +1,126 @@
+//! A decode step's mat-vecs streamed from memory, against a plain read of
+//! as many bytes, one thread, in alternation:
+//! `cargo run --release -p kernels --example int8_stream [ROUNDS] [LAYERS]`.
+//!
+//! Builds the K-quant matrices of LAYERS (default 28) layers of a
+//! Qwen2.5-Coder-1.5B Q4_K_M (q, k, v, o, gate, up, down in the file's
+//! formats, down and v in Q6_K as in half its layers) plus its Q6_K head,
+//! repacked as the runtime repacks them; random weights with sane scales;
+//! about 1 GB, far past any cache. Each round runs three arms in rotating
+//! order: one W = 1 pass over every matrix at 8-bit activations, the same
+//! at 16-bit, and a sum of a buffer of the same size as 64-bit words (the
+//! read ceiling, `runtime`'s `read_bandwidth` example's loop). Prints each
+//! arm's median time and GB/s over ROUNDS (default 7), and each pass's
+//! share of the ceiling.
+
+use kernels::act::ActRow;
+use kernels::act8::ActRow8;
+use kernels::dispatch::KernelFamily;
+use kernels::matvec::r16::Repacked;
+use kernels::matvec::{Input, matmul_rows_with};
+use kernels::quant::GgmlType;
+use std::time::Instant;
+
+type Act = (Vec<f32>, ActRow, ActRow8);
+
+fn view(a: &Act, int8: bool) -> Input<'_> {
+    if int8 { Input { x: &a.0, q: a.1.view(), q8: a.2.view() } } else { Input::new(&a.0, a.1.view()) }
+}
+
+fn main() {
+    let arg = |i: usize, d: usize| std::env::args().nth(i).and_then(|s| s.parse().ok()).unwrap_or(d);
+    let (rounds, layers) = (arg(1, 7).clamp(1, 1000), arg(2, 28).clamp(1, 64));
+    let fam = KernelFamily::best();
+    let mut s = 0x9E37_79B9_7F4A_7C15u64;
+    let mut next = move || {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        s
+    };
+    let layer = [
+        (GgmlType::Q4K, 1536, 1536),
+        (GgmlType::Q4K, 256, 1536),
+        (GgmlType::Q6K, 256, 1536),
+        (GgmlType::Q4K, 1536, 1536),
+        (GgmlType::Q4K, 8960, 1536),
+        (GgmlType::Q4K, 8960, 1536),
+        (GgmlType::Q6K, 1536, 8960),
+    ];
+    let shapes = (0..layers).flat_map(|_| layer).chain([(GgmlType::Q6K, 151936, 1536)]);
+    let mut mats = Vec::new();
+    let mut total = 0usize;
+    for (ty, rows, cols) in shapes {
+        let n = ty.row_bytes(cols).unwrap() * rows;
+        total += n;
+        let mut bytes: Vec<u8> = (0..n).map(|_| next() as u8).collect();
+        let scales: &[usize] = if ty == GgmlType::Q6K { &[208] } else { &[0, 2] };
+        for blk in bytes.chunks_exact_mut(ty.block_bytes()) {
+            for &o in scales {
+                blk[o..o + 2].copy_from_slice(&half::f16::from_f32(0.01).to_bits().to_le_bytes());
+            }
+        }
+        mats.push((Repacked::from_native(ty, &bytes, rows, cols).unwrap().unwrap(), rows, cols));
+    }
+    let mut act = |cols: usize| {
+        let x: Vec<f32> = (0..cols).map(|_| (next() >> 40) as f32 / (1u64 << 23) as f32 - 1.0).collect();
+        let mut q = ActRow::default();
+        q.quantize(&x);
+        let mut q8 = ActRow8::default();
+        q8.quantize(&x);
+        (x, q, q8)
+    };
+    let (a, b) = (act(1536), act(8960));
+    let buf: Vec<u64> = (0..total / 8).map(|i| i as u64).collect();
+    let mut out = vec![0.0f32; 151936];
+    let arms = ["read", "int8", "int16"];
+    let mut times: Vec<Vec<f64>> = vec![Vec::new(); arms.len()];
+    println!("family {}, {:.3} GB a pass, {rounds} rounds", fam.name(), total as f64 / 1e9);
+    for r in 0..=rounds {
+        for k in 0..arms.len() {
+            let arm = (r + k) % arms.len();
+            let t = Instant::now();
+            if arm == 0 {
+                let mut acc = [0u64; 8];
+                for c in buf.chunks_exact(8) {
+                    for (a, &w) in acc.iter_mut().zip(c) {
+                        *a = a.wrapping_add(w);
+                    }
+                }
+                std::hint::black_box(acc);
+            } else {
+                let (ia, ib) = (view(&a, arm == 1), view(&b, arm == 1));
+                for (m, rows, cols) in &mats {
+                    let inp = if *cols == 8960 { &ib } else { &ia };
+                    matmul_rows_with(fam, true, &m.matrix(), std::slice::from_ref(inp), 0, &mut out[..*rows]);
+                }
+                std::hint::black_box(&out);
+            }
+            // Round 0 warms up.
+            if r > 0 {
+                times[arm].push(t.elapsed().as_secs_f64());
+            }
+        }
+    }
+    let med: Vec<f64> = times
+        .iter_mut()
+        .map(|t| {
+            t.sort_by(f64::total_cmp);
+            t[t.len() / 2]
+        })
+        .collect();
+    for (k, name) in arms.iter().enumerate() {
+        let (lo, hi) = (times[k][0], times[k][times[k].len() - 1]);
+        print!(
+            "{name:6} median {:7.2} ms ({:.2}..{:.2}), {:5.1} GB/s",
+            med[k] * 1e3,
+            lo * 1e3,
+            hi * 1e3,
+            total as f64 / med[k] / 1e9
+        );
+        if k > 0 {
+            print!(", {:.0}% of the read", 100.0 * med[0] / med[k]);
+        }
+        println!();
+    }
+}

@@ -1,0 +1,173 @@
+#!/usr/bin/env python3
+"""Prefill and decode: draftwise `runtime bench` at each activation precision
+against llama.cpp's `llama-server`, in alternation, one line per arm.
+
+    scripts/bench/engine-vs-llama-server.py --model M [--threads T]
+        [--prompt-tokens P] [--gen-tokens G] [--rounds R]
+        [--precisions int8,int16] [--runtime PATH] [--llama-server PATH]
+        [--bandwidth PATH] [--out FILE]
+
+Each round runs every arm once, the order rotating round by round so a
+shared host's drift falls on all of them:
+- draftwise: a fresh `RUNTIME bench --model M --prompt-tokens P
+  --gen-tokens G --threads T --precision X --reps 1 --warmup 1 --json`
+  (model load not timed; its `prefill_tok_per_s` / `decode_tok_per_s`);
+- llama.cpp: one POST /completion to one `llama-server -m M -t T -np 1
+  -c max(2048, P+G+16)` started before the first round (its defaults
+  otherwise: flash attention auto, batch 2048, ubatch 512), with the same
+  prompt ids the runtime used, `n_predict` G, `cache_prompt` false,
+  temperature 0, top_k 1, `ignore_eos`; its `timings.prompt_per_second` /
+  `predicted_per_second`. One warm-up request is thrown away. While the
+  runtime arms run, the server idles (it holds no thread busy when idle).
+
+The unit of replication is the round (one fresh runtime process per arm,
+one request to the long-lived server). Prints per arm the median and
+min..max over the rounds, and the ratios of medians against llama.cpp;
+with --bandwidth (the `read_bandwidth` example's binary) the one-thread
+read ceiling is measured before and after and printed beside them.
+Every raw sample goes to --out as JSON lines.
+"""
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+import urllib.request
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def post(url: str, body: dict, timeout: float) -> dict:
+    req = urllib.request.Request(url, json.dumps(body).encode(), {"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=timeout) as r:
+        return json.loads(r.read(1 << 24))
+
+
+def bounded(lo: int, hi: int):
+    def parse(s: str) -> int:
+        v = int(s)
+        if not lo <= v <= hi:
+            raise argparse.ArgumentTypeError(f"{v} is outside {lo}..={hi}")
+        return v
+
+    return parse
+
+
+def bandwidth(binary: str, threads: int) -> str:
+    out = subprocess.run([binary, "256", str(threads), "5"], capture_output=True, text=True, timeout=300)
+    return " | ".join(line for line in out.stdout.splitlines() if "thread" in line)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--threads", type=bounded(1, 256), default=1)
+    ap.add_argument("--prompt-tokens", type=bounded(1, 32768), default=64)
+    ap.add_argument("--gen-tokens", type=bounded(1, 32768), default=64)
+    ap.add_argument("--rounds", type=bounded(1, 100), default=5)
+    ap.add_argument("--precisions", default="int8,int16")
+    ap.add_argument("--runtime", default="target/release/runtime")
+    ap.add_argument("--llama-server", default=None, help="default: what scripts/bench/llama-server.sh prints")
+    ap.add_argument("--bandwidth", default=None)
+    ap.add_argument("--out", default=None)
+    a = ap.parse_args()
+    precisions = [p for p in a.precisions.split(",") if p]
+    for p in precisions:
+        if p not in ("int8", "int16"):
+            ap.error(f"--precisions: {p!r} is neither int8 nor int16")
+    server = a.llama_server
+    if server is None:
+        here = os.path.dirname(os.path.abspath(__file__))
+        server = subprocess.run(
+            [os.path.join(here, "llama-server.sh")], check=True, capture_output=True, text=True
+        ).stdout.strip()
+
+    def runtime(precision: str, warmup: int = 1) -> dict:
+        cmd = [a.runtime, "bench", "--model", a.model, "--prompt-tokens", str(a.prompt_tokens),
+               "--gen-tokens", str(a.gen_tokens), "--threads", str(a.threads), "--precision", precision,
+               "--reps", "1", "--warmup", str(warmup), "--json"]
+        out = subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=1800)
+        return json.loads(out.stdout)
+
+    first = runtime(precisions[0] if precisions else "int8", warmup=0)
+    ids = first["prompt_ids"]
+    port = free_port()
+    ctx = max(2048, a.prompt_tokens + a.gen_tokens + 16)
+    log = open(os.devnull, "w")
+    proc = subprocess.Popen(
+        [server, "-m", a.model, "-t", str(a.threads), "-np", "1", "-c", str(ctx), "--port", str(port),
+         "--host", "127.0.0.1"],
+        stdout=log, stderr=log,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.time() + 300
+        while True:
+            try:
+                with urllib.request.urlopen(base + "/health", timeout=5) as r:
+                    if r.status == 200:
+                        break
+            except Exception:
+                pass
+            if proc.poll() is not None or time.time() > deadline:
+                print("llama-server did not come up", file=sys.stderr)
+                return 1
+            time.sleep(0.5)
+        body = {"prompt": ids, "n_predict": a.gen_tokens, "cache_prompt": False, "temperature": 0,
+                "top_k": 1, "ignore_eos": True}
+
+        def llama() -> dict:
+            t = post(base + "/completion", body, 1800)["timings"]
+            n = t.get("predicted_n")
+            if n != a.gen_tokens:
+                raise SystemExit(f"llama-server predicted {n} tokens, not {a.gen_tokens}")
+            return {"prefill_tok_per_s": t["prompt_per_second"], "decode_tok_per_s": t["predicted_per_second"]}
+
+        llama()
+        bw_before = bandwidth(a.bandwidth, 1) if a.bandwidth else None
+        arms = [f"draftwise {p}" for p in precisions] + ["llama.cpp"]
+        samples = {arm: [] for arm in arms}
+        out = open(a.out, "w") if a.out else None
+        for r in range(a.rounds):
+            order = arms[r % len(arms):] + arms[: r % len(arms)]
+            for arm in order:
+                if arm == "llama.cpp":
+                    s = llama()
+                else:
+                    j = runtime(arm.split()[1])
+                    s = {k: j[k]["median"] for k in ("prefill_tok_per_s", "decode_tok_per_s")}
+                samples[arm].append(s)
+                if out:
+                    out.write(json.dumps({"round": r, "arm": arm, **s}) + "\n")
+                    out.flush()
+        bw_after = bandwidth(a.bandwidth, 1) if a.bandwidth else None
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    print(f"model {os.path.basename(a.model)} | threads {a.threads} | prompt {a.prompt_tokens} | gen {a.gen_tokens} | rounds {a.rounds}")
+    if bw_before:
+        print(f"read ceiling before: {bw_before}\nread ceiling after:  {bw_after}")
+    med = {}
+    for key in ("prefill_tok_per_s", "decode_tok_per_s"):
+        for arm in arms:
+            v = [s[key] for s in samples[arm]]
+            med[arm, key] = statistics.median(v)
+            print(f"{key:18} {arm:16} median {med[arm, key]:8.2f}  ({min(v):.2f}..{max(v):.2f})")
+        for arm in arms[:-1]:
+            print(f"{key:18} {arm:16} / llama.cpp {med[arm, key] / med['llama.cpp', key]:.3f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
