@@ -8,21 +8,18 @@
 use kernels::act::ActRow;
 use kernels::act8::ActRow8;
 use kernels::dispatch::KernelFamily;
-use kernels::matvec::r16::Repacked;
 use kernels::matvec::{Input, matmul_rows_with};
 use kernels::quant::GgmlType;
 use std::time::Instant;
 
+#[path = "common/mod.rs"]
+mod common;
+use common::{Rng, random_matrix};
+
 fn main() {
     let reps: usize = std::env::args().nth(1).and_then(|s| s.parse().ok()).unwrap_or(15);
     let fam = KernelFamily::best();
-    let mut s = 0x9E37_79B9_7F4A_7C15u64;
-    let mut next = move || {
-        s ^= s << 13;
-        s ^= s >> 7;
-        s ^= s << 17;
-        s
-    };
+    let mut rng = Rng::default();
     println!("family {}", fam.name());
     for (ty, rows, cols) in [
         (GgmlType::Q4K, 8960, 1536),
@@ -30,20 +27,10 @@ fn main() {
         (GgmlType::Q5K, 1536, 1536),
         (GgmlType::Q6K, 151936, 1536),
     ] {
-        let n = ty.row_bytes(cols).unwrap() * rows;
-        let mut bytes: Vec<u8> = (0..n).map(|_| next() as u8).collect();
-        let scales: &[usize] = if ty == GgmlType::Q6K { &[208] } else { &[0, 2] };
-        for blk in bytes.chunks_exact_mut(ty.block_bytes()) {
-            for &o in scales {
-                blk[o..o + 2].copy_from_slice(&half::f16::from_f32(0.01).to_bits().to_le_bytes());
-            }
-        }
-        let packed = Repacked::from_native(ty, &bytes, rows, cols).unwrap().unwrap();
+        let (packed, _) = random_matrix(&mut rng, ty, rows, cols);
         let m = packed.matrix();
         for w in [1usize, 4, 8].into_iter().filter(|&w| rows < 100_000 || w == 1) {
-            let xs: Vec<Vec<f32>> = (0..w)
-                .map(|_| (0..cols).map(|_| (next() >> 40) as f32 / (1u64 << 23) as f32 - 1.0).collect())
-                .collect();
+            let xs: Vec<Vec<f32>> = (0..w).map(|_| (0..cols).map(|_| rng.unit()).collect()).collect();
             let q16: Vec<ActRow> = xs
                 .iter()
                 .map(|x| {

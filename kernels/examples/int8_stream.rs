@@ -16,10 +16,13 @@
 use kernels::act::ActRow;
 use kernels::act8::ActRow8;
 use kernels::dispatch::KernelFamily;
-use kernels::matvec::r16::Repacked;
 use kernels::matvec::{Input, matmul_rows_with};
 use kernels::quant::GgmlType;
 use std::time::Instant;
+
+#[path = "common/mod.rs"]
+mod common;
+use common::{Rng, random_matrix};
 
 type Act = (Vec<f32>, ActRow, ActRow8);
 
@@ -31,13 +34,7 @@ fn main() {
     let arg = |i: usize, d: usize| std::env::args().nth(i).and_then(|s| s.parse().ok()).unwrap_or(d);
     let (rounds, layers) = (arg(1, 7).clamp(1, 1000), arg(2, 28).clamp(1, 64));
     let fam = KernelFamily::best();
-    let mut s = 0x9E37_79B9_7F4A_7C15u64;
-    let mut next = move || {
-        s ^= s << 13;
-        s ^= s >> 7;
-        s ^= s << 17;
-        s
-    };
+    let mut rng = Rng::default();
     let layer = [
         (GgmlType::Q4K, 1536, 1536),
         (GgmlType::Q4K, 256, 1536),
@@ -51,19 +48,12 @@ fn main() {
     let mut mats = Vec::new();
     let mut total = 0usize;
     for (ty, rows, cols) in shapes {
-        let n = ty.row_bytes(cols).unwrap() * rows;
+        let (packed, n) = random_matrix(&mut rng, ty, rows, cols);
         total += n;
-        let mut bytes: Vec<u8> = (0..n).map(|_| next() as u8).collect();
-        let scales: &[usize] = if ty == GgmlType::Q6K { &[208] } else { &[0, 2] };
-        for blk in bytes.chunks_exact_mut(ty.block_bytes()) {
-            for &o in scales {
-                blk[o..o + 2].copy_from_slice(&half::f16::from_f32(0.01).to_bits().to_le_bytes());
-            }
-        }
-        mats.push((Repacked::from_native(ty, &bytes, rows, cols).unwrap().unwrap(), rows, cols));
+        mats.push((packed, rows, cols));
     }
     let mut act = |cols: usize| {
-        let x: Vec<f32> = (0..cols).map(|_| (next() >> 40) as f32 / (1u64 << 23) as f32 - 1.0).collect();
+        let x: Vec<f32> = (0..cols).map(|_| rng.unit()).collect();
         let mut q = ActRow::default();
         q.quantize(&x);
         let mut q8 = ActRow8::default();

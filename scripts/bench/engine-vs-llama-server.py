@@ -23,7 +23,7 @@ shared host's drift falls on all of them:
 The unit of replication is the round (one fresh runtime process per arm,
 one request to the long-lived server). Prints per arm the median and
 min..max over the rounds, and the ratios of medians against llama.cpp;
-with --bandwidth (the `read_bandwidth` example's binary) the one-thread
+with --bandwidth (the `read_bandwidth` example's binary) the
 read ceiling is measured before and after and printed beside them.
 Every raw sample goes to --out as JSON lines.
 """
@@ -132,7 +132,7 @@ def main() -> int:
             return {"prefill_tok_per_s": t["prompt_per_second"], "decode_tok_per_s": t["predicted_per_second"]}
 
         llama()
-        bw_before = bandwidth(a.bandwidth, 1) if a.bandwidth else None
+        bw_before = bandwidth(a.bandwidth, a.threads) if a.bandwidth else None
         arms = [f"draftwise {p}" for p in precisions] + ["llama.cpp"]
         samples = {arm: [] for arm in arms}
         out = open(a.out, "w") if a.out else None
@@ -148,7 +148,7 @@ def main() -> int:
                 if out:
                     out.write(json.dumps({"round": r, "arm": arm, **s}) + "\n")
                     out.flush()
-        bw_after = bandwidth(a.bandwidth, 1) if a.bandwidth else None
+        bw_after = bandwidth(a.bandwidth, a.threads) if a.bandwidth else None
     finally:
         proc.terminate()
         try:
