@@ -1,6 +1,6 @@
 //! A decode step's mat-vecs streamed from memory, against a plain read of
 //! as many bytes, one thread, in alternation:
-//! `cargo run --release -p kernels --example int8_stream [ROUNDS] [LAYERS]`.
+//! `cargo run --release -p kernels --example int8_stream [ROUNDS] [LAYERS] [FAMILY]`.
 //!
 //! Builds the K-quant matrices of LAYERS (default 28) layers of a
 //! Qwen2.5-Coder-1.5B Q4_K_M (q, k, v, o, gate, up, down in the file's
@@ -11,7 +11,8 @@
 //! at 16-bit, and a sum of a buffer of the same size as 64-bit words (the
 //! read ceiling, `runtime`'s `read_bandwidth` example's loop). Prints each
 //! arm's median time and GB/s over ROUNDS (default 7), and each pass's
-//! share of the ceiling.
+//! share of the ceiling. FAMILY (`avx2`, `avx512vnni`) picks a kernel family
+//! this CPU has (default: the best).
 
 use kernels::act::ActRow;
 use kernels::act8::ActRow8;
@@ -33,7 +34,13 @@ fn view(a: &Act, int8: bool) -> Input<'_> {
 fn main() {
     let arg = |i: usize, d: usize| std::env::args().nth(i).and_then(|s| s.parse().ok()).unwrap_or(d);
     let (rounds, layers) = (arg(1, 7).clamp(1, 1000), arg(2, 28).clamp(1, 64));
-    let fam = KernelFamily::best();
+    let fam = match std::env::args().nth(3) {
+        None => KernelFamily::best(),
+        Some(name) => KernelFamily::all_supported()
+            .into_iter()
+            .find(|f| f.name() == name)
+            .unwrap_or_else(|| panic!("no kernel family {name:?} on this CPU")),
+    };
     let mut rng = Rng::default();
     let layer = [
         (GgmlType::Q4K, 1536, 1536),

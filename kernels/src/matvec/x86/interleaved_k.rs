@@ -24,17 +24,22 @@
 //! The sub-block scales come from the tile's planes: sixteen rows' bytes
 //! widened to one 32-bit lane each, converted and multiplied by `d` (exact).
 //!
-//! Each tile asks for the next one (`tile_bytes` on, the next super-block
-//! of the group or the first of the next group) into L2 before it starts
-//! ([`prefetch_next_tile`]). On the Intel host (family 6 model 167, 2
-//! vCPUs, Qwen2.5-Coder-1.5B Q4_K_M) that made the decode 8–12% faster on
-//! one thread and 12–20% on two, and every verify width faster (W = 3 62–66
-//! ms a pass against 82); into L1 (`prefetcht0`) it gained less, with the
-//! non-temporal hint it lost a third (docs/performance.md, "Prefetching the
-//! K-quant tiles"). Prefetching each tile 6,144 bytes ahead into L1 had
-//! cost a third of the decode speed on the Zen 4 host of 2026-12-05, which
-//! was bound by the multiplies rather than by memory; this L2 form is not
-//! measured there.
+//! Each tile asks for the tile [`AHEAD_TILES`] = 3 on (the same group's
+//! later super-blocks, then the next group's) into L2, a part of its lines
+//! at each sub-block pair (Q6_K: each quarter half), so the requests come
+//! spread over the work ([`prefetch_ahead`]); the AVX2 kernels ask in their
+//! first half only (the second finds the group in L2). This replaced "the
+//! next tile, every line at once, into L2" on 2026-12-07: on the Zen 4
+//! host a one-row pass over a 1.5B's K-quant matrices then streamed
+//! 14.5 GB/s (8-bit activations; AVX2 7.1) of a 25–29 GB/s plain read, the
+//! multiplies and the reads mostly serial; spread, 3 tiles ahead, 21.9
+//! (AVX2 15.3); `prefetcht1` and `prefetcht2` alike, `prefetcht0` 5–7%
+//! slower, 4 to 9 tiles ahead no better (`cargo run --release -p kernels
+//! --example int8_stream`, which times both precisions and families;
+//! docs/performance.md, "Prefetching the K-quant tiles, spread"). The next
+//! tile at once had made the Intel host's decode 8–12% faster than no
+//! prefetch (docs/performance.md, "Prefetching the K-quant tiles"); the
+//! spread form is not measured there.
 
 // Register-blocked loops index parallel arrays (activation rows ×
 // accumulators) with the same counter.
@@ -99,22 +104,27 @@ pub(super) unsafe fn run_pass(family: KernelFamily, fmt: KFormat, w: usize, pass
     }
 }
 
-/// Asks for the lines of the tile after `t` (`tb` bytes on) into L2
-/// (`prefetcht2`), if it lies before `end`: why L2 and one tile, in the
-/// module docs.
+/// How many tiles ahead of the one being multiplied [`prefetch_ahead`]
+/// asks for (module docs).
+pub(super) const AHEAD_TILES: usize = 3;
+
+/// Asks for part `part` of `parts` of the lines of the tile
+/// [`AHEAD_TILES`] on from `t` (`tb` bytes a tile; the same group's later
+/// super-blocks, then the next group's) into L2 (`prefetcht1`), those
+/// below `end`. Called once per part as the tile at `t` is worked through,
+/// so the requests come spread over the tile rather than in one burst.
 #[inline(always)]
-pub(super) fn prefetch_next_tile(t: *const u8, tb: usize, end: *const u8) {
-    let next = t.wrapping_add(tb);
-    let mut off = 0;
-    while off < tb {
-        let p = next.wrapping_add(off);
+pub(super) fn prefetch_ahead(t: *const u8, tb: usize, end: *const u8, part: usize, parts: usize) {
+    let base = t.wrapping_add(AHEAD_TILES * tb);
+    let lines = tb.div_ceil(64);
+    for l in part * lines / parts..(part + 1) * lines / parts {
+        let p = base.wrapping_add(64 * l);
         if p >= end {
             return;
         }
         // SAFETY: a prefetch has no architectural effect and cannot fault;
         // the address lies inside the matrix (below `end`).
-        unsafe { _mm_prefetch::<_MM_HINT_T2>(p.cast()) };
-        off += 64;
+        unsafe { _mm_prefetch::<_MM_HINT_T1>(p.cast()) };
     }
 }
 
@@ -241,7 +251,6 @@ unsafe fn group_avx512<const F: u8, const W: usize>(
         };
         for sb in 0..nsb {
             let t = tiles.add(sb * tb);
-            prefetch_next_tile(t, tb, end);
             let d = _mm512_cvtph_ps(_mm256_loadu_si256(t.cast()));
             if F == Q6K {
                 let (c030f, c00f0) = (_mm512_set1_epi16(0x030F), _mm512_set1_epi16(0x00F0));
@@ -250,6 +259,7 @@ unsafe fn group_avx512<const F: u8, const W: usize>(
                     let (b_lo, b_hi) = (8 * sb + a, 8 * sb + a + 2);
                     let (mask, up) = if c % 2 == 0 { (0x33, 4) } else { (0xCC, 2) };
                     for half in 0..2 {
+                        prefetch_ahead(t, tb, end, 2 * c + half, 8);
                         let mut acc = [[[_mm512_setzero_si512(); 2]; 2]; W];
                         let xl: [*const i16; W] = std::array::from_fn(|i| xq[i].add(x_offset(b_lo, 0)));
                         let xh: [*const i16; W] = std::array::from_fn(|i| xq[i].add(x_offset(b_hi, 0)));
@@ -297,6 +307,7 @@ unsafe fn group_avx512<const F: u8, const W: usize>(
                 let dmin = _mm512_cvtph_ps(_mm256_loadu_si256(t.add(KFormat::DMIN).cast()));
                 let (c0f, cf0) = (_mm512_set1_epi16(0x0F), _mm512_set1_epi16(0xF0));
                 for k in 0..4 {
+                    prefetch_ahead(t, tb, end, k, 4);
                     let (b_lo, b_hi) = (8 * sb + 2 * k, 8 * sb + 2 * k + 1);
                     let mut acc = [[[_mm512_setzero_si512(); 2]; 2]; W];
                     // Sub-blocks 2k and 2k + 1 are one activation pair.
@@ -382,10 +393,6 @@ unsafe fn group_avx2<const F: u8, const W: usize>(
             let chunk = |t: *const u8, at: usize| _mm256_cvtepu8_epi16(_mm_loadu_si128(t.add(at + 16 * h).cast()));
             for sb in 0..nsb {
                 let t = tiles.add(sb * tb);
-                if h == 0 {
-                    // The second half finds the group in L2.
-                    prefetch_next_tile(t, tb, end);
-                }
                 let d = _mm256_cvtph_ps(_mm_loadu_si128(t.add(16 * h).cast()));
                 if F == Q6K {
                     let (c0f, c30, cf0, c300) = (
@@ -399,6 +406,10 @@ unsafe fn group_avx2<const F: u8, const W: usize>(
                         let (b_lo, b_hi) = (8 * sb + a, 8 * sb + a + 2);
                         let (mask, up) = if c % 2 == 0 { (0x33, 4) } else { (0xCC, 2) };
                         for half in 0..2 {
+                            if h == 0 {
+                                // The second half finds the group in L2.
+                                prefetch_ahead(t, tb, end, 2 * c + half, 8);
+                            }
                             let mut acc = [[_mm256_setzero_si256(); 2]; W];
                             for s in 8 * half..8 * half + 8 {
                                 let raw = chunk(t, qo + 32 * (16 * c + s));
@@ -437,6 +448,9 @@ unsafe fn group_avx2<const F: u8, const W: usize>(
                         _mm256_set1_epi16(0x100),
                     );
                     for k in 0..4 {
+                        if h == 0 {
+                            prefetch_ahead(t, tb, end, k, 4);
+                        }
                         let (b_lo, b_hi) = (8 * sb + 2 * k, 8 * sb + 2 * k + 1);
                         let mut acc = [[_mm256_setzero_si256(); 2]; W];
                         for s in 0..16 {

@@ -43,30 +43,17 @@
 //! quant of magnitude at most 127 (never −128), two of them, is at most
 //! 2·63·127 = 16,002 < 32,767. The scale and min products use `vpmulld` and
 //! `vpmaddwd` as on AVX-512.
-
 //!
-//! # Prefetching
-//!
-//! A one-row pass (decode) reads every weight once, from memory. Each tile
-//! asks for the tile [`AHEAD_TILES`] = 3 on into L2 (`prefetcht1`), a
-//! part of its lines at each sub-block pair (Q6_K: each quarter half), so
-//! the requests are spread over the work instead of issued in one burst.
-//! The 16-bit path asks for the next tile, all lines at once, into L2;
-//! here that left the multiplies and the memory reads mostly serial: on
-//! the Zen 4 host (2 vCPUs, 2026-12-07) a W = 1 pass over a 1.5B's K-quant
-//! matrices streamed 15.7–15.9 GB/s while a plain read of as many bytes
-//! ran 26.6 GB/s in the same process, and the pass in cache runs 28–39
-//! GB/s. Spread, 3 tiles ahead: 19.0–20.4 GB/s against 21–25.5; `T1` and
-//! `T2` alike, `T0` 5–7% slower; 4 to 9 tiles ahead no better
-//! (`cargo run --release -p kernels --example int8_stream`). End to end,
-//! the 1.5B's decode gained 1.30x on one thread and 1.32x on two
-//! (docs/performance.md).
+//! The tiles are asked for ahead as the 16-bit kernels ask them
+//! ([`super::interleaved_k`]'s docs, `prefetch_ahead`).
 
 // Register-blocked loops index parallel arrays (activation rows ×
 // accumulators) with the same counter.
 #![allow(clippy::needless_range_loop)]
 
-use super::interleaved_k::{Q4K, Q5K, Q6K, Q6K_LOW_BLOCK, fmt_of, plane, scale_min_bytes, shift256, shift512};
+use super::interleaved_k::{
+    Q4K, Q5K, Q6K, Q6K_LOW_BLOCK, fmt_of, plane, prefetch_ahead, scale_min_bytes, shift256, shift512,
+};
 use super::shared::{Outs, Pass, dpwssd_bcast};
 use crate::dispatch::{FamilyKind, KernelFamily};
 use crate::matvec::Input;
@@ -79,30 +66,6 @@ use std::arch::x86_64::*;
 /// wider chunks of a call run as passes of at most this many (the group's
 /// tiles are still in L1 for the second pass).
 const MAX_W8: usize = 4;
-
-/// How many tiles ahead of the one being multiplied [`prefetch_ahead`]
-/// asks for (module docs, "Prefetching").
-const AHEAD_TILES: usize = 3;
-
-/// Asks for part `part` of `parts` of the lines of the tile
-/// [`AHEAD_TILES`] on from `t` (`tb` bytes a tile; the same group's later
-/// super-blocks, then the next group's) into L2 (`prefetcht1`), those
-/// below `end`. Called once per part as the tile at `t` is worked through,
-/// so the requests come spread over the tile rather than in one burst.
-#[inline(always)]
-fn prefetch_ahead(t: *const u8, tb: usize, end: *const u8, part: usize, parts: usize) {
-    let base = t.wrapping_add(AHEAD_TILES * tb);
-    let lines = tb.div_ceil(64);
-    for l in part * lines / parts..(part + 1) * lines / parts {
-        let p = base.wrapping_add(64 * l);
-        if p >= end {
-            return;
-        }
-        // SAFETY: a prefetch has no architectural effect and cannot fault;
-        // the address lies inside the matrix (below `end`).
-        unsafe { _mm_prefetch::<_MM_HINT_T1>(p.cast()) };
-    }
-}
 
 /// Runs the 8-bit pass for (family, format, width): widths above
 /// [`MAX_W8`] as two passes.
