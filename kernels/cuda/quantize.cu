@@ -33,3 +33,71 @@ quantize_act(const float* __restrict__ x, short* __restrict__ q, float* __restri
         s[b] = dd * (float)sum;
     }
 }
+
+// 8-bit activation quantization for the K-quants: the GPU twin of
+// kernels/src/act8.rs (ActRow8::quantize), bit for bit.
+//
+// Each 256-element super-block of each row, in act8.rs's operations:
+//   amax = max |x|                 exact in any order; NaN elements ignored
+//                                  (fmaxf returns the other operand, as f32::max)
+//   id   = amax > 0 ? 127 / amax : 0          one IEEE division (--prec-div=true)
+//   q    = round_half_even(clamp(x * id, -127, 127)), a NaN product giving 0
+//   d    = amax / 127                         one IEEE division
+// and the exact integer sums of each 16 quants (bsum16) and each 32
+// (bsum32 = the two halves' bsum16 added, as the host). Every step is one
+// rounded IEEE operation or exact, so the quants, d and the sums equal the
+// CPU's for the same f32 input (denormals are kept: NVRTC's default --ftz=false).
+//
+// Layout (our own, never stored): qs is (rows, cols) int8 in element order;
+// d is (rows, cols / 256) f32, bsum16 (rows, cols / 16) and bsum32
+// (rows, cols / 32) int16. cols is a multiple of 256, so super-block b of
+// the whole (rows, cols) array is row b / (cols / 256)'s and its parts sit
+// at qs[256 b..], d[b], bsum16[16 b..], bsum32[8 b..].
+//
+// Grid: one warp per super-block, MV_WARPS warps per thread block; lane l
+// takes the 8 consecutive elements 8 l .. 8 l + 8 (so lanes 2k, 2k + 1 hold
+// the 16 of bsum16[k] and lanes 4j .. 4j + 3 the 32 of bsum32[j]).
+#define ACT8_QMAX 127  // largest 8-bit activation quant magnitude (kernels/src/act8.rs, QMAX8)
+
+extern "C" __global__ void __launch_bounds__(MV_WARPS * 32)
+quantize_act8(const float* __restrict__ x, signed char* __restrict__ qs, float* __restrict__ d,
+              short* __restrict__ bsum16, short* __restrict__ bsum32, int n_sb) {
+    const int lane = threadIdx.x & 31;
+    const int b = blockIdx.x * MV_WARPS + (threadIdx.x >> 5);
+    if (b >= n_sb) return;  // whole warps leave together
+    const float* xb = x + (long long)b * QK_K + 8 * lane;
+    float v[8];
+    float m = 0.0f;
+#pragma unroll
+    for (int e = 0; e < 8; e++) {
+        v[e] = xb[e];
+        m = fmaxf(m, fabsf(v[e]));
+    }
+    const float amax = warp_max(m);
+    const float id = amax > 0.0f ? (float)ACT8_QMAX / amax : 0.0f;
+    int packed[2] = {0, 0};
+    int sum = 0;
+#pragma unroll
+    for (int e = 0; e < 8; e++) {
+        const float p = v[e] * id;
+        // Clamped as floats first (an infinite id, from a subnormal amax,
+        // makes infinite products), a NaN product zeroed, then rounded to
+        // nearest even (__float2int_rn): act8.rs's round_ties_even of the
+        // clamped product. The clamp bounds are integers, so clamping before
+        // or after rounding is the same.
+        int qi = 0;
+        if (p == p) qi = __float2int_rn(fminf(fmaxf(p, -(float)ACT8_QMAX), (float)ACT8_QMAX));
+        sum += qi;
+        packed[e >> 2] |= (qi & 0xFF) << (8 * (e & 3));
+    }
+    // qs + 256 b + 8 lane is 8-byte aligned (the buffer is 256-byte aligned).
+    int* qw = (int*)(qs + (long long)b * QK_K + 8 * lane);
+    qw[0] = packed[0];
+    qw[1] = packed[1];
+    // Exact integer sums (|bsum16| <= 16 * 127, |bsum32| <= 32 * 127).
+    const int s16 = sum + __shfl_xor_sync(FULL_MASK, sum, 1);
+    const int s32 = s16 + __shfl_xor_sync(FULL_MASK, s16, 2);
+    if ((lane & 1) == 0) bsum16[(long long)b * 16 + (lane >> 1)] = (short)s16;
+    if ((lane & 3) == 0) bsum32[(long long)b * 8 + (lane >> 2)] = (short)s32;
+    if (lane == 0) d[b] = amax / (float)ACT8_QMAX;
+}

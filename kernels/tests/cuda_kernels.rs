@@ -6,13 +6,14 @@
 #![cfg(feature = "cuda")]
 
 use half::f16;
-use kernels::act::ActRow;
-use kernels::cuda::device::{CudaDevice, QuantView};
+use kernels::act::{ActRow, QRow};
+use kernels::act8::ActRow8;
+use kernels::cuda::device::{CudaDevice, Quant8View, QuantView};
 use kernels::cuda::dispatch::CUDA_ROWS_PER_PASS;
 use kernels::dispatch::KernelFamily;
-use kernels::matvec::{Input, Matrix, matvec_rows};
+use kernels::matvec::{Input, Matrix, matvec_rows, scalar8};
 use kernels::ops;
-use kernels::quant::{GgmlType, QK, dequantize_row};
+use kernels::quant::{GgmlType, QK, QK_K, dequantize_row};
 use std::sync::{Arc, OnceLock};
 
 fn device() -> Option<Arc<CudaDevice>> {
@@ -362,6 +363,154 @@ fn gpu_rmsnorm_rope_swiglu_and_argmax_match_the_cpu() {
     let mut o = dev.alloc::<i32>(2).unwrap();
     dev.argmax(&ld.as_view(), 2, 49152, &mut o.as_view_mut()).unwrap();
     assert_eq!(dev.download(&o).unwrap(), vec![100, 7]);
+}
+
+/// The 8-bit activation buffers of `n` rows of `cols` on the device.
+struct Dev8 {
+    qs: cudarc::driver::CudaSlice<i8>,
+    d: cudarc::driver::CudaSlice<f32>,
+    b16: cudarc::driver::CudaSlice<i16>,
+    b32: cudarc::driver::CudaSlice<i16>,
+}
+
+/// `x` ((n, cols)) quantized to 8 bits on the device.
+fn gpu_quantize8(dev: &CudaDevice, x: &[f32], n: usize, cols: usize) -> Dev8 {
+    let nsb = n * cols / QK_K;
+    let xd = dev.upload(x).unwrap();
+    let mut q = Dev8 {
+        qs: dev.alloc::<i8>(n * cols).unwrap(),
+        d: dev.alloc::<f32>(nsb).unwrap(),
+        b16: dev.alloc::<i16>(16 * nsb).unwrap(),
+        b32: dev.alloc::<i16>(8 * nsb).unwrap(),
+    };
+    dev.quantize8(
+        &xd.as_view(),
+        n,
+        cols,
+        &mut q.qs.as_view_mut(),
+        &mut q.d.as_view_mut(),
+        &mut q.b16.as_view_mut(),
+        &mut q.b32.as_view_mut(),
+    )
+    .unwrap();
+    q
+}
+
+/// Runs the K-quant `m` on the device against the 8-bit rows of `x`
+/// ((n, cols)), quantized there: outputs (n, rows).
+#[allow(clippy::too_many_arguments)]
+fn gpu_matmul8(
+    dev: &CudaDevice,
+    ty: GgmlType,
+    raw: &[u8],
+    rows: usize,
+    cols: usize,
+    x: &[f32],
+    n: usize,
+    per_pass: usize,
+) -> Vec<f32> {
+    let dm = dev.upload_matrix(&Matrix::from_bytes(ty, raw, rows, cols).unwrap()).unwrap();
+    assert!(dm.takes_int8(), "{ty:?}");
+    let q = gpu_quantize8(dev, x, n, cols);
+    let view = Quant8View { qs: q.qs.as_view(), d: q.d.as_view(), bsum16: q.b16.as_view(), bsum32: q.b32.as_view() };
+    let mut out = dev.alloc::<f32>(n * rows).unwrap();
+    dev.matmul8_with(&dm, n, &view, &mut out.as_view_mut(), per_pass).unwrap();
+    dev.download(&out).unwrap()
+}
+
+/// Super-blocks of many magnitudes, ties, zeros, infinities, NaN and
+/// subnormals (act8.rs's SIMD-vs-scalar cases), `cols` wide rows.
+fn awkward_acts8(cols: usize, rng: &mut Rng) -> Vec<f32> {
+    let mut blocks: Vec<Vec<f32>> = Vec::new();
+    for i in 0..14 {
+        let scale = [1e-30f32, 1e-3, 1.0, 3.0, 1e4, 2e4, 1e30][i % 7];
+        blocks.push((0..QK_K).map(|_| rng.f() * scale).collect());
+    }
+    blocks.push((0..QK_K).map(|k| if k == 255 { 127.0 } else { k as f32 * 0.5 - 60.0 }).collect());
+    blocks.push(vec![0.0; QK_K]);
+    blocks.push((0..QK_K).map(|k| if k == 5 { f32::INFINITY } else { k as f32 }).collect());
+    blocks.push((0..QK_K).map(|k| if k == 5 { f32::NEG_INFINITY } else { k as f32 }).collect());
+    blocks.push((0..QK_K).map(|k| if k == 9 { f32::NAN } else { k as f32 - 16.0 }).collect());
+    blocks.push(vec![f32::NAN; QK_K]);
+    blocks.push((0..QK_K).map(|k| if k % 3 == 0 { 1e-40 } else { -1e-41 * k as f32 }).collect());
+    let mut x: Vec<f32> = blocks.concat();
+    x.resize(x.len().div_ceil(cols) * cols, 0.5);
+    x
+}
+
+#[test]
+fn gpu_8bit_activation_quantization_equals_act_row8_bit_for_bit() {
+    let Some(dev) = device() else { return };
+    let mut rng = Rng(7);
+    for (mut x, cols) in [(random_acts(5, 1536, &mut rng), 1536), (awkward_acts8(768, &mut rng), 768)] {
+        x.truncate(x.len() / cols * cols);
+        let n = x.len() / cols;
+        let q = gpu_quantize8(&dev, &x, n, cols);
+        let (qs, d, b16, b32) = (
+            dev.download(&q.qs).unwrap(),
+            dev.download(&q.d).unwrap(),
+            dev.download(&q.b16).unwrap(),
+            dev.download(&q.b32).unwrap(),
+        );
+        let nsb = cols / QK_K;
+        for (i, row) in x.chunks_exact(cols).enumerate() {
+            let mut a = ActRow8::default();
+            a.quantize(row);
+            let v = a.view();
+            assert_eq!(&qs[i * cols..(i + 1) * cols], v.qs, "row {i}: quants");
+            assert_eq!(bits(&d[i * nsb..(i + 1) * nsb]), bits(v.d), "row {i}: scales");
+            assert_eq!(&b16[16 * i * nsb..16 * (i + 1) * nsb], v.bsum16, "row {i}: 16-element sums");
+            assert_eq!(&b32[8 * i * nsb..8 * (i + 1) * nsb], v.bsum32, "row {i}: 32-element sums");
+        }
+    }
+}
+
+/// The 8-bit K-quant kernels run scalar8's float chain exactly (the
+/// matvec.cu section's argument), so they equal the CPU specification bit
+/// for bit, not within a tolerance: a difference here is a broken claim.
+#[test]
+fn gpu_8bit_k_quant_matvec_equals_the_scalar8_specification_bit_for_bit() {
+    let Some(dev) = device() else { return };
+    let mut rng = Rng(8);
+    for ty in [GgmlType::Q4K, GgmlType::Q6K] {
+        // 1, 2, 9 and 33 super-blocks a row: whole and partial groups of four.
+        for (rows, cols) in shapes(ty) {
+            let store = random_matrix(ty, rows, cols, &mut rng);
+            let raw = as_bytes(&store, ty.row_bytes(cols).unwrap() * rows);
+            let m = Matrix::from_bytes(ty, raw, rows, cols).unwrap();
+            let mut x = random_acts(2, cols, &mut rng);
+            x[cols..cols + QK_K].fill(0.0); // a zero super-block (d = 0)
+            let got = gpu_matmul8(&dev, ty, raw, rows, cols, &x, 2, 1);
+            for (j, row) in x.chunks_exact(cols).enumerate() {
+                let mut a = ActRow8::default();
+                a.quantize(row);
+                let mut want = vec![0.0f32; rows];
+                scalar8::matvec_rows(&m, Input { x: row, q: QRow::EMPTY, q8: a.view() }, 0, &mut want);
+                assert_eq!(bits(&got[j * rows..(j + 1) * rows]), bits(&want), "{ty:?} {rows}x{cols} act row {j}");
+            }
+        }
+    }
+}
+
+#[test]
+fn multi_row_8bit_matvec_equals_the_single_row_kernel_bit_for_bit_at_widths_1_to_16() {
+    let Some(dev) = device() else { return };
+    let mut rng = Rng(9);
+    for ty in [GgmlType::Q4K, GgmlType::Q6K] {
+        let (rows, cols) = shapes(ty)[2];
+        let store = random_matrix(ty, rows, cols, &mut rng);
+        let raw = as_bytes(&store, ty.row_bytes(cols).unwrap() * rows);
+        for w in 1..=16 {
+            let x = random_acts(w, cols, &mut rng);
+            let multi = gpu_matmul8(&dev, ty, raw, rows, cols, &x, w, CUDA_ROWS_PER_PASS);
+            let single = gpu_matmul8(&dev, ty, raw, rows, cols, &x, w, 1);
+            assert_eq!(bits(&multi), bits(&single), "{ty:?} W={w}");
+            for j in 0..w {
+                let one = gpu_matmul8(&dev, ty, raw, rows, cols, &x[j * cols..(j + 1) * cols], 1, 1);
+                assert_eq!(bits(&multi[j * rows..(j + 1) * rows]), bits(&one), "{ty:?} W={w} row {j}");
+            }
+        }
+    }
 }
 
 /// CPU attention of one row over `n_ctx` cached positions, head by head.

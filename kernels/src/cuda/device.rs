@@ -9,14 +9,14 @@
 //! Shapes are checked here (a wrong shape is a programming error and
 //! panics, as in the CPU kernels); device failures are [`CudaError`]s.
 
-use super::dispatch::{CUDA_ROWS_PER_PASS, matvec_kernel_name, passes};
+use super::dispatch::{CUDA_ROWS_PER_PASS, matvec_kernel_name, matvec8_kernel_name, passes};
 use super::nvrtc::{self, Output};
 use super::{CudaError, DeviceInfo};
 use crate::matvec::{Matrix, Weights};
-use crate::quant::{GgmlType, QK};
+use crate::quant::{GgmlType, QK, QK_K};
 use cudarc::driver::{
-    CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, CudaView, CudaViewMut, DevicePtr, DeviceRepr,
-    DriverError, LaunchConfig, PushKernelArg, ValidAsZeroBits,
+    CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, CudaView, CudaViewMut, DevicePtr, DevicePtrMut,
+    DeviceRepr, DriverError, LaunchConfig, PushKernelArg, ValidAsZeroBits,
 };
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -37,15 +37,28 @@ const ELEMWISE_THREADS: u32 = 256;
 /// Every entry point of the program, loaded once.
 pub fn kernel_names() -> Vec<String> {
     let mut v: Vec<String> =
-        ["quantize_act", "rmsnorm", "rope", "swiglu", "add_inplace", "argmax", "attention"].map(String::from).into();
+        ["quantize_act", "quantize_act8", "rmsnorm", "rope", "swiglu", "add_inplace", "argmax", "attention"]
+            .map(String::from)
+            .into();
     for f in MATVEC_FORMATS {
         v.push(format!("embed_{f}"));
         for nr in 1..=CUDA_ROWS_PER_PASS {
             v.push(matvec_kernel_name(f, nr));
         }
     }
+    for f in INT8_FORMATS {
+        for nr in 1..=CUDA_ROWS_PER_PASS {
+            v.push(matvec8_kernel_name(f, nr));
+        }
+    }
     v
 }
+
+/// The formats with 8-bit activation mat-vec kernels
+/// (`matvec_<fmt>_q8_k_r<NR>`, [`Precision::Int8`](crate::act8::Precision)):
+/// the K-quants the device has at all. (Q5_K, which the CPU also runs at 8
+/// bits, has no CUDA kernel at any precision: such a model stays on the CPU.)
+pub const INT8_FORMATS: [&str; 2] = ["q4_k", "q6_k"];
 
 /// The formats with CUDA mat-vec and embedding kernels, by kernel name.
 pub const MATVEC_FORMATS: [&str; 8] = ["q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q4_k", "q6_k", "f32"];
@@ -139,6 +152,13 @@ impl DevMatrix {
         matches!(self.data, DevData::Blocks(_))
     }
 
+    /// Whether this matrix multiplies 8-bit activations at
+    /// [`Precision::Int8`](crate::act8::Precision) (as
+    /// [`Matrix::takes_int8`]): Q4_K and Q6_K, the device's K-quants.
+    pub fn takes_int8(&self) -> bool {
+        matches!(self.ty, GgmlType::Q4K | GgmlType::Q6K)
+    }
+
     /// Device bytes held.
     pub fn bytes(&self) -> usize {
         match &self.data {
@@ -162,6 +182,17 @@ pub struct QuantView<'a> {
     pub q: CudaView<'a, i16>,
     pub d: CudaView<'a, f32>,
     pub s: CudaView<'a, f32>,
+}
+
+/// A block of `rows` activation rows of `cols` elements (a multiple of 256)
+/// quantized to 8 bits for the K-quant kernels, as [`crate::act8::ActRow8`]
+/// row after row: `qs` (rows, cols) int8, `d` (rows, cols / 256),
+/// `bsum16` (rows, cols / 16), `bsum32` (rows, cols / 32).
+pub struct Quant8View<'a> {
+    pub qs: CudaView<'a, i8>,
+    pub d: CudaView<'a, f32>,
+    pub bsum16: CudaView<'a, i16>,
+    pub bsum32: CudaView<'a, i16>,
 }
 
 /// The device, its stream and the loaded kernels.
@@ -295,6 +326,100 @@ impl CudaDevice {
         // quants and nb scales and sums (lengths asserted above); the
         // argument types match quantize_act's signature.
         unsafe { b.launch(cfg) }.map(|_| ()).map_err(drv)
+    }
+
+    /// Quantizes `rows` rows of `cols` f32 (`x`, `cols` a multiple of 256)
+    /// to 8 bits into `qs`, `d`, `bsum16`, `bsum32` (the layout of
+    /// [`Quant8View`]): bit for bit [`crate::act8::ActRow8::quantize`] of
+    /// each row.
+    #[allow(clippy::too_many_arguments)]
+    pub fn quantize8(
+        &self,
+        x: &CudaView<f32>,
+        rows: usize,
+        cols: usize,
+        qs: &mut CudaViewMut<i8>,
+        d: &mut CudaViewMut<f32>,
+        bsum16: &mut CudaViewMut<i16>,
+        bsum32: &mut CudaViewMut<i16>,
+    ) -> Result<(), CudaError> {
+        assert!(cols.is_multiple_of(QK_K), "8-bit activation length must be a multiple of 256");
+        let nsb = rows * cols / QK_K;
+        assert!(x.len() >= rows * cols && qs.len() >= rows * cols && d.len() >= nsb);
+        assert!(bsum16.len() >= 16 * nsb && bsum32.len() >= 8 * nsb);
+        // The kernel stores the quants a word at a time.
+        assert!(qs.device_ptr_mut(&self.stream).0.is_multiple_of(4), "8-bit quants must be 4-byte aligned");
+        let n = int(nsb);
+        let cfg =
+            LaunchConfig { grid_dim: (grid(nsb, MV_WARPS), 1, 1), block_dim: (MV_THREADS, 1, 1), shared_mem_bytes: 0 };
+        let mut b = self.stream.launch_builder(self.func("quantize_act8"));
+        b.arg(x).arg(qs).arg(d).arg(bsum16).arg(bsum32).arg(&n);
+        // SAFETY: the kernel reads rows*cols floats of x and writes as many
+        // quants (4-byte aligned, asserted), nsb scales, 16 nsb and 8 nsb
+        // sums (lengths asserted above); the argument types match
+        // quantize_act8's signature.
+        unsafe { b.launch(cfg) }.map(|_| ()).map_err(drv)
+    }
+
+    /// `out[j * m.rows + r] = m[r] · x_j` for the `n` 8-bit activation rows
+    /// `xq` (quantized by [`Self::quantize8`]), `m` a K-quant matrix
+    /// ([`DevMatrix::takes_int8`]): bit for bit
+    /// [`crate::matvec::scalar8`] on the same rows. In passes of at most
+    /// `max_rows_per_pass` rows, as [`Self::matmul_with`].
+    ///
+    /// # Panics
+    /// If `m` does not take 8-bit activations, or on shape mismatches.
+    pub fn matmul8_with(
+        &self,
+        m: &DevMatrix,
+        n: usize,
+        xq: &Quant8View,
+        out: &mut CudaViewMut<f32>,
+        max_rows_per_pass: usize,
+    ) -> Result<(), CudaError> {
+        let (rows, cols) = (m.rows, m.cols);
+        assert!(m.takes_int8(), "{} matrices do not take 8-bit activations", m.ty.name());
+        assert!(cols.is_multiple_of(QK_K), "K-quant rows are whole super-blocks");
+        let nsb = cols / QK_K;
+        assert!(out.len() >= n * rows, "output too short");
+        assert!(xq.qs.len() >= n * cols && xq.d.len() >= n * nsb);
+        assert!(xq.bsum16.len() >= 16 * n * nsb && xq.bsum32.len() >= 8 * n * nsb);
+        // The kernels read the quants a word at a time (each pass starts a
+        // multiple of 256 quants further on).
+        assert!(xq.qs.device_ptr(&self.stream).0.is_multiple_of(4), "8-bit quants must be 4-byte aligned");
+        let DevData::Blocks(w) = &m.data else { unreachable!("K-quant matrices are uploaded as blocks") };
+        let fmt = format_name(m.ty)?;
+        let cfg =
+            LaunchConfig { grid_dim: (grid(rows, MV_WARPS), 1, 1), block_dim: (MV_THREADS, 1, 1), shared_mem_bytes: 0 };
+        let (ri, ci) = (int(rows), int(cols));
+        let max = max_rows_per_pass.clamp(1, CUDA_ROWS_PER_PASS);
+        for (j0, nr) in (0..n).step_by(max).map(|j0| (j0, max.min(n - j0))) {
+            let mut o = out.slice_mut(j0 * rows..(j0 + nr) * rows);
+            let qs = xq.qs.slice(j0 * cols..);
+            let d = xq.d.slice(j0 * nsb..);
+            let b16 = xq.bsum16.slice(16 * j0 * nsb..);
+            let b32 = xq.bsum32.slice(8 * j0 * nsb..);
+            let mut b = self.stream.launch_builder(self.func(&matvec8_kernel_name(fmt, nr)));
+            b.arg(w).arg(&qs).arg(&d).arg(&b16).arg(&b32).arg(&mut o).arg(&ri).arg(&ci);
+            // SAFETY: w holds rows * row_bytes(cols) bytes (uploaded from a
+            // validated Matrix, its buffer 256-byte aligned as the kernel's
+            // word loads of Q4_K quants need); qs, d, bsum16, bsum32 hold nr
+            // rows from j0 (asserted), qs 4-byte aligned; o holds nr * rows
+            // floats; the argument list matches matvec_<fmt>_q8_k_r<nr>.
+            unsafe { b.launch(cfg) }.map_err(drv)?;
+        }
+        Ok(())
+    }
+
+    /// [`Self::matmul8_with`] at the dispatch table's width.
+    pub fn matmul8(
+        &self,
+        m: &DevMatrix,
+        n: usize,
+        xq: &Quant8View,
+        out: &mut CudaViewMut<f32>,
+    ) -> Result<(), CudaError> {
+        self.matmul8_with(m, n, xq, out, CUDA_ROWS_PER_PASS)
     }
 
     /// `out[j * m.rows + r] = m[r] · x_j` for the `n` activation rows,

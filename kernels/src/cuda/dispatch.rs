@@ -29,6 +29,14 @@ pub fn matvec_kernel_name(fmt: &str, nr: usize) -> String {
     format!("matvec_{fmt}_r{nr}")
 }
 
+/// The kernel name of the 8-bit activation mat-vec for the K-quant `fmt`
+/// (`q4_k`, `q6_k`: the device module's `INT8_FORMATS`) at `nr` rows per pass;
+/// the same widths as [`matvec_kernel_name`]'s.
+pub fn matvec8_kernel_name(fmt: &str, nr: usize) -> String {
+    debug_assert!((1..=CUDA_ROWS_PER_PASS).contains(&nr));
+    format!("matvec_{fmt}_q8_k_r{nr}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -50,5 +58,9 @@ mod tests {
         assert_eq!(matvec_kernel_name("q4_1", 3), "matvec_q4_1_r3");
         assert!(src.contains("MV_WIDTHS(q5_0, FMT_Q5_0)") && src.contains("MV_WIDTHS(q5_1, FMT_Q5_1)"));
         assert_eq!(matvec_kernel_name("q5_0", 3), "matvec_q5_0_r3");
+        // The 8-bit K-quant kernels: the same widths.
+        assert!(src.contains("MV8_ENTRY(NAME, FMT, 8)") && !src.contains("MV8_ENTRY(NAME, FMT, 9)"));
+        assert!(src.contains("MV8_WIDTHS(q4_k, FMT_Q4_K)") && src.contains("MV8_WIDTHS(q6_k, FMT_Q6_K)"));
+        assert_eq!(matvec8_kernel_name("q6_k", 3), "matvec_q6_k_q8_k_r3");
     }
 }

@@ -24,7 +24,12 @@
 //! equals the single-row kernel's bit for bit (same per-lane unit order,
 //! same warp reduction tree, whatever the width); every row kernel computes
 //! a row with a fixed set of threads in a fixed order. GPU results match the
-//! CPU scalar specification within documented tolerances, not bitwise.
+//! CPU scalar specification within documented tolerances, not bitwise —
+//! except the K-quants against 8-bit activations
+//! ([`Precision::Int8`](crate::act8::Precision): `quantize_act8` and
+//! `matvec_{q4_k,q6_k}_q8_k_r<NR>`), which run
+//! [`crate::matvec::scalar8`]'s float chain exactly and so equal it bit for
+//! bit.
 
 #[cfg(feature = "cuda")]
 pub mod device;

@@ -4,7 +4,9 @@
 //! they are; norms as f32) and reusable scratch buffers; a session's KV
 //! cache lives on the device ([`DeviceKv`]). [`CudaModel::forward`] mirrors
 //! the CPU pass in `forward.rs` step for step — embedding gather, per layer
-//! RMSNorm, 16-bit activation quantization, Q/K/V mat-vec, RoPE (angles
+//! RMSNorm, activation quantization (16-bit, and at [`Precision::Int8`]
+//! 8-bit for the K-quant matrices, each form once per input as the CPU's
+//! `Forms`), Q/K/V mat-vec, RoPE (angles
 //! from the host, as the CPU), cache append, causal attention, output
 //! projection, residual, RMSNorm, gate/up, SwiGLU, down, residual; final
 //! norm and head on the rows that need logits — with every row computed
@@ -19,10 +21,11 @@
 use super::config::ModelConfig;
 use super::weights::{ModelWeights, WeightMatrix};
 use super::{ForwardError, LogitRows};
+use kernels::act8::Precision;
 use kernels::cuda::CudaError;
-use kernels::cuda::device::{CudaDevice, DevMatrix, QuantView};
+use kernels::cuda::device::{CudaDevice, DevMatrix, Quant8View, QuantView};
 use kernels::ops::{self, RopePairing};
-use kernels::quant::{GgmlType, QK};
+use kernels::quant::{GgmlType, QK, QK_K};
 use std::sync::{Arc, Mutex};
 
 /// The quantized activation scratch of `rows` rows of `cols`, borrowing
@@ -32,6 +35,21 @@ macro_rules! quant_view {
     ($s:expr, $rows:expr, $cols:expr) => {{
         let nb = $rows * $cols / QK;
         QuantView { q: $s.aq.slice(0..$rows * $cols), d: $s.ad.slice(0..nb), s: $s.asum.slice(0..nb) }
+    }};
+}
+
+/// The 8-bit activation scratch of `rows` rows of `cols` (as `quant_view!`).
+/// Where `cols` is not whole super-blocks no K-quant matrix reads it and
+/// the view is never used.
+macro_rules! quant8_view {
+    ($s:expr, $rows:expr, $cols:expr) => {{
+        let nsb = $rows * $cols / QK_K;
+        Quant8View {
+            qs: $s.a8q.slice(0..$rows * $cols),
+            d: $s.a8d.slice(0..nsb),
+            bsum16: $s.a8b16.slice(0..16 * nsb),
+            bsum32: $s.a8b32.slice(0..8 * nsb),
+        }
     }};
 }
 
@@ -65,6 +83,9 @@ pub struct CudaModel {
     head: Option<DevMatrix>,
     /// Device bytes of the weights.
     pub weight_bytes: usize,
+    /// The activation format the K-quant matrices multiply here
+    /// ([`CudaModel::set_precision`]).
+    precision: Mutex<Precision>,
     scratch: Mutex<Option<Scratch>>,
 }
 
@@ -93,6 +114,12 @@ struct Scratch {
     aq: cudarc::driver::CudaSlice<i16>,
     ad: cudarc::driver::CudaSlice<f32>,
     asum: cudarc::driver::CudaSlice<f32>,
+    /// The 8-bit activation rows (`Quant8View`'s layout): quants, scales,
+    /// 16- and 32-element sums.
+    a8q: cudarc::driver::CudaSlice<i8>,
+    a8d: cudarc::driver::CudaSlice<f32>,
+    a8b16: cudarc::driver::CudaSlice<i16>,
+    a8b32: cudarc::driver::CudaSlice<i16>,
     scores: cudarc::driver::CudaSlice<f32>,
     logits: cudarc::driver::CudaSlice<f32>,
 }
@@ -119,6 +146,10 @@ impl Scratch {
             aq: dev.alloc(rows * widest)?,
             ad: dev.alloc(rows * widest / QK)?,
             asum: dev.alloc(rows * widest / QK)?,
+            a8q: dev.alloc(rows * widest)?,
+            a8d: dev.alloc(rows * widest / QK_K)?,
+            a8b16: dev.alloc(rows * widest / 16)?,
+            a8b32: dev.alloc(rows * widest / 32)?,
             scores: dev.alloc(rows * c.n_heads * ctx)?,
             logits: dev.alloc(rows * c.vocab)?,
         })
@@ -264,7 +295,33 @@ impl CudaModel {
         let mats = layers.iter().flat_map(|l| [&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down]);
         let weight_bytes = mats.chain([&embed]).chain(head.as_ref()).map(DevMatrix::bytes).sum();
         dev.synchronize()?;
-        Ok(CudaModel { dev, embed, layers, out_norm, head, weight_bytes, scratch: Mutex::new(None) })
+        Ok(CudaModel {
+            dev,
+            embed,
+            layers,
+            out_norm,
+            head,
+            weight_bytes,
+            precision: Mutex::new(Precision::default()),
+            scratch: Mutex::new(None),
+        })
+    }
+
+    /// Chooses the activation format of the K-quant matrices for every later
+    /// pass on the device, as `Model::set_precision` does for the CPU's.
+    /// `Model::forward_batch` does not pass its precision down (forward.rs
+    /// is on every device's verify path: an edit there stales the CPU's
+    /// policy entries), so whoever places a model on the device copies it
+    /// here: the runtime's placement (device.rs) does, after
+    /// `Model::attach_cuda`. A later `Model::set_precision` does not reach
+    /// the device. The default is [`Precision::default`], as the model's.
+    pub fn set_precision(&self, precision: Precision) {
+        *self.precision.lock().unwrap_or_else(|p| p.into_inner()) = precision;
+    }
+
+    /// The activation precision device passes run at.
+    pub fn precision(&self) -> Precision {
+        *self.precision.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// A new, empty device cache for a session of this model.
@@ -273,8 +330,10 @@ impl CudaModel {
     }
 
     /// Runs `tokens` at positions `start..` (validated by the caller: ids in
-    /// the vocabulary, within the context) and appends them to `kv`.
-    /// Returns the logits of the rows `which` names, (rows, vocab).
+    /// the vocabulary, within the context) and appends them to `kv`, the
+    /// K-quant matrices multiplying activations of [`Self::precision`] (as
+    /// the CPU's passes). Returns the logits of the rows `which` names,
+    /// (rows, vocab).
     pub fn forward(
         &self,
         c: &ModelConfig,
@@ -283,6 +342,7 @@ impl CudaModel {
         tokens: &[u32],
         which: LogitRows,
     ) -> Result<Vec<f32>, ForwardError> {
+        let precision = self.precision();
         if kv.len != start {
             return Err(ForwardError::Device(format!(
                 "device KV cache holds {} positions but the session {start}",
@@ -320,8 +380,8 @@ impl CudaModel {
 
         let rows = Rows { n, start, adjacent: c.rope_pairing == RopePairing::Adjacent };
         for (li, lw) in self.layers.iter().enumerate() {
-            Self::attention(dev, c, lw, &rows, s, &mut kv.k[li], &mut kv.v[li])?;
-            Self::feed_forward(dev, c, lw, n, s)?;
+            Self::attention(dev, c, lw, &rows, s, &mut kv.k[li], &mut kv.v[li], precision)?;
+            Self::feed_forward(dev, c, lw, n, s, precision)?;
         }
         kv.len = ctx;
 
@@ -340,10 +400,11 @@ impl CudaModel {
             c.rms_eps,
         )?;
         let head = self.head.as_ref().unwrap_or(&self.embed);
-        quantize_for(dev, s, m, d, [head, head, head], Src::Xn)?;
+        quantize_for(dev, s, m, d, [head, head, head], Src::Xn, precision)?;
         {
-            let qv = quant_view!(s, m, d);
-            dev.matmul(head, m, &s.xn.slice(0..m * d), Some(&qv), &mut s.logits.slice_mut(0..m * c.vocab))?;
+            let (qv, q8) = (quant_view!(s, m, d), quant8_view!(s, m, d));
+            let xn = s.xn.slice(0..m * d);
+            matmul(dev, precision, head, m, &xn, &qv, &q8, &mut s.logits.slice_mut(0..m * c.vocab))?;
         }
         Ok(dev.download(&s.logits.slice(0..m * c.vocab))?)
     }
@@ -351,6 +412,7 @@ impl CudaModel {
     /// One layer's attention block on the device: norm, Q/K/V, RoPE, the
     /// rows' keys and values into the cache (`k`, `v`), attention, the
     /// output projection, added to the residual stream.
+    #[allow(clippy::too_many_arguments)]
     fn attention(
         dev: &CudaDevice,
         c: &ModelConfig,
@@ -359,17 +421,18 @@ impl CudaModel {
         s: &mut Scratch,
         k: &mut cudarc::driver::CudaSlice<f32>,
         v: &mut cudarc::driver::CudaSlice<f32>,
+        p: Precision,
     ) -> Result<(), CudaError> {
         let (n, start) = (rows.n, rows.start);
         let (d, qd, kvd, hd) = (c.dim, c.q_dim(), c.kv_dim(), c.head_dim);
         let (half, ctx) = (hd / 2, start + n);
-        norm_for(dev, c, s, n, &lw.attn_norm, [&lw.wq, &lw.wk, &lw.wv])?;
+        norm_for(dev, c, s, n, &lw.attn_norm, [&lw.wq, &lw.wk, &lw.wv], p)?;
         {
-            let qv = quant_view!(s, n, d);
+            let (qv, q8) = (quant_view!(s, n, d), quant8_view!(s, n, d));
             let xn = s.xn.slice(0..n * d);
-            dev.matmul(&lw.wq, n, &xn, Some(&qv), &mut s.q.slice_mut(0..n * qd))?;
-            dev.matmul(&lw.wk, n, &xn, Some(&qv), &mut s.k.slice_mut(0..n * kvd))?;
-            dev.matmul(&lw.wv, n, &xn, Some(&qv), &mut s.v.slice_mut(0..n * kvd))?;
+            matmul(dev, p, &lw.wq, n, &xn, &qv, &q8, &mut s.q.slice_mut(0..n * qd))?;
+            matmul(dev, p, &lw.wk, n, &xn, &qv, &q8, &mut s.k.slice_mut(0..n * kvd))?;
+            matmul(dev, p, &lw.wv, n, &xn, &qv, &q8, &mut s.v.slice_mut(0..n * kvd))?;
         }
         let (cs, sn) = (s.cos.slice(0..n * half), s.sin.slice(0..n * half));
         dev.rope(&mut s.q.slice_mut(0..n * qd), &cs, &sn, n, c.n_heads, hd, rows.adjacent)?;
@@ -388,22 +451,29 @@ impl CudaModel {
             c.n_kv_heads,
             hd,
         )?;
-        project_into_residual(dev, s, n, qd, d, &lw.wo, Src::Att)
+        project_into_residual(dev, s, n, qd, d, &lw.wo, Src::Att, p)
     }
 
     /// One layer's feed-forward block (SwiGLU) on the device, added to the
     /// residual stream.
-    fn feed_forward(dev: &CudaDevice, c: &ModelConfig, lw: &DevLayer, n: usize, s: &mut Scratch) -> Result<(), CudaError> {
+    fn feed_forward(
+        dev: &CudaDevice,
+        c: &ModelConfig,
+        lw: &DevLayer,
+        n: usize,
+        s: &mut Scratch,
+        p: Precision,
+    ) -> Result<(), CudaError> {
         let (d, f) = (c.dim, c.ffn_dim);
-        norm_for(dev, c, s, n, &lw.ffn_norm, [&lw.w_gate, &lw.w_up, &lw.w_up])?;
+        norm_for(dev, c, s, n, &lw.ffn_norm, [&lw.w_gate, &lw.w_up, &lw.w_up], p)?;
         {
-            let qv = quant_view!(s, n, d);
+            let (qv, q8) = (quant_view!(s, n, d), quant8_view!(s, n, d));
             let xn = s.xn.slice(0..n * d);
-            dev.matmul(&lw.w_gate, n, &xn, Some(&qv), &mut s.gate.slice_mut(0..n * f))?;
-            dev.matmul(&lw.w_up, n, &xn, Some(&qv), &mut s.up.slice_mut(0..n * f))?;
+            matmul(dev, p, &lw.w_gate, n, &xn, &qv, &q8, &mut s.gate.slice_mut(0..n * f))?;
+            matmul(dev, p, &lw.w_up, n, &xn, &qv, &q8, &mut s.up.slice_mut(0..n * f))?;
         }
         dev.swiglu(&mut s.gate.slice_mut(0..n * f), &s.up.slice(0..n * f), n * f)?;
-        project_into_residual(dev, s, n, f, d, &lw.w_down, Src::Gate)
+        project_into_residual(dev, s, n, f, d, &lw.w_down, Src::Gate, p)
     }
 }
 
@@ -424,8 +494,8 @@ enum Src {
 }
 
 /// A block's first step: RMSNorm (weights `norm`) of `n` rows of the
-/// residual stream into `xn`, quantized where any of `mats` reads
-/// quantized input.
+/// residual stream into `xn`, quantized into the forms `mats` read at
+/// precision `p`.
 fn norm_for(
     dev: &CudaDevice,
     c: &ModelConfig,
@@ -433,15 +503,17 @@ fn norm_for(
     n: usize,
     norm: &cudarc::driver::CudaSlice<f32>,
     mats: [&DevMatrix; 3],
+    p: Precision,
 ) -> Result<(), CudaError> {
     let d = c.dim;
     dev.rmsnorm(&s.x.slice(0..n * d), &norm.slice(0..d), &mut s.xn.slice_mut(0..n * d), n, d, c.rms_eps)?;
-    quantize_for(dev, s, n, d, mats, Src::Xn)
+    quantize_for(dev, s, n, d, mats, Src::Xn, p)
 }
 
 /// A block's last step: `w` applied to `n` rows of `cols` from `src`
-/// (quantized first where `w` reads quantized input) into `proj`, `d`
-/// wide, added to the residual stream.
+/// (quantized first into the form `w` reads at precision `p`) into `proj`,
+/// `d` wide, added to the residual stream.
+#[allow(clippy::too_many_arguments)]
 fn project_into_residual(
     dev: &CudaDevice,
     s: &mut Scratch,
@@ -450,22 +522,63 @@ fn project_into_residual(
     d: usize,
     w: &DevMatrix,
     src: Src,
+    p: Precision,
 ) -> Result<(), CudaError> {
-    quantize_for(dev, s, n, cols, [w, w, w], src)?;
+    quantize_for(dev, s, n, cols, [w, w, w], src, p)?;
     {
-        let qv = quant_view!(s, n, cols);
+        let (qv, q8) = (quant_view!(s, n, cols), quant8_view!(s, n, cols));
         let input = match src {
             Src::Xn => s.xn.slice(0..n * cols),
             Src::Att => s.att.slice(0..n * cols),
             Src::Gate => s.gate.slice(0..n * cols),
         };
-        dev.matmul(w, n, &input, Some(&qv), &mut s.proj.slice_mut(0..n * d))?;
+        matmul(dev, p, w, n, &input, &qv, &q8, &mut s.proj.slice_mut(0..n * d))?;
     }
     dev.add(&mut s.x.slice_mut(0..n * d), &s.proj.slice(0..n * d), n * d)
 }
 
-/// Quantizes `rows` rows of `cols` from `src` into the activation scratch
-/// when any of `mats` reads quantized input.
+/// Whether `m` multiplies the 8-bit rows at precision `p`: a K-quant
+/// matrix at [`Precision::Int8`] (the CPU's rule, `Matrix::takes_int8`).
+fn int8(p: Precision, m: &DevMatrix) -> bool {
+    p == Precision::Int8 && m.takes_int8()
+}
+
+/// `m` applied to `n` rows: the 8-bit kernel where `m` reads the 8-bit
+/// rows at `p` ([`int8`]), else the f32 or 16-bit one.
+#[allow(clippy::too_many_arguments)]
+fn matmul(
+    dev: &CudaDevice,
+    p: Precision,
+    m: &DevMatrix,
+    n: usize,
+    x: &cudarc::driver::CudaView<f32>,
+    q16: &QuantView,
+    q8: &Quant8View,
+    out: &mut cudarc::driver::CudaViewMut<f32>,
+) -> Result<(), CudaError> {
+    if int8(p, m) { dev.matmul8(m, n, q8, out) } else { dev.matmul(m, n, x, Some(q16), out) }
+}
+
+/// Which quantized forms of one input the matrices reading it need at
+/// precision `p` (the CPU's `Forms` in forward.rs): the 16-bit rows for
+/// every quantized matrix that does not take 8 bits, the 8-bit rows for
+/// the K-quants at [`Precision::Int8`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Forms {
+    q16: bool,
+    q8: bool,
+}
+
+impl Forms {
+    fn of(p: Precision, mats: &[&DevMatrix]) -> Self {
+        let q8 = mats.iter().any(|m| int8(p, m));
+        let q16 = mats.iter().any(|m| !int8(p, m) && m.wants_quantized_input());
+        Forms { q16, q8 }
+    }
+}
+
+/// Quantizes `rows` rows of `cols` from `src` into the activation scratch,
+/// each form that any of `mats` reads at precision `p` once ([`Forms`]).
 fn quantize_for(
     dev: &CudaDevice,
     s: &mut Scratch,
@@ -473,22 +586,36 @@ fn quantize_for(
     cols: usize,
     mats: [&DevMatrix; 3],
     src: Src,
+    p: Precision,
 ) -> Result<(), CudaError> {
-    if !mats.iter().any(|m| m.wants_quantized_input()) {
-        return Ok(());
-    }
-    let nb = rows * cols / QK;
+    let forms = Forms::of(p, &mats);
     let x = match src {
         Src::Xn => s.xn.slice(0..rows * cols),
         Src::Att => s.att.slice(0..rows * cols),
         Src::Gate => s.gate.slice(0..rows * cols),
     };
-    dev.quantize(
-        &x,
-        rows,
-        cols,
-        &mut s.aq.slice_mut(0..rows * cols),
-        &mut s.ad.slice_mut(0..nb),
-        &mut s.asum.slice_mut(0..nb),
-    )
+    if forms.q16 {
+        let nb = rows * cols / QK;
+        dev.quantize(
+            &x,
+            rows,
+            cols,
+            &mut s.aq.slice_mut(0..rows * cols),
+            &mut s.ad.slice_mut(0..nb),
+            &mut s.asum.slice_mut(0..nb),
+        )?;
+    }
+    if forms.q8 {
+        let nsb = rows * cols / QK_K;
+        dev.quantize8(
+            &x,
+            rows,
+            cols,
+            &mut s.a8q.slice_mut(0..rows * cols),
+            &mut s.a8d.slice_mut(0..nsb),
+            &mut s.a8b16.slice_mut(0..16 * nsb),
+            &mut s.a8b32.slice_mut(0..8 * nsb),
+        )?;
+    }
+    Ok(())
 }
