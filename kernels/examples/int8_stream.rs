@@ -4,15 +4,17 @@
 //!
 //! Builds the K-quant matrices of LAYERS (default 28) layers of a
 //! Qwen2.5-Coder-1.5B Q4_K_M (q, k, v, o, gate, up, down in the file's
-//! formats, down and v in Q6_K as in half its layers) plus its Q6_K head,
-//! repacked as the runtime repacks them; random weights with sane scales;
-//! about 1 GB, far past any cache. Each round runs three arms in rotating
+//! formats; down and v in Q6_K in every layer, where the file has them so
+//! in half its layers and Q4_K in the rest) plus its Q6_K head, repacked as
+//! the runtime repacks them; random weights with sane scales; 1.031 GB at
+//! 28 layers (the file's decode step reads 0.980), far past any cache. Each round runs three arms in rotating
 //! order: one W = 1 pass over every matrix at 8-bit activations, the same
 //! at 16-bit, and a sum of a buffer of the same size as 64-bit words (the
 //! read ceiling, `runtime`'s `read_bandwidth` example's loop). Prints each
 //! arm's median time and GB/s over ROUNDS (default 7), and each pass's
-//! share of the ceiling. FAMILY (`avx2`, `avx512vnni`) picks a kernel family
-//! this CPU has (default: the best).
+//! share of the ceiling. FAMILY (`scalar`, `avx2`, `avx512vnni`) picks a
+//! kernel family this CPU has (default: the best). ROUNDS is 1 to 1000,
+//! LAYERS 1 to 64; a value outside or not a number is refused.
 
 use kernels::act::ActRow;
 use kernels::act8::ActRow8;
@@ -32,14 +34,25 @@ fn view(a: &Act, int8: bool) -> Input<'_> {
 }
 
 fn main() {
-    let arg = |i: usize, d: usize| std::env::args().nth(i).and_then(|s| s.parse().ok()).unwrap_or(d);
-    let (rounds, layers) = (arg(1, 7).clamp(1, 1000), arg(2, 28).clamp(1, 64));
+    let refuse = |msg: String| -> ! {
+        eprintln!("int8_stream: {msg}");
+        std::process::exit(2)
+    };
+    let arg = |i: usize, d: usize, max: usize, what: &str| match std::env::args().nth(i) {
+        None => d,
+        Some(s) => match s.parse::<usize>() {
+            Ok(v) if (1..=max).contains(&v) => v,
+            _ => refuse(format!("{what} {s:?} is not a whole number in 1..={max}")),
+        },
+    };
+    let (rounds, layers) = (arg(1, 7, 1000, "ROUNDS"), arg(2, 28, 64, "LAYERS"));
+    let supported = KernelFamily::all_supported();
     let fam = match std::env::args().nth(3) {
         None => KernelFamily::best(),
-        Some(name) => KernelFamily::all_supported()
-            .into_iter()
-            .find(|f| f.name() == name)
-            .unwrap_or_else(|| panic!("no kernel family {name:?} on this CPU")),
+        Some(name) => supported.iter().copied().find(|f| f.name() == name).unwrap_or_else(|| {
+            let names: Vec<&str> = supported.iter().map(|f| f.name()).collect();
+            refuse(format!("no kernel family {name:?} on this CPU; it has {}", names.join(", ")))
+        }),
     };
     let mut rng = Rng::default();
     let layer = [
@@ -72,7 +85,7 @@ fn main() {
     let mut out = vec![0.0f32; 151936];
     let arms = ["read", "int8", "int16"];
     let mut times: Vec<Vec<f64>> = vec![Vec::new(); arms.len()];
-    println!("family {}, {:.3} GB a pass, {rounds} rounds", fam.name(), total as f64 / 1e9);
+    println!("family {}, {layers} layers, {:.3} GB a pass, {rounds} rounds", fam.name(), total as f64 / 1e9);
     for r in 0..=rounds {
         for k in 0..arms.len() {
             let arm = (r + k) % arms.len();

@@ -83,17 +83,14 @@ pub fn precision_applies<S: AsRef<str>>(formats: &[S]) -> bool {
     formats.iter().any(|f| PRECISION_FORMATS.contains(&f.as_ref()))
 }
 
-/// The key's precision for a run on a CPU (`cpu`) or not, of a target of
-/// `formats`, that reported `reported`: `None` where the precision changes
-/// nothing; where it does, the reported one, and 16 bits when none was
-/// reported (a table entry, an event or a record from before 8-bit
-/// activations, when 16 bits was the only precision).
-pub fn key_precision<S: AsRef<str>>(
-    cpu: bool,
-    formats: &[S],
-    reported: Option<&str>,
-) -> Result<Option<Precision>, String> {
-    if !(cpu && precision_applies(formats)) {
+/// The key's precision for a run of a target of `formats` that reported
+/// `reported`, on any device (the CPU and CUDA both run the K-quants at
+/// either precision): `None` where the precision changes nothing; where it
+/// does, the reported one, and 16 bits when none was reported (a table
+/// entry, an event or a record from before 8-bit activations, when 16 bits
+/// was the only precision).
+pub fn key_precision<S: AsRef<str>>(formats: &[S], reported: Option<&str>) -> Result<Option<Precision>, String> {
+    if !precision_applies(formats) {
         return Ok(None);
     }
     reported.map_or(Ok(Precision::Int16), Precision::parse).map(Some)

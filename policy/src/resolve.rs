@@ -66,8 +66,8 @@ pub struct Run<'a> {
     /// Worker threads (part of the key on CPU device classes only).
     pub threads: usize,
     /// The K-quant matrices' activation precision this run multiplies at,
-    /// when it changes anything (`None`: no K-quant matrix; ignored on CUDA
-    /// device classes).
+    /// when it changes anything (`None`: no K-quant matrix), on the CPU and
+    /// on CUDA alike.
     pub precision: Option<crate::key::Precision>,
     /// The storage formats of the target's weight matrices (which kernels
     /// run); `None` when not known (every format's kernels count).
@@ -88,7 +88,7 @@ impl Run<'_> {
             device: self.device.clone(),
             host: self.host.clone(),
             quant: self.quant.class.clone(),
-            precision: self.precision.filter(|_| self.device.is_cpu()),
+            precision: self.precision,
             model: self.model.clone(),
             threads: self.key_threads(),
             concurrency: 1,

@@ -847,17 +847,17 @@ fn entry(t: toml::Table, line: Option<usize>, records: RecordCheck<'_>) -> Resul
             Some(Check { verify_fingerprint: c.verify_fingerprint.clone(), record: c.record.clone(), date })
         }
     };
-    // The activation precision: on CPU entries of targets with K-quant
-    // matrices only; absent there, the entry predates 8-bit activations
-    // and was measured at 16 bits, the only precision then.
-    let applies = device.is_cpu() && crate::key::precision_applies(&weight_formats);
+    // The activation precision: on entries of targets with K-quant
+    // matrices only (CPU or CUDA); absent there, the entry predates 8-bit
+    // activations and was measured at 16 bits, the only precision then.
+    let applies = crate::key::precision_applies(&weight_formats);
     let precision = match (&r.precision, applies) {
-        (p, true) => crate::key::key_precision(true, &weight_formats, p.as_deref()).map_err(|e| bad("precision", e))?,
+        (p, true) => crate::key::key_precision(&weight_formats, p.as_deref()).map_err(|e| bad("precision", e))?,
         (Some(_), false) => {
             return Err(bad(
                 "precision",
                 format!(
-                    "changes nothing here: only CPU entries of targets with {} matrices have an activation \
+                    "changes nothing here: only entries of targets with {} matrices have an activation \
                      precision",
                     PRECISION_FORMATS.join(", ")
                 ),

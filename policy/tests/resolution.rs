@@ -268,4 +268,11 @@ fn the_activation_precision_is_part_of_the_key_and_an_entry_without_one_is_16_bi
     let text = format!("schema_version = 3\n\n{}", old.replace("threads = 2\n", "threads = 2\nprecision = \"int4\"\n"));
     let e = policy::table::compile("t", &text, policy::table::RecordCheck::Skip).unwrap_err().to_string();
     assert!(e.contains("\"int4\" is not an activation precision"), "{e}");
+    // On CUDA too (the device runs the K-quants at either precision): a
+    // K-quant entry carries one, and one without it reads as 16 bits.
+    let cuda = k(entry("ngram", "cuda:sm_90", "q4_k_m", "4", FP));
+    let cuda8 = cuda.replace("width = 4\n", "precision = \"int8\"\nwidth = 4\n");
+    let t = table(&[cuda, cuda8]);
+    let keys: Vec<_> = t.entries.iter().map(|e| e.key.precision.map(|p| p.as_str())).collect();
+    assert_eq!(keys, [Some("int16"), Some("int8")], "a CUDA K-quant entry has a precision");
 }

@@ -33,15 +33,11 @@ use std::sync::OnceLock;
 // once no verify-path file uses it.
 pub use ::policy::{DrafterKind, ModelClass, Width, adaptive, table};
 
-/// The activation precision a run of `device` with these weight formats
-/// puts in its key ([`::policy::key::key_precision`]): the model's own
-/// precision where it changes anything, else none.
-pub fn key_precision(
-    device: &DeviceClass,
-    weight_formats: &[String],
-    precision: kernels::act8::Precision,
-) -> Option<::policy::Precision> {
-    ::policy::key::key_precision(device.is_cpu(), weight_formats, Some(precision.as_str())).ok().flatten()
+/// The activation precision a run with these weight formats puts in its
+/// key ([`::policy::key::key_precision`]): the model's own precision
+/// where it changes anything (CPU or CUDA), else none.
+pub fn key_precision(weight_formats: &[String], precision: kernels::act8::Precision) -> Option<::policy::Precision> {
+    ::policy::key::key_precision(weight_formats, Some(precision.as_str())).ok().flatten()
 }
 
 /// The classifier entry points and class type the loaders reach as

@@ -108,7 +108,11 @@ fn gpu_logits_stay_close_to_the_cpu_and_agree_on_the_answer() {
 
 /// Qwen2.5-Coder 0.5B (Q4_K and Q6_K matrices beside Q5_0 and Q8_0:
 /// `precision` changes its K-quant products) with its weights on CUDA
-/// device 0 at `precision`, or why not. `DRAFTWISE_TEST_QWEN05` names the
+/// device 0 at `precision`, or why not. Its q/k/v biases have no CUDA
+/// kernels, so `--device cuda` refuses it (`ModelConfig::cuda_unsupported`);
+/// these tests attach it directly to run real K-quant matrices through the
+/// device passes. Its logits there are not the model's (no biases), only
+/// self-consistent: nothing here compares them with the CPU's. `DRAFTWISE_TEST_QWEN05` names the
 /// GGUF, else it is fetched (as runtime/tests/qwen25.rs) once a device is
 /// known to be there; a model that cannot be had is a skip, said so.
 fn gpu_qwen(precision: Precision) -> Option<&'static Loaded> {
@@ -169,11 +173,11 @@ fn gpu_int8_verify_blocks_equal_the_one_token_chain_on_a_k_quant_model() {
 }
 
 /// `--precision` reaches the device: the K-quant matrices' products differ
-/// between int8 and int16 there (by about what they differ on the CPU,
-/// runtime/tests/qwen25.rs's INT8_VS_INT16_TOLERANCE), and the GPU at int8
-/// stays near the CPU at int8 and agrees on the answer.
+/// between int8 and int16 there, by about what they differ on the CPU
+/// (runtime/tests/qwen25.rs's INT8_VS_INT16_TOLERANCE). (No comparison with
+/// the CPU: the device pass of this model lacks its biases, `gpu_qwen`.)
 #[test]
-fn gpu_precision_changes_the_k_quant_products_and_int8_stays_near_the_cpu() {
+fn gpu_precision_changes_the_k_quant_products() {
     let Some(g8) = gpu_qwen(Precision::Int8) else { return };
     let Some(g16) = gpu_qwen(Precision::Int16) else { return };
     let ids = g8.tokenizer.encode("The capital of France is").unwrap();
@@ -186,17 +190,4 @@ fn gpu_precision_changes_the_k_quant_products_and_int8_stays_near_the_cpu() {
     let d816 = diff(&a, &b);
     assert!(d816 > 0.0, "int8 and int16 gave the same logits on the GPU: the precision did not reach the device");
     assert!(d816 < 0.75, "max |int8 - int16| logit difference on the GPU {d816}");
-    // The CPU at int8, on the same weights.
-    let mut cpu = runtime::model::load(&g8.info.path).unwrap();
-    cpu.model.set_precision(Precision::Int8);
-    let mut s = Session::new(&cpu.model.config);
-    let want = cpu.model.forward(KernelFamily::best(), &mut s, &ids, LogitRows::Last).unwrap();
-    let dcpu = diff(&a, &want);
-    // Unmeasured on a GPU yet: the K-quant products are the CPU's bit for
-    // bit, the rest (16-bit Q5_0 / Q8_0 products, norms, attention) within
-    // docs/cuda.md's few-ulp bounds, which the default model's test bounds
-    // by 0.02 over 30 layers; this bound leaves room for larger logits.
-    assert!(dcpu < 0.1, "max |gpu - cpu| logit difference at int8 {dcpu}");
-    let argmax = |v: &[f32]| v.iter().enumerate().fold(0, |b, (i, x)| if *x > v[b] { i } else { b });
-    assert_eq!(argmax(&a), argmax(&want));
 }

@@ -15,7 +15,8 @@ shared host's drift falls on all of them:
 - llama.cpp: one POST /completion to one `llama-server -m M -t T -np 1
   -c max(2048, P+G+16)` started before the first round (its defaults
   otherwise: flash attention auto, batch 2048, ubatch 512), with the same
-  prompt ids the runtime used, `n_predict` G, `cache_prompt` false,
+  prompt ids the runtime used (from one untimed `runtime bench --warmup 0`
+  run before the server starts), `n_predict` G, `cache_prompt` false,
   temperature 0, top_k 1, `ignore_eos`; its `timings.prompt_per_second` /
   `predicted_per_second`. One warm-up request is thrown away. While the
   runtime arms run, the server idles (it holds no thread busy when idle).
@@ -35,6 +36,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 
@@ -62,7 +64,12 @@ def bounded(lo: int, hi: int):
 
 
 def bandwidth(binary: str, threads: int) -> str:
-    out = subprocess.run([binary, "256", str(threads), "5"], capture_output=True, text=True, timeout=300)
+    try:
+        out = subprocess.run([binary, "256", str(threads), "5"], capture_output=True, text=True, timeout=600)
+    except subprocess.TimeoutExpired:
+        return "(read_bandwidth timed out)"
+    if out.returncode != 0:
+        return f"(read_bandwidth failed, exit {out.returncode}: {out.stderr.strip()[-300:]})"
     return " | ".join(line for line in out.stdout.splitlines() if "thread" in line)
 
 
@@ -80,28 +87,33 @@ def main() -> int:
     ap.add_argument("--out", default=None)
     a = ap.parse_args()
     precisions = [p for p in a.precisions.split(",") if p]
+    if not precisions or len(set(precisions)) != len(precisions):
+        ap.error(f"--precisions: {a.precisions!r}: one or both of int8, int16, each once")
     for p in precisions:
         if p not in ("int8", "int16"):
             ap.error(f"--precisions: {p!r} is neither int8 nor int16")
     server = a.llama_server
     if server is None:
         here = os.path.dirname(os.path.abspath(__file__))
+        # Its build progress and errors go to stderr, shown as they come.
         server = subprocess.run(
-            [os.path.join(here, "llama-server.sh")], check=True, capture_output=True, text=True
+            [os.path.join(here, "llama-server.sh")], check=True, stdout=subprocess.PIPE, text=True
         ).stdout.strip()
 
     def runtime(precision: str, warmup: int = 1) -> dict:
         cmd = [a.runtime, "bench", "--model", a.model, "--prompt-tokens", str(a.prompt_tokens),
                "--gen-tokens", str(a.gen_tokens), "--threads", str(a.threads), "--precision", precision,
                "--reps", "1", "--warmup", str(warmup), "--json"]
-        out = subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=1800)
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+        if out.returncode != 0:
+            raise SystemExit(f"runtime bench failed (exit {out.returncode}): {' '.join(cmd)}\n{out.stderr.strip()[-2000:]}")
         return json.loads(out.stdout)
 
-    first = runtime(precisions[0] if precisions else "int8", warmup=0)
+    first = runtime(precisions[0], warmup=0)
     ids = first["prompt_ids"]
     port = free_port()
     ctx = max(2048, a.prompt_tokens + a.gen_tokens + 16)
-    log = open(os.devnull, "w")
+    log = tempfile.NamedTemporaryFile("w+", prefix="llama-server-", suffix=".log", delete=False)
     proc = subprocess.Popen(
         [server, "-m", a.model, "-t", str(a.threads), "-np", "1", "-c", str(ctx), "--port", str(port),
          "--host", "127.0.0.1"],
@@ -118,7 +130,10 @@ def main() -> int:
             except Exception:
                 pass
             if proc.poll() is not None or time.time() > deadline:
-                print("llama-server did not come up", file=sys.stderr)
+                log.flush()
+                log.seek(0)
+                tail = log.read()[-2000:]
+                print(f"llama-server did not come up (log {log.name}):\n{tail}", file=sys.stderr)
                 return 1
             time.sleep(0.5)
         body = {"prompt": ids, "n_predict": a.gen_tokens, "cache_prompt": False, "temperature": 0,
@@ -129,6 +144,8 @@ def main() -> int:
             n = t.get("predicted_n")
             if n != a.gen_tokens:
                 raise SystemExit(f"llama-server predicted {n} tokens, not {a.gen_tokens}")
+            if t.get("prompt_n") != len(ids):
+                raise SystemExit(f"llama-server evaluated {t.get('prompt_n')} prompt tokens, not {len(ids)}")
             return {"prefill_tok_per_s": t["prompt_per_second"], "decode_tok_per_s": t["predicted_per_second"]}
 
         llama()
@@ -149,12 +166,16 @@ def main() -> int:
                     out.write(json.dumps({"round": r, "arm": arm, **s}) + "\n")
                     out.flush()
         bw_after = bandwidth(a.bandwidth, a.threads) if a.bandwidth else None
+        if out:
+            out.write(json.dumps({"read_ceiling_before": bw_before, "read_ceiling_after": bw_after}) + "\n")
+            out.close()
     finally:
         proc.terminate()
         try:
             proc.wait(timeout=20)
         except subprocess.TimeoutExpired:
             proc.kill()
+        log.close()
     print(f"model {os.path.basename(a.model)} | threads {a.threads} | prompt {a.prompt_tokens} | gen {a.gen_tokens} | rounds {a.rounds}")
     if bw_before:
         print(f"read ceiling before: {bw_before}\nread ceiling after:  {bw_after}")

@@ -4,8 +4,8 @@
 //! policy table as it stood when [`BELOW`] was written
 //! (`tests/fixtures/controller-table.toml`, a copy of
 //! policy/draft-block-width.toml at `5e178ea9`): each profile's model
-//! priced by its own Zen 4 entry where the table has one, else the Zen 4
-//! SmolLM2 entry's. A re-sweep that replaces an entry changes the live
+//! priced by its own Zen 4 entry where the table has one, else by another
+//! host's entry of that model, else by the Zen 4 SmolLM2 entry's curves. A re-sweep that replaces an entry changes the live
 //! table's curves and would move every share here without the controller
 //! changing; the fixture keeps this test about the controller. A new task
 //! type in a profile is a new case here. Timing noise is out of it: the

@@ -149,8 +149,7 @@ pub fn explain(resolver: &Resolver<'_>, q: &Question<'_>) -> Result<Explanation>
         .as_ref()
         .map_or_else(|| ModelClass { architecture: "unreadable".into(), parameters: 0 }, |(m, _)| m.clone());
     let weight_formats = found.map(|(_, f)| f);
-    let precision =
-        weight_formats.as_deref().and_then(|f| crate::policy::key_precision(q.device_class, f, q.precision));
+    let precision = weight_formats.as_deref().and_then(|f| crate::policy::key_precision(f, q.precision));
     let run = Run {
         device: q.device_class,
         host: q.host_class,

@@ -190,11 +190,7 @@ pub fn startup_event(
         entry_emitted_per_verify: decoding.resolution.entry().and_then(|e| e.emitted_per_verify),
         adaptive: spec.is_some_and(|s| s.cost.is_some()),
         adaptive_from: spec.map_or(String::new(), |s| s.adaptive_from.clone()),
-        precision: policy::DeviceClass::parse(&engine.loaded.model.device_class(selection.family))
-            .ok()
-            .and_then(|d| {
-                crate::policy::key_precision(&d, &engine.loaded.info.weight_formats, engine.loaded.model.precision())
-            })
+        precision: crate::policy::key_precision(&engine.loaded.info.weight_formats, engine.loaded.model.precision())
             .map(|p| p.as_str().to_string()),
         under_load: spec
             .filter(|s| s.active_width().is_some())

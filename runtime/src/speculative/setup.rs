@@ -334,11 +334,7 @@ pub fn run_of<'a>(
         file: engine.loaded.info.path.file_name().and_then(|n| n.to_str()),
         threads: engine.threads,
         weight_formats: Some(&engine.loaded.info.weight_formats),
-        precision: crate::policy::key_precision(
-            device,
-            &engine.loaded.info.weight_formats,
-            engine.loaded.model.precision(),
-        ),
+        precision: crate::policy::key_precision(&engine.loaded.info.weight_formats, engine.loaded.model.precision()),
     }
 }
 

@@ -98,11 +98,7 @@ impl Calibration {
             model: self.model_class.clone(),
             threads: self.threads,
             concurrency: 1,
-            precision: policy::key::key_precision(
-                self.device_class.starts_with("cpu:"),
-                &self.weight_formats,
-                self.precision.as_deref(),
-            )?,
+            precision: policy::key::key_precision(&self.weight_formats, self.precision.as_deref())?,
         })
     }
 }

@@ -121,7 +121,6 @@ impl Explained {
             threads: self.threads,
             concurrency: 1,
             precision: policy::key::key_precision(
-                self.device_class.starts_with("cpu:"),
                 self.weight_formats.as_deref().unwrap_or_default(),
                 self.precision.as_deref(),
             )

@@ -61,7 +61,7 @@ impl Key {
         // As the table reads an entry without one: where the precision
         // applies, an event without it ran 16-bit activations.
         let formats = self.weight_formats.as_deref().unwrap_or_default();
-        let precision = policy::key::key_precision(device.is_cpu(), formats, self.precision.as_deref())?;
+        let precision = policy::key::key_precision(formats, self.precision.as_deref())?;
         Ok(PolicyKey {
             drafter,
             device,
