@@ -219,6 +219,20 @@ fn threads_list(m: &[MeasuredAt]) -> String {
 
 /// `for ngram on ...`, with the drafter word replaced by `who` (a fallback
 /// of several kinds names them all).
+/// The flags of `tuner check` that address `key`'s entry beside the
+/// model's others: its precision where not the default (int8) and its
+/// bucket of concurrent sequences above one.
+fn check_flags(key: &PolicyKey) -> String {
+    let mut f = String::new();
+    if let Some(p) = key.precision.filter(|p| *p != crate::key::Precision::Int8) {
+        f += &format!(" --precision {}", p.as_str());
+    }
+    if key.concurrency > 1 {
+        f += &format!(" --concurrency {}", key.concurrency);
+    }
+    f
+}
+
 fn for_key(who: &str, key: &PolicyKey) -> String {
     let phrase = key.to_string();
     let rest = phrase.strip_prefix(key.drafter.as_str()).unwrap_or(&phrase);
@@ -258,9 +272,10 @@ impl Fallback {
                 };
                 format!(
                     "the entry {} is stale: measured with verify-path fingerprint {entry_fingerprint}, this build \
-                     has {build_fingerprint} for the key{formats} ({record}); re-check it with `tuner check` (about two \
-                     minutes) or re-measure with `tuner sweep`",
-                    for_key(who, key)
+                     has {build_fingerprint} for the key{formats} ({record}); re-check it with `tuner check{}` (about \
+                     two minutes) or re-measure with `tuner sweep`",
+                    for_key(who, key),
+                    check_flags(key)
                 )
             }
             Fallback::OtherSettings { key, differences, record } => format!(
@@ -910,7 +925,11 @@ impl Resolver<'_> {
             let why = if own.as_ref() != Some(&decided.key) {
                 Some(format!("the width here comes from {} (another host or model)", decided.key))
             } else if !e.fresh_for(&build) {
-                Some(format!("stale (fingerprint {}, this build {build})", e.verify_fingerprint))
+                Some(format!(
+                    "stale (fingerprint {}, this build {build}; `tuner check{}` re-checks it)",
+                    e.verify_fingerprint,
+                    check_flags(&e.key)
+                ))
             } else if !e.drafter_settings.differences(&decided.drafter_settings).is_empty() {
                 Some(format!(
                     "other drafter settings than the entry that decided: {}",

@@ -276,3 +276,26 @@ fn the_activation_precision_is_part_of_the_key_and_an_entry_without_one_is_16_bi
     let keys: Vec<_> = t.entries.iter().map(|e| e.key.precision.map(|p| p.as_str())).collect();
     assert_eq!(keys, [Some("int16"), Some("int8")], "a CUDA K-quant entry has a precision");
 }
+
+#[test]
+fn a_stale_entry_names_the_check_that_addresses_it_among_the_model_s_others() {
+    let k = |e: String| e.replace("[\"q4_1\", \"q8_0\"]", "[\"q4_k\", \"q6_k\"]");
+    let int16 = k(entry("ngram", "cpu:x86_64-avx2", "q4_k_m", "4", OTHER_FP));
+    let int8 =
+        int16.replace("threads = 2\n", "threads = 2\nprecision = \"int8\"\n").replace("records/r1", "records/r8");
+    let t = table(&[int16.clone(), int8.clone(), at(4, int8.clone())]);
+    let mut i = In::new(DrafterKind::Ngram, "q4_k_m");
+    i.formats = vec!["q4_k".into(), "q6_k".into()];
+    for (p, flags) in [(policy::Precision::Int16, " --precision int16"), (policy::Precision::Int8, "")] {
+        i.precision = Some(p);
+        let r = i.resolve(&t).unwrap();
+        let says = format!("re-check it with `tuner check{flags}` (about two minutes)");
+        assert!(r.width_from.contains(&says), "{p}: {}", r.width_from);
+    }
+    // A stale bucket beside a fresh idle entry: its note names the bucket.
+    let fresh8 =
+        int8.replace(&format!("verify_fingerprint = \"{OTHER_FP}\""), &format!("verify_fingerprint = \"{FP}\""));
+    let r = i.resolve(&table(&[fresh8, at(4, int8)])).unwrap();
+    assert_eq!(r.width.map(Width::get), Some(4));
+    assert!(r.ladder_notes.iter().any(|n| n.contains("`tuner check --concurrency 4`")), "{:?}", r.ladder_notes);
+}

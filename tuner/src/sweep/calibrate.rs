@@ -129,14 +129,23 @@ impl Explained {
     }
 }
 
-/// `runtime policy explain --json` of a run: its key's parts and fingerprint.
-pub fn explain(runtime: &Path, target: &Path, drafter: DrafterKind, threads: usize) -> Result<Explained> {
-    let out = std::process::Command::new(runtime)
-        .args(["policy", "explain", "--json", "--drafter", drafter.as_str(), "--threads", &threads.to_string()])
-        .arg("-m")
-        .arg(target)
-        .output()
-        .with_context(|| format!("running {} policy explain", runtime.display()))?;
+/// `runtime policy explain --json` of a run: its key's parts and
+/// fingerprint; `precision` is the run's `--precision` (`None`: the
+/// runtime's default).
+pub fn explain(
+    runtime: &Path,
+    target: &Path,
+    drafter: DrafterKind,
+    threads: usize,
+    precision: Option<&str>,
+) -> Result<Explained> {
+    let mut c = std::process::Command::new(runtime);
+    c.args(["policy", "explain", "--json", "--drafter", drafter.as_str(), "--threads", &threads.to_string()]);
+    if let Some(p) = precision {
+        c.args(["--precision", p]);
+    }
+    let out =
+        c.arg("-m").arg(target).output().with_context(|| format!("running {} policy explain", runtime.display()))?;
     if !out.status.success() {
         bail!("`runtime policy explain` failed: {}", String::from_utf8_lossy(&out.stderr).trim());
     }
@@ -204,7 +213,7 @@ pub fn run(o: &CalibrateOptions, progress: &mut dyn FnMut(&str)) -> Result<Calib
     if cap > profile.header.lookahead {
         bail!("--widths: up to {cap}, but the profile recorded proposals of at most {}", profile.header.lookahead);
     }
-    let explained = explain(&o.runtime, &o.target, o.drafter, o.threads)?;
+    let explained = explain(&o.runtime, &o.target, o.drafter, o.threads, None)?;
     let Some(quant) = explained.target_quant.class.clone() else {
         bail!("the runtime could not classify the target's quantization: no key to predict for");
     };

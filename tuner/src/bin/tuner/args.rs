@@ -116,10 +116,19 @@ pub struct CheckArgs {
     /// Check even an entry that is fresh for this build.
     #[arg(long)]
     pub force: bool,
+    /// The activation precision of the entry to check (`int8`, `int16`;
+    /// default: the runtime's, int8): a K-quant model has an entry for each.
+    #[arg(long, value_name = "int8|int16")]
+    pub precision: Option<String>,
+    /// The entry's bucket of concurrent sequences (1..=64; default 1, the
+    /// idle entry): a bucket above one is checked served, at that many
+    /// clients, as its sweep ran.
+    #[arg(long, value_name = "N")]
+    pub concurrency: Option<usize>,
     /// Check every entry of this host class and device class whose model is
-    /// in the model cache (what a fleet's nightly job runs); -m, --drafter
-    /// and -t come from each entry.
-    #[arg(long, conflicts_with_all = ["target", "drafter_model", "out"])]
+    /// in the model cache (what a fleet's nightly job runs); -m, --drafter,
+    /// -t, --precision and --concurrency come from each entry.
+    #[arg(long, conflicts_with_all = ["target", "drafter_model", "out", "precision", "concurrency"])]
     pub all: bool,
     /// Judge, but do not write the table.
     #[arg(long)]
@@ -141,6 +150,25 @@ pub struct CheckArgs {
 }
 
 impl CheckArgs {
+    /// `--precision`, parsed.
+    pub fn precision(&self) -> anyhow::Result<Option<policy::Precision>> {
+        self.precision
+            .as_deref()
+            .map(policy::Precision::parse)
+            .transpose()
+            .map_err(|e| anyhow::anyhow!("--precision: {e}"))
+    }
+
+    /// `--concurrency`, bounded as a served sweep's.
+    pub fn concurrency(&self) -> anyhow::Result<usize> {
+        let max = tuner::data::raw::MAX_CONCURRENCY;
+        match self.concurrency {
+            None => Ok(1),
+            Some(n) if (1..=max).contains(&n) => Ok(n),
+            Some(n) => anyhow::bail!("--concurrency {n} is out of range 1..={max} (the entry's concurrent sequences)"),
+        }
+    }
+
     /// The runtime, the target and the drafter, resolved.
     pub fn resolved(&self) -> anyhow::Result<(PathBuf, PathBuf, DrafterKind, Option<PathBuf>)> {
         let runtime = match &self.runtime {

@@ -365,7 +365,21 @@ fn run_check(a: CheckArgs) -> anyhow::Result<ExitCode> {
     }
     let (runtime, target, drafter, drafter_model) = a.resolved()?;
     let threads = a.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-    check_one(&a, runtime, target, drafter, drafter_model, threads, a.out.clone()).map(ExitCode::from)
+    let which = Which { precision: a.precision()?, concurrency: a.concurrency()?, expected: None };
+    check_one(&a, runtime, target, drafter, drafter_model, threads, &which, a.out.clone()).map(ExitCode::from)
+}
+
+/// Which entry of a model, drafter and thread count a check addresses:
+/// the entry's activation precision (`runtime --precision`; `None`, the
+/// runtime's default) and its bucket of concurrent sequences (1: the idle
+/// entry, measured one sequence at a time). `--all` also gives the entry's
+/// whole key: a check that would key its runs otherwise (the runtime here
+/// classifies the model, the precision or the host differently) is refused,
+/// never run on a neighbouring entry.
+struct Which {
+    precision: Option<policy::Precision>,
+    concurrency: usize,
+    expected: Option<policy::PolicyKey>,
 }
 
 /// `tuner check --all`: every entry of this host class and device class
@@ -426,7 +440,8 @@ fn run_check_all(a: &CheckArgs) -> anyhow::Result<ExitCode> {
         }
         let threads = e.key.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
         eprintln!("tuner check --all: {}", e.key);
-        let code = check_one(a, runtime.clone(), target, e.key.drafter, drafter_model, threads, None)?;
+        let which = Which { precision: e.key.precision, concurrency: e.key.concurrency, expected: Some(e.key.clone()) };
+        let code = check_one(a, runtime.clone(), target, e.key.drafter, drafter_model, threads, &which, None)?;
         said.push(format!("{}: exit {code}", e.key));
         if code != tuner::exit::PASS {
             worst = tuner::exit::REFUSED;
@@ -441,7 +456,8 @@ fn run_check_all(a: &CheckArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::from(worst))
 }
 
-/// One entry's check (the key of `target`, `drafter` and `threads` here).
+/// One entry's check (the key of `target`, `drafter`, `threads` and `which` here).
+#[allow(clippy::too_many_arguments)]
 fn check_one(
     a: &CheckArgs,
     runtime: std::path::PathBuf,
@@ -449,11 +465,23 @@ fn check_one(
     drafter: policy::DrafterKind,
     drafter_model: Option<std::path::PathBuf>,
     threads: usize,
+    which: &Which,
     out: Option<std::path::PathBuf>,
 ) -> anyhow::Result<u8> {
     use tuner::analysis::rules::Refusal;
-    let explained = tuner::sweep::calibrate::explain(&runtime, &target, drafter, threads)?;
-    let key = explained.key(drafter)?;
+    let precision = which.precision.map(|p| p.as_str());
+    let explained = tuner::sweep::calibrate::explain(&runtime, &target, drafter, threads, precision)?;
+    let mut key = explained.key(drafter)?;
+    key.concurrency = which.concurrency;
+    if let Some(want) = &which.expected
+        && *want != key
+    {
+        eprintln!(
+            "tuner check: refused: the entry is for {want}, but this runtime keys the same model, drafter, \
+             threads and precision as {key}; the entry is not checked"
+        );
+        return Ok(tuner::exit::REFUSED);
+    }
     let Some(fp) = explained.verify_fingerprint.clone() else {
         anyhow::bail!("the runtime gave no verify-path fingerprint for {key}");
     };
@@ -500,12 +528,35 @@ fn check_one(
             entry.prompts.sha256
         );
     }
-    let max_tokens = match tuner::data::raw::read_raw(&root.join(&entry.record).join("raw.jsonl")) {
-        Ok(raw) => raw.header.settings.design.max_tokens,
-        Err(_) => tuner::analysis::calibration::read(&root.join(&entry.record))
+    let recorded = tuner::data::raw::read_raw(&root.join(&entry.record).join("raw.jsonl")).ok();
+    let max_tokens = match &recorded {
+        Some(raw) => raw.header.settings.design.max_tokens,
+        None => tuner::analysis::calibration::read(&root.join(&entry.record))
             .map(|c| c.max_tokens)
             .unwrap_or(tuner::data::plan::DEFAULT_MAX_TOKENS),
     };
+    // The entry's load: a served sweep's record is checked served, at its
+    // clients; a bucket entry whose record cannot be read, served at its
+    // bucket with the default timeouts.
+    let served = match recorded.and_then(|r| r.header.settings.served) {
+        Some(sv) => Some(sv),
+        None if key.concurrency > 1 => Some(tuner::data::raw::ServedSettings {
+            health_timeout_s: tuner::sweep::arm::served::DEFAULT_HEALTH_TIMEOUT_S,
+            stop_timeout_s: tuner::sweep::arm::served::DEFAULT_STOP_TIMEOUT_S,
+            request_timeout_s: tuner::sweep::arm::served::DEFAULT_REQUEST_TIMEOUT_S,
+            concurrency: key.concurrency,
+        }),
+        None => None,
+    };
+    if let Some(sv) = &served
+        && sv.concurrency != key.concurrency
+    {
+        eprintln!(
+            "tuner check: refused: the entry for {key} names a record ({}) served at {} client(s), not {}",
+            entry.record, sv.concurrency, key.concurrency
+        );
+        return Ok(tuner::exit::REFUSED);
+    }
     let out = match out {
         Some(o) => o,
         None => tuner::sweep::calibrate::out_dir_with(drafter, &target, "check"),
@@ -535,7 +586,7 @@ fn check_one(
         gate: a.gate.clone().config(),
         gate_wait: seconds("--gate-wait", a.gate_wait)?,
         gate_interval: seconds("--gate-interval", a.gate_interval)?,
-        served: None,
+        served,
     };
     // A re-blessing rests on a host as quiet as a sweep's: no looser gate.
     if let Err(r) = tuner::analysis::rules::plan::check_gate(&opts.gate, false)
