@@ -2,10 +2,13 @@
 //! it gave: the entry holds against its own record; a verify-cost curve
 //! that moved, a speed outside the entry's interval and a neighbour
 //! credibly faster are each refused; and the table edit adds one line.
+//! An `off` entry (the Zen 4 SmolLM2 bucket at four sequences) holds
+//! against its own served sweep and is refused by a check that chose a
+//! width.
 use std::path::Path;
 
 use policy::table::{RecordCheck, compile};
-use tuner::analysis::check::{CURVE_TOLERANCE, arms_for, judge};
+use tuner::analysis::check::{CURVE_TOLERANCE, arms_for, arms_of, judge};
 
 const RECORD: &str = "records/2026-12-07-cpu-x86_64-avx512vnni-amd-zen4-ngram-2";
 
@@ -94,4 +97,49 @@ fn the_check_line_is_one_line_added_and_then_replaced() {
     let newer = tuner::output::check::set_check(&new, &e.key, &line2).unwrap();
     assert_eq!(newer.lines().count(), new.lines().count());
     assert!(!newer.contains("records/x-check") && newer.contains("records/y-check"));
+}
+
+/// The bucket at four sequences that sweep gave (off), as it stood in the
+/// table on 2026-12-07.
+const OFF_ENTRY: &str = include_str!("fixtures/zen4-smollm2-ngram-c4-entry.toml");
+const OFF_RECORD: &str = "records/2026-12-07-cpu-x86_64-avx512vnni-amd-zen4-ngram-c4";
+
+fn off_entry_and_summary() -> (policy::Entry, tuner::analysis::summary::Summary) {
+    let t = compile(policy::TABLE_FILE, &format!("schema_version = 3\n\n{OFF_ENTRY}\n"), RecordCheck::Skip).unwrap();
+    let e = t.entries[0].clone();
+    assert!(e.drafting.is_none() && e.key.concurrency == 4);
+    let raw = tuner::data::raw::read_raw(&root().join(OFF_RECORD).join("raw.jsonl")).unwrap();
+    let s = tuner::analysis::summarize::summarize_with(&raw, false).unwrap();
+    (e, s)
+}
+
+#[test]
+fn an_off_entry_holds_against_its_own_sweep_and_is_checked_at_widths_1_and_2() {
+    let (e, s) = off_entry_and_summary();
+    assert_eq!(arms_of(None).iter().map(|a| a.code()).collect::<Vec<_>>(), [1, 2]);
+    let v = judge(&e, &s);
+    assert!(v.holds(), "{:?}", v.failures);
+    assert!(v.curve_points >= 8 && v.curve_mean_log.unwrap() < 0.01, "{v:?}");
+    // The verify pass's cost moving refuses an off entry as any other.
+    let (mut e, s) = off_entry_and_summary();
+    for c in &mut e.verify_cost {
+        for x in c.relative.iter_mut().skip(1) {
+            *x /= 1.0 + 2.0 * CURVE_TOLERANCE;
+        }
+    }
+    let v = judge(&e, &s);
+    assert!(v.failures.iter().any(|f| f.contains("the verify pass's cost moved")), "{:?}", v.failures);
+}
+
+#[test]
+fn an_off_entry_whose_check_chose_a_width_is_refused() {
+    // The idle sweep chose width 2: as the check of an off entry, it refutes the off.
+    let (mut e, s) = entry_and_summary();
+    e.drafting = None;
+    let v = judge(&e, &s);
+    assert!(
+        v.failures.iter().any(|f| f.starts_with("the entry is off, but the check chose width 2")),
+        "{:?}",
+        v.failures
+    );
 }

@@ -16,6 +16,15 @@
 //!   than the entry's arm (the arm is the check's best or tied with it, by
 //!   the sweep's own tie test).
 //!
+//! An `off` entry (no arm beat classic credibly when it was measured, so
+//! runs decode classically) is checked at widths 1 and 2, the arms whose
+//! verify pass costs least: the cost test as above, and the check's own
+//! decision must be `off` too (no arm's interval wholly above 1.0 by the
+//! sweep's rule). A check cannot prove the entry's "nothing is faster"
+//! with three rounds, only fail to refute it; the cost test is what
+//! catches a changed verify path, and an `off` wrongly kept costs
+//! classic decoding, never a slowdown against it.
+//!
 //! A check that passes re-blesses the entry for this build's fingerprint
 //! (the entry gains `check = { verify_fingerprint, record, date }`); one
 //! that fails says which test and by how much, and the entry stays unused
@@ -52,6 +61,16 @@ pub fn arms_for(drafting: policy::Drafting) -> Vec<SpeculativeArm> {
             a
         }
     }
+}
+
+/// The arms a check runs for an `off` entry: widths 1 and 2.
+pub fn arms_for_off() -> Vec<SpeculativeArm> {
+    [1, 2].into_iter().filter_map(|n| SpeculativeArm::fixed(n).ok()).collect()
+}
+
+/// The arms a check runs for an entry's drafting (`None`: off).
+pub fn arms_of(drafting: Option<policy::Drafting>) -> Vec<SpeculativeArm> {
+    drafting.map_or_else(arms_for_off, arms_for)
 }
 
 /// The check's verdict on an entry.
@@ -116,14 +135,27 @@ pub fn judge(entry: &policy::Entry, s: &Summary) -> Verdict {
             (CURVE_TOLERANCE.exp() - 1.0) * 100.0
         ));
     }
-    // The speed of the entry's arm.
+    // The speed of the entry's arm (an `off` entry: the check's best arm's).
     let arm = entry.drafting.map(SpeculativeArm::of);
-    let w = arm.and_then(|a| s.widths.iter().find(|x| x.width == a));
+    let w = arm.or(s.decision.best_width).and_then(|a| s.widths.iter().find(|x| x.width == a));
     let est = w.and_then(|x| x.ratio.as_ref());
     let (ratio, interval) = (est.map(|e| e.ratio), est.and_then(|e| e.interval));
     let [lo, hi] = entry.ratio_interval;
     match (arm, interval) {
-        (None, _) => failures.push("the entry is off: a sweep, not a check, re-measures it".into()),
+        (None, _) => {
+            if let Some(a) = s.decision.width {
+                let a = a.width().map_or_else(|| "the adaptive arm".to_string(), |n| format!("width {n}"));
+                failures.push(format!(
+                    "the entry is off, but the check chose {a}: {} [{}] ({}); re-measure it with `tuner sweep`",
+                    s.decision.ratio.map_or("-".into(), |r| format!("{r:.3}")),
+                    s.decision.ratio_interval.map_or("-".into(), |(l, h)| format!("{l:.3}, {h:.3}")),
+                    s.decision.why
+                ));
+            }
+            if s.decision.best_width.is_none() || interval.is_none() {
+                failures.push("the check gave no interval for any arm (too few rounds, or no data)".into());
+            }
+        }
         (Some(a), None) => failures.push(format!("the check gave no interval for {a} (too few rounds, or no data)")),
         (Some(a), Some((clo, chi))) => {
             if chi < lo || clo > hi {

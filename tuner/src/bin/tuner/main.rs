@@ -504,10 +504,7 @@ fn check_one(
         );
         return Ok(tuner::exit::PASS);
     }
-    let Some(drafting) = entry.drafting else {
-        eprintln!("tuner check: refused: the entry for {key} is off; a sweep, not a check, re-measures it");
-        return Ok(tuner::exit::REFUSED);
-    };
+    let drafting = entry.drafting;
     if entry.verify_cost.is_empty() {
         eprintln!(
             "tuner check: refused: the entry for {key} ({}) carries no verify-cost curve to compare this build's \
@@ -569,7 +566,7 @@ fn check_one(
         // The entry's own precision: a check measures what the entry did.
         precision: entry.key.precision.map(|p| p.as_str().to_string()),
         design: tuner::data::raw::Design {
-            widths: tuner::analysis::check::arms_for(drafting),
+            widths: tuner::analysis::check::arms_of(drafting),
             rounds: a.rounds,
             bursts: 1,
             bracket_arms: a.bracket_arms,
@@ -676,14 +673,16 @@ fn check_one(
     Ok(tuner::exit::PASS)
 }
 
-/// An entry's drafting as a check names it.
-struct SpeculativeArmName(policy::Drafting);
+/// An entry's drafting as a check names it (`None`: off, judged by the
+/// check's best arm).
+struct SpeculativeArmName(Option<policy::Drafting>);
 
 impl std::fmt::Display for SpeculativeArmName {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self.0 {
-            policy::Drafting::Fixed(w) => write!(f, "width {w}"),
-            policy::Drafting::Adaptive { max } => write!(f, "the adaptive draft length (up to {max})"),
+            Some(policy::Drafting::Fixed(w)) => write!(f, "width {w}"),
+            Some(policy::Drafting::Adaptive { max }) => write!(f, "the adaptive draft length (up to {max})"),
+            None => write!(f, "off (the check's best arm)"),
         }
     }
 }
