@@ -109,12 +109,9 @@ pub fn place(loaded: &mut Loaded, req: DeviceRequest) -> Result<Option<CudaRepor
 fn attach(loaded: &mut Loaded, ordinal: usize) -> Result<CudaReport, kernels::cuda::CudaError> {
     use kernels::cuda::device::CudaDevice;
     let dev = CudaDevice::open(ordinal)?;
+    // The device pass runs the K-quants at the model's activation precision
+    // (attach_cuda copies it to the device model).
     loaded.model.attach_cuda(std::sync::Arc::clone(&dev))?;
-    if let Some(g) = &loaded.model.cuda {
-        // The device pass reads its own copy of the activation precision
-        // (CudaModel::set_precision): the K-quants at the model's.
-        g.set_precision(loaded.model.precision());
-    }
     let weight_bytes = loaded.model.cuda.as_ref().map_or(0, |g| g.weight_bytes);
     let info = &dev.info;
     let report = CudaReport {

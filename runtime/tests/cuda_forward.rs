@@ -134,8 +134,7 @@ fn gpu_qwen(precision: Precision) -> Option<&'static Loaded> {
         l.model.set_precision(precision);
         assert!(l.model.precision_matters(), "the 0.5B has K-quant matrices");
         l.model.attach_cuda(dev).map_err(|e| e.to_string())?;
-        // As runtime::device's placement does.
-        l.model.cuda.as_ref().expect("attached").set_precision(precision);
+        assert_eq!(l.model.cuda.as_ref().expect("attached").precision(), precision, "attach_cuda copies it");
         Ok(l)
     });
     match r {
@@ -190,4 +189,18 @@ fn gpu_precision_changes_the_k_quant_products() {
     let d816 = diff(&a, &b);
     assert!(d816 > 0.0, "int8 and int16 gave the same logits on the GPU: the precision did not reach the device");
     assert!(d816 < 0.75, "max |int8 - int16| logit difference on the GPU {d816}");
+}
+
+/// `Model::set_precision` reaches an attached device model, and attaching
+/// copies the model's precision (once, a later `set_precision` did not
+/// reach the device; the runtime's placement copied it by hand).
+#[test]
+fn gpu_set_precision_reaches_the_device_model_before_and_after_attaching() {
+    let Some(dev) = kernels::cuda::or_skip_test(CudaDevice::open(0).map_err(|e| e.to_string())) else { return };
+    let mut l = runtime::model::load(&common::model_path()).unwrap();
+    l.model.set_precision(Precision::Int16);
+    l.model.attach_cuda(dev).unwrap();
+    assert_eq!(l.model.cuda.as_ref().unwrap().precision(), Precision::Int16);
+    l.model.set_precision(Precision::Int8);
+    assert_eq!(l.model.cuda.as_ref().unwrap().precision(), Precision::Int8);
 }

@@ -308,13 +308,10 @@ impl CudaModel {
     }
 
     /// Chooses the activation format of the K-quant matrices for every later
-    /// pass on the device, as `Model::set_precision` does for the CPU's.
-    /// `Model::forward_batch` does not pass its precision down (forward.rs
-    /// is on every device's verify path: an edit there stales the CPU's
-    /// policy entries), so whoever places a model on the device copies it
-    /// here: the runtime's placement (device.rs) does, after
-    /// `Model::attach_cuda`. A later `Model::set_precision` does not reach
-    /// the device. The default is [`Precision::default`], as the model's.
+    /// pass on the device. The model's own precision is the one to set:
+    /// `Model::attach_cuda` copies it here and `Model::set_precision` sets
+    /// both (`Model::forward_batch` does not pass it down). The default is
+    /// [`Precision::default`], as the model's.
     pub fn set_precision(&self, precision: Precision) {
         *self.precision.lock().unwrap_or_else(|p| p.into_inner()) = precision;
     }

@@ -32,8 +32,8 @@ use kernels::quant::F16;
 pub struct Model {
     pub config: ModelConfig,
     pub weights: ModelWeights,
-    /// The activation format the K-quant matrices multiply on the CPU
-    /// ([`Model::set_precision`]); CUDA passes ignore it.
+    /// The activation format the K-quant matrices multiply
+    /// ([`Model::set_precision`]; an attached CUDA model holds a copy).
     precision: Precision,
     /// Set by [`Model::attach_cuda`]: forward passes run on this device.
     #[cfg(feature = "cuda")]
@@ -497,14 +497,19 @@ impl Model {
     }
 
     /// Chooses the activation format of the K-quant matrices for every
-    /// later CPU pass: set it before the first forward pass of a session (a
-    /// session whose cache was filled at one precision and continued at the
-    /// other holds keys and values of both).
+    /// later pass, on the CPU and on an attached CUDA device alike: set it
+    /// before the first forward pass of a session (a session whose cache was
+    /// filled at one precision and continued at the other holds keys and
+    /// values of both).
     pub fn set_precision(&mut self, precision: Precision) {
         self.precision = precision;
+        #[cfg(feature = "cuda")]
+        if let Some(g) = &self.cuda {
+            g.set_precision(precision);
+        }
     }
 
-    /// The activation precision CPU passes run at.
+    /// The activation precision passes run at.
     pub fn precision(&self) -> Precision {
         self.precision
     }
@@ -524,7 +529,9 @@ impl Model {
         &mut self,
         dev: std::sync::Arc<kernels::cuda::device::CudaDevice>,
     ) -> Result<(), kernels::cuda::CudaError> {
-        self.cuda = Some(std::sync::Arc::new(super::cuda::CudaModel::upload(dev, &self.weights)?));
+        let g = super::cuda::CudaModel::upload(dev, &self.weights)?;
+        g.set_precision(self.precision);
+        self.cuda = Some(std::sync::Arc::new(g));
         Ok(())
     }
 

@@ -26,7 +26,7 @@
 // accumulators) with the same counter.
 #![allow(clippy::needless_range_loop)]
 
-use super::shared::{Outs, Pass, act_ptrs, dpwssd_bcast, prefetch_ahead, x_offset};
+use super::shared::{Outs, Pass, act_ptrs, dpwssd_bcast, prefetch_past, x_offset};
 use crate::matvec::Input;
 use crate::dispatch::{FamilyKind, KernelFamily};
 use crate::matvec::r16::{GROUP, R16Format};
@@ -111,7 +111,7 @@ unsafe fn group_avx512<const F: u8, const W: usize>(
         let mut y = [_mm512_setzero_ps(); W];
         for b in 0..nb {
             let t = tiles.add(b * tb);
-            prefetch_ahead(t, tb, end);
+            prefetch_past(t, tb, end);
             let mut acc = [[_mm512_setzero_si512(); 4]; W];
             if F == Q8_0 {
                 // Four chunks per step, so that every accumulator index is
@@ -201,7 +201,7 @@ unsafe fn group_avx2<const F: u8, const W: usize>(
             for b in 0..nb {
                 let t = tiles.add(b * tb);
                 if h == 0 {
-                    prefetch_ahead(t, tb, end);
+                    prefetch_past(t, tb, end);
                 }
                 let mut acc = [[_mm256_setzero_si256(); 2]; W];
                 if F == Q8_0 {

@@ -36,7 +36,7 @@
 // accumulators) with the same counter.
 #![allow(clippy::needless_range_loop)]
 
-use super::shared::{Outs, Pass, act_ptrs, dpwssd_bcast, prefetch_ahead, x_offset};
+use super::shared::{Outs, Pass, act_ptrs, dpwssd_bcast, prefetch_past, x_offset};
 use crate::matvec::r16::{R16Format, q5_shift};
 use crate::matvec::Input;
 use crate::dispatch::{FamilyKind, KernelFamily};
@@ -139,7 +139,7 @@ unsafe fn group_avx512<const F: u8, const W: usize>(
         let mut y = [_mm512_setzero_ps(); W];
         for b in 0..nb {
             let t = tiles.add(b * tb);
-            prefetch_ahead(t, tb, end);
+            prefetch_past(t, tb, end);
             let words = _mm512_loadu_si512(t.add(ho).cast());
             let mut acc = [[_mm512_setzero_si512(); 4]; W];
             for s in 0..8 {
@@ -213,7 +213,7 @@ unsafe fn group_avx2<const F: u8, const W: usize>(
             for b in 0..nb {
                 let t = tiles.add(b * tb);
                 if h == 0 {
-                    prefetch_ahead(t, tb, end);
+                    prefetch_past(t, tb, end);
                 }
                 let words = _mm256_loadu_si256(t.add(ho + 32 * h).cast());
                 let mut acc = [[_mm256_setzero_si256(); 2]; W];

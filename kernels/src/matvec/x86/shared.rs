@@ -14,7 +14,9 @@ use std::arch::x86_64::*;
 
 /// What one pass of a row-interleaved kernel reads and writes: a group's
 /// `nb` tiles (super-blocks for the K-quants) from `tiles`, prefetching no
-/// further than `end` (the K-quant passes do not prefetch), against the
+/// further than `end` (the Q4/Q5/Q8 passes the next tile, [`prefetch_past`];
+/// the K-quant passes three tiles on, spread over the work,
+/// `interleaved_k::prefetch_ahead`), against the
 /// activation rows `xs`, into `o[..xs.len()]` (sixteen floats each).
 #[derive(Clone, Copy)]
 pub(super) struct Pass<'p, 'a> {
@@ -212,9 +214,10 @@ pub(super) const fn x_offset(b: usize, e: usize) -> usize {
 }
 
 /// Prefetches the lines of the tile `PREFETCH_AHEAD` bytes past `t`, if it
-/// lies before `end`.
+/// lies before `end`, all at once (the K-quants' spread form is
+/// `interleaved_k::prefetch_ahead`).
 #[inline(always)]
-pub(super) fn prefetch_ahead(t: *const u8, tb: usize, end: *const u8) {
+pub(super) fn prefetch_past(t: *const u8, tb: usize, end: *const u8) {
     let ahead = t.wrapping_add(PREFETCH_AHEAD);
     let mut off = 0;
     while off < tb {
