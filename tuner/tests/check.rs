@@ -143,3 +143,29 @@ fn an_off_entry_whose_check_chose_a_width_is_refused() {
         v.failures
     );
 }
+
+/// The Zen 4 Gemma 3 270M entry at int16 activations (adaptive up to 8),
+/// as its sweep of 2026-12-07 gave it.
+const ADAPTIVE_ENTRY: &str = include_str!("fixtures/zen4-gemma-int16-adaptive-entry.toml");
+const ADAPTIVE_RECORD: &str = "records/2026-12-07-cpu-x86_64-avx512vnni-amd-zen4-ngram-7";
+
+#[test]
+fn an_adaptive_entry_holds_against_its_own_sweep_where_a_fixed_width_is_best() {
+    let t =
+        compile(policy::TABLE_FILE, &format!("schema_version = 3\n\n{ADAPTIVE_ENTRY}\n"), RecordCheck::Skip).unwrap();
+    let e = t.entries[0].clone();
+    assert!(matches!(e.drafting, Some(policy::Drafting::Adaptive { .. })));
+    let raw = tuner::data::raw::read_raw(&root().join(ADAPTIVE_RECORD).join("raw.jsonl")).unwrap();
+    let s = tuner::analysis::summarize::summarize_with(&raw, false).unwrap();
+    // The sweep's best arm is a fixed width, and the adaptive arm is tied with it.
+    assert!(s.decision.best_width.is_some_and(|b| b.width().is_some()), "{:?}", s.decision.best_width);
+    assert!(!s.decision.tied.iter().any(|a| a.width().is_none()), "the decision's tie list is fixed widths");
+    let v = judge(&e, &s);
+    assert!(v.holds(), "{:?}", v.failures);
+    // A check whose own decision went to a fixed width still holds the
+    // adaptive entry by the arm's paired tie test against the best.
+    let mut fixed = s.clone();
+    fixed.decision.width = fixed.decision.best_width;
+    let v = judge(&e, &fixed);
+    assert!(v.holds(), "{:?}", v.failures);
+}

@@ -164,11 +164,19 @@ pub fn judge(entry: &policy::Entry, s: &Summary) -> Verdict {
                     ratio.unwrap_or(f64::NAN)
                 ));
             }
+            // The arm's own paired tie test against the check's best: the
+            // decision's `tied` lists fixed widths only, so an adaptive
+            // entry tied with the best fixed width is found here (until
+            // 2026-12-07 it was not, and every adaptive entry was refused).
             let best = s.decision.best_width;
-            if best != Some(a) && !s.decision.tied.contains(&a) {
+            let tied = w.and_then(|x| x.tie.as_ref()).is_some_and(|t| t.tied);
+            if best != Some(a) && !tied && !s.decision.tied.contains(&a) && s.decision.width != Some(a) {
+                let name =
+                    |x: SpeculativeArm| x.width().map_or_else(|| "the adaptive arm".into(), |n| format!("width {n}"));
                 failures.push(format!(
-                    "{a} is not the check's best nor tied with it: {} is credibly faster",
-                    best.map_or("classic".into(), |b| b.to_string())
+                    "{} is not the check's best nor tied with it: {} is credibly faster",
+                    name(a),
+                    best.map_or("classic".into(), name)
                 ));
             }
         }
