@@ -25,12 +25,18 @@ fn table_text() -> String {
     format!("schema_version = 3\n\n{ENTRY}\n")
 }
 
-fn entry_and_summary() -> (policy::Entry, tuner::analysis::summary::Summary) {
-    let t = compile(policy::TABLE_FILE, &table_text(), RecordCheck::Skip).unwrap();
-    let e = t.entries.iter().find(|e| e.record == RECORD).expect("the Zen 4 SmolLM2 entry").clone();
-    let raw = tuner::data::raw::read_raw(&root().join(RECORD).join("raw.jsonl")).unwrap();
+/// The one entry of `entry` (a table's `[[entry]]` text) and the summary
+/// of the committed sweep `record`.
+fn entry_of(entry: &str, record: &str) -> (policy::Entry, tuner::analysis::summary::Summary) {
+    let t = compile(policy::TABLE_FILE, &format!("schema_version = 3\n\n{entry}\n"), RecordCheck::Skip).unwrap();
+    let e = t.entries.iter().find(|e| e.record == record).expect("the fixture's entry").clone();
+    let raw = tuner::data::raw::read_raw(&root().join(record).join("raw.jsonl")).unwrap();
     let s = tuner::analysis::summarize::summarize_with(&raw, false).unwrap();
     (e, s)
+}
+
+fn entry_and_summary() -> (policy::Entry, tuner::analysis::summary::Summary) {
+    entry_of(ENTRY, RECORD)
 }
 
 #[test]
@@ -105,11 +111,8 @@ const OFF_ENTRY: &str = include_str!("fixtures/zen4-smollm2-ngram-c4-entry.toml"
 const OFF_RECORD: &str = "records/2026-12-07-cpu-x86_64-avx512vnni-amd-zen4-ngram-c4";
 
 fn off_entry_and_summary() -> (policy::Entry, tuner::analysis::summary::Summary) {
-    let t = compile(policy::TABLE_FILE, &format!("schema_version = 3\n\n{OFF_ENTRY}\n"), RecordCheck::Skip).unwrap();
-    let e = t.entries[0].clone();
+    let (e, s) = entry_of(OFF_ENTRY, OFF_RECORD);
     assert!(e.drafting.is_none() && e.key.concurrency == 4);
-    let raw = tuner::data::raw::read_raw(&root().join(OFF_RECORD).join("raw.jsonl")).unwrap();
-    let s = tuner::analysis::summarize::summarize_with(&raw, false).unwrap();
     (e, s)
 }
 
@@ -151,12 +154,8 @@ const ADAPTIVE_RECORD: &str = "records/2026-12-07-cpu-x86_64-avx512vnni-amd-zen4
 
 #[test]
 fn an_adaptive_entry_holds_against_its_own_sweep_where_a_fixed_width_is_best() {
-    let t =
-        compile(policy::TABLE_FILE, &format!("schema_version = 3\n\n{ADAPTIVE_ENTRY}\n"), RecordCheck::Skip).unwrap();
-    let e = t.entries[0].clone();
+    let (e, s) = entry_of(ADAPTIVE_ENTRY, ADAPTIVE_RECORD);
     assert!(matches!(e.drafting, Some(policy::Drafting::Adaptive { .. })));
-    let raw = tuner::data::raw::read_raw(&root().join(ADAPTIVE_RECORD).join("raw.jsonl")).unwrap();
-    let s = tuner::analysis::summarize::summarize_with(&raw, false).unwrap();
     // The sweep's best arm is a fixed width, and the adaptive arm is tied with it.
     assert!(s.decision.best_width.is_some_and(|b| b.width().is_some()), "{:?}", s.decision.best_width);
     assert!(!s.decision.tied.iter().any(|a| a.width().is_none()), "the decision's tie list is fixed widths");
