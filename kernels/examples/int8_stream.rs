@@ -1,6 +1,6 @@
 //! A decode step's mat-vecs streamed from memory, against a plain read of
 //! as many bytes, one thread, in alternation:
-//! `cargo run --release -p kernels --example int8_stream [ROUNDS] [LAYERS] [FAMILY]`.
+//! `cargo run --release -p kernels --example int8_stream [ROUNDS] [LAYERS] [FAMILY] [FORMATS]`.
 //!
 //! Builds the K-quant matrices of LAYERS (default 28) layers of a
 //! Qwen2.5-Coder-1.5B Q4_K_M (q, k, v, o, gate, up, down in the file's
@@ -13,7 +13,8 @@
 //! read ceiling, `runtime`'s `read_bandwidth` example's loop). Prints each
 //! arm's median time and GB/s over ROUNDS (default 7), and each pass's
 //! share of the ceiling. FAMILY (`scalar`, `avx2`, `avx512vnni`) picks a
-//! kernel family this CPU has (default: the best). ROUNDS is 1 to 1000,
+//! kernel family this CPU has (default: the best); FORMATS (`all`, `q4k`,
+//! `q6k`) keeps only that format's matrices. ROUNDS is 1 to 1000,
 //! LAYERS 1 to 64; a value outside or not a number is refused.
 
 use kernels::act::ActRow;
@@ -64,7 +65,18 @@ fn main() {
         (GgmlType::Q4K, 8960, 1536),
         (GgmlType::Q6K, 1536, 8960),
     ];
-    let shapes = (0..layers).flat_map(|_| layer).chain([(GgmlType::Q6K, 151936, 1536)]);
+    // FORMATS (the fourth argument): `all` (default), `q4k` or `q6k`: only
+    // that format's matrices (the head is Q6_K).
+    let only = match std::env::args().nth(4).as_deref() {
+        None | Some("all") => None,
+        Some("q4k") => Some(GgmlType::Q4K),
+        Some("q6k") => Some(GgmlType::Q6K),
+        Some(other) => refuse(format!("FORMATS {other:?} is not all, q4k or q6k")),
+    };
+    let shapes = (0..layers)
+        .flat_map(|_| layer)
+        .chain([(GgmlType::Q6K, 151936, 1536)])
+        .filter(|&(ty, _, _)| only.is_none_or(|o| o == ty));
     let mut mats = Vec::new();
     let mut total = 0usize;
     for (ty, rows, cols) in shapes {
