@@ -23,6 +23,11 @@ fn repo() -> &'static Path {
 /// fingerprint replaced by `fp`, or the entry left out), its record folder,
 /// the profile, and the calibration under records/ (clean or dirty).
 fn scratch(fp: Option<&str>, clean: bool) -> (tempfile::TempDir, PathBuf) {
+    scratch_with(fp, clean, |_| {})
+}
+
+/// [`scratch`], the calibration edited by `edit` before it is written.
+fn scratch_with(fp: Option<&str>, clean: bool, edit: impl Fn(&mut serde_json::Value)) -> (tempfile::TempDir, PathBuf) {
     let d = tempfile::tempdir().unwrap();
     let root = d.path();
     std::fs::create_dir_all(root.join("policy")).unwrap();
@@ -51,6 +56,7 @@ fn scratch(fp: Option<&str>, clean: bool) -> (tempfile::TempDir, PathBuf) {
         &std::fs::read_to_string(repo().join("tuner/tests/fixtures/calibrate/calibration.json")).unwrap(),
     )
     .unwrap();
+    edit(&mut c);
     let device = policy::DeviceClass::parse(c["device_class"].as_str().unwrap()).unwrap();
     let formats: Vec<String> = serde_json::from_value(c["weight_formats"].clone()).unwrap();
     c["verify_fingerprint"] = runtime::policy::verify_fingerprint(&device, Some(&formats)).into();
@@ -129,4 +135,21 @@ fn a_calibration_under_a_looser_gate_is_refused_unless_allowed() {
     let allowed =
         tuner::output::predicted::propose(&cal, None, true, Allow { loose_gate: true, ..Allow::default() }).unwrap();
     assert!(allowed.overridden.iter().any(|o| o.starts_with("--allow-loose-gate")));
+}
+
+#[test]
+fn a_k_quant_prediction_is_keyed_at_the_precision_it_was_calibrated_at() {
+    // A K-quant target calibrated at the runtime's default, int8: an entry
+    // without a precision would read as 16-bit (the table's rule for entries
+    // older than the 8-bit path), an int8 prediction under an int16 key.
+    for p in ["int8", "int16"] {
+        let (d, cal) = scratch_with(None, true, |c| {
+            c["weight_formats"] = serde_json::json!(["q4_k", "q6_k"]);
+            c["precision"] = p.into();
+        });
+        propose(&cal, false).unwrap();
+        let text = std::fs::read_to_string(d.path().join(policy::TABLE_FILE)).unwrap();
+        let t = compile(policy::TABLE_FILE, &text, RecordCheck::Under(d.path())).unwrap();
+        assert_eq!(t.entries[0].key.precision.map(|x| x.as_str()), Some(p), "{text}");
+    }
 }

@@ -142,6 +142,11 @@ pub fn entry_fields(c: &Calibration, record: &str) -> Result<crate::output::prop
     if let Some(q) = &c.target_quant_format {
         f.push(("target_quant_format", toml_str(q)));
     }
+    // A K-quant target's activation precision: without it the table reads
+    // the entry as 16-bit (entries from before the 8-bit path).
+    if let Some(p) = key.precision {
+        f.push(("precision", toml_str(p.as_str())));
+    }
     if let Some(t) = key.threads {
         f.push(("threads", t.to_string()));
     }
