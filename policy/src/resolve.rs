@@ -217,13 +217,19 @@ fn threads_list(m: &[MeasuredAt]) -> String {
     parts.join(", ")
 }
 
-/// `for ngram on ...`, with the drafter word replaced by `who` (a fallback
-/// of several kinds names them all).
 /// The flags of `tuner check` that address `key`'s entry beside the
-/// model's others: its precision where not the default (int8) and its
-/// bucket of concurrent sequences above one.
+/// model's others (the model itself is `-m`, which the key does not name):
+/// its drafter where not the default (ngram), its thread count, its
+/// precision where not the default (int8) and its bucket of concurrent
+/// sequences above one.
 fn check_flags(key: &PolicyKey) -> String {
     let mut f = String::new();
+    if key.drafter != crate::DrafterKind::Ngram {
+        f += &format!(" --drafter {}", key.drafter.as_str());
+    }
+    if let Some(t) = key.threads {
+        f += &format!(" -t {t}");
+    }
     if let Some(p) = key.precision.filter(|p| *p != crate::key::Precision::Int8) {
         f += &format!(" --precision {}", p.as_str());
     }
@@ -233,6 +239,8 @@ fn check_flags(key: &PolicyKey) -> String {
     f
 }
 
+/// `for ngram on ...`, with the drafter word replaced by `who` (a fallback
+/// of several kinds names them all).
 fn for_key(who: &str, key: &PolicyKey) -> String {
     let phrase = key.to_string();
     let rest = phrase.strip_prefix(key.drafter.as_str()).unwrap_or(&phrase);

@@ -175,7 +175,7 @@ fn a_stale_entry_keeps_classic_without_a_drafter_flag_and_names_the_fingerprints
         format!(
             "speculation off by the policy (no --drafter): the entry for ngram on cpu:x86_64-avx2 (amd-zen4) with a q4_1 llama 134.5M target \
              at 2 threads is stale: measured with verify-path fingerprint {OTHER_FP}, this build has {FP} for the \
-             key (records/r1); re-check it with `tuner check` (about two minutes) or re-measure with `tuner sweep`"
+             key (records/r1); re-check it with `tuner check -t 2` (about two minutes) or re-measure with `tuner sweep`"
         )
     );
 }

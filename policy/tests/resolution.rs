@@ -148,7 +148,7 @@ fn a_stale_entry_is_not_used_and_names_both_fingerprints() {
         format!(
             "per-kind default 4: the entry for layerskip on cuda:sm_121 (amd-zen4) with an nvfp4 llama 134.5M target is stale: measured \
              with verify-path fingerprint {OTHER_FP}, this build has {FP} for the key (records/r1); re-check \
-             it with `tuner check` (about two minutes) or re-measure with `tuner sweep`"
+             it with `tuner check --drafter layerskip` (about two minutes) or re-measure with `tuner sweep`"
         )
     );
     let table_step = &r.steps[3];
@@ -289,7 +289,7 @@ fn a_stale_entry_names_the_check_that_addresses_it_among_the_model_s_others() {
     for (p, flags) in [(policy::Precision::Int16, " --precision int16"), (policy::Precision::Int8, "")] {
         i.precision = Some(p);
         let r = i.resolve(&t).unwrap();
-        let says = format!("re-check it with `tuner check{flags}` (about two minutes)");
+        let says = format!("re-check it with `tuner check -t 2{flags}` (about two minutes)");
         assert!(r.width_from.contains(&says), "{p}: {}", r.width_from);
     }
     // A stale bucket beside a fresh idle entry: its note names the bucket.
@@ -297,5 +297,5 @@ fn a_stale_entry_names_the_check_that_addresses_it_among_the_model_s_others() {
         int8.replace(&format!("verify_fingerprint = \"{OTHER_FP}\""), &format!("verify_fingerprint = \"{FP}\""));
     let r = i.resolve(&table(&[fresh8, at(4, int8)])).unwrap();
     assert_eq!(r.width.map(Width::get), Some(4));
-    assert!(r.ladder_notes.iter().any(|n| n.contains("`tuner check --concurrency 4`")), "{:?}", r.ladder_notes);
+    assert!(r.ladder_notes.iter().any(|n| n.contains("`tuner check -t 2 --concurrency 4`")), "{:?}", r.ladder_notes);
 }

@@ -167,4 +167,29 @@ fn an_adaptive_entry_holds_against_its_own_sweep_where_a_fixed_width_is_best() {
     fixed.decision.width = fixed.decision.best_width;
     let v = judge(&e, &fixed);
     assert!(v.holds(), "{:?}", v.failures);
+    // And refuses it where that test says the adaptive arm is credibly slower.
+    let adaptive = fixed.widths.iter_mut().find(|x| x.width.width().is_none()).unwrap();
+    adaptive.tie.as_mut().unwrap().tied = false;
+    let v = judge(&e, &fixed);
+    assert!(
+        v.failures.iter().any(|f| f.starts_with("the adaptive arm is not the check's best nor tied with it: width 8")),
+        "{:?}",
+        v.failures
+    );
+}
+
+#[test]
+fn a_check_that_is_not_a_measurement_is_refused_whatever_its_speed() {
+    // The entry's own sweep, with an arm declined, then with drift: the
+    // speed tests pass, the check still says nothing.
+    let (e, mut s) = entry_and_summary();
+    assert!(judge(&e, &s).holds());
+    s.widths[0].not_a_measurement = Some("every request declined".into());
+    let v = judge(&e, &s);
+    assert!(v.failures.iter().any(|f| f.contains("is not a measurement: every request declined")), "{:?}", v.failures);
+    let (e, mut s) = entry_and_summary();
+    s.drift = true;
+    s.drift_survival = None;
+    let v = judge(&e, &s);
+    assert!(v.failures.iter().any(|f| f.contains("drifted and its decision does not survive it")), "{:?}", v.failures);
 }

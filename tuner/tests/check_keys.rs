@@ -8,7 +8,6 @@
 //! the entry otherwise is refused, never checked in its place.
 mod common;
 
-use std::path::Path;
 use std::process::Output;
 
 use common::{Fixture, empty_table, text};
@@ -185,8 +184,35 @@ fn one_check_takes_the_precision_and_the_bucket_as_flags_bounded() {
         assert_ne!(o.status.code(), Some(0), "{flags:?}: {out}");
         assert!(out.contains(says), "{flags:?}: {out}");
     }
-    // --all takes both from each entry: giving them is an error.
+    // --all takes both from each entry: giving them is an error, before
+    // the runtime is asked anything.
+    let before = s.calls().lines().count();
     let o = s.check(&["--all", "--precision", "int16"]);
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
-    assert!(Path::new(&s.f.fake).join("calls").exists());
+    assert_eq!(s.calls().lines().count(), before, "{}", s.calls());
+}
+
+#[test]
+fn a_runtime_that_ignores_the_precision_asked_for_is_refused_in_one_check_too() {
+    let s = scene();
+    std::fs::write(s.f.fake.join("ignore-precision"), "").unwrap();
+    let m = s.cache.join("m.gguf");
+    let o = s.check(&["-m", m.to_str().unwrap(), "-t", "2", "--precision", "int16"]);
+    let out = text(&o);
+    assert_eq!(o.status.code(), Some(5), "{out}");
+    assert!(out.contains("asked for the entry at int16 activations, but this runtime keys the run at int8"), "{out}");
+    assert!(!out.contains(&fresh_line(&s.keys[0])), "the int8 entry stood in: {out}");
+}
+
+#[test]
+fn a_bucket_whose_record_cannot_be_read_is_not_checked_unserved() {
+    // The scene's records do not exist: a forced check of the bucket at 4
+    // refuses before any arm runs (an idle entry would go on, unserved).
+    let s = scene();
+    let m = s.cache.join("m.gguf");
+    let o = s.check(&["-m", m.to_str().unwrap(), "-t", "2", "--concurrency", "4", "--force"]);
+    let out = text(&o);
+    assert_eq!(o.status.code(), Some(5), "{out}");
+    assert!(out.contains("is a bucket, but its record (records/x-int8-c4) cannot be read"), "{out}");
+    assert!(!s.calls().contains("serve"), "no arm ran: {}", s.calls());
 }

@@ -73,6 +73,11 @@ pub fn arms_of(drafting: Option<policy::Drafting>) -> Vec<SpeculativeArm> {
     drafting.map_or_else(arms_for_off, arms_for)
 }
 
+/// An arm as the verdicts name it: `width N` or `the adaptive arm`.
+fn arm_name(a: SpeculativeArm) -> String {
+    a.width().map_or_else(|| "the adaptive arm".to_string(), |n| format!("width {n}"))
+}
+
 /// The check's verdict on an entry.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Verdict {
@@ -135,6 +140,36 @@ pub fn judge(entry: &policy::Entry, s: &Summary) -> Verdict {
             (CURVE_TOLERANCE.exp() - 1.0) * 100.0
         ));
     }
+    // What the check measured must be a measurement: every arm's output
+    // byte-identical to classic, every arm a measurement of speculation
+    // (none declined), the raw data as planned, no drift it does not
+    // survive. A check that
+    // fails here says nothing either way; it is refused, to be run again.
+    for x in &s.widths {
+        if let Some(why) = &x.not_a_measurement {
+            failures.push(format!("the check's arm at {} is not a measurement: {why}", arm_name(x.width)));
+        }
+        if !x.differences.is_empty() {
+            failures.push(format!(
+                "the check's arm at {} gave output that differs from classic decoding ({} completion(s))",
+                arm_name(x.width),
+                x.differences.len()
+            ));
+        }
+    }
+    if !s.data_problems.is_empty() {
+        failures.push(format!("the check's raw data has {} problem(s) (its record lists them)", s.data_problems.len()));
+    }
+    // Drift the decision survives (both one-sided decisions make the same
+    // choice, the record's "survives the drift") is the sweep's own rule;
+    // drift it does not survive leaves the check's numbers unfounded.
+    if s.drift && !s.drift_survival.as_ref().is_some_and(|d| d.survives) {
+        failures.push(
+            "the check's classic brackets drifted and its decision does not survive it (its record says where): \
+             run it again"
+                .into(),
+        );
+    }
     // The speed of the entry's arm (an `off` entry: the check's best arm's).
     let arm = entry.drafting.map(SpeculativeArm::of);
     let w = arm.or(s.decision.best_width).and_then(|a| s.widths.iter().find(|x| x.width == a));
@@ -144,7 +179,7 @@ pub fn judge(entry: &policy::Entry, s: &Summary) -> Verdict {
     match (arm, interval) {
         (None, _) => {
             if let Some(a) = s.decision.width {
-                let a = a.width().map_or_else(|| "the adaptive arm".to_string(), |n| format!("width {n}"));
+                let a = arm_name(a);
                 failures.push(format!(
                     "the entry is off, but the check chose {a}: {} [{}] ({}); re-measure it with `tuner sweep`",
                     s.decision.ratio.map_or("-".into(), |r| format!("{r:.3}")),
@@ -171,12 +206,10 @@ pub fn judge(entry: &policy::Entry, s: &Summary) -> Verdict {
             let best = s.decision.best_width;
             let tied = w.and_then(|x| x.tie.as_ref()).is_some_and(|t| t.tied);
             if best != Some(a) && !tied && !s.decision.tied.contains(&a) && s.decision.width != Some(a) {
-                let name =
-                    |x: SpeculativeArm| x.width().map_or_else(|| "the adaptive arm".into(), |n| format!("width {n}"));
                 failures.push(format!(
                     "{} is not the check's best nor tied with it: {} is credibly faster",
-                    name(a),
-                    best.map_or("classic".into(), name)
+                    arm_name(a),
+                    best.map_or("classic".into(), arm_name)
                 ));
             }
         }

@@ -414,7 +414,7 @@ fn run_check_all(a: &CheckArgs) -> anyhow::Result<ExitCode> {
         let fresh = e.fresh_for(&runtime::policy::verify_fingerprint(&e.key.device, Some(&e.weight_formats)));
         let skip = |why: String, said: &mut Vec<String>, worst: &mut u8| {
             said.push(format!("{}: {why}", e.key));
-            if !fresh {
+            if !fresh && *worst == tuner::exit::PASS {
                 *worst = tuner::exit::REFUSED;
             }
         };
@@ -441,10 +441,20 @@ fn run_check_all(a: &CheckArgs) -> anyhow::Result<ExitCode> {
         let threads = e.key.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
         eprintln!("tuner check --all: {}", e.key);
         let which = Which { precision: e.key.precision, concurrency: e.key.concurrency, expected: Some(e.key.clone()) };
-        let code = check_one(a, runtime.clone(), target, e.key.drafter, drafter_model, threads, &which, None)?;
-        said.push(format!("{}: exit {code}", e.key));
-        if code != tuner::exit::PASS {
-            worst = tuner::exit::REFUSED;
+        // One entry's error (a record unreadable, a runtime that fails)
+        // is named and the others are still checked.
+        match check_one(a, runtime.clone(), target, e.key.drafter, drafter_model, threads, &which, None) {
+            Ok(code) => {
+                said.push(format!("{}: exit {code}", e.key));
+                if code != tuner::exit::PASS && worst == tuner::exit::PASS {
+                    worst = tuner::exit::REFUSED;
+                }
+            }
+            Err(err) => {
+                eprintln!("tuner check --all: {}: error: {err:#}", e.key);
+                said.push(format!("{}: error: {err:#}", e.key));
+                worst = 1;
+            }
         }
     }
     if said.is_empty() {
@@ -482,6 +492,15 @@ fn check_one(
         );
         return Ok(tuner::exit::REFUSED);
     }
+    if let (Some(want), Some(got)) = (which.precision, key.precision)
+        && want != got
+    {
+        eprintln!(
+            "tuner check: refused: asked for the entry at {want} activations, but this runtime keys the run at {got} \
+             (it does not take --precision?); nothing is checked"
+        );
+        return Ok(tuner::exit::REFUSED);
+    }
     let Some(fp) = explained.verify_fingerprint.clone() else {
         anyhow::bail!("the runtime gave no verify-path fingerprint for {key}");
     };
@@ -495,6 +514,12 @@ fn check_one(
     let old = tuner::output::propose::read_table(&table_abs).map_err(|e| anyhow::anyhow!("{e}"))?;
     let tbl = policy::table::compile(policy::TABLE_FILE, &old, policy::table::RecordCheck::Skip)?;
     let Some(entry) = tbl.exact(&key).cloned() else {
+        if key.concurrency > 1 {
+            anyhow::bail!(
+                "the table has no entry for {key}: `tuner sweep --served --concurrency {}` measures one",
+                key.concurrency
+            );
+        }
         anyhow::bail!("the table has no entry for {key}: `tuner calibrate` predicts one, `tuner sweep` measures one");
     };
     if entry.fresh_for(&fp) && !a.force {
@@ -532,19 +557,20 @@ fn check_one(
             .map(|c| c.max_tokens)
             .unwrap_or(tuner::data::plan::DEFAULT_MAX_TOKENS),
     };
-    // The entry's load: a served sweep's record is checked served, at its
-    // clients; a bucket entry whose record cannot be read, served at its
-    // bucket with the default timeouts.
-    let served = match recorded.and_then(|r| r.header.settings.served) {
-        Some(sv) => Some(sv),
-        None if key.concurrency > 1 => Some(tuner::data::raw::ServedSettings {
-            health_timeout_s: tuner::sweep::arm::served::DEFAULT_HEALTH_TIMEOUT_S,
-            stop_timeout_s: tuner::sweep::arm::served::DEFAULT_STOP_TIMEOUT_S,
-            request_timeout_s: tuner::sweep::arm::served::DEFAULT_REQUEST_TIMEOUT_S,
-            concurrency: key.concurrency,
-        }),
-        None => None,
-    };
+    // The entry's load: a served sweep's record is checked served, with
+    // its record's clients and timeouts. A bucket is measured served or not
+    // at all: one whose record cannot be read, or was not served, is not
+    // checked (its interval is of another statistic than a check's).
+    let served = recorded.as_ref().and_then(|r| r.header.settings.served.clone());
+    if key.concurrency > 1 && served.is_none() {
+        let why = if recorded.is_some() { "was not a served sweep" } else { "cannot be read" };
+        eprintln!(
+            "tuner check: refused: the entry for {key} is a bucket, but its record ({}) {why}: a bucket is checked \
+             served as its sweep ran; re-measure it with `tuner sweep --served --concurrency {}`",
+            entry.record, key.concurrency
+        );
+        return Ok(tuner::exit::REFUSED);
+    }
     if let Some(sv) = &served
         && sv.concurrency != key.concurrency
     {
