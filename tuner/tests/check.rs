@@ -188,6 +188,32 @@ fn a_check_that_is_not_a_measurement_is_refused_whatever_its_speed() {
     let v = judge(&e, &s);
     assert!(v.failures.iter().any(|f| f.contains("is not a measurement: every request declined")), "{:?}", v.failures);
     let (e, mut s) = entry_and_summary();
+    let width = Some(s.widths[0].width);
+    s.widths[0].differences.push(tuner::analysis::summary::Difference {
+        arm: 3,
+        width,
+        bracket: None,
+        prompt_id: "p1".into(),
+        burst: 0,
+        first_differing_token: 5,
+        text_identical: false,
+    });
+    let v = judge(&e, &s);
+    assert!(
+        v.failures.iter().any(|f| f.contains("differs from classic decoding (1 completion(s))")),
+        "{:?}",
+        v.failures
+    );
+    let (e, mut s) = entry_and_summary();
+    s.data_problems.push(tuner::analysis::summary::DataProblem {
+        line: Some(7),
+        arm: Some(3),
+        what: "a duplicated request".into(),
+        remedy: "none".into(),
+    });
+    let v = judge(&e, &s);
+    assert!(v.failures.iter().any(|f| f.contains("raw data has 1 problem(s)")), "{:?}", v.failures);
+    let (e, mut s) = entry_and_summary();
     s.drift = true;
     s.drift_survival = None;
     let v = judge(&e, &s);

@@ -16,7 +16,8 @@ const FORMATS: [&str; 2] = ["q4_k", "q6_k"];
 
 /// Answers `policy explain` with `explain.json`, its `@P@` the
 /// `--precision` given (int8 when none, or always when `ignore-precision`
-/// exists); logs every call; anything else fails.
+/// exists), or fails at a precision P where `fail-P` exists; logs every
+/// call; anything else fails.
 const SCRIPT: &str = r#"#!/bin/sh
 D="$(dirname "$0")"
 echo "$@" >> "$D/calls"
@@ -26,6 +27,7 @@ for a in "$@"; do
   if [ "$prev" = "--precision" ] && [ ! -f "$D/ignore-precision" ]; then P="$a"; fi
   prev="$a"
 done
+if [ -f "$D/fail-$P" ]; then echo "fake runtime: cannot explain at $P" >&2; exit 1; fi
 if [ "$1" = "policy" ] && [ "$2" = "explain" ]; then sed "s/@P@/$P/" "$D/explain.json"; exit 0; fi
 echo "fake runtime: unexpected call: $*" >&2
 exit 1
@@ -43,13 +45,15 @@ fn device() -> String {
     kernels::dispatch::selected().expect("a kernel family").family.device_class()
 }
 
+/// This build's verify-path fingerprint for the fake target's formats on `device`.
+fn fingerprint(device: &str) -> String {
+    runtime::policy::verify_fingerprint(&policy::DeviceClass::parse(device).unwrap(), Some(&FORMATS.map(String::from)))
+}
+
 fn entry(precision: &str, concurrency: usize, sha: &str) -> String {
     let device = device();
     let host = common::host_class();
-    let fp = runtime::policy::verify_fingerprint(
-        &policy::DeviceClass::parse(&device).unwrap(),
-        Some(&FORMATS.map(String::from)),
-    );
+    let fp = fingerprint(&device);
     let bucket = if concurrency > 1 { format!("concurrency = {concurrency}\n") } else { String::new() };
     format!(
         r#"
@@ -86,10 +90,7 @@ fn scene() -> Scene {
     std::fs::write(cache.join("m.gguf"), b"a model, as far as the cache goes").unwrap();
     let sha = tuner::host::identity::sha256_file(&cache.join("m.gguf")).unwrap();
     let device = device();
-    let fp = runtime::policy::verify_fingerprint(
-        &policy::DeviceClass::parse(&device).unwrap(),
-        Some(&FORMATS.map(String::from)),
-    );
+    let fp = fingerprint(&device);
     let explain = serde_json::json!({
         "target_quant": {"class": "q4_k", "format": "gguf"},
         "weight_formats": FORMATS, "threads": 2, "precision": "@P@",
@@ -215,4 +216,16 @@ fn a_bucket_whose_record_cannot_be_read_is_not_checked_unserved() {
     assert_eq!(o.status.code(), Some(5), "{out}");
     assert!(out.contains("is a bucket, but its record (records/x-int8-c4) cannot be read"), "{out}");
     assert!(!s.calls().contains("serve"), "no arm ran: {}", s.calls());
+}
+
+#[test]
+fn check_all_names_an_entry_s_error_and_goes_on_to_the_next() {
+    let s = scene();
+    std::fs::write(s.f.fake.join("fail-int16"), "").unwrap();
+    let o = s.check(&["--all"]);
+    let out = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{out}");
+    assert!(out.contains(&format!("{}: error: ", s.keys[1])) && out.contains("cannot explain at int16"), "{out}");
+    // The entries after it were still checked.
+    assert!(out.contains(&format!("{}: exit 0", s.keys[2])), "{out}");
 }

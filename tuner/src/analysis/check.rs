@@ -143,8 +143,8 @@ pub fn judge(entry: &policy::Entry, s: &Summary) -> Verdict {
     // What the check measured must be a measurement: every arm's output
     // byte-identical to classic, every arm a measurement of speculation
     // (none declined), the raw data as planned, no drift it does not
-    // survive. A check that
-    // fails here says nothing either way; it is refused, to be run again.
+    // survive. A check that fails here says nothing either way; it is
+    // refused, to be run again.
     for x in &s.widths {
         if let Some(why) = &x.not_a_measurement {
             failures.push(format!("the check's arm at {} is not a measurement: {why}", arm_name(x.width)));

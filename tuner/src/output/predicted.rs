@@ -133,23 +133,7 @@ pub fn entry_fields(c: &Calibration, record: &str) -> Result<crate::output::prop
     let r3 = |x: f64| (x * 1000.0).round() / 1000.0;
     let (ratio, lo, hi) =
         (r3(arm.ratio), (arm.interval.0 * 1000.0).floor() / 1000.0, (arm.interval.1 * 1000.0).ceil() / 1000.0);
-    let mut f: crate::output::propose::Fields = vec![
-        ("drafter", toml_str(key.drafter.as_str())),
-        ("device_class", toml_str(key.device.as_str())),
-        ("host_class", toml_str(key.host.as_str())),
-        ("target_quant", toml_str(&key.quant)),
-    ];
-    if let Some(q) = &c.target_quant_format {
-        f.push(("target_quant_format", toml_str(q)));
-    }
-    // A K-quant target's activation precision: without it the table reads
-    // the entry as 16-bit (entries from before the 8-bit path).
-    if let Some(p) = key.precision {
-        f.push(("precision", toml_str(p.as_str())));
-    }
-    if let Some(t) = key.threads {
-        f.push(("threads", t.to_string()));
-    }
+    let mut f = crate::output::propose::key_fields(&key, c.target_quant_format.as_deref());
     f.extend([
         (
             "model",

@@ -73,6 +73,33 @@ pub fn short_host(raw: &RawFile) -> String {
 /// The entry's fields in the order they are written, each value as TOML.
 pub type Fields = Vec<(&'static str, String)>;
 
+/// An entry's key as its first fields, in the table's order: drafter,
+/// device and host class, target quantization (and its format), the
+/// activation precision where it applies, threads, and the bucket above one
+/// sequence. Measured (`propose`) and predicted (`predicted`) entries
+/// share it, so neither can drop a part of the key the table reads.
+pub fn key_fields(key: &policy::PolicyKey, target_quant_format: Option<&str>) -> Fields {
+    let mut fields: Fields = vec![
+        ("drafter", toml_str(key.drafter.as_str())),
+        ("device_class", toml_str(key.device.as_str())),
+        ("host_class", toml_str(key.host.as_str())),
+        ("target_quant", toml_str(&key.quant)),
+    ];
+    if let Some(f) = target_quant_format {
+        fields.push(("target_quant_format", toml_str(f)));
+    }
+    if let Some(p) = key.precision {
+        fields.push(("precision", toml_str(p.as_str())));
+    }
+    if let Some(t) = key.threads {
+        fields.push(("threads", t.to_string()));
+    }
+    if key.concurrency > 1 {
+        fields.push(("concurrency", key.concurrency.to_string()));
+    }
+    fields
+}
+
 /// The prompt set as an entry names it ([`crate::data::profile::entry_prompts_name`]).
 fn prompts_name(source: &str) -> String {
     crate::data::profile::entry_prompts_name(source)
@@ -120,24 +147,7 @@ pub fn entry_fields(raw: &RawFile, s: &Summary, record: &str) -> Result<Fields, 
         raw.header.prompts.len(),
         raw.header.settings.design.widths.iter().map(SpeculativeArm::to_string).collect::<Vec<_>>().join(", ")
     );
-    let mut fields: Fields = vec![
-        ("drafter", toml_str(key.drafter.as_str())),
-        ("device_class", toml_str(key.device.as_str())),
-        ("host_class", toml_str(key.host.as_str())),
-        ("target_quant", toml_str(&key.quant)),
-    ];
-    if let Some(f) = &s.target_quant_format {
-        fields.push(("target_quant_format", toml_str(f)));
-    }
-    if let Some(p) = key.precision {
-        fields.push(("precision", toml_str(p.as_str())));
-    }
-    if let Some(t) = key.threads {
-        fields.push(("threads", t.to_string()));
-    }
-    if key.concurrency > 1 {
-        fields.push(("concurrency", key.concurrency.to_string()));
-    }
+    let mut fields = key_fields(&key, s.target_quant_format.as_deref());
     let prompts = prompts_name(&raw.header.settings.prompts_source);
     fields.extend([
         (
