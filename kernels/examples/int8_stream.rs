@@ -10,7 +10,9 @@
 //! 28 layers (the file's decode step reads 0.980), far past any cache. Each round runs three arms in rotating
 //! order: one W = 1 pass over every matrix at 8-bit activations, the same
 //! at 16-bit, and a sum of a buffer of the same size as 64-bit words (the
-//! read ceiling, `runtime`'s `read_bandwidth` example's loop). Prints each
+//! read ceiling, `runtime`'s `read_bandwidth` example's loop, over a buffer
+//! on the pages the weights get: huge pages advised, or 4 KiB ones under
+//! `DRAFTWISE_HUGE_PAGES=0`; `kernels::pages`). Prints each
 //! arm's median time and GB/s over ROUNDS (default 7), and each pass's
 //! share of the ceiling. FAMILY (`scalar`, `avx2`, `avx512vnni`) picks a
 //! kernel family this CPU has (default: the best); FORMATS (`all`, `q4k`,
@@ -21,6 +23,7 @@ use kernels::act::ActRow;
 use kernels::act8::ActRow8;
 use kernels::dispatch::KernelFamily;
 use kernels::matvec::{Input, matmul_rows_with};
+use kernels::pages::WeightArena;
 use kernels::quant::GgmlType;
 use std::time::Instant;
 
@@ -93,11 +96,26 @@ fn main() {
         (x, q, q8)
     };
     let (a, b) = (act(1536), act(8960));
-    let buf: Vec<u64> = (0..total / 8).map(|i| i as u64).collect();
+    // The read arm's buffer lives on the pages the weights do (huge pages
+    // advised, or 4 KiB ones under DRAFTWISE_HUGE_PAGES=0): one arena.
+    let arena = WeightArena::new(total);
+    let region = arena.take(total).expect("an arena of the total's size");
+    // SAFETY: the region's only reference while it is filled.
+    let words: &mut [u64] = unsafe { arena.bytes_mut(&region).align_to_mut::<u64>().1 };
+    for (i, w) in words.iter_mut().enumerate() {
+        *w = i as u64;
+    }
+    let buf: &[u64] = words;
     let mut out = vec![0.0f32; 151936];
     let arms = ["read", "int8", "int16"];
     let mut times: Vec<Vec<f64>> = vec![Vec::new(); arms.len()];
-    println!("family {}, {layers} layers, {:.3} GB a pass, {rounds} rounds", fam.name(), total as f64 / 1e9);
+    println!(
+        "family {}, {layers} layers, {:.3} GB a pass, {rounds} rounds, pages {} ({} MiB of the read buffer on huge pages)",
+        fam.name(),
+        total as f64 / 1e9,
+        arena.backing().name(),
+        arena.huge_bytes().map_or("?".into(), |b| (b >> 20).to_string())
+    );
     for r in 0..=rounds {
         for k in 0..arms.len() {
             let arm = (r + k) % arms.len();

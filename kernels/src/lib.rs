@@ -14,6 +14,8 @@
 //!   values), every query of a KV head in one call.
 //! - [`cuda`]: the CUDA kernels (`kernels/cuda/*.cu`, NVRTC-compiled at run
 //!   time) and their launcher; the launcher needs feature `cuda`.
+//! - [`pages`]: the memory the repacked weights live in ([`pages::WeightArena`],
+//!   one mapping per model with transparent huge pages advised).
 //! - [`dispatch`]: run-time choice of the CPU kernel family ([`dispatch::KernelFamily`])
 //!   and the thresholds that steer the multi-row pass.
 
@@ -24,6 +26,7 @@ pub mod cuda;
 pub mod dispatch;
 pub mod matvec;
 pub mod ops;
+pub mod pages;
 pub mod quant;
 
 // Quantized weights are viewed in place as `#[repr(C)]` block structs whose

@@ -4,14 +4,17 @@ against llama.cpp's `llama-server`, in alternation, one line per arm.
 
     scripts/bench/engine-vs-llama-server.py --model M [--threads T]
         [--prompt-tokens P] [--gen-tokens G] [--rounds R]
-        [--precisions int8,int16] [--runtime PATH] [--llama-server PATH]
-        [--bandwidth PATH] [--out FILE]
+        [--precisions int8,int16] [--pages huge,4k] [--runtime PATH]
+        [--llama-server PATH] [--bandwidth PATH] [--out FILE]
 
 Each round runs every arm once, the order rotating round by round so a
 shared host's drift falls on all of them:
 - draftwise: a fresh `RUNTIME bench --model M --prompt-tokens P
   --gen-tokens G --threads T --precision X --reps 1 --warmup 1 --json`
   (model load not timed; its `prefill_tok_per_s` / `decode_tok_per_s`);
+  per page kind of --pages (default `huge`): `huge` runs it as it is
+  (huge pages advised for the weights), `4k` with `DRAFTWISE_HUGE_PAGES=0`
+  (4 KiB pages), as arms `draftwise X` and `draftwise X 4k`;
 - llama.cpp: one POST /completion to one `llama-server -m M -t T -np 1
   -c max(2048, P+G+16)` started before the first round (its defaults
   otherwise: flash attention auto, batch 2048, ubatch 512), with the same
@@ -31,7 +34,8 @@ The unit of replication is the round (one fresh runtime process per arm,
 one request to the long-lived server). Prints per arm the median and
 min..max over the rounds, and the ratios of medians against llama.cpp;
 with --bandwidth (the `read_bandwidth` example's binary) the
-read ceiling is measured before and after and printed beside them.
+read ceiling is measured before and after, on each page kind of --pages,
+and printed beside them.
 Every raw sample goes to --out as JSON lines.
 """
 
@@ -69,14 +73,21 @@ def bounded(lo: int, hi: int):
     return parse
 
 
-def bandwidth(binary: str, threads: int) -> str:
+def pages_env(pages: str) -> dict:
+    env = dict(os.environ)
+    env["DRAFTWISE_HUGE_PAGES"] = "0" if pages == "4k" else "1"
+    return env
+
+
+def bandwidth(binary: str, threads: int, pages: str) -> str:
     try:
-        out = subprocess.run([binary, "256", str(threads), "5"], capture_output=True, text=True, timeout=600)
+        out = subprocess.run([binary, "256", str(threads), "5"], capture_output=True, text=True, timeout=600,
+                             env=pages_env(pages))
     except subprocess.TimeoutExpired:
         return "(read_bandwidth timed out)"
     if out.returncode != 0:
         return f"(read_bandwidth failed, exit {out.returncode}: {out.stderr.strip()[-300:]})"
-    return " | ".join(line for line in out.stdout.splitlines() if "thread" in line)
+    return " | ".join(line for line in out.stdout.splitlines() if "thread" in line or "pages" in line)
 
 
 def main() -> int:
@@ -88,6 +99,7 @@ def main() -> int:
     ap.add_argument("--gen-tokens", type=bounded(2, 32768), default=64)
     ap.add_argument("--rounds", type=bounded(1, 100), default=5)
     ap.add_argument("--precisions", default="int8,int16")
+    ap.add_argument("--pages", default="huge")
     ap.add_argument("--runtime", default="target/release/runtime")
     ap.add_argument("--llama-server", default=None, help="default: what scripts/bench/llama-server.sh prints")
     ap.add_argument("--bandwidth", default=None)
@@ -99,6 +111,9 @@ def main() -> int:
     for p in precisions:
         if p not in ("int8", "int16"):
             ap.error(f"--precisions: {p!r} is neither int8 nor int16")
+    pages = [p for p in a.pages.split(",") if p]
+    if not pages or len(set(pages)) != len(pages) or any(p not in ("huge", "4k") for p in pages):
+        ap.error(f"--pages: {a.pages!r}: one or both of huge, 4k, each once")
     server = a.llama_server
     if server is None:
         here = os.path.dirname(os.path.abspath(__file__))
@@ -107,11 +122,11 @@ def main() -> int:
             [os.path.join(here, "llama-server.sh")], check=True, stdout=subprocess.PIPE, text=True
         ).stdout.strip()
 
-    def runtime(precision: str, warmup: int = 1) -> dict:
+    def runtime(precision: str, warmup: int = 1, page: str = "huge") -> dict:
         cmd = [a.runtime, "bench", "--model", a.model, "--prompt-tokens", str(a.prompt_tokens),
                "--gen-tokens", str(a.gen_tokens), "--threads", str(a.threads), "--precision", precision,
                "--reps", "1", "--warmup", str(warmup), "--json"]
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, env=pages_env(page))
         if out.returncode != 0:
             raise SystemExit(f"runtime bench failed (exit {out.returncode}): {' '.join(cmd)}\n{out.stderr.strip()[-2000:]}")
         return json.loads(out.stdout)
@@ -160,8 +175,11 @@ def main() -> int:
                     "server_predicted_per_second": t["predicted_per_second"]}
 
         llama()
-        bw_before = bandwidth(a.bandwidth, a.threads) if a.bandwidth else None
-        arms = [f"draftwise {p}" for p in precisions] + ["llama.cpp"]
+        def ceilings() -> str:
+            return " || ".join(bandwidth(a.bandwidth, a.threads, p) for p in pages)
+
+        bw_before = ceilings() if a.bandwidth else None
+        arms = [f"draftwise {p}" + ("" if g == "huge" else f" {g}") for g in pages for p in precisions] + ["llama.cpp"]
         samples = {arm: [] for arm in arms}
         out = open(a.out, "w") if a.out else None
         for r in range(a.rounds):
@@ -170,13 +188,15 @@ def main() -> int:
                 if arm == "llama.cpp":
                     s = llama()
                 else:
-                    j = runtime(arm.split()[1])
+                    words = arm.split()
+                    j = runtime(words[1], page=words[2] if len(words) > 2 else "huge")
                     s = {k: j[k]["median"] for k in ("prefill_tok_per_s", "decode_tok_per_s")}
+                    s["pages"] = j.get("pages")
                 samples[arm].append(s)
                 if out:
                     out.write(json.dumps({"round": r, "arm": arm, **s}) + "\n")
                     out.flush()
-        bw_after = bandwidth(a.bandwidth, a.threads) if a.bandwidth else None
+        bw_after = ceilings() if a.bandwidth else None
         if out:
             out.write(json.dumps({"read_ceiling_before": bw_before, "read_ceiling_after": bw_after}) + "\n")
             out.close()
@@ -195,9 +215,9 @@ def main() -> int:
         for arm in arms:
             v = [s[key] for s in samples[arm]]
             med[arm, key] = statistics.median(v)
-            print(f"{key:18} {arm:16} median {med[arm, key]:8.2f}  ({min(v):.2f}..{max(v):.2f})")
+            print(f"{key:18} {arm:19} median {med[arm, key]:8.2f}  ({min(v):.2f}..{max(v):.2f})")
         for arm in arms[:-1]:
-            print(f"{key:18} {arm:16} / llama.cpp {med[arm, key] / med['llama.cpp', key]:.3f}x")
+            print(f"{key:18} {arm:19} / llama.cpp {med[arm, key] / med['llama.cpp', key]:.3f}x")
     return 0
 
 

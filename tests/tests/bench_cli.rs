@@ -50,6 +50,35 @@ fn greedy_output_is_the_same_with_the_multirow_pass_off_at_one_and_two_threads()
 }
 
 #[test]
+fn greedy_output_is_the_same_on_4k_pages_and_the_startup_event_says_where_the_weights_lived() {
+    let generate = |huge: &str| {
+        let out = run(runtime("generate")
+            .args(["--prompt", "The quick brown fox jumps over the lazy dog, and then", "--max-tokens", "16"])
+            .args(["--json", "--threads", "2"])
+            .env("DRAFTWISE_HUGE_PAGES", huge));
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let lines = json_lines(&out);
+        assert_eq!(lines[0]["event"], "startup");
+        (lines[0]["pages"].clone(), lines[1]["token_ids"].clone())
+    };
+    let (huge, want) = generate("1");
+    let (small, got) = generate("0");
+    assert_eq!(got, want, "greedy output on 4 KiB pages");
+    assert_eq!(small["backing"], "4k", "{small}");
+    assert_eq!(small["huge_bytes"], 0, "MADV_NOHUGEPAGE weights on huge pages: {small}");
+    assert!(small["weight_bytes"].as_u64().is_some_and(|b| b > 50 << 20), "{small}");
+    assert_eq!(huge["weight_bytes"], small["weight_bytes"]);
+    // Where the kernel grants transparent huge pages, the default gets them.
+    let thp = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled").unwrap_or_default();
+    if thp.contains("[always]") || thp.contains("[madvise]") {
+        assert_eq!(huge["backing"], "huge-advised", "{huge}");
+        assert!(huge["huge_bytes"].as_u64().is_some_and(|b| b > 0), "no weight on a huge page: {huge}");
+    } else {
+        eprintln!("transparent huge pages are off here ({}): the default's pages not checked", thp.trim());
+    }
+}
+
+#[test]
 fn bench_reports_every_raw_sample_with_its_summary() {
     let out = run(runtime("bench")
         .args(["--prompt-tokens", "8", "--gen-tokens", "4", "--reps", "3", "--warmup", "1"])

@@ -61,8 +61,10 @@
 pub mod k;
 
 use super::{Matrix, MatrixError, Weights};
+use crate::pages::{HUGE_PAGE, Region, WeightArena};
 use crate::quant::{GgmlType, QK, QK_K};
 use k::KFormat;
+use std::sync::Arc;
 
 /// Rows per group.
 pub const GROUP: usize = 16;
@@ -285,6 +287,56 @@ fn zeroed_lines(n: usize) -> Vec<Line> {
     }
 }
 
+/// Where a [`Repacked`] matrix's bytes live: its own heap lines, or a
+/// region of a [`WeightArena`] (huge pages advised; [`crate::pages`]) that
+/// it shares with the rest of its model, or has alone when it is large.
+#[derive(Clone)]
+enum Store {
+    Own(Vec<Line>),
+    Arena(Arc<WeightArena>, Region),
+}
+
+impl Store {
+    /// A zeroed store of at least `len` bytes: a region of `arena` when it
+    /// has room, else an arena of its own for a matrix of at least one huge
+    /// page (2 MiB), else heap lines.
+    fn zeroed(len: usize, arena: Option<&Arc<WeightArena>>) -> Self {
+        if let Some(r) = arena.and_then(|a| a.take(len)) {
+            return Store::Arena(Arc::clone(arena.expect("took from it")), r);
+        }
+        if len >= HUGE_PAGE {
+            let own = Arc::new(WeightArena::new(len));
+            if let Some(r) = own.take(len) {
+                return Store::Arena(own, r);
+            }
+        }
+        Store::Own(zeroed_lines(len.div_ceil(64)))
+    }
+
+    /// The first `len` bytes, writable; only while the matrix is built.
+    fn bytes_mut(&mut self, len: usize) -> &mut [u8] {
+        match self {
+            // SAFETY: the lines are `len.div_ceil(64) * 64 >= len`
+            // initialized bytes, borrowed mutably through `self`.
+            Store::Own(lines) => unsafe { std::slice::from_raw_parts_mut(lines.as_mut_ptr().cast::<u8>(), len) },
+            // SAFETY: the region is this store's alone until the matrix is
+            // built and shared (clones share it read-only afterwards), and
+            // it is at least `len` bytes.
+            Store::Arena(a, r) => unsafe { &mut a.bytes_mut(r)[..len] },
+        }
+    }
+
+    fn bytes(&self, len: usize) -> &[u8] {
+        match self {
+            // SAFETY: the lines hold at least `len` initialized bytes.
+            Store::Own(lines) => unsafe { std::slice::from_raw_parts(lines.as_ptr().cast::<u8>(), len) },
+            // SAFETY: the arena's region, no longer written (module docs of
+            // `Store::bytes_mut`).
+            Store::Arena(a, r) => unsafe { &a.bytes(r)[..len] },
+        }
+    }
+}
+
 /// An owned row-interleaved copy of a Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 /
 /// Q4_K / Q5_K / Q6_K matrix, 64-byte aligned.
 #[derive(Clone)]
@@ -292,7 +344,7 @@ pub struct Repacked {
     fmt: R16Format,
     rows: usize,
     cols: usize,
-    lines: Vec<Line>,
+    lines: Store,
     len: usize,
 }
 
@@ -312,6 +364,31 @@ impl Repacked {
     /// alignment). Shapes and lengths are checked as [`Matrix::from_bytes`]
     /// checks them; `Ok(None)` for a type without this layout.
     pub fn from_native(ty: GgmlType, bytes: &[u8], rows: usize, cols: usize) -> Result<Option<Self>, MatrixError> {
+        Self::from_native_in(None, ty, bytes, rows, cols)
+    }
+
+    /// Bytes the row-interleaved copy of a (rows, cols) matrix of `ty`
+    /// holds, to size a [`WeightArena`]; `None` for a type without this
+    /// layout or a shape [`Self::from_native`] refuses.
+    pub fn packed_bytes(ty: GgmlType, rows: usize, cols: usize) -> Option<usize> {
+        let fmt = R16Format::of(ty)?;
+        if !cols.is_multiple_of(fmt.block_elems()) {
+            return None;
+        }
+        rows.div_ceil(GROUP).checked_mul(cols / fmt.block_elems())?.checked_mul(fmt.tile_bytes())
+    }
+
+    /// As [`Self::from_native`], the copy carved from `arena` when it has
+    /// room ([`crate::pages`]: a model's matrices share one mapping on huge
+    /// pages); without one, or when it is full, a matrix of 2 MiB or more
+    /// gets an arena of its own and a smaller one heap memory.
+    pub fn from_native_in(
+        arena: Option<&Arc<WeightArena>>,
+        ty: GgmlType,
+        bytes: &[u8],
+        rows: usize,
+        cols: usize,
+    ) -> Result<Option<Self>, MatrixError> {
         let Some(fmt) = R16Format::of(ty) else { return Ok(None) };
         let block = fmt.block_elems();
         if !cols.is_multiple_of(block) {
@@ -331,9 +408,8 @@ impl Repacked {
         }
         let groups = rows.div_ceil(GROUP);
         let len = groups * nb * fmt.tile_bytes();
-        let mut lines = zeroed_lines(len.div_ceil(64));
-        // SAFETY: `lines` is `len.div_ceil(64) * 64 >= len` initialized bytes.
-        let out = unsafe { std::slice::from_raw_parts_mut(lines.as_mut_ptr().cast::<u8>(), len) };
+        let mut lines = Store::zeroed(len, arena);
+        let out = lines.bytes_mut(len);
         let group_bytes = nb * fmt.tile_bytes();
         let pack = |g0: usize, out: &mut [u8]| {
             for (k, dst) in out.chunks_mut(group_bytes).enumerate() {
@@ -356,10 +432,17 @@ impl Repacked {
 
     /// The kernel view.
     pub fn matrix(&self) -> Matrix<'_> {
-        // SAFETY: `lines` holds at least `len` initialized bytes.
-        let data = unsafe { std::slice::from_raw_parts(self.lines.as_ptr().cast::<u8>(), self.len) };
+        let data = self.lines.bytes(self.len);
         let nb = self.cols / self.fmt.block_elems();
         Matrix { rows: self.rows, cols: self.cols, w: Weights::R16(R16 { fmt: self.fmt, data, nb }) }
+    }
+
+    /// The arena the copy lives in, if any ([`crate::pages`]).
+    pub fn arena(&self) -> Option<&Arc<WeightArena>> {
+        match &self.lines {
+            Store::Arena(a, _) => Some(a),
+            Store::Own(_) => None,
+        }
     }
 
     /// Bytes held.
@@ -423,6 +506,52 @@ pub fn repack_group(fmt: R16Format, native: &[u8], live: usize, nb: usize, out: 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The packed bytes of `m`.
+    fn packed(m: &Repacked) -> &[u8] {
+        match m.matrix().w {
+            Weights::R16(r) => r.data,
+            _ => unreachable!("a repacked matrix"),
+        }
+    }
+
+    #[test]
+    fn a_copy_in_an_arena_holds_the_bytes_of_one_on_the_heap() {
+        let mut state = 0x9E37_79B9_7F4A_7C15u64;
+        let mut noise = |n: usize| -> Vec<u8> {
+            (0..n)
+                .map(|_| {
+                    state ^= state << 13;
+                    state ^= state >> 7;
+                    state ^= state << 17;
+                    state as u8
+                })
+                .collect()
+        };
+        for (ty, rows, cols) in [(GgmlType::Q8_0, 40, 512), (GgmlType::Q4K, 37, 512), (GgmlType::Q8_0, 4096, 512)] {
+            let native = noise(ty.row_bytes(cols).unwrap() * rows);
+            let want = Repacked::packed_bytes(ty, rows, cols).unwrap();
+            let alone = Repacked::from_native(ty, &native, rows, cols).unwrap().unwrap();
+            assert_eq!(alone.bytes(), want, "{ty:?}: packed_bytes sizes the copy");
+            // A matrix of a huge page or more gets an arena of its own.
+            assert_eq!(alone.arena().is_some(), want >= HUGE_PAGE, "{ty:?} {rows}x{cols}");
+            let arena = Arc::new(WeightArena::new(2 * want.next_multiple_of(4096)));
+            let a = Repacked::from_native_in(Some(&arena), ty, &native, rows, cols).unwrap().unwrap();
+            let b = Repacked::from_native_in(Some(&arena), ty, &native, rows, cols).unwrap().unwrap();
+            assert!(
+                a.arena().is_some_and(|x| Arc::ptr_eq(x, &arena)) && b.arena().is_some_and(|x| Arc::ptr_eq(x, &arena))
+            );
+            assert_ne!(packed(&a).as_ptr(), packed(&b).as_ptr(), "two matrices, two regions");
+            // An arena without room: the copy goes elsewhere, with the same bytes.
+            let full = Arc::new(WeightArena::new(0));
+            let c = Repacked::from_native_in(Some(&full), ty, &native, rows, cols).unwrap().unwrap();
+            assert!(!c.arena().is_some_and(|x| Arc::ptr_eq(x, &full)), "a copy in an arena without room");
+            let cloned = a.clone();
+            for m in [&a, &b, &c, &cloned] {
+                assert!(packed(m) == packed(&alone), "{ty:?}: the bytes depend on where they live");
+            }
+        }
+    }
 
     #[test]
     fn q5_bit_positions_are_a_permutation_of_the_word() {

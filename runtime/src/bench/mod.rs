@@ -31,7 +31,7 @@ use crate::model::Session;
 use crate::model::forward::{ForwardError, LogitRows};
 
 use crate::events::bench::BenchEventKind;
-pub use crate::events::bench::{BENCH_SCHEMA_VERSION, BenchReport, BenchSpec, RowsCost, Rep, Summary};
+pub use crate::events::bench::{BENCH_SCHEMA_VERSION, BenchReport, BenchSpec, Rep, RowsCost, Summary};
 use std::time::Instant;
 
 impl Summary {
@@ -95,6 +95,7 @@ pub fn run(engine: &Engine, model_name: &str, spec: &BenchSpec) -> Result<BenchR
         kernel_family: model.kernel_family_name(fam).to_string(),
         threads: engine.threads,
         multirow: kernels::dispatch::multirow_enabled(),
+        pages: model.weights.pages(),
         spec: spec.clone(),
         prompt_ids: prompt.clone(),
         prefill_tok_per_s: None,
@@ -138,12 +139,7 @@ pub fn run(engine: &Engine, model_name: &str, spec: &BenchSpec) -> Result<BenchR
     Ok(report)
 }
 
-fn verify_cost(
-    engine: &Engine,
-    prompt: &[u32],
-    max_w: usize,
-    spec: &BenchSpec,
-) -> Result<Vec<RowsCost>, ForwardError> {
+fn verify_cost(engine: &Engine, prompt: &[u32], max_w: usize, spec: &BenchSpec) -> Result<Vec<RowsCost>, ForwardError> {
     let model = &engine.loaded.model;
     let fam = engine.family;
     let mut session = Session::new(&model.config);
@@ -187,17 +183,32 @@ fn verify_cost(
         .collect())
 }
 
+/// `huge-advised, 93% on huge pages` / `4k` / `n/a`: the bench line's
+/// account of where the weights lived.
+fn pages_words(p: Option<&crate::model::weights::PagesReport>) -> String {
+    match p {
+        None => "n/a".into(),
+        Some(p) => match p.huge_bytes {
+            Some(h) if p.weight_bytes > 0 => {
+                format!("{}, {:.0}% on huge pages", p.backing, 100.0 * h as f64 / p.weight_bytes as f64)
+            }
+            _ => p.backing.clone(),
+        },
+    }
+}
+
 /// The human-readable summary.
 pub fn render(r: &BenchReport) -> String {
     use std::fmt::Write;
     let mut o = String::new();
     let _ = writeln!(
         o,
-        "model {} | kernels {} | threads {} | multirow {} | prompt {} tok | gen {} tok | reps {} (+{} warm-up)",
+        "model {} | kernels {} | threads {} | multirow {} | pages {} | prompt {} tok | gen {} tok | reps {} (+{} warm-up)",
         r.model,
         r.kernel_family,
         r.threads,
         if r.multirow { "on" } else { "off" },
+        pages_words(r.pages.as_ref()),
         r.spec.prompt_tokens,
         r.spec.gen_tokens,
         r.spec.reps,

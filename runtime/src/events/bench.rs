@@ -86,6 +86,10 @@ pub struct BenchReport {
     pub kernel_family: String,
     pub threads: usize,
     pub multirow: bool,
+    /// Where the weights lived (the `startup` event's `pages`); absent in
+    /// reports before the field.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pages: Option<crate::model::weights::PagesReport>,
     pub spec: BenchSpec,
     /// The prompt's token ids (so another engine can be given the same).
     pub prompt_ids: Vec<u32>,
@@ -208,6 +212,7 @@ mod tests {
             kernel_family: "avx2".into(),
             threads: 2,
             multirow: true,
+            pages: None,
             spec: BenchSpec { prompt_tokens: 2, gen_tokens: 1, reps: 3, warmup: 0, verify_cost: None },
             prompt_ids: vec![300, 301],
             prefill_tok_per_s: Some(summary()),

@@ -64,6 +64,12 @@ pub struct Startup {
     /// kernel, a control for the verify-cost curve).
     #[serde(default = "default_true")]
     pub multirow: bool,
+    /// Where the target's repacked weights live: the pages asked for and
+    /// the bytes on huge pages at startup ([`crate::model::weights::PagesReport`],
+    /// `DRAFTWISE_HUGE_PAGES`); absent when no matrix is repacked and in
+    /// events before the field (4 KiB pages from the heap).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pages: Option<crate::model::weights::PagesReport>,
     pub target: ModelInfo,
     pub tokenizer: String,
     /// Where the chat template came from: the model file, the
@@ -178,6 +184,7 @@ pub fn startup_event(
         kernel_family_forced: selection.forced,
         threads: engine.threads,
         multirow: dispatch::multirow_enabled(),
+        pages: engine.loaded.model.weights.pages(),
         target: engine.loaded.info.clone(),
         tokenizer: engine.loaded.tokenizer.source.clone(),
         chat_template: engine.loaded.tokenizer.chat_template_from.to_string(),

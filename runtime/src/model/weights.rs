@@ -5,8 +5,25 @@
 use crate::gguf::GgufFile;
 use kernels::matvec::r16::Repacked;
 use kernels::matvec::{Matrix, MatrixError};
+use kernels::pages::WeightArena;
 use kernels::quant::{GgmlType, dequantize_row};
 use std::sync::Arc;
+
+/// Where a model's repacked weights live ([`ModelWeights::pages`]), as the
+/// `startup` and `bench` events carry it.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct PagesReport {
+    /// The memory asked for: `huge-advised` (the default), `4k`
+    /// (`DRAFTWISE_HUGE_PAGES=0`) or `heap` (no mapping), joined by `+`
+    /// when the matrices are spread over several kinds.
+    pub backing: String,
+    /// Bytes of the repacked matrices.
+    pub weight_bytes: u64,
+    /// Of them, bytes on huge pages when the report was made
+    /// (`/proc/self/smaps`); null where that cannot be read (not Linux,
+    /// heap memory).
+    pub huge_bytes: Option<u64>,
+}
 
 #[derive(Debug, Clone)]
 enum Data {
@@ -106,11 +123,13 @@ impl WeightMatrix {
     /// the bytes it holds (0 when the format has none or it exists). The
     /// mapped pages read to make it are then released, so resident memory
     /// holds the weights once.
-    pub fn repack(&mut self) -> usize {
+    /// The copy is carved from `arena` when it has room
+    /// ([`kernels::pages`]: huge pages advised).
+    pub fn repack(&mut self, arena: Option<&Arc<WeightArena>>) -> usize {
         if self.packed.is_some() {
             return 0;
         }
-        let packed = Repacked::from_native(self.ty, self.bytes(), self.rows, self.cols)
+        let packed = Repacked::from_native_in(arena, self.ty, self.bytes(), self.rows, self.cols)
             .expect("shape and length validated at construction");
         let Some(packed) = packed else { return 0 };
         let n = packed.bytes();
@@ -270,9 +289,52 @@ impl ModelWeights {
         f
     }
 
-    /// Repacks every product matrix for the CPU kernels; returns the bytes
-    /// of the copies.
+    /// Repacks every product matrix for the CPU kernels, into one
+    /// [`WeightArena`] sized for all of them (huge pages advised unless
+    /// `DRAFTWISE_HUGE_PAGES=0`); returns the bytes of the copies.
     pub fn repack(&mut self) -> usize {
-        self.product_matrices_mut().map(WeightMatrix::repack).sum()
+        let need: usize = self
+            .product_matrices_mut()
+            .filter(|m| m.packed.is_none())
+            .filter_map(|m| Repacked::packed_bytes(m.ty, m.rows, m.cols))
+            .map(|n| n.next_multiple_of(4096))
+            .sum();
+        let arena = (need > 0).then(|| Arc::new(WeightArena::new(need)));
+        self.product_matrices_mut().map(|m| m.repack(arena.as_ref())).sum()
+    }
+
+    /// Where the repacked matrices live: the pages asked for and, where the
+    /// system says, how many of their bytes sit on huge pages now; `None`
+    /// when no matrix has a repacked copy.
+    pub fn pages(&self) -> Option<PagesReport> {
+        let head = self.head.as_ref().unwrap_or(&self.embed);
+        let packed = self
+            .layers
+            .iter()
+            .flat_map(|l| [&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down])
+            .chain(std::iter::once(head))
+            .filter_map(|m| m.packed.as_deref());
+        let mut arenas: Vec<&Arc<WeightArena>> = Vec::new();
+        let (mut bytes, mut in_arenas) = (0u64, 0u64);
+        for p in packed {
+            bytes += p.bytes() as u64;
+            if let Some(a) = p.arena() {
+                in_arenas += p.bytes() as u64;
+                if !arenas.iter().any(|b| Arc::ptr_eq(a, b)) {
+                    arenas.push(a);
+                }
+            }
+        }
+        if bytes == 0 {
+            return None;
+        }
+        let mut kinds: Vec<&str> = arenas.iter().map(|a| a.backing().name()).collect();
+        if in_arenas < bytes {
+            kinds.push(kernels::pages::Backing::Heap.name());
+        }
+        kinds.sort_unstable();
+        kinds.dedup();
+        let huge_bytes = arenas.iter().map(|a| a.huge_bytes()).sum::<Option<u64>>().map(|h| h.min(bytes));
+        Some(PagesReport { backing: kinds.join("+"), weight_bytes: bytes, huge_bytes })
     }
 }
