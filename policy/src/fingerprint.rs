@@ -127,6 +127,12 @@ pub const VERIFY_PATH: &[Part] = &[
         "the row-interleaved layout of Q4_0, Q4_1, Q8_0, Q5_0 and Q5_1, its portable kernels, the repacking of every layout",
     ),
     format_part("kernels/src/matvec/r16/k.rs", Devices::Cpu, K_QUANTS, "the row-interleaved layout of the K-quants"),
+    format_part(
+        "kernels/src/pages.rs",
+        Devices::Cpu,
+        INTERLEAVED,
+        "the pages the repacked weights live on (huge pages advised): how fast every pass streams them",
+    ),
     part(
         "kernels/src/matvec/x86/mod.rs",
         Devices::CpuX86,
