@@ -26,9 +26,11 @@
 // accumulators) with the same counter.
 #![allow(clippy::needless_range_loop)]
 
-use super::shared::{Outs, Pass, act_ptrs, dpwssd_bcast, prefetch_past, x_offset};
-use crate::matvec::Input;
+use super::shared::{
+    Outs, PREFETCH_FROM_ROWS_256, PREFETCH_FROM_ROWS_512, Pass, act_ptrs, dpwssd_bcast, prefetch_past, x_offset,
+};
 use crate::dispatch::{FamilyKind, KernelFamily};
+use crate::matvec::Input;
 use crate::matvec::r16::{GROUP, R16Format};
 use std::arch::x86_64::*;
 
@@ -111,7 +113,9 @@ unsafe fn group_avx512<const F: u8, const W: usize>(
         let mut y = [_mm512_setzero_ps(); W];
         for b in 0..nb {
             let t = tiles.add(b * tb);
-            prefetch_past(t, tb, end);
+            if W >= PREFETCH_FROM_ROWS_512 {
+                prefetch_past(t, tb, end);
+            }
             let mut acc = [[_mm512_setzero_si512(); 4]; W];
             if F == Q8_0 {
                 // Four chunks per step, so that every accumulator index is
@@ -200,7 +204,7 @@ unsafe fn group_avx2<const F: u8, const W: usize>(
             let mut y = [_mm256_setzero_ps(); W];
             for b in 0..nb {
                 let t = tiles.add(b * tb);
-                if h == 0 {
+                if h == 0 && W >= PREFETCH_FROM_ROWS_256 {
                     prefetch_past(t, tb, end);
                 }
                 let mut acc = [[_mm256_setzero_si256(); 2]; W];

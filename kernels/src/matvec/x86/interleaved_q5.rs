@@ -36,10 +36,12 @@
 // accumulators) with the same counter.
 #![allow(clippy::needless_range_loop)]
 
-use super::shared::{Outs, Pass, act_ptrs, dpwssd_bcast, prefetch_past, x_offset};
-use crate::matvec::r16::{R16Format, q5_shift};
-use crate::matvec::Input;
+use super::shared::{
+    Outs, PREFETCH_FROM_ROWS_256, PREFETCH_FROM_ROWS_512, Pass, act_ptrs, dpwssd_bcast, prefetch_past, x_offset,
+};
 use crate::dispatch::{FamilyKind, KernelFamily};
+use crate::matvec::Input;
+use crate::matvec::r16::{R16Format, q5_shift};
 use std::arch::x86_64::*;
 
 /// Format tags of the const-generic kernels.
@@ -139,7 +141,9 @@ unsafe fn group_avx512<const F: u8, const W: usize>(
         let mut y = [_mm512_setzero_ps(); W];
         for b in 0..nb {
             let t = tiles.add(b * tb);
-            prefetch_past(t, tb, end);
+            if W >= PREFETCH_FROM_ROWS_512 {
+                prefetch_past(t, tb, end);
+            }
             let words = _mm512_loadu_si512(t.add(ho).cast());
             let mut acc = [[_mm512_setzero_si512(); 4]; W];
             for s in 0..8 {
@@ -212,7 +216,7 @@ unsafe fn group_avx2<const F: u8, const W: usize>(
             let mut y = [_mm256_setzero_ps(); W];
             for b in 0..nb {
                 let t = tiles.add(b * tb);
-                if h == 0 {
+                if h == 0 && W >= PREFETCH_FROM_ROWS_256 {
                     prefetch_past(t, tb, end);
                 }
                 let words = _mm256_loadu_si256(t.add(ho + 32 * h).cast());

@@ -14,7 +14,8 @@ use std::arch::x86_64::*;
 
 /// What one pass of a row-interleaved kernel reads and writes: a group's
 /// `nb` tiles (super-blocks for the K-quants) from `tiles`, prefetching no
-/// further than `end` (the Q4/Q5/Q8 passes the next tile, [`prefetch_past`];
+/// further than `end` (the Q4/Q5/Q8 passes of enough rows the next tile,
+/// [`prefetch_past`];
 /// the K-quant passes three tiles on, spread over the work,
 /// `interleaved_k::prefetch_ahead`), against the
 /// activation rows `xs`, into `o[..xs.len()]` (sixteen floats each).
@@ -213,9 +214,29 @@ pub(super) const fn x_offset(b: usize, e: usize) -> usize {
     (b / 2) * 64 + (e / 16) * 32 + (b % 2) * 16 + e % 16
 }
 
+/// The fewest activation rows for which an AVX-512 Q4 / Q5 / Q8 pass asks
+/// for its tiles ahead ([`prefetch_past`]); narrower passes leave the stream
+/// to the hardware prefetchers. Measured once the weights sat on huge pages
+/// in one arena ([`crate::pages`]), on the Zen 4 host, SmolLM2 Q4_1, one
+/// thread, `runtime bench --verify-cost --max-rows 8 --reps 5`, alternating
+/// builds' settings in one binary: asking at every width, a pass of 1, 2, 3,
+/// 4, 5, 8 rows took 4.15–4.24, 4.98–5.00, 6.38–6.45, 7.94–8.07, 9.88–9.90,
+/// 15.02–15.04 ms; never asking 3.77–3.98, 4.64–4.66, 6.27–6.34,
+/// 8.21–8.25, 10.37–10.77, 17.12–17.31; from four rows on 3.79–3.84,
+/// 4.66–4.71, 6.28–6.33, 7.94–7.97, 9.92–9.93, 15.01–15.11: the best of
+/// both. (One decode token is a one-row pass: about 10% faster.)
+pub(super) const PREFETCH_FROM_ROWS_512: usize = 4;
+
+/// As [`PREFETCH_FROM_ROWS_512`] for the AVX2 passes (four rows at most per
+/// pass): the same runs under `DRAFTWISE_KERNELS=avx2` took 5.86–5.96 ms at
+/// one row asking and 5.29–5.34 not; at two rows 7.82–7.89 and 7.82–7.94;
+/// from three rows on asking was faster (11.49–11.59 against 11.77–11.91).
+pub(super) const PREFETCH_FROM_ROWS_256: usize = 2;
+
 /// Prefetches the lines of the tile `PREFETCH_AHEAD` bytes past `t`, if it
 /// lies before `end`, all at once (the K-quants' spread form is
-/// `interleaved_k::prefetch_ahead`).
+/// `interleaved_k::prefetch_ahead`). The Q4 / Q5 / Q8 passes call it from
+/// [`PREFETCH_FROM_ROWS_512`] (AVX2: [`PREFETCH_FROM_ROWS_256`]) rows on.
 #[inline(always)]
 pub(super) fn prefetch_past(t: *const u8, tb: usize, end: *const u8) {
     let ahead = t.wrapping_add(PREFETCH_AHEAD);
