@@ -62,8 +62,9 @@ pub enum Backing {
     HugeAdvised,
     /// An anonymous mapping advised `MADV_NOHUGEPAGE` (`DRAFTWISE_HUGE_PAGES=0`).
     SmallPages,
-    /// Zeroed heap memory: not Linux, an empty arena, or the mapping or the
-    /// advice failed.
+    /// Ordinary 4 KiB pages nobody advised: zeroed heap memory (not Linux,
+    /// an empty arena, the mapping failed), or a mapping whose advice the
+    /// kernel refused (one built without transparent huge pages).
     Heap,
 }
 
@@ -178,7 +179,9 @@ impl WeightArena {
     fn heap(len: usize) -> Self {
         if len == 0 {
             return WeightArena {
-                base: std::ptr::NonNull::<u8>::dangling().as_ptr(),
+                // Aligned like every region, and never dereferenced (no
+                // region of an empty arena has a byte).
+                base: std::ptr::without_provenance_mut(REGION_ALIGN),
                 len: 0,
                 next: AtomicUsize::new(0),
                 backing: Backing::Heap,
@@ -204,7 +207,7 @@ impl WeightArena {
     /// A fresh region of `bytes` zeroed bytes, 4 KiB-aligned, or `None` when
     /// the arena has no room left. Each region is handed out once.
     pub fn take(&self, bytes: usize) -> Option<Region> {
-        let need = bytes.next_multiple_of(REGION_ALIGN);
+        let need = bytes.checked_next_multiple_of(REGION_ALIGN)?;
         let mut at = self.next.load(Ordering::Relaxed);
         loop {
             let end = at.checked_add(need).filter(|&e| e <= self.len)?;
@@ -221,7 +224,7 @@ impl WeightArena {
     /// `region` came from this arena's [`Self::take`], and no `&mut` to it
     /// is live.
     pub unsafe fn bytes(&self, region: &Region) -> &[u8] {
-        debug_assert!(region.offset + region.len <= self.len);
+        self.check(region);
         // SAFETY: inside the arena (take checked it); zeroed or written
         // memory is initialized; the caller rules out a live `&mut`.
         unsafe { std::slice::from_raw_parts(self.base.add(region.offset), region.len) }
@@ -234,10 +237,16 @@ impl WeightArena {
     /// reference to it is live (its owner writes it once, before sharing).
     #[allow(clippy::mut_from_ref)]
     pub unsafe fn bytes_mut(&self, region: &Region) -> &mut [u8] {
-        debug_assert!(region.offset + region.len <= self.len);
+        self.check(region);
         // SAFETY: as `bytes`; the region is handed out once, and the caller
         // rules out any other reference to it.
         unsafe { std::slice::from_raw_parts_mut(self.base.add(region.offset), region.len) }
+    }
+
+    /// Panics unless `region` lies inside the arena (a region of another
+    /// arena could claim more than this one has).
+    fn check(&self, region: &Region) {
+        assert!(region.offset <= self.len && region.len <= self.len - region.offset, "a region outside its arena");
     }
 
     /// Usable bytes.
@@ -311,19 +320,24 @@ impl Region {
 
 /// `/proc/self/smaps` of a process with a few thousand mappings is a few
 /// MiB; more than this is not read.
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
 const SMAPS_CAP: u64 = 32 << 20;
 
 #[cfg(target_os = "linux")]
 fn read_capped(path: &str, cap: u64) -> Option<String> {
     use std::io::Read;
-    let mut s = String::new();
-    std::fs::File::open(path).ok()?.take(cap).read_to_string(&mut s).ok()?;
-    Some(s)
+    // Bytes, not a String: a mapped file's path need not be UTF-8.
+    let mut b = Vec::new();
+    std::fs::File::open(path).ok()?.take(cap).read_to_end(&mut b).ok()?;
+    Some(String::from_utf8_lossy(&b).into_owned())
 }
 
 /// Sums the `AnonHugePages` of the mappings in `smaps` text that overlap
 /// `[lo, hi)` (a mapping header is `start-end perms ...` in hex), in bytes;
-/// `None` if no overlapping mapping was found or one had no such line.
+/// `None` if no overlapping mapping was found or one had no such line. A
+/// huge page counts whole: an arena's last one, partly used, can add up to
+/// 2 MiB beyond its matrices' bytes.
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
 fn anon_huge_in(smaps: &str, lo: usize, hi: usize) -> Option<u64> {
     let mut total = 0u64;
     let mut inside = false;
@@ -374,12 +388,17 @@ mod tests {
             }
             assert!(arena.take(arena.len()).is_none(), "an arena hands out no more than it has");
             #[cfg(target_os = "linux")]
-            if huge {
-                assert_eq!(arena.base as usize % HUGE_PAGE, 0);
+            if matches!(arena.release, Release::Map(..)) {
+                assert_eq!(arena.base as usize % HUGE_PAGE, 0, "a mapped arena starts on a huge page");
             }
         }
         let empty = WeightArena::with_advice(0, true);
-        assert!(empty.is_empty() && empty.take(1).is_none() && empty.take(0).is_some());
+        assert!(empty.is_empty() && empty.take(1).is_none());
+        let none = empty.take(0).expect("an empty region fits");
+        // SAFETY: a region of this arena.
+        assert_eq!(unsafe { empty.bytes(&none) }.as_ptr() as usize % 64, 0, "aligned like every region");
+        let arena = WeightArena::with_advice(1 << 20, true);
+        assert!(arena.take(usize::MAX - 100).is_none(), "a size that overflows is refused, not wrapped");
     }
 
     #[test]
@@ -409,6 +428,15 @@ AnonHugePages:       512 kB
             ),
             None
         );
+    }
+
+    #[test]
+    #[should_panic(expected = "a region outside its arena")]
+    fn a_region_of_a_bigger_arena_is_refused() {
+        let (big, small) = (WeightArena::with_advice(8 << 20, false), WeightArena::with_advice(1, false));
+        let r = big.take(6 << 20).expect("room");
+        // SAFETY: the bounds check runs before any slice is made.
+        let _ = unsafe { small.bytes(&r) };
     }
 
     #[cfg(target_os = "linux")]

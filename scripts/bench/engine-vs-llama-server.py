@@ -12,8 +12,9 @@ shared host's drift falls on all of them:
 - draftwise: a fresh `RUNTIME bench --model M --prompt-tokens P
   --gen-tokens G --threads T --precision X --reps 1 --warmup 1 --json`
   (model load not timed; its `prefill_tok_per_s` / `decode_tok_per_s`);
-  per page kind of --pages (default `huge`): `huge` runs it as it is
-  (huge pages advised for the weights), `4k` with `DRAFTWISE_HUGE_PAGES=0`
+  per page kind of --pages (default `huge`): `huge` runs it with
+  `DRAFTWISE_HUGE_PAGES=1` (huge pages advised for the weights, whatever
+  the caller's environment says), `4k` with `DRAFTWISE_HUGE_PAGES=0`
   (4 KiB pages), as arms `draftwise X` and `draftwise X 4k`;
 - llama.cpp: one POST /completion to one `llama-server -m M -t T -np 1
   -c max(2048, P+G+16)` started before the first round (its defaults

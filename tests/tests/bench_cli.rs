@@ -64,12 +64,16 @@ fn greedy_output_is_the_same_on_4k_pages_and_the_startup_event_says_where_the_we
     let (huge, want) = generate("1");
     let (small, got) = generate("0");
     assert_eq!(got, want, "greedy output on 4 KiB pages");
-    assert_eq!(small["backing"], "4k", "{small}");
-    assert_eq!(small["huge_bytes"], 0, "MADV_NOHUGEPAGE weights on huge pages: {small}");
     assert!(small["weight_bytes"].as_u64().is_some_and(|b| b > 50 << 20), "{small}");
     assert_eq!(huge["weight_bytes"], small["weight_bytes"]);
-    // Where the kernel grants transparent huge pages, the default gets them.
-    let thp = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled").unwrap_or_default();
+    // A Linux kernel built with transparent huge pages takes both advices.
+    let Ok(thp) = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled") else {
+        eprintln!("no transparent huge pages on this system: the pages reported not checked ({huge}, {small})");
+        return;
+    };
+    assert_eq!(small["backing"], "4k", "{small}");
+    assert_eq!(small["huge_bytes"], 0, "MADV_NOHUGEPAGE weights on huge pages: {small}");
+    // Where the kernel grants them to those who ask, the default gets them.
     if thp.contains("[always]") || thp.contains("[madvise]") {
         assert_eq!(huge["backing"], "huge-advised", "{huge}");
         assert!(huge["huge_bytes"].as_u64().is_some_and(|b| b > 0), "no weight on a huge page: {huge}");

@@ -381,7 +381,9 @@ impl Repacked {
     /// As [`Self::from_native`], the copy carved from `arena` when it has
     /// room ([`crate::pages`]: a model's matrices share one mapping on huge
     /// pages); without one, or when it is full, a matrix of 2 MiB or more
-    /// gets an arena of its own and a smaller one heap memory.
+    /// gets an arena of its own (so the examples and benches stream large
+    /// matrices from huge pages, as the runtime does; its last huge page
+    /// may be mostly empty) and a smaller one heap memory.
     pub fn from_native_in(
         arena: Option<&Arc<WeightArena>>,
         ty: GgmlType,
@@ -547,6 +549,9 @@ mod tests {
             let c = Repacked::from_native_in(Some(&full), ty, &native, rows, cols).unwrap().unwrap();
             assert!(!c.arena().is_some_and(|x| Arc::ptr_eq(x, &full)), "a copy in an arena without room");
             let cloned = a.clone();
+            for m in [&alone, &a, &b, &c, &cloned] {
+                assert_eq!(packed(m).as_ptr() as usize % 64, 0, "tiles are 64-byte aligned");
+            }
             for m in [&a, &b, &c, &cloned] {
                 assert!(packed(m) == packed(&alone), "{ty:?}: the bytes depend on where they live");
             }
